@@ -1,0 +1,3 @@
+from snapcut.cli import main
+
+raise SystemExit(main())

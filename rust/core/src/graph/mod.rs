@@ -1,0 +1,1 @@
+//! Logical dataflow graph → physical tasks and channels; back-edge detection.

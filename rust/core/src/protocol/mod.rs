@@ -1,0 +1,166 @@
+//! Per-task snapshot state machines: pure functions of events, no threads, no I/O.
+//!
+//! The threaded runtime ([`crate::runtime`]) and the deterministic simulator
+//! ([`crate::sim`]) drive the *same* machines: a driver pops an item from an
+//! input channel (or gets a trigger), turns it into an [`Event`], calls
+//! [`Protocol::on_event`], and carries out the returned [`Action`]s in order.
+//!
+//! Events and actions are per channel *item* (a whole data batch), never per
+//! record, so the cost of consulting the machine is amortised over a batch.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+
+/// Index of an input channel of a task, `0..n_inputs`.
+pub type InputId = usize;
+/// Identifier of one global snapshot (checkpoint, barrier or marker number).
+pub type CheckpointId = u64;
+
+/// Whether an input takes part in barrier alignment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InputKind {
+    /// An ordinary (forward) edge: aligned on.
+    Regular,
+    /// A back-edge of a cycle: excluded from alignment; its records are logged
+    /// after the snapshot until the barrier comes round the loop.
+    BackEdge,
+}
+
+/// Something that happened at a task, fed to its protocol machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A data item was popped from `input`.
+    Record { input: InputId },
+    /// Barrier (or marker) `id` was popped from `input`.
+    Barrier { input: InputId, id: CheckpointId },
+    /// Barrier `id` was seen *queued* on `input`, behind data not yet popped.
+    /// Unaligned checkpoints use it to overtake that data; other protocols
+    /// may ignore it. The same barrier is later popped as [`Event::Barrier`].
+    BarrierQueued { input: InputId, id: CheckpointId },
+    /// Start snapshot `id` at this task (a source triggered by the
+    /// coordinator, or a Chandy–Lamport initiator).
+    Trigger { id: CheckpointId },
+    /// Alignment of `id` has lasted longer than the alignment timeout
+    /// (measured by the driver's clock): switch to unaligned.
+    AlignmentTimeout { id: CheckpointId },
+    /// `input` reached end of stream; it no longer holds up alignment.
+    EndOfInput { input: InputId },
+    /// The coordinator aborted checkpoint `id` (timeout, failure elsewhere).
+    Abort { id: CheckpointId },
+}
+
+/// What the driver must do, in the order returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Process the record just popped (only in answer to [`Event::Record`]).
+    Deliver,
+    /// Append the record just popped to the in-flight log of snapshot `id` for
+    /// `input` (channel state / back-edge log / overtaken data). Comes before
+    /// [`Action::Deliver`] for the same record.
+    Log { input: InputId, id: CheckpointId },
+    /// Stop popping from `input` (its data stays queued: backpressure, no copy).
+    Block { input: InputId },
+    /// Resume popping from `input`.
+    Unblock { input: InputId },
+    /// Capture this task's state for snapshot `id` now, before any further record.
+    Snapshot { id: CheckpointId },
+    /// Emit barrier/marker `id` on every output channel, ahead of any further output.
+    Forward { id: CheckpointId },
+    /// This task's part of snapshot `id` is final: state taken and every
+    /// in-flight log of `id` closed. The driver acknowledges to the coordinator.
+    Complete { id: CheckpointId },
+}
+
+/// A per-task snapshot protocol.
+pub trait Protocol: Send + fmt::Debug {
+    /// Feeds one event; appends the actions to carry out, in order, to `actions`.
+    fn on_event(&mut self, event: Event, actions: &mut Vec<Action>);
+    /// Whether the driver must not pop from `input` right now.
+    fn is_blocked(&self, input: InputId) -> bool;
+}
+
+/// The snapshot protocol a job runs with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ProtocolKind {
+    /// ABS with barrier alignment (Flink's exactly-once default).
+    Aligned,
+    /// ABS with unaligned barriers (barriers overtake in-flight data).
+    Unaligned,
+    /// The Chandy–Lamport marker algorithm.
+    ChandyLamport,
+    /// Stop-the-world: pause sources, drain, snapshot, resume.
+    Sync,
+    /// No checkpoints.
+    None,
+}
+
+impl ProtocolKind {
+    /// Every protocol, by its name as users spell it.
+    pub const ALL: [ProtocolKind; 5] = [
+        ProtocolKind::Aligned,
+        ProtocolKind::Unaligned,
+        ProtocolKind::ChandyLamport,
+        ProtocolKind::Sync,
+        ProtocolKind::None,
+    ];
+
+    /// The name users write in configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProtocolKind::Aligned => "aligned",
+            ProtocolKind::Unaligned => "unaligned",
+            ProtocolKind::ChandyLamport => "chandy-lamport",
+            ProtocolKind::Sync => "sync",
+            ProtocolKind::None => "none",
+        }
+    }
+}
+
+impl fmt::Display for ProtocolKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ProtocolKind {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
+        ProtocolKind::ALL
+            .into_iter()
+            .find(|p| p.name() == wanted)
+            .ok_or_else(|| {
+                let names: Vec<_> = ProtocolKind::ALL.iter().map(|p| p.name()).collect();
+                Error::Config(format!(
+                    "unknown protocol {s:?}; use one of: {}",
+                    names.join(", ")
+                ))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_names_round_trip() {
+        for p in ProtocolKind::ALL {
+            assert_eq!(p.name().parse::<ProtocolKind>().unwrap(), p);
+        }
+        assert_eq!(
+            "Chandy_Lamport".parse::<ProtocolKind>().unwrap(),
+            ProtocolKind::ChandyLamport
+        );
+    }
+
+    #[test]
+    fn unknown_protocol_names_the_choices() {
+        let err = "abs".parse::<ProtocolKind>().unwrap_err().to_string();
+        assert!(err.contains("unknown protocol \"abs\""), "{err}");
+        assert!(err.contains("chandy-lamport"), "{err}");
+    }
+}

@@ -1,0 +1,1 @@
+//! Deterministic single-threaded discrete-event simulator driving the protocol state machines.

@@ -1,0 +1,1 @@
+//! Keyed state tables with incremental diffing (changed keys + tombstones).

@@ -1,0 +1,1 @@
+//! Snapshot store: Arrow IPC files + manifest, atomic commit, checksums, retention, verify.

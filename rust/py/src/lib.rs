@@ -1,0 +1,24 @@
+//! `snapcut._core`: thin PyO3 bindings over snapcut-core. No logic lives here:
+//! conversions, GIL release around Rust work, and error mapping only.
+
+use pyo3::prelude::*;
+use snapcut_core::protocol::ProtocolKind;
+
+mod errors;
+
+use errors::IntoPyResult;
+
+/// Validates a protocol name and returns its canonical spelling.
+#[pyfunction]
+fn protocol_name(name: &str) -> PyResult<&'static str> {
+    name.parse::<ProtocolKind>().map(ProtocolKind::name).map_py()
+}
+
+/// The extension module `snapcut._core`.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets everything up (see setup.sh) and runs every check and test: Rust format,
+# lints, unit/property/stress tests, loom model checks, Python lints, types, pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+# shellcheck disable=SC1091
+. "${SNAPCUT_VENV:-.venv}/bin/activate"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt"
+cargo fmt --all -- --check
+step "cargo clippy"
+cargo clippy --workspace --all-targets -q -- -D warnings
+step "cargo test (release: includes the stress tests)"
+cargo test -p snapcut-core --release
+step "loom model checks"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
+  cargo test -p snapcut-core --release --target-dir target/loom --test 'loom_*'
+step "ruff"
+ruff check python tests bench
+ruff format --check python tests bench
+step "mypy"
+mypy python/
+step "pytest"
+python -m pytest -q tests

@@ -1,0 +1,39 @@
+import subprocess
+import sys
+
+import pytest
+
+import snapcut
+from snapcut import _core
+from snapcut.cli import main
+
+
+def test_version_matches_the_rust_crate() -> None:
+    assert snapcut.__version__ == _core.__version__
+    assert snapcut.__version__.count(".") == 2
+
+
+def test_cli_prints_version(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"snapcut {snapcut.__version__}"
+
+
+def test_console_script_runs_as_module() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "snapcut", "--version"], capture_output=True, text=True, check=True
+    )
+    assert snapcut.__version__ in out.stdout
+
+
+def test_cli_without_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "usage: snapcut" in capsys.readouterr().err
+
+
+def test_protocol_name_is_validated_in_rust() -> None:
+    assert _core.protocol_name("Chandy_Lamport") == "chandy-lamport"
+    with pytest.raises(snapcut.ConfigError, match="unknown protocol 'bogus'|unknown protocol \"bogus\""):
+        _core.protocol_name("bogus")
+    assert issubclass(snapcut.ConfigError, snapcut.SnapcutError)
