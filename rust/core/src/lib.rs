@@ -14,6 +14,7 @@ pub mod graph;
 pub mod protocol;
 pub mod runtime;
 pub mod sim;
+pub mod snapshot;
 pub mod state;
 pub mod store;
 

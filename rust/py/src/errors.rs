@@ -5,13 +5,48 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use snapcut_core::Error;
 
-create_exception!(_core, SnapcutError, PyException, "Base class of every snapcut error.");
-create_exception!(_core, ChannelClosedError, SnapcutError, "The other end of a channel was closed.");
-create_exception!(_core, ConfigError, SnapcutError, "An invalid configuration value.");
-create_exception!(_core, GraphError, SnapcutError, "A malformed dataflow graph.");
-create_exception!(_core, SnapshotError, SnapcutError, "A missing, partial, corrupt or unsupported snapshot.");
-create_exception!(_core, TaskError, SnapcutError, "A task or user function failed while the job ran.");
-create_exception!(_core, StorageError, SnapcutError, "An I/O error while reading or writing snapshots or output.");
+create_exception!(
+    _core,
+    SnapcutError,
+    PyException,
+    "Base class of every snapcut error."
+);
+create_exception!(
+    _core,
+    ChannelClosedError,
+    SnapcutError,
+    "The other end of a channel was closed."
+);
+create_exception!(
+    _core,
+    ConfigError,
+    SnapcutError,
+    "An invalid configuration value."
+);
+create_exception!(
+    _core,
+    GraphError,
+    SnapcutError,
+    "A malformed dataflow graph."
+);
+create_exception!(
+    _core,
+    SnapshotError,
+    SnapcutError,
+    "A missing, partial, corrupt or unsupported snapshot."
+);
+create_exception!(
+    _core,
+    TaskError,
+    SnapcutError,
+    "A task or user function failed while the job ran."
+);
+create_exception!(
+    _core,
+    StorageError,
+    SnapcutError,
+    "An I/O error while reading or writing snapshots or output."
+);
 
 /// Converts a core error into the matching Python exception.
 pub fn to_py(err: Error) -> PyErr {

@@ -11,7 +11,9 @@ use errors::IntoPyResult;
 /// Validates a protocol name and returns its canonical spelling.
 #[pyfunction]
 fn protocol_name(name: &str) -> PyResult<&'static str> {
-    name.parse::<ProtocolKind>().map(ProtocolKind::name).map_py()
+    name.parse::<ProtocolKind>()
+        .map(ProtocolKind::name)
+        .map_py()
 }
 
 /// The extension module `snapcut._core`.

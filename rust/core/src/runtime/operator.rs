@@ -1,0 +1,83 @@
+//! What a task runs: sources, operators and sinks, as traits.
+//!
+//! Built-in operators (generator source, keyed aggregates, Arrow file sink)
+//! live in snapcut-core; Python-backed ones (UDF map/filter/flat_map, keyed
+//! Python state, iterable sources) live in the bindings crate and implement
+//! the same traits, so the runtime never knows the difference.
+
+use arrow_array::RecordBatch;
+
+use crate::error::Result;
+use crate::protocol::{CheckpointId, InputId};
+use crate::snapshot::StateCapture;
+
+/// The unit of data on every channel: a columnar batch of records.
+pub type Batch = RecordBatch;
+
+/// Where an operator sends its results; the runtime partitions them onto
+/// the output channels.
+pub trait Emitter {
+    fn emit(&mut self, batch: Batch) -> Result<()>;
+}
+
+/// A data-processing step of one subtask. Called from its task thread only.
+pub trait Operator: Send {
+    /// Processes one batch that arrived on `input`.
+    fn process(&mut self, input: InputId, batch: Batch, out: &mut dyn Emitter) -> Result<()>;
+
+    /// Sync phase of a checkpoint: captures this subtask's state. `None` for
+    /// stateless operators. Must not block on I/O.
+    fn snapshot(&mut self, _id: CheckpointId) -> Result<Option<StateCapture>> {
+        Ok(None)
+    }
+
+    /// Restores the state of a checkpoint: a full capture followed by the
+    /// diffs that apply on top of it, oldest first.
+    fn restore(&mut self, _chain: &[StateCapture]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Every input has ended: emit whatever is held back (e.g. final aggregates).
+    fn finish(&mut self, _out: &mut dyn Emitter) -> Result<()> {
+        Ok(())
+    }
+
+    /// Two-phase commit, phase one: stage output up to barrier `id` (sinks).
+    fn pre_commit(&mut self, _id: CheckpointId) -> Result<()> {
+        Ok(())
+    }
+
+    /// Two-phase commit, phase two: checkpoint `id` completed; publish what was staged.
+    fn commit(&mut self, _id: CheckpointId) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A replayable source subtask: its position is a record offset.
+pub trait Source: Send {
+    /// The next batch, or `None` once the (bounded) source is exhausted.
+    fn next_batch(&mut self) -> Result<Option<Batch>>;
+    /// Records emitted so far; recorded in checkpoints.
+    fn offset(&self) -> u64;
+    /// Continues from `offset` (on restore).
+    fn seek(&mut self, offset: u64) -> Result<()>;
+}
+
+/// Makes one [`Operator`] per subtask.
+pub trait OperatorFactory: Send + Sync {
+    fn create(&self, subtask: usize, parallelism: usize) -> Result<Box<dyn Operator>>;
+}
+
+/// Makes one [`Source`] per subtask.
+pub trait SourceFactory: Send + Sync {
+    fn create(&self, subtask: usize, parallelism: usize) -> Result<Box<dyn Source>>;
+}
+
+impl<F> OperatorFactory for F
+where
+    F: Fn(usize, usize) -> Result<Box<dyn Operator>> + Send + Sync,
+{
+    fn create(&self, subtask: usize, parallelism: usize) -> Result<Box<dyn Operator>> {
+        self(subtask, parallelism)
+    }
+}

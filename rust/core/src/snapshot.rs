@@ -1,0 +1,116 @@
+//! The hand-off between a running job and wherever its snapshots go.
+//!
+//! When a task carries out [`crate::protocol::Action::Snapshot`] it captures a
+//! [`TaskSnapshot`]; when its part is final ([`crate::protocol::Action::Complete`])
+//! the runtime hands it to a [`SnapshotSink`]. The coordinator calls
+//! [`SnapshotSink::commit`] once every task of the checkpoint has reported.
+//! The in-memory sink keeps them in a map; the durable store writes Arrow IPC
+//! files and a manifest — the runtime does not know which one it talks to.
+
+use std::collections::BTreeMap;
+
+use arrow_array::RecordBatch;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+use crate::protocol::{CheckpointId, InputId, ProtocolKind};
+
+/// Name of a physical task: the logical vertex and the subtask index.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TaskId {
+    pub vertex: String,
+    pub subtask: usize,
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.vertex, self.subtask)
+    }
+}
+
+/// Whether a state capture holds the whole table or the changes since a base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StateKind {
+    /// Every live key.
+    Full,
+    /// Upserts and tombstones since checkpoint `base` (a diff batch carries a
+    /// boolean column `__deleted`; `true` rows are tombstones).
+    Diff { base: CheckpointId },
+}
+
+/// One task's operator state at a checkpoint, as Arrow.
+#[derive(Clone, Debug)]
+pub struct StateCapture {
+    pub kind: StateKind,
+    pub batch: RecordBatch,
+}
+
+/// Records recorded in flight on one input channel of a task: Chandy–Lamport
+/// channel state, a back-edge log, or data overtaken by an unaligned barrier.
+#[derive(Clone, Debug)]
+pub struct ChannelLog {
+    /// The task's input index the records arrived on.
+    pub input: InputId,
+    /// Stable name of the channel's logical edge (e.g. `"agg<-map"`).
+    pub edge: String,
+    /// The upstream subtask the channel comes from.
+    pub from_subtask: usize,
+    pub records: Vec<RecordBatch>,
+}
+
+/// Everything one task contributes to one checkpoint.
+#[derive(Clone, Debug)]
+pub struct TaskSnapshot {
+    pub task: TaskId,
+    pub state: Option<StateCapture>,
+    pub channels: Vec<ChannelLog>,
+    /// A source's replay position (records emitted before the barrier).
+    pub source_offset: Option<u64>,
+    /// Time the task spent aligning barriers for this checkpoint, in nanoseconds.
+    pub alignment_nanos: u64,
+}
+
+/// What the coordinator knows of a checkpoint once every task has reported.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    pub id: CheckpointId,
+    pub protocol: ProtocolKind,
+    /// Wall-clock start and end, milliseconds since the Unix epoch.
+    pub started_ms: u64,
+    pub finished_ms: u64,
+    /// Fingerprint of the physical graph: a restore into another shape fails.
+    pub graph_fingerprint: String,
+    /// A savepoint is user-triggered and never removed by retention.
+    pub savepoint: bool,
+}
+
+/// Where completed task snapshots go. Implementations must be callable from
+/// many task threads at once.
+pub trait SnapshotSink: Send + Sync {
+    /// A task's part of checkpoint `id` (called once per task per checkpoint).
+    fn task_snapshot(&self, id: CheckpointId, snapshot: TaskSnapshot) -> Result<()>;
+    /// Every task has reported: make checkpoint `id` durable and visible.
+    fn commit(&self, meta: CheckpointMeta) -> Result<()>;
+    /// Checkpoint `id` will never complete: drop what was staged for it.
+    fn abort(&self, id: CheckpointId) -> Result<()>;
+}
+
+/// A completed checkpoint held in memory.
+#[derive(Clone, Debug)]
+pub struct CompletedCheckpoint {
+    pub meta: CheckpointMeta,
+    pub tasks: BTreeMap<TaskId, TaskSnapshot>,
+}
+
+impl serde::Serialize for ProtocolKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ProtocolKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
