@@ -12,6 +12,8 @@
 //! of its id, blocked inputs are never popped, no deadlock, and aligned tasks
 //! without back-edges (and without timeouts) never log.
 
+#![allow(clippy::needless_range_loop)] // the harness indexes parallel per-input vectors
+
 use proptest::prelude::*;
 use snapcut_core::protocol::{
     for_task, Action, CheckpointId, Event, InputKind, Protocol, ProtocolKind,
@@ -118,7 +120,7 @@ fn run(case: &Case) -> Result<Vec<Step>, TestCaseError> {
     let mut announced = vec![0usize; n]; // index up to which queued barriers were reported
     let mut next_trigger: CheckpointId = 1;
     let mut steps = Vec::new();
-    let mut feed = |p: &mut Box<dyn Protocol>, event: Event, steps: &mut Vec<Step>| {
+    let feed = |p: &mut Box<dyn Protocol>, event: Event, steps: &mut Vec<Step>| {
         let mut actions = Vec::new();
         p.on_event(event, &mut actions);
         steps.push(Step { event, actions });
