@@ -8,6 +8,7 @@
 //!   [`crate::protocol::ProtocolKind`]; every checkpoint is checked to be a
 //!   consistent cut channel by channel.
 
+pub mod bank;
 pub mod rng;
 
 pub use rng::SplitMix64;
