@@ -9,6 +9,7 @@
 //!   consistent cut channel by channel.
 
 pub mod bank;
+pub mod dataflow;
 pub mod rng;
 
 pub use rng::SplitMix64;
