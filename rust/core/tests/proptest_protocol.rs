@@ -138,12 +138,15 @@ fn run(case: &Case) -> Result<Vec<Step>, TestCaseError> {
             if pos[i] < case.scripts[i].len() && !p.is_blocked(i) {
                 moves.push(Move::Pop(i));
             }
-            let from = announced[i].max(pos[i]);
-            if let Some(off) = case.scripts[i]
-                .get(from..)
-                .and_then(|rest| rest.iter().position(|it| matches!(it, Item::Bar(_))))
+            // Like the runtime, report only the first barrier in the queue,
+            // once.
+            if let Some(off) = case.scripts[i][pos[i]..]
+                .iter()
+                .position(|it| matches!(it, Item::Bar(_)))
             {
-                moves.push(Move::Queued(i, from + off));
+                if pos[i] + off >= announced[i] {
+                    moves.push(Move::Queued(i, pos[i] + off));
+                }
             }
         }
         if case.timeouts {
@@ -325,9 +328,17 @@ fn record_input(e: Event) -> Option<usize> {
     }
 }
 
+/// `PROPTEST_CASES` overrides the default case count (for long soak runs).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 20_000,
+        cases: cases(20_000),
         max_shrink_iters: 2000,
         failure_persistence: None,
         ..ProptestConfig::default()

@@ -168,9 +168,17 @@ fn topology() -> impl Strategy<Value = Topology> {
     ]
 }
 
+/// `PROPTEST_CASES` overrides the default case count (for long soak runs).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 1500,
+        cases: cases(1500),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -49,9 +49,17 @@ prop_compose! {
     }
 }
 
+/// `PROPTEST_CASES` overrides the default case count (for long soak runs).
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: 3000,
+        cases: cases(3000),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -304,11 +304,12 @@ impl Sim {
         }
         if cfg.protocol == ProtocolKind::Unaligned {
             for (c, ch) in self.chans.iter().enumerate() {
+                // Like the runtime: only the first barrier queued, once.
                 let first = ch.queue.iter().find_map(|it| match it {
-                    Item::Barrier(id) if *id > ch.announced => Some(*id),
+                    Item::Barrier(id) => Some(*id),
                     _ => None,
                 });
-                if let Some(id) = first {
+                if let Some(id) = first.filter(|&id| id > ch.announced) {
                     moves.push(Move::Queued(c, id));
                 }
             }
