@@ -61,7 +61,7 @@ fn cases(default: u32) -> u32 {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(3000),
+        cases: cases(10_000),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
