@@ -468,6 +468,14 @@ impl Sim {
                 self.feed(v, Event::Trigger { id }, None)?;
             }
         }
+        // Chandy–Lamport lets any process initiate: sometimes an inner task
+        // starts the same snapshot too, before the sources' markers reach it.
+        if self.cfg.protocol == ProtocolKind::ChandyLamport && self.rng.chance(1, 2) {
+            let v = self.rng.below(self.tasks.len());
+            if !self.tasks[v].finished {
+                self.feed(v, Event::Trigger { id }, None)?;
+            }
+        }
         self.maybe_complete(id);
         Ok(())
     }
