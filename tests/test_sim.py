@@ -179,3 +179,13 @@ def test_is_consistent_can_fail() -> None:
         received={("A", "B"): 1, ("B", "A"): 0},
     )
     assert not snap.is_consistent()
+
+
+def test_module_docstring_example_runs() -> None:
+    import doctest
+
+    import snapcut.sim
+
+    result = doctest.testmod(snapcut.sim)
+    assert result.attempted > 0
+    assert result.failed == 0
