@@ -15,14 +15,23 @@ from snapcut._core import (
     TaskError,
     __version__,
 )
+from snapcut.checkpointing import CheckpointMetrics, Checkpointing, Snapshot
+from snapcut.dataflow import Dataflow, KeyedStream, RunReport, Stream
 
 __all__ = [
     "ChannelClosedError",
+    "CheckpointMetrics",
+    "Checkpointing",
     "ConfigError",
+    "Dataflow",
     "GraphError",
+    "KeyedStream",
+    "RunReport",
     "SnapcutError",
+    "Snapshot",
     "SnapshotError",
     "StorageError",
+    "Stream",
     "TaskError",
     "__version__",
 ]
