@@ -15,7 +15,7 @@ from snapcut._core import (
     TaskError,
     __version__,
 )
-from snapcut.checkpointing import CheckpointMetrics, Checkpointing, Snapshot
+from snapcut.checkpointing import Checkpointing, CheckpointMetrics, Snapshot
 from snapcut.dataflow import Dataflow, KeyedStream, RunReport, Stream
 
 __all__ = [
