@@ -34,6 +34,10 @@ impl Mailbox {
         self.pending.store(true, Ordering::Release);
     }
 
+    pub fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
     pub fn drain(&self) -> Vec<Control> {
         if !self.pending.load(Ordering::Acquire) {
             return Vec::new();

@@ -1,12 +1,10 @@
-//! The runtime's view of a channel: items, a per-task wake-up signal and the
-//! sending/receiving ends the tasks use. Kept behind this module so the ring
-//! underneath can be swapped without touching the task loop.
+//! The runtime's view of a channel: items, the per-task waker and the
+//! sending/receiving ends, over the SPSC ring of [`crate::channel`].
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::Thread;
-use std::time::Duration;
+use std::sync::Arc;
 
+use crate::channel::{channel_with_wakers, Receiver, Sender, TaskWaker, TryRecvError};
+use crate::error::Result;
 use crate::protocol::CheckpointId;
 use crate::runtime::operator::Batch;
 
@@ -21,95 +19,73 @@ pub enum Item {
 }
 
 /// Wakes one task thread: data arrived on an input, room appeared on an
-/// output, or a control message came in.
-#[derive(Debug, Default)]
-pub struct Signal {
-    thread: OnceLock<Thread>,
-}
-
-impl Signal {
-    /// Binds the signal to the calling thread (once, at task start).
-    pub fn register_current(&self) {
-        let _ = self.thread.set(std::thread::current());
-    }
-
-    pub fn notify(&self) {
-        if let Some(t) = self.thread.get() {
-            t.unpark();
-        }
-    }
-
-    /// Sleeps until notified or `timeout` passes (spurious wake-ups allowed).
-    pub fn wait(&self, timeout: Duration) {
-        std::thread::park_timeout(timeout);
-    }
-}
-
-struct Ring {
-    queue: Mutex<VecDeque<Item>>,
-    capacity: usize,
-    /// Signal of the receiving task.
-    rx_signal: Arc<Signal>,
-    /// Signal of the sending task.
-    tx_signal: Arc<Signal>,
-}
+/// output, or a control message came in. One per task, shared by all its ends.
+pub type Signal = TaskWaker;
 
 /// Sending end of one channel.
 pub struct EdgeTx {
-    ring: Arc<Ring>,
+    tx: Sender<Item>,
 }
 
 /// Receiving end of one channel.
 pub struct EdgeRx {
-    ring: Arc<Ring>,
+    rx: Receiver<Item>,
 }
 
-/// A bounded FIFO of `capacity` items between the task owning `tx_signal`
-/// and the task owning `rx_signal`.
-pub fn edge(capacity: usize, tx_signal: Arc<Signal>, rx_signal: Arc<Signal>) -> (EdgeTx, EdgeRx) {
-    let ring = Arc::new(Ring {
-        queue: Mutex::new(VecDeque::with_capacity(capacity)),
-        capacity,
-        rx_signal,
-        tx_signal,
-    });
-    (EdgeTx { ring: ring.clone() }, EdgeRx { ring })
+/// A bounded FIFO of `capacity` items from the task owning `tx_signal` to
+/// the task owning `rx_signal`.
+pub fn edge(
+    capacity: usize,
+    tx_signal: Arc<Signal>,
+    rx_signal: Arc<Signal>,
+) -> Result<(EdgeTx, EdgeRx)> {
+    let (tx, rx) = channel_with_wakers(capacity, tx_signal, rx_signal)?;
+    Ok((EdgeTx { tx }, EdgeRx { rx }))
 }
 
 impl EdgeTx {
     /// Pushes `item`, or gives it back if the channel is full.
-    pub fn try_send(&self, item: Item) -> Result<(), Item> {
-        {
-            let mut q = self.ring.queue.lock().unwrap_or_else(|e| e.into_inner());
-            if q.len() >= self.ring.capacity {
-                return Err(item);
-            }
-            q.push_back(item);
-        }
-        self.ring.rx_signal.notify();
-        Ok(())
+    #[inline]
+    pub fn try_send(&mut self, item: Item) -> Result<(), Item> {
+        self.tx.try_send(item).map_err(|e| e.into_inner())
+    }
+
+    /// True if a send would not block (room, or the receiver is gone).
+    pub fn is_ready(&self) -> bool {
+        self.tx.is_ready()
+    }
+
+    pub fn is_disconnected(&self) -> bool {
+        self.tx.is_disconnected()
     }
 }
 
+/// What a non-blocking receive found.
+pub enum Recv {
+    Item(Item),
+    Empty,
+    /// The sender is gone and everything it sent was received.
+    Closed,
+}
+
 impl EdgeRx {
-    pub fn try_recv(&self) -> Option<Item> {
-        let item = self
-            .ring
-            .queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .pop_front();
-        if item.is_some() {
-            self.ring.tx_signal.notify();
+    #[inline]
+    pub fn try_recv(&mut self) -> Recv {
+        match self.rx.try_recv() {
+            Ok(item) => Recv::Item(item),
+            Err(TryRecvError::Empty) => Recv::Empty,
+            Err(TryRecvError::Disconnected) => Recv::Closed,
         }
-        item
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.rx.is_ready()
     }
 
     /// The first barrier still queued behind data, if any (unaligned
     /// checkpoints overtake the data in front of it).
     pub fn queued_barrier(&self) -> Option<CheckpointId> {
-        let q = self.ring.queue.lock().unwrap_or_else(|e| e.into_inner());
-        q.iter().find_map(|item| match item {
+        self.rx.queued().find_map(|item| match item {
             Item::Barrier(id) => Some(*id),
             _ => None,
         })

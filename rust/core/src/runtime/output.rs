@@ -78,10 +78,6 @@ impl Outputs {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.channels.is_empty()
-    }
-
     /// Barrier `id` on every output, behind everything emitted so far.
     pub fn barrier(&mut self, id: CheckpointId) -> Result<()> {
         for c in 0..self.channels.len() {
@@ -132,10 +128,14 @@ impl Outputs {
             return Ok(());
         }
         loop {
-            if self.cancel.load(Ordering::Relaxed) {
+            if self.cancel.load(Ordering::Relaxed) || self.channels[c].tx.is_disconnected() {
                 return Err(cancelled());
             }
-            self.signal.wait(Duration::from_millis(5));
+            let (tx, cancel) = (&self.channels[c].tx, &self.cancel);
+            self.signal.wait_until_timeout(
+                || tx.is_ready() || cancel.load(Ordering::Relaxed),
+                Duration::from_millis(10),
+            );
             match self.channels[c].tx.try_send(item) {
                 Ok(()) => return Ok(()),
                 Err(back) => item = back,
