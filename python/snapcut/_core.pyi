@@ -65,5 +65,5 @@ class _GraphBuilder:
     def run(self, checkpointing: _CheckpointConfig) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 
-def dwell_events(users: int, count: int, seed: int, parallelism: int) -> Any:
+def dwell_events(users: int, count: int, seed: int) -> Any:
     """The built-in generator's events as a pyarrow.Table (all subtasks)."""

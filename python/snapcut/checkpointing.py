@@ -105,26 +105,33 @@ class Checkpointing:
 
 @dataclass(frozen=True)
 class CheckpointMetrics:
-    """One completed checkpoint, as measured by the runtime.
+    """One checkpoint as the runtime measured it.
 
-    duration_s: trigger to completion (wall clock). alignment_ns: per task
-    ("vertex-subtask"), time spent aligning barriers. state_bytes and
-    channel_bytes: Arrow memory of captured state and of recorded in-flight
-    records; records_logged: rows of those in-flight records.
+    triggered_s / finished_s: since the job started; duration_s = finished -
+    triggered. status: "completed" or "aborted" (abort_reason says why).
+    alignment_ns: per task ("vertex-subtask"), time spent aligning barriers.
+    state_bytes: Arrow memory of every captured state. logged_records /
+    logged_batches: in-flight records recorded (channel state, back-edge
+    logs, data overtaken by unaligned barriers).
     """
 
     id: int
     protocol: str
-    started_ms: int
-    finished_ms: int
+    status: str
+    abort_reason: str | None
+    is_final: bool
+    savepoint: bool
+    triggered_s: float
+    finished_s: float
+    duration_s: float
     alignment_ns: dict[str, int]
     state_bytes: int
-    channel_bytes: int
-    records_logged: int
+    logged_records: int
+    logged_batches: int
 
     @property
-    def duration_s(self) -> float:
-        return (self.finished_ms - self.started_ms) / 1000.0
+    def completed(self) -> bool:
+        return self.status == "completed"
 
     @property
     def max_alignment_ms(self) -> float:

@@ -31,6 +31,12 @@ from snapcut.checkpointing import (
     TaskState,
 )
 
+
+def dwell_events(users: int, count: int, seed: int = 0) -> pa.Table:
+    """The records `generate_dwell_events(users, count, seed)` emits (any parallelism)."""
+    return pa.Table.from_batches([_core.dwell_events(users, count, seed)])
+
+
 AGGREGATES = ("count", "sum", "min", "max", "mean")
 
 BatchFn = Callable[[pa.RecordBatch], Any]
@@ -109,8 +115,8 @@ class Dataflow:
         parallelism: int | None = None,
     ) -> Stream:
         """Built-in Rust generator of `(user: int64, dwell_ms: int64)` events.
-        The same data comes from `snapcut.dataflow.dwell_events(users, count, seed,
-        parallelism)` so results can be checked in plain Python."""
+        `dwell_events(users, count, seed)` returns the same records as a
+        pyarrow Table, so results can be checked in plain Python."""
         for what, v in (("users", users), ("count", count), ("batch_size", batch_size)):
             if not isinstance(v, int) or isinstance(v, bool) or v < (0 if what == "count" else 1):
                 raise ConfigError(f"{what} must be a positive int, got {v!r}")
@@ -342,24 +348,41 @@ def _to_batches(
 
 @dataclass(frozen=True)
 class RunReport:
-    """What a finished job leaves: collected results, checkpoint metrics, snapshots."""
+    """What a finished job leaves.
+
+    results: collected tables by name. checkpoints: metrics of every
+    checkpoint triggered, in id order. snapshots: the completed in-memory
+    snapshots (task states as pyarrow, channel logs, source offsets).
+    """
 
     results: dict[str, pa.Table]
     checkpoints: list[CheckpointMetrics]
     snapshots: list[Snapshot]
-    duration_s: float
     protocol: str
+    records_in: int
+    records_out: int
+    duration_s: float
 
     @staticmethod
     def from_raw(raw: dict[str, Any]) -> RunReport:
-        snapshots = [_snapshot(c) for c in raw["checkpoints"]]
         return RunReport(
             results=dict(raw["results"]),
-            checkpoints=[_metrics(s) for s in snapshots],
-            snapshots=snapshots,
-            duration_s=float(raw["duration_s"]),
+            checkpoints=[CheckpointMetrics(**c) for c in raw["checkpoints"]],
+            snapshots=[_snapshot(c) for c in raw["snapshots"]],
             protocol=str(raw["protocol"]),
+            records_in=int(raw["records_in"]),
+            records_out=int(raw["records_out"]),
+            duration_s=float(raw["duration_s"]),
         )
+
+    @property
+    def completed_checkpoints(self) -> list[CheckpointMetrics]:
+        return [c for c in self.checkpoints if c.completed]
+
+    @property
+    def throughput(self) -> float:
+        """Source records per second of wall time."""
+        return self.records_in / max(self.duration_s, 1e-9)
 
 
 def _snapshot(c: dict[str, Any]) -> Snapshot:
@@ -374,20 +397,6 @@ def _snapshot(c: dict[str, Any]) -> Snapshot:
         for t in c["tasks"]
     }
     return Snapshot(c["id"], c["protocol"], c["started_ms"], c["finished_ms"], tasks)
-
-
-def _metrics(s: Snapshot) -> CheckpointMetrics:
-    logs = [c.records for _, c in s.channel_logs]
-    return CheckpointMetrics(
-        id=s.id,
-        protocol=s.protocol,
-        started_ms=s.started_ms,
-        finished_ms=s.finished_ms,
-        alignment_ns={k: t.alignment_ns for k, t in s.tasks.items()},
-        state_bytes=sum(t.state.nbytes for t in s.tasks.values() if t.state is not None),
-        channel_bytes=sum(r.nbytes for r in logs),
-        records_logged=sum(r.num_rows for r in logs),
-    )
 
 
 class Stream:

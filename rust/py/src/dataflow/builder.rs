@@ -6,20 +6,25 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3_arrow::PyRecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning, VertexId};
-use snapcut_core::runtime::operator::Operator;
+use pyo3::types::PyDict;
+use snapcut_core::runtime::ops::{self, AggFunc, AggSpec, Collected};
+use snapcut_core::runtime::{InMemorySnapshots, Job, JobOptions};
 use snapcut_core::Error;
 
+use super::config::PyCheckpointConfig;
 use super::keyed::KeyedProcessFactory;
+use super::report;
 use super::source::{BatchesSourceFactory, PyIterSourceFactory};
 use super::udf::{UdfFactory, UdfKind};
-use super::union::Union;
 use crate::errors::IntoPyResult;
 
 #[pyclass(module = "snapcut._core", name = "_GraphBuilder")]
 pub struct GraphBuilder {
     pub(super) graph: LogicalGraph,
-    /// Result names of `collect` sinks, by vertex.
-    pub(super) collects: Vec<(VertexId, String)>,
+    /// `collect` sinks' result names and handles.
+    collects: Vec<(String, Collected)>,
+    /// Set once the job has run: a builder runs once.
+    ran: bool,
 }
 
 fn check_parallelism(parallelism: usize) -> PyResult<usize> {
@@ -36,6 +41,7 @@ impl GraphBuilder {
         Self {
             graph: LogicalGraph::new(),
             collects: Vec::new(),
+            ran: false,
         }
     }
 
@@ -108,12 +114,101 @@ impl GraphBuilder {
     }
 
     fn add_union(&mut self, name: String, parallelism: usize) -> PyResult<VertexId> {
-        let factory = |_: usize, _: usize| -> snapcut_core::Result<Box<dyn Operator>> {
-            Ok(Box::new(Union))
-        };
         Ok(self
             .graph
-            .add_operator(name, check_parallelism(parallelism)?, Arc::new(factory)))
+            .add_operator(name, check_parallelism(parallelism)?, ops::union()))
+    }
+
+    /// The head of an iteration: merges the input and the feedback edge.
+    fn add_iteration_head(&mut self, name: String, parallelism: usize) -> PyResult<VertexId> {
+        self.add_union(name, parallelism)
+    }
+
+    /// The built-in `(user, dwell_ms)` generator.
+    fn add_dwell_events(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        users: u64,
+        count: u64,
+        seed: u64,
+        batch_size: usize,
+    ) -> PyResult<VertexId> {
+        let factory = ops::dwell_source(count, users, seed, batch_size).map_py()?;
+        Ok(self
+            .graph
+            .add_source(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// Built-in keyed aggregates; `specs` are `(output, func, column or None)`.
+    fn add_aggregate(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        key: String,
+        specs: Vec<(String, String, Option<String>)>,
+    ) -> PyResult<VertexId> {
+        let specs = specs
+            .into_iter()
+            .map(|(output, func, column)| {
+                let func = match func.as_str() {
+                    "count" => AggFunc::Count,
+                    "sum" => AggFunc::Sum,
+                    "min" => AggFunc::Min,
+                    "max" => AggFunc::Max,
+                    "mean" => AggFunc::Mean,
+                    other => {
+                        return Err(Error::Config(format!(
+                            "unknown aggregate {other:?}; use count, sum, min, max or mean"
+                        )))
+                    }
+                };
+                Ok(AggSpec::new(func, column.unwrap_or_else(|| key.clone()), output))
+            })
+            .collect::<Result<Vec<_>, Error>>()
+            .map_py()?;
+        let factory = ops::keyed_aggregate(key, specs).map_py()?;
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// An in-memory sink whose batches become `results[result]`.
+    fn add_collect(&mut self, name: String, parallelism: usize, result: String) -> PyResult<VertexId> {
+        let (factory, collected) = ops::collect_sink();
+        self.collects.push((result, collected));
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// Arrow IPC files `<path>/part-<subtask>.arrow`.
+    fn add_arrow_sink(&mut self, name: String, parallelism: usize, path: String) -> PyResult<VertexId> {
+        let factory = ops::ipc_file_sink(path).map_py()?;
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// Runs the job to completion with the GIL released (Python operators
+    /// take it back per batch); returns the raw report.
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        checkpointing: &PyCheckpointConfig,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if self.ran {
+            return Err(Error::Config("a graph builder runs once; build the Dataflow again".into()))
+                .map_py();
+        }
+        self.ran = true;
+        let graph = std::mem::take(&mut self.graph);
+        let job = Job::new(graph, checkpointing.inner.clone(), JobOptions::default()).map_py()?;
+        let sink = Arc::new(InMemorySnapshots::new());
+        let job_sink = Arc::clone(&sink);
+        let outcome = py.detach(move || job.run(job_sink));
+        let job_report = outcome.map_py()?;
+        report::to_py(py, &job_report, &self.collects, &sink.completed())
     }
 
     /// `partitioning`: `"forward"`, `"hash"` (with `key`), `"broadcast"`, `"round_robin"`.
