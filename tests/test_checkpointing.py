@@ -1,7 +1,6 @@
 from datetime import timedelta
 
 import pytest
-
 import snapcut
 from snapcut import Checkpointing, ConfigError
 

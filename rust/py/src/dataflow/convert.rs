@@ -82,9 +82,13 @@ fn format_exception(py: Python<'_>, err: &PyErr) -> PyResult<String> {
     let traceback = py.import(intern!(py, "traceback"))?;
     let lines = traceback
         .getattr(intern!(py, "format_exception"))?
-        .call1((err.value(py),))?;
+        .call1((err.get_type(py), err.value(py), err.traceback(py)))?;
     let parts: Vec<String> = lines.extract()?;
-    // The last line is "Type: message"; put it first so it reads well in one line.
+    // The last line is "Type: message"; put it first so it reads well in one
+    // line, then the traceback (if Python recorded one).
     let last = parts.last().cloned().unwrap_or_default();
+    if parts.len() <= 1 {
+        return Ok(last);
+    }
     Ok(format!("{}\n{}", last.trim_end(), parts.concat()))
 }
