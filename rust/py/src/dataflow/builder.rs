@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use pyo3_arrow::PyRecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning, VertexId};
-use pyo3::types::PyDict;
 use snapcut_core::runtime::ops::{self, AggFunc, AggSpec, Collected};
 use snapcut_core::runtime::{InMemorySnapshots, Job, JobOptions};
 use snapcut_core::Error;
@@ -163,7 +163,11 @@ impl GraphBuilder {
                         )))
                     }
                 };
-                Ok(AggSpec::new(func, column.unwrap_or_else(|| key.clone()), output))
+                Ok(AggSpec::new(
+                    func,
+                    column.unwrap_or_else(|| key.clone()),
+                    output,
+                ))
             })
             .collect::<Result<Vec<_>, Error>>()
             .map_py()?;
@@ -174,7 +178,12 @@ impl GraphBuilder {
     }
 
     /// An in-memory sink whose batches become `results[result]`.
-    fn add_collect(&mut self, name: String, parallelism: usize, result: String) -> PyResult<VertexId> {
+    fn add_collect(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        result: String,
+    ) -> PyResult<VertexId> {
         let (factory, collected) = ops::collect_sink();
         self.collects.push((result, collected));
         Ok(self
@@ -183,7 +192,12 @@ impl GraphBuilder {
     }
 
     /// Arrow IPC files `<path>/part-<subtask>.arrow`.
-    fn add_arrow_sink(&mut self, name: String, parallelism: usize, path: String) -> PyResult<VertexId> {
+    fn add_arrow_sink(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        path: String,
+    ) -> PyResult<VertexId> {
         let factory = ops::ipc_file_sink(path).map_py()?;
         Ok(self
             .graph
@@ -198,8 +212,10 @@ impl GraphBuilder {
         checkpointing: &PyCheckpointConfig,
     ) -> PyResult<Bound<'py, PyDict>> {
         if self.ran {
-            return Err(Error::Config("a graph builder runs once; build the Dataflow again".into()))
-                .map_py();
+            return Err(Error::Config(
+                "a graph builder runs once; build the Dataflow again".into(),
+            ))
+            .map_py();
         }
         self.ran = true;
         let graph = std::mem::take(&mut self.graph);

@@ -80,9 +80,11 @@ pub fn task_error(py: Python<'_>, op: &str, err: PyErr) -> Error {
 
 fn format_exception(py: Python<'_>, err: &PyErr) -> PyResult<String> {
     let traceback = py.import(intern!(py, "traceback"))?;
-    let lines = traceback
-        .getattr(intern!(py, "format_exception"))?
-        .call1((err.get_type(py), err.value(py), err.traceback(py)))?;
+    let lines = traceback.getattr(intern!(py, "format_exception"))?.call1((
+        err.get_type(py),
+        err.value(py),
+        err.traceback(py),
+    ))?;
     let parts: Vec<String> = lines.extract()?;
     // The last line is "Type: message"; put it first so it reads well in one
     // line, then the traceback (if Python recorded one).

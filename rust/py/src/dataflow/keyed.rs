@@ -11,7 +11,9 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
-use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray, UInt32Array};
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray, UInt32Array,
+};
 use arrow_schema::{DataType, Field, Schema};
 use arrow_select::take::take_record_batch;
 use pyo3::intern;
@@ -130,7 +132,12 @@ impl KeyedProcess {
             self.err(format!(
                 "key column {:?} is not in the batch (columns: {:?})",
                 self.key,
-                batch.schema().fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+                batch
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name())
+                    .collect::<Vec<_>>()
             ))
         })?;
         let string_keys = matches!(
@@ -238,10 +245,18 @@ impl Operator for KeyedProcess {
         let schema = self.state_schema();
         let string_keys = self.string_keys == Some(true);
         let blobs: Vec<Vec<u8>> = Python::attach(|py| -> PyResult<Vec<Vec<u8>>> {
-            let dumps = py.import(intern!(py, "pickle"))?.getattr(intern!(py, "dumps"))?;
+            let dumps = py
+                .import(intern!(py, "pickle"))?
+                .getattr(intern!(py, "dumps"))?;
             self.state
                 .values()
-                .map(|s| Ok(dumps.call1((s.bind(py),))?.cast::<PyBytes>()?.as_bytes().to_vec()))
+                .map(|s| {
+                    Ok(dumps
+                        .call1((s.bind(py),))?
+                        .cast::<PyBytes>()?
+                        .as_bytes()
+                        .to_vec())
+                })
                 .collect()
         })
         .map_err(|e| self.err(format!("cannot pickle the state: {e}")))?;
@@ -280,10 +295,17 @@ impl Operator for KeyedProcess {
             .ok_or_else(|| self.err("restored state column must be binary"))?
             .clone();
         let state = Python::attach(|py| -> PyResult<BTreeMap<Key, Py<PyAny>>> {
-            let loads = py.import(intern!(py, "pickle"))?.getattr(intern!(py, "loads"))?;
+            let loads = py
+                .import(intern!(py, "pickle"))?
+                .getattr(intern!(py, "loads"))?;
             keys.into_iter()
                 .enumerate()
-                .map(|(i, k)| Ok((k, loads.call1((PyBytes::new(py, blobs.value(i)),))?.unbind())))
+                .map(|(i, k)| {
+                    Ok((
+                        k,
+                        loads.call1((PyBytes::new(py, blobs.value(i)),))?.unbind(),
+                    ))
+                })
                 .collect()
         })
         .map_err(|e| self.err(format!("cannot unpickle the state: {e}")))?;

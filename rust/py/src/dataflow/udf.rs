@@ -32,7 +32,9 @@ impl std::str::FromStr for UdfKind {
             "map" => Ok(UdfKind::Map),
             "filter" => Ok(UdfKind::Filter),
             "flat_map" => Ok(UdfKind::FlatMap),
-            other => Err(Error::Graph(format!("unknown Python operator kind {other:?}"))),
+            other => Err(Error::Graph(format!(
+                "unknown Python operator kind {other:?}"
+            ))),
         }
     }
 }
