@@ -11,6 +11,9 @@ mod fingerprint;
 mod physical;
 mod validate;
 
+#[cfg(test)]
+mod tests;
+
 pub use physical::{ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex};
 
 /// Index of a logical vertex in a [`LogicalGraph`].
