@@ -348,7 +348,10 @@ impl KeyedAggregate {
         let (kf, ka) = self.key_array();
         let mut fields = vec![kf];
         let mut cols = vec![ka];
-        for (spec, acc) in self.specs.iter().zip(&self.accs) {
+        // Before the first batch the value types are unknown: empty int columns.
+        let empty: Vec<Acc> = self.specs.iter().map(|s| Acc::new(s.func, false)).collect();
+        let accs = if self.accs.len() == self.specs.len() { &self.accs } else { &empty };
+        for (spec, acc) in self.specs.iter().zip(accs) {
             let mut push = |name: String, dt: DataType, col: ArrayRef| {
                 fields.push(Field::new(name, dt, true));
                 cols.push(col);
