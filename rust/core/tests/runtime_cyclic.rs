@@ -14,7 +14,9 @@ use arrow_schema::{DataType, Field, Schema};
 use snapcut_core::graph::{LogicalGraph, Partitioning};
 use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
-use snapcut_core::runtime::ops::{collect_sink, iterate, keyed_aggregate, AggSpec, BatchSource, ITERATE_FEEDBACK_PORT};
+use snapcut_core::runtime::ops::{
+    collect_sink, iterate, keyed_aggregate, AggSpec, BatchSource, ITERATE_FEEDBACK_PORT,
+};
 use snapcut_core::runtime::{CheckpointConfig, InMemorySnapshots, Job, JobOptions};
 
 const N: i64 = 20_000;
@@ -63,7 +65,8 @@ fn halve(b: Batch) -> snapcut_core::Result<(Option<Batch>, Option<Batch>)> {
     }
     let make = |rows: Vec<[i64; 3]>| -> Option<Batch> {
         (!rows.is_empty()).then(|| {
-            let col = |k: usize| Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r[k]))) as _;
+            let col =
+                |k: usize| Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r[k]))) as _;
             RecordBatch::try_new(b.schema(), vec![col(0), col(1), col(2)]).unwrap()
         })
     };
@@ -86,7 +89,12 @@ impl Source for Slow {
 struct SlowFactory;
 impl SourceFactory for SlowFactory {
     fn create(&self, s: usize, p: usize) -> snapcut_core::Result<Box<dyn Source>> {
-        let mine = batches().into_iter().enumerate().filter(|(i, _)| i % p == s).map(|(_, b)| b).collect();
+        let mine = batches()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % p == s)
+            .map(|(_, b)| b)
+            .collect();
         Ok(Box::new(Slow(BatchSource::new(mine))))
     }
 }
@@ -98,7 +106,11 @@ fn run(protocol: ProtocolKind) {
     let agg = g.add_operator(
         "agg",
         2,
-        keyed_aggregate("id", vec![AggSpec::max("steps", "steps"), AggSpec::count("steps", "n")]).unwrap(),
+        keyed_aggregate(
+            "id",
+            vec![AggSpec::max("steps", "steps"), AggSpec::count("steps", "n")],
+        )
+        .unwrap(),
     );
     let (sink_factory, collected) = collect_sink();
     let sink = g.add_operator("sink", 1, sink_factory);
@@ -113,7 +125,14 @@ fn run(protocol: ProtocolKind) {
         interval: Some(Duration::from_millis(10)),
         ..Default::default()
     };
-    let job = Job::new(g, config, JobOptions { channel_capacity: 8 }).unwrap();
+    let job = Job::new(
+        g,
+        config,
+        JobOptions {
+            channel_capacity: 8,
+        },
+    )
+    .unwrap();
     let snaps = Arc::new(InMemorySnapshots::new());
     let report = job.run(snaps.clone()).unwrap();
 
@@ -121,10 +140,18 @@ fn run(protocol: ProtocolKind) {
     let mut got = BTreeMap::new();
     for b in collected.batches() {
         let id = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
-        let steps = b.column_by_name("steps").unwrap().as_primitive::<Int64Type>();
+        let steps = b
+            .column_by_name("steps")
+            .unwrap()
+            .as_primitive::<Int64Type>();
         let n = b.column_by_name("n").unwrap().as_primitive::<Int64Type>();
         for i in 0..b.num_rows() {
-            assert_eq!(n.value(i), 1, "id {} left the loop more than once", id.value(i));
+            assert_eq!(
+                n.value(i),
+                1,
+                "id {} left the loop more than once",
+                id.value(i)
+            );
             got.insert(id.value(i), steps.value(i));
         }
     }
@@ -141,7 +168,11 @@ fn run(protocol: ProtocolKind) {
 
     // Every checkpoint accounts for each emitted record exactly once.
     let completed = snaps.completed();
-    assert!(completed.len() >= 3, "{protocol}: {} checkpoints", completed.len());
+    assert!(
+        completed.len() >= 3,
+        "{protocol}: {} checkpoints",
+        completed.len()
+    );
     let mut back_edge_rows = 0;
     for c in &completed {
         let mut emitted = 0u64;
@@ -152,7 +183,14 @@ fn run(protocol: ProtocolKind) {
             }
             if task.vertex == "agg" {
                 let state = snap.state.as_ref().expect("aggregates have state");
-                seen += state.batch.column_by_name("n").unwrap().as_primitive::<Int64Type>().iter().map(|v| v.unwrap() as u64).sum::<u64>();
+                seen += state
+                    .batch
+                    .column_by_name("n")
+                    .unwrap()
+                    .as_primitive::<Int64Type>()
+                    .iter()
+                    .map(|v| v.unwrap() as u64)
+                    .sum::<u64>();
             }
             for log in &snap.channels {
                 let rows: u64 = log.records.iter().map(|b| b.num_rows() as u64).sum();
@@ -162,9 +200,16 @@ fn run(protocol: ProtocolKind) {
                 }
             }
         }
-        assert_eq!(seen, emitted, "{protocol} checkpoint {}: records lost or doubled", c.meta.id);
+        assert_eq!(
+            seen, emitted,
+            "{protocol} checkpoint {}: records lost or doubled",
+            c.meta.id
+        );
     }
-    assert!(back_edge_rows > 0, "{protocol}: no checkpoint logged the back-edge");
+    assert!(
+        back_edge_rows > 0,
+        "{protocol}: no checkpoint logged the back-edge"
+    );
 }
 
 #[test]

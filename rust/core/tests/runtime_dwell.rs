@@ -12,8 +12,12 @@ use arrow_array::RecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning};
 use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
-use snapcut_core::runtime::ops::{collect_sink, dwell_record, keyed_aggregate, AggSpec, Collected, DwellSource};
-use snapcut_core::runtime::{CheckpointConfig, CheckpointStatus, InMemorySnapshots, Job, JobOptions, JobReport};
+use snapcut_core::runtime::ops::{
+    collect_sink, dwell_record, keyed_aggregate, AggSpec, Collected, DwellSource,
+};
+use snapcut_core::runtime::{
+    CheckpointConfig, CheckpointStatus, InMemorySnapshots, Job, JobOptions, JobReport,
+};
 use snapcut_core::snapshot::CompletedCheckpoint;
 
 const SEED: u64 = 42;
@@ -86,12 +90,25 @@ fn dwell_graph(p: usize) -> (LogicalGraph, Collected) {
 fn results(batches: &[RecordBatch]) -> BTreeMap<i64, (i64, i64, f64)> {
     let mut m = BTreeMap::new();
     for b in batches {
-        let u = b.column_by_name("user").unwrap().as_primitive::<Int64Type>();
+        let u = b
+            .column_by_name("user")
+            .unwrap()
+            .as_primitive::<Int64Type>();
         let n = b.column_by_name("n").unwrap().as_primitive::<Int64Type>();
-        let t = b.column_by_name("total").unwrap().as_primitive::<Int64Type>();
-        let a = b.column_by_name("avg").unwrap().as_primitive::<Float64Type>();
+        let t = b
+            .column_by_name("total")
+            .unwrap()
+            .as_primitive::<Int64Type>();
+        let a = b
+            .column_by_name("avg")
+            .unwrap()
+            .as_primitive::<Float64Type>();
         for i in 0..b.num_rows() {
-            assert!(m.insert(u.value(i), (n.value(i), t.value(i), a.value(i))).is_none(), "user twice");
+            assert!(
+                m.insert(u.value(i), (n.value(i), t.value(i), a.value(i)))
+                    .is_none(),
+                "user twice"
+            );
         }
     }
     m
@@ -107,9 +124,15 @@ fn checkpoint_contents(c: &CompletedCheckpoint) -> BTreeMap<i64, (i64, i64)> {
         }
         if let Some(state) = &snap.state {
             let b = &state.batch;
-            let u = b.column_by_name("user").unwrap().as_primitive::<Int64Type>();
+            let u = b
+                .column_by_name("user")
+                .unwrap()
+                .as_primitive::<Int64Type>();
             let n = b.column_by_name("n").unwrap().as_primitive::<Int64Type>();
-            let t = b.column_by_name("total").unwrap().as_primitive::<Int64Type>();
+            let t = b
+                .column_by_name("total")
+                .unwrap()
+                .as_primitive::<Int64Type>();
             for i in 0..b.num_rows() {
                 let e = m.entry(u.value(i)).or_default();
                 e.0 += n.value(i);
@@ -119,8 +142,14 @@ fn checkpoint_contents(c: &CompletedCheckpoint) -> BTreeMap<i64, (i64, i64)> {
         for log in &snap.channels {
             assert_eq!(log.edge, "agg<-src");
             for b in &log.records {
-                let u = b.column_by_name("user").unwrap().as_primitive::<Int64Type>();
-                let d = b.column_by_name("dwell_ms").unwrap().as_primitive::<Int64Type>();
+                let u = b
+                    .column_by_name("user")
+                    .unwrap()
+                    .as_primitive::<Int64Type>();
+                let d = b
+                    .column_by_name("dwell_ms")
+                    .unwrap()
+                    .as_primitive::<Int64Type>();
                 for i in 0..b.num_rows() {
                     let e = m.entry(u.value(i)).or_default();
                     e.0 += 1;
@@ -145,7 +174,11 @@ fn records_before(c: &CompletedCheckpoint, p: u64) -> Vec<u64> {
     out
 }
 
-fn run_dwell(protocol: ProtocolKind, p: usize, config: CheckpointConfig) -> (JobReport, Collected, Arc<InMemorySnapshots>) {
+fn run_dwell(
+    protocol: ProtocolKind,
+    p: usize,
+    config: CheckpointConfig,
+) -> (JobReport, Collected, Arc<InMemorySnapshots>) {
     let (g, collected) = dwell_graph(p);
     let config = CheckpointConfig { protocol, ..config };
     let job = Job::new(g, config, JobOptions::default()).unwrap();
@@ -178,7 +211,11 @@ fn check_protocol(protocol: ProtocolKind, config: CheckpointConfig) {
 
     // Several checkpoints, each a consistent cut.
     let completed = snaps.completed();
-    assert!(completed.len() >= 3, "{protocol}: only {} checkpoints completed", completed.len());
+    assert!(
+        completed.len() >= 3,
+        "{protocol}: only {} checkpoints completed",
+        completed.len()
+    );
     assert_eq!(report.completed_checkpoints().count(), completed.len());
     assert!(report.checkpoints.last().unwrap().is_final);
     let mut mid_stream = 0;
@@ -189,12 +226,23 @@ fn check_protocol(protocol: ProtocolKind, config: CheckpointConfig) {
         if (before.len() as u64) < TOTAL {
             mid_stream += 1;
         }
-        assert_eq!(checkpoint_contents(c), reference(before.into_iter()), "{protocol} checkpoint {}", c.meta.id);
+        assert_eq!(
+            checkpoint_contents(c),
+            reference(before.into_iter()),
+            "{protocol} checkpoint {}",
+            c.meta.id
+        );
         if matches!(protocol, ProtocolKind::Aligned | ProtocolKind::Sync) {
-            assert!(c.tasks.values().all(|t| t.channels.is_empty()), "aligned checkpoints store no channel state");
+            assert!(
+                c.tasks.values().all(|t| t.channels.is_empty()),
+                "aligned checkpoints store no channel state"
+            );
         }
     }
-    assert!(mid_stream >= 2, "{protocol}: {mid_stream} checkpoints fell mid-stream");
+    assert!(
+        mid_stream >= 2,
+        "{protocol}: {mid_stream} checkpoints fell mid-stream"
+    );
     for m in report.completed_checkpoints() {
         assert_eq!(m.status, CheckpointStatus::Completed);
         assert_eq!(m.alignment.len(), 2 * p + 1);
@@ -245,10 +293,14 @@ fn aligned_with_concurrent_checkpoints_is_consistent() {
 
 #[test]
 fn no_checkpoints_gives_the_same_answer() {
-    let (report, collected, snaps) = run_dwell(ProtocolKind::None, 3, CheckpointConfig {
-        interval: Some(Duration::from_millis(5)),
-        ..Default::default()
-    });
+    let (report, collected, snaps) = run_dwell(
+        ProtocolKind::None,
+        3,
+        CheckpointConfig {
+            interval: Some(Duration::from_millis(5)),
+            ..Default::default()
+        },
+    );
     let want = reference(0..TOTAL);
     let got = results(&collected.batches());
     assert_eq!(got.len(), want.len());

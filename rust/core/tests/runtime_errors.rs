@@ -10,11 +10,17 @@ use arrow_array::types::Int64Type;
 use snapcut_core::graph::{LogicalGraph, Partitioning};
 use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
-use snapcut_core::runtime::ops::{collect_sink, dwell_source, ipc_file_sink, keyed_aggregate, map_batches, union, AggSpec};
+use snapcut_core::runtime::ops::{
+    collect_sink, dwell_source, ipc_file_sink, keyed_aggregate, map_batches, union, AggSpec,
+};
 use snapcut_core::runtime::{CheckpointConfig, InMemorySnapshots, Job, JobOptions};
 use snapcut_core::Error;
 
-fn pipeline(total: u64, middle: Arc<dyn snapcut_core::runtime::operator::OperatorFactory>, key: &str) -> LogicalGraph {
+fn pipeline(
+    total: u64,
+    middle: Arc<dyn snapcut_core::runtime::operator::OperatorFactory>,
+    key: &str,
+) -> LogicalGraph {
     let mut g = LogicalGraph::new();
     let s = g.add_source("src", 2, dwell_source(total, 10, 1, 256).unwrap());
     let m = g.add_operator("map", 2, middle);
@@ -53,7 +59,13 @@ fn config_errors_are_typed_and_named() {
             JobOptions::default(),
             "max_concurrent",
         ),
-        (CheckpointConfig::default(), JobOptions { channel_capacity: 0 }, "channel_capacity"),
+        (
+            CheckpointConfig::default(),
+            JobOptions {
+                channel_capacity: 0,
+            },
+            "channel_capacity",
+        ),
         (
             CheckpointConfig {
                 protocol: ProtocolKind::Aligned,
@@ -98,7 +110,14 @@ fn failing_operator_stops_the_job_with_a_task_error_naming_it() {
         }
         Ok(Some(b))
     });
-    let job = Job::new(pipeline(10_000_000, failing, "user"), aligned(5), JobOptions { channel_capacity: 4 }).unwrap();
+    let job = Job::new(
+        pipeline(10_000_000, failing, "user"),
+        aligned(5),
+        JobOptions {
+            channel_capacity: 4,
+        },
+    )
+    .unwrap();
     match job.run(Arc::new(InMemorySnapshots::new())) {
         Err(Error::Task(msg)) => {
             assert!(msg.contains("division by zero"), "{msg}");
@@ -117,7 +136,12 @@ fn panicking_operator_is_reported_not_propagated() {
         }
         Ok(Some(b))
     });
-    let job = Job::new(pipeline(1_000_000, panicky, "user"), aligned(5), JobOptions::default()).unwrap();
+    let job = Job::new(
+        pipeline(1_000_000, panicky, "user"),
+        aligned(5),
+        JobOptions::default(),
+    )
+    .unwrap();
     match job.run(Arc::new(InMemorySnapshots::new())) {
         Err(Error::Task(msg)) => assert!(msg.contains("panicked: boom in user code"), "{msg}"),
         other => panic!("expected a task error, got {other:?}"),
@@ -126,9 +150,17 @@ fn panicking_operator_is_reported_not_propagated() {
 
 #[test]
 fn missing_hash_key_column_is_a_clear_task_error() {
-    let job = Job::new(pipeline(10_000, union(), "no_such_column"), CheckpointConfig::default(), JobOptions::default()).unwrap();
+    let job = Job::new(
+        pipeline(10_000, union(), "no_such_column"),
+        CheckpointConfig::default(),
+        JobOptions::default(),
+    )
+    .unwrap();
     match job.run(Arc::new(InMemorySnapshots::new())) {
-        Err(Error::Task(msg)) => assert!(msg.contains("\"no_such_column\" is not in the batch"), "{msg}"),
+        Err(Error::Task(msg)) => assert!(
+            msg.contains("\"no_such_column\" is not in the batch"),
+            "{msg}"
+        ),
         other => panic!("expected a task error, got {other:?}"),
     }
 }
@@ -156,7 +188,9 @@ impl Source for Endless {
 struct EndlessFactory;
 impl SourceFactory for EndlessFactory {
     fn create(&self, s: usize, p: usize) -> snapcut_core::Result<Box<dyn Source>> {
-        Ok(Box::new(Endless(dwell_source(1000, 10, 3, 100)?.create(s, p)?)))
+        Ok(Box::new(Endless(
+            dwell_source(1000, 10, 3, 100)?.create(s, p)?,
+        )))
     }
 }
 
@@ -164,7 +198,11 @@ impl SourceFactory for EndlessFactory {
 fn handle_triggers_savepoints_and_cancels() {
     let mut g = LogicalGraph::new();
     let s = g.add_source("src", 2, Arc::new(EndlessFactory));
-    let a = g.add_operator("agg", 2, keyed_aggregate("user", vec![AggSpec::sum("dwell_ms", "t")]).unwrap());
+    let a = g.add_operator(
+        "agg",
+        2,
+        keyed_aggregate("user", vec![AggSpec::sum("dwell_ms", "t")]).unwrap(),
+    );
     g.connect(s, a, Partitioning::Hash { key: "user".into() });
     // No interval: only manual checkpoints.
     let job = Job::new(g, CheckpointConfig::default(), JobOptions::default()).unwrap();

@@ -14,7 +14,9 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
-pub use physical::{ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex};
+pub use physical::{
+    ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex,
+};
 
 /// Index of a logical vertex in a [`LogicalGraph`].
 pub type VertexId = usize;

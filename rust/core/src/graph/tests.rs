@@ -69,10 +69,17 @@ fn finds_the_back_edge_of_a_loop() {
     let p = g.expand().unwrap();
     assert_eq!(p.back_edges, vec![false, false, true, false]);
     let h0 = p.task("head", 0).unwrap();
-    assert_eq!(h0.input_kinds, vec![InputKind::Regular, InputKind::BackEdge]);
+    assert_eq!(
+        h0.input_kinds,
+        vec![InputKind::Regular, InputKind::BackEdge]
+    );
     assert!(h0.cycle.is_some() && p.task("body", 1).unwrap().cycle == h0.cycle);
     assert!(p.task("sink", 0).unwrap().cycle.is_none());
-    assert!(p.channels.iter().filter(|c| c.edge == back).all(|c| c.in_cycle));
+    assert!(p
+        .channels
+        .iter()
+        .filter(|c| c.edge == back)
+        .all(|c| c.in_cycle));
 }
 
 #[test]
@@ -122,7 +129,10 @@ fn unreachable_vertex_is_rejected() {
     g.add_operator("lonely", 1, op());
     g.connect(s, a, Partitioning::Forward);
     let e = err(&g);
-    assert!(e.contains("\"lonely\" is unreachable from any source"), "{e}");
+    assert!(
+        e.contains("\"lonely\" is unreachable from any source"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -136,7 +146,10 @@ fn cycle_without_source_is_rejected_and_named() {
     g.connect(x, y, Partitioning::Forward);
     g.connect(y, x, Partitioning::Forward);
     let e = err(&g);
-    assert!(e.contains("cycle with no source") && e.contains("x -> y -> x"), "{e}");
+    assert!(
+        e.contains("cycle with no source") && e.contains("x -> y -> x"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -196,5 +209,11 @@ fn fingerprint_is_stable_and_shape_sensitive() {
     assert_eq!(f, build(2, Partitioning::RoundRobin).fingerprint());
     assert_ne!(f, build(1, Partitioning::RoundRobin).fingerprint());
     assert_ne!(f, build(2, Partitioning::Broadcast).fingerprint());
-    assert_eq!(build(2, Partitioning::Forward).expand().unwrap().fingerprint, build(2, Partitioning::Forward).fingerprint());
+    assert_eq!(
+        build(2, Partitioning::Forward)
+            .expand()
+            .unwrap()
+            .fingerprint,
+        build(2, Partitioning::Forward).fingerprint()
+    );
 }
