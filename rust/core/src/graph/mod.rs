@@ -11,7 +11,12 @@ mod fingerprint;
 mod physical;
 mod validate;
 
-pub use physical::{ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex};
+#[cfg(test)]
+mod tests;
+
+pub use physical::{
+    ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex,
+};
 
 /// Index of a logical vertex in a [`LogicalGraph`].
 pub type VertexId = usize;

@@ -101,7 +101,8 @@ pub(crate) fn expand(g: &LogicalGraph) -> Result<PhysicalGraph> {
         } else {
             InputKind::Regular
         };
-        let in_cycle = analysis.cycle[e.from].is_some() && analysis.cycle[e.from] == analysis.cycle[e.to];
+        let in_cycle =
+            analysis.cycle[e.from].is_some() && analysis.cycle[e.from] == analysis.cycle[e.to];
         let edge_name = format!("{}<-{}", to.name, from.name);
         for su in 0..from.parallelism {
             let targets: Vec<usize> = match e.partitioning {

@@ -18,7 +18,9 @@ pub(crate) struct Analysis {
 
 pub(crate) fn validate(g: &LogicalGraph) -> Result<Analysis> {
     if g.vertices.is_empty() {
-        return Err(Error::Graph("the graph has no vertices; add a source".into()));
+        return Err(Error::Graph(
+            "the graph has no vertices; add a source".into(),
+        ));
     }
     let mut names = std::collections::HashSet::new();
     for v in &g.vertices {
@@ -29,7 +31,9 @@ pub(crate) fn validate(g: &LogicalGraph) -> Result<Analysis> {
             )));
         }
         if v.name.is_empty() {
-            return Err(Error::Graph("a vertex has an empty name; name every vertex".into()));
+            return Err(Error::Graph(
+                "a vertex has an empty name; name every vertex".into(),
+            ));
         }
         if !names.insert(v.name.as_str()) {
             return Err(Error::Graph(format!(

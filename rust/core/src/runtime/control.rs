@@ -12,7 +12,10 @@ use crate::protocol::CheckpointId;
 pub(crate) enum Control {
     /// Start checkpoint `id` at this source; with `pause`, stop emitting
     /// until [`Control::Resume`] (synchronous checkpoints).
-    Trigger { id: CheckpointId, pause: bool },
+    Trigger {
+        id: CheckpointId,
+        pause: bool,
+    },
     Resume,
     Abort(CheckpointId),
     /// Checkpoint `id` is durable: sinks publish what they staged.
@@ -30,7 +33,10 @@ pub(crate) struct Mailbox {
 
 impl Mailbox {
     pub fn push(&self, c: Control) {
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push_back(c);
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(c);
         self.pending.store(true, Ordering::Release);
     }
 
@@ -67,10 +73,24 @@ pub(crate) struct TaskCounters {
 /// Task (or job handle) → coordinator.
 #[derive(Debug)]
 pub(crate) enum CoordMsg {
-    Ack { id: CheckpointId, task: TaskIndex, stats: AckStats },
-    SourceExhausted { task: TaskIndex },
-    TaskDone { task: TaskIndex, counters: TaskCounters },
-    TaskFailed { task: TaskIndex, error: String },
-    Trigger { savepoint: bool },
+    Ack {
+        id: CheckpointId,
+        task: TaskIndex,
+        stats: AckStats,
+    },
+    SourceExhausted {
+        task: TaskIndex,
+    },
+    TaskDone {
+        task: TaskIndex,
+        counters: TaskCounters,
+    },
+    TaskFailed {
+        task: TaskIndex,
+        error: String,
+    },
+    Trigger {
+        savepoint: bool,
+    },
     Cancel,
 }

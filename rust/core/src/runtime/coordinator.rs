@@ -98,7 +98,10 @@ impl Coordinator {
     /// Runs until every task has ended; the job's outcome.
     pub fn run(&mut self) -> Result<()> {
         while !self.done.iter().all(|&d| d) {
-            let wait = self.next_wake().saturating_duration_since(Instant::now()).min(TICK);
+            let wait = self
+                .next_wake()
+                .saturating_duration_since(Instant::now())
+                .min(TICK);
             match self.rx.recv_timeout(wait) {
                 Ok(msg) => self.handle(msg),
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -299,7 +302,8 @@ impl Coordinator {
         }
         let now = Instant::now();
         self.last_end = Some(now);
-        self.metrics.push(self.metrics_of(id, &f, now, CheckpointStatus::Completed));
+        self.metrics
+            .push(self.metrics_of(id, &f, now, CheckpointStatus::Completed));
         let resume = self.config.protocol == ProtocolKind::Sync;
         for t in &self.tasks {
             t.mailbox.push(Control::Committed(id));
@@ -319,7 +323,10 @@ impl Coordinator {
             .map(|(&id, _)| id)
             .collect();
         for id in expired {
-            let reason = format!("expired after the checkpoint timeout of {:?}", self.config.timeout);
+            let reason = format!(
+                "expired after the checkpoint timeout of {:?}",
+                self.config.timeout
+            );
             self.abort(id, reason, true);
         }
     }
@@ -353,7 +360,13 @@ impl Coordinator {
         }
     }
 
-    fn metrics_of(&self, id: CheckpointId, f: &InFlight, end: Instant, status: CheckpointStatus) -> CheckpointMetrics {
+    fn metrics_of(
+        &self,
+        id: CheckpointId,
+        f: &InFlight,
+        end: Instant,
+        status: CheckpointStatus,
+    ) -> CheckpointMetrics {
         let mut m = CheckpointMetrics {
             id,
             protocol: self.config.protocol,
@@ -370,7 +383,8 @@ impl Coordinator {
         };
         for (t, ack) in self.tasks.iter().zip(&f.acks) {
             if let Some(a) = ack {
-                m.alignment.push((t.id.clone(), Duration::from_nanos(a.alignment_nanos)));
+                m.alignment
+                    .push((t.id.clone(), Duration::from_nanos(a.alignment_nanos)));
                 m.state_bytes += a.state_bytes;
                 m.logged_records += a.logged_records;
                 m.logged_batches += a.logged_batches;

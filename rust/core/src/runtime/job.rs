@@ -52,7 +52,9 @@ pub struct JobHandle {
 impl JobHandle {
     fn send(&self, msg: CoordMsg) -> Result<()> {
         self.tx.send(msg).map_err(|_| {
-            Error::Config("the job has ended; checkpoints can only be triggered while it runs".into())
+            Error::Config(
+                "the job has ended; checkpoints can only be triggered while it runs".into(),
+            )
         })
     }
 
@@ -125,7 +127,12 @@ impl Job {
         let mailboxes: Vec<Arc<Mailbox>> = (0..n).map(|_| Arc::new(Mailbox::default())).collect();
         let cancel = Arc::new(AtomicBool::new(false));
 
-        let n_cycles = phys.tasks.iter().filter_map(|t| t.cycle).max().map_or(0, |c| c + 1);
+        let n_cycles = phys
+            .tasks
+            .iter()
+            .filter_map(|t| t.cycle)
+            .max()
+            .map_or(0, |c| c + 1);
         let cycles: Vec<CycleTracker> = (0..n_cycles)
             .map(|c| CycleTracker {
                 inflight: Arc::new(AtomicI64::new(0)),
@@ -181,7 +188,11 @@ impl Job {
                     }
                 })
                 .collect();
-            let out_ids: Vec<usize> = pt.outputs.iter().flat_map(|g| g.channels.iter().copied()).collect();
+            let out_ids: Vec<usize> = pt
+                .outputs
+                .iter()
+                .flat_map(|g| g.channels.iter().copied())
+                .collect();
             let out_channels = out_ids
                 .iter()
                 .map(|&c| {
@@ -194,7 +205,13 @@ impl Job {
                     }
                 })
                 .collect();
-            let outputs = Outputs::new(&pt.outputs, out_channels, &out_ids, wakers[ti].clone(), cancel.clone());
+            let outputs = Outputs::new(
+                &pt.outputs,
+                out_channels,
+                &out_ids,
+                wakers[ti].clone(),
+                cancel.clone(),
+            );
             let protocol = for_task(self.config.protocol, &pt.input_kinds, aligned_first);
             tasks.push(Task::new(
                 ti,
@@ -235,7 +252,10 @@ impl Job {
         let mut spawn_error = None;
         for task in tasks {
             let name = format!("snapcut-{}", task.id);
-            match std::thread::Builder::new().name(name).spawn(move || task.run()) {
+            match std::thread::Builder::new()
+                .name(name)
+                .spawn(move || task.run())
+            {
                 Ok(h) => threads.push(h),
                 Err(e) => {
                     spawn_error = Some(Error::io("spawning a task thread", e));

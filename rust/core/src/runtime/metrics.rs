@@ -39,7 +39,11 @@ pub struct CheckpointMetrics {
 impl CheckpointMetrics {
     /// The longest alignment of any task.
     pub fn max_alignment(&self) -> Duration {
-        self.alignment.iter().map(|(_, d)| *d).max().unwrap_or_default()
+        self.alignment
+            .iter()
+            .map(|(_, d)| *d)
+            .max()
+            .unwrap_or_default()
     }
 }
 

@@ -57,7 +57,12 @@ impl Outputs {
         cancel: Arc<AtomicBool>,
     ) -> Self {
         // channel_ids[i] = physical id of self.channels[i]
-        let local = |id: usize| channel_ids.iter().position(|&c| c == id).expect("own channel");
+        let local = |id: usize| {
+            channel_ids
+                .iter()
+                .position(|&c| c == id)
+                .expect("own channel")
+        };
         let groups = groups
             .iter()
             .map(|g| Group {

@@ -2,7 +2,9 @@
 //! `take` per receiving subtask, no per-record allocation.
 
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type};
+use arrow_array::types::{
+    Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
+};
 use arrow_array::{Array, ArrowPrimitiveType, RecordBatch, UInt32Array};
 use arrow_schema::DataType;
 
@@ -65,7 +67,12 @@ impl Partitioner {
             return out(0, batch.clone());
         }
         let col = batch.column_by_name(key).ok_or_else(|| {
-            let names: Vec<_> = batch.schema_ref().fields().iter().map(|f| f.name().clone()).collect();
+            let names: Vec<_> = batch
+                .schema_ref()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
             Error::Task(format!(
                 "hash partitioning key column {key:?} is not in the batch (columns: {})",
                 names.join(", ")
@@ -134,7 +141,14 @@ where
         }
     } else {
         for (i, &v) in values.iter().enumerate() {
-            put(i, if a.is_null(i) { 0 } else { mix64(Into::<i128>::into(v) as i64 as u64) });
+            put(
+                i,
+                if a.is_null(i) {
+                    0
+                } else {
+                    mix64(Into::<i128>::into(v) as i64 as u64)
+                },
+            );
         }
     }
 }

@@ -22,11 +22,18 @@ impl InMemorySnapshots {
 
     /// Completed checkpoints, oldest first.
     pub fn completed(&self) -> Vec<CompletedCheckpoint> {
-        self.completed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn latest(&self) -> Option<CompletedCheckpoint> {
-        self.completed.lock().unwrap_or_else(|e| e.into_inner()).last().cloned()
+        self.completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .cloned()
     }
 
     pub fn get(&self, id: CheckpointId) -> Option<CompletedCheckpoint> {
@@ -40,7 +47,10 @@ impl InMemorySnapshots {
 
     /// Ids of aborted checkpoints.
     pub fn aborted(&self) -> Vec<CheckpointId> {
-        self.aborted.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.aborted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -73,8 +83,14 @@ impl SnapshotSink for InMemorySnapshots {
     }
 
     fn abort(&self, id: CheckpointId) -> Result<()> {
-        self.staged.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
-        self.aborted.lock().unwrap_or_else(|e| e.into_inner()).push(id);
+        self.staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        self.aborted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(id);
         Ok(())
     }
 }

@@ -207,7 +207,8 @@ impl Task {
                 while self.outputs.has_overflow() {
                     self.check_cancel()?;
                     self.outputs.flush_overflow();
-                    self.waker.wait_until_timeout(|| false, Duration::from_millis(1));
+                    self.waker
+                        .wait_until_timeout(|| false, Duration::from_millis(1));
                 }
                 return Ok(());
             }
@@ -223,7 +224,9 @@ impl Task {
                     }
                     None => {
                         exhausted = true;
-                        let _ = self.coord.send(CoordMsg::SourceExhausted { task: self.index });
+                        let _ = self
+                            .coord
+                            .send(CoordMsg::SourceExhausted { task: self.index });
                     }
                 }
                 continue;
@@ -281,7 +284,8 @@ impl Task {
                 self.finished = true;
                 progress = true;
             }
-            if self.finished && self.inputs.iter().all(|i| i.ended) && !self.outputs.has_overflow() {
+            if self.finished && self.inputs.iter().all(|i| i.ended) && !self.outputs.has_overflow()
+            {
                 return Ok(());
             }
             if !progress {
@@ -303,7 +307,9 @@ impl Task {
                 mailbox.has_pending()
                     || cancel.load(Ordering::Relaxed)
                     || inputs.iter().enumerate().any(|(i, inp)| {
-                        !inp.ended && !protocol.is_some_and(|p| p.is_blocked(i)) && inp.rx.is_ready()
+                        !inp.ended
+                            && !protocol.is_some_and(|p| p.is_blocked(i))
+                            && inp.rx.is_ready()
                     })
             },
             timeout,
@@ -320,7 +326,11 @@ impl Task {
         };
         let tracker = &self.shared.cycles[c];
         if !self.external_reported {
-            if !self.inputs.iter().all(|i| i.ended || i.loop_counter.is_some()) {
+            if !self
+                .inputs
+                .iter()
+                .all(|i| i.ended || i.loop_counter.is_some())
+            {
                 return false;
             }
             self.external_reported = true;
@@ -360,7 +370,11 @@ impl Task {
             }
             Item::Barrier(id) => {
                 if self.protocol.is_some() {
-                    self.pending.entry(id).or_default().first_seen.get_or_insert_with(Instant::now);
+                    self.pending
+                        .entry(id)
+                        .or_default()
+                        .first_seen
+                        .get_or_insert_with(Instant::now);
                     self.event(Event::Barrier { input, id }, None)?;
                 }
             }
@@ -403,7 +417,12 @@ impl Task {
         result
     }
 
-    fn act(&mut self, action: Action, record: &mut Option<(InputId, Batch)>, rest: &[Action]) -> Result<()> {
+    fn act(
+        &mut self,
+        action: Action,
+        record: &mut Option<(InputId, Batch)>,
+        rest: &[Action],
+    ) -> Result<()> {
         match action {
             Action::Deliver => {
                 let needed_later = rest.iter().any(|a| matches!(a, Action::Log { .. }));
@@ -549,7 +568,11 @@ impl Task {
             if let Some(id) = self.inputs[i].rx.queued_barrier() {
                 if id > self.inputs[i].queued_reported && id > self.last_done {
                     self.inputs[i].queued_reported = id;
-                    self.pending.entry(id).or_default().first_seen.get_or_insert_with(Instant::now);
+                    self.pending
+                        .entry(id)
+                        .or_default()
+                        .first_seen
+                        .get_or_insert_with(Instant::now);
                     self.event(Event::BarrierQueued { input: i, id }, None)?;
                 }
             }

@@ -167,10 +167,18 @@ fn update(acc: &mut Acc, slots: &[u32], vals: &Values<'_>) {
         Acc::Count(c) => each!(|s: usize, _i: i64, _f: f64| c[s] += 1),
         Acc::SumI(a) => each!(|s: usize, i: i64, _f: f64| a[s] = a[s].wrapping_add(i)),
         Acc::SumF(a) => each!(|s: usize, _i: i64, f: f64| a[s] += f),
-        Acc::MinI(a) => each!(|s: usize, i: i64, _f: f64| a[s] = Some(a[s].map_or(i, |m| m.min(i)))),
-        Acc::MaxI(a) => each!(|s: usize, i: i64, _f: f64| a[s] = Some(a[s].map_or(i, |m| m.max(i)))),
-        Acc::MinF(a) => each!(|s: usize, _i: i64, f: f64| a[s] = Some(a[s].map_or(f, |m| m.min(f)))),
-        Acc::MaxF(a) => each!(|s: usize, _i: i64, f: f64| a[s] = Some(a[s].map_or(f, |m| m.max(f)))),
+        Acc::MinI(a) => {
+            each!(|s: usize, i: i64, _f: f64| a[s] = Some(a[s].map_or(i, |m| m.min(i))))
+        }
+        Acc::MaxI(a) => {
+            each!(|s: usize, i: i64, _f: f64| a[s] = Some(a[s].map_or(i, |m| m.max(i))))
+        }
+        Acc::MinF(a) => {
+            each!(|s: usize, _i: i64, f: f64| a[s] = Some(a[s].map_or(f, |m| m.min(f))))
+        }
+        Acc::MaxF(a) => {
+            each!(|s: usize, _i: i64, f: f64| a[s] = Some(a[s].map_or(f, |m| m.max(f))))
+        }
         Acc::Mean(sum, cnt) => each!(|s: usize, _i: i64, f: f64| {
             sum[s] += f;
             cnt[s] += 1;
@@ -231,7 +239,12 @@ impl KeyedAggregate {
 
     fn column<'a>(&self, batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
         batch.column_by_name(name).ok_or_else(|| {
-            let names: Vec<_> = batch.schema_ref().fields().iter().map(|f| f.name().clone()).collect();
+            let names: Vec<_> = batch
+                .schema_ref()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
             Error::Task(format!(
                 "aggregate column {name:?} is not in the batch (columns: {})",
                 names.join(", ")
@@ -322,10 +335,16 @@ impl KeyedAggregate {
         let mut cols = vec![ka];
         for (spec, acc) in self.specs.iter().zip(&self.accs) {
             let (dt, col): (DataType, ArrayRef) = match acc {
-                Acc::Count(v) | Acc::SumI(v) => (DataType::Int64, Arc::new(Int64Array::from(v.clone()))),
+                Acc::Count(v) | Acc::SumI(v) => {
+                    (DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
                 Acc::SumF(v) => (DataType::Float64, Arc::new(Float64Array::from(v.clone()))),
-                Acc::MinI(v) | Acc::MaxI(v) => (DataType::Int64, Arc::new(Int64Array::from(v.clone()))),
-                Acc::MinF(v) | Acc::MaxF(v) => (DataType::Float64, Arc::new(Float64Array::from(v.clone()))),
+                Acc::MinI(v) | Acc::MaxI(v) => {
+                    (DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
+                Acc::MinF(v) | Acc::MaxF(v) => {
+                    (DataType::Float64, Arc::new(Float64Array::from(v.clone())))
+                }
                 Acc::Mean(s, c) => (
                     DataType::Float64,
                     Arc::new(
@@ -348,20 +367,47 @@ impl KeyedAggregate {
         let (kf, ka) = self.key_array();
         let mut fields = vec![kf];
         let mut cols = vec![ka];
-        for (spec, acc) in self.specs.iter().zip(&self.accs) {
+        // Before the first batch the value types are unknown: empty int columns.
+        let empty: Vec<Acc> = self.specs.iter().map(|s| Acc::new(s.func, false)).collect();
+        let accs = if self.accs.len() == self.specs.len() {
+            &self.accs
+        } else {
+            &empty
+        };
+        for (spec, acc) in self.specs.iter().zip(accs) {
             let mut push = |name: String, dt: DataType, col: ArrayRef| {
                 fields.push(Field::new(name, dt, true));
                 cols.push(col);
             };
             let o = spec.output.clone();
             match acc {
-                Acc::Count(v) | Acc::SumI(v) => push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone()))),
-                Acc::SumF(v) => push(o, DataType::Float64, Arc::new(Float64Array::from(v.clone()))),
-                Acc::MinI(v) | Acc::MaxI(v) => push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone()))),
-                Acc::MinF(v) | Acc::MaxF(v) => push(o, DataType::Float64, Arc::new(Float64Array::from(v.clone()))),
+                Acc::Count(v) | Acc::SumI(v) => {
+                    push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
+                Acc::SumF(v) => push(
+                    o,
+                    DataType::Float64,
+                    Arc::new(Float64Array::from(v.clone())),
+                ),
+                Acc::MinI(v) | Acc::MaxI(v) => {
+                    push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
+                Acc::MinF(v) | Acc::MaxF(v) => push(
+                    o,
+                    DataType::Float64,
+                    Arc::new(Float64Array::from(v.clone())),
+                ),
                 Acc::Mean(s, c) => {
-                    push(format!("{o}__sum"), DataType::Float64, Arc::new(Float64Array::from(s.clone())));
-                    push(format!("{o}__count"), DataType::Int64, Arc::new(Int64Array::from(c.clone())));
+                    push(
+                        format!("{o}__sum"),
+                        DataType::Float64,
+                        Arc::new(Float64Array::from(s.clone())),
+                    );
+                    push(
+                        format!("{o}__count"),
+                        DataType::Int64,
+                        Arc::new(Int64Array::from(c.clone())),
+                    );
                 }
             }
         }
@@ -381,8 +427,16 @@ impl KeyedAggregate {
                 Keys::Int(map, k)
             }
             DataType::Utf8 => {
-                let k: Vec<String> = key_col.as_string::<i32>().iter().map(|s| s.unwrap_or_default().to_string()).collect();
-                let map = k.iter().enumerate().map(|(i, k)| (k.clone(), i as u32)).collect();
+                let k: Vec<String> = key_col
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|s| s.unwrap_or_default().to_string())
+                    .collect();
+                let map = k
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| (k.clone(), i as u32))
+                    .collect();
                 Keys::Str(map, k)
             }
             other => return Err(bad(format!("key column has type {other}"))),
@@ -393,26 +447,44 @@ impl KeyedAggregate {
                 .ok_or_else(|| bad(format!("no column {name:?}")))
         };
         let ints = |a: &ArrayRef| -> Result<Vec<Option<i64>>> {
-            Ok(a.as_primitive_opt::<Int64Type>().ok_or_else(|| bad("expected int64".into()))?.iter().collect())
+            Ok(a.as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| bad("expected int64".into()))?
+                .iter()
+                .collect())
         };
         let floats = |a: &ArrayRef| -> Result<Vec<Option<f64>>> {
-            Ok(a.as_primitive_opt::<Float64Type>().ok_or_else(|| bad("expected float64".into()))?.iter().collect())
+            Ok(a.as_primitive_opt::<Float64Type>()
+                .ok_or_else(|| bad("expected float64".into()))?
+                .iter()
+                .collect())
         };
         let mut accs = Vec::with_capacity(self.specs.len());
         for spec in &self.specs {
             let o = &spec.output;
             let acc = match spec.func {
                 AggFunc::Mean => Acc::Mean(
-                    floats(col(&format!("{o}__sum"))?)?.into_iter().map(|v| v.unwrap_or(0.0)).collect(),
-                    ints(col(&format!("{o}__count"))?)?.into_iter().map(|v| v.unwrap_or(0)).collect(),
+                    floats(col(&format!("{o}__sum"))?)?
+                        .into_iter()
+                        .map(|v| v.unwrap_or(0.0))
+                        .collect(),
+                    ints(col(&format!("{o}__count"))?)?
+                        .into_iter()
+                        .map(|v| v.unwrap_or(0))
+                        .collect(),
                 ),
                 func => {
                     let c = col(o)?;
                     let float = c.data_type() == &DataType::Float64;
                     match (func, float) {
-                        (AggFunc::Count, _) => Acc::Count(ints(c)?.into_iter().map(|v| v.unwrap_or(0)).collect()),
-                        (AggFunc::Sum, false) => Acc::SumI(ints(c)?.into_iter().map(|v| v.unwrap_or(0)).collect()),
-                        (AggFunc::Sum, true) => Acc::SumF(floats(c)?.into_iter().map(|v| v.unwrap_or(0.0)).collect()),
+                        (AggFunc::Count, _) => {
+                            Acc::Count(ints(c)?.into_iter().map(|v| v.unwrap_or(0)).collect())
+                        }
+                        (AggFunc::Sum, false) => {
+                            Acc::SumI(ints(c)?.into_iter().map(|v| v.unwrap_or(0)).collect())
+                        }
+                        (AggFunc::Sum, true) => {
+                            Acc::SumF(floats(c)?.into_iter().map(|v| v.unwrap_or(0.0)).collect())
+                        }
                         (AggFunc::Min, false) => Acc::MinI(ints(c)?),
                         (AggFunc::Max, false) => Acc::MaxI(ints(c)?),
                         (AggFunc::Min, true) => Acc::MinF(floats(c)?),
@@ -458,7 +530,8 @@ impl Operator for KeyedAggregate {
             [] => Ok(()),
             [full] if full.kind == StateKind::Full => self.restore_full(&full.batch),
             _ => Err(Error::Snapshot(
-                "keyed aggregates restore from one full state capture; diffs are not supported".into(),
+                "keyed aggregates restore from one full state capture; diffs are not supported"
+                    .into(),
             )),
         }
     }
@@ -473,10 +546,15 @@ impl Operator for KeyedAggregate {
 
 /// Keyed aggregates grouped by `key` (int64, int32 or utf8): one output row
 /// per key at end of input, columns `key, <spec.output>...`.
-pub fn keyed_aggregate(key: impl Into<String>, specs: Vec<AggSpec>) -> Result<Arc<dyn OperatorFactory>> {
+pub fn keyed_aggregate(
+    key: impl Into<String>,
+    specs: Vec<AggSpec>,
+) -> Result<Arc<dyn OperatorFactory>> {
     let key = key.into();
     if specs.is_empty() {
-        return Err(Error::Config("keyed_aggregate needs at least one aggregate".into()));
+        return Err(Error::Config(
+            "keyed_aggregate needs at least one aggregate".into(),
+        ));
     }
     let mut outs = std::collections::HashSet::new();
     for s in &specs {
@@ -487,7 +565,9 @@ pub fn keyed_aggregate(key: impl Into<String>, specs: Vec<AggSpec>) -> Result<Ar
             )));
         }
     }
-    Ok(Arc::new(move |_: usize, _: usize| -> Result<Box<dyn Operator>> {
-        Ok(Box::new(KeyedAggregate::new(key.clone(), specs.clone())))
-    }))
+    Ok(Arc::new(
+        move |_: usize, _: usize| -> Result<Box<dyn Operator>> {
+            Ok(Box::new(KeyedAggregate::new(key.clone(), specs.clone())))
+        },
+    ))
 }

@@ -32,7 +32,11 @@ impl Source for BatchSource {
     fn next_batch(&mut self) -> Result<Option<Batch>> {
         while let Some(b) = self.batches.get(self.next) {
             let rest = b.num_rows() - self.skip;
-            let out = if self.skip == 0 { b.clone() } else { b.slice(self.skip, rest) };
+            let out = if self.skip == 0 {
+                b.clone()
+            } else {
+                b.slice(self.skip, rest)
+            };
             self.next += 1;
             self.skip = 0;
             if rest > 0 {

@@ -47,9 +47,20 @@ pub struct DwellSource {
 }
 
 impl DwellSource {
-    pub fn new(total: u64, users: u64, seed: u64, batch_size: usize, subtask: usize, parallelism: usize) -> Self {
+    pub fn new(
+        total: u64,
+        users: u64,
+        seed: u64,
+        batch_size: usize,
+        subtask: usize,
+        parallelism: usize,
+    ) -> Self {
         let (s, p) = (subtask as u64, parallelism as u64);
-        let count = if s < total { (total - s).div_ceil(p) } else { 0 };
+        let count = if s < total {
+            (total - s).div_ceil(p)
+        } else {
+            0
+        };
         Self {
             seed,
             users,
@@ -82,7 +93,10 @@ impl Source for DwellSource {
         self.offset += n as u64;
         let batch = RecordBatch::try_new(
             self.schema.clone(),
-            vec![Arc::new(Int64Array::from(users)), Arc::new(Int64Array::from(dwell))],
+            vec![
+                Arc::new(Int64Array::from(users)),
+                Arc::new(Int64Array::from(dwell)),
+            ],
         )
         .map_err(|e| Error::Task(format!("generator: {e}")))?;
         Ok(Some(batch))
@@ -126,7 +140,12 @@ impl SourceFactory for DwellFactory {
 
 /// The dwell-time generator: `total` records over `users` users, in batches
 /// of `batch_size` (1024 in the benchmarks), reproducible from `seed`.
-pub fn dwell_source(total: u64, users: u64, seed: u64, batch_size: usize) -> Result<Arc<dyn SourceFactory>> {
+pub fn dwell_source(
+    total: u64,
+    users: u64,
+    seed: u64,
+    batch_size: usize,
+) -> Result<Arc<dyn SourceFactory>> {
     if users == 0 || batch_size == 0 {
         return Err(Error::Config(format!(
             "dwell source needs users >= 1 and batch_size >= 1 (got users={users}, batch_size={batch_size})"

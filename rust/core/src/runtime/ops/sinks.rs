@@ -22,7 +22,10 @@ impl Collected {
     /// Batches published so far: those before a completed checkpoint, and
     /// everything once the job has ended.
     pub fn batches(&self) -> Vec<RecordBatch> {
-        self.committed.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.committed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub fn num_rows(&self) -> usize {
@@ -104,7 +107,8 @@ struct IpcSink {
 impl Operator for IpcSink {
     fn process(&mut self, _input: InputId, batch: Batch, _out: &mut dyn Emitter) -> Result<()> {
         if self.writer.is_none() {
-            let file = File::create(&self.tmp).map_err(|e| Error::io(format!("creating {}", self.tmp.display()), e))?;
+            let file = File::create(&self.tmp)
+                .map_err(|e| Error::io(format!("creating {}", self.tmp.display()), e))?;
             let w = FileWriter::try_new(file, batch.schema_ref())
                 .map_err(|e| Error::Task(format!("writing {}: {e}", self.tmp.display())))?;
             self.writer = Some(w);
@@ -119,8 +123,12 @@ impl Operator for IpcSink {
             w.finish()
                 .map_err(|e| Error::Task(format!("finishing {}: {e}", self.tmp.display())))?;
             drop(w);
-            std::fs::rename(&self.tmp, &self.path)
-                .map_err(|e| Error::io(format!("renaming {} to {}", self.tmp.display(), self.path.display()), e))?;
+            std::fs::rename(&self.tmp, &self.path).map_err(|e| {
+                Error::io(
+                    format!("renaming {} to {}", self.tmp.display(), self.path.display()),
+                    e,
+                )
+            })?;
         }
         Ok(())
     }
@@ -131,7 +139,8 @@ impl Operator for IpcSink {
 /// received nothing writes no file.
 pub fn ipc_file_sink(dir: impl AsRef<Path>) -> Result<Arc<dyn OperatorFactory>> {
     let dir = dir.as_ref().to_path_buf();
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
     let factory = move |subtask: usize, _: usize| -> Result<Box<dyn Operator>> {
         Ok(Box::new(IpcSink {
             path: dir.join(format!("part-{subtask}.arrow")),
