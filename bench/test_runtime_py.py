@@ -12,8 +12,9 @@ import pyarrow.compute as pc
 import pytest
 from snapcut import Checkpointing, Dataflow, RunReport
 
-DWELL_RECORDS = 10_000_000
+DWELL_RECORDS = 50_000_000
 UDF_RECORDS = 2_000_000
+ROUNDS = 7
 
 
 def dwell_job(protocol: str) -> RunReport:
@@ -29,7 +30,7 @@ def dwell_job(protocol: str) -> RunReport:
 
 @pytest.mark.parametrize("protocol", ["none", "aligned", "unaligned", "chandy-lamport", "sync"])
 def test_dwell_job(benchmark: Any, protocol: str) -> None:
-    report = benchmark.pedantic(dwell_job, args=(protocol,), rounds=5, iterations=1)
+    report = benchmark.pedantic(dwell_job, args=(protocol,), rounds=ROUNDS, iterations=1)
     benchmark.extra_info["records_per_s"] = DWELL_RECORDS / benchmark.stats.stats.median
     benchmark.extra_info["checkpoints"] = len(report.completed_checkpoints)
 
@@ -51,5 +52,5 @@ def test_python_udf_map(benchmark: Any, batch_rows: int) -> None:
         assert report.records_in == UDF_RECORDS
         return report
 
-    benchmark.pedantic(job, rounds=5, iterations=1)
+    benchmark.pedantic(job, rounds=ROUNDS, iterations=1)
     benchmark.extra_info["records_per_s"] = UDF_RECORDS / benchmark.stats.stats.median

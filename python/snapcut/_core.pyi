@@ -67,3 +67,16 @@ class _GraphBuilder:
 
 def dwell_events(users: int, count: int, seed: int) -> Any:
     """The built-in generator's events as a pyarrow.Table (all subtasks)."""
+def _replay_source(
+    subtask: int,
+    parallelism: int,
+    offset: int,
+    make_iter: Callable[[], Iterator[Any]] | None = None,
+    batches: list[Any] | None = None,
+) -> tuple[list[Any], int]:
+    """Test hook: one source subtask sought to `offset` and read to its end."""
+
+def _keyed_roundtrip(
+    key: str, func: Callable[..., Any], before: list[Any], after: list[Any]
+) -> tuple[Any, list[Any], Any]:
+    """Test hook: keyed process snapshot → restore → continue."""

@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 mod builder;
 mod config;
 mod convert;
+mod harness;
 mod keyed;
 mod report;
 mod source;
@@ -16,6 +17,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::checkpoint_config, m)?)?;
     m.add_class::<builder::GraphBuilder>()?;
     m.add_function(wrap_pyfunction!(dwell_events, m)?)?;
+    m.add_function(wrap_pyfunction!(harness::_replay_source, m)?)?;
+    m.add_function(wrap_pyfunction!(harness::_keyed_roundtrip, m)?)?;
     Ok(())
 }
 
