@@ -216,3 +216,24 @@ def test_iteration_reaches_a_fixed_point_with_back_edge_logs(
         caught = back_edge if protocol != "unaligned" else [log for _, log in logs]
         assert caught, "records in flight in the loop are in the checkpoint"
         assert sum(log.records.num_rows for log in caught) > 0
+
+
+def test_run_releases_the_gil_for_other_python_threads() -> None:
+    # A UDF (on a task thread) hands off to a plain Python thread and waits
+    # for its answer: both need the GIL while the main thread is in run().
+    import threading
+
+    asked, answered = threading.Event(), threading.Event()
+    helper = threading.Thread(target=lambda: asked.wait(10) and answered.set(), daemon=True)
+    helper.start()
+
+    def handshake(batch: pa.RecordBatch) -> pa.RecordBatch:
+        asked.set()
+        ok = answered.wait(10)
+        return batch.append_column("ok", pa.array([ok] * batch.num_rows))
+
+    flow = Dataflow()
+    flow.from_batches(pa.table({"x": [1, 2]})).map(handshake).collect("r")
+    report = flow.run()
+    helper.join(10)
+    assert report.results["r"]["ok"].to_pylist() == [True, True]
