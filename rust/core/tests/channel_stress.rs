@@ -2,7 +2,26 @@
 //! verified on the receiving side. 100 M items per test in release, 1 M in debug.
 
 use snapcut_core::channel::{channel, TryRecvError, TrySendError};
+use std::sync::Mutex;
 use std::thread;
+
+/// The tests each need two cores; running them one at a time keeps them fast on a
+/// small (or shared) machine.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Backs off in the test's own try-loops: spin a little, then yield the core.
+fn backoff(failures: &mut u32) {
+    *failures += 1;
+    if *failures < 64 {
+        std::hint::spin_loop();
+    } else {
+        thread::yield_now();
+    }
+}
 
 fn total_items() -> u64 {
     if cfg!(debug_assertions) {
@@ -25,6 +44,7 @@ fn checksum(acc: u64, v: u64) -> u64 {
 
 #[test]
 fn single_items_blocking_and_try_mixed() {
+    let _serial = serial();
     for cap in CAPACITIES {
         let n = per_capacity();
         let (mut tx, mut rx) = channel::<u64>(cap);
@@ -35,12 +55,13 @@ fn single_items_blocking_and_try_mixed() {
                 // Alternate spinning try_send and the blocking send.
                 if i % 1024 < 512 {
                     let mut v = i;
+                    let mut failures = 0;
                     loop {
                         match tx.try_send(v) {
                             Ok(()) => break,
                             Err(TrySendError::Full(back)) => {
                                 v = back;
-                                std::hint::spin_loop();
+                                backoff(&mut failures);
                             }
                             Err(TrySendError::Disconnected(_)) => panic!("receiver gone"),
                         }
@@ -53,11 +74,18 @@ fn single_items_blocking_and_try_mixed() {
         });
         let mut sum = 0u64;
         let mut expect = 0u64;
+        let mut failures = 0;
         loop {
             let v = if expect % 2048 < 1024 {
                 match rx.try_recv() {
-                    Ok(v) => v,
-                    Err(TryRecvError::Empty) => continue,
+                    Ok(v) => {
+                        failures = 0;
+                        v
+                    }
+                    Err(TryRecvError::Empty) => {
+                        backoff(&mut failures);
+                        continue;
+                    }
                     Err(TryRecvError::Disconnected) => break,
                 }
             } else {
@@ -77,6 +105,7 @@ fn single_items_blocking_and_try_mixed() {
 
 #[test]
 fn batches_of_varying_sizes() {
+    let _serial = serial();
     for cap in CAPACITIES {
         let n = per_capacity();
         let (mut tx, mut rx) = channel::<u64>(cap);
