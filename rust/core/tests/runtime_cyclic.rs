@@ -99,7 +99,7 @@ impl SourceFactory for SlowFactory {
     }
 }
 
-fn run(protocol: ProtocolKind) {
+fn graph() -> (LogicalGraph, snapcut_core::runtime::ops::Collected) {
     let mut g = LogicalGraph::new();
     let src = g.add_source("src", 2, Arc::new(SlowFactory));
     let step = g.add_operator("step", 2, iterate(halve));
@@ -119,24 +119,10 @@ fn run(protocol: ProtocolKind) {
     g.set_output_port(fb, ITERATE_FEEDBACK_PORT);
     g.connect(step, agg, Partitioning::Hash { key: "id".into() });
     g.connect(agg, sink, Partitioning::RoundRobin);
+    (g, collected)
+}
 
-    let config = CheckpointConfig {
-        protocol,
-        interval: Some(Duration::from_millis(10)),
-        ..Default::default()
-    };
-    let job = Job::new(
-        g,
-        config,
-        JobOptions {
-            channel_capacity: 8,
-        },
-    )
-    .unwrap();
-    let snaps = Arc::new(InMemorySnapshots::new());
-    let report = job.run(snaps.clone()).unwrap();
-
-    // Result = a plain loop.
+fn check_result(collected: &snapcut_core::runtime::ops::Collected) {
     let mut got = BTreeMap::new();
     for b in collected.batches() {
         let id = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
@@ -152,7 +138,7 @@ fn run(protocol: ProtocolKind) {
                 "id {} left the loop more than once",
                 id.value(i)
             );
-            got.insert(id.value(i), steps.value(i));
+            assert!(got.insert(id.value(i), steps.value(i)).is_none());
         }
     }
     assert_eq!(got.len(), N as usize);
@@ -164,6 +150,26 @@ fn run(protocol: ProtocolKind) {
         }
         assert_eq!(got[&id], s, "id {id}");
     }
+}
+
+fn run(protocol: ProtocolKind) -> Arc<InMemorySnapshots> {
+    let (g, collected) = graph();
+    let config = CheckpointConfig {
+        protocol,
+        interval: Some(Duration::from_millis(10)),
+        ..Default::default()
+    };
+    let job = Job::new(
+        g,
+        config,
+        JobOptions {
+            channel_capacity: 8,
+        },
+    )
+    .unwrap();
+    let snaps = Arc::new(InMemorySnapshots::new());
+    let report = job.run(snaps.clone()).unwrap();
+    check_result(&collected);
     assert_eq!(report.records_in, N as u64);
 
     // Every checkpoint accounts for each emitted record exactly once.
@@ -210,6 +216,54 @@ fn run(protocol: ProtocolKind) {
         back_edge_rows > 0,
         "{protocol}: no checkpoint logged the back-edge"
     );
+    snaps
+}
+
+/// Restores a mid-stream checkpoint whose back-edge log is not empty.
+fn restore(protocol: ProtocolKind) {
+    let snaps = run(protocol);
+    let completed = snaps.completed();
+    let chosen = completed
+        .iter()
+        .find(|c| {
+            let emitted: u64 = c.tasks.values().filter_map(|t| t.source_offset).sum();
+            let logged = c
+                .tasks
+                .values()
+                .flat_map(|t| &t.channels)
+                .any(|l| l.edge == "step<-step" && !l.records.is_empty());
+            emitted < N as u64 && logged
+        })
+        .expect("a mid-stream checkpoint with a back-edge log");
+    let (g, collected) = graph();
+    let config = CheckpointConfig {
+        protocol,
+        interval: Some(Duration::from_millis(10)),
+        ..Default::default()
+    };
+    Job::new(
+        g,
+        config,
+        JobOptions {
+            channel_capacity: 8,
+        },
+    )
+    .unwrap()
+    .restore_from(chosen)
+    .unwrap()
+    .run(Arc::new(InMemorySnapshots::new()))
+    .unwrap();
+    check_result(&collected);
+}
+
+#[test]
+fn aligned_iteration_restores_with_its_back_edge_log() {
+    restore(ProtocolKind::Aligned);
+}
+
+#[test]
+fn chandy_lamport_iteration_restores_with_its_channel_state() {
+    restore(ProtocolKind::ChandyLamport);
 }
 
 #[test]

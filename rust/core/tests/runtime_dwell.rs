@@ -310,3 +310,82 @@ fn no_checkpoints_gives_the_same_answer() {
     assert!(snaps.completed().is_empty());
     assert!(report.checkpoints.is_empty());
 }
+
+/// Restoring a mid-stream checkpoint and running to the end gives the same
+/// answer as a run that never stopped (exactly-once state).
+fn restore_mid_stream(protocol: ProtocolKind) {
+    let p = 2;
+    let (_, _, snaps) = run_dwell(
+        protocol,
+        p,
+        CheckpointConfig {
+            interval: Some(Duration::from_millis(15)),
+            ..Default::default()
+        },
+    );
+    let completed = snaps.completed();
+    let mid: Vec<&CompletedCheckpoint> = completed
+        .iter()
+        .filter(|c| (records_before(c, p as u64).len() as u64) < TOTAL / 2)
+        .collect();
+    let chosen = mid
+        .last()
+        .expect("a checkpoint in the first half of the stream");
+    let (g, collected) = dwell_graph(p);
+    let job = Job::new(
+        g,
+        CheckpointConfig {
+            protocol,
+            ..Default::default()
+        },
+        JobOptions::default(),
+    )
+    .unwrap()
+    .restore_from(chosen)
+    .unwrap();
+    let report = job.run(Arc::new(InMemorySnapshots::new())).unwrap();
+    assert_eq!(
+        report.records_in,
+        TOTAL - records_before(chosen, p as u64).len() as u64
+    );
+    let want = reference(0..TOTAL);
+    let got = results(&collected.batches());
+    assert_eq!(got.len(), want.len());
+    for (u, (n, t)) in &want {
+        assert_eq!((got[u].0, got[u].1), (*n, *t), "{protocol}: user {u}");
+    }
+    // Checkpoint ids continue after the restored one.
+    assert!(report.checkpoints.iter().all(|c| c.id > chosen.meta.id));
+}
+
+#[test]
+fn aligned_checkpoint_restores_exactly_once() {
+    restore_mid_stream(ProtocolKind::Aligned);
+}
+
+#[test]
+fn unaligned_checkpoint_restores_exactly_once() {
+    restore_mid_stream(ProtocolKind::Unaligned);
+}
+
+#[test]
+fn chandy_lamport_checkpoint_restores_exactly_once() {
+    restore_mid_stream(ProtocolKind::ChandyLamport);
+}
+
+#[test]
+fn restoring_into_another_graph_shape_is_refused() {
+    let (_, _, snaps) = run_dwell(ProtocolKind::Aligned, 2, CheckpointConfig::default());
+    let last = snaps.latest().expect("the final checkpoint");
+    let (g, _) = dwell_graph(3);
+    match Job::new(g, CheckpointConfig::default(), JobOptions::default())
+        .unwrap()
+        .restore_from(&last)
+    {
+        Err(snapcut_core::Error::Snapshot(msg)) => {
+            assert!(msg.contains("same vertices, parallelism"), "{msg}")
+        }
+        Err(e) => panic!("expected a snapshot error, got {e}"),
+        Ok(_) => panic!("expected a snapshot error"),
+    }
+}

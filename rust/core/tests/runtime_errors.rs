@@ -253,3 +253,108 @@ fn ipc_file_sink_writes_one_readable_file_per_subtask() {
     assert_eq!(rows, 5000);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Passes batches through; its snapshot takes 30 ms (longer than the
+/// checkpoint timeout used below).
+struct SlowSnapshot;
+impl snapcut_core::runtime::operator::Operator for SlowSnapshot {
+    fn process(
+        &mut self,
+        _input: usize,
+        batch: Batch,
+        out: &mut dyn snapcut_core::runtime::operator::Emitter,
+    ) -> snapcut_core::Result<()> {
+        out.emit(batch)
+    }
+    fn snapshot(
+        &mut self,
+        _id: u64,
+    ) -> snapcut_core::Result<Option<snapcut_core::snapshot::StateCapture>> {
+        std::thread::sleep(Duration::from_millis(30));
+        Ok(None)
+    }
+}
+
+fn slow_snapshot_job(tolerable_failures: u32) -> (Job, snapcut_core::runtime::ops::Collected) {
+    let mut g = LogicalGraph::new();
+    let s = g.add_source("src", 2, Arc::new(EndlessOnce));
+    let m = g.add_operator(
+        "slow",
+        2,
+        Arc::new(|_: usize, _: usize| -> snapcut_core::Result<Box<dyn snapcut_core::runtime::operator::Operator>> {
+            Ok(Box::new(SlowSnapshot))
+        }),
+    );
+    let (sink, out) = collect_sink();
+    let k = g.add_operator("sink", 1, sink);
+    g.connect(s, m, Partitioning::Forward);
+    g.connect(m, k, Partitioning::RoundRobin);
+    let config = CheckpointConfig {
+        interval: Some(Duration::from_millis(5)),
+        timeout: Duration::from_millis(1),
+        tolerable_failures,
+        ..Default::default()
+    };
+    (Job::new(g, config, JobOptions::default()).unwrap(), out)
+}
+
+/// 200 batches of 100 records, 1 ms apart, then the end.
+struct EndlessOnce;
+impl SourceFactory for EndlessOnce {
+    fn create(&self, s: usize, p: usize) -> snapcut_core::Result<Box<dyn Source>> {
+        struct Paced(Box<dyn Source>);
+        impl Source for Paced {
+            fn next_batch(&mut self) -> snapcut_core::Result<Option<Batch>> {
+                std::thread::sleep(Duration::from_millis(1));
+                self.0.next_batch()
+            }
+            fn offset(&self) -> u64 {
+                self.0.offset()
+            }
+            fn seek(&mut self, o: u64) -> snapcut_core::Result<()> {
+                self.0.seek(o)
+            }
+        }
+        Ok(Box::new(Paced(
+            dwell_source(40_000, 10, 3, 100)?.create(s, p)?,
+        )))
+    }
+}
+
+#[test]
+fn expired_checkpoint_fails_the_job_when_no_failure_is_tolerated() {
+    let (job, _) = slow_snapshot_job(0);
+    let snaps = Arc::new(InMemorySnapshots::new());
+    match job.run(snaps.clone()) {
+        Err(Error::Snapshot(msg)) => {
+            assert!(
+                msg.contains("expired") && msg.contains("tolerable_failures = 0"),
+                "{msg}"
+            )
+        }
+        other => panic!("expected a snapshot error, got {other:?}"),
+    }
+    assert!(snaps.completed().is_empty());
+    assert!(!snaps.aborted().is_empty());
+}
+
+#[test]
+fn tolerated_expired_checkpoints_are_aborted_and_the_job_finishes() {
+    let (job, out) = slow_snapshot_job(1_000_000);
+    let snaps = Arc::new(InMemorySnapshots::new());
+    let report = job.run(snaps.clone()).unwrap();
+    assert_eq!(out.num_rows(), 40_000);
+    assert!(snaps.completed().is_empty());
+    let aborted: Vec<_> = report
+        .checkpoints
+        .iter()
+        .filter(|c| matches!(&c.status, snapcut_core::runtime::CheckpointStatus::Aborted(r) if r.contains("expired")))
+        .collect();
+    assert!(aborted.len() >= 2, "{:?}", report.checkpoints);
+    let all_aborted = report
+        .checkpoints
+        .iter()
+        .filter(|c| c.status != snapcut_core::runtime::CheckpointStatus::Completed)
+        .count();
+    assert_eq!(all_aborted, snaps.aborted().len());
+}

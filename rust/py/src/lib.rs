@@ -6,6 +6,7 @@ use snapcut_core::protocol::ProtocolKind;
 
 mod dataflow;
 mod errors;
+mod sim;
 
 use errors::IntoPyResult;
 
@@ -24,5 +25,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
     dataflow::register(m)?;
+    sim::register(m)?;
     Ok(())
 }

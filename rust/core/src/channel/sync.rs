@@ -5,16 +5,16 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, Mutex};
+pub(crate) use loom::sync::Arc;
 #[cfg(loom)]
-pub(crate) use loom::thread::{current, park, yield_now, Thread};
+pub(crate) use loom::thread::yield_now;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, Mutex};
+pub(crate) use std::sync::Arc;
 #[cfg(not(loom))]
-pub(crate) use std::thread::{current, park, yield_now, Thread};
+pub(crate) use std::thread::yield_now;
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
@@ -43,15 +43,65 @@ impl<T> UnsafeCell<T> {
     }
 }
 
-/// Parks the current thread for at most `timeout` (loom has no timed park: it parks).
+/// Where a waiting task blocks: the OS thread parker in real builds; under loom a
+/// `loom::sync::Notify`, because loom's `unpark` would also wake a thread blocked in
+/// `join` (real `unpark` only leaves a token).
 #[cfg(not(loom))]
-pub(crate) fn park_timeout(timeout: std::time::Duration) {
-    std::thread::park_timeout(timeout);
+#[derive(Debug, Default)]
+pub(crate) struct Parker {
+    thread: std::sync::Mutex<Option<std::thread::Thread>>,
+}
+
+#[cfg(not(loom))]
+impl Parker {
+    /// Records the calling thread as the one to unpark (a waker may move between
+    /// threads with the task that owns it).
+    pub(crate) fn prepare(&self) {
+        let me = std::thread::current();
+        let mut slot = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().map(std::thread::Thread::id) != Some(me.id()) {
+            *slot = Some(me);
+        }
+    }
+
+    /// Blocks until unparked (spurious returns allowed), at most `timeout` if given.
+    pub(crate) fn park(&self, timeout: Option<std::time::Duration>) {
+        match timeout {
+            None => std::thread::park(),
+            Some(t) => std::thread::park_timeout(t),
+        }
+    }
+
+    pub(crate) fn unpark(&self) {
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(thread) = thread {
+            thread.unpark();
+        }
+    }
 }
 
 #[cfg(loom)]
-pub(crate) fn park_timeout(_timeout: std::time::Duration) {
-    park();
+#[derive(Debug, Default)]
+pub(crate) struct Parker {
+    notify: loom::sync::Notify,
+}
+
+#[cfg(loom)]
+impl Parker {
+    pub(crate) fn prepare(&self) {}
+
+    /// Loom has no timed wait; models never use timeouts.
+    pub(crate) fn park(&self, _timeout: Option<std::time::Duration>) {
+        self.notify.wait();
+    }
+
+    pub(crate) fn unpark(&self) {
+        self.notify.notify();
+    }
 }
 
 pub(crate) use barrier::{heavy_barrier, init_barriers, light_barrier};

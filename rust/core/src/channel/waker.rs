@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use super::sync::{self, AtomicBool, Mutex, Thread};
+use super::sync::{self, AtomicBool, Parker};
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Spin rounds (each doubling the number of `spin_loop` hints) before yielding.
@@ -24,15 +24,15 @@ const YIELD_ROUNDS: u32 = 10;
 pub struct TaskWaker {
     /// Set while the owner is (about to be) parked; read by every publish.
     sleeping: CachePadded<AtomicBool>,
-    /// The thread to unpark; only touched on the slow paths.
-    thread: Mutex<Option<Thread>>,
+    /// Where the owner blocks; only touched on the slow paths.
+    parker: Parker,
 }
 
 impl Default for TaskWaker {
     fn default() -> Self {
         Self {
             sleeping: CachePadded::new(AtomicBool::new(false)),
-            thread: Mutex::new(None),
+            parker: Parker::default(),
         }
     }
 }
@@ -84,14 +84,7 @@ impl TaskWaker {
     #[cold]
     #[inline(never)]
     fn wake_slow(&self) {
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(thread) = thread {
-            thread.unpark();
-        }
+        self.parker.unpark();
     }
 
     fn wait_inner(&self, mut ready: impl FnMut() -> bool, deadline: Option<Instant>) -> bool {
@@ -117,7 +110,7 @@ impl TaskWaker {
                 }
             }
         }
-        self.register_current_thread();
+        self.parker.prepare();
         loop {
             // Dekker handshake with `notify`: announce, barrier, re-check, park.
             self.sleeping.store(true, Relaxed);
@@ -127,28 +120,20 @@ impl TaskWaker {
                 return true;
             }
             match deadline {
-                None => sync::park(),
+                None => self.parker.park(None),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         self.sleeping.store(false, Relaxed);
                         return ready();
                     }
-                    sync::park_timeout(d - now);
+                    self.parker.park(Some(d - now));
                 }
             }
             self.sleeping.store(false, Relaxed);
             if ready() {
                 return true;
             }
-        }
-    }
-
-    fn register_current_thread(&self) {
-        let me = sync::current();
-        let mut slot = self.thread.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.as_ref().map(Thread::id) != Some(me.id()) {
-            *slot = Some(me);
         }
     }
 }

@@ -81,12 +81,35 @@ impl Core {
             Event::Record { input } => self.on_record(input, out),
             Event::Barrier { input, id } => self.on_barrier(input, id, out),
             Event::BarrierQueued { id, .. } => {
-                // Only unaligned checkpoints overtake queued data; the input
-                // stays open (logged) until the barrier is popped there.
-                if self.mode == Mode::Unaligned && !self.is_stale(id) {
-                    self.start(id);
-                    let none = vec![false; self.kinds.len()];
-                    self.take(id, &none, out);
+                if self.is_stale(id) || self.open.contains_key(&id) {
+                    return;
+                }
+                match self.mode {
+                    // Overtake the queued data: the input stays open (logged)
+                    // until the barrier is popped there.
+                    Mode::Unaligned => {
+                        self.start(id);
+                        let none = vec![false; self.kinds.len()];
+                        self.take(id, &none, out);
+                    }
+                    // As in Flink, the alignment (and its timeout clock)
+                    // starts when the barrier is announced, so a timeout can
+                    // fire even while backpressure keeps it queued. Only when
+                    // nothing else is in flight here: a later id announced
+                    // while an earlier one is unfinished must not make the
+                    // barriers in between look stale.
+                    Mode::AlignedThenUnaligned
+                        if self.pending.is_none() && self.open.is_empty() =>
+                    {
+                        self.start(id);
+                        self.pending = Some(Pending {
+                            id,
+                            arrived: vec![false; self.kinds.len()],
+                        });
+                        // Without live regular inputs there is nothing to wait for.
+                        self.finish_alignment_if_ready(out);
+                    }
+                    Mode::AlignedThenUnaligned | Mode::Aligned => {}
                 }
             }
             Event::Trigger { id } => {

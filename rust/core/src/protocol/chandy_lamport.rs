@@ -23,9 +23,13 @@ pub struct ChandyLamport {
     /// Snapshots recorded here whose markers have not all arrived:
     /// `true` = input still being recorded (its marker not yet received).
     recording: BTreeMap<CheckpointId, Vec<bool>>,
-    /// Aborted ids: a late marker of one must not restart it.
-    aborted: BTreeSet<CheckpointId>,
+    /// Finished or aborted ids: a late trigger or marker of one must not
+    /// restart it. Only the most recent [`REMEMBERED`] are kept.
+    closed: BTreeSet<CheckpointId>,
 }
+
+/// How many finished ids a process remembers (older ones never come back).
+const REMEMBERED: usize = 4096;
 
 impl ChandyLamport {
     /// A process with `n_inputs` incoming channels.
@@ -33,13 +37,20 @@ impl ChandyLamport {
         ChandyLamport {
             ended: vec![false; n_inputs],
             recording: BTreeMap::new(),
-            aborted: BTreeSet::new(),
+            closed: BTreeSet::new(),
         }
     }
 
     /// Snapshot ids recorded here and still waiting for markers.
     pub fn in_flight(&self) -> impl Iterator<Item = CheckpointId> + '_ {
         self.recording.keys().copied()
+    }
+
+    fn close(&mut self, id: CheckpointId) {
+        self.closed.insert(id);
+        if self.closed.len() > REMEMBERED {
+            self.closed.pop_first();
+        }
     }
 
     fn record(&mut self, id: CheckpointId, marker_on: Option<InputId>, out: &mut Vec<Action>) {
@@ -51,6 +62,7 @@ impl ChandyLamport {
         if logging.iter().any(|&l| l) {
             self.recording.insert(id, logging);
         } else {
+            self.close(id);
             out.push(Action::Complete { id });
         }
     }
@@ -62,6 +74,7 @@ impl ChandyLamport {
         logging[input] = false;
         if logging.iter().all(|&l| !l) {
             self.recording.remove(&id);
+            self.close(id);
             out.push(Action::Complete { id });
         }
     }
@@ -79,7 +92,7 @@ impl Protocol for ChandyLamport {
                 out.push(Action::Deliver);
             }
             Event::Barrier { input, id } => {
-                if self.aborted.contains(&id) {
+                if self.closed.contains(&id) {
                     return;
                 }
                 if self.recording.contains_key(&id) {
@@ -89,7 +102,7 @@ impl Protocol for ChandyLamport {
                 }
             }
             Event::Trigger { id } => {
-                if !self.aborted.contains(&id) && !self.recording.contains_key(&id) {
+                if !self.closed.contains(&id) && !self.recording.contains_key(&id) {
                     self.record(id, None, out);
                 }
             }
@@ -104,7 +117,7 @@ impl Protocol for ChandyLamport {
             }
             Event::Abort { id } => {
                 self.recording.remove(&id);
-                self.aborted.insert(id);
+                self.close(id);
             }
             // Markers are handled when popped; there is no alignment to time out.
             Event::BarrierQueued { .. } | Event::AlignmentTimeout { .. } => {}
@@ -200,6 +213,8 @@ mod tests {
                 Action::Complete { id: 1 }
             ]
         );
+        // A finished id is not restarted.
+        assert!(step(&mut p, Event::Trigger { id: 1 }).is_empty());
     }
 
     #[test]

@@ -8,7 +8,9 @@
 //!   is closed (or its input ended).
 //! - Back-edges need no special case: nothing waits for them.
 //! - With `aligned_first` the task behaves as [`super::Aligned`] until
-//!   [`Event::AlignmentTimeout`] for the id being aligned arrives; then it
+//!   [`Event::AlignmentTimeout`] for the id being aligned arrives (the
+//!   alignment, and so [`Protocol::aligning`], starts at the first barrier
+//!   popped *or seen queued*, so backpressure cannot delay the switch); then it
 //!   snapshots and forwards at once, unblocks everything, and logs only the
 //!   inputs still awaiting barrier `n` (blocked inputs already delivered it:
 //!   they have nothing in flight to persist).
@@ -178,6 +180,49 @@ mod tests {
         assert_eq!(
             step(&mut p, Event::Barrier { input: 2, id: 1 }),
             [Action::Complete { id: 1 }]
+        );
+    }
+
+    #[test]
+    fn aligned_first_starts_aligning_when_a_barrier_is_seen_queued() {
+        let mut p = Unaligned::new(&[Regular, Regular], true);
+        assert!(step(&mut p, Event::BarrierQueued { input: 0, id: 1 }).is_empty());
+        assert_eq!(p.aligning(), Some(1));
+        assert!(!p.is_blocked(0));
+        // Data ahead of the barrier is still delivered before the snapshot.
+        assert_eq!(step(&mut p, Event::Record { input: 0 }), [Action::Deliver]);
+        assert_eq!(
+            step(&mut p, Event::AlignmentTimeout { id: 1 }),
+            [Action::Snapshot { id: 1 }, Action::Forward { id: 1 }]
+        );
+        // Both inputs still hold data ahead of barrier 1: overtaken, logged.
+        assert_eq!(
+            step(&mut p, Event::Record { input: 0 }),
+            [Action::Log { input: 0, id: 1 }, Action::Deliver]
+        );
+        assert!(step(&mut p, Event::Barrier { input: 0, id: 1 }).is_empty());
+        assert_eq!(
+            step(&mut p, Event::Barrier { input: 1, id: 1 }),
+            [Action::Complete { id: 1 }]
+        );
+    }
+
+    #[test]
+    fn aligned_first_queued_then_popped_aligns_normally() {
+        let mut p = Unaligned::new(&[Regular, Regular], true);
+        step(&mut p, Event::BarrierQueued { input: 1, id: 1 });
+        assert_eq!(
+            step(&mut p, Event::Barrier { input: 1, id: 1 }),
+            [Action::Block { input: 1 }]
+        );
+        assert_eq!(
+            step(&mut p, Event::Barrier { input: 0, id: 1 }),
+            [
+                Action::Snapshot { id: 1 },
+                Action::Forward { id: 1 },
+                Action::Unblock { input: 1 },
+                Action::Complete { id: 1 }
+            ]
         );
     }
 

@@ -95,6 +95,11 @@ impl Coordinator {
         }
     }
 
+    /// Numbers checkpoints from `id` on (after a restore).
+    pub fn first_id(&mut self, id: CheckpointId) {
+        self.next_id = id;
+    }
+
     /// Runs until every task has ended; the job's outcome.
     pub fn run(&mut self) -> Result<()> {
         while !self.done.iter().all(|&d| d) {

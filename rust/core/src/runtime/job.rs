@@ -15,7 +15,7 @@ use crate::runtime::edge::{edge, EdgeRx, EdgeTx, Signal};
 use crate::runtime::metrics::{JobReport, TaskReport};
 use crate::runtime::output::{OutChannel, Outputs};
 use crate::runtime::task::{Body, CycleTracker, Input, JobShared, Task};
-use crate::snapshot::SnapshotSink;
+use crate::snapshot::{CompletedCheckpoint, SnapshotSink};
 
 /// Runtime options that are not about checkpoints.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -82,6 +82,7 @@ pub struct Job {
     options: JobOptions,
     tx: mpsc::Sender<CoordMsg>,
     rx: Mutex<Option<mpsc::Receiver<CoordMsg>>>,
+    restore: Option<CompletedCheckpoint>,
 }
 
 impl Job {
@@ -98,7 +99,32 @@ impl Job {
             options,
             tx,
             rx: Mutex::new(Some(rx)),
+            restore: None,
         })
+    }
+
+    /// Starts from checkpoint `checkpoint` instead of the beginning: every
+    /// operator restores its state, every source seeks to its offset, and
+    /// the recorded in-flight records are delivered before anything else.
+    /// The checkpoint must come from a graph of the same shape.
+    pub fn restore_from(mut self, checkpoint: &CompletedCheckpoint) -> Result<Self> {
+        if checkpoint.meta.graph_fingerprint != self.physical.fingerprint {
+            return Err(Error::Snapshot(format!(
+                "checkpoint {} was taken from graph {}, but this job's graph is {}; \
+                 restore into the same vertices, parallelism and edges",
+                checkpoint.meta.id, checkpoint.meta.graph_fingerprint, self.physical.fingerprint
+            )));
+        }
+        for t in &self.physical.tasks {
+            if !checkpoint.tasks.contains_key(&t.id) {
+                return Err(Error::Snapshot(format!(
+                    "checkpoint {} has no snapshot of task {}; it is incomplete",
+                    checkpoint.meta.id, t.id
+                )));
+            }
+        }
+        self.restore = Some(checkpoint.clone());
+        Ok(self)
     }
 
     pub fn physical(&self) -> &PhysicalGraph {
@@ -169,10 +195,32 @@ impl Job {
 
         let mut tasks = Vec::with_capacity(n);
         for (ti, pt) in phys.tasks.iter().enumerate() {
-            let body = match &self.graph.vertices[pt.vertex].kind {
+            let mut body = match &self.graph.vertices[pt.vertex].kind {
                 VertexKind::Source(f) => Body::Source(f.create(pt.id.subtask, pt.parallelism)?),
                 VertexKind::Operator(f) => Body::Operator(f.create(pt.id.subtask, pt.parallelism)?),
             };
+            let mut replay = Vec::new();
+            if let Some(snap) = self.restore.as_ref().and_then(|c| c.tasks.get(&pt.id)) {
+                match &mut body {
+                    Body::Source(src) => src.seek(snap.source_offset.unwrap_or(0))?,
+                    Body::Operator(op) => {
+                        if let Some(state) = &snap.state {
+                            op.restore(std::slice::from_ref(state))?;
+                        }
+                    }
+                }
+                for log in &snap.channels {
+                    if log.input >= pt.inputs.len() {
+                        return Err(Error::Snapshot(format!(
+                            "task {} logged input {} but has {} inputs",
+                            pt.id,
+                            log.input,
+                            pt.inputs.len()
+                        )));
+                    }
+                    replay.extend(log.records.iter().map(|b| (log.input, b.clone())));
+                }
+            }
             let inputs = pt
                 .inputs
                 .iter()
@@ -225,6 +273,7 @@ impl Job {
                 self.tx.clone(),
                 shared.clone(),
                 pt.cycle,
+                replay,
             ));
         }
 
@@ -247,6 +296,9 @@ impl Job {
             phys.fingerprint.clone(),
         );
         coordinator.started = started;
+        if let Some(c) = &self.restore {
+            coordinator.first_id(c.meta.id + 1);
+        }
 
         let mut threads = Vec::with_capacity(n);
         let mut spawn_error = None;

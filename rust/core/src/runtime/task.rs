@@ -87,6 +87,8 @@ pub(crate) struct Task {
     align: Option<(CheckpointId, Instant, bool)>,
     external_reported: bool,
     finished: bool,
+    /// In-flight records of a restored checkpoint, delivered first.
+    replay: Vec<(InputId, Batch)>,
 }
 
 /// Whether `e` is the error of a task stopped by a job cancellation.
@@ -108,6 +110,7 @@ impl Task {
         coord: mpsc::Sender<CoordMsg>,
         shared: Arc<JobShared>,
         cycle: Option<usize>,
+        replay: Vec<(InputId, Batch)>,
     ) -> Self {
         Self {
             index,
@@ -128,6 +131,7 @@ impl Task {
             align: None,
             external_reported: false,
             finished: false,
+            replay,
         }
     }
 
@@ -240,6 +244,12 @@ impl Task {
     }
 
     fn run_operator(&mut self) -> Result<()> {
+        // Restored channel state sat at the head of its channels.
+        for (input, batch) in std::mem::take(&mut self.replay) {
+            self.check_cancel()?;
+            self.counters.records_in += batch.num_rows() as u64;
+            self.deliver(input, batch)?;
+        }
         let n = self.inputs.len();
         let mut rr = 0;
         loop {
