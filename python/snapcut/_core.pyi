@@ -74,6 +74,10 @@ def checkpoint_config(
 ) -> _CheckpointConfig:
     """Builds and validates a checkpoint configuration; raises ConfigError."""
 
+class _Checkpoint:
+    @property
+    def id(self) -> int: ...
+
 class _GraphBuilder:
     def __init__(self) -> None: ...
     def add_python_source(
@@ -102,7 +106,9 @@ class _GraphBuilder:
     def add_iteration_head(self, name: str, parallelism: int) -> int: ...
     def add_collect(self, name: str, parallelism: int, result: str) -> int: ...
     def add_arrow_sink(self, name: str, parallelism: int, path: str) -> int: ...
-    def run(self, checkpointing: _CheckpointConfig) -> dict[str, Any]:
+    def run(
+        self, checkpointing: _CheckpointConfig, restore_from: _Checkpoint | None = None
+    ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 
 def dwell_events(users: int, count: int, seed: int) -> Any:

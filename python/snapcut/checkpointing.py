@@ -169,6 +169,8 @@ class Snapshot:
     started_ms: int
     finished_ms: int
     tasks: dict[str, TaskState]
+    # The checkpoint on the Rust side, for `Dataflow.run(restore_from=...)`.
+    _handle: Any = field(default=None, repr=False, compare=False)
 
     @property
     def source_offsets(self) -> dict[str, int]:

@@ -252,9 +252,17 @@ class Dataflow:
             raise GraphError("a stream can only be used in the Dataflow that made it")
 
     # ---- run -------------------------------------------------------------
-    def run(self, checkpointing: Checkpointing | None = None) -> RunReport:
+    def run(
+        self, checkpointing: Checkpointing | None = None, *, restore_from: Snapshot | None = None
+    ) -> RunReport:
         """Runs the job to completion (bounded sources); the GIL is released
-        while it runs. Raises TaskError if an operator fails."""
+        while it runs. Raises TaskError if an operator fails.
+
+        restore_from: a snapshot of an earlier run of the same graph (same
+        operators, names, parallelism): every operator restores its state,
+        every source resumes at its offset and recorded in-flight records are
+        replayed, so the job finishes as if it had never stopped. Results
+        collected here are those produced after the snapshot."""
         if checkpointing is None:
             checkpointing = Checkpointing(protocol="none")
         if not isinstance(checkpointing, Checkpointing):
@@ -263,8 +271,16 @@ class Dataflow:
             )
         if not any(n.kind in ("collect", "write_arrow") for n in self._nodes):
             raise GraphError("the job has no sink; add .collect(name) or .write_arrow(path)")
+        handle = None
+        if restore_from is not None:
+            if not isinstance(restore_from, Snapshot) or restore_from._handle is None:
+                raise ConfigError(
+                    "restore_from takes a Snapshot from RunReport.snapshots, "
+                    f"got {type(restore_from).__name__}"
+                )
+            handle = restore_from._handle
         builder = self._build()
-        raw = builder.run(checkpointing._config)
+        raw = builder.run(checkpointing._config, handle)
         return RunReport.from_raw(raw)
 
     def _build(self) -> _core._GraphBuilder:
@@ -396,7 +412,9 @@ def _snapshot(c: dict[str, Any]) -> Snapshot:
         )
         for t in c["tasks"]
     }
-    return Snapshot(c["id"], c["protocol"], c["started_ms"], c["finished_ms"], tasks)
+    return Snapshot(
+        c["id"], c["protocol"], c["started_ms"], c["finished_ms"], tasks, _handle=c["handle"]
+    )
 
 
 class Stream:

@@ -13,7 +13,7 @@ use snapcut_core::Error;
 
 use super::config::PyCheckpointConfig;
 use super::keyed::KeyedProcessFactory;
-use super::report;
+use super::report::{self, PyCheckpoint};
 use super::source::{BatchesSourceFactory, PyIterSourceFactory};
 use super::udf::{UdfFactory, UdfKind};
 use crate::errors::IntoPyResult;
@@ -205,11 +205,14 @@ impl GraphBuilder {
     }
 
     /// Runs the job to completion with the GIL released (Python operators
-    /// take it back per batch); returns the raw report.
+    /// take it back per batch), optionally from a checkpoint of an identical
+    /// graph; returns the raw report.
+    #[pyo3(signature = (checkpointing, restore_from=None))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
         checkpointing: &PyCheckpointConfig,
+        restore_from: Option<PyRef<'_, PyCheckpoint>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         if self.ran {
             return Err(Error::Config(
@@ -219,7 +222,11 @@ impl GraphBuilder {
         }
         self.ran = true;
         let graph = std::mem::take(&mut self.graph);
-        let job = Job::new(graph, checkpointing.inner.clone(), JobOptions::default()).map_py()?;
+        let mut job =
+            Job::new(graph, checkpointing.inner.clone(), JobOptions::default()).map_py()?;
+        if let Some(checkpoint) = restore_from {
+            job = job.restore_from(&checkpoint.inner).map_py()?;
+        }
         let sink = Arc::new(InMemorySnapshots::new());
         let job_sink = Arc::clone(&sink);
         let outcome = py.detach(move || job.run(job_sink));

@@ -13,6 +13,29 @@ use snapcut_core::snapshot::{CompletedCheckpoint, TaskSnapshot};
 
 use super::convert::table_to_pyarrow;
 
+/// A completed checkpoint kept on the Rust side, so that a job can be
+/// restored from it (`Dataflow.run(restore_from=snapshot)`).
+#[pyclass(frozen, module = "snapcut._core", name = "_Checkpoint")]
+pub struct PyCheckpoint {
+    pub inner: CompletedCheckpoint,
+}
+
+#[pymethods]
+impl PyCheckpoint {
+    #[getter]
+    fn id(&self) -> u64 {
+        self.inner.meta.id
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "_Checkpoint(id={}, tasks={})",
+            self.inner.meta.id,
+            self.inner.tasks.len()
+        )
+    }
+}
+
 fn table<'py>(py: Python<'py>, batches: Vec<RecordBatch>) -> PyResult<Bound<'py, PyAny>> {
     let schema = batches
         .first()
@@ -81,6 +104,7 @@ fn snapshot<'py>(py: Python<'py>, c: &CompletedCheckpoint) -> PyResult<Bound<'py
         tasks.append(task_snapshot(py, t)?)?;
     }
     d.set_item("tasks", tasks)?;
+    d.set_item("handle", PyCheckpoint { inner: c.clone() })?;
     Ok(d)
 }
 
