@@ -138,3 +138,23 @@ def test_tuples_need_column_names() -> None:
     flow.from_iterable([(1, 2)]).collect("r")
     with pytest.raises(TaskError, match="needs names"):
         flow.run()
+
+
+def test_ctrl_c_cancels_a_running_job() -> None:
+    # An endless source: without cancellation on Ctrl-C, run() would never return.
+    import _thread
+    import itertools
+
+    def endless() -> Any:
+        for i in itertools.count():
+            yield {"x": i}
+
+    def interrupt_once(batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch["x"][0].as_py() == 0:
+            _thread.interrupt_main()
+        return batch
+
+    flow = Dataflow()
+    flow.from_iterable(endless, batch_size=10).map(interrupt_once).collect("r")
+    with pytest.raises(KeyboardInterrupt):
+        flow.run(Checkpointing(protocol="aligned", interval=0.01))

@@ -2,13 +2,14 @@
 //! call per vertex and edge, then runs it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use pyo3_arrow::PyRecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning, VertexId};
 use snapcut_core::runtime::ops::{self, AggFunc, AggSpec, Collected};
-use snapcut_core::runtime::{InMemorySnapshots, Job, JobOptions};
+use snapcut_core::runtime::{InMemorySnapshots, Job, JobOptions, JobReport};
 use snapcut_core::Error;
 
 use super::config::PyCheckpointConfig;
@@ -228,9 +229,7 @@ impl GraphBuilder {
             job = job.restore_from(&checkpoint.inner).map_py()?;
         }
         let sink = Arc::new(InMemorySnapshots::new());
-        let job_sink = Arc::clone(&sink);
-        let outcome = py.detach(move || job.run(job_sink));
-        let job_report = outcome.map_py()?;
+        let job_report = run_interruptibly(py, job, Arc::clone(&sink) as _)?;
         report::to_py(py, &job_report, &self.collects, &sink.completed())
     }
 
@@ -269,5 +268,54 @@ impl GraphBuilder {
         } else {
             self.graph.connect(from_vertex, to_vertex, p)
         })
+    }
+}
+
+/// Runs `job` on its own thread with the GIL released, waking every 100 ms
+/// to let Python handle signals: Ctrl-C cancels the job and raises
+/// `KeyboardInterrupt` instead of leaving the interpreter stuck in Rust.
+fn run_interruptibly(
+    py: Python<'_>,
+    job: Job,
+    sink: Arc<dyn snapcut_core::snapshot::SnapshotSink>,
+) -> PyResult<JobReport> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let handle = job.handle();
+    let (tx, rx) = channel();
+    // A Receiver is not Sync; detach() needs to borrow it across threads.
+    let rx = std::sync::Mutex::new(rx);
+    let recv = |timeout: Option<Duration>| {
+        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+        match timeout {
+            Some(t) => rx.recv_timeout(t),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    };
+    let runner = std::thread::Builder::new()
+        .name("snapcut-job".into())
+        .spawn(move || {
+            let _ = tx.send(job.run(sink));
+        })
+        .map_err(|e| Error::io("spawning the job thread", e))
+        .map_py()?;
+    loop {
+        match py.detach(|| recv(Some(Duration::from_millis(100)))) {
+            Ok(outcome) => {
+                let _ = runner.join();
+                return outcome.map_py();
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    let _ = handle.cancel();
+                    let _ = py.detach(|| recv(None));
+                    let _ = runner.join();
+                    return Err(interrupt);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let _ = runner.join();
+                return Err(Error::Task("the job thread panicked".into())).map_py();
+            }
+        }
     }
 }
