@@ -15,11 +15,18 @@ from snapcut._core import (
     TaskError,
     __version__,
 )
-from snapcut.checkpointing import Checkpointing, CheckpointMetrics, Snapshot
+from snapcut.checkpointing import (
+    ChannelLog,
+    Checkpointing,
+    CheckpointMetrics,
+    Snapshot,
+    TaskState,
+)
 from snapcut.dataflow import Dataflow, KeyedStream, RunReport, Stream
 
 __all__ = [
     "ChannelClosedError",
+    "ChannelLog",
     "CheckpointMetrics",
     "Checkpointing",
     "ConfigError",
@@ -33,5 +40,6 @@ __all__ = [
     "StorageError",
     "Stream",
     "TaskError",
+    "TaskState",
     "__version__",
 ]
