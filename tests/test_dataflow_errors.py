@@ -158,3 +158,19 @@ def test_ctrl_c_cancels_a_running_job() -> None:
     flow.from_iterable(endless, batch_size=10).map(interrupt_once).collect("r")
     with pytest.raises(KeyboardInterrupt):
         flow.run(Checkpointing(protocol="aligned", interval=0.01))
+
+
+def test_iterate_feedback_must_come_from_the_loop() -> None:
+    flow, src = small_flow()
+    with pytest.raises(GraphError, match="feedback stream of iterate must be built from the loop"):
+        flow.iterate(src, lambda loop: (src, loop.map(lambda b: b)))
+
+    flow, src = small_flow()
+    other = flow.from_batches(pa.table({"k": [9], "v": [9]}))
+
+    def step(loop: snapcut.Stream) -> tuple[snapcut.Stream, snapcut.Stream]:
+        return other.map(lambda b: b, name="outside"), loop
+
+    flow.iterate(src, step).collect("r")
+    with pytest.raises(GraphError, match="does not close a cycle"):
+        flow.run()
