@@ -190,6 +190,14 @@ fn main() {
             Some(Duration::from_millis(100)),
         ),
     ];
+    let only = std::env::var("ONLY").ok();
+    let cases: Vec<_> = cases
+        .into_iter()
+        .filter(|(name, _, _)| {
+            only.as_deref()
+                .is_none_or(|o| name.starts_with(o) || *name == "none")
+        })
+        .collect();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); cases.len() + 1];
     let mut ckpts: Vec<Vec<usize>> = vec![Vec::new(); cases.len()];
     // Interleave the cases run by run, so that machine load hits all alike.
