@@ -168,14 +168,20 @@ impl Outputs {
                 grp.next = (grp.next + 1) % n;
                 self.push(c, Item::Data(batch))
             }
-            Partitioning::Hash { key } => {
-                let key = key.clone();
+            Partitioning::Hash { .. } => {
+                // Borrow the key without cloning it per batch.
+                let part =
+                    std::mem::replace(&mut self.groups[g].partitioning, Partitioning::Forward);
+                let Partitioning::Hash { key } = &part else {
+                    unreachable!("matched above")
+                };
                 let mut partitioner = std::mem::take(&mut self.partitioner);
-                let res = partitioner.split(&batch, &key, n, |part, sub| {
-                    let c = self.groups[g].channels[part];
+                let res = partitioner.split(&batch, key, n, |p, sub| {
+                    let c = self.groups[g].channels[p];
                     self.push(c, Item::Data(sub))
                 });
                 self.partitioner = partitioner;
+                self.groups[g].partitioning = part;
                 res
             }
         }
