@@ -174,3 +174,11 @@ def test_iterate_feedback_must_come_from_the_loop() -> None:
     flow.iterate(src, step).collect("r")
     with pytest.raises(GraphError, match="does not close a cycle"):
         flow.run()
+
+
+def test_results_with_mixed_schemas_are_a_clear_error() -> None:
+    flow = Dataflow()
+    src = flow.from_batches([pa.record_batch({"x": [1]}), pa.record_batch({"x": [2]})])
+    src.map(lambda b: b if b["x"][0].as_py() == 1 else pa.record_batch({"y": ["a"]})).collect("r")
+    with pytest.raises(TaskError, match='result "r" received batches of different schemas'):
+        flow.run()

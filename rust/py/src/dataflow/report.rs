@@ -118,7 +118,18 @@ pub fn to_py<'py>(
     let d = PyDict::new(py);
     let res = PyDict::new(py);
     for (name, collected) in results {
-        res.set_item(name, table(py, collected.batches())?)?;
+        let batches = collected.batches();
+        if let Some(first) = batches.first() {
+            if let Some(other) = batches.iter().find(|b| b.schema() != first.schema()) {
+                return Err(crate::errors::to_py(snapcut_core::Error::Task(format!(
+                    "result {name:?} received batches of different schemas ({} and {}); \
+                     make every operator upstream of it return one schema",
+                    first.schema(),
+                    other.schema()
+                ))));
+            }
+        }
+        res.set_item(name, table(py, batches)?)?;
     }
     d.set_item("results", res)?;
     let cps = PyList::empty(py);
