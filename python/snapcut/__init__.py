@@ -15,14 +15,31 @@ from snapcut._core import (
     TaskError,
     __version__,
 )
+from snapcut.checkpointing import (
+    ChannelLog,
+    Checkpointing,
+    CheckpointMetrics,
+    Snapshot,
+    TaskState,
+)
+from snapcut.dataflow import Dataflow, KeyedStream, RunReport, Stream
 
 __all__ = [
     "ChannelClosedError",
+    "ChannelLog",
+    "CheckpointMetrics",
+    "Checkpointing",
     "ConfigError",
+    "Dataflow",
     "GraphError",
+    "KeyedStream",
+    "RunReport",
     "SnapcutError",
+    "Snapshot",
     "SnapshotError",
     "StorageError",
+    "Stream",
     "TaskError",
+    "TaskState",
     "__version__",
 ]
