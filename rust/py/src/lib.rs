@@ -5,6 +5,8 @@ use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
 
 mod errors;
+mod state;
+mod store;
 
 use errors::IntoPyResult;
 
@@ -22,5 +24,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
+    state::register(m)?;
+    store::register(m)?;
     Ok(())
 }
