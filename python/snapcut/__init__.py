@@ -11,6 +11,7 @@ from snapcut._core import (
     GraphError,
     SnapcutError,
     SnapshotError,
+    StateTable,
     StorageError,
     TaskError,
     __version__,
@@ -22,7 +23,11 @@ __all__ = [
     "GraphError",
     "SnapcutError",
     "SnapshotError",
+    "StateTable",
     "StorageError",
     "TaskError",
     "__version__",
+    "snapshots",
 ]
+
+from snapcut import snapshots

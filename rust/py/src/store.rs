@@ -221,7 +221,14 @@ fn format_constants<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
+/// CRC-32C (Castagnoli) of `data`: the checksum of every snapshot file.
+#[pyfunction(name = "crc32c")]
+fn crc32c_of(py: Python<'_>, data: &[u8]) -> u32 {
+    py.detach(|| ::crc32c::crc32c(data))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
     m.add_class::<SnapshotReader>()?;
     m.add_class::<SnapshotStore>()?;
     m.add("SNAPSHOT_FORMAT", format_constants(m.py())?)?;
