@@ -273,3 +273,49 @@ fn write_failure_leaves_previous_checkpoints_untouched() {
         3
     );
 }
+
+#[test]
+fn load_gives_the_runtime_a_completed_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..5, 1)).unwrap();
+    checkpoint(&store, &mut t, 1, false);
+    t.upsert(&rows(5..6, 1)).unwrap();
+    t.delete(&Int64Array::from(vec![0])).unwrap();
+    checkpoint(&store, &mut t, 2, true);
+    let (loaded, skipped) = store.reader().load_latest_intact().unwrap();
+    assert!(skipped.is_empty());
+    assert_eq!(loaded.meta, {
+        let mut m = meta(2, true);
+        m.started_ms = 1002;
+        m
+    });
+    let agg = &loaded.tasks[&task("agg", 0)];
+    let state = agg.state.as_ref().unwrap();
+    assert_eq!(state.kind, snapcut_core::snapshot::StateKind::Full);
+    assert_eq!(as_map(&state.batch), (1..6).map(|k| (k, k + 1)).collect());
+    assert_eq!(agg.channels.len(), 1);
+    assert_eq!(loaded.tasks[&task("src", 0)].source_offset, Some(20));
+    // A table restored from the loaded state continues with diffs based on 2.
+    let mut r = table(10);
+    r.restore(&[(2, state.clone())]).unwrap();
+    r.upsert(&rows([9], 0)).unwrap();
+    assert_eq!(r.checkpoint(3).unwrap().kind, snapcut_core::snapshot::StateKind::Diff { base: 2 });
+}
+
+#[test]
+fn a_task_reports_once_per_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let snap = || snapcut_core::snapshot::TaskSnapshot {
+        task: task("src", 0),
+        state: None,
+        channels: vec![],
+        source_offset: Some(1),
+        alignment_nanos: 0,
+    };
+    store.task_snapshot(1, snap()).unwrap();
+    let err = store.task_snapshot(1, snap()).unwrap_err();
+    assert!(err.to_string().contains("reported twice"), "{err}");
+}

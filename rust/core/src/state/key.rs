@@ -45,8 +45,8 @@ impl KeyType {
         matches!(self.0, DataType::Int64 | DataType::Int32)
     }
 
-    /// Reads every key of `array` (which must have this type and no nulls).
-    pub(crate) fn keys(&self, name: &str, array: &dyn Array) -> Result<Vec<Key>> {
+    /// Checks that `array` can be keys of this table: same type, no nulls.
+    pub(crate) fn check(&self, name: &str, array: &dyn Array) -> Result<()> {
         if array.data_type() != &self.0 {
             return Err(Error::Config(format!(
                 "key column '{name}' has type {}, the state table's key type is {}",
@@ -60,6 +60,12 @@ impl KeyType {
                 array.null_count()
             )));
         }
+        Ok(())
+    }
+
+    /// Reads every key of `array` (which must have this type and no nulls).
+    pub(crate) fn keys(&self, name: &str, array: &dyn Array) -> Result<Vec<Key>> {
+        self.check(name, array)?;
         let bytes = |v: &[u8]| Key::Bytes(Box::from(v));
         Ok(match &self.0 {
             DataType::Int64 => array

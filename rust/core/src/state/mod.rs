@@ -8,6 +8,7 @@
 //! Encoding and writing the capture is the store's background job.
 
 mod column;
+mod dirty;
 mod key;
 mod table;
 

@@ -3,11 +3,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::filter::filter_record_batch;
 
 use super::column::{check_supported, new_column, Column};
+use super::dirty::DirtySet;
 use super::key::{Key, KeyIndex, KeySet, KeyType};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -47,9 +50,8 @@ pub struct StateTable {
     /// Slot bookkeeping: which slots hold a live key, which are free for reuse.
     occupied: Vec<bool>,
     free: Vec<u32>,
-    /// Slots written since the last checkpoint (each once; may since be freed).
-    dirty: Vec<u32>,
-    dirty_flag: Vec<bool>,
+    /// Slots written since the last checkpoint (may since have been freed).
+    dirty: DirtySet,
     tombstones: KeySet,
     last_checkpoint: Option<CheckpointId>,
     diffs_since_full: u32,
@@ -112,7 +114,7 @@ impl StateTable {
         let columns = schema
             .fields()
             .iter()
-            .map(|f| new_column(f.data_type()).expect("checked supported"))
+            .map(|f| new_column(f.data_type(), f.is_nullable()).expect("checked supported"))
             .collect();
         Ok(Self {
             diff_schema,
@@ -124,8 +126,7 @@ impl StateTable {
             columns,
             occupied: Vec::new(),
             free: Vec::new(),
-            dirty: Vec::new(),
-            dirty_flag: Vec::new(),
+            dirty: DirtySet::default(),
             last_checkpoint: None,
             diffs_since_full: 0,
             force_full: false,
@@ -175,33 +176,43 @@ impl StateTable {
     /// within a batch a later row wins over an earlier one with the same key.
     pub fn upsert(&mut self, batch: &RecordBatch) -> Result<()> {
         let arrays = self.columns_of(batch)?;
-        let keys = self
-            .key_type
-            .keys(self.key_column(), arrays[self.key_col].as_ref())?;
-        self.index.reserve(keys.len());
-        let mut slots = Vec::with_capacity(keys.len());
-        for key in keys {
-            if self.tombstones.len() > 0 {
-                self.tombstones.remove(&key);
+        let key_array = arrays[self.key_col].as_ref();
+        self.key_type.check(self.key_column(), key_array)?;
+        self.index.reserve(key_array.len());
+        let mut len = self.occupied.len() as u32;
+        let free = &mut self.free;
+        let mut new_slot = || {
+            free.pop().unwrap_or_else(|| {
+                len += 1;
+                len - 1
+            })
+        };
+        let slots: Vec<u32> = match &mut self.index {
+            // Hot path: Int64 keys straight from the Arrow buffer, no Key values.
+            KeyIndex::Int(map) if self.tombstones.len() == 0 && key_array.data_type() == &DataType::Int64 => key_array
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .map(|&k| *map.entry(k).or_insert_with(&mut new_slot))
+                .collect(),
+            index => {
+                let keys = self.key_type.keys(self.schema.field(self.key_col).name(), key_array)?;
+                let tombstones = &mut self.tombstones;
+                keys.into_iter()
+                    .map(|key| {
+                        if tombstones.len() > 0 {
+                            tombstones.remove(&key);
+                        }
+                        index.get_or_insert(key, &mut new_slot).0
+                    })
+                    .collect()
             }
-            let free = &mut self.free;
-            let next = self.occupied.len() as u32;
-            let mut appended = 0u32;
-            let (slot, _) = self.index.get_or_insert(key, || {
-                free.pop().unwrap_or_else(|| {
-                    appended += 1;
-                    next
-                })
-            });
-            if appended > 0 {
-                self.grow(next as usize + 1);
-            }
-            self.occupied[slot as usize] = true;
-            if !self.dirty_flag[slot as usize] {
-                self.dirty_flag[slot as usize] = true;
-                self.dirty.push(slot);
-            }
-            slots.push(slot);
+        };
+        self.grow(len as usize);
+        for &slot in &slots {
+            let s = slot as usize;
+            self.occupied[s] = true;
+            self.dirty.insert(slot);
         }
         for (column, array) in self.columns.iter_mut().zip(arrays.iter()) {
             column.scatter(&slots, array.as_ref());
@@ -239,12 +250,8 @@ impl StateTable {
     /// The changes since the last checkpoint as a diff batch, without
     /// starting a new checkpoint: upserts then tombstones.
     pub fn changes(&self) -> RecordBatch {
-        let slots: Vec<u32> = self
-            .dirty
-            .iter()
-            .copied()
-            .filter(|&s| self.occupied[s as usize])
-            .collect();
+        let mut slots = self.dirty.to_vec();
+        slots.retain(|&s| self.occupied[s as usize]);
         self.diff_batch(&slots, &self.tombstones.to_vec())
     }
 
@@ -362,15 +369,11 @@ impl StateTable {
         }
         self.occupied.clear();
         self.free.clear();
-        self.dirty.clear();
-        self.dirty_flag.clear();
+        self.dirty.reset();
         self.tombstones.drain();
     }
 
     fn reset_tracking(&mut self) {
-        for &s in &self.dirty {
-            self.dirty_flag[s as usize] = false;
-        }
         self.dirty.clear();
         self.tombstones.drain();
     }
@@ -383,10 +386,9 @@ impl StateTable {
         let cap = len.max(self.occupied.len() * 2).max(16);
         if cap > self.occupied.capacity() {
             self.occupied.reserve(cap - self.occupied.len());
-            self.dirty_flag.reserve(cap - self.dirty_flag.len());
         }
         self.occupied.resize(len, false);
-        self.dirty_flag.resize(len, false);
+        self.dirty.grow(len);
         for c in &mut self.columns {
             c.resize(len);
         }

@@ -16,7 +16,10 @@ use super::manifest::{
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{ChannelLog, StateCapture, StateKind, TaskId};
+use crate::protocol::ProtocolKind;
+use crate::snapshot::{
+    ChannelLog, CheckpointMeta, CompletedCheckpoint, StateCapture, StateKind, TaskId, TaskSnapshot,
+};
 use crate::state::{StatePolicy, StateTable, DELETED_COLUMN, KEY_METADATA};
 
 /// A checkpoint passed over by [`SnapshotReader::latest_intact`], and why.
@@ -273,6 +276,47 @@ impl SnapshotReader {
             });
         }
         Ok(out)
+    }
+
+    /// Checkpoint `id` verified and loaded whole, in the form the runtime
+    /// restores from: every task's state rebuilt to a full capture, its
+    /// channel logs and source offset.
+    pub fn load(&self, id: CheckpointId) -> Result<CompletedCheckpoint> {
+        let manifest = self.verify(id)?;
+        let protocol: ProtocolKind = manifest.protocol.parse().map_err(|e| {
+            Error::Snapshot(format!("checkpoint {id}: manifest names an unknown protocol: {e}"))
+        })?;
+        let meta = CheckpointMeta {
+            id,
+            protocol,
+            started_ms: manifest.started_ms,
+            finished_ms: manifest.finished_ms,
+            graph_fingerprint: manifest.graph_fingerprint.clone(),
+            savepoint: manifest.savepoint,
+        };
+        let mut tasks = BTreeMap::new();
+        for t in &manifest.tasks {
+            let task = t.task();
+            let state = self.state(id, &task)?.map(|batch| StateCapture {
+                kind: StateKind::Full,
+                batch,
+            });
+            let snapshot = TaskSnapshot {
+                task: task.clone(),
+                state,
+                channels: self.channels(id, &task)?,
+                source_offset: t.source_offset,
+                alignment_nanos: t.alignment_nanos,
+            };
+            tasks.insert(task, snapshot);
+        }
+        Ok(CompletedCheckpoint { meta, tasks })
+    }
+
+    /// [`Self::load`] of the newest intact checkpoint, with the skipped ones.
+    pub fn load_latest_intact(&self) -> Result<(CompletedCheckpoint, Vec<Skipped>)> {
+        let (manifest, skipped) = self.latest_intact()?;
+        Ok((self.load(manifest.checkpoint_id)?, skipped))
     }
 
     /// Source offsets at checkpoint `id`, per source task.
