@@ -74,8 +74,22 @@ fn main() {
         vertex: "agg".into(),
         subtask: 0,
     };
-    let store = SnapshotStore::open(&dir, StoreOptions { retain: 20, ..Default::default() }).unwrap();
-    let mut table = StateTable::new(schema(), "key", StatePolicy { full_every: DIFFS as u32 + 1 }).unwrap();
+    let store = SnapshotStore::open(
+        &dir,
+        StoreOptions {
+            retain: 20,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut table = StateTable::new(
+        schema(),
+        "key",
+        StatePolicy {
+            full_every: DIFFS as u32 + 1,
+        },
+    )
+    .unwrap();
 
     let t = Instant::now();
     let chunk = 1_000_000u64;
@@ -144,7 +158,11 @@ fn main() {
     let reader = SnapshotReader::open(&dir).unwrap();
     let bytes = |id| {
         let m = reader.manifest(id).unwrap();
-        m.files.iter().find(|f| f.role == FileRole::State).unwrap().bytes
+        m.files
+            .iter()
+            .find(|f| f.role == FileRole::State)
+            .unwrap()
+            .bytes
     };
     let full_bytes = bytes(1);
     let mut diff_bytes: Vec<u64> = (2..=DIFFS + 1).map(bytes).collect();
@@ -157,7 +175,14 @@ fn main() {
         let t = Instant::now();
         let chain = reader.state_chain(DIFFS + 1, &task).unwrap();
         read.push(t.elapsed());
-        let mut restored = StateTable::new(schema(), "key", StatePolicy { full_every: DIFFS as u32 + 1 }).unwrap();
+        let mut restored = StateTable::new(
+            schema(),
+            "key",
+            StatePolicy {
+                full_every: DIFFS as u32 + 1,
+            },
+        )
+        .unwrap();
         restored.restore(&chain).unwrap();
         restore.push(t.elapsed());
         assert_eq!(restored.len(), table.len());
@@ -167,11 +192,27 @@ fn main() {
     println!("| measure | median |");
     println!("|---|---|");
     println!("| initial load ({n} upserts) | {:.0} ms |", ms(load));
-    println!("| apply 1% changes (upserts + deletes) | {:.2} ms |", ms(median(update)));
-    println!("| sync phase, diff checkpoint | {:.3} ms |", ms(median(sync_diff)));
-    println!("| sync phase, full checkpoint (every {}th) | {:.1} ms |", DIFFS + 1, ms(sync_full));
-    println!("| task_snapshot hand-off (task stalls this long) | {:.3} ms |", ms(median(handoffs)));
-    println!("| async write + commit, diff | {:.1} ms |", ms(median(async_diff)));
+    println!(
+        "| apply 1% changes (upserts + deletes) | {:.2} ms |",
+        ms(median(update))
+    );
+    println!(
+        "| sync phase, diff checkpoint | {:.3} ms |",
+        ms(median(sync_diff))
+    );
+    println!(
+        "| sync phase, full checkpoint (every {}th) | {:.1} ms |",
+        DIFFS + 1,
+        ms(sync_full)
+    );
+    println!(
+        "| task_snapshot hand-off (task stalls this long) | {:.3} ms |",
+        ms(median(handoffs))
+    );
+    println!(
+        "| async write + commit, diff | {:.1} ms |",
+        ms(median(async_diff))
+    );
     println!("| async write + commit, full | {:.1} ms |", ms(async_full));
     println!("| bytes, full checkpoint | {full_bytes} |");
     println!("| bytes, diff checkpoint | {diff_bytes} |");
@@ -179,7 +220,13 @@ fn main() {
         "| diff / full bytes | {:.2}% |",
         100.0 * diff_bytes as f64 / full_bytes as f64
     );
-    println!("| restore: read + verify chain | {:.0} ms |", ms(median(read)));
-    println!("| restore: full + {DIFFS} diffs into a table | {:.0} ms |", ms(median(restore)));
+    println!(
+        "| restore: read + verify chain | {:.0} ms |",
+        ms(median(read))
+    );
+    println!(
+        "| restore: full + {DIFFS} diffs into a table | {:.0} ms |",
+        ms(median(restore))
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

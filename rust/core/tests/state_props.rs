@@ -285,3 +285,28 @@ fn bad_input_errors_name_the_problem() {
         "{err}"
     );
 }
+
+#[test]
+fn a_key_rewritten_many_times_is_one_diff_row() {
+    let mut t = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    // Before the first checkpoint the diff is simply every row.
+    t.upsert(&batch(&[(1, Some(1), None), (2, Some(2), None)]))
+        .unwrap();
+    assert_eq!(t.changes().num_rows(), 2);
+    t.checkpoint(1).unwrap();
+    for v in 0..5 {
+        t.upsert(&batch(&[(1, Some(v), None), (3, Some(v), None)]))
+            .unwrap();
+    }
+    t.delete(&Int64Array::from(vec![3])).unwrap();
+    let diff = t.checkpoint(2).unwrap().batch;
+    assert_eq!(diff.num_rows(), 2);
+    let keys = diff.column(0).as_primitive::<Int64Type>();
+    let vals = diff.column(1).as_primitive::<Int64Type>();
+    let deleted = diff.column_by_name(DELETED_COLUMN).unwrap().as_boolean();
+    assert_eq!(
+        (keys.value(0), vals.value(0), deleted.value(0)),
+        (1, 4, false)
+    );
+    assert_eq!((keys.value(1), deleted.value(1)), (3, true));
+}

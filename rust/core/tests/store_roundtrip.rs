@@ -301,7 +301,10 @@ fn load_gives_the_runtime_a_completed_checkpoint() {
     let mut r = table(10);
     r.restore(&[(2, state.clone())]).unwrap();
     r.upsert(&rows([9], 0)).unwrap();
-    assert_eq!(r.checkpoint(3).unwrap().kind, snapcut_core::snapshot::StateKind::Diff { base: 2 });
+    assert_eq!(
+        r.checkpoint(3).unwrap().kind,
+        snapcut_core::snapshot::StateKind::Diff { base: 2 }
+    );
 }
 
 #[test]

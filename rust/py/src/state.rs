@@ -29,7 +29,12 @@ pub fn kind_name(kind: StateKind) -> &'static str {
 
 /// Reads a key sequence: any Arrow array/chunked array, or a Python sequence
 /// converted with the key column's pyarrow type.
-fn key_arrays(py: Python<'_>, schema: &Arc<arrow_schema::Schema>, key: &str, keys: &Bound<'_, PyAny>) -> PyResult<Vec<ArrayRef>> {
+fn key_arrays(
+    py: Python<'_>,
+    schema: &Arc<arrow_schema::Schema>,
+    key: &str,
+    keys: &Bound<'_, PyAny>,
+) -> PyResult<Vec<ArrayRef>> {
     let arrow_like = keys.hasattr("__arrow_c_array__")? || keys.hasattr("__arrow_c_stream__")?;
     let keys = if arrow_like {
         keys.clone()
@@ -57,7 +62,8 @@ impl StateTable {
     #[new]
     #[pyo3(signature = (schema, key, full_every = 10))]
     fn new(schema: PySchema, key: &str, full_every: u32) -> PyResult<Self> {
-        let inner = CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
+        let inner =
+            CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
         Ok(Self { inner })
     }
 
@@ -75,7 +81,12 @@ impl StateTable {
         let arrays = key_arrays(py, &schema, self.inner.key_column(), keys)?;
         let inner = &self.inner;
         let out = py
-            .detach(|| arrays.iter().map(|a| inner.get(a.as_ref())).collect::<Result<Vec<_>, _>>())
+            .detach(|| {
+                arrays
+                    .iter()
+                    .map(|a| inner.get(a.as_ref()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
             .map_py()?;
         PyTable::try_new(out, schema)?.into_pyarrow(py)
     }
@@ -84,8 +95,13 @@ impl StateTable {
     fn delete(&mut self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
         let arrays = key_arrays(py, &self.inner.schema(), self.inner.key_column(), keys)?;
         let inner = &mut self.inner;
-        py.detach(|| arrays.iter().map(|a| inner.delete(a.as_ref())).sum::<Result<usize, _>>())
-            .map_py()
+        py.detach(|| {
+            arrays
+                .iter()
+                .map(|a| inner.delete(a.as_ref()))
+                .sum::<Result<usize, _>>()
+        })
+        .map_py()
     }
 
     /// Changes since the last checkpoint as a RecordBatch with `__deleted`.
@@ -98,11 +114,19 @@ impl StateTable {
     /// Takes checkpoint `id` (default: one past the last): returns
     /// `(id, "full" | "diff", RecordBatch)`; a diff is based on the previous checkpoint.
     #[pyo3(signature = (id = None))]
-    fn checkpoint<'py>(&mut self, py: Python<'py>, id: Option<u64>) -> PyResult<(u64, &'static str, Bound<'py, PyAny>)> {
+    fn checkpoint<'py>(
+        &mut self,
+        py: Python<'py>,
+        id: Option<u64>,
+    ) -> PyResult<(u64, &'static str, Bound<'py, PyAny>)> {
         let id = id.unwrap_or_else(|| self.inner.last_checkpoint().map_or(1, |l| l + 1));
         let inner = &mut self.inner;
         let capture = py.detach(|| inner.checkpoint(id)).map_py()?;
-        Ok((id, kind_name(capture.kind), PyRecordBatch::new(capture.batch).into_pyarrow(py)?))
+        Ok((
+            id,
+            kind_name(capture.kind),
+            PyRecordBatch::new(capture.batch).into_pyarrow(py)?,
+        ))
     }
 
     /// The last checkpoint was aborted: the next one will be full.
@@ -113,7 +137,11 @@ impl StateTable {
     /// Replaces the contents with the state at the end of `chain`, a sequence
     /// of `(id, kind, RecordBatch)` as returned by `checkpoint()`: one full,
     /// then the diffs that follow it.
-    fn restore(&mut self, py: Python<'_>, chain: Vec<(u64, String, PyRecordBatch)>) -> PyResult<()> {
+    fn restore(
+        &mut self,
+        py: Python<'_>,
+        chain: Vec<(u64, String, PyRecordBatch)>,
+    ) -> PyResult<()> {
         let mut captures = Vec::with_capacity(chain.len());
         let mut prev: Option<u64> = None;
         for (id, kind, batch) in chain {
@@ -127,7 +155,13 @@ impl StateTable {
                     )))
                 }
             };
-            captures.push((id, StateCapture { kind, batch: batch.into_inner() }));
+            captures.push((
+                id,
+                StateCapture {
+                    kind,
+                    batch: batch.into_inner(),
+                },
+            ));
             prev = Some(id);
         }
         let inner = &mut self.inner;

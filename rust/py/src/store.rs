@@ -12,7 +12,9 @@ use snapcut_core::snapshot::{
     ChannelLog, CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskId, TaskSnapshot,
 };
 use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
-use snapcut_core::store::{self, SnapshotReader as CoreReader, SnapshotStore as CoreStore, StoreOptions};
+use snapcut_core::store::{
+    self, SnapshotReader as CoreReader, SnapshotStore as CoreStore, StoreOptions,
+};
 
 use crate::errors::{ConfigError, IntoPyResult};
 
@@ -54,18 +56,25 @@ impl SnapshotReader {
 
     /// The manifest of checkpoint `id` as JSON text.
     fn manifest(&self, py: Python<'_>, id: u64) -> PyResult<String> {
-        py.detach(|| self.inner.manifest(id)).map(|m| manifest_json(&m)).map_py()
+        py.detach(|| self.inner.manifest(id))
+            .map(|m| manifest_json(&m))
+            .map_py()
     }
 
     /// Verifies checkpoint `id` (files, sizes, checksums, chain); returns its manifest JSON.
     fn verify(&self, py: Python<'_>, id: u64) -> PyResult<String> {
-        py.detach(|| self.inner.verify(id)).map(|m| manifest_json(&m)).map_py()
+        py.detach(|| self.inner.verify(id))
+            .map(|m| manifest_json(&m))
+            .map_py()
     }
 
     /// `(id, [(skipped_id, reason), ...])` of the newest intact checkpoint.
     fn latest_intact(&self, py: Python<'_>) -> PyResult<(u64, Vec<(u64, String)>)> {
         let (m, skipped) = py.detach(|| self.inner.latest_intact()).map_py()?;
-        Ok((m.checkpoint_id, skipped.into_iter().map(|s| (s.id, s.reason)).collect()))
+        Ok((
+            m.checkpoint_id,
+            skipped.into_iter().map(|s| (s.id, s.reason)).collect(),
+        ))
     }
 
     fn next_checkpoint_id(&self, py: Python<'_>) -> PyResult<u64> {
@@ -73,7 +82,13 @@ impl SnapshotReader {
     }
 
     /// Full state of a task at checkpoint `id` (rebuilt from its chain), or None.
-    fn state<'py>(&self, py: Python<'py>, id: u64, vertex: &str, subtask: usize) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn state<'py>(
+        &self,
+        py: Python<'py>,
+        id: u64,
+        vertex: &str,
+        subtask: usize,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let t = task(vertex, subtask);
         let batch = py.detach(|| self.inner.state(id, &t)).map_py()?;
         batch
@@ -85,7 +100,13 @@ impl SnapshotReader {
     }
 
     /// Recorded channels of a task: `[(input, edge, from_subtask, Table), ...]`.
-    fn channels<'py>(&self, py: Python<'py>, id: u64, vertex: &str, subtask: usize) -> PyResult<Vec<(usize, String, usize, Bound<'py, PyAny>)>> {
+    fn channels<'py>(
+        &self,
+        py: Python<'py>,
+        id: u64,
+        vertex: &str,
+        subtask: usize,
+    ) -> PyResult<Vec<(usize, String, usize, Bound<'py, PyAny>)>> {
         let t = task(vertex, subtask);
         let logs = py.detach(|| self.inner.channels(id, &t)).map_py()?;
         logs.into_iter()
@@ -112,7 +133,12 @@ pub struct SnapshotStore {
 impl SnapshotStore {
     #[new]
     #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true))]
-    fn new(py: Python<'_>, root: std::path::PathBuf, retain: usize, cleanup_partial_on_open: bool) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        root: std::path::PathBuf,
+        retain: usize,
+        cleanup_partial_on_open: bool,
+    ) -> PyResult<Self> {
         let options = StoreOptions {
             retain,
             cleanup_partial_on_open,
@@ -174,12 +200,22 @@ impl SnapshotStore {
             source_offset,
             alignment_nanos,
         };
-        py.detach(|| self.inner.task_snapshot(id, snapshot)).map_py()
+        py.detach(|| self.inner.task_snapshot(id, snapshot))
+            .map_py()
     }
 
     /// Waits for the staged files and writes the manifest of checkpoint `id`.
     #[pyo3(signature = (id, protocol = "aligned", graph_fingerprint = "", savepoint = false, started_ms = 0, finished_ms = 0))]
-    fn commit(&self, py: Python<'_>, id: u64, protocol: &str, graph_fingerprint: &str, savepoint: bool, started_ms: u64, finished_ms: u64) -> PyResult<()> {
+    fn commit(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        protocol: &str,
+        graph_fingerprint: &str,
+        savepoint: bool,
+        started_ms: u64,
+        finished_ms: u64,
+    ) -> PyResult<()> {
         let protocol: ProtocolKind = protocol.parse().map_py()?;
         let meta = CheckpointMeta {
             id,

@@ -7,8 +7,8 @@
 //! whole table so that restore reads a bounded chain (one full + diffs).
 //! Encoding and writing the capture is the store's background job.
 
+mod changelog;
 mod column;
-mod dirty;
 mod key;
 mod table;
 

@@ -9,8 +9,8 @@ use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::filter::filter_record_batch;
 
+use super::changelog::ChangeLog;
 use super::column::{check_supported, new_column, Column};
-use super::dirty::DirtySet;
 use super::key::{Key, KeyIndex, KeySet, KeyType};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -50,12 +50,14 @@ pub struct StateTable {
     /// Slot bookkeeping: which slots hold a live key, which are free for reuse.
     occupied: Vec<bool>,
     free: Vec<u32>,
-    /// Slots written since the last checkpoint (may since have been freed).
-    dirty: DirtySet,
+    /// Rows written since the last checkpoint, contiguous (the diff's upserts).
+    log: ChangeLog,
     tombstones: KeySet,
     last_checkpoint: Option<CheckpointId>,
     diffs_since_full: u32,
     force_full: bool,
+    /// Set while replaying a chain: nothing to log, the end state is the base.
+    restoring: bool,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -126,10 +128,11 @@ impl StateTable {
             columns,
             occupied: Vec::new(),
             free: Vec::new(),
-            dirty: DirtySet::default(),
+            log: ChangeLog::new(&schema),
             last_checkpoint: None,
             diffs_since_full: 0,
             force_full: false,
+            restoring: false,
             schema,
         })
     }
@@ -163,7 +166,7 @@ impl StateTable {
 
     /// Upper bound of keys changed (upserted or deleted) since the last checkpoint.
     pub fn changed_len(&self) -> usize {
-        self.dirty.len() + self.tombstones.len()
+        self.log.len() + self.tombstones.len()
     }
 
     /// The checkpoint the next diff would be based on.
@@ -189,14 +192,20 @@ impl StateTable {
         };
         let slots: Vec<u32> = match &mut self.index {
             // Hot path: Int64 keys straight from the Arrow buffer, no Key values.
-            KeyIndex::Int(map) if self.tombstones.len() == 0 && key_array.data_type() == &DataType::Int64 => key_array
-                .as_primitive::<Int64Type>()
-                .values()
-                .iter()
-                .map(|&k| *map.entry(k).or_insert_with(&mut new_slot))
-                .collect(),
+            KeyIndex::Int(map)
+                if self.tombstones.len() == 0 && key_array.data_type() == &DataType::Int64 =>
+            {
+                key_array
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .iter()
+                    .map(|&k| *map.entry(k).or_insert_with(&mut new_slot))
+                    .collect()
+            }
             index => {
-                let keys = self.key_type.keys(self.schema.field(self.key_col).name(), key_array)?;
+                let keys = self
+                    .key_type
+                    .keys(self.schema.field(self.key_col).name(), key_array)?;
                 let tombstones = &mut self.tombstones;
                 keys.into_iter()
                     .map(|key| {
@@ -210,12 +219,16 @@ impl StateTable {
         };
         self.grow(len as usize);
         for &slot in &slots {
-            let s = slot as usize;
-            self.occupied[s] = true;
-            self.dirty.insert(slot);
+            self.occupied[slot as usize] = true;
         }
         for (column, array) in self.columns.iter_mut().zip(arrays.iter()) {
             column.scatter(&slots, array.as_ref());
+        }
+        if self.logging() {
+            let entries = self.log.entries(&slots);
+            for (logged, array) in self.log.columns.iter_mut().zip(arrays.iter()) {
+                logged.scatter(&entries, array.as_ref());
+            }
         }
         Ok(())
     }
@@ -228,7 +241,10 @@ impl StateTable {
             if let Some(slot) = self.index.remove(&key) {
                 self.occupied[slot as usize] = false;
                 self.free.push(slot);
-                self.tombstones.insert(key);
+                self.log.remove(slot);
+                if self.logging() {
+                    self.tombstones.insert(key);
+                }
                 removed += 1;
             }
         }
@@ -250,9 +266,21 @@ impl StateTable {
     /// The changes since the last checkpoint as a diff batch, without
     /// starting a new checkpoint: upserts then tombstones.
     pub fn changes(&self) -> RecordBatch {
-        let mut slots = self.dirty.to_vec();
-        slots.retain(|&s| self.occupied[s as usize]);
-        self.diff_batch(&slots, &self.tombstones.to_vec())
+        if self.last_checkpoint.is_none() {
+            // Before the first checkpoint nothing is logged: everything changed.
+            return self.diff_batch(&self.columns, &self.live_slots(), &[]);
+        }
+        self.diff_batch(
+            &self.log.columns,
+            &self.log.live(),
+            &self.tombstones.to_vec(),
+        )
+    }
+
+    /// Whether writes go to the change log: not before the first checkpoint
+    /// (which is full anyway) and not while restoring.
+    fn logging(&self) -> bool {
+        self.last_checkpoint.is_some() && !self.restoring
     }
 
     /// The synchronous phase of checkpoint `id`: captures the changes since
@@ -313,8 +341,26 @@ impl StateTable {
             )));
         }
         self.clear();
+        self.restoring = true;
+        let replayed = self.replay(*first_id, first, rest);
+        self.restoring = false;
+        let prev = replayed?;
+        self.reset_tracking();
+        self.last_checkpoint = Some(prev);
+        self.diffs_since_full = rest.len() as u32;
+        self.force_full = false;
+        Ok(())
+    }
+
+    /// Applies the captures of a chain; returns the last id.
+    fn replay(
+        &mut self,
+        first_id: CheckpointId,
+        first: &StateCapture,
+        rest: &[(CheckpointId, StateCapture)],
+    ) -> Result<CheckpointId> {
         self.apply(&first.batch, false)?;
-        let mut prev = *first_id;
+        let mut prev = first_id;
         for (id, capture) in rest {
             match capture.kind {
                 StateKind::Diff { base } if base == prev => self.apply(&capture.batch, true)?,
@@ -327,11 +373,7 @@ impl StateTable {
             }
             prev = *id;
         }
-        self.reset_tracking();
-        self.last_checkpoint = Some(prev);
-        self.diffs_since_full = rest.len() as u32;
-        self.force_full = false;
-        Ok(())
+        Ok(prev)
     }
 
     /// Applies one stored batch: a full one (plain upserts) or a diff (upserts
@@ -369,12 +411,12 @@ impl StateTable {
         }
         self.occupied.clear();
         self.free.clear();
-        self.dirty.reset();
+        self.log.reset();
         self.tombstones.drain();
     }
 
     fn reset_tracking(&mut self) {
-        self.dirty.clear();
+        self.log.clear();
         self.tombstones.drain();
     }
 
@@ -388,7 +430,7 @@ impl StateTable {
             self.occupied.reserve(cap - self.occupied.len());
         }
         self.occupied.resize(len, false);
-        self.dirty.grow(len);
+        self.log.grow(len);
         for c in &mut self.columns {
             c.resize(len);
         }
@@ -405,10 +447,16 @@ impl StateTable {
         RecordBatch::try_new(self.schema.clone(), arrays).expect("columns match the schema")
     }
 
-    fn diff_batch(&self, upserts: &[u32], tombstones: &[Key]) -> RecordBatch {
+    /// `upserts` are positions in `columns` (the change log's or the table's).
+    fn diff_batch(
+        &self,
+        columns: &[Box<dyn Column>],
+        upserts: &[u32],
+        tombstones: &[Key],
+    ) -> RecordBatch {
         let n = upserts.len() + tombstones.len();
-        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len() + 1);
-        for (i, c) in self.columns.iter().enumerate() {
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len() + 1);
+        for (i, c) in columns.iter().enumerate() {
             let up = c.gather(upserts);
             let dead = if i == self.key_col {
                 self.key_type.array(tombstones)

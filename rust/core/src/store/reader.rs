@@ -284,7 +284,9 @@ impl SnapshotReader {
     pub fn load(&self, id: CheckpointId) -> Result<CompletedCheckpoint> {
         let manifest = self.verify(id)?;
         let protocol: ProtocolKind = manifest.protocol.parse().map_err(|e| {
-            Error::Snapshot(format!("checkpoint {id}: manifest names an unknown protocol: {e}"))
+            Error::Snapshot(format!(
+                "checkpoint {id}: manifest names an unknown protocol: {e}"
+            ))
         })?;
         let meta = CheckpointMeta {
             id,

@@ -192,7 +192,11 @@ impl SnapshotStore {
         }
         let mut staged = self.staged.lock().expect("store poisoned");
         let st = staged.entry(id).or_default();
-        if st.tasks.iter().any(|t| t.vertex == task.vertex && t.subtask == task.subtask) {
+        if st
+            .tasks
+            .iter()
+            .any(|t| t.vertex == task.vertex && t.subtask == task.subtask)
+        {
             return Err(Error::Snapshot(format!(
                 "task {task} reported twice for checkpoint {id}; each task reports once"
             )));
