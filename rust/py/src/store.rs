@@ -25,6 +25,9 @@ fn task(vertex: &str, subtask: usize) -> TaskId {
     }
 }
 
+/// `(input, edge, from_subtask, pyarrow.Table)` of one recorded channel.
+type ChannelTuple<'py> = (usize, String, usize, Bound<'py, PyAny>);
+
 fn manifest_json(m: &store::Manifest) -> String {
     serde_json::to_string(m).expect("manifest serialises")
 }
@@ -106,7 +109,7 @@ impl SnapshotReader {
         id: u64,
         vertex: &str,
         subtask: usize,
-    ) -> PyResult<Vec<(usize, String, usize, Bound<'py, PyAny>)>> {
+    ) -> PyResult<Vec<ChannelTuple<'py>>> {
         let t = task(vertex, subtask);
         let logs = py.detach(|| self.inner.channels(id, &t)).map_py()?;
         logs.into_iter()
@@ -206,6 +209,7 @@ impl SnapshotStore {
 
     /// Waits for the staged files and writes the manifest of checkpoint `id`.
     #[pyo3(signature = (id, protocol = "aligned", graph_fingerprint = "", savepoint = false, started_ms = 0, finished_ms = 0))]
+    #[allow(clippy::too_many_arguments)]
     fn commit(
         &self,
         py: Python<'_>,
