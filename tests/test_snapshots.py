@@ -242,3 +242,16 @@ def test_rust_checksum_matches_python_view(tmp_path: Path) -> None:
         assert snapcut._core.crc32c(data) == f["crc32c"]
         assert len(data) == f["bytes"]
     assert os.path.basename(m["files"][0]["path"]).endswith(".arrow")
+
+
+def test_a_table_restored_from_a_snapshot_continues_with_diffs(tmp_path: Path) -> None:
+    states = build(tmp_path, n=4, full_every=10)
+    snaps = snapshots.open(tmp_path)
+    state = snaps[4].state("agg", 0)
+    assert state is not None
+    table = StateTable(SCHEMA, "k", full_every=10)
+    table.restore([(4, "full", state)])  # a pyarrow Table is accepted too
+    assert as_dict(table.to_arrow()) == states[3]
+    table.update(rows([1000], 0))
+    cid, kind, diff = table.checkpoint()
+    assert (cid, kind, diff.num_rows) == (5, "diff", 1)

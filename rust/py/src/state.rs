@@ -140,7 +140,7 @@ impl StateTable {
     fn restore(
         &mut self,
         py: Python<'_>,
-        chain: Vec<(u64, String, PyRecordBatch)>,
+        chain: Vec<(u64, String, AnyRecordBatch)>,
     ) -> PyResult<()> {
         let mut captures = Vec::with_capacity(chain.len());
         let mut prev: Option<u64> = None;
@@ -155,13 +155,12 @@ impl StateTable {
                     )))
                 }
             };
-            captures.push((
-                id,
-                StateCapture {
-                    kind,
-                    batch: batch.into_inner(),
-                },
-            ));
+            // A pyarrow Table (several chunks) is accepted as well as a batch.
+            let schema = batch.schema()?;
+            let parts = batches(batch)?;
+            let batch = arrow_select::concat::concat_batches(&schema, &parts)
+                .map_err(|e| PyValueError::new_err(format!("state chain entry {id}: {e}")))?;
+            captures.push((id, StateCapture { kind, batch }));
             prev = Some(id);
         }
         let inner = &mut self.inner;
