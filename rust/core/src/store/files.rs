@@ -2,11 +2,15 @@
 //! and the atomic write (temp + fsync + rename + directory fsync).
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Cursor, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_ipc::reader::FileReader;
+use arrow_buffer::Buffer;
+use arrow_ipc::convert::fb_to_schema;
+use arrow_ipc::reader::{read_footer_length, FileDecoder};
+use arrow_ipc::root_as_footer;
 use arrow_ipc::writer::FileWriter;
 use arrow_schema::{Schema, SchemaRef};
 
@@ -106,16 +110,51 @@ pub fn read_checked(dir: &Path, entry: &FileEntry, checkpoint: u64) -> Result<Ve
     Ok(bytes)
 }
 
-/// Decodes a checked Arrow IPC file.
+/// Decodes a checked Arrow IPC file without copying its buffers: the arrays
+/// are slices of `bytes` (a restore of a large state reads it only once).
 pub fn decode_ipc(bytes: Vec<u8>, what: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let err = |e: arrow_schema::ArrowError| {
-        Error::Snapshot(format!("{what} is not a readable Arrow IPC file: {e}"))
+    let err = |e: String| Error::Snapshot(format!("{what} is not a readable Arrow IPC file: {e}"));
+    let buffer = Buffer::from_vec(bytes);
+    if buffer.len() < 16 {
+        return Err(err(format!("{} bytes is too short", buffer.len())));
+    }
+    let trailer = buffer.len() - 10;
+    let footer_len = read_footer_length(buffer[trailer..].try_into().expect("10 bytes"))
+        .map_err(|e| err(e.to_string()))?;
+    let footer_start = trailer
+        .checked_sub(footer_len)
+        .ok_or_else(|| err("footer longer than the file".into()))?;
+    let footer = root_as_footer(&buffer[footer_start..trailer]).map_err(|e| err(e.to_string()))?;
+    let schema = Arc::new(fb_to_schema(
+        footer
+            .schema()
+            .ok_or_else(|| err("no schema in the footer".into()))?,
+    ));
+    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
+    let block_data = |offset: i64, meta: i32, body: i64| -> Result<Buffer> {
+        let start = usize::try_from(offset).map_err(|_| err("negative block offset".into()))?;
+        let len = meta as usize + body as usize;
+        if start + len > buffer.len() {
+            return Err(err("block past the end of the file".into()));
+        }
+        Ok(buffer.slice_with_length(start, len))
     };
-    let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(err)?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(err)?;
+    for block in footer.dictionaries().iter().flatten() {
+        let data = block_data(block.offset(), block.metaDataLength(), block.bodyLength())?;
+        decoder
+            .read_dictionary(block, &data)
+            .map_err(|e| err(e.to_string()))?;
+    }
+    let mut batches = Vec::new();
+    for block in footer.recordBatches().iter().flatten() {
+        let data = block_data(block.offset(), block.metaDataLength(), block.bodyLength())?;
+        if let Some(batch) = decoder
+            .read_record_batch(block, &data)
+            .map_err(|e| err(e.to_string()))?
+        {
+            batches.push(batch);
+        }
+    }
     Ok((schema, batches))
 }
 
