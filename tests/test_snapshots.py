@@ -255,3 +255,13 @@ def test_a_table_restored_from_a_snapshot_continues_with_diffs(tmp_path: Path) -
     table.update(rows([1000], 0))
     cid, kind, diff = table.checkpoint()
     assert (cid, kind, diff.num_rows) == (5, "diff", 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_operator_state_without_key_metadata(tmp_path: Path, kind: str) -> None:
+    store = SnapshotStore(tmp_path)
+    plain = pa.record_batch({"sum": [3, 4]})
+    store.task_snapshot(1, "agg", 0, state=("full", None, plain))
+    store.commit(1)
+    state = open_as(kind, tmp_path)[1].state("agg", 0)
+    assert state is not None and state.column("sum").to_pylist() == [3, 4]

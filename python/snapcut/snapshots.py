@@ -127,6 +127,9 @@ def rebuild_state(chain: Sequence[tuple[str, pa.Table]]) -> pa.Table:
     if not chain or chain[0][0] != "full":
         raise SnapshotError("a state chain must start with a full state file")
     state: pa.Table = chain[0][1]
+    if len(chain) == 1:
+        # A lone full state is the state itself, whatever its layout.
+        return state
     key = (state.schema.metadata or {}).get(KEY_METADATA.encode(), b"").decode()
     if not key:
         raise SnapshotError(f"state file has no {KEY_METADATA!r} metadata naming its key")

@@ -322,3 +322,40 @@ fn a_task_reports_once_per_checkpoint() {
     let err = store.task_snapshot(1, snap()).unwrap_err();
     assert!(err.to_string().contains("reported twice"), "{err}");
 }
+
+#[test]
+fn operator_states_without_key_metadata_round_trip_as_full() {
+    use arrow_array::RecordBatch;
+    use snapcut_core::snapshot::{StateCapture, StateKind, TaskSnapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let plain = RecordBatch::try_from_iter([(
+        "sum",
+        std::sync::Arc::new(Int64Array::from(vec![3, 4])) as _,
+    )])
+    .unwrap();
+    let snap = |kind| TaskSnapshot {
+        task: task("agg", 1),
+        state: Some(StateCapture {
+            kind,
+            batch: plain.clone(),
+        }),
+        channels: vec![],
+        source_offset: None,
+        alignment_nanos: 0,
+    };
+    store.task_snapshot(1, snap(StateKind::Full)).unwrap();
+    store.commit(meta(1, false)).unwrap();
+    let loaded = store.reader().load(1).unwrap();
+    assert_eq!(
+        loaded.tasks[&task("agg", 1)].state.as_ref().unwrap().batch,
+        plain
+    );
+    // A diff needs the key named in its schema metadata to be rebuilt.
+    store
+        .task_snapshot(2, snap(StateKind::Diff { base: 1 }))
+        .unwrap();
+    store.commit(meta(2, false)).unwrap();
+    let err = store.reader().state(2, &task("agg", 1)).unwrap_err();
+    assert!(err.to_string().contains("snapcut.key"), "{err}");
+}

@@ -254,6 +254,11 @@ impl SnapshotReader {
         let Some((_, first)) = chain.first() else {
             return Ok(None);
         };
+        if let [(_, full)] = chain.as_slice() {
+            // A lone full capture is the state itself, whoever produced it
+            // (operators with their own state layout need no key metadata).
+            return Ok(Some(full.batch.clone()));
+        }
         let mut table = table_for(first.batch.schema_ref(), id, task)?;
         table.restore(&chain)?;
         Ok(Some(table.to_batch()))
