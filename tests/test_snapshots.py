@@ -265,3 +265,27 @@ def test_operator_state_without_key_metadata(tmp_path: Path, kind: str) -> None:
     store.commit(1)
     state = open_as(kind, tmp_path)[1].state("agg", 0)
     assert state is not None and state.column("sum").to_pylist() == [3, 4]
+
+
+def test_python_writer_retention_and_cleanup(tmp_path: Path) -> None:
+    sub = pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem())
+    w = snapshots.SnapshotWriter("r", filesystem=sub)
+    for cid in range(1, 7):
+        kind, base = ("full", None) if cid in (1, 4) else ("diff", cid - 1)
+        data = rows([cid], 0)
+        if kind == "diff":
+            data = pa.Table.from_batches([data]).append_column(
+                "__deleted", pa.array([False], pa.bool_())
+            )
+        files = [w.write_state(cid, "a", 0, data, key="k", kind=kind, base=base)]
+        w.commit(cid, files, savepoint=cid == 2)
+    (tmp_path / "r" / "chk-00000007").mkdir()
+    assert w.apply_retention(1) == [3]  # keep 6 and its chain 4, 5; savepoint 2 and base 1
+    snaps = snapshots.open(tmp_path / "r")
+    assert snaps.list() == [1, 2, 4, 5, 6]
+    state = snaps[6].state("a", 0)
+    assert state is not None and as_dict(state) == {4: 4, 5: 5, 6: 6}
+    assert w.cleanup_partial(below=100) == [7]
+    assert snaps.partial() == []
+    with pytest.raises(SnapshotError, match="at least 1"):
+        w.apply_retention(0)

@@ -596,3 +596,36 @@ class SnapshotWriter:
         data = json.dumps(manifest, indent=2).encode()
         _fs.write_atomic(self.fs, f"{d}/{MANIFEST_FILE}", f"{d}/{MANIFEST_TMP_FILE}", data)
         return manifest
+
+    def apply_retention(self, retain: int) -> builtins.list[int]:
+        """Deletes completed checkpoints beyond the newest `retain`, keeping
+        savepoints and every base a kept checkpoint's diff chain needs (the
+        same rule as the Rust store). Returns the removed ids."""
+        if retain < 1:
+            raise SnapshotError("retain must be at least 1 completed checkpoint")
+        backend = _FsBackend(self.fs, self.root)
+        manifests = {}
+        for cid in backend.complete():
+            try:
+                manifests[cid] = backend.manifest(cid)
+            except SnapshotError:
+                continue  # unreadable: never a base, left for inspection
+        regular = [c for c, m in manifests.items() if not m["savepoint"]]
+        keep = set(sorted(regular)[-retain:])
+        keep |= {c for c, m in manifests.items() if m["savepoint"]}
+        keep |= {n for c in list(keep) for n in _needs(manifests[c])}
+        removed = sorted(set(manifests) - keep)
+        for cid in removed:
+            # Manifest first: an interrupted removal leaves a partial directory.
+            self.fs.delete_file(f"{self._dir(cid)}/{MANIFEST_FILE}")
+            self.fs.delete_dir(self._dir(cid))
+        return removed
+
+    def cleanup_partial(self, below: int) -> builtins.list[int]:
+        """Deletes checkpoint directories without a manifest whose id is below
+        `below` (abandoned attempts). Returns their ids."""
+        backend = _FsBackend(self.fs, self.root)
+        removed = [c for c in backend.partial() if c < below]
+        for cid in removed:
+            self.fs.delete_dir(self._dir(cid))
+        return removed
