@@ -289,3 +289,16 @@ def test_python_writer_retention_and_cleanup(tmp_path: Path) -> None:
     assert snaps.partial() == []
     with pytest.raises(SnapshotError, match="at least 1"):
         w.apply_retention(0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_empty_channel_log_reads_as_an_empty_table(tmp_path: Path, kind: str) -> None:
+    store = SnapshotStore(tmp_path)
+    empty = pa.Table.from_batches([], schema=pa.schema([]))
+    store.task_snapshot(1, "join", 2, channels=[(0, "join<-left", 1, empty)])
+    store.commit(1, protocol="chandy-lamport")
+    chk = open_as(kind, tmp_path)[1]
+    [chan] = chk.channels("join", 2)
+    assert (chan.edge, chan.from_subtask, chan.records.num_rows) == ("join<-left", 1, 0)
+    assert chk.protocol == "chandy-lamport"
+    assert chk.verify() is None
