@@ -5,10 +5,11 @@ use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
 
 mod errors;
-mod state;
-mod store;
 
 use errors::IntoPyResult;
+
+mod state;
+mod store;
 
 /// Validates a protocol name and returns its canonical spelling.
 #[pyfunction]
@@ -22,9 +23,9 @@ fn protocol_name(name: &str) -> PyResult<&'static str> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    errors::register(m)?;
-    m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
     state::register(m)?;
     store::register(m)?;
+    errors::register(m)?;
+    m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
     Ok(())
 }
