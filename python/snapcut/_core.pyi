@@ -73,7 +73,11 @@ class SnapshotStore:
     """The durable store on a local path (what the runtime writes through)."""
 
     def __init__(
-        self, root: str | PathLike[str], retain: int = 3, cleanup_partial_on_open: bool = True
+        self,
+        root: str | PathLike[str],
+        retain: int = 3,
+        cleanup_partial_on_open: bool = True,
+        materialize_every: int | None = None,
     ) -> None: ...
     def task_snapshot(
         self,

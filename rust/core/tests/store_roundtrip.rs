@@ -359,3 +359,42 @@ fn operator_states_without_key_metadata_round_trip_as_full() {
     let err = store.reader().state(2, &task("agg", 1)).unwrap_err();
     assert!(err.to_string().contains("snapcut.key"), "{err}");
 }
+
+#[test]
+fn store_materializes_full_state_so_tables_send_only_diffs() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        retain: 1,
+        materialize_every: Some(3),
+        ..Default::default()
+    };
+    let store = SnapshotStore::open(dir.path(), options).unwrap();
+    let mut t = table(u32::MAX); // only the very first capture is full
+    let mut expected = BTreeMap::new();
+    for id in 1..=8u64 {
+        let k = id as i64;
+        t.upsert(&rows([k, k + 100], k)).unwrap();
+        expected.insert(k, 2 * k);
+        expected.insert(k + 100, k + 100 + k);
+        if id > 2 {
+            t.delete(&Int64Array::from(vec![k - 2])).unwrap();
+            expected.remove(&(k - 2));
+        }
+        checkpoint(&store, &mut t, id, false);
+        let m = store.reader().verify(id).unwrap();
+        let f = m.state_file(&task("agg", 0)).unwrap();
+        assert!(f.chain.len() <= 3, "checkpoint {id}: chain {:?}", f.chain);
+        assert_eq!(
+            as_map(&store.reader().state(id, &task("agg", 0)).unwrap().unwrap()),
+            expected,
+            "checkpoint {id}"
+        );
+    }
+    // Chains: 1 full, 2-3 diffs, 4 materialized full, 5-6 diffs, 7 full, 8 diff.
+    let m = store.reader().manifest(7).unwrap();
+    assert_eq!(
+        m.state_file(&task("agg", 0)).unwrap().kind,
+        Some(FileKind::Full)
+    );
+    assert_eq!(store.completed(), vec![7, 8]);
+}

@@ -135,16 +135,18 @@ pub struct SnapshotStore {
 #[pymethods]
 impl SnapshotStore {
     #[new]
-    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true))]
+    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None))]
     fn new(
         py: Python<'_>,
         root: std::path::PathBuf,
         retain: usize,
         cleanup_partial_on_open: bool,
+        materialize_every: Option<usize>,
     ) -> PyResult<Self> {
         let options = StoreOptions {
             retain,
             cleanup_partial_on_open,
+            materialize_every,
         };
         let inner = py.detach(|| CoreStore::open(root, options)).map_py()?;
         Ok(Self { inner })

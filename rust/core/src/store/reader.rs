@@ -338,7 +338,11 @@ impl SnapshotReader {
 }
 
 /// An empty table able to replay a chain whose full batch has `schema`.
-fn table_for(schema: &Arc<Schema>, id: CheckpointId, task: &TaskId) -> Result<StateTable> {
+pub(crate) fn table_for(
+    schema: &Arc<Schema>,
+    id: CheckpointId,
+    task: &TaskId,
+) -> Result<StateTable> {
     let key = schema.metadata().get(KEY_METADATA).ok_or_else(|| {
         Error::Snapshot(format!(
             "checkpoint {id}: state file of {task} has no '{KEY_METADATA}' schema metadata naming its key"

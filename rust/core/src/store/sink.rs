@@ -12,16 +12,16 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use arrow_array::{RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::files::{sync_dir, write_atomic, write_ipc, Written};
+use super::files::{decode_ipc, read_checked, sync_dir, write_atomic, write_ipc, Written};
 use super::manifest::{
     channel_file_name, state_file_name, FileEntry, FileKind, FileRole, Manifest, TaskEntry,
     FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
 };
-use super::reader::SnapshotReader;
+use super::reader::{table_for, SnapshotReader};
 use super::writer::Writer;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{CheckpointMeta, SnapshotSink, StateKind, TaskSnapshot};
+use crate::snapshot::{CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskSnapshot};
 use crate::state::KEY_METADATA;
 
 /// Retention and housekeeping settings of a [`SnapshotStore`].
@@ -32,6 +32,13 @@ pub struct StoreOptions {
     pub retain: usize,
     /// Remove partial checkpoint directories (no manifest) when opening.
     pub cleanup_partial_on_open: bool,
+    /// Bound state diff chains in the store: a diff that would make a chain
+    /// longer than this is replaced, at commit, by the full state rebuilt
+    /// from its chain. The tables can then send only diffs (their
+    /// `full_every` set high), so no task ever stalls for an O(state) full
+    /// capture; the cost moves to `commit` (the coordinator's thread).
+    /// `None`: keep whatever the tables send.
+    pub materialize_every: Option<usize>,
 }
 
 impl Default for StoreOptions {
@@ -39,6 +46,7 @@ impl Default for StoreOptions {
         Self {
             retain: 3,
             cleanup_partial_on_open: true,
+            materialize_every: None,
         }
     }
 }
@@ -261,6 +269,13 @@ impl SnapshotStore {
                 }
             };
         }
+        if let Some(limit) = self.options.materialize_every {
+            for f in files.iter_mut().filter(|f| f.role == FileRole::State) {
+                if f.chain.len() > limit.max(1) {
+                    self.materialize(id, f)?;
+                }
+            }
+        }
         let mut tasks = staged.tasks;
         tasks.sort_by(|a, b| (&a.vertex, a.subtask).cmp(&(&b.vertex, b.subtask)));
         fs::create_dir_all(&dir)
@@ -284,6 +299,37 @@ impl SnapshotStore {
         write_atomic(&dir, MANIFEST_FILE, MANIFEST_TMP_FILE, &json)?;
         sync_dir(self.root())?;
         Ok(manifest)
+    }
+
+    /// Replaces the (not yet visible) diff file `entry` of checkpoint `id`
+    /// by the full state its chain rebuilds.
+    fn materialize(&self, id: CheckpointId, entry: &mut FileEntry) -> Result<()> {
+        let task = entry.task().expect("state files name their task");
+        let base = entry.base.expect("only diffs have chains to shorten");
+        let dir = self.reader.checkpoint_dir(id);
+        let mut chain = self.reader.state_chain(base, &task)?;
+        let (schema, batches) = decode_ipc(read_checked(&dir, entry, id)?, &entry.path)?;
+        let diff = arrow_select::concat::concat_batches(&schema, &batches)
+            .map_err(|e| Error::Snapshot(format!("state diff of {task}: {e}")))?;
+        chain.push((
+            id,
+            StateCapture {
+                kind: StateKind::Diff { base },
+                batch: diff,
+            },
+        ));
+        let mut table = table_for(chain[0].1.batch.schema_ref(), id, &task)?;
+        table.restore(&chain)?;
+        let full = table.to_batch();
+        let schema = full.schema();
+        let w = write_ipc(&dir.join(&entry.path), &schema, &[full])?;
+        entry.kind = Some(FileKind::Full);
+        entry.base = None;
+        entry.chain = vec![id];
+        entry.rows = w.rows;
+        entry.bytes = w.bytes;
+        entry.crc32c = w.crc32c;
+        Ok(())
     }
 
     fn write_sources(&self, dir: &Path, tasks: &[TaskEntry]) -> Result<FileEntry> {
