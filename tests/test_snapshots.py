@@ -302,3 +302,18 @@ def test_empty_channel_log_reads_as_an_empty_table(tmp_path: Path, kind: str) ->
     assert (chan.edge, chan.from_subtask, chan.records.num_rows) == ("join<-left", 1, 0)
     assert chk.protocol == "chandy-lamport"
     assert chk.verify() is None
+
+
+def test_store_side_materialization_bounds_chains(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path, retain=1, materialize_every=2)
+    table = StateTable(SCHEMA, "k", full_every=1_000_000)
+    for cid in range(1, 6):
+        table.update(rows([cid], cid))
+        _, kind, batch = table.checkpoint(cid)
+        store.task_snapshot(cid, "agg", 0, state=(kind, None if kind == "full" else cid - 1, batch))
+        store.commit(cid)
+    snaps = snapshots.open(tmp_path.as_uri())
+    chains = {c.id: c.files[0]["chain"] for c in snaps}
+    assert all(len(chain) <= 2 for chain in chains.values()), chains
+    state = snaps.latest().state("agg", 0)
+    assert state is not None and as_dict(state) == {k: 2 * k for k in range(1, 6)}
