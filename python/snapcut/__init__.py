@@ -11,6 +11,7 @@ from snapcut._core import (
     GraphError,
     SnapcutError,
     SnapshotError,
+    StateTable,
     StorageError,
     TaskError,
     __version__,
@@ -37,9 +38,13 @@ __all__ = [
     "SnapcutError",
     "Snapshot",
     "SnapshotError",
+    "StateTable",
     "StorageError",
     "Stream",
     "TaskError",
     "TaskState",
     "__version__",
+    "snapshots",
 ]
+
+from snapcut import snapshots

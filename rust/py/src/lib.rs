@@ -10,6 +10,9 @@ mod sim;
 
 use errors::IntoPyResult;
 
+mod state;
+mod store;
+
 /// Validates a protocol name and returns its canonical spelling.
 #[pyfunction]
 fn protocol_name(name: &str) -> PyResult<&'static str> {
@@ -22,6 +25,8 @@ fn protocol_name(name: &str) -> PyResult<&'static str> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    state::register(m)?;
+    store::register(m)?;
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
     dataflow::register(m)?;
