@@ -212,18 +212,23 @@ fn main() {
     let mut cpu_rates: Vec<Vec<f64>> = vec![Vec::new(); cases.len() + 1];
     let mut ckpts: Vec<Vec<usize>> = vec![Vec::new(); cases.len()];
     // Interleave the cases run by run, so that machine load hits all alike.
-    for _ in 0..runs {
-        let c0 = cpu_time();
-        let d = bare(records);
-        cpu_rates[cases.len()].push(records as f64 / (cpu_time() - c0).as_secs_f64());
-        rates[cases.len()].push(records as f64 / d.as_secs_f64());
-        for (k, (_, protocol, interval)) in cases.iter().enumerate() {
+    // Rotate the order every round so that no case always runs first.
+    let n = cases.len() + 1;
+    for round in 0..runs {
+        for slot in 0..n {
+            let k = (round + slot) % n;
             let c0 = cpu_time();
-            let r = job(records, *protocol, *interval);
+            if k == cases.len() {
+                let d = bare(records);
+                rates[k].push(records as f64 / d.as_secs_f64());
+            } else {
+                let (_, protocol, interval) = cases[k];
+                let r = job(records, protocol, interval);
+                assert_eq!(r.records_in, records);
+                rates[k].push(r.throughput());
+                ckpts[k].push(r.completed_checkpoints().count());
+            }
             cpu_rates[k].push(records as f64 / (cpu_time() - c0).as_secs_f64());
-            assert_eq!(r.records_in, records);
-            rates[k].push(r.throughput());
-            ckpts[k].push(r.completed_checkpoints().count());
         }
     }
     let none = median(rates[0].clone());
