@@ -173,6 +173,7 @@ fn main() {
     let runs = env("RUNS", if quick { 1 } else { 5 }) as usize;
     let cases: Vec<(&str, ProtocolKind, Option<Duration>)> = vec![
         ("none", ProtocolKind::None, None),
+        ("aligned final-only", ProtocolKind::Aligned, None),
         (
             "aligned 1s",
             ProtocolKind::Aligned,
