@@ -11,7 +11,7 @@ use crate::protocol::{for_task, ProtocolKind};
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{CoordMsg, Mailbox};
 use crate::runtime::coordinator::{Coordinator, TaskInfo};
-use crate::runtime::edge::{edge, EdgeRx, EdgeTx, Signal};
+use crate::runtime::edge::{edge, EdgeRx, EdgeTx, Signal, SignalRef};
 use crate::runtime::metrics::{JobReport, TaskReport};
 use crate::runtime::output::{OutChannel, Outputs};
 use crate::runtime::task::{Body, CycleTracker, Input, JobShared, Task};
@@ -149,7 +149,7 @@ impl Job {
             .ok_or_else(|| Error::Config("a job runs once".into()))?;
         let phys = &self.physical;
         let n = phys.tasks.len();
-        let wakers: Vec<Arc<Signal>> = (0..n).map(|_| Signal::new()).collect();
+        let wakers: Vec<SignalRef> = (0..n).map(|_| Signal::new()).collect();
         let mailboxes: Vec<Arc<Mailbox>> = (0..n).map(|_| Arc::new(Mailbox::default())).collect();
         let cancel = Arc::new(AtomicBool::new(false));
 
