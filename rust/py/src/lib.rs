@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
 
+mod channel;
 mod errors;
 
 use errors::IntoPyResult;
@@ -22,5 +23,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
+    channel::register(m)?;
     Ok(())
 }
