@@ -15,7 +15,7 @@ def protocol_name(name: str) -> str:
 
 # --- channel ---
 
-from collections.abc import Iterator as _Iterator
+from collections.abc import Iterator as _Iterator  # noqa: E402
 from typing import Any as _Any  # noqa: E402
 
 class Sender:
