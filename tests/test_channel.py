@@ -192,3 +192,21 @@ def test_many_objects_fifo_with_small_ring() -> None:
         got.append(item)
     t.join()
     assert got == list(range(n))
+
+
+def test_blocked_receiver_wakes_when_sender_closes() -> None:
+    tx, rx = channel(1)
+    outcome: list[str] = []
+
+    def blocked() -> None:
+        try:
+            rx.recv()
+        except ChannelClosedError:
+            outcome.append("closed")
+
+    t = threading.Thread(target=blocked)
+    t.start()
+    tx.close()
+    t.join(timeout=10.0)
+    assert not t.is_alive()
+    assert outcome == ["closed"]
