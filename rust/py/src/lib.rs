@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
 
+mod channel;
 mod errors;
 mod sim;
 
@@ -24,5 +25,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
     sim::register(m)?;
+    channel::register(m)?;
     Ok(())
 }
