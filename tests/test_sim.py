@@ -141,6 +141,33 @@ def test_termination_is_detected_only_once_it_holds() -> None:
     assert sim.snapshot(late).is_terminated()
 
 
+def test_snapshot_stays_incomplete_when_markers_cannot_reach_everyone() -> None:
+    sim = Simulation({"A": 5, "B": 5, "C": 5}, topology=[("A", "B"), ("C", "A")])
+    sid = sim.start_snapshot("A")
+    sim.send("C", "A", 2)
+    assert sim.drain() == []
+    snap = sim.snapshot(sid)
+    assert not snap.complete
+    assert set(snap.processes) == {"A", "B"}
+    assert snap.is_consistent()  # on the channels whose both ends recorded
+    assert sim.verify(sid) == f"snapshot {sid} is not complete"
+
+
+def test_more_bad_arguments() -> None:
+    with pytest.raises(ConfigError, match="at least one process"):
+        Simulation({})
+    with pytest.raises(ConfigError, match="processes must be >= 1"):
+        Simulation.random(processes=0)
+    with pytest.raises(GraphError, match="self-loop"):
+        Simulation({"A": 1}, topology=[("A", "A")])
+    with pytest.raises(GraphError, match="listed twice"):
+        Simulation({"A": 1, "B": 1}, topology=[("A", "B"), ("A", "B")])
+    sim = Simulation({"A": 1, "B": 1})
+    sim.halt("A")
+    with pytest.raises(ConfigError, match="halted"):
+        sim.send("A", "B", 1)
+
+
 def test_is_consistent_can_fail() -> None:
     snap = GlobalSnapshot(
         id=1,
@@ -152,3 +179,13 @@ def test_is_consistent_can_fail() -> None:
         received={("A", "B"): 1, ("B", "A"): 0},
     )
     assert not snap.is_consistent()
+
+
+def test_module_docstring_example_runs() -> None:
+    import doctest
+
+    import snapcut.sim
+
+    result = doctest.testmod(snapcut.sim)
+    assert result.attempted > 0
+    assert result.failed == 0

@@ -53,6 +53,22 @@ class BankSim:
     def run(self, steps: int, snapshot_every: int | None = None) -> list[int]: ...
     def drain(self) -> list[int]: ...
 
+def simulate_dataflow(
+    protocol: str,
+    seed: int = 0,
+    *,
+    vertices: int = 6,
+    sources: int = 2,
+    back_edges: int = 0,
+    extra_edges: int = 3,
+    tokens_per_source: int = 30,
+    checkpoints: int = 5,
+    max_hops: int = 6,
+    end_of_stream: bool = False,
+    aligned_first: bool = False,
+    abort_one_in: int = 0,
+) -> dict[str, object]: ...
+
 # --- channel ---
 
 from collections.abc import Iterator as _Iterator  # noqa: E402

@@ -32,6 +32,7 @@ struct Case {
     kind: ProtocolKind,
     aligned_first: bool,
     timeouts: bool,
+    aborts: bool,
     kinds: Vec<InputKind>,
     scripts: Vec<Vec<Item>>,
     m: CheckpointId,
@@ -51,26 +52,28 @@ fn case() -> impl Strategy<Value = Case> {
             Just(ProtocolKind::Sync),
         ],
         any::<bool>(),
-        any::<bool>(),
+        any::<(bool, bool)>(),
         prop::collection::vec(input_kind(), 0..4),
         1u64..4,
         any::<u64>(),
     )
-        .prop_flat_map(|(kind, aligned_first, timeouts, kinds, m, seed)| {
-            let n = kinds.len();
-            (
-                Just((kind, aligned_first, timeouts, kinds, m, seed)),
-                prop::collection::vec(
-                    (
-                        prop::collection::vec(0usize..4, (m as usize) + 1),
-                        prop::option::of(0usize..=(m as usize)),
+        .prop_flat_map(
+            |(kind, aligned_first, (timeouts, aborts), kinds, m, seed)| {
+                let n = kinds.len();
+                (
+                    Just((kind, aligned_first, (timeouts, aborts), kinds, m, seed)),
+                    prop::collection::vec(
+                        (
+                            prop::collection::vec(0usize..4, (m as usize) + 1),
+                            prop::option::of(0usize..=(m as usize)),
+                        ),
+                        n,
                     ),
-                    n,
-                ),
-            )
-        })
+                )
+            },
+        )
         .prop_map(
-            |((kind, aligned_first, timeouts, kinds, m, seed), inputs)| {
+            |((kind, aligned_first, (timeouts, aborts), kinds, m, seed), inputs)| {
                 let mut next = 0u32;
                 let scripts = inputs
                     .into_iter()
@@ -96,6 +99,7 @@ fn case() -> impl Strategy<Value = Case> {
                     kind,
                     aligned_first,
                     timeouts,
+                    aborts,
                     kinds,
                     scripts,
                     m,
@@ -132,6 +136,7 @@ fn run(case: &Case) -> Result<Vec<Step>, TestCaseError> {
             Queued(usize, usize),
             Timeout(CheckpointId),
             Trigger,
+            Abort(CheckpointId),
         }
         let mut moves = Vec::new();
         for i in 0..n {
@@ -162,6 +167,11 @@ fn run(case: &Case) -> Result<Vec<Step>, TestCaseError> {
         if triggerable && next_trigger <= case.m && rng.chance(1, 4) {
             moves.push(Move::Trigger);
         }
+        // The coordinator may abort any checkpoint, at any time, out of band.
+        if case.aborts && rng.chance(1, 40) {
+            let id = 1 + rng.below(case.m as usize) as CheckpointId;
+            moves.push(Move::Abort(id));
+        }
         if moves.is_empty() {
             let stuck: Vec<usize> = (0..n).filter(|&i| pos[i] < case.scripts[i].len()).collect();
             prop_assert!(stuck.is_empty(), "deadlock: inputs {stuck:?} blocked");
@@ -185,6 +195,7 @@ fn run(case: &Case) -> Result<Vec<Step>, TestCaseError> {
                 feed(&mut p, Event::BarrierQueued { input: i, id }, &mut steps);
             }
             Move::Timeout(id) => feed(&mut p, Event::AlignmentTimeout { id }, &mut steps),
+            Move::Abort(id) => feed(&mut p, Event::Abort { id }, &mut steps),
             Move::Trigger => {
                 feed(&mut p, Event::Trigger { id: next_trigger }, &mut steps);
                 next_trigger += 1;
@@ -222,7 +233,16 @@ fn check(case: &Case, steps: &[Step]) -> Result<(), TestCaseError> {
     let mut popped: Vec<Vec<(usize, Vec<CheckpointId>)>> = vec![Vec::new(); n];
     let mut any_log = false;
     let mut timed_out = false;
+    let mut aborted = std::collections::BTreeSet::new();
     for (t, s) in steps.iter().enumerate() {
+        if let Event::Abort { id } = s.event {
+            aborted.insert(id);
+        }
+        for a in &s.actions {
+            if let Action::Snapshot { id } | Action::Log { id, .. } | Action::Complete { id } = *a {
+                prop_assert!(!aborted.contains(&id), "{:?} after Abort {}", a, id);
+            }
+        }
         if matches!(s.event, Event::AlignmentTimeout { .. }) && !s.actions.is_empty() {
             timed_out = true;
         }
@@ -271,7 +291,7 @@ fn check(case: &Case, steps: &[Step]) -> Result<(), TestCaseError> {
             popped[i].push((t, logged));
         }
     }
-    for id in 1..=case.m {
+    for id in (1..=case.m).filter(|id| !aborted.contains(id)) {
         prop_assert!(snap_at.contains_key(&id), "no Snapshot {}", id);
         prop_assert!(complete_at.contains_key(&id), "no Complete {}", id);
     }
@@ -289,7 +309,7 @@ fn check(case: &Case, steps: &[Step]) -> Result<(), TestCaseError> {
             .collect();
         prop_assert_eq!(records.len(), popped[i].len(), "input {} not drained", i);
         for ((at, _), (t, logged)) in records.iter().zip(&popped[i]) {
-            for (&id, &ts) in &snap_at {
+            for (&id, &ts) in snap_at.iter().filter(|(id, _)| !aborted.contains(*id)) {
                 let ahead = !case.scripts[i][..*at].contains(&Item::Bar(id));
                 let after = *t > ts;
                 let is_logged = logged.contains(&id);

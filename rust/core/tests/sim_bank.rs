@@ -178,7 +178,7 @@ fn cases(default: u32) -> u32 {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(1500),
+        cases: cases(2000),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]

@@ -6,7 +6,9 @@
 
 use proptest::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::sim::dataflow::{run, DataflowConfig};
+use snapcut_core::protocol::{Action, ChandyLamport, Event, InputId, Protocol};
+use snapcut_core::sim::dataflow::{run, run_with, DataflowConfig};
+use snapcut_core::Error;
 
 fn kind() -> impl Strategy<Value = (ProtocolKind, bool)> {
     prop_oneof![
@@ -59,22 +61,21 @@ fn cases(default: u32) -> u32 {
 
 proptest! {
     #![proptest_config(ProptestConfig {
-        cases: cases(3000),
+        cases: cases(10_000),
         failure_persistence: None,
         ..ProptestConfig::default()
     })]
 
     #[test]
     fn every_checkpoint_is_a_consistent_cut(cfg in config()) {
-        match run(&cfg) {
-            Ok(report) => {
-                for c in &report.checkpoints {
-                    prop_assert!(c.completed || c.aborted, "{c:?} in {cfg:?}");
-                }
-                prop_assert_eq!(report.checkpoints.len() as u64, cfg.checkpoints);
-            }
-            Err(e) => prop_assert!(false, "{}", e),
+        let report = run(&cfg).unwrap();
+        if let Some(v) = &report.violation {
+            prop_assert!(false, "{}", v);
         }
+        for c in &report.checkpoints {
+            prop_assert!(c.completed || c.aborted, "{c:?} in {cfg:?}");
+        }
+        prop_assert_eq!(report.checkpoints.len() as u64, cfg.checkpoints);
     }
 }
 
@@ -102,6 +103,7 @@ fn aligned_on_a_dag_logs_nothing_and_unaligned_logs_something() {
             let mut cfg = DataflowConfig::new(kind, seed);
             cfg.tokens_per_source = 60;
             let r = run(&cfg).unwrap();
+            assert_eq!(r.violation, None);
             assert!(r.checkpoints.iter().all(|c| c.completed));
             logged[k] += r.checkpoints.iter().map(|c| c.logged).sum::<u64>();
         }
@@ -118,6 +120,7 @@ fn cycles_log_back_edges_under_aligned() {
         cfg.back_edges = 3;
         cfg.tokens_per_source = 60;
         let r = run(&cfg).unwrap();
+        assert_eq!(r.violation, None);
         assert!(r.checkpoints.iter().all(|c| c.completed), "{cfg:?}");
         logged += r.checkpoints.iter().map(|c| c.logged).sum::<u64>();
     }
@@ -132,18 +135,54 @@ fn alignment_timeouts_fire_and_still_give_consistent_cuts() {
         cfg.aligned_first = true;
         cfg.sources = 3;
         cfg.tokens_per_source = 60;
-        fired += run(&cfg).unwrap().timeouts_fired;
+        let r = run(&cfg).unwrap();
+        assert_eq!(r.violation, None);
+        fired += r.timeouts_fired;
     }
     assert!(fired > 0);
+}
+
+/// The checker must be able to fail: Chandy–Lamport with its channel
+/// logging removed loses in-flight tokens, and the simulator says so.
+#[test]
+fn a_broken_protocol_is_caught() {
+    let mut caught = 0;
+    for seed in 0..50 {
+        let mut cfg = DataflowConfig::new(ProtocolKind::ChandyLamport, seed);
+        cfg.tokens_per_source = 60;
+        let r = run_with(&cfg, |kinds| {
+            Box::new(NoLogs(ChandyLamport::new(kinds.len())))
+        })
+        .unwrap();
+        caught += usize::from(r.violation.is_some());
+        if let Some(v) = r.violation {
+            assert!(v.contains("replay with: DataflowConfig"), "{v}");
+        }
+    }
+    assert!(caught > 0);
+}
+
+#[derive(Debug)]
+struct NoLogs(ChandyLamport);
+
+impl Protocol for NoLogs {
+    fn on_event(&mut self, event: Event, actions: &mut Vec<Action>) {
+        self.0.on_event(event, actions);
+        actions.retain(|a| !matches!(a, Action::Log { .. }));
+    }
+    fn is_blocked(&self, input: InputId) -> bool {
+        self.0.is_blocked(input)
+    }
 }
 
 #[test]
 fn bad_configs_are_rejected() {
     let cfg = DataflowConfig::new(ProtocolKind::None, 0);
-    assert!(run(&cfg).unwrap_err().contains("protocol none"));
+    let e = run(&cfg).unwrap_err();
+    assert!(matches!(e, Error::Config(_)) && e.to_string().contains("protocol none"));
     let cfg = DataflowConfig {
         sources: 0,
         ..DataflowConfig::new(ProtocolKind::Aligned, 0)
     };
-    assert!(run(&cfg).unwrap_err().contains("sources"));
+    assert!(run(&cfg).unwrap_err().to_string().contains("sources"));
 }

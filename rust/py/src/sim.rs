@@ -3,7 +3,9 @@
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use snapcut_core::protocol::{InputKind, ProtocolKind};
 use snapcut_core::sim::bank::{Bank, Message, ProcId, RandomBank, Topology};
+use snapcut_core::sim::dataflow::{self, DataflowConfig};
 
 use crate::errors::IntoPyResult;
 
@@ -196,6 +198,68 @@ impl BankSim {
     }
 }
 
+/// Runs the dataflow-mode simulator (every protocol over random DAGs or
+/// cycles) and returns its report as a dict of plain values.
+#[pyfunction]
+#[pyo3(signature = (
+    protocol, seed=0, *, vertices=6, sources=2, back_edges=0, extra_edges=3,
+    tokens_per_source=30, checkpoints=5, max_hops=6, end_of_stream=false,
+    aligned_first=false, abort_one_in=0,
+))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_dataflow<'py>(
+    py: Python<'py>,
+    protocol: &str,
+    seed: u64,
+    vertices: usize,
+    sources: usize,
+    back_edges: usize,
+    extra_edges: usize,
+    tokens_per_source: u64,
+    checkpoints: u64,
+    max_hops: u32,
+    end_of_stream: bool,
+    aligned_first: bool,
+    abort_one_in: u32,
+) -> PyResult<Bound<'py, PyDict>> {
+    let protocol: ProtocolKind = protocol.parse().map_py()?;
+    let cfg = DataflowConfig {
+        protocol,
+        aligned_first,
+        seed,
+        vertices,
+        sources,
+        back_edges,
+        extra_edges,
+        tokens_per_source,
+        checkpoints,
+        max_hops,
+        end_of_stream,
+        abort_one_in,
+    };
+    let r = py.detach(|| dataflow::run(&cfg)).map_py()?;
+    let d = PyDict::new(py);
+    d.set_item("steps", r.steps)?;
+    let edges: Vec<(usize, usize, bool)> = r
+        .edges
+        .iter()
+        .map(|&(s, t, k)| (s, t, k == InputKind::BackEdge))
+        .collect();
+    d.set_item("edges", edges)?;
+    d.set_item("tokens_emitted", r.tokens_emitted)?;
+    d.set_item("tokens_delivered", r.tokens_delivered)?;
+    let ckpts: Vec<(u64, bool, bool, u64)> = r
+        .checkpoints
+        .iter()
+        .map(|c| (c.id, c.completed, c.aborted, c.logged))
+        .collect();
+    d.set_item("checkpoints", ckpts)?;
+    d.set_item("timeouts_fired", r.timeouts_fired)?;
+    d.set_item("violation", r.violation)?;
+    Ok(d)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<BankSim>()
+    m.add_class::<BankSim>()?;
+    m.add_function(wrap_pyfunction!(simulate_dataflow, m)?)
 }

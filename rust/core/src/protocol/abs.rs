@@ -9,9 +9,11 @@
 //! ABS barriers are injected by one coordinator in increasing id order and
 //! channels are FIFO, so on every input barrier `n` precedes barrier `n + 1`.
 //! That makes a single watermark (`latest`) enough to recognise stale
-//! barriers (of aborted or finished checkpoints).
+//! barriers of started or finished checkpoints. Aborts arrive out of band,
+//! possibly before older barriers that are still travelling, so aborted ids
+//! above the watermark are remembered separately instead of raising it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Action, CheckpointId, Event, InputId, InputKind};
 
@@ -44,6 +46,8 @@ pub(crate) struct Core {
     open: BTreeMap<CheckpointId, Vec<bool>>,
     /// Highest id this task has started, finished or aborted.
     latest: Option<CheckpointId>,
+    /// Aborted ids above `latest` (their late barriers must be ignored).
+    aborted: BTreeSet<CheckpointId>,
 }
 
 impl Core {
@@ -57,6 +61,7 @@ impl Core {
             pending: None,
             open: BTreeMap::new(),
             latest: None,
+            aborted: BTreeSet::new(),
         }
     }
 
@@ -69,7 +74,7 @@ impl Core {
     }
 
     fn is_stale(&self, id: CheckpointId) -> bool {
-        self.latest.is_some_and(|l| id <= l)
+        self.latest.is_some_and(|l| id <= l) || self.aborted.contains(&id)
     }
 
     fn live_regular_inputs(&self) -> impl Iterator<Item = InputId> + '_ {
@@ -139,7 +144,9 @@ impl Core {
                     self.unblock_all(out);
                 }
                 self.open.remove(&id);
-                self.latest = Some(self.latest.map_or(id, |l| l.max(id)));
+                if !self.is_stale(id) {
+                    self.aborted.insert(id);
+                }
             }
         }
     }
@@ -199,7 +206,10 @@ impl Core {
     }
 
     fn start(&mut self, id: CheckpointId) {
-        self.latest = Some(self.latest.map_or(id, |l| l.max(id)));
+        let latest = self.latest.map_or(id, |l| l.max(id));
+        self.latest = Some(latest);
+        // Aborted ids at or below the watermark are covered by it.
+        self.aborted = self.aborted.split_off(&latest.saturating_add(1));
     }
 
     /// Barrier of the pending alignment popped on `input`.

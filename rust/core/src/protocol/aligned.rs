@@ -236,6 +236,22 @@ mod tests {
     }
 
     #[test]
+    fn abort_of_a_newer_id_does_not_make_older_barriers_stale() {
+        let mut p = Aligned::new(&[Regular]);
+        assert!(step(&mut p, Event::Abort { id: 3 }).is_empty());
+        assert_eq!(
+            step(&mut p, Event::Barrier { input: 0, id: 2 })[0],
+            Action::Snapshot { id: 2 }
+        );
+        // The aborted id stays ignored.
+        assert!(step(&mut p, Event::Barrier { input: 0, id: 3 }).is_empty());
+        assert_eq!(
+            step(&mut p, Event::Barrier { input: 0, id: 4 })[0],
+            Action::Snapshot { id: 4 }
+        );
+    }
+
+    #[test]
     fn newer_barrier_abandons_an_older_alignment() {
         let mut p = Aligned::new(&[Regular, Regular]);
         step(&mut p, Event::Barrier { input: 0, id: 1 });

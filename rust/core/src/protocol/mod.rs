@@ -7,6 +7,14 @@
 //!
 //! Events and actions are per channel *item* (a whole data batch), never per
 //! record, so the cost of consulting the machine is amortised over a batch.
+//!
+//! Machines: [`ChandyLamport`] (markers, never blocks), [`Aligned`] (ABS,
+//! acyclic and cyclic; also used for [`ProtocolKind::Sync`], whose
+//! difference — pausing the sources — lives in the runtime), [`Unaligned`]
+//! (optionally aligned first, switching on [`Event::AlignmentTimeout`]).
+//! Build one per task with [`for_task`]. Every machine is exercised by the
+//! property tests in `tests/proptest_protocol.rs` and driven over whole
+//! graphs by [`crate::sim::dataflow`].
 
 use std::fmt;
 use std::str::FromStr;

@@ -113,10 +113,13 @@ impl GlobalSnapshot {
 
     /// No transfer recorded as received whose sending is not recorded, and
     /// every transfer recorded as sent but not received is in its channel.
+    /// Only channels whose both ends recorded are checked (all, once complete).
     pub fn is_consistent(&self) -> bool {
         self.sent.iter().all(|(c, &sent)| {
-            let received = self.received.get(c).copied().unwrap_or(0);
-            received <= sent && self.channels.get(c).map_or(0, Vec::len) as u64 == sent - received
+            self.received.get(c).is_none_or(|&received| {
+                received <= sent
+                    && self.channels.get(c).map_or(0, Vec::len) as u64 == sent - received
+            })
         })
     }
 

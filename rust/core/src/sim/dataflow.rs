@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt::Write as _;
 
 use super::rng::SplitMix64;
+use crate::error::{Error, Result};
 use crate::protocol::{for_task, Action, CheckpointId, Event, InputKind, Protocol, ProtocolKind};
 
 /// What to simulate. Everything random is drawn from `seed`.
@@ -85,6 +86,10 @@ pub struct DataflowReport {
     pub checkpoints: Vec<CheckpointOutcome>,
     /// Alignment timeouts that switched a task to unaligned.
     pub timeouts_fired: u64,
+    /// The first problem found (deadlock, a checkpoint that never completed,
+    /// an inconsistent cut, a protocol answer that makes no sense), with the
+    /// configuration to replay it; `None` if the run was correct.
+    pub violation: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,9 +180,24 @@ fn build_graph(cfg: &DataflowConfig, rng: &mut SplitMix64) -> Vec<(usize, usize,
     edges
 }
 
-/// Runs `cfg` to quiescence and checks every checkpoint. `Err` carries a
-/// description of the violation and the configuration to replay it.
-pub fn run(cfg: &DataflowConfig) -> Result<DataflowReport, String> {
+/// Runs `cfg` to quiescence and checks every checkpoint; see
+/// [`DataflowReport::violation`]. `Err` only for an invalid configuration.
+pub fn run(cfg: &DataflowConfig) -> Result<DataflowReport> {
+    validate(cfg)?;
+    let (protocol, aligned_first) = (cfg.protocol, cfg.aligned_first);
+    run_with(cfg, |kinds| {
+        for_task(protocol, kinds, aligned_first).expect("validated: not None")
+    })
+}
+
+/// [`run`] with the per-task machine built by `machine(input_kinds)` instead
+/// of [`for_task`] (`cfg.protocol` still decides Sync's source pauses,
+/// queued-barrier notices and what "aligned" means to the checker). For
+/// testing the checker itself and trying out new machines.
+pub fn run_with(
+    cfg: &DataflowConfig,
+    mut machine: impl FnMut(&[InputKind]) -> Box<dyn Protocol>,
+) -> Result<DataflowReport> {
     validate(cfg)?;
     let mut rng = SplitMix64::new(cfg.seed);
     let edges = build_graph(cfg, &mut rng);
@@ -201,8 +221,7 @@ pub fn run(cfg: &DataflowConfig) -> Result<DataflowReport, String> {
         .map(|v| {
             let kinds: Vec<InputKind> = inputs[v].iter().map(|&c| chans[c].kind).collect();
             Task {
-                machine: for_task(cfg.protocol, &kinds, cfg.aligned_first)
-                    .expect("validated: not None"),
+                machine: machine(&kinds),
                 inputs: inputs[v].clone(),
                 outputs: outputs[v].clone(),
                 ended: vec![false; inputs[v].len()],
@@ -222,12 +241,10 @@ pub fn run(cfg: &DataflowConfig) -> Result<DataflowReport, String> {
         timeouts: 0,
         actions: Vec::new(),
     };
-    let steps = sim
-        .run()
-        .map_err(|e| format!("{e}\nreplay with: {cfg:?}"))?;
-    sim.check()
-        .map_err(|e| format!("{e}\nreplay with: {cfg:?}"))?;
+    let mut steps = 0;
+    let outcome = sim.run(&mut steps).and_then(|()| sim.check());
     Ok(DataflowReport {
+        violation: outcome.err().map(|e| format!("{e}\nreplay with: {cfg:?}")),
         steps,
         edges,
         tokens_emitted: sim.tasks.iter().map(|t| t.emitted).sum(),
@@ -246,15 +263,19 @@ pub fn run(cfg: &DataflowConfig) -> Result<DataflowReport, String> {
     })
 }
 
-fn validate(cfg: &DataflowConfig) -> Result<(), String> {
+fn validate(cfg: &DataflowConfig) -> Result<()> {
     if cfg.protocol == ProtocolKind::None {
-        return Err("protocol none takes no checkpoints: nothing to simulate".into());
+        return Err(Error::Config(
+            "protocol none takes no checkpoints: nothing to simulate; \
+             pick aligned, unaligned, sync or chandy-lamport"
+                .into(),
+        ));
     }
     if cfg.sources == 0 || cfg.sources > cfg.vertices {
-        return Err(format!(
+        return Err(Error::Config(format!(
             "need 1 <= sources <= vertices, got sources={} vertices={}",
             cfg.sources, cfg.vertices
-        ));
+        )));
     }
     Ok(())
 }
@@ -327,8 +348,7 @@ impl Sim {
         moves
     }
 
-    fn run(&mut self) -> Result<u64, String> {
-        let mut steps = 0u64;
+    fn run(&mut self, steps: &mut u64) -> std::result::Result<(), String> {
         loop {
             let moves = self.moves();
             if moves.is_empty() {
@@ -340,9 +360,9 @@ impl Sim {
                         "deadlock after {steps} steps: channels {stuck:?} blocked"
                     ));
                 }
-                return Ok(steps);
+                return Ok(());
             }
-            steps += 1;
+            *steps += 1;
             let m = *self.rng.pick(&moves);
             match m {
                 Move::Emit(v) => self.emit(v),
@@ -430,7 +450,7 @@ impl Sim {
         }
     }
 
-    fn trigger(&mut self) -> Result<(), String> {
+    fn trigger(&mut self) -> std::result::Result<(), String> {
         let id = self.next_id;
         self.next_id += 1;
         let mut ck = Ckpt::default();
@@ -444,6 +464,14 @@ impl Sim {
         }
         self.ckpts.insert(id, ck);
         for v in 0..self.cfg.sources {
+            if !self.tasks[v].finished {
+                self.feed(v, Event::Trigger { id }, None)?;
+            }
+        }
+        // Chandy–Lamport lets any process initiate: sometimes an inner task
+        // starts the same snapshot too, before the sources' markers reach it.
+        if self.cfg.protocol == ProtocolKind::ChandyLamport && self.rng.chance(1, 2) {
+            let v = self.rng.below(self.tasks.len());
             if !self.tasks[v].finished {
                 self.feed(v, Event::Trigger { id }, None)?;
             }
@@ -472,7 +500,7 @@ impl Sim {
         }
     }
 
-    fn pop(&mut self, v: usize, i: usize) -> Result<(), String> {
+    fn pop(&mut self, v: usize, i: usize) -> std::result::Result<(), String> {
         let c = self.tasks[v].inputs[i];
         let item = self.chans[c].queue.pop_front().expect("non-empty");
         match item {
@@ -489,7 +517,12 @@ impl Sim {
         }
     }
 
-    fn feed(&mut self, v: usize, event: Event, item: Option<Item>) -> Result<(), String> {
+    fn feed(
+        &mut self,
+        v: usize,
+        event: Event,
+        item: Option<Item>,
+    ) -> std::result::Result<(), String> {
         let mut actions = std::mem::take(&mut self.actions);
         actions.clear();
         self.tasks[v].machine.on_event(event, &mut actions);
@@ -506,7 +539,7 @@ impl Sim {
         event: Event,
         action: Action,
         item: Option<Item>,
-    ) -> Result<(), String> {
+    ) -> std::result::Result<(), String> {
         match action {
             Action::Deliver => {
                 let (Event::Record { input }, Some(Item::Token { hops, .. })) = (event, item)
@@ -569,7 +602,7 @@ impl Sim {
         Ok(())
     }
 
-    fn check(&self) -> Result<(), String> {
+    fn check(&self) -> std::result::Result<(), String> {
         let mut problems = String::new();
         for (&id, ck) in &self.ckpts {
             if ck.aborted {
