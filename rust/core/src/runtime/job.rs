@@ -47,6 +47,7 @@ impl JobOptions {
 #[derive(Clone, Debug)]
 pub struct JobHandle {
     tx: mpsc::Sender<CoordMsg>,
+    protocol: ProtocolKind,
 }
 
 impl JobHandle {
@@ -58,14 +59,25 @@ impl JobHandle {
         })
     }
 
-    /// Triggers a checkpoint now (queued if `max_concurrent` are in flight).
+    fn trigger(&self, savepoint: bool) -> Result<()> {
+        if self.protocol == ProtocolKind::None {
+            return Err(Error::Config(
+                "checkpoints are disabled (protocol 'none'); choose a protocol to trigger them"
+                    .into(),
+            ));
+        }
+        self.send(CoordMsg::Trigger { savepoint })
+    }
+
+    /// Triggers a checkpoint now (queued if `max_concurrent` are in flight;
+    /// dropped once the sources have finished).
     pub fn trigger_checkpoint(&self) -> Result<()> {
-        self.send(CoordMsg::Trigger { savepoint: false })
+        self.trigger(false)
     }
 
     /// Triggers a savepoint: a checkpoint marked to outlive retention.
     pub fn trigger_savepoint(&self) -> Result<()> {
-        self.send(CoordMsg::Trigger { savepoint: true })
+        self.trigger(true)
     }
 
     /// Stops the job; `run` returns `Error::Task("job cancelled by the user")`.
@@ -134,6 +146,7 @@ impl Job {
     pub fn handle(&self) -> JobHandle {
         JobHandle {
             tx: self.tx.clone(),
+            protocol: self.config.protocol,
         }
     }
 
