@@ -5,6 +5,8 @@
 //!   (round trip / 2). `atomic_handoff` is the machine's raw core-to-core handoff: two
 //!   threads bouncing one cache line.
 //! - `batch_<n>/*`: batches of n u64 through our slice API vs rtrb's chunk API.
+//! - `same_thread/*`: bursts of 64 pushes then 64 pops on one thread: the per-op code
+//!   cost, robust to a busy machine (no cross-core handoff, no co-scheduling needed).
 //!
 //! Run: `cargo bench -p snapcut-core --bench channel`
 
@@ -342,11 +344,76 @@ fn batched(c: &mut Criterion) {
     }
 }
 
+/// One thread pushes a burst of 64 then pops it: the per-operation code cost of each
+/// queue without cross-core traffic, which a busy machine's scheduling cannot skew much.
+fn same_thread(c: &mut Criterion) {
+    const BURST: u64 = 64;
+    let mut g = c.benchmark_group("same_thread");
+    configure(&mut g);
+    g.throughput(Throughput::Elements(BURST));
+    let (mut tx, mut rx) = channel::channel::<u64>(CAPACITY);
+    g.bench_function("snapcut", |b| {
+        b.iter(|| {
+            for i in 0..BURST {
+                tx.try_send(black_box(i)).unwrap();
+            }
+            for _ in 0..BURST {
+                black_box(rx.try_recv().unwrap());
+            }
+        })
+    });
+    let (mut tx, mut rx) = rtrb::RingBuffer::<u64>::new(CAPACITY);
+    g.bench_function("rtrb", |b| {
+        b.iter(|| {
+            for i in 0..BURST {
+                tx.push(black_box(i)).unwrap();
+            }
+            for _ in 0..BURST {
+                black_box(rx.pop().unwrap());
+            }
+        })
+    });
+    let (tx, rx) = crossbeam_channel::bounded::<u64>(CAPACITY);
+    g.bench_function("crossbeam_channel_bounded", |b| {
+        b.iter(|| {
+            for i in 0..BURST {
+                tx.try_send(black_box(i)).unwrap();
+            }
+            for _ in 0..BURST {
+                black_box(rx.try_recv().unwrap());
+            }
+        })
+    });
+    let q = crossbeam_queue::ArrayQueue::<u64>::new(CAPACITY);
+    g.bench_function("crossbeam_array_queue", |b| {
+        b.iter(|| {
+            for i in 0..BURST {
+                q.push(black_box(i)).unwrap();
+            }
+            for _ in 0..BURST {
+                black_box(q.pop().unwrap());
+            }
+        })
+    });
+    let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(CAPACITY);
+    g.bench_function("std_sync_channel", |b| {
+        b.iter(|| {
+            for i in 0..BURST {
+                tx.try_send(black_box(i)).unwrap();
+            }
+            for _ in 0..BURST {
+                black_box(rx.try_recv().unwrap());
+            }
+        })
+    });
+    g.finish();
+}
+
 fn configure(g: &mut Group<'_>) {
     g.sample_size(10)
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
 }
 
-criterion_group!(benches, throughput, pingpong, batched);
+criterion_group!(benches, throughput, pingpong, batched, same_thread);
 criterion_main!(benches);

@@ -173,6 +173,7 @@ fn main() {
     let runs = env("RUNS", if quick { 1 } else { 5 }) as usize;
     let cases: Vec<(&str, ProtocolKind, Option<Duration>)> = vec![
         ("none", ProtocolKind::None, None),
+        ("aligned final-only", ProtocolKind::Aligned, None),
         (
             "aligned 1s",
             ProtocolKind::Aligned,
@@ -210,20 +211,34 @@ fn main() {
         .collect();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); cases.len() + 1];
     let mut cpu_rates: Vec<Vec<f64>> = vec![Vec::new(); cases.len() + 1];
+    let mut ckpt_stats: Vec<Vec<(f64, f64, f64, f64)>> = vec![Vec::new(); cases.len()];
     let mut ckpts: Vec<Vec<usize>> = vec![Vec::new(); cases.len()];
     // Interleave the cases run by run, so that machine load hits all alike.
-    for _ in 0..runs {
-        let c0 = cpu_time();
-        let d = bare(records);
-        cpu_rates[cases.len()].push(records as f64 / (cpu_time() - c0).as_secs_f64());
-        rates[cases.len()].push(records as f64 / d.as_secs_f64());
-        for (k, (_, protocol, interval)) in cases.iter().enumerate() {
+    // Rotate the order every round so that no case always runs first.
+    let n = cases.len() + 1;
+    for round in 0..runs {
+        for slot in 0..n {
+            let k = (round + slot) % n;
             let c0 = cpu_time();
-            let r = job(records, *protocol, *interval);
+            if k == cases.len() {
+                let d = bare(records);
+                rates[k].push(records as f64 / d.as_secs_f64());
+            } else {
+                let (_, protocol, interval) = cases[k];
+                let r = job(records, protocol, interval);
+                assert_eq!(r.records_in, records);
+                rates[k].push(r.throughput());
+                ckpts[k].push(r.completed_checkpoints().count());
+                for c in r.completed_checkpoints() {
+                    ckpt_stats[k].push((
+                        c.duration.as_secs_f64() * 1e3,
+                        c.max_alignment().as_secs_f64() * 1e3,
+                        c.state_bytes as f64 / 1024.0,
+                        c.logged_records as f64,
+                    ));
+                }
+            }
             cpu_rates[k].push(records as f64 / (cpu_time() - c0).as_secs_f64());
-            assert_eq!(r.records_in, records);
-            rates[k].push(r.throughput());
-            ckpts[k].push(r.completed_checkpoints().count());
         }
     }
     let none = median(rates[0].clone());
@@ -269,6 +284,26 @@ fn main() {
     for (k, (name, _, _)) in cases.iter().enumerate() {
         let c = median(ckpts[k].iter().map(|&c| c as f64).collect());
         row(name, k, format!("{c}"));
+    }
+    println!("completed checkpoints (medians over all runs):");
+    println!(
+        "{:<22} {:>12} {:>16} {:>10} {:>14}",
+        "case", "duration ms", "max align ms", "state KiB", "logged records"
+    );
+    for (k, (name, _, _)) in cases.iter().enumerate() {
+        let st = &ckpt_stats[k];
+        if st.is_empty() {
+            continue;
+        }
+        let col = |f: fn(&(f64, f64, f64, f64)) -> f64| median(st.iter().map(f).collect());
+        println!(
+            "{:<22} {:>12.2} {:>16.2} {:>10.1} {:>14.0}",
+            name,
+            col(|s| s.0),
+            col(|s| s.1),
+            col(|s| s.2),
+            col(|s| s.3)
+        );
     }
     println!("every run, wall rec/s:");
     for (k, (name, _, _)) in cases.iter().enumerate() {

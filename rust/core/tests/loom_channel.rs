@@ -192,3 +192,30 @@ fn shared_waker_wakes_consumer_on_any_input() {
         p2.join().unwrap();
     });
 }
+
+#[test]
+fn send_iter_and_recv_slice_capacity_2() {
+    loom::model(|| {
+        let (mut tx, mut rx) = channel::<u32>(2);
+        let producer = thread::spawn(move || {
+            tx.send_iter([5, 6, 7]).unwrap();
+        });
+        let mut buf = [0u32; 3];
+        let mut got = Vec::new();
+        while let Ok(n) = rx.recv_slice(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got, [5, 6, 7]);
+        producer.join().unwrap();
+    });
+}
+
+#[test]
+fn blocked_receiver_wakes_on_sender_drop() {
+    loom::model(|| {
+        let (tx, mut rx) = channel::<u8>(1);
+        let producer = thread::spawn(move || drop(tx));
+        assert_eq!(rx.recv(), Err(RecvError));
+        producer.join().unwrap();
+    });
+}

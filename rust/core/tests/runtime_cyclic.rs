@@ -51,6 +51,8 @@ fn batches() -> Vec<RecordBatch> {
 
 /// Halves `value`, counts the step; zero leaves the loop, the rest goes round.
 fn halve(b: Batch) -> snapcut_core::Result<(Option<Batch>, Option<Batch>)> {
+    // A slow step keeps the loop busy, so barriers find records on the back-edge.
+    std::thread::sleep(Duration::from_micros(150));
     let ids = b.column(0).as_primitive::<Int64Type>();
     let vals = b.column(1).as_primitive::<Int64Type>();
     let steps = b.column(2).as_primitive::<Int64Type>();

@@ -193,7 +193,7 @@ fn check_protocol(protocol: ProtocolKind, config: CheckpointConfig) {
         protocol,
         p,
         CheckpointConfig {
-            interval: Some(Duration::from_millis(15)),
+            interval: config.interval.or(Some(Duration::from_millis(15))),
             ..config
         },
     );
@@ -286,6 +286,7 @@ fn aligned_with_concurrent_checkpoints_is_consistent() {
         ProtocolKind::Aligned,
         CheckpointConfig {
             max_concurrent: 3,
+            interval: Some(Duration::from_millis(4)),
             ..Default::default()
         },
     );
@@ -388,4 +389,16 @@ fn restoring_into_another_graph_shape_is_refused() {
         Err(e) => panic!("expected a snapshot error, got {e}"),
         Ok(_) => panic!("expected a snapshot error"),
     }
+}
+
+#[test]
+fn chandy_lamport_with_concurrent_snapshots_is_consistent() {
+    check_protocol(
+        ProtocolKind::ChandyLamport,
+        CheckpointConfig {
+            max_concurrent: 3,
+            interval: Some(Duration::from_millis(4)),
+            ..Default::default()
+        },
+    );
 }

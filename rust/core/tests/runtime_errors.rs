@@ -358,3 +358,16 @@ fn tolerated_expired_checkpoints_are_aborted_and_the_job_finishes() {
         .count();
     assert_eq!(all_aborted, snaps.aborted().len());
 }
+
+#[test]
+fn triggering_without_a_protocol_is_a_config_error() {
+    let config = CheckpointConfig {
+        protocol: ProtocolKind::None,
+        ..Default::default()
+    };
+    let job = Job::new(pipeline(10, union(), "user"), config, JobOptions::default()).unwrap();
+    match job.handle().trigger_savepoint() {
+        Err(Error::Config(msg)) => assert!(msg.contains("protocol 'none'"), "{msg}"),
+        other => panic!("expected a config error, got {other:?}"),
+    }
+}

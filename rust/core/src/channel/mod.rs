@@ -79,9 +79,13 @@ pub fn channel_with_wakers<T>(
             "channel capacity must be at least 1 (got 0); pass a capacity >= 1".into(),
         ));
     }
-    if capacity > MAX_CAPACITY {
+    let bytes = capacity
+        .checked_next_power_of_two()
+        .and_then(|slots| slots.checked_mul(std::mem::size_of::<T>()));
+    if capacity > MAX_CAPACITY || bytes.is_none_or(|b| b > isize::MAX as usize) {
         return Err(Error::Config(format!(
-            "channel capacity {capacity} exceeds the maximum {MAX_CAPACITY}; pass a smaller capacity"
+            "channel capacity {capacity} is too large for items of {} bytes; pass a smaller capacity",
+            std::mem::size_of::<T>()
         )));
     }
     sync::init_barriers();

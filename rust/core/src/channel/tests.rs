@@ -24,6 +24,14 @@ fn zero_capacity_is_a_config_error() {
 }
 
 #[test]
+fn oversized_capacity_is_a_config_error() {
+    let err = try_channel::<[u64; 1024]>(usize::MAX / 2).unwrap_err();
+    assert!(matches!(err, Error::Config(_)));
+    assert!(err.to_string().contains("too large"), "{err}");
+    assert!(try_channel::<u8>(MAX_CAPACITY + 1).is_err());
+}
+
+#[test]
 #[should_panic(expected = "capacity must be at least 1")]
 fn zero_capacity_panics() {
     let _ = channel::<u8>(0);

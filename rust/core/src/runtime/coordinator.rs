@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{CheckpointId, ProtocolKind};
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
-use crate::runtime::edge::Signal;
+use crate::runtime::edge::SignalRef;
 use crate::runtime::metrics::{CheckpointMetrics, CheckpointStatus};
 use crate::runtime::task::JobShared;
 use crate::snapshot::{CheckpointMeta, TaskId};
@@ -21,7 +21,7 @@ const TICK: Duration = Duration::from_millis(20);
 pub(crate) struct TaskInfo {
     pub id: TaskId,
     pub mailbox: Arc<Mailbox>,
-    pub waker: Arc<Signal>,
+    pub waker: SignalRef,
     pub is_source: bool,
 }
 

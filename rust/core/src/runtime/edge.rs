@@ -1,8 +1,6 @@
 //! The runtime's view of a channel: items, the per-task waker and the
 //! sending/receiving ends, over the SPSC ring of [`crate::channel`].
 
-use std::sync::Arc;
-
 use crate::channel::{channel_with_wakers, Receiver, Sender, TaskWaker, TryRecvError};
 use crate::error::Result;
 use crate::protocol::CheckpointId;
@@ -22,6 +20,13 @@ pub enum Item {
 /// output, or a control message came in. One per task, shared by all its ends.
 pub type Signal = TaskWaker;
 
+/// The shared handle of a [`Signal`] (the channel's `Arc`, a loom one under loom).
+#[cfg(loom)]
+pub type SignalRef = loom::sync::Arc<Signal>;
+/// The shared handle of a [`Signal`] (the channel's `Arc`, a loom one under loom).
+#[cfg(not(loom))]
+pub type SignalRef = std::sync::Arc<Signal>;
+
 /// Sending end of one channel.
 pub struct EdgeTx {
     tx: Sender<Item>,
@@ -36,8 +41,8 @@ pub struct EdgeRx {
 /// the task owning `rx_signal`.
 pub fn edge(
     capacity: usize,
-    tx_signal: Arc<Signal>,
-    rx_signal: Arc<Signal>,
+    tx_signal: SignalRef,
+    rx_signal: SignalRef,
 ) -> Result<(EdgeTx, EdgeRx)> {
     let (tx, rx) = channel_with_wakers(capacity, tx_signal, rx_signal)?;
     Ok((EdgeTx { tx }, EdgeRx { rx }))

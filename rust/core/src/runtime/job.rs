@@ -11,7 +11,7 @@ use crate::protocol::{for_task, ProtocolKind};
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{CoordMsg, Mailbox};
 use crate::runtime::coordinator::{Coordinator, TaskInfo};
-use crate::runtime::edge::{edge, EdgeRx, EdgeTx, Signal};
+use crate::runtime::edge::{edge, EdgeRx, EdgeTx, Signal, SignalRef};
 use crate::runtime::metrics::{JobReport, TaskReport};
 use crate::runtime::output::{OutChannel, Outputs};
 use crate::runtime::task::{Body, CycleTracker, Input, JobShared, Task};
@@ -47,6 +47,7 @@ impl JobOptions {
 #[derive(Clone, Debug)]
 pub struct JobHandle {
     tx: mpsc::Sender<CoordMsg>,
+    protocol: ProtocolKind,
 }
 
 impl JobHandle {
@@ -58,14 +59,25 @@ impl JobHandle {
         })
     }
 
-    /// Triggers a checkpoint now (queued if `max_concurrent` are in flight).
+    fn trigger(&self, savepoint: bool) -> Result<()> {
+        if self.protocol == ProtocolKind::None {
+            return Err(Error::Config(
+                "checkpoints are disabled (protocol 'none'); choose a protocol to trigger them"
+                    .into(),
+            ));
+        }
+        self.send(CoordMsg::Trigger { savepoint })
+    }
+
+    /// Triggers a checkpoint now (queued if `max_concurrent` are in flight;
+    /// dropped once the sources have finished).
     pub fn trigger_checkpoint(&self) -> Result<()> {
-        self.send(CoordMsg::Trigger { savepoint: false })
+        self.trigger(false)
     }
 
     /// Triggers a savepoint: a checkpoint marked to outlive retention.
     pub fn trigger_savepoint(&self) -> Result<()> {
-        self.send(CoordMsg::Trigger { savepoint: true })
+        self.trigger(true)
     }
 
     /// Stops the job; `run` returns `Error::Task("job cancelled by the user")`.
@@ -134,6 +146,7 @@ impl Job {
     pub fn handle(&self) -> JobHandle {
         JobHandle {
             tx: self.tx.clone(),
+            protocol: self.config.protocol,
         }
     }
 
@@ -149,7 +162,7 @@ impl Job {
             .ok_or_else(|| Error::Config("a job runs once".into()))?;
         let phys = &self.physical;
         let n = phys.tasks.len();
-        let wakers: Vec<Arc<Signal>> = (0..n).map(|_| Signal::new()).collect();
+        let wakers: Vec<SignalRef> = (0..n).map(|_| Signal::new()).collect();
         let mailboxes: Vec<Arc<Mailbox>> = (0..n).map(|_| Arc::new(Mailbox::default())).collect();
         let cancel = Arc::new(AtomicBool::new(false));
 

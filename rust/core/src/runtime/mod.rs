@@ -9,6 +9,38 @@
 //! in-flight data, snapshot, forward barriers, complete. The coordinator
 //! triggers checkpoints at the sources and commits them to the sink once
 //! every task has reported.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use snapcut_core::graph::{LogicalGraph, Partitioning};
+//! use snapcut_core::protocol::ProtocolKind;
+//! use snapcut_core::runtime::ops::{collect_sink, dwell_source, keyed_aggregate, AggSpec};
+//! use snapcut_core::runtime::{CheckpointConfig, InMemorySnapshots, Job, JobOptions};
+//!
+//! let mut g = LogicalGraph::new();
+//! let src = g.add_source("src", 2, dwell_source(100_000, 100, 42, 1024)?);
+//! let agg = g.add_operator("agg", 2, keyed_aggregate("user", vec![
+//!     AggSpec::count("dwell_ms", "n"),
+//!     AggSpec::mean("dwell_ms", "avg"),
+//! ])?);
+//! let (sink, results) = collect_sink();
+//! let out = g.add_operator("sink", 1, sink);
+//! g.connect(src, agg, Partitioning::Hash { key: "user".into() });
+//! g.connect(agg, out, Partitioning::RoundRobin);
+//!
+//! let config = CheckpointConfig {
+//!     protocol: ProtocolKind::Aligned,
+//!     interval: Some(Duration::from_millis(50)),
+//!     ..Default::default()
+//! };
+//! let snapshots = Arc::new(InMemorySnapshots::new());
+//! let report = Job::new(g, config, JobOptions::default())?.run(snapshots.clone())?;
+//! assert_eq!(report.records_in, 100_000);
+//! assert_eq!(results.num_rows(), 100); // one row per user
+//! assert!(snapshots.latest().is_some()); // at least the final checkpoint
+//! # Ok::<(), snapcut_core::Error>(())
+//! ```
 
 pub mod config;
 mod control;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::graph::{OutputGroup, Partitioning};
 use crate::protocol::CheckpointId;
-use crate::runtime::edge::{EdgeTx, Item, Signal};
+use crate::runtime::edge::{EdgeTx, Item, SignalRef};
 use crate::runtime::operator::{Batch, Emitter};
 use crate::runtime::partition::Partitioner;
 
@@ -36,7 +36,7 @@ pub(crate) struct Outputs {
     channels: Vec<OutChannel>,
     groups: Vec<Group>,
     partitioner: Partitioner,
-    signal: Arc<Signal>,
+    signal: SignalRef,
     cancel: Arc<AtomicBool>,
     pub records_out: u64,
     /// Set once end-of-stream went out; later data is an operator bug.
@@ -53,7 +53,7 @@ impl Outputs {
         groups: &[OutputGroup],
         channels: Vec<OutChannel>,
         channel_ids: &[usize],
-        signal: Arc<Signal>,
+        signal: SignalRef,
         cancel: Arc<AtomicBool>,
     ) -> Self {
         // channel_ids[i] = physical id of self.channels[i]

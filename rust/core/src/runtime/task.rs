@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::graph::TaskIndex;
 use crate::protocol::{Action, CheckpointId, Event, InputId, Protocol, ProtocolKind};
 use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
-use crate::runtime::edge::{EdgeRx, Item, Recv, Signal};
+use crate::runtime::edge::{EdgeRx, Item, Recv, SignalRef};
 use crate::runtime::operator::{Batch, Operator, Source};
 use crate::runtime::output::{cancelled, Outputs};
 use crate::snapshot::{ChannelLog, SnapshotSink, StateCapture, TaskId, TaskSnapshot};
@@ -73,7 +73,7 @@ pub(crate) struct Task {
     pub inputs: Vec<Input>,
     pub outputs: Outputs,
     pub protocol: Option<Box<dyn Protocol>>,
-    pub waker: Arc<Signal>,
+    pub waker: SignalRef,
     pub mailbox: Arc<Mailbox>,
     pub coord: mpsc::Sender<CoordMsg>,
     pub shared: Arc<JobShared>,
@@ -105,7 +105,7 @@ impl Task {
         inputs: Vec<Input>,
         outputs: Outputs,
         protocol: Option<Box<dyn Protocol>>,
-        waker: Arc<Signal>,
+        waker: SignalRef,
         mailbox: Arc<Mailbox>,
         coord: mpsc::Sender<CoordMsg>,
         shared: Arc<JobShared>,
