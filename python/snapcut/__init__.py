@@ -11,18 +11,40 @@ from snapcut._core import (
     GraphError,
     SnapcutError,
     SnapshotError,
+    StateTable,
     StorageError,
     TaskError,
     __version__,
 )
+from snapcut.checkpointing import (
+    ChannelLog,
+    Checkpointing,
+    CheckpointMetrics,
+    Snapshot,
+    TaskState,
+)
+from snapcut.dataflow import Dataflow, KeyedStream, RunReport, Stream
 
 __all__ = [
     "ChannelClosedError",
+    "ChannelLog",
+    "CheckpointMetrics",
+    "Checkpointing",
     "ConfigError",
+    "Dataflow",
     "GraphError",
+    "KeyedStream",
+    "RunReport",
     "SnapcutError",
+    "Snapshot",
     "SnapshotError",
+    "StateTable",
     "StorageError",
+    "Stream",
     "TaskError",
+    "TaskState",
     "__version__",
+    "snapshots",
 ]
+
+from snapcut import snapshots

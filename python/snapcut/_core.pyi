@@ -13,6 +13,225 @@ class StorageError(SnapcutError): ...
 def protocol_name(name: str) -> str:
     """Validates a protocol name; returns its canonical spelling or raises ConfigError."""
 
+# --- sim (protocol engineer) ---
+
+class BankSim:
+    def __init__(
+        self,
+        balances: list[tuple[str, int]],
+        topology: list[tuple[str, str]] | None = None,
+        seed: int = 0,
+    ) -> None: ...
+    @staticmethod
+    def random(
+        processes: int = 8,
+        seed: int = 0,
+        balance: int = 1000,
+        topology: str = "complete",
+        max_transfers: int | None = None,
+    ) -> BankSim: ...
+    @property
+    def names(self) -> list[str]: ...
+    @property
+    def edges(self) -> list[tuple[str, str]]: ...
+    @property
+    def balances(self) -> list[int]: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def terminated(self) -> bool: ...
+    def halted(self, process: str) -> bool: ...
+    def send(self, src: str, dst: str, amount: int) -> None: ...
+    def halt(self, process: str) -> None: ...
+    def start_snapshot(self, process: str) -> int: ...
+    def deliver(self, src: str, dst: str) -> tuple[str, int]: ...
+    def in_flight(self, src: str, dst: str) -> list[tuple[str, int]]: ...
+    def snapshot_ids(self) -> list[int]: ...
+    def snapshot(self, id: int) -> dict[str, object]: ...
+    def verify(self, id: int) -> str | None: ...
+    def step(self) -> bool: ...
+    def run(self, steps: int, snapshot_every: int | None = None) -> list[int]: ...
+    def drain(self) -> list[int]: ...
+
+def simulate_dataflow(
+    protocol: str,
+    seed: int = 0,
+    *,
+    vertices: int = 6,
+    sources: int = 2,
+    back_edges: int = 0,
+    extra_edges: int = 3,
+    tokens_per_source: int = 30,
+    checkpoints: int = 5,
+    max_hops: int = 6,
+    end_of_stream: bool = False,
+    aligned_first: bool = False,
+    abort_one_in: int = 0,
+) -> dict[str, object]: ...
+# --- dataflow (pyflow) ---
+from collections.abc import Callable, Iterator  # noqa: E402
+from typing import Any  # noqa: E402
+
+class _CheckpointConfig:
+    @property
+    def protocol(self) -> str: ...
+
+def checkpoint_config(
+    protocol: str,
+    interval: float | None,
+    timeout: float,
+    min_pause: float,
+    max_concurrent: int,
+    tolerable_failures: int,
+    retained: int,
+    alignment_timeout: float,
+    final_checkpoint: bool,
+) -> _CheckpointConfig:
+    """Builds and validates a checkpoint configuration; raises ConfigError."""
+
+class _Checkpoint:
+    @property
+    def id(self) -> int: ...
+
+class _GraphBuilder:
+    def __init__(self) -> None: ...
+    def add_python_source(
+        self, name: str, parallelism: int, make_iter: Callable[[], Iterator[Any]]
+    ) -> int: ...
+    def add_batches_source(self, name: str, parallelism: int, batches: list[Any]) -> int: ...
+    def add_udf(self, name: str, parallelism: int, kind: str, func: Callable[..., Any]) -> int: ...
+    def add_keyed_process(
+        self, name: str, parallelism: int, key: str, func: Callable[..., Any]
+    ) -> int: ...
+    def add_union(self, name: str, parallelism: int) -> int: ...
+    def connect(
+        self,
+        from_vertex: int,
+        to_vertex: int,
+        partitioning: str,
+        key: str | None = None,
+        feedback: bool = False,
+    ) -> int: ...
+    def add_dwell_events(
+        self, name: str, parallelism: int, users: int, count: int, seed: int, batch_size: int
+    ) -> int: ...
+    def add_aggregate(
+        self, name: str, parallelism: int, key: str, specs: list[tuple[str, str, str | None]]
+    ) -> int: ...
+    def add_iteration_head(self, name: str, parallelism: int) -> int: ...
+    def add_collect(self, name: str, parallelism: int, result: str) -> int: ...
+    def add_arrow_sink(self, name: str, parallelism: int, path: str) -> int: ...
+    def run(
+        self, checkpointing: _CheckpointConfig, restore_from: _Checkpoint | None = None
+    ) -> dict[str, Any]:
+        """Runs the job with the GIL released; returns the raw report."""
+
+def dwell_events(users: int, count: int, seed: int) -> Any:
+    """The built-in generator's events as a pyarrow.Table (all subtasks)."""
+
+def _replay_source(
+    subtask: int,
+    parallelism: int,
+    offset: int,
+    make_iter: Callable[[], Iterator[Any]] | None = None,
+    batches: list[Any] | None = None,
+) -> tuple[list[Any], int]:
+    """Test hook: one source subtask sought to `offset` and read to its end."""
+
+def _keyed_roundtrip(
+    key: str, func: Callable[..., Any], before: list[Any], after: list[Any]
+) -> tuple[Any, list[Any], Any]:
+    """Test hook: keyed process snapshot → restore → continue."""
+# --- state / store ---
+import builtins  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from os import PathLike  # noqa: E402
+from typing import Any  # noqa: E402
+
+SNAPSHOT_FORMAT: dict[str, Any]
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli) of `data`: the checksum of every snapshot file."""
+
+class StateTable:
+    """Keyed state table with change tracking for incremental checkpoints."""
+
+    def __init__(self, schema: Any, key: str, full_every: int = 10) -> None: ...
+    def update(self, batch: Any) -> None:
+        """Upserts the rows of a pyarrow RecordBatch or Table by key."""
+    def get(self, keys: Any) -> Any:
+        """pyarrow Table of the present keys' rows, in the order asked."""
+    def delete(self, keys: Any) -> int:
+        """Deletes keys (absent ones ignored); returns how many were present."""
+    def diff(self) -> Any:
+        """Changes since the last checkpoint: a RecordBatch with `__deleted`."""
+    def checkpoint(self, id: int | None = None) -> tuple[int, str, Any]:
+        """(id, "full" | "diff", RecordBatch); a diff is based on the previous id."""
+    def checkpoint_aborted(self) -> None: ...
+    def restore(self, chain: Sequence[tuple[int, str, Any]]) -> None:
+        """State at the end of a chain [(id, "full", batch), (id, "diff", batch), ...]."""
+    def to_arrow(self) -> Any: ...
+    @property
+    def schema(self) -> Any: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def full_every(self) -> int: ...
+    @property
+    def last_checkpoint(self) -> int | None: ...
+    @property
+    def changed(self) -> int: ...
+    def __len__(self) -> int: ...
+
+class SnapshotReader:
+    """Read access to a local snapshot root (the Rust reader)."""
+
+    def __init__(self, root: str | PathLike[str]) -> None: ...
+    def list(self) -> builtins.list[int]: ...
+    def partial(self) -> builtins.list[int]: ...
+    def manifest(self, id: int) -> str: ...
+    def verify(self, id: int) -> str: ...
+    def latest_intact(self) -> tuple[int, builtins.list[tuple[int, str]]]: ...
+    def next_checkpoint_id(self) -> int: ...
+    def state(self, id: int, vertex: str, subtask: int) -> Any | None: ...
+    def channels(
+        self, id: int, vertex: str, subtask: int
+    ) -> builtins.list[tuple[int, str, int, Any]]: ...
+
+class SnapshotStore:
+    """The durable store on a local path (what the runtime writes through)."""
+
+    def __init__(
+        self,
+        root: str | PathLike[str],
+        retain: int = 3,
+        cleanup_partial_on_open: bool = True,
+        materialize_every: int | None = None,
+    ) -> None: ...
+    def task_snapshot(
+        self,
+        id: int,
+        vertex: str,
+        subtask: int,
+        state: tuple[str, int | None, Any] | None = None,
+        source_offset: int | None = None,
+        channels: Sequence[tuple[int, str, int, Any]] = ...,
+        alignment_nanos: int = 0,
+    ) -> None: ...
+    def commit(
+        self,
+        id: int,
+        protocol: str = "aligned",
+        graph_fingerprint: str = "",
+        savepoint: bool = False,
+        started_ms: int = 0,
+        finished_ms: int = 0,
+    ) -> None: ...
+    def abort(self, id: int) -> None: ...
+    def completed(self) -> builtins.list[int]: ...
+    @property
+    def root(self) -> str: ...
+
 # --- channel ---
 
 from collections.abc import Iterator as _Iterator  # noqa: E402

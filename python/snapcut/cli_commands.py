@@ -7,4 +7,6 @@ import argparse
 
 def register_all(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds every subcommand. New commands add one line here."""
-    _ = sub
+    from snapcut import demo
+
+    demo.add_parser(sub)

@@ -5,9 +5,14 @@ use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
 
 mod channel;
+mod dataflow;
 mod errors;
+mod sim;
 
 use errors::IntoPyResult;
+
+mod state;
+mod store;
 
 /// Validates a protocol name and returns its canonical spelling.
 #[pyfunction]
@@ -21,8 +26,12 @@ fn protocol_name(name: &str) -> PyResult<&'static str> {
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    state::register(m)?;
+    store::register(m)?;
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
+    dataflow::register(m)?;
+    sim::register(m)?;
     channel::register(m)?;
     Ok(())
 }

@@ -7,6 +7,17 @@ use std::sync::Arc;
 
 use crate::runtime::operator::{OperatorFactory, SourceFactory};
 
+mod fingerprint;
+mod physical;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use physical::{
+    ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex,
+};
+
 /// Index of a logical vertex in a [`LogicalGraph`].
 pub type VertexId = usize;
 /// Index of a logical edge in a [`LogicalGraph`].
@@ -56,6 +67,10 @@ pub struct Edge {
     /// Declared as the feedback edge of an iteration. Back-edges are also
     /// found by analysis; declaring one documents intent and is checked.
     pub feedback: bool,
+    /// Output port of `from` this edge leaves on (0 unless set with
+    /// [`LogicalGraph::set_output_port`]); an operator emits to a port with
+    /// `Emitter::emit_to`, e.g. port 1 = the feedback of an iteration.
+    pub port: usize,
 }
 
 /// The graph a user states: vertices with parallelism, edges with partitioning.
@@ -96,6 +111,7 @@ impl LogicalGraph {
             to,
             partitioning,
             feedback: false,
+            port: 0,
         });
         self.edges.len() - 1
     }
@@ -110,6 +126,26 @@ impl LogicalGraph {
         let id = self.connect(from, to, partitioning);
         self.edges[id].feedback = true;
         id
+    }
+
+    /// Makes `edge` carry what its source operator emits on output `port`.
+    pub fn set_output_port(&mut self, edge: EdgeId, port: usize) -> &mut Self {
+        if let Some(e) = self.edges.get_mut(edge) {
+            e.port = port;
+        }
+        self
+    }
+
+    /// Validates the graph and expands it into physical tasks and channels.
+    pub fn expand(&self) -> crate::Result<PhysicalGraph> {
+        physical::expand(self)
+    }
+
+    /// A stable fingerprint of the graph's shape (names, parallelism,
+    /// partitioning, edges), recorded in checkpoints so that a restore into
+    /// another shape is refused.
+    pub fn fingerprint(&self) -> String {
+        fingerprint::fingerprint(self)
     }
 
     fn push(&mut self, name: String, parallelism: usize, kind: VertexKind) -> VertexId {

@@ -7,11 +7,28 @@
 //!
 //! Events and actions are per channel *item* (a whole data batch), never per
 //! record, so the cost of consulting the machine is amortised over a batch.
+//!
+//! Machines: [`ChandyLamport`] (markers, never blocks), [`Aligned`] (ABS,
+//! acyclic and cyclic; also used for [`ProtocolKind::Sync`], whose
+//! difference — pausing the sources — lives in the runtime), [`Unaligned`]
+//! (optionally aligned first, switching on [`Event::AlignmentTimeout`]).
+//! Build one per task with [`for_task`]. Every machine is exercised by the
+//! property tests in `tests/proptest_protocol.rs` and driven over whole
+//! graphs by [`crate::sim::dataflow`].
 
 use std::fmt;
 use std::str::FromStr;
 
 use crate::error::Error;
+
+mod abs;
+mod aligned;
+mod chandy_lamport;
+mod unaligned;
+
+pub use aligned::Aligned;
+pub use chandy_lamport::ChandyLamport;
+pub use unaligned::Unaligned;
 
 /// Index of an input channel of a task, `0..n_inputs`.
 pub type InputId = usize;
@@ -79,6 +96,39 @@ pub trait Protocol: Send + fmt::Debug {
     fn on_event(&mut self, event: Event, actions: &mut Vec<Action>);
     /// Whether the driver must not pop from `input` right now.
     fn is_blocked(&self, input: InputId) -> bool;
+    /// The checkpoint this task is aligning (some inputs blocked, waiting for
+    /// the others), if any. The driver starts its alignment-timeout clock
+    /// when this becomes `Some(id)` and sends [`Event::AlignmentTimeout`]
+    /// when it runs out while still `Some(id)`.
+    fn aligning(&self) -> Option<CheckpointId> {
+        None
+    }
+}
+
+/// The protocol machine for one task of a job running `kind`, whose input `i`
+/// is of kind `inputs[i]`; `None` for [`ProtocolKind::None`].
+///
+/// - `Aligned`: [`Aligned`].
+/// - `Unaligned`: [`Unaligned`], starting aligned if `aligned_first` (Flink's
+///   aligned-checkpoint timeout > 0).
+/// - `ChandyLamport`: [`ChandyLamport`] over all inputs (back-edges are
+///   ordinary channels to it).
+/// - `Sync`: [`Aligned`] — the stop-the-world baseline differs only in the
+///   runtime, which pauses sources from trigger to completion, so the
+///   barriers find drained channels.
+///
+/// `aligned_first` only matters for `Unaligned`.
+pub fn for_task(
+    kind: ProtocolKind,
+    inputs: &[InputKind],
+    aligned_first: bool,
+) -> Option<Box<dyn Protocol>> {
+    match kind {
+        ProtocolKind::Aligned | ProtocolKind::Sync => Some(Box::new(Aligned::new(inputs))),
+        ProtocolKind::Unaligned => Some(Box::new(Unaligned::new(inputs, aligned_first))),
+        ProtocolKind::ChandyLamport => Some(Box::new(ChandyLamport::new(inputs.len()))),
+        ProtocolKind::None => None,
+    }
 }
 
 /// The snapshot protocol a job runs with.
@@ -155,6 +205,35 @@ mod tests {
             "Chandy_Lamport".parse::<ProtocolKind>().unwrap(),
             ProtocolKind::ChandyLamport
         );
+    }
+
+    #[test]
+    fn factory_builds_each_protocol() {
+        let inputs = [InputKind::Regular, InputKind::Regular];
+        assert!(for_task(ProtocolKind::None, &inputs, false).is_none());
+        for kind in [ProtocolKind::Aligned, ProtocolKind::Sync] {
+            let mut p = for_task(kind, &inputs, false).unwrap();
+            let mut out = Vec::new();
+            p.on_event(Event::Barrier { input: 0, id: 1 }, &mut out);
+            assert_eq!(out, [Action::Block { input: 0 }], "{kind}");
+            assert_eq!(p.aligning(), Some(1));
+        }
+        for kind in [ProtocolKind::Unaligned, ProtocolKind::ChandyLamport] {
+            let mut p = for_task(kind, &inputs, false).unwrap();
+            let mut out = Vec::new();
+            p.on_event(Event::Barrier { input: 0, id: 1 }, &mut out);
+            assert_eq!(
+                out,
+                [Action::Snapshot { id: 1 }, Action::Forward { id: 1 }],
+                "{kind}"
+            );
+            assert!(!p.is_blocked(0));
+            assert_eq!(p.aligning(), None);
+        }
+        let mut p = for_task(ProtocolKind::Unaligned, &inputs, true).unwrap();
+        let mut out = Vec::new();
+        p.on_event(Event::Barrier { input: 0, id: 1 }, &mut out);
+        assert_eq!(out, [Action::Block { input: 0 }]);
     }
 
     #[test]

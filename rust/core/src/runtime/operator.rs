@@ -18,6 +18,18 @@ pub type Batch = RecordBatch;
 /// the output channels.
 pub trait Emitter {
     fn emit(&mut self, batch: Batch) -> Result<()>;
+
+    /// Emits on output `port` (see `LogicalGraph::set_output_port`); port 0
+    /// is what [`Emitter::emit`] uses. A port with no edges drops the batch.
+    fn emit_to(&mut self, port: usize, batch: Batch) -> Result<()> {
+        if port == 0 {
+            self.emit(batch)
+        } else {
+            Err(crate::error::Error::Task(format!(
+                "this emitter has no output port {port}"
+            )))
+        }
+    }
 }
 
 /// A data-processing step of one subtask. Called from its task thread only.

@@ -1,1 +1,15 @@
-//! Deterministic single-threaded discrete-event simulator driving the protocol state machines.
+//! Deterministic single-threaded discrete-event simulator driving the protocol
+//! state machines: every delivery is chosen by a script or a seeded PRNG, so
+//! every run (and every failure) replays exactly from its seed.
+//!
+//! - [`bank`]: the Chandy–Lamport bank (processes send money over FIFO
+//!   channels; snapshots must conserve the total and be consistent cuts).
+//! - [`dataflow`]: sources, tasks and channels (DAGs or cycles) run under any
+//!   [`crate::protocol::ProtocolKind`]; every checkpoint is checked to be a
+//!   consistent cut channel by channel.
+
+pub mod bank;
+pub mod dataflow;
+pub mod rng;
+
+pub use rng::SplitMix64;

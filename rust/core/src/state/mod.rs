@@ -1,1 +1,16 @@
 //! Keyed state tables with incremental diffing (changed keys + tombstones).
+//!
+//! A [`StateTable`] maps a key column (Int64/Int32/Utf8/Binary) to typed value
+//! columns. Every write marks its key changed; [`StateTable::checkpoint`]
+//! captures only the changed rows plus tombstones (`__deleted = true`) as an
+//! Arrow batch, in O(changed keys), and every `full_every`-th checkpoint the
+//! whole table so that restore reads a bounded chain (one full + diffs).
+//! Encoding and writing the capture is the store's background job.
+
+mod changelog;
+mod column;
+mod key;
+mod table;
+
+pub use key::Key;
+pub use table::{StatePolicy, StateTable, DELETED_COLUMN, KEY_METADATA};

@@ -1,1 +1,27 @@
 //! Snapshot store: Arrow IPC files + manifest, atomic commit, checksums, retention, verify.
+//!
+//! Layout (DESIGN.md §4), under a root directory:
+//! ```text
+//! chk-00000042/
+//!   manifest.json                        written last, by atomic rename
+//!   <vertex>-<subtask>.state.arrow        full table, or diff with `__deleted`
+//!   <vertex>-<subtask>.channel-<edge>.<from>.arrow   recorded in-flight records
+//!   sources.arrow                         source offsets (vertex, subtask, offset)
+//! ```
+//! [`SnapshotStore`] is the durable [`crate::snapshot::SnapshotSink`];
+//! [`SnapshotReader`] lists, verifies and rebuilds state from manifests alone.
+
+mod files;
+mod manifest;
+mod reader;
+mod sink;
+mod writer;
+
+pub use files::Written;
+pub use manifest::{
+    channel_file_name, checkpoint_dir_name, file_component, parse_checkpoint_dir, state_file_name,
+    FileEntry, FileKind, FileRole, Manifest, TaskEntry, CHECKPOINT_DIR_PREFIX, FORMAT_NAME,
+    FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
+};
+pub use reader::{Skipped, SnapshotReader};
+pub use sink::{SnapshotStore, StoreOptions};

@@ -1,0 +1,181 @@
+"""`Checkpointing`: how a `Dataflow` takes snapshots, with Flink's names and defaults.
+
+Types are checked here; the values are validated once, in Rust
+(`CheckpointConfig::validate`), so Python and Rust can never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from snapcut import _core
+from snapcut._core import ConfigError
+
+Seconds = float | int | timedelta
+
+PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync", "none")
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise ConfigError(
+            f"{name} must be seconds (int/float) or a timedelta, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    if math.isnan(seconds) or math.isinf(seconds) or seconds < 0:
+        raise ConfigError(f"{name} must be a finite, non-negative duration, got {value!r}")
+    return seconds
+
+
+def _optional_seconds(name: str, value: object) -> float | None:
+    return None if value is None else _seconds(name, value)
+
+
+def _count(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    """Checkpointing of a job (Flink's `CheckpointConfig`).
+
+    protocol: "aligned" (ABS, Flink's default), "unaligned", "chandy-lamport",
+        "sync" (stop-the-world baseline) or "none".
+    interval: time between checkpoints (seconds or timedelta); None = no
+        periodic checkpoints (as in Flink), only the final one.
+    timeout: a checkpoint running longer is aborted (Flink: 10 min).
+    min_pause: least time between the end of one checkpoint and the next start.
+    max_concurrent: checkpoints in flight at once (1; unaligned needs 1).
+    tolerable_failures: failed checkpoints tolerated before the job fails.
+    retained: completed checkpoints kept.
+    alignment_timeout: with "unaligned", start aligned and switch to unaligned
+        after this long (0 = unaligned from the start).
+    final_checkpoint: take a checkpoint when bounded sources end.
+    """
+
+    protocol: str = "aligned"
+    interval: Seconds | None = None
+    timeout: Seconds = 600.0
+    min_pause: Seconds = 0.0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    retained: int = 1
+    alignment_timeout: Seconds = 0.0
+    final_checkpoint: bool = True
+    _config: _core._CheckpointConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.protocol, str):
+            raise ConfigError(
+                f"protocol must be a string (one of {', '.join(PROTOCOLS)}), "
+                f"got {type(self.protocol).__name__} {self.protocol!r}"
+            )
+        if not isinstance(self.final_checkpoint, bool):
+            raise ConfigError(f"final_checkpoint must be a bool, got {self.final_checkpoint!r}")
+        config = _core.checkpoint_config(
+            protocol=self.protocol,
+            interval=_optional_seconds("interval", self.interval),
+            timeout=_seconds("timeout", self.timeout),
+            min_pause=_seconds("min_pause", self.min_pause),
+            max_concurrent=_count("max_concurrent", self.max_concurrent),
+            tolerable_failures=_count("tolerable_failures", self.tolerable_failures),
+            retained=_count("retained", self.retained),
+            alignment_timeout=_seconds("alignment_timeout", self.alignment_timeout),
+            final_checkpoint=self.final_checkpoint,
+        )
+        object.__setattr__(self, "protocol", config.protocol)
+        object.__setattr__(self, "_config", config)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any checkpoint is taken."""
+        return self.protocol != "none"
+
+
+@dataclass(frozen=True)
+class CheckpointMetrics:
+    """One checkpoint as the runtime measured it.
+
+    triggered_s / finished_s: since the job started; duration_s = finished -
+    triggered. status: "completed" or "aborted" (abort_reason says why).
+    alignment_ns: per task ("vertex-subtask"), time spent aligning barriers.
+    state_bytes: Arrow memory of every captured state. logged_records /
+    logged_batches: in-flight records recorded (channel state, back-edge
+    logs, data overtaken by unaligned barriers).
+    """
+
+    id: int
+    protocol: str
+    status: str
+    abort_reason: str | None
+    is_final: bool
+    savepoint: bool
+    triggered_s: float
+    finished_s: float
+    duration_s: float
+    alignment_ns: dict[str, int]
+    state_bytes: int
+    logged_records: int
+    logged_batches: int
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    @property
+    def max_alignment_ms(self) -> float:
+        return max(self.alignment_ns.values(), default=0) / 1e6
+
+
+@dataclass(frozen=True)
+class ChannelLog:
+    """Records a checkpoint recorded in flight on one input channel of a task
+    (Chandy-Lamport channel state, a back-edge log, or unaligned overtaken data)."""
+
+    edge: str
+    input: int
+    from_subtask: int
+    records: Any  # pyarrow.Table
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One task's part of a snapshot."""
+
+    task: str
+    state: Any  # pyarrow.Table | None
+    channels: list[ChannelLog]
+    source_offset: int | None
+    alignment_ns: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A completed in-memory snapshot: every task's state, channel logs and source offsets."""
+
+    id: int
+    protocol: str
+    started_ms: int
+    finished_ms: int
+    tasks: dict[str, TaskState]
+    # The checkpoint on the Rust side, for `Dataflow.run(restore_from=...)`.
+    _handle: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def source_offsets(self) -> dict[str, int]:
+        return {k: t.source_offset for k, t in self.tasks.items() if t.source_offset is not None}
+
+    @property
+    def channel_logs(self) -> list[tuple[str, ChannelLog]]:
+        return [(k, c) for k, t in self.tasks.items() for c in t.channels]

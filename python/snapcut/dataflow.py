@@ -1,0 +1,535 @@
+"""`Dataflow`: build a streaming job in Python, run it on snapcut's Rust runtime.
+
+    flow = Dataflow(parallelism=2)
+    events = flow.generate_dwell_events(users=1000, count=1_000_000, seed=7)
+    avg = events.key_by("user").aggregate(count="count", total=("sum", "dwell_ms"))
+    avg.collect("result")
+    report = flow.run(checkpointing=Checkpointing(protocol="aligned", interval=0.1))
+    report.results["result"]   # pyarrow.Table
+
+Records move as Arrow record batches. Python functions get a whole
+`pyarrow.RecordBatch` per call (the GIL is taken once per batch); everything
+else runs in Rust with the GIL released.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from snapcut import _core
+from snapcut._core import ConfigError, GraphError
+from snapcut.checkpointing import (
+    ChannelLog,
+    Checkpointing,
+    CheckpointMetrics,
+    Snapshot,
+    TaskState,
+)
+
+
+def dwell_events(users: int, count: int, seed: int = 0) -> pa.Table:
+    """The records `generate_dwell_events(users, count, seed)` emits (any parallelism)."""
+    return pa.Table.from_batches([_core.dwell_events(users, count, seed)])
+
+
+AGGREGATES = ("count", "sum", "min", "max", "mean")
+
+BatchFn = Callable[[pa.RecordBatch], Any]
+KeyedFn = Callable[[Any, pa.RecordBatch, Any], tuple[Any, Any]]
+AggSpec = str | tuple[str, str]
+
+
+@dataclass
+class _Input:
+    node: int
+    partitioning: str | None = None  # None = forward, or round-robin on a parallelism change
+    key: str | None = None
+    feedback: bool = False
+
+
+@dataclass
+class _Node:
+    kind: str
+    name: str
+    parallelism: int
+    params: dict[str, Any]
+    inputs: list[_Input] = field(default_factory=list)
+
+
+def _check_parallelism(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"parallelism must be an int >= 1, got {value!r}")
+    return value
+
+
+def _check_callable(what: str, fn: object) -> None:
+    if not callable(fn):
+        raise TypeError(f"{what} needs a callable, got {type(fn).__name__}")
+
+
+class Dataflow:
+    """A dataflow job under construction. `parallelism` is the default of every operator."""
+
+    def __init__(self, parallelism: int = 1) -> None:
+        self.parallelism = _check_parallelism(parallelism)
+        self._nodes: list[_Node] = []
+        self._names: set[str] = set()
+        self._results: set[str] = set()
+
+    # ---- graph plumbing -------------------------------------------------
+    def _add(
+        self,
+        kind: str,
+        name: str | None,
+        parallelism: int | None,
+        inputs: list[_Input],
+        **params: Any,
+    ) -> Stream:
+        base = name or kind
+        unique = base
+        for n in itertools.count(1):
+            if unique not in self._names:
+                break
+            if name is not None:
+                raise GraphError(f"operator name {name!r} is used twice; names must be unique")
+            unique = f"{base}-{n}"
+        self._names.add(unique)
+        p = self.parallelism if parallelism is None else _check_parallelism(parallelism)
+        self._nodes.append(_Node(kind, unique, p, params, inputs))
+        return Stream(self, len(self._nodes) - 1)
+
+    # ---- sources ---------------------------------------------------------
+    def generate_dwell_events(
+        self,
+        users: int,
+        count: int,
+        seed: int = 0,
+        *,
+        batch_size: int = 4096,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Built-in Rust generator of `(user: int64, dwell_ms: int64)` events.
+        `dwell_events(users, count, seed)` returns the same records as a
+        pyarrow Table, so results can be checked in plain Python."""
+        for what, v in (("users", users), ("count", count), ("batch_size", batch_size)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < (0 if what == "count" else 1):
+                raise ConfigError(f"{what} must be a positive int, got {v!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ConfigError(f"seed must be a non-negative int, got {seed!r}")
+        return self._add(
+            "dwell_events",
+            name,
+            parallelism,
+            [],
+            users=users,
+            count=count,
+            seed=seed,
+            batch_size=batch_size,
+        )
+
+    def from_batches(
+        self,
+        data: pa.RecordBatch | pa.Table | Iterable[pa.RecordBatch],
+        *,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """Batches held in memory (Rust-side while the job runs); with
+        parallelism p, batch i goes to subtask i mod p."""
+        if isinstance(data, pa.Table):
+            batches = data.to_batches()
+        elif isinstance(data, pa.RecordBatch):
+            batches = [data]
+        else:
+            batches = list(data)
+            for b in batches:
+                if not isinstance(b, pa.RecordBatch):
+                    raise TypeError(
+                        f"from_batches takes pyarrow RecordBatches, got {type(b).__name__}"
+                    )
+        return self._add("batches", name, parallelism, [], batches=batches)
+
+    def from_iterable(
+        self,
+        items: Iterable[Any] | Callable[[], Iterable[Any]],
+        *,
+        schema: pa.Schema | None = None,
+        names: list[str] | None = None,
+        batch_size: int = 1024,
+        name: str | None = None,
+        parallelism: int = 1,
+    ) -> Stream:
+        """A Python source of RecordBatches, dicts or tuples (tuples need
+        `names` or `schema`). Pass a list, or a function returning a fresh
+        iterable, so that the source can be replayed from an offset; a
+        one-shot iterator is read into a list first."""
+        if callable(items):
+            factory: Callable[[], Iterable[Any]] = items
+        else:
+            if iter(items) is items:
+                items = list(items)
+            kept = items
+            factory = lambda: kept  # noqa: E731
+        if names is None and schema is not None:
+            names = list(schema.names)
+
+        def make_iter() -> Iterator[pa.RecordBatch]:
+            return _to_batches(factory(), schema, names, batch_size)
+
+        return self._add("python_source", name, parallelism, [], make_iter=make_iter)
+
+    def from_dataset(
+        self,
+        source: Any,
+        *,
+        columns: list[str] | None = None,
+        filter: Any = None,
+        format: str = "parquet",
+        batch_size: int = 64 * 1024,
+        name: str | None = None,
+        parallelism: int = 1,
+    ) -> Stream:
+        """A `pyarrow.dataset.Dataset`, a `pyarrow.Table` or a path/URI that
+        `pyarrow.dataset.dataset` opens; scanned in a fixed order (replayable)."""
+        import pyarrow.dataset as ds
+
+        if isinstance(source, pa.Table):
+            source = ds.dataset(source)
+        elif not isinstance(source, ds.Dataset):
+            source = ds.dataset(source, format=format)
+        dataset = source
+
+        def make_iter() -> Iterator[pa.RecordBatch]:
+            return iter(
+                dataset.to_batches(
+                    columns=columns, filter=filter, batch_size=batch_size, use_threads=False
+                )
+            )
+
+        return self._add("python_source", name, parallelism, [], make_iter=make_iter)
+
+    # ---- multi-input -----------------------------------------------------
+    def union(
+        self, *streams: Stream, name: str | None = None, parallelism: int | None = None
+    ) -> Stream:
+        """Records of every stream (schemas must match)."""
+        if len(streams) < 2:
+            raise GraphError("union needs at least two streams")
+        for s in streams:
+            self._own(s)
+        return self._add("union", name, parallelism, [_Input(s._node) for s in streams])
+
+    def iterate(
+        self,
+        stream: Stream,
+        step: Callable[[Stream], tuple[Stream, Stream]],
+        *,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> Stream:
+        """A cyclic job (Flink's iterations): `step(loop)` builds the loop body
+        from `loop` (the records entering plus those fed back) and returns
+        `(feedback, output)`. Feedback records go round again; the iteration
+        ends when no record is in flight in the loop and the input has ended."""
+        self._own(stream)
+        head = self._add("iteration_head", name or "iterate", parallelism, [_Input(stream._node)])
+        feedback, output = step(head)
+        self._own(feedback)
+        self._own(output)
+        if feedback._node <= head._node:
+            raise GraphError("the feedback stream of iterate must be built from the loop stream")
+        self._nodes[head._node].inputs.append(_Input(feedback._node, feedback=True))
+        return output
+
+    def _own(self, s: Stream) -> None:
+        if not isinstance(s, Stream) or s._flow is not self:
+            raise GraphError("a stream can only be used in the Dataflow that made it")
+
+    # ---- run -------------------------------------------------------------
+    def run(
+        self, checkpointing: Checkpointing | None = None, *, restore_from: Snapshot | None = None
+    ) -> RunReport:
+        """Runs the job to completion (bounded sources); the GIL is released
+        while it runs. Raises TaskError if an operator fails.
+
+        restore_from: a snapshot of an earlier run of the same graph (same
+        operators, names, parallelism): every operator restores its state,
+        every source resumes at its offset and recorded in-flight records are
+        replayed, so the job finishes as if it had never stopped. Results
+        collected here are those produced after the snapshot."""
+        if checkpointing is None:
+            checkpointing = Checkpointing(protocol="none")
+        if not isinstance(checkpointing, Checkpointing):
+            raise ConfigError(
+                f"checkpointing must be a snapcut.Checkpointing, got {type(checkpointing).__name__}"
+            )
+        if not any(n.kind in ("collect", "write_arrow") for n in self._nodes):
+            raise GraphError("the job has no sink; add .collect(name) or .write_arrow(path)")
+        handle = None
+        if restore_from is not None:
+            if not isinstance(restore_from, Snapshot) or restore_from._handle is None:
+                raise ConfigError(
+                    "restore_from takes a Snapshot from RunReport.snapshots, "
+                    f"got {type(restore_from).__name__}"
+                )
+            handle = restore_from._handle
+        builder = self._build()
+        raw = builder.run(checkpointing._config, handle)
+        return RunReport.from_raw(raw)
+
+    def _build(self) -> _core._GraphBuilder:
+        b = _core._GraphBuilder()
+        for node in self._nodes:
+            _add_vertex(b, node)
+        for i, node in enumerate(self._nodes):
+            for inp in node.inputs:
+                up = self._nodes[inp.node]
+                part = inp.partitioning
+                if part is None:
+                    part = "forward" if up.parallelism == node.parallelism else "round_robin"
+                b.connect(inp.node, i, part, inp.key, inp.feedback)
+        return b
+
+
+def _add_vertex(b: _core._GraphBuilder, node: _Node) -> int:
+    p, n, kw = node.parallelism, node.name, node.params
+    match node.kind:
+        case "dwell_events":
+            return b.add_dwell_events(n, p, kw["users"], kw["count"], kw["seed"], kw["batch_size"])
+        case "batches":
+            return b.add_batches_source(n, p, kw["batches"])
+        case "python_source":
+            return b.add_python_source(n, p, kw["make_iter"])
+        case "map" | "filter" | "flat_map":
+            return b.add_udf(n, p, node.kind, kw["fn"])
+        case "process":
+            return b.add_keyed_process(n, p, kw["key"], kw["fn"])
+        case "aggregate":
+            return b.add_aggregate(n, p, kw["key"], kw["specs"])
+        case "union":
+            return b.add_union(n, p)
+        case "iteration_head":
+            return b.add_iteration_head(n, p)
+        case "collect":
+            return b.add_collect(n, p, kw["result"])
+        case "write_arrow":
+            return b.add_arrow_sink(n, p, kw["path"])
+    raise AssertionError(f"unknown node kind {node.kind}")
+
+
+def _to_batches(
+    items: Iterable[Any], schema: pa.Schema | None, names: list[str] | None, batch_size: int
+) -> Iterator[pa.RecordBatch]:
+    rows: list[Any] = []
+
+    def flush() -> pa.RecordBatch:
+        if rows and isinstance(rows[0], Mapping):
+            batch = pa.RecordBatch.from_pylist(rows, schema=schema)
+        else:
+            if names is None:
+                raise ConfigError("from_iterable of tuples needs names=[...] or schema=")
+            columns: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in names]
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array(c, type=schema.field(i).type if schema else None)
+                    for i, c in enumerate(columns)
+                ],
+                names=names,
+            )
+        rows.clear()
+        return batch
+
+    for item in items:
+        if isinstance(item, pa.RecordBatch):
+            if rows:
+                yield flush()
+            yield item
+        elif isinstance(item, pa.Table):
+            if rows:
+                yield flush()
+            yield from item.to_batches()
+        else:
+            rows.append(item)
+            if len(rows) >= batch_size:
+                yield flush()
+    if rows:
+        yield flush()
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What a finished job leaves.
+
+    results: collected tables by name. checkpoints: metrics of every
+    checkpoint triggered, in id order. snapshots: the completed in-memory
+    snapshots (task states as pyarrow, channel logs, source offsets).
+    """
+
+    results: dict[str, pa.Table]
+    checkpoints: list[CheckpointMetrics]
+    snapshots: list[Snapshot]
+    protocol: str
+    records_in: int
+    records_out: int
+    duration_s: float
+
+    @staticmethod
+    def from_raw(raw: dict[str, Any]) -> RunReport:
+        return RunReport(
+            results=dict(raw["results"]),
+            checkpoints=[CheckpointMetrics(**c) for c in raw["checkpoints"]],
+            snapshots=[_snapshot(c) for c in raw["snapshots"]],
+            protocol=str(raw["protocol"]),
+            records_in=int(raw["records_in"]),
+            records_out=int(raw["records_out"]),
+            duration_s=float(raw["duration_s"]),
+        )
+
+    @property
+    def completed_checkpoints(self) -> list[CheckpointMetrics]:
+        return [c for c in self.checkpoints if c.completed]
+
+    @property
+    def throughput(self) -> float:
+        """Source records per second of wall time."""
+        return self.records_in / max(self.duration_s, 1e-9)
+
+
+def _snapshot(c: dict[str, Any]) -> Snapshot:
+    tasks = {
+        t["task"]: TaskState(
+            task=t["task"],
+            state=t["state"],
+            channels=[ChannelLog(**ch) for ch in t["channels"]],
+            source_offset=t["source_offset"],
+            alignment_ns=t["alignment_ns"],
+        )
+        for t in c["tasks"]
+    }
+    return Snapshot(
+        c["id"], c["protocol"], c["started_ms"], c["finished_ms"], tasks, _handle=c["handle"]
+    )
+
+
+class Stream:
+    """A stream of record batches in a `Dataflow`."""
+
+    def __init__(self, flow: Dataflow, node: int) -> None:
+        self._flow = flow
+        self._node = node
+
+    @property
+    def name(self) -> str:
+        return self._flow._nodes[self._node].name
+
+    def _then(
+        self,
+        kind: str,
+        name: str | None,
+        parallelism: int | None,
+        inp: _Input | None = None,
+        **kw: Any,
+    ) -> Stream:
+        return self._flow._add(kind, name, parallelism, [inp or _Input(self._node)], **kw)
+
+    def map(
+        self, fn: BatchFn, *, name: str | None = None, parallelism: int | None = None
+    ) -> Stream:
+        """`fn(batch) -> RecordBatch | Table | None`."""
+        _check_callable("map", fn)
+        return self._then("map", name, parallelism, fn=fn)
+
+    def filter(
+        self, fn: BatchFn, *, name: str | None = None, parallelism: int | None = None
+    ) -> Stream:
+        """`fn(batch) -> boolean mask` (pyarrow array, numpy array or list)."""
+        _check_callable("filter", fn)
+        return self._then("filter", name, parallelism, fn=fn)
+
+    def flat_map(
+        self, fn: BatchFn, *, name: str | None = None, parallelism: int | None = None
+    ) -> Stream:
+        """`fn(batch) -> iterable of RecordBatch`."""
+        _check_callable("flat_map", fn)
+        return self._then("flat_map", name, parallelism, fn=fn)
+
+    def key_by(self, column: str) -> KeyedStream:
+        """Partitions by `column`'s hash: one key always reaches one subtask."""
+        if not isinstance(column, str) or not column:
+            raise ConfigError(f"key_by takes a column name, got {column!r}")
+        return KeyedStream(self, column)
+
+    def union(self, *others: Stream, name: str | None = None) -> Stream:
+        return self._flow.union(self, *others, name=name)
+
+    def collect(self, name: str, *, parallelism: int | None = None) -> None:
+        """Keeps the records in memory: `report.results[name]` (a pyarrow.Table)."""
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"collect needs a result name, got {name!r}")
+        if name in self._flow._results:
+            raise GraphError(f"result name {name!r} is collected twice")
+        self._flow._results.add(name)
+        self._then("collect", f"collect-{name}", parallelism, result=name)
+
+    def write_arrow(
+        self, path: str, *, name: str | None = None, parallelism: int | None = None
+    ) -> None:
+        """Writes Arrow IPC files (one per subtask) into directory `path`."""
+        import os
+
+        self._then("write_arrow", name, parallelism, path=os.fspath(path))
+
+
+class KeyedStream:
+    """A stream partitioned by a key column."""
+
+    def __init__(self, stream: Stream, key: str) -> None:
+        self._stream = stream
+        self.key = key
+
+    def _input(self) -> _Input:
+        return _Input(self._stream._node, "hash", self.key)
+
+    def aggregate(
+        self, *, name: str | None = None, parallelism: int | None = None, **specs: AggSpec
+    ) -> Stream:
+        """Per key, built-in aggregates running in Rust: `out="count"` or
+        `out=(fn, column)` with fn in count, sum, min, max, mean. Emits one
+        row per key (key column first) when the input ends."""
+        if not specs:
+            raise ConfigError("aggregate needs at least one output, e.g. count='count'")
+        parsed: list[tuple[str, str, str | None]] = []
+        for out, spec in specs.items():
+            if spec == "count":
+                parsed.append((out, "count", None))
+                continue
+            if (
+                not isinstance(spec, tuple)
+                or len(spec) != 2
+                or spec[0] not in AGGREGATES
+                or not isinstance(spec[1], str)
+            ):
+                raise ConfigError(
+                    f"aggregate {out}={spec!r}: use 'count' or (fn, column) with fn one of "
+                    f"{', '.join(AGGREGATES)}"
+                )
+            parsed.append((out, spec[0], spec[1]))
+        s = self._stream
+        return s._then("aggregate", name, parallelism, self._input(), key=self.key, specs=parsed)
+
+    def process(
+        self, fn: KeyedFn, *, name: str | None = None, parallelism: int | None = None
+    ) -> Stream:
+        """Keyed state in Python (Spark's applyInPandasWithState shape): per
+        batch and key, `fn(key, rows, state) -> (output | None, new_state)`.
+        `state` is None for a new key; returning new_state None drops it.
+        State must be picklable: it is checkpointed as Arrow (key + pickle)."""
+        _check_callable("process", fn)
+        s = self._stream
+        return s._then("process", name, parallelism, self._input(), key=self.key, fn=fn)

@@ -1,0 +1,96 @@
+//! Messages between the coordinator and the tasks.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use crate::graph::TaskIndex;
+use crate::protocol::CheckpointId;
+
+/// Coordinator → task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Control {
+    /// Start checkpoint `id` at this source; with `pause`, stop emitting
+    /// until [`Control::Resume`] (synchronous checkpoints).
+    Trigger {
+        id: CheckpointId,
+        pause: bool,
+    },
+    Resume,
+    Abort(CheckpointId),
+    /// Checkpoint `id` is durable: sinks publish what they staged.
+    Committed(CheckpointId),
+    /// A source may send end-of-stream now (its final checkpoint is done).
+    Finish,
+}
+
+/// A task's inbox; the flag keeps the empty check off the lock.
+#[derive(Debug, Default)]
+pub(crate) struct Mailbox {
+    queue: Mutex<VecDeque<Control>>,
+    pending: AtomicBool,
+}
+
+impl Mailbox {
+    pub fn push(&self, c: Control) {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_back(c);
+        self.pending.store(true, Ordering::Release);
+    }
+
+    pub fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    pub fn drain(&self) -> Vec<Control> {
+        if !self.pending.load(Ordering::Acquire) {
+            return Vec::new();
+        }
+        let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        self.pending.store(false, Ordering::Release);
+        q.drain(..).collect()
+    }
+}
+
+/// What a task tells the coordinator about one checkpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AckStats {
+    pub alignment_nanos: u64,
+    pub state_bytes: u64,
+    pub logged_records: u64,
+    pub logged_batches: u64,
+}
+
+/// Counters a task reports when it ends.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TaskCounters {
+    pub records_in: u64,
+    pub records_out: u64,
+}
+
+/// Task (or job handle) → coordinator.
+#[derive(Debug)]
+pub(crate) enum CoordMsg {
+    Ack {
+        id: CheckpointId,
+        task: TaskIndex,
+        stats: AckStats,
+    },
+    SourceExhausted {
+        task: TaskIndex,
+    },
+    TaskDone {
+        task: TaskIndex,
+        counters: TaskCounters,
+    },
+    TaskFailed {
+        task: TaskIndex,
+        error: String,
+    },
+    Trigger {
+        savepoint: bool,
+    },
+    Cancel,
+}

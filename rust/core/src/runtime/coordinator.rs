@@ -1,0 +1,400 @@
+//! The checkpoint coordinator: triggers checkpoints at the sources, collects
+//! acknowledgements, commits or aborts, and ends the job.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::protocol::{CheckpointId, ProtocolKind};
+use crate::runtime::config::CheckpointConfig;
+use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
+use crate::runtime::edge::Signal;
+use crate::runtime::metrics::{CheckpointMetrics, CheckpointStatus};
+use crate::runtime::task::JobShared;
+use crate::snapshot::{CheckpointMeta, TaskId};
+
+/// Longest the coordinator sleeps between looks at its clocks.
+const TICK: Duration = Duration::from_millis(20);
+
+pub(crate) struct TaskInfo {
+    pub id: TaskId,
+    pub mailbox: Arc<Mailbox>,
+    pub waker: Arc<Signal>,
+    pub is_source: bool,
+}
+
+struct InFlight {
+    triggered: Instant,
+    started_ms: u64,
+    acks: Vec<Option<AckStats>>,
+    remaining: usize,
+    savepoint: bool,
+    is_final: bool,
+}
+
+pub(crate) struct Coordinator {
+    pub config: CheckpointConfig,
+    pub shared: Arc<JobShared>,
+    pub tasks: Vec<TaskInfo>,
+    pub rx: mpsc::Receiver<CoordMsg>,
+    pub fingerprint: String,
+    pub started: Instant,
+    next_id: CheckpointId,
+    in_flight: BTreeMap<CheckpointId, InFlight>,
+    pub metrics: Vec<CheckpointMetrics>,
+    last_trigger: Instant,
+    last_end: Option<Instant>,
+    exhausted: Vec<bool>,
+    final_id: Option<CheckpointId>,
+    finish_sent: bool,
+    manual: VecDeque<bool>,
+    failures: u32,
+    done: Vec<bool>,
+    pub counters: Vec<TaskCounters>,
+    error: Option<Error>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Coordinator {
+    pub fn new(
+        config: CheckpointConfig,
+        shared: Arc<JobShared>,
+        tasks: Vec<TaskInfo>,
+        rx: mpsc::Receiver<CoordMsg>,
+        fingerprint: String,
+    ) -> Self {
+        let n = tasks.len();
+        let now = Instant::now();
+        Self {
+            config,
+            shared,
+            tasks,
+            rx,
+            fingerprint,
+            started: now,
+            next_id: 1,
+            in_flight: BTreeMap::new(),
+            metrics: Vec::new(),
+            last_trigger: now,
+            last_end: None,
+            exhausted: vec![false; n],
+            final_id: None,
+            finish_sent: false,
+            manual: VecDeque::new(),
+            failures: 0,
+            done: vec![false; n],
+            counters: vec![TaskCounters::default(); n],
+            error: None,
+        }
+    }
+
+    /// Numbers checkpoints from `id` on (after a restore).
+    pub fn first_id(&mut self, id: CheckpointId) {
+        self.next_id = id;
+    }
+
+    /// Runs until every task has ended; the job's outcome.
+    pub fn run(&mut self) -> Result<()> {
+        while !self.done.iter().all(|&d| d) {
+            let wait = self
+                .next_wake()
+                .saturating_duration_since(Instant::now())
+                .min(TICK);
+            match self.rx.recv_timeout(wait) {
+                Ok(msg) => self.handle(msg),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+            while let Ok(msg) = self.rx.try_recv() {
+                self.handle(msg);
+            }
+            if self.error.is_none() {
+                self.expire();
+            }
+            if self.error.is_none() {
+                self.maybe_trigger();
+                self.maybe_finish();
+            }
+        }
+        let reason = if self.error.is_some() {
+            "the job failed"
+        } else {
+            "the job ended before it completed"
+        };
+        let ids: Vec<CheckpointId> = self.in_flight.keys().copied().collect();
+        for id in ids {
+            self.abort(id, reason.into(), false);
+        }
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn next_wake(&self) -> Instant {
+        let mut t = Instant::now() + TICK;
+        if let Some(iv) = self.config.interval {
+            t = t.min(self.last_trigger + iv);
+        }
+        for f in self.in_flight.values() {
+            t = t.min(f.triggered + self.config.timeout);
+        }
+        t
+    }
+
+    fn handle(&mut self, msg: CoordMsg) {
+        match msg {
+            CoordMsg::Ack { id, task, stats } => {
+                let Some(f) = self.in_flight.get_mut(&id) else {
+                    return; // aborted meanwhile
+                };
+                if f.acks[task].is_none() {
+                    f.acks[task] = Some(stats);
+                    f.remaining -= 1;
+                }
+                if f.remaining == 0 && self.error.is_none() {
+                    self.complete(id);
+                }
+            }
+            CoordMsg::SourceExhausted { task } => self.exhausted[task] = true,
+            CoordMsg::TaskDone { task, counters } => {
+                self.done[task] = true;
+                self.counters[task] = counters;
+            }
+            CoordMsg::TaskFailed { task, error } => {
+                self.done[task] = true;
+                let name = self.tasks[task].id.to_string();
+                self.fail(Error::Task(format!("{name}: {error}")));
+            }
+            CoordMsg::Trigger { savepoint } => {
+                if self.config.protocol != ProtocolKind::None && !self.finishing() {
+                    self.manual.push_back(savepoint);
+                }
+            }
+            CoordMsg::Cancel => self.fail(Error::Task("job cancelled by the user".into())),
+        }
+    }
+
+    fn fail(&mut self, e: Error) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+        self.shared.cancel.store(true, Ordering::SeqCst);
+        for t in &self.tasks {
+            t.waker.notify();
+        }
+    }
+
+    fn finishing(&self) -> bool {
+        self.final_id.is_some() || self.finish_sent
+    }
+
+    fn all_exhausted(&self) -> bool {
+        self.tasks
+            .iter()
+            .zip(&self.exhausted)
+            .all(|(t, &e)| !t.is_source || e)
+    }
+
+    fn slot_free(&self) -> bool {
+        let limit = match self.config.protocol {
+            // Sources stay paused until the checkpoint ends: one at a time.
+            ProtocolKind::Sync | ProtocolKind::Unaligned => 1,
+            _ => self.config.max_concurrent,
+        };
+        self.in_flight.len() < limit
+    }
+
+    fn maybe_trigger(&mut self) {
+        if self.config.protocol == ProtocolKind::None || self.finishing() || !self.slot_free() {
+            return;
+        }
+        if let Some(savepoint) = self.manual.pop_front() {
+            self.trigger(savepoint, false);
+            return;
+        }
+        let Some(iv) = self.config.interval else {
+            return;
+        };
+        let now = Instant::now();
+        let paused_enough = self
+            .last_end
+            .is_none_or(|e| now.duration_since(e) >= self.config.min_pause);
+        if now.duration_since(self.last_trigger) >= iv && paused_enough && !self.all_exhausted() {
+            self.trigger(false, false);
+        }
+    }
+
+    fn maybe_finish(&mut self) {
+        if self.finish_sent || !self.all_exhausted() {
+            return;
+        }
+        let wants_final =
+            self.config.protocol != ProtocolKind::None && self.config.final_checkpoint;
+        if wants_final {
+            match self.final_id {
+                None => {
+                    if self.slot_free() {
+                        let id = self.trigger(false, true);
+                        self.final_id = Some(id);
+                    }
+                    return;
+                }
+                Some(id) if self.in_flight.contains_key(&id) => return,
+                Some(_) => {}
+            }
+        }
+        self.finish_sent = true;
+        for t in self.tasks.iter().filter(|t| t.is_source) {
+            t.mailbox.push(Control::Finish);
+            t.waker.notify();
+        }
+    }
+
+    fn trigger(&mut self, savepoint: bool, is_final: bool) -> CheckpointId {
+        let id = self.next_id;
+        self.next_id += 1;
+        let now = Instant::now();
+        self.in_flight.insert(
+            id,
+            InFlight {
+                triggered: now,
+                started_ms: now_ms(),
+                acks: vec![None; self.tasks.len()],
+                remaining: self.tasks.len(),
+                savepoint,
+                is_final,
+            },
+        );
+        self.last_trigger = now;
+        self.shared.latest_triggered.store(id, Ordering::Release);
+        let pause = self.config.protocol == ProtocolKind::Sync;
+        for t in self.tasks.iter().filter(|t| t.is_source) {
+            t.mailbox.push(Control::Trigger { id, pause });
+            t.waker.notify();
+        }
+        // Unaligned tasks scan their queues while a checkpoint is in flight.
+        if self.config.protocol == ProtocolKind::Unaligned {
+            for t in &self.tasks {
+                t.waker.notify();
+            }
+        }
+        id
+    }
+
+    fn complete(&mut self, id: CheckpointId) {
+        let Some(f) = self.in_flight.remove(&id) else {
+            return;
+        };
+        let meta = CheckpointMeta {
+            id,
+            protocol: self.config.protocol,
+            started_ms: f.started_ms,
+            finished_ms: now_ms(),
+            graph_fingerprint: self.fingerprint.clone(),
+            savepoint: f.savepoint,
+        };
+        if let Err(e) = self.shared.sink.commit(meta) {
+            self.fail(e);
+            return;
+        }
+        let now = Instant::now();
+        self.last_end = Some(now);
+        self.metrics
+            .push(self.metrics_of(id, &f, now, CheckpointStatus::Completed));
+        let resume = self.config.protocol == ProtocolKind::Sync;
+        for t in &self.tasks {
+            t.mailbox.push(Control::Committed(id));
+            if resume && t.is_source {
+                t.mailbox.push(Control::Resume);
+            }
+            t.waker.notify();
+        }
+    }
+
+    fn expire(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<CheckpointId> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| now.duration_since(f.triggered) >= self.config.timeout)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in expired {
+            let reason = format!(
+                "expired after the checkpoint timeout of {:?}",
+                self.config.timeout
+            );
+            self.abort(id, reason, true);
+        }
+    }
+
+    fn abort(&mut self, id: CheckpointId, reason: String, counts_as_failure: bool) {
+        let Some(f) = self.in_flight.remove(&id) else {
+            return;
+        };
+        let _ = self.shared.sink.abort(id);
+        let now = Instant::now();
+        self.last_end = Some(now);
+        self.metrics
+            .push(self.metrics_of(id, &f, now, CheckpointStatus::Aborted(reason.clone())));
+        let resume = self.config.protocol == ProtocolKind::Sync;
+        for t in &self.tasks {
+            t.mailbox.push(Control::Abort(id));
+            if resume && t.is_source {
+                t.mailbox.push(Control::Resume);
+            }
+            t.waker.notify();
+        }
+        if counts_as_failure {
+            self.failures += 1;
+            if self.failures > self.config.tolerable_failures {
+                self.fail(Error::Snapshot(format!(
+                    "checkpoint {id} {reason}; {} failed checkpoints exceed tolerable_failures = {} \
+                     (raise the timeout or tolerable_failures)",
+                    self.failures, self.config.tolerable_failures
+                )));
+            }
+        }
+    }
+
+    fn metrics_of(
+        &self,
+        id: CheckpointId,
+        f: &InFlight,
+        end: Instant,
+        status: CheckpointStatus,
+    ) -> CheckpointMetrics {
+        let mut m = CheckpointMetrics {
+            id,
+            protocol: self.config.protocol,
+            savepoint: f.savepoint,
+            is_final: f.is_final,
+            triggered_at: f.triggered.duration_since(self.started),
+            finished_at: end.duration_since(self.started),
+            duration: end.duration_since(f.triggered),
+            status,
+            alignment: Vec::new(),
+            state_bytes: 0,
+            logged_records: 0,
+            logged_batches: 0,
+        };
+        for (t, ack) in self.tasks.iter().zip(&f.acks) {
+            if let Some(a) = ack {
+                m.alignment
+                    .push((t.id.clone(), Duration::from_nanos(a.alignment_nanos)));
+                m.state_bytes += a.state_bytes;
+                m.logged_records += a.logged_records;
+                m.logged_batches += a.logged_batches;
+            }
+        }
+        m
+    }
+}

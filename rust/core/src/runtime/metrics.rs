@@ -1,0 +1,84 @@
+//! What a job reports: per-checkpoint metrics and record counts.
+
+use std::time::Duration;
+
+use crate::protocol::{CheckpointId, ProtocolKind};
+use crate::snapshot::TaskId;
+
+/// How a checkpoint ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CheckpointStatus {
+    Completed,
+    /// Aborted (timeout, or the job ended first), with the reason.
+    Aborted(String),
+}
+
+/// Metrics of one checkpoint.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckpointMetrics {
+    pub id: CheckpointId,
+    pub protocol: ProtocolKind,
+    pub savepoint: bool,
+    /// Taken when every bounded source had finished.
+    pub is_final: bool,
+    /// Trigger and end time since the job started.
+    pub triggered_at: Duration,
+    pub finished_at: Duration,
+    /// `finished_at - triggered_at`.
+    pub duration: Duration,
+    pub status: CheckpointStatus,
+    /// Alignment time per task (zero for sources and single-input tasks).
+    pub alignment: Vec<(TaskId, Duration)>,
+    /// Arrow memory size of every task's captured state.
+    pub state_bytes: u64,
+    /// Records and batches recorded in flight (channel state, back-edge logs).
+    pub logged_records: u64,
+    pub logged_batches: u64,
+}
+
+impl CheckpointMetrics {
+    /// The longest alignment of any task.
+    pub fn max_alignment(&self) -> Duration {
+        self.alignment
+            .iter()
+            .map(|(_, d)| *d)
+            .max()
+            .unwrap_or_default()
+    }
+}
+
+/// Record counts of one task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskReport {
+    pub task: TaskId,
+    /// Records received (for a source: records emitted).
+    pub records_in: u64,
+    pub records_out: u64,
+}
+
+/// What [`crate::runtime::Job::run`] returns.
+#[derive(Clone, Debug)]
+pub struct JobReport {
+    pub protocol: ProtocolKind,
+    /// Records emitted by all sources.
+    pub records_in: u64,
+    /// Records received by all sinks (tasks without outputs).
+    pub records_out: u64,
+    pub elapsed: Duration,
+    /// Every checkpoint triggered, in id order.
+    pub checkpoints: Vec<CheckpointMetrics>,
+    pub tasks: Vec<TaskReport>,
+}
+
+impl JobReport {
+    pub fn completed_checkpoints(&self) -> impl Iterator<Item = &CheckpointMetrics> {
+        self.checkpoints
+            .iter()
+            .filter(|c| c.status == CheckpointStatus::Completed)
+    }
+
+    /// Source records per second of wall time.
+    pub fn throughput(&self) -> f64 {
+        self.records_in as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}

@@ -1,0 +1,573 @@
+//! Keyed built-in aggregates (count, sum, min, max, mean of a value column
+//! grouped by a key column). Accumulators are columnar (one `Vec` per
+//! aggregate, indexed by a key's slot), so a batch costs one hash lookup per
+//! row plus tight loops. Final results are emitted in `finish`; a snapshot
+//! is the whole table as one Arrow batch (`StateKind::Full`).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use rustc_hash::FxHashMap;
+
+use crate::error::{Error, Result};
+use crate::protocol::{CheckpointId, InputId};
+use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
+use crate::snapshot::{StateCapture, StateKind};
+
+/// An aggregate function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFunc {
+    /// Non-null values (`int64`).
+    Count,
+    /// `int64` for integer columns, `float64` for float columns.
+    Sum,
+    Min,
+    Max,
+    /// `float64`.
+    Mean,
+}
+
+/// `func(column) AS output`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AggSpec {
+    pub func: AggFunc,
+    pub column: String,
+    pub output: String,
+}
+
+impl AggSpec {
+    pub fn new(func: AggFunc, column: impl Into<String>, output: impl Into<String>) -> Self {
+        Self {
+            func,
+            column: column.into(),
+            output: output.into(),
+        }
+    }
+    pub fn count(column: impl Into<String>, output: impl Into<String>) -> Self {
+        Self::new(AggFunc::Count, column, output)
+    }
+    pub fn sum(column: impl Into<String>, output: impl Into<String>) -> Self {
+        Self::new(AggFunc::Sum, column, output)
+    }
+    pub fn min(column: impl Into<String>, output: impl Into<String>) -> Self {
+        Self::new(AggFunc::Min, column, output)
+    }
+    pub fn max(column: impl Into<String>, output: impl Into<String>) -> Self {
+        Self::new(AggFunc::Max, column, output)
+    }
+    pub fn mean(column: impl Into<String>, output: impl Into<String>) -> Self {
+        Self::new(AggFunc::Mean, column, output)
+    }
+}
+
+enum Keys {
+    Unknown,
+    Int(FxHashMap<i64, u32>, Vec<i64>),
+    Str(FxHashMap<String, u32>, Vec<String>),
+}
+
+/// One aggregate's accumulators, by slot.
+enum Acc {
+    Count(Vec<i64>),
+    SumI(Vec<i64>),
+    SumF(Vec<f64>),
+    MinI(Vec<Option<i64>>),
+    MaxI(Vec<Option<i64>>),
+    MinF(Vec<Option<f64>>),
+    MaxF(Vec<Option<f64>>),
+    Mean(Vec<f64>, Vec<i64>),
+}
+
+impl Acc {
+    fn new(func: AggFunc, float: bool) -> Self {
+        match (func, float) {
+            (AggFunc::Count, _) => Acc::Count(Vec::new()),
+            (AggFunc::Sum, false) => Acc::SumI(Vec::new()),
+            (AggFunc::Sum, true) => Acc::SumF(Vec::new()),
+            (AggFunc::Min, false) => Acc::MinI(Vec::new()),
+            (AggFunc::Max, false) => Acc::MaxI(Vec::new()),
+            (AggFunc::Min, true) => Acc::MinF(Vec::new()),
+            (AggFunc::Max, true) => Acc::MaxF(Vec::new()),
+            (AggFunc::Mean, _) => Acc::Mean(Vec::new(), Vec::new()),
+        }
+    }
+
+    fn grow(&mut self, n: usize) {
+        match self {
+            Acc::Count(v) | Acc::SumI(v) => v.resize(n, 0),
+            Acc::SumF(v) => v.resize(n, 0.0),
+            Acc::MinI(v) | Acc::MaxI(v) => v.resize(n, None),
+            Acc::MinF(v) | Acc::MaxF(v) => v.resize(n, None),
+            Acc::Mean(s, c) => {
+                s.resize(n, 0.0);
+                c.resize(n, 0);
+            }
+        }
+    }
+}
+
+/// Values of a column, read as `i64` or `f64`.
+enum Values<'a> {
+    I64(&'a [i64], Option<&'a dyn Array>),
+    I32(&'a [i32], Option<&'a dyn Array>),
+    F64(&'a [f64], Option<&'a dyn Array>),
+}
+
+fn values<'a>(col: &'a ArrayRef, name: &str) -> Result<Values<'a>> {
+    let nulls = (col.null_count() > 0).then_some(col.as_ref());
+    Ok(match col.data_type() {
+        DataType::Int64 => Values::I64(col.as_primitive::<Int64Type>().values(), nulls),
+        DataType::Int32 => Values::I32(col.as_primitive::<Int32Type>().values(), nulls),
+        DataType::Float64 => Values::F64(col.as_primitive::<Float64Type>().values(), nulls),
+        other => {
+            return Err(Error::Task(format!(
+                "aggregate column {name:?} has type {other}; use int64, int32 or float64"
+            )))
+        }
+    })
+}
+
+#[inline]
+fn fold<T: Copy>(
+    slots: &[u32],
+    vals: &[T],
+    nulls: Option<&dyn Array>,
+    mut f: impl FnMut(usize, T),
+) {
+    match nulls {
+        None => {
+            for (&s, &v) in slots.iter().zip(vals) {
+                f(s as usize, v);
+            }
+        }
+        Some(a) => {
+            for (i, (&s, &v)) in slots.iter().zip(vals).enumerate() {
+                if a.is_valid(i) {
+                    f(s as usize, v);
+                }
+            }
+        }
+    }
+}
+
+fn update(acc: &mut Acc, slots: &[u32], vals: &Values<'_>) {
+    macro_rules! each {
+        ($f:expr) => {
+            match vals {
+                Values::I64(v, n) => fold(slots, v, *n, |s, x| $f(s, x as i64, x as f64)),
+                Values::I32(v, n) => fold(slots, v, *n, |s, x| $f(s, x as i64, x as f64)),
+                Values::F64(v, n) => fold(slots, v, *n, |s, x| $f(s, x as i64, x)),
+            }
+        };
+    }
+    match acc {
+        Acc::Count(c) => each!(|s: usize, _i: i64, _f: f64| c[s] += 1),
+        Acc::SumI(a) => each!(|s: usize, i: i64, _f: f64| a[s] = a[s].wrapping_add(i)),
+        Acc::SumF(a) => each!(|s: usize, _i: i64, f: f64| a[s] += f),
+        Acc::MinI(a) => {
+            each!(|s: usize, i: i64, _f: f64| a[s] = Some(a[s].map_or(i, |m| m.min(i))))
+        }
+        Acc::MaxI(a) => {
+            each!(|s: usize, i: i64, _f: f64| a[s] = Some(a[s].map_or(i, |m| m.max(i))))
+        }
+        Acc::MinF(a) => {
+            each!(|s: usize, _i: i64, f: f64| a[s] = Some(a[s].map_or(f, |m| m.min(f))))
+        }
+        Acc::MaxF(a) => {
+            each!(|s: usize, _i: i64, f: f64| a[s] = Some(a[s].map_or(f, |m| m.max(f))))
+        }
+        Acc::Mean(sum, cnt) => each!(|s: usize, _i: i64, f: f64| {
+            sum[s] += f;
+            cnt[s] += 1;
+        }),
+    }
+}
+
+/// The keyed aggregate operator of one subtask.
+pub struct KeyedAggregate {
+    key: String,
+    specs: Vec<AggSpec>,
+    keys: Keys,
+    accs: Vec<Acc>,
+    slots: Vec<u32>,
+}
+
+impl KeyedAggregate {
+    pub fn new(key: impl Into<String>, specs: Vec<AggSpec>) -> Self {
+        Self {
+            key: key.into(),
+            specs,
+            keys: Keys::Unknown,
+            accs: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match &self.keys {
+            Keys::Unknown => 0,
+            Keys::Int(_, k) => k.len(),
+            Keys::Str(_, k) => k.len(),
+        }
+    }
+
+    /// Fixes key and accumulator types from the first batch.
+    fn init(&mut self, batch: &RecordBatch) -> Result<()> {
+        let key_col = self.column(batch, &self.key)?;
+        self.keys = match key_col.data_type() {
+            DataType::Int64 | DataType::Int32 => Keys::Int(FxHashMap::default(), Vec::new()),
+            DataType::Utf8 => Keys::Str(FxHashMap::default(), Vec::new()),
+            other => {
+                return Err(Error::Task(format!(
+                    "aggregate key column {:?} has type {other}; use int64, int32 or utf8",
+                    self.key
+                )))
+            }
+        };
+        let mut accs = Vec::with_capacity(self.specs.len());
+        for spec in &self.specs {
+            let col = self.column(batch, &spec.column)?;
+            let float = matches!(values(col, &spec.column)?, Values::F64(..));
+            accs.push(Acc::new(spec.func, float));
+        }
+        self.accs = accs;
+        Ok(())
+    }
+
+    fn column<'a>(&self, batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
+        batch.column_by_name(name).ok_or_else(|| {
+            let names: Vec<_> = batch
+                .schema_ref()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            Error::Task(format!(
+                "aggregate column {name:?} is not in the batch (columns: {})",
+                names.join(", ")
+            ))
+        })
+    }
+
+    /// Slot of every row's key, adding new keys.
+    fn assign_slots(&mut self, key_col: &ArrayRef) -> Result<()> {
+        if key_col.null_count() > 0 {
+            return Err(Error::Task(format!(
+                "aggregate key column {:?} has nulls; filter them out first",
+                self.key
+            )));
+        }
+        self.slots.clear();
+        let before = self.len();
+        match (&mut self.keys, key_col.data_type()) {
+            (Keys::Int(map, keys), DataType::Int64) => {
+                for &k in key_col.as_primitive::<Int64Type>().values() {
+                    let slot = *map.entry(k).or_insert_with(|| {
+                        keys.push(k);
+                        (keys.len() - 1) as u32
+                    });
+                    self.slots.push(slot);
+                }
+            }
+            (Keys::Int(map, keys), DataType::Int32) => {
+                for &k in key_col.as_primitive::<Int32Type>().values() {
+                    let k = k as i64;
+                    let slot = *map.entry(k).or_insert_with(|| {
+                        keys.push(k);
+                        (keys.len() - 1) as u32
+                    });
+                    self.slots.push(slot);
+                }
+            }
+            (Keys::Str(map, keys), DataType::Utf8) => {
+                for k in key_col.as_string::<i32>().iter().flatten() {
+                    let slot = match map.get(k) {
+                        Some(&s) => s,
+                        None => {
+                            keys.push(k.to_string());
+                            map.insert(k.to_string(), (keys.len() - 1) as u32);
+                            (keys.len() - 1) as u32
+                        }
+                    };
+                    self.slots.push(slot);
+                }
+            }
+            (_, other) => {
+                return Err(Error::Task(format!(
+                    "aggregate key column {:?} changed type to {other} between batches",
+                    self.key
+                )))
+            }
+        }
+        let after = self.len();
+        if after > before {
+            for acc in &mut self.accs {
+                acc.grow(after);
+            }
+        }
+        Ok(())
+    }
+
+    fn key_array(&self) -> (Field, ArrayRef) {
+        match &self.keys {
+            Keys::Str(_, k) => (
+                Field::new(&self.key, DataType::Utf8, false),
+                Arc::new(StringArray::from_iter_values(k.iter())),
+            ),
+            Keys::Int(_, k) => (
+                Field::new(&self.key, DataType::Int64, false),
+                Arc::new(Int64Array::from(k.clone())),
+            ),
+            Keys::Unknown => (
+                Field::new(&self.key, DataType::Int64, false),
+                Arc::new(Int64Array::from(Vec::<i64>::new())),
+            ),
+        }
+    }
+
+    /// Final results: key plus one column per aggregate.
+    fn results(&self) -> Result<RecordBatch> {
+        let (kf, ka) = self.key_array();
+        let mut fields = vec![kf];
+        let mut cols = vec![ka];
+        for (spec, acc) in self.specs.iter().zip(&self.accs) {
+            let (dt, col): (DataType, ArrayRef) = match acc {
+                Acc::Count(v) | Acc::SumI(v) => {
+                    (DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
+                Acc::SumF(v) => (DataType::Float64, Arc::new(Float64Array::from(v.clone()))),
+                Acc::MinI(v) | Acc::MaxI(v) => {
+                    (DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
+                Acc::MinF(v) | Acc::MaxF(v) => {
+                    (DataType::Float64, Arc::new(Float64Array::from(v.clone())))
+                }
+                Acc::Mean(s, c) => (
+                    DataType::Float64,
+                    Arc::new(
+                        s.iter()
+                            .zip(c)
+                            .map(|(&s, &c)| (c > 0).then(|| s / c as f64))
+                            .collect::<Float64Array>(),
+                    ),
+                ),
+            };
+            fields.push(Field::new(&spec.output, dt, true));
+            cols.push(col);
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+            .map_err(|e| Error::Task(format!("aggregate results: {e}")))
+    }
+
+    /// State: key plus accumulators (a mean is `<out>__sum`, `<out>__count`).
+    fn state(&self) -> Result<RecordBatch> {
+        let (kf, ka) = self.key_array();
+        let mut fields = vec![kf];
+        let mut cols = vec![ka];
+        // Before the first batch the value types are unknown: empty int columns.
+        let empty: Vec<Acc> = self.specs.iter().map(|s| Acc::new(s.func, false)).collect();
+        let accs = if self.accs.len() == self.specs.len() {
+            &self.accs
+        } else {
+            &empty
+        };
+        for (spec, acc) in self.specs.iter().zip(accs) {
+            let mut push = |name: String, dt: DataType, col: ArrayRef| {
+                fields.push(Field::new(name, dt, true));
+                cols.push(col);
+            };
+            let o = spec.output.clone();
+            match acc {
+                Acc::Count(v) | Acc::SumI(v) => {
+                    push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
+                Acc::SumF(v) => push(
+                    o,
+                    DataType::Float64,
+                    Arc::new(Float64Array::from(v.clone())),
+                ),
+                Acc::MinI(v) | Acc::MaxI(v) => {
+                    push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone())))
+                }
+                Acc::MinF(v) | Acc::MaxF(v) => push(
+                    o,
+                    DataType::Float64,
+                    Arc::new(Float64Array::from(v.clone())),
+                ),
+                Acc::Mean(s, c) => {
+                    push(
+                        format!("{o}__sum"),
+                        DataType::Float64,
+                        Arc::new(Float64Array::from(s.clone())),
+                    );
+                    push(
+                        format!("{o}__count"),
+                        DataType::Int64,
+                        Arc::new(Int64Array::from(c.clone())),
+                    );
+                }
+            }
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+            .map_err(|e| Error::Task(format!("aggregate state: {e}")))
+    }
+
+    fn restore_full(&mut self, batch: &RecordBatch) -> Result<()> {
+        let bad = |what: String| Error::Snapshot(format!("aggregate state: {what}"));
+        let key_col = batch
+            .column_by_name(&self.key)
+            .ok_or_else(|| bad(format!("no key column {:?}", self.key)))?;
+        self.keys = match key_col.data_type() {
+            DataType::Int64 => {
+                let k = key_col.as_primitive::<Int64Type>().values().to_vec();
+                let map = k.iter().enumerate().map(|(i, &k)| (k, i as u32)).collect();
+                Keys::Int(map, k)
+            }
+            DataType::Utf8 => {
+                let k: Vec<String> = key_col
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|s| s.unwrap_or_default().to_string())
+                    .collect();
+                let map = k
+                    .iter()
+                    .enumerate()
+                    .map(|(i, k)| (k.clone(), i as u32))
+                    .collect();
+                Keys::Str(map, k)
+            }
+            other => return Err(bad(format!("key column has type {other}"))),
+        };
+        let col = |name: &str| {
+            batch
+                .column_by_name(name)
+                .ok_or_else(|| bad(format!("no column {name:?}")))
+        };
+        let ints = |a: &ArrayRef| -> Result<Vec<Option<i64>>> {
+            Ok(a.as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| bad("expected int64".into()))?
+                .iter()
+                .collect())
+        };
+        let floats = |a: &ArrayRef| -> Result<Vec<Option<f64>>> {
+            Ok(a.as_primitive_opt::<Float64Type>()
+                .ok_or_else(|| bad("expected float64".into()))?
+                .iter()
+                .collect())
+        };
+        let mut accs = Vec::with_capacity(self.specs.len());
+        for spec in &self.specs {
+            let o = &spec.output;
+            let acc = match spec.func {
+                AggFunc::Mean => Acc::Mean(
+                    floats(col(&format!("{o}__sum"))?)?
+                        .into_iter()
+                        .map(|v| v.unwrap_or(0.0))
+                        .collect(),
+                    ints(col(&format!("{o}__count"))?)?
+                        .into_iter()
+                        .map(|v| v.unwrap_or(0))
+                        .collect(),
+                ),
+                func => {
+                    let c = col(o)?;
+                    let float = c.data_type() == &DataType::Float64;
+                    match (func, float) {
+                        (AggFunc::Count, _) => {
+                            Acc::Count(ints(c)?.into_iter().map(|v| v.unwrap_or(0)).collect())
+                        }
+                        (AggFunc::Sum, false) => {
+                            Acc::SumI(ints(c)?.into_iter().map(|v| v.unwrap_or(0)).collect())
+                        }
+                        (AggFunc::Sum, true) => {
+                            Acc::SumF(floats(c)?.into_iter().map(|v| v.unwrap_or(0.0)).collect())
+                        }
+                        (AggFunc::Min, false) => Acc::MinI(ints(c)?),
+                        (AggFunc::Max, false) => Acc::MaxI(ints(c)?),
+                        (AggFunc::Min, true) => Acc::MinF(floats(c)?),
+                        (AggFunc::Max, true) => Acc::MaxF(floats(c)?),
+                        (AggFunc::Mean, _) => unreachable!("handled above"),
+                    }
+                }
+            };
+            accs.push(acc);
+        }
+        self.accs = accs;
+        Ok(())
+    }
+}
+
+impl Operator for KeyedAggregate {
+    fn process(&mut self, _input: InputId, batch: Batch, _out: &mut dyn Emitter) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        if matches!(self.keys, Keys::Unknown) {
+            self.init(&batch)?;
+        }
+        let key_col = self.column(&batch, &self.key)?.clone();
+        self.assign_slots(&key_col)?;
+        for k in 0..self.specs.len() {
+            let col = self.column(&batch, &self.specs[k].column)?;
+            let vals = values(col, &self.specs[k].column)?;
+            update(&mut self.accs[k], &self.slots, &vals);
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self, _id: CheckpointId) -> Result<Option<StateCapture>> {
+        Ok(Some(StateCapture {
+            kind: StateKind::Full,
+            batch: self.state()?,
+        }))
+    }
+
+    fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
+        match chain {
+            [] => Ok(()),
+            [full] if full.kind == StateKind::Full => self.restore_full(&full.batch),
+            _ => Err(Error::Snapshot(
+                "keyed aggregates restore from one full state capture; diffs are not supported"
+                    .into(),
+            )),
+        }
+    }
+
+    fn finish(&mut self, out: &mut dyn Emitter) -> Result<()> {
+        if self.len() > 0 {
+            out.emit(self.results()?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Keyed aggregates grouped by `key` (int64, int32 or utf8): one output row
+/// per key at end of input, columns `key, <spec.output>...`.
+pub fn keyed_aggregate(
+    key: impl Into<String>,
+    specs: Vec<AggSpec>,
+) -> Result<Arc<dyn OperatorFactory>> {
+    let key = key.into();
+    if specs.is_empty() {
+        return Err(Error::Config(
+            "keyed_aggregate needs at least one aggregate".into(),
+        ));
+    }
+    let mut outs = std::collections::HashSet::new();
+    for s in &specs {
+        if s.output == key || !outs.insert(s.output.clone()) {
+            return Err(Error::Config(format!(
+                "aggregate output name {:?} is used twice (or equals the key); give each a distinct name",
+                s.output
+            )));
+        }
+    }
+    Ok(Arc::new(
+        move |_: usize, _: usize| -> Result<Box<dyn Operator>> {
+            Ok(Box::new(KeyedAggregate::new(key.clone(), specs.clone())))
+        },
+    ))
+}

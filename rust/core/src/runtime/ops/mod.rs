@@ -1,0 +1,13 @@
+//! Built-in sources, operators and sinks (pure Rust).
+
+mod aggregate;
+mod basic;
+mod batches;
+mod generator;
+mod sinks;
+
+pub use aggregate::{keyed_aggregate, AggFunc, AggSpec, KeyedAggregate};
+pub use basic::{iterate, map_batches, union, ITERATE_FEEDBACK_PORT, ITERATE_OUTPUT_PORT};
+pub use batches::{batch_source, BatchSource};
+pub use generator::{dwell_record, dwell_schema, dwell_source, DwellSource};
+pub use sinks::{collect_sink, ipc_file_sink, Collected};

@@ -1,0 +1,96 @@
+//! [`InMemorySnapshots`]: a [`SnapshotSink`] that keeps completed checkpoints in memory.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::snapshot::{CheckpointMeta, CompletedCheckpoint, SnapshotSink, TaskId, TaskSnapshot};
+
+/// Keeps every completed checkpoint (retention is a store's business).
+#[derive(Debug, Default)]
+pub struct InMemorySnapshots {
+    staged: Mutex<BTreeMap<CheckpointId, BTreeMap<TaskId, TaskSnapshot>>>,
+    completed: Mutex<Vec<CompletedCheckpoint>>,
+    aborted: Mutex<Vec<CheckpointId>>,
+}
+
+impl InMemorySnapshots {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Completed checkpoints, oldest first.
+    pub fn completed(&self) -> Vec<CompletedCheckpoint> {
+        self.completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn latest(&self) -> Option<CompletedCheckpoint> {
+        self.completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .last()
+            .cloned()
+    }
+
+    pub fn get(&self, id: CheckpointId) -> Option<CompletedCheckpoint> {
+        self.completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|c| c.meta.id == id)
+            .cloned()
+    }
+
+    /// Ids of aborted checkpoints.
+    pub fn aborted(&self) -> Vec<CheckpointId> {
+        self.aborted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl SnapshotSink for InMemorySnapshots {
+    fn task_snapshot(&self, id: CheckpointId, snapshot: TaskSnapshot) -> Result<()> {
+        let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
+        let tasks = staged.entry(id).or_default();
+        if tasks.contains_key(&snapshot.task) {
+            return Err(Error::Snapshot(format!(
+                "task {} reported checkpoint {id} twice",
+                snapshot.task
+            )));
+        }
+        tasks.insert(snapshot.task.clone(), snapshot);
+        Ok(())
+    }
+
+    fn commit(&self, meta: CheckpointMeta) -> Result<()> {
+        let tasks = self
+            .staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&meta.id)
+            .unwrap_or_default();
+        self.completed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(CompletedCheckpoint { meta, tasks });
+        Ok(())
+    }
+
+    fn abort(&self, id: CheckpointId) -> Result<()> {
+        self.staged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        self.aborted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(id);
+        Ok(())
+    }
+}

@@ -1,0 +1,592 @@
+//! One task thread: pops items from its inputs, drives its protocol machine
+//! with them, and carries out the actions the machine returns.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::graph::TaskIndex;
+use crate::protocol::{Action, CheckpointId, Event, InputId, Protocol, ProtocolKind};
+use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
+use crate::runtime::edge::{EdgeRx, Item, Recv, Signal};
+use crate::runtime::operator::{Batch, Operator, Source};
+use crate::runtime::output::{cancelled, Outputs};
+use crate::snapshot::{ChannelLog, SnapshotSink, StateCapture, TaskId, TaskSnapshot};
+
+/// Items popped from one input before the task looks at the next one.
+const BURST: usize = 16;
+/// Longest sleep of an idle task (it also wakes on data, room and control).
+const IDLE_WAIT: Duration = Duration::from_millis(10);
+
+/// State shared by every task of a job and its coordinator.
+pub(crate) struct JobShared {
+    pub cancel: Arc<AtomicBool>,
+    /// The newest checkpoint id the coordinator triggered.
+    pub latest_triggered: AtomicU64,
+    pub cycles: Vec<CycleTracker>,
+    pub sink: Arc<dyn SnapshotSink>,
+    pub protocol: ProtocolKind,
+    pub alignment_timeout: Duration,
+}
+
+/// Termination detection for one cycle: it is over when every member has
+/// seen end-of-stream on all inputs from outside the cycle and no data item
+/// is queued on, or being processed from, a channel inside the cycle.
+pub(crate) struct CycleTracker {
+    pub inflight: Arc<AtomicI64>,
+    pub members: usize,
+    pub external_done: AtomicUsize,
+    pub done: AtomicBool,
+}
+
+pub(crate) struct Input {
+    pub rx: EdgeRx,
+    pub edge_name: String,
+    pub from_subtask: usize,
+    /// Counter of the cycle this channel lies on, if any.
+    pub loop_counter: Option<Arc<AtomicI64>>,
+    pub ended: bool,
+    /// Newest barrier id already reported as queued on this input.
+    pub queued_reported: CheckpointId,
+}
+
+pub(crate) enum Body {
+    Source(Box<dyn Source>),
+    Operator(Box<dyn Operator>),
+}
+
+#[derive(Default)]
+struct Pending {
+    state: Option<StateCapture>,
+    source_offset: Option<u64>,
+    logs: BTreeMap<InputId, Vec<Batch>>,
+    first_seen: Option<Instant>,
+    alignment: Duration,
+}
+
+pub(crate) struct Task {
+    pub index: TaskIndex,
+    pub id: TaskId,
+    pub body: Body,
+    pub inputs: Vec<Input>,
+    pub outputs: Outputs,
+    pub protocol: Option<Box<dyn Protocol>>,
+    pub waker: Arc<Signal>,
+    pub mailbox: Arc<Mailbox>,
+    pub coord: mpsc::Sender<CoordMsg>,
+    pub shared: Arc<JobShared>,
+    pub cycle: Option<usize>,
+    pending: BTreeMap<CheckpointId, Pending>,
+    actions: Vec<Action>,
+    counters: TaskCounters,
+    /// Newest checkpoint this task completed or saw aborted.
+    last_done: CheckpointId,
+    /// (checkpoint, since, timeout sent) of the alignment in progress.
+    align: Option<(CheckpointId, Instant, bool)>,
+    external_reported: bool,
+    finished: bool,
+    /// In-flight records of a restored checkpoint, delivered first.
+    replay: Vec<(InputId, Batch)>,
+}
+
+/// Whether `e` is the error of a task stopped by a job cancellation.
+pub(crate) fn is_cancelled(e: &Error) -> bool {
+    matches!(e, Error::Task(m) if m == "job cancelled")
+}
+
+impl Task {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        index: TaskIndex,
+        id: TaskId,
+        body: Body,
+        inputs: Vec<Input>,
+        outputs: Outputs,
+        protocol: Option<Box<dyn Protocol>>,
+        waker: Arc<Signal>,
+        mailbox: Arc<Mailbox>,
+        coord: mpsc::Sender<CoordMsg>,
+        shared: Arc<JobShared>,
+        cycle: Option<usize>,
+        replay: Vec<(InputId, Batch)>,
+    ) -> Self {
+        Self {
+            index,
+            id,
+            body,
+            inputs,
+            outputs,
+            protocol,
+            waker,
+            mailbox,
+            coord,
+            shared,
+            cycle,
+            pending: BTreeMap::new(),
+            actions: Vec::new(),
+            counters: TaskCounters::default(),
+            last_done: 0,
+            align: None,
+            external_reported: false,
+            finished: false,
+            replay,
+        }
+    }
+
+    /// Runs the task to its end; reports the outcome to the coordinator.
+    pub fn run(mut self) {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if matches!(self.body, Body::Source(_)) {
+                self.run_source()
+            } else {
+                self.run_operator()
+            }
+        }));
+        let (index, coord) = (self.index, self.coord.clone());
+        let msg = match result {
+            Ok(Ok(())) => CoordMsg::TaskDone {
+                task: index,
+                counters: std::mem::take(&mut self.counters),
+            },
+            Ok(Err(e)) if is_cancelled(&e) => CoordMsg::TaskDone {
+                task: index,
+                counters: std::mem::take(&mut self.counters),
+            },
+            Ok(Err(e)) => {
+                self.shared.cancel.store(true, Ordering::SeqCst);
+                CoordMsg::TaskFailed {
+                    task: index,
+                    error: e.to_string(),
+                }
+            }
+            Err(panic) => {
+                self.shared.cancel.store(true, Ordering::SeqCst);
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                CoordMsg::TaskFailed {
+                    task: index,
+                    error: format!("panicked: {what}"),
+                }
+            }
+        };
+        // Drop channel ends first so that neighbours see the disconnection.
+        drop(self);
+        let _ = coord.send(msg);
+    }
+
+    fn check_cancel(&self) -> Result<()> {
+        if self.shared.cancel.load(Ordering::Relaxed) {
+            Err(cancelled())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn run_source(&mut self) -> Result<()> {
+        let mut paused = false;
+        let mut exhausted = false;
+        let mut finish = false;
+        loop {
+            self.check_cancel()?;
+            for c in self.mailbox.drain() {
+                match c {
+                    Control::Trigger { id, pause } => {
+                        self.pending.entry(id).or_default();
+                        self.event(Event::Trigger { id }, None)?;
+                        paused |= pause;
+                    }
+                    Control::Resume => paused = false,
+                    Control::Finish => finish = true,
+                    other => self.common_control(other)?,
+                }
+            }
+            self.outputs.flush_overflow();
+            if finish {
+                self.outputs.end_of_stream()?;
+                while self.outputs.has_overflow() {
+                    self.check_cancel()?;
+                    self.outputs.flush_overflow();
+                    self.waker
+                        .wait_until_timeout(|| false, Duration::from_millis(1));
+                }
+                return Ok(());
+            }
+            if !paused && !exhausted {
+                let Body::Source(src) = &mut self.body else {
+                    unreachable!("source body")
+                };
+                match src.next_batch()? {
+                    Some(batch) => {
+                        self.counters.records_in += batch.num_rows() as u64;
+                        crate::runtime::operator::Emitter::emit(&mut self.outputs, batch)?;
+                        self.counters.records_out = self.outputs.records_out;
+                    }
+                    None => {
+                        exhausted = true;
+                        let _ = self
+                            .coord
+                            .send(CoordMsg::SourceExhausted { task: self.index });
+                    }
+                }
+                continue;
+            }
+            let (mailbox, cancel) = (&self.mailbox, &self.shared.cancel);
+            self.waker.wait_until_timeout(
+                || mailbox.has_pending() || cancel.load(Ordering::Relaxed),
+                IDLE_WAIT,
+            );
+        }
+    }
+
+    fn run_operator(&mut self) -> Result<()> {
+        // Restored channel state sat at the head of its channels.
+        for (input, batch) in std::mem::take(&mut self.replay) {
+            self.check_cancel()?;
+            self.counters.records_in += batch.num_rows() as u64;
+            self.deliver(input, batch)?;
+        }
+        let n = self.inputs.len();
+        let mut rr = 0;
+        loop {
+            self.check_cancel()?;
+            for c in self.mailbox.drain() {
+                self.common_control(c)?;
+            }
+            self.outputs.flush_overflow();
+            self.alignment_clock()?;
+            self.scan_queued()?;
+            let mut progress = false;
+            for k in 0..n {
+                let i = (rr + k) % n;
+                for _ in 0..BURST {
+                    if self.inputs[i].ended || self.is_blocked(i) {
+                        break;
+                    }
+                    match self.inputs[i].rx.try_recv() {
+                        Recv::Item(item) => {
+                            progress = true;
+                            self.on_item(i, item)?;
+                        }
+                        Recv::Empty => break,
+                        Recv::Closed => {
+                            self.check_cancel()?;
+                            return Err(Error::Task(format!(
+                                "input {i} ({}) closed without end of stream",
+                                self.inputs[i].edge_name
+                            )));
+                        }
+                    }
+                }
+            }
+            rr = (rr + 1) % n.max(1);
+            if !self.finished && self.ready_to_finish() {
+                let Body::Operator(op) = &mut self.body else {
+                    unreachable!("operator body")
+                };
+                op.finish(&mut self.outputs)?;
+                self.outputs.end_of_stream()?;
+                self.counters.records_out = self.outputs.records_out;
+                self.finished = true;
+                progress = true;
+            }
+            if self.finished && self.inputs.iter().all(|i| i.ended) && !self.outputs.has_overflow()
+            {
+                return Ok(());
+            }
+            if !progress {
+                self.idle_wait();
+            }
+        }
+    }
+
+    fn idle_wait(&self) {
+        let timeout = if self.cycle.is_some() || self.outputs.has_overflow() {
+            Duration::from_millis(1)
+        } else {
+            IDLE_WAIT
+        };
+        let protocol = self.protocol.as_deref();
+        let (inputs, mailbox, cancel) = (&self.inputs, &self.mailbox, &self.shared.cancel);
+        self.waker.wait_until_timeout(
+            || {
+                mailbox.has_pending()
+                    || cancel.load(Ordering::Relaxed)
+                    || inputs.iter().enumerate().any(|(i, inp)| {
+                        !inp.ended
+                            && !protocol.is_some_and(|p| p.is_blocked(i))
+                            && inp.rx.is_ready()
+                    })
+            },
+            timeout,
+        );
+    }
+
+    fn is_blocked(&self, input: InputId) -> bool {
+        self.protocol.as_ref().is_some_and(|p| p.is_blocked(input))
+    }
+
+    fn ready_to_finish(&mut self) -> bool {
+        let Some(c) = self.cycle else {
+            return self.inputs.iter().all(|i| i.ended);
+        };
+        let tracker = &self.shared.cycles[c];
+        if !self.external_reported {
+            if !self
+                .inputs
+                .iter()
+                .all(|i| i.ended || i.loop_counter.is_some())
+            {
+                return false;
+            }
+            self.external_reported = true;
+            tracker.external_done.fetch_add(1, Ordering::SeqCst);
+        }
+        if tracker.done.load(Ordering::SeqCst) {
+            return true;
+        }
+        if tracker.external_done.load(Ordering::SeqCst) == tracker.members
+            && tracker.inflight.load(Ordering::SeqCst) == 0
+        {
+            tracker.done.store(true, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+
+    fn on_item(&mut self, input: InputId, item: Item) -> Result<()> {
+        match item {
+            Item::Data(batch) => {
+                if self.finished {
+                    return Err(Error::Task(format!(
+                        "received data on {} after finishing; operators on a cycle must not emit from finish()",
+                        self.inputs[input].edge_name
+                    )));
+                }
+                self.counters.records_in += batch.num_rows() as u64;
+                let counter = self.inputs[input].loop_counter.clone();
+                if self.protocol.is_some() {
+                    self.event(Event::Record { input }, Some((input, batch)))?;
+                } else {
+                    self.deliver(input, batch)?;
+                }
+                if let Some(c) = counter {
+                    c.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            Item::Barrier(id) => {
+                if self.protocol.is_some() {
+                    self.pending
+                        .entry(id)
+                        .or_default()
+                        .first_seen
+                        .get_or_insert_with(Instant::now);
+                    self.event(Event::Barrier { input, id }, None)?;
+                }
+            }
+            Item::EndOfStream => {
+                self.inputs[input].ended = true;
+                if self.protocol.is_some() {
+                    self.event(Event::EndOfInput { input }, None)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn deliver(&mut self, input: InputId, batch: Batch) -> Result<()> {
+        match &mut self.body {
+            Body::Operator(op) => op.process(input, batch, &mut self.outputs)?,
+            Body::Source(_) => unreachable!("sources have no inputs"),
+        }
+        self.counters.records_out = self.outputs.records_out;
+        Ok(())
+    }
+
+    /// Feeds `event` to the protocol and carries out its actions; `record`
+    /// is the data item the event is about, if any.
+    fn event(&mut self, event: Event, mut record: Option<(InputId, Batch)>) -> Result<()> {
+        let Some(p) = self.protocol.as_mut() else {
+            return Ok(());
+        };
+        let mut actions = std::mem::take(&mut self.actions);
+        actions.clear();
+        p.on_event(event, &mut actions);
+        let mut result = Ok(());
+        for (k, action) in actions.iter().enumerate() {
+            result = self.act(*action, &mut record, &actions[k + 1..]);
+            if result.is_err() {
+                break;
+            }
+        }
+        self.actions = actions;
+        result
+    }
+
+    fn act(
+        &mut self,
+        action: Action,
+        record: &mut Option<(InputId, Batch)>,
+        rest: &[Action],
+    ) -> Result<()> {
+        match action {
+            Action::Deliver => {
+                let needed_later = rest.iter().any(|a| matches!(a, Action::Log { .. }));
+                let (input, batch) = if needed_later {
+                    record.clone()
+                } else {
+                    record.take()
+                }
+                .ok_or_else(|| Error::Task("protocol asked to deliver without a record".into()))?;
+                self.deliver(input, batch)?;
+            }
+            Action::Log { input, id } => {
+                let (_, batch) = record
+                    .as_ref()
+                    .ok_or_else(|| Error::Task("protocol asked to log without a record".into()))?;
+                self.pending
+                    .entry(id)
+                    .or_default()
+                    .logs
+                    .entry(input)
+                    .or_default()
+                    .push(batch.clone());
+            }
+            Action::Block { .. } | Action::Unblock { .. } => {}
+            Action::Snapshot { id } => {
+                let (state, offset) = match &mut self.body {
+                    Body::Operator(op) => {
+                        let state = op.snapshot(id)?;
+                        op.pre_commit(id)?;
+                        (state, None)
+                    }
+                    Body::Source(src) => (None, Some(src.offset())),
+                };
+                let p = self.pending.entry(id).or_default();
+                p.state = state;
+                p.source_offset = offset;
+                p.alignment = p.first_seen.map(|t| t.elapsed()).unwrap_or_default();
+            }
+            Action::Forward { id } => self.outputs.barrier(id)?,
+            Action::Complete { id } => self.complete(id)?,
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, id: CheckpointId) -> Result<()> {
+        let p = self.pending.remove(&id).unwrap_or_default();
+        let mut stats = AckStats {
+            alignment_nanos: p.alignment.as_nanos() as u64,
+            state_bytes: p
+                .state
+                .as_ref()
+                .map_or(0, |s| s.batch.get_array_memory_size() as u64),
+            ..Default::default()
+        };
+        let channels: Vec<ChannelLog> = p
+            .logs
+            .into_iter()
+            .map(|(input, records)| {
+                stats.logged_batches += records.len() as u64;
+                stats.logged_records += records.iter().map(|b| b.num_rows() as u64).sum::<u64>();
+                ChannelLog {
+                    input,
+                    edge: self.inputs[input].edge_name.clone(),
+                    from_subtask: self.inputs[input].from_subtask,
+                    records,
+                }
+            })
+            .collect();
+        self.shared.sink.task_snapshot(
+            id,
+            TaskSnapshot {
+                task: self.id.clone(),
+                state: p.state,
+                channels,
+                source_offset: p.source_offset,
+                alignment_nanos: stats.alignment_nanos,
+            },
+        )?;
+        self.last_done = self.last_done.max(id);
+        let _ = self.coord.send(CoordMsg::Ack {
+            id,
+            task: self.index,
+            stats,
+        });
+        Ok(())
+    }
+
+    fn common_control(&mut self, c: Control) -> Result<()> {
+        match c {
+            Control::Abort(id) => {
+                self.event(Event::Abort { id }, None)?;
+                self.pending.remove(&id);
+                self.last_done = self.last_done.max(id);
+            }
+            Control::Committed(id) => {
+                if let Body::Operator(op) = &mut self.body {
+                    op.commit(id)?;
+                }
+            }
+            Control::Trigger { .. } | Control::Resume | Control::Finish => {}
+        }
+        Ok(())
+    }
+
+    /// Starts the alignment-timeout clock when the protocol starts aligning
+    /// and tells it when the timeout has passed.
+    fn alignment_clock(&mut self) -> Result<()> {
+        let timeout = self.shared.alignment_timeout;
+        if timeout.is_zero() {
+            return Ok(());
+        }
+        let aligning = self.protocol.as_ref().and_then(|p| p.aligning());
+        match (aligning, self.align) {
+            (None, _) => self.align = None,
+            (Some(id), Some((cur, since, sent))) if cur == id => {
+                if !sent && since.elapsed() >= timeout {
+                    self.align = Some((id, since, true));
+                    for inp in &mut self.inputs {
+                        inp.queued_reported = inp.queued_reported.min(id.saturating_sub(1));
+                    }
+                    self.event(Event::AlignmentTimeout { id }, None)?;
+                }
+            }
+            (Some(id), _) => self.align = Some((id, Instant::now(), false)),
+        }
+        Ok(())
+    }
+
+    /// Unaligned checkpoints: while one is in flight, report barriers queued
+    /// behind data so that the protocol can overtake that data.
+    fn scan_queued(&mut self) -> Result<()> {
+        if self.shared.protocol != ProtocolKind::Unaligned {
+            return Ok(());
+        }
+        let latest = self.shared.latest_triggered.load(Ordering::Acquire);
+        if latest <= self.last_done {
+            return Ok(());
+        }
+        for i in 0..self.inputs.len() {
+            if self.inputs[i].ended {
+                continue;
+            }
+            if let Some(id) = self.inputs[i].rx.queued_barrier() {
+                if id > self.inputs[i].queued_reported && id > self.last_done {
+                    self.inputs[i].queued_reported = id;
+                    self.pending
+                        .entry(id)
+                        .or_default()
+                        .first_seen
+                        .get_or_insert_with(Instant::now);
+                    self.event(Event::BarrierQueued { input: i, id }, None)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

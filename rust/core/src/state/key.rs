@@ -1,0 +1,276 @@
+//! The key → slot index. Integer keys hash as `i64` and byte keys as boxed
+//! slices, both with FxHash (fast, and keys come from the job, not an attacker).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    BinaryType, Int32Type, Int64Type, LargeBinaryType, LargeUtf8Type, Utf8Type,
+};
+use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, LargeBinaryArray};
+use arrow_array::{LargeStringArray, StringArray};
+use arrow_schema::DataType;
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use crate::error::{Error, Result};
+
+/// A key read out of an Arrow key column.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    Int(i64),
+    Bytes(Box<[u8]>),
+}
+
+/// Whether the key column is integer or bytes, and its exact Arrow type.
+#[derive(Clone, Debug)]
+pub(crate) struct KeyType(pub DataType);
+
+impl KeyType {
+    pub(crate) fn new(name: &str, data_type: &DataType) -> Result<Self> {
+        match data_type {
+            DataType::Int64
+            | DataType::Int32
+            | DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Binary
+            | DataType::LargeBinary => Ok(Self(data_type.clone())),
+            other => Err(Error::Config(format!(
+                "key column '{name}' has type {other}; a state key must be Int64, Int32, Utf8, \
+                 LargeUtf8, Binary or LargeBinary"
+            ))),
+        }
+    }
+
+    fn is_int(&self) -> bool {
+        matches!(self.0, DataType::Int64 | DataType::Int32)
+    }
+
+    /// Checks that `array` can be keys of this table: same type, no nulls.
+    pub(crate) fn check(&self, name: &str, array: &dyn Array) -> Result<()> {
+        if array.data_type() != &self.0 {
+            return Err(Error::Config(format!(
+                "key column '{name}' has type {}, the state table's key type is {}",
+                array.data_type(),
+                self.0
+            )));
+        }
+        if array.null_count() > 0 {
+            return Err(Error::Config(format!(
+                "key column '{name}' holds {} null(s); state keys must be non-null",
+                array.null_count()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads every key of `array` (which must have this type and no nulls).
+    pub(crate) fn keys(&self, name: &str, array: &dyn Array) -> Result<Vec<Key>> {
+        self.check(name, array)?;
+        let bytes = |v: &[u8]| Key::Bytes(Box::from(v));
+        Ok(match &self.0 {
+            DataType::Int64 => array
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .map(|&v| Key::Int(v))
+                .collect(),
+            DataType::Int32 => array
+                .as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|&v| Key::Int(v.into()))
+                .collect(),
+            DataType::Utf8 => array
+                .as_bytes::<Utf8Type>()
+                .iter()
+                .flatten()
+                .map(|v| bytes(v.as_bytes()))
+                .collect(),
+            DataType::LargeUtf8 => array
+                .as_bytes::<LargeUtf8Type>()
+                .iter()
+                .flatten()
+                .map(|v| bytes(v.as_bytes()))
+                .collect(),
+            DataType::Binary => array
+                .as_bytes::<BinaryType>()
+                .iter()
+                .flatten()
+                .map(bytes)
+                .collect(),
+            DataType::LargeBinary => array
+                .as_bytes::<LargeBinaryType>()
+                .iter()
+                .flatten()
+                .map(bytes)
+                .collect(),
+            _ => unreachable!("KeyType::new admits only key types"),
+        })
+    }
+
+    /// An Arrow array of `keys` in this key type.
+    pub(crate) fn array(&self, keys: &[Key]) -> ArrayRef {
+        let int = |k: &Key| match k {
+            Key::Int(v) => *v,
+            Key::Bytes(_) => unreachable!("integer key table holds a byte key"),
+        };
+        let bytes = |k: &Key| match k {
+            Key::Bytes(b) => b.to_vec(),
+            Key::Int(_) => unreachable!("byte key table holds an integer key"),
+        };
+        let text =
+            |k: &Key| String::from_utf8(bytes(k)).expect("utf8 keys were validated on input");
+        match &self.0 {
+            DataType::Int64 => Arc::new(Int64Array::from_iter_values(keys.iter().map(int))),
+            DataType::Int32 => Arc::new(Int32Array::from_iter_values(
+                keys.iter().map(|k| int(k) as i32),
+            )),
+            DataType::Utf8 => Arc::new(StringArray::from_iter_values(keys.iter().map(text))),
+            DataType::LargeUtf8 => {
+                Arc::new(LargeStringArray::from_iter_values(keys.iter().map(text)))
+            }
+            DataType::Binary => Arc::new(BinaryArray::from_iter_values(keys.iter().map(bytes))),
+            DataType::LargeBinary => {
+                Arc::new(LargeBinaryArray::from_iter_values(keys.iter().map(bytes)))
+            }
+            _ => unreachable!("KeyType::new admits only key types"),
+        }
+    }
+
+    pub(crate) fn new_index(&self) -> KeyIndex {
+        if self.is_int() {
+            KeyIndex::Int(FxHashMap::default())
+        } else {
+            KeyIndex::Bytes(FxHashMap::default())
+        }
+    }
+
+    pub(crate) fn new_set(&self) -> KeySet {
+        if self.is_int() {
+            KeySet::Int(FxHashSet::default())
+        } else {
+            KeySet::Bytes(FxHashSet::default())
+        }
+    }
+}
+
+/// Key → slot. Split by key kind so integer keys hash and compare as plain `i64`.
+pub(crate) enum KeyIndex {
+    Int(FxHashMap<i64, u32>),
+    Bytes(FxHashMap<Box<[u8]>, u32>),
+}
+
+impl KeyIndex {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            KeyIndex::Int(m) => m.len(),
+            KeyIndex::Bytes(m) => m.len(),
+        }
+    }
+
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        match self {
+            KeyIndex::Int(m) => m.reserve(extra),
+            KeyIndex::Bytes(m) => m.reserve(extra),
+        }
+    }
+
+    pub(crate) fn get(&self, key: &Key) -> Option<u32> {
+        match (self, key) {
+            (KeyIndex::Int(m), Key::Int(k)) => m.get(k).copied(),
+            (KeyIndex::Bytes(m), Key::Bytes(k)) => m.get(k).copied(),
+            _ => None,
+        }
+    }
+
+    /// The slot of `key`, inserting it with `new_slot()` if absent; `true` if inserted.
+    pub(crate) fn get_or_insert(
+        &mut self,
+        key: Key,
+        new_slot: impl FnOnce() -> u32,
+    ) -> (u32, bool) {
+        use std::collections::hash_map::Entry;
+        macro_rules! entry {
+            ($e:expr) => {
+                match $e {
+                    Entry::Occupied(o) => (*o.get(), false),
+                    Entry::Vacant(v) => (*v.insert(new_slot()), true),
+                }
+            };
+        }
+        match (self, key) {
+            (KeyIndex::Int(m), Key::Int(k)) => entry!(m.entry(k)),
+            (KeyIndex::Bytes(m), Key::Bytes(k)) => entry!(m.entry(k)),
+            _ => unreachable!("key kind checked against the key type"),
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &Key) -> Option<u32> {
+        match (self, key) {
+            (KeyIndex::Int(m), Key::Int(k)) => m.remove(k),
+            (KeyIndex::Bytes(m), Key::Bytes(k)) => m.remove(k),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        match self {
+            KeyIndex::Int(m) => m.clear(),
+            KeyIndex::Bytes(m) => m.clear(),
+        }
+    }
+}
+
+/// Keys deleted since the last checkpoint (tombstones).
+pub(crate) enum KeySet {
+    Int(FxHashSet<i64>),
+    Bytes(FxHashSet<Box<[u8]>>),
+}
+
+impl KeySet {
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            KeySet::Int(s) => s.len(),
+            KeySet::Bytes(s) => s.len(),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, key: Key) {
+        match (self, key) {
+            (KeySet::Int(s), Key::Int(k)) => {
+                s.insert(k);
+            }
+            (KeySet::Bytes(s), Key::Bytes(k)) => {
+                s.insert(k);
+            }
+            _ => unreachable!("key kind checked against the key type"),
+        }
+    }
+
+    pub(crate) fn remove(&mut self, key: &Key) {
+        match (self, key) {
+            (KeySet::Int(s), Key::Int(k)) => {
+                s.remove(k);
+            }
+            (KeySet::Bytes(s), Key::Bytes(k)) => {
+                s.remove(k);
+            }
+            _ => {}
+        }
+    }
+
+    /// Takes every key out, leaving the set empty.
+    pub(crate) fn drain(&mut self) -> Vec<Key> {
+        match self {
+            KeySet::Int(s) => s.drain().map(Key::Int).collect(),
+            KeySet::Bytes(s) => s.drain().map(Key::Bytes).collect(),
+        }
+    }
+
+    pub(crate) fn to_vec(&self) -> Vec<Key> {
+        match self {
+            KeySet::Int(s) => s.iter().map(|&k| Key::Int(k)).collect(),
+            KeySet::Bytes(s) => s.iter().cloned().map(Key::Bytes).collect(),
+        }
+    }
+}

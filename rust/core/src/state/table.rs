@@ -1,0 +1,528 @@
+//! [`StateTable`]: a keyed table that remembers what changed since its last checkpoint.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use arrow_select::filter::filter_record_batch;
+
+use super::changelog::ChangeLog;
+use super::column::{check_supported, new_column, Column};
+use super::key::{Key, KeyIndex, KeySet, KeyType};
+use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::snapshot::{StateCapture, StateKind};
+
+/// Name of the tombstone column of a diff batch.
+pub const DELETED_COLUMN: &str = "__deleted";
+/// Schema metadata key naming the key column of a state batch (files carry it,
+/// so a reader can rebuild state without being told the key).
+pub const KEY_METADATA: &str = "snapcut.key";
+
+/// How often a checkpoint is a full materialisation instead of a diff.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatePolicy {
+    /// Every `full_every`-th checkpoint is full (1 = always full). Restore
+    /// then reads at most `full_every` files per task.
+    pub full_every: u32,
+}
+
+impl Default for StatePolicy {
+    fn default() -> Self {
+        Self { full_every: 10 }
+    }
+}
+
+/// A keyed state table: key column → typed value columns, with the changes
+/// since the last checkpoint tracked so that a checkpoint costs
+/// O(changed keys), never O(table size) (except every `full_every`-th one).
+pub struct StateTable {
+    schema: SchemaRef,
+    diff_schema: SchemaRef,
+    key_col: usize,
+    key_type: KeyType,
+    policy: StatePolicy,
+    index: KeyIndex,
+    columns: Vec<Box<dyn Column>>,
+    /// Slot bookkeeping: which slots hold a live key, which are free for reuse.
+    occupied: Vec<bool>,
+    free: Vec<u32>,
+    /// Rows written since the last checkpoint, contiguous (the diff's upserts).
+    log: ChangeLog,
+    tombstones: KeySet,
+    last_checkpoint: Option<CheckpointId>,
+    diffs_since_full: u32,
+    force_full: bool,
+    /// Set while replaying a chain: nothing to log, the end state is the base.
+    restoring: bool,
+}
+
+impl std::fmt::Debug for StateTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StateTable")
+            .field("key", &self.key_column())
+            .field("len", &self.len())
+            .field("changed", &self.changed_len())
+            .field("last_checkpoint", &self.last_checkpoint)
+            .finish()
+    }
+}
+
+impl StateTable {
+    /// A new empty table of `schema`, keyed by column `key`.
+    pub fn new(schema: SchemaRef, key: &str, policy: StatePolicy) -> Result<Self> {
+        if policy.full_every == 0 {
+            return Err(Error::Config(
+                "state full_every must be at least 1 (1 = every checkpoint full)".into(),
+            ));
+        }
+        let key_col = schema.index_of(key).map_err(|_| {
+            Error::Config(format!(
+                "key column '{key}' is not in the state schema (columns: {})",
+                column_names(&schema)
+            ))
+        })?;
+        if schema.fields().iter().any(|f| f.name() == DELETED_COLUMN) {
+            return Err(Error::Config(format!(
+                "state schema may not have a column named '{DELETED_COLUMN}' (reserved for tombstones)"
+            )));
+        }
+        let key_type = KeyType::new(key, schema.field(key_col).data_type())?;
+        for f in schema.fields() {
+            check_supported(f.name(), f.data_type())?;
+        }
+        let mut metadata = schema.metadata().clone();
+        metadata.insert(KEY_METADATA.into(), key.into());
+        let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields[key_col] = fields[key_col].clone().with_nullable(false);
+        let schema = Arc::new(Schema::new_with_metadata(fields.clone(), metadata.clone()));
+        // Tombstone rows carry only the key, so every value column is nullable in a diff.
+        let mut diff_fields: Vec<Field> = fields
+            .into_iter()
+            .enumerate()
+            .map(|(i, f)| {
+                if i == key_col {
+                    f
+                } else {
+                    f.with_nullable(true)
+                }
+            })
+            .collect();
+        diff_fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+        let diff_schema = Arc::new(Schema::new_with_metadata(diff_fields, metadata));
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| new_column(f.data_type(), f.is_nullable()).expect("checked supported"))
+            .collect();
+        Ok(Self {
+            diff_schema,
+            key_col,
+            index: key_type.new_index(),
+            tombstones: key_type.new_set(),
+            key_type,
+            policy,
+            columns,
+            occupied: Vec::new(),
+            free: Vec::new(),
+            log: ChangeLog::new(&schema),
+            last_checkpoint: None,
+            diffs_since_full: 0,
+            force_full: false,
+            restoring: false,
+            schema,
+        })
+    }
+
+    /// The table's schema (key column non-nullable; metadata names the key).
+    pub fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    /// The schema of diff batches: the table's plus a boolean `__deleted`.
+    pub fn diff_schema(&self) -> SchemaRef {
+        self.diff_schema.clone()
+    }
+
+    pub fn key_column(&self) -> &str {
+        self.schema.field(self.key_col).name()
+    }
+
+    pub fn policy(&self) -> StatePolicy {
+        self.policy
+    }
+
+    /// Number of live keys.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Upper bound of keys changed (upserted or deleted) since the last checkpoint.
+    pub fn changed_len(&self) -> usize {
+        self.log.len() + self.tombstones.len()
+    }
+
+    /// The checkpoint the next diff would be based on.
+    pub fn last_checkpoint(&self) -> Option<CheckpointId> {
+        self.last_checkpoint
+    }
+
+    /// Inserts or overwrites the rows of `batch` by key. The batch must have
+    /// every column of the schema (any order, matched by name, same types);
+    /// within a batch a later row wins over an earlier one with the same key.
+    pub fn upsert(&mut self, batch: &RecordBatch) -> Result<()> {
+        let arrays = self.columns_of(batch)?;
+        let key_array = arrays[self.key_col].as_ref();
+        self.key_type.check(self.key_column(), key_array)?;
+        self.index.reserve(key_array.len());
+        let mut len = self.occupied.len() as u32;
+        let free = &mut self.free;
+        let mut new_slot = || {
+            free.pop().unwrap_or_else(|| {
+                len += 1;
+                len - 1
+            })
+        };
+        let slots: Vec<u32> = match &mut self.index {
+            // Hot path: Int64 keys straight from the Arrow buffer, no Key values.
+            KeyIndex::Int(map)
+                if self.tombstones.len() == 0 && key_array.data_type() == &DataType::Int64 =>
+            {
+                key_array
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .iter()
+                    .map(|&k| *map.entry(k).or_insert_with(&mut new_slot))
+                    .collect()
+            }
+            index => {
+                let keys = self
+                    .key_type
+                    .keys(self.schema.field(self.key_col).name(), key_array)?;
+                let tombstones = &mut self.tombstones;
+                keys.into_iter()
+                    .map(|key| {
+                        if tombstones.len() > 0 {
+                            tombstones.remove(&key);
+                        }
+                        index.get_or_insert(key, &mut new_slot).0
+                    })
+                    .collect()
+            }
+        };
+        self.grow(len as usize);
+        for &slot in &slots {
+            self.occupied[slot as usize] = true;
+        }
+        for (column, array) in self.columns.iter_mut().zip(arrays.iter()) {
+            column.scatter(&slots, array.as_ref());
+        }
+        if self.logging() {
+            let entries = self.log.entries(&slots);
+            for (logged, array) in self.log.columns.iter_mut().zip(arrays.iter()) {
+                logged.scatter(&entries, array.as_ref());
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes `keys` (absent ones are ignored); returns how many were present.
+    pub fn delete(&mut self, keys: &dyn Array) -> Result<usize> {
+        let keys = self.key_type.keys(self.key_column(), keys)?;
+        let mut removed = 0;
+        for key in keys {
+            if let Some(slot) = self.index.remove(&key) {
+                self.occupied[slot as usize] = false;
+                self.free.push(slot);
+                self.log.remove(slot);
+                if self.logging() {
+                    self.tombstones.insert(key);
+                }
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// The rows of the given keys that are present, in the order asked.
+    pub fn get(&self, keys: &dyn Array) -> Result<RecordBatch> {
+        let keys = self.key_type.keys(self.key_column(), keys)?;
+        let slots: Vec<u32> = keys.iter().filter_map(|k| self.index.get(k)).collect();
+        Ok(self.gather(&slots))
+    }
+
+    /// Every live row (slot order, which is not key order).
+    pub fn to_batch(&self) -> RecordBatch {
+        self.gather(&self.live_slots())
+    }
+
+    /// The changes since the last checkpoint as a diff batch, without
+    /// starting a new checkpoint: upserts then tombstones.
+    pub fn changes(&self) -> RecordBatch {
+        if self.last_checkpoint.is_none() {
+            // Before the first checkpoint nothing is logged: everything changed.
+            return self.diff_batch(&self.columns, &self.live_slots(), &[]);
+        }
+        self.diff_batch(
+            &self.log.columns,
+            &self.log.live(),
+            &self.tombstones.to_vec(),
+        )
+    }
+
+    /// Whether writes go to the change log: not before the first checkpoint
+    /// (which is full anyway) and not while restoring.
+    fn logging(&self) -> bool {
+        self.last_checkpoint.is_some() && !self.restoring
+    }
+
+    /// The synchronous phase of checkpoint `id`: captures the changes since
+    /// the previous checkpoint (O(changed keys)) or, every `full_every`-th
+    /// time, the whole table; then starts tracking afresh. The capture is
+    /// immutable Arrow data: encoding and writing it can happen elsewhere.
+    pub fn checkpoint(&mut self, id: CheckpointId) -> Result<StateCapture> {
+        if let Some(last) = self.last_checkpoint {
+            if id <= last {
+                return Err(Error::Config(format!(
+                    "state checkpoint ids must increase: got {id} after {last}"
+                )));
+            }
+        }
+        let full = match self.last_checkpoint {
+            None => true,
+            Some(_) => self.force_full || self.diffs_since_full + 1 >= self.policy.full_every,
+        };
+        let capture = if full {
+            StateCapture {
+                kind: StateKind::Full,
+                batch: self.to_batch(),
+            }
+        } else {
+            StateCapture {
+                kind: StateKind::Diff {
+                    base: self.last_checkpoint.expect("diff has a base"),
+                },
+                batch: self.changes(),
+            }
+        };
+        self.reset_tracking();
+        self.diffs_since_full = if full { 0 } else { self.diffs_since_full + 1 };
+        self.force_full = false;
+        self.last_checkpoint = Some(id);
+        Ok(capture)
+    }
+
+    /// A checkpoint taken from this table was aborted: its changes were never
+    /// stored, so the next checkpoint must be full to stay restorable.
+    pub fn checkpoint_aborted(&mut self) {
+        self.force_full = true;
+    }
+
+    /// Replaces the contents with the state at the end of `chain`: a full
+    /// capture followed by diffs, each based on the previous entry's id.
+    pub fn restore(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        let Some(((first_id, first), rest)) = chain.split_first() else {
+            return Err(Error::Snapshot(
+                "state restore needs a chain starting with a full capture; got an empty chain"
+                    .into(),
+            ));
+        };
+        if first.kind != StateKind::Full {
+            return Err(Error::Snapshot(format!(
+                "state restore chain must start with a full capture; checkpoint {first_id} is {:?}",
+                first.kind
+            )));
+        }
+        self.clear();
+        self.restoring = true;
+        let replayed = self.replay(*first_id, first, rest);
+        self.restoring = false;
+        let prev = replayed?;
+        self.reset_tracking();
+        self.last_checkpoint = Some(prev);
+        self.diffs_since_full = rest.len() as u32;
+        self.force_full = false;
+        Ok(())
+    }
+
+    /// Applies the captures of a chain; returns the last id.
+    fn replay(
+        &mut self,
+        first_id: CheckpointId,
+        first: &StateCapture,
+        rest: &[(CheckpointId, StateCapture)],
+    ) -> Result<CheckpointId> {
+        self.apply(&first.batch, false)?;
+        let mut prev = first_id;
+        for (id, capture) in rest {
+            match capture.kind {
+                StateKind::Diff { base } if base == prev => self.apply(&capture.batch, true)?,
+                kind => {
+                    return Err(Error::Snapshot(format!(
+                        "state restore chain broken at checkpoint {id}: expected a diff based on \
+                         {prev}, found {kind:?}"
+                    )))
+                }
+            }
+            prev = *id;
+        }
+        Ok(prev)
+    }
+
+    /// Applies one stored batch: a full one (plain upserts) or a diff (upserts
+    /// and `__deleted` tombstones).
+    pub fn apply(&mut self, batch: &RecordBatch, diff: bool) -> Result<()> {
+        if !diff {
+            return self.upsert(batch);
+        }
+        let deleted = batch
+            .column_by_name(DELETED_COLUMN)
+            .and_then(|c| c.as_any().downcast_ref::<BooleanArray>())
+            .ok_or_else(|| {
+                Error::Snapshot(format!(
+                    "diff batch lacks a boolean '{DELETED_COLUMN}' column (columns: {})",
+                    column_names(batch.schema_ref())
+                ))
+            })?;
+        // A null `__deleted` counts as an upsert, never as a silent delete.
+        let tombstone: BooleanArray = deleted.iter().map(|v| Some(v == Some(true))).collect();
+        let upsert: BooleanArray = deleted.iter().map(|v| Some(v != Some(true))).collect();
+        let removed = filter_record_batch(batch, &tombstone).map_err(arrow_err)?;
+        let upsert = filter_record_batch(batch, &upsert).map_err(arrow_err)?;
+        let key = self.key_column().to_string();
+        if let Some(keys) = removed.column_by_name(&key) {
+            self.delete(keys.as_ref())?;
+        }
+        self.upsert(&upsert)
+    }
+
+    /// Removes every key and all change tracking.
+    pub fn clear(&mut self) {
+        self.index.clear();
+        for c in &mut self.columns {
+            c.resize(0);
+        }
+        self.occupied.clear();
+        self.free.clear();
+        self.log.reset();
+        self.tombstones.drain();
+    }
+
+    fn reset_tracking(&mut self) {
+        self.log.clear();
+        self.tombstones.drain();
+    }
+
+    fn grow(&mut self, len: usize) {
+        if len <= self.occupied.len() {
+            return;
+        }
+        // Amortised doubling for every column at once.
+        let cap = len.max(self.occupied.len() * 2).max(16);
+        if cap > self.occupied.capacity() {
+            self.occupied.reserve(cap - self.occupied.len());
+        }
+        self.occupied.resize(len, false);
+        self.log.grow(len);
+        for c in &mut self.columns {
+            c.resize(len);
+        }
+    }
+
+    fn live_slots(&self) -> Vec<u32> {
+        (0..self.occupied.len() as u32)
+            .filter(|&s| self.occupied[s as usize])
+            .collect()
+    }
+
+    fn gather(&self, slots: &[u32]) -> RecordBatch {
+        let arrays: Vec<ArrayRef> = self.columns.iter().map(|c| c.gather(slots)).collect();
+        RecordBatch::try_new(self.schema.clone(), arrays).expect("columns match the schema")
+    }
+
+    /// `upserts` are positions in `columns` (the change log's or the table's).
+    fn diff_batch(
+        &self,
+        columns: &[Box<dyn Column>],
+        upserts: &[u32],
+        tombstones: &[Key],
+    ) -> RecordBatch {
+        let n = upserts.len() + tombstones.len();
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len() + 1);
+        for (i, c) in columns.iter().enumerate() {
+            let up = c.gather(upserts);
+            let dead = if i == self.key_col {
+                self.key_type.array(tombstones)
+            } else {
+                new_null_array(up.data_type(), tombstones.len())
+            };
+            let array = if tombstones.is_empty() {
+                up
+            } else {
+                arrow_select::concat::concat(&[up.as_ref(), dead.as_ref()]).expect("same types")
+            };
+            arrays.push(array);
+        }
+        let deleted: BooleanArray = (0..n).map(|i| Some(i >= upserts.len())).collect();
+        arrays.push(Arc::new(deleted));
+        RecordBatch::try_new(self.diff_schema.clone(), arrays)
+            .expect("columns match the diff schema")
+    }
+
+    /// The batch's arrays in schema order, checked by name and type.
+    fn columns_of(&self, batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        let mut by_name: HashMap<&str, usize> = HashMap::new();
+        for (i, f) in batch.schema_ref().fields().iter().enumerate() {
+            by_name.insert(f.name().as_str(), i);
+        }
+        let mut out = Vec::with_capacity(self.schema.fields().len());
+        for f in self.schema.fields() {
+            let Some(&i) = by_name.get(f.name().as_str()) else {
+                return Err(Error::Config(format!(
+                    "batch has no column '{}' (batch columns: {}; state schema: {})",
+                    f.name(),
+                    column_names(batch.schema_ref()),
+                    column_names(&self.schema)
+                )));
+            };
+            let array = batch.column(i);
+            if array.data_type() != f.data_type() {
+                return Err(Error::Config(format!(
+                    "column '{}' has type {}, the state schema says {}; cast it first",
+                    f.name(),
+                    array.data_type(),
+                    f.data_type()
+                )));
+            }
+            if !f.is_nullable() && array.null_count() > 0 {
+                return Err(Error::Config(format!(
+                    "column '{}' holds {} null(s) but is not nullable in the state schema",
+                    f.name(),
+                    array.null_count()
+                )));
+            }
+            out.push(array.clone());
+        }
+        Ok(out)
+    }
+}
+
+pub(crate) fn column_names(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn arrow_err(e: arrow_schema::ArrowError) -> Error {
+    Error::Snapshot(format!("malformed state batch: {e}"))
+}

@@ -1,0 +1,222 @@
+//! The manifest: the one JSON file that makes a checkpoint complete, and the
+//! names of everything in a checkpoint directory. The Python reader/writer
+//! (`snapcut.snapshots`) uses the same constants, exported by the bindings.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::snapshot::TaskId;
+
+/// Value of the manifest's `format` field.
+pub const FORMAT_NAME: &str = "snapcut-snapshot";
+/// The manifest format version this code writes and the newest it reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// File name of the manifest inside a checkpoint directory.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// Temporary name the manifest is written under before the atomic rename.
+pub const MANIFEST_TMP_FILE: &str = "manifest.json.tmp";
+/// File holding every source task's offset.
+pub const SOURCES_FILE: &str = "sources.arrow";
+/// Prefix of checkpoint directory names (`chk-00000042`).
+pub const CHECKPOINT_DIR_PREFIX: &str = "chk-";
+
+/// Directory name of checkpoint `id`.
+pub fn checkpoint_dir_name(id: CheckpointId) -> String {
+    format!("{CHECKPOINT_DIR_PREFIX}{id:08}")
+}
+
+/// Parses a checkpoint directory name back to its id.
+pub fn parse_checkpoint_dir(name: &str) -> Option<CheckpointId> {
+    let digits = name.strip_prefix(CHECKPOINT_DIR_PREFIX)?;
+    (digits.len() >= 8 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// A name safe as part of a file name on any filesystem and object store:
+/// ASCII letters, digits, `_` and `-` stay, every other byte becomes `%XX`.
+pub fn file_component(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `<vertex>-<subtask>.state.arrow`
+pub fn state_file_name(task: &TaskId) -> String {
+    format!(
+        "{}-{}.state.arrow",
+        file_component(&task.vertex),
+        task.subtask
+    )
+}
+
+/// `<vertex>-<subtask>.channel-<edge>.<from_subtask>.arrow`
+pub fn channel_file_name(task: &TaskId, edge: &str, from_subtask: usize) -> String {
+    format!(
+        "{}-{}.channel-{}.{from_subtask}.arrow",
+        file_component(&task.vertex),
+        task.subtask,
+        file_component(edge)
+    )
+}
+
+/// What a file of a checkpoint holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileRole {
+    State,
+    Channel,
+    Sources,
+}
+
+/// Whether a state file is a full table or a diff against `base`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    Full,
+    Diff,
+}
+
+/// One file of a checkpoint, as the manifest describes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FileEntry {
+    /// File name inside the checkpoint directory.
+    pub path: String,
+    pub role: FileRole,
+    pub rows: u64,
+    pub bytes: u64,
+    /// CRC-32C (Castagnoli) of the whole file.
+    pub crc32c: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vertex: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtask: Option<usize>,
+    /// State files: full or diff.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<FileKind>,
+    /// State diffs: the checkpoint this diff applies on top of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<CheckpointId>,
+    /// State files: checkpoints whose state files rebuild this one, oldest
+    /// (the full) first, ending with this checkpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<CheckpointId>,
+    /// State files: the key column.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// Channel files: logical edge, input index, upstream subtask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edge: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from_subtask: Option<usize>,
+}
+
+impl FileEntry {
+    pub fn task(&self) -> Option<TaskId> {
+        Some(TaskId {
+            vertex: self.vertex.clone()?,
+            subtask: self.subtask?,
+        })
+    }
+}
+
+/// One task of a checkpoint.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TaskEntry {
+    pub vertex: String,
+    pub subtask: usize,
+    #[serde(default)]
+    pub source_offset: Option<u64>,
+    #[serde(default)]
+    pub alignment_nanos: u64,
+}
+
+impl TaskEntry {
+    pub fn task(&self) -> TaskId {
+        TaskId {
+            vertex: self.vertex.clone(),
+            subtask: self.subtask,
+        }
+    }
+}
+
+/// Contents of `manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub format: String,
+    pub format_version: u32,
+    pub checkpoint_id: CheckpointId,
+    pub protocol: String,
+    pub started_ms: u64,
+    pub finished_ms: u64,
+    pub committed_ms: u64,
+    pub graph_fingerprint: String,
+    pub savepoint: bool,
+    pub tasks: Vec<TaskEntry>,
+    pub files: Vec<FileEntry>,
+}
+
+impl Manifest {
+    /// Parses and checks a manifest's bytes (`what` names it in errors).
+    pub fn parse(bytes: &[u8], what: &str) -> Result<Self> {
+        // Read the version first so a newer manifest fails on its version,
+        // not on a field this code does not know.
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| Error::Snapshot(format!("{what} is not valid JSON: {e}")))?;
+        let version = value.get("format_version").and_then(|v| v.as_u64());
+        match version {
+            None => {
+                return Err(Error::Snapshot(format!(
+                    "{what} has no format_version: not a snapcut manifest"
+                )))
+            }
+            Some(v) if v > u64::from(FORMAT_VERSION) => {
+                return Err(Error::Snapshot(format!(
+                    "{what} has format_version {v}, newer than the {FORMAT_VERSION} this snapcut \
+                     reads: upgrade snapcut to read it"
+                )))
+            }
+            Some(_) => {}
+        }
+        let manifest: Manifest = serde_json::from_value(value)
+            .map_err(|e| Error::Snapshot(format!("{what} is malformed: {e}")))?;
+        if manifest.format != FORMAT_NAME {
+            return Err(Error::Snapshot(format!(
+                "{what} has format '{}', expected '{FORMAT_NAME}'",
+                manifest.format
+            )));
+        }
+        Ok(manifest)
+    }
+
+    /// The state file entry of `task`, if it has state in this checkpoint.
+    pub fn state_file(&self, task: &TaskId) -> Option<&FileEntry> {
+        self.files.iter().find(|f| {
+            f.role == FileRole::State
+                && f.vertex.as_deref() == Some(task.vertex.as_str())
+                && f.subtask == Some(task.subtask)
+        })
+    }
+
+    /// Every checkpoint whose files this one needs (itself included).
+    pub fn needs(&self) -> Vec<CheckpointId> {
+        let mut ids: Vec<CheckpointId> = self
+            .files
+            .iter()
+            .flat_map(|f| f.chain.iter().copied())
+            .chain([self.checkpoint_id])
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}

@@ -1,0 +1,374 @@
+//! Reading a snapshot root: listing, verification, and rebuilding full state
+//! from manifests alone (nearest full + following diffs).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::Schema;
+
+use super::files::{decode_ipc, read_checked};
+use super::manifest::{
+    checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest,
+    MANIFEST_FILE,
+};
+use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::protocol::ProtocolKind;
+use crate::snapshot::{
+    ChannelLog, CheckpointMeta, CompletedCheckpoint, StateCapture, StateKind, TaskId, TaskSnapshot,
+};
+use crate::state::{StatePolicy, StateTable, DELETED_COLUMN, KEY_METADATA};
+
+/// A checkpoint passed over by [`SnapshotReader::latest_intact`], and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Skipped {
+    pub id: CheckpointId,
+    pub reason: String,
+}
+
+/// Read access to a snapshot root on the local filesystem.
+#[derive(Clone, Debug)]
+pub struct SnapshotReader {
+    root: PathBuf,
+}
+
+impl SnapshotReader {
+    /// Opens `root` for reading; it must be an existing directory.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        if !root.is_dir() {
+            return Err(Error::Snapshot(format!(
+                "snapshot root {} does not exist or is not a directory",
+                root.display()
+            )));
+        }
+        Ok(Self { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Directory of checkpoint `id`.
+    pub fn checkpoint_dir(&self, id: CheckpointId) -> PathBuf {
+        self.root.join(checkpoint_dir_name(id))
+    }
+
+    /// Every checkpoint directory, complete or not, with whether it has a manifest.
+    pub fn scan(&self) -> Result<BTreeMap<CheckpointId, bool>> {
+        let entries = fs::read_dir(&self.root)
+            .map_err(|e| Error::io(format!("listing {}", self.root.display()), e))?;
+        let mut out = BTreeMap::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| Error::io(format!("listing {}", self.root.display()), e))?;
+            let name = entry.file_name();
+            if let Some(id) = name.to_str().and_then(parse_checkpoint_dir) {
+                out.insert(id, entry.path().join(MANIFEST_FILE).is_file());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ids of complete checkpoints (those with a manifest), oldest first.
+    pub fn list(&self) -> Result<Vec<CheckpointId>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter_map(|(id, complete)| complete.then_some(id))
+            .collect())
+    }
+
+    /// Ids of partial checkpoint directories (no manifest: crashed or aborted).
+    pub fn partial(&self) -> Result<Vec<CheckpointId>> {
+        Ok(self
+            .scan()?
+            .into_iter()
+            .filter_map(|(id, complete)| (!complete).then_some(id))
+            .collect())
+    }
+
+    /// The manifest of checkpoint `id`.
+    pub fn manifest(&self, id: CheckpointId) -> Result<Manifest> {
+        let dir = self.checkpoint_dir(id);
+        let path = dir.join(MANIFEST_FILE);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(Error::Snapshot(if dir.is_dir() {
+                    format!(
+                        "checkpoint {id} has no {MANIFEST_FILE} in {}: it is partial (crashed or \
+                         aborted before commit) and cannot be restored",
+                        dir.display()
+                    )
+                } else {
+                    format!(
+                        "checkpoint {id} does not exist under {}",
+                        self.root.display()
+                    )
+                }));
+            }
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        };
+        let manifest = Manifest::parse(&bytes, &format!("manifest {}", path.display()))?;
+        if manifest.checkpoint_id != id {
+            return Err(Error::Snapshot(format!(
+                "manifest {} names checkpoint {}, expected {id}",
+                path.display(),
+                manifest.checkpoint_id
+            )));
+        }
+        Ok(manifest)
+    }
+
+    /// Checks checkpoint `id` completely: its manifest, every file's presence,
+    /// size and checksum, and the base checkpoints its state diffs need.
+    pub fn verify(&self, id: CheckpointId) -> Result<Manifest> {
+        let manifest = self.manifest(id)?;
+        for needed in manifest.needs() {
+            let m = if needed == id {
+                manifest.clone()
+            } else {
+                self.manifest(needed).map_err(|e| {
+                    Error::Snapshot(format!(
+                        "checkpoint {id} needs base checkpoint {needed}: {e}"
+                    ))
+                })?
+            };
+            let dir = self.checkpoint_dir(needed);
+            for f in &m.files {
+                // Of a base, only the state files in a chain matter.
+                if needed != id && f.role != FileRole::State {
+                    continue;
+                }
+                read_checked(&dir, f, needed).map_err(|e| {
+                    if needed == id {
+                        e
+                    } else {
+                        Error::Snapshot(format!(
+                            "checkpoint {id} needs base checkpoint {needed}: {e}"
+                        ))
+                    }
+                })?;
+            }
+        }
+        Ok(manifest)
+    }
+
+    /// The newest checkpoint that verifies, and every newer one skipped with
+    /// the reason (partial, missing file, checksum, version, broken chain).
+    pub fn latest_intact(&self) -> Result<(Manifest, Vec<Skipped>)> {
+        let mut skipped = Vec::new();
+        for (id, _) in self.scan()?.into_iter().rev() {
+            match self.verify(id) {
+                Ok(m) => return Ok((m, skipped)),
+                Err(e) => skipped.push(Skipped {
+                    id,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        let why = skipped
+            .iter()
+            .map(|s| format!("{}: {}", s.id, s.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Err(Error::Snapshot(format!(
+            "no intact checkpoint under {}{}",
+            self.root.display(),
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" (skipped {why})")
+            }
+        )))
+    }
+
+    /// One past the highest checkpoint id present (complete or partial), so a
+    /// restarted job never reuses an id.
+    pub fn next_checkpoint_id(&self) -> Result<CheckpointId> {
+        Ok(self.scan()?.keys().next_back().map_or(1, |id| id + 1))
+    }
+
+    /// Reads one checked file of checkpoint `id`.
+    pub fn read_file(
+        &self,
+        id: CheckpointId,
+        entry: &FileEntry,
+    ) -> Result<(Arc<Schema>, Vec<RecordBatch>)> {
+        let bytes = read_checked(&self.checkpoint_dir(id), entry, id)?;
+        decode_ipc(bytes, &format!("checkpoint {id} file {}", entry.path))
+    }
+
+    /// The state captures that rebuild `task`'s state at checkpoint `id`:
+    /// the nearest full one then every diff up to `id` (empty if stateless).
+    pub fn state_chain(
+        &self,
+        id: CheckpointId,
+        task: &TaskId,
+    ) -> Result<Vec<(CheckpointId, StateCapture)>> {
+        let manifest = self.manifest(id)?;
+        let Some(entry) = manifest.state_file(task) else {
+            return Ok(Vec::new());
+        };
+        let chain = if entry.chain.is_empty() {
+            vec![id]
+        } else {
+            entry.chain.clone()
+        };
+        let mut out = Vec::with_capacity(chain.len());
+        for cid in chain {
+            let m = if cid == id {
+                manifest.clone()
+            } else {
+                self.manifest(cid)?
+            };
+            let f = m.state_file(task).ok_or_else(|| {
+                Error::Snapshot(format!(
+                    "checkpoint {id}: state of {task} needs checkpoint {cid}, which has no state file for it"
+                ))
+            })?;
+            let (schema, batches) = self.read_file(cid, f)?;
+            let batch = concat(&schema, &batches)?;
+            let kind = match (f.kind, f.base) {
+                (Some(FileKind::Diff), Some(base)) => StateKind::Diff { base },
+                (Some(FileKind::Full) | None, _) => StateKind::Full,
+                (Some(FileKind::Diff), None) => {
+                    return Err(Error::Snapshot(format!(
+                        "checkpoint {cid}: diff state file {} has no base",
+                        f.path
+                    )))
+                }
+            };
+            out.push((cid, StateCapture { kind, batch }));
+        }
+        Ok(out)
+    }
+
+    /// `task`'s full state at checkpoint `id`, rebuilt from its chain.
+    pub fn state(&self, id: CheckpointId, task: &TaskId) -> Result<Option<RecordBatch>> {
+        let chain = self.state_chain(id, task)?;
+        let Some((_, first)) = chain.first() else {
+            return Ok(None);
+        };
+        if let [(_, full)] = chain.as_slice() {
+            // A lone full capture is the state itself, whoever produced it
+            // (operators with their own state layout need no key metadata).
+            return Ok(Some(full.batch.clone()));
+        }
+        let mut table = table_for(first.batch.schema_ref(), id, task)?;
+        table.restore(&chain)?;
+        Ok(Some(table.to_batch()))
+    }
+
+    /// Channel contents `task` recorded at checkpoint `id`.
+    pub fn channels(&self, id: CheckpointId, task: &TaskId) -> Result<Vec<ChannelLog>> {
+        let manifest = self.manifest(id)?;
+        let mut out = Vec::new();
+        for f in &manifest.files {
+            if f.role != FileRole::Channel || f.task().as_ref() != Some(task) {
+                continue;
+            }
+            let (_, records) = self.read_file(id, f)?;
+            out.push(ChannelLog {
+                input: f.input.unwrap_or_default(),
+                edge: f.edge.clone().unwrap_or_default(),
+                from_subtask: f.from_subtask.unwrap_or_default(),
+                records,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Checkpoint `id` verified and loaded whole, in the form the runtime
+    /// restores from: every task's state rebuilt to a full capture, its
+    /// channel logs and source offset.
+    pub fn load(&self, id: CheckpointId) -> Result<CompletedCheckpoint> {
+        let manifest = self.verify(id)?;
+        let protocol: ProtocolKind = manifest.protocol.parse().map_err(|e| {
+            Error::Snapshot(format!(
+                "checkpoint {id}: manifest names an unknown protocol: {e}"
+            ))
+        })?;
+        let meta = CheckpointMeta {
+            id,
+            protocol,
+            started_ms: manifest.started_ms,
+            finished_ms: manifest.finished_ms,
+            graph_fingerprint: manifest.graph_fingerprint.clone(),
+            savepoint: manifest.savepoint,
+        };
+        let mut tasks = BTreeMap::new();
+        for t in &manifest.tasks {
+            let task = t.task();
+            let state = self.state(id, &task)?.map(|batch| StateCapture {
+                kind: StateKind::Full,
+                batch,
+            });
+            let snapshot = TaskSnapshot {
+                task: task.clone(),
+                state,
+                channels: self.channels(id, &task)?,
+                source_offset: t.source_offset,
+                alignment_nanos: t.alignment_nanos,
+            };
+            tasks.insert(task, snapshot);
+        }
+        Ok(CompletedCheckpoint { meta, tasks })
+    }
+
+    /// [`Self::load`] of the newest intact checkpoint, with the skipped ones.
+    pub fn load_latest_intact(&self) -> Result<(CompletedCheckpoint, Vec<Skipped>)> {
+        let (manifest, skipped) = self.latest_intact()?;
+        Ok((self.load(manifest.checkpoint_id)?, skipped))
+    }
+
+    /// Source offsets at checkpoint `id`, per source task.
+    pub fn source_offsets(&self, id: CheckpointId) -> Result<BTreeMap<TaskId, u64>> {
+        let manifest = self.manifest(id)?;
+        Ok(manifest
+            .tasks
+            .iter()
+            .filter_map(|t| Some((t.task(), t.source_offset?)))
+            .collect())
+    }
+}
+
+/// An empty table able to replay a chain whose full batch has `schema`.
+pub(crate) fn table_for(
+    schema: &Arc<Schema>,
+    id: CheckpointId,
+    task: &TaskId,
+) -> Result<StateTable> {
+    let key = schema.metadata().get(KEY_METADATA).ok_or_else(|| {
+        Error::Snapshot(format!(
+            "checkpoint {id}: state file of {task} has no '{KEY_METADATA}' schema metadata naming its key"
+        ))
+    })?;
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .filter(|f| f.name() != DELETED_COLUMN)
+        .cloned()
+        .collect();
+    let plain = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    StateTable::new(
+        plain,
+        key,
+        StatePolicy {
+            full_every: u32::MAX,
+        },
+    )
+    .map_err(|e| Error::Snapshot(format!("checkpoint {id}: state file of {task}: {e}")))
+}
+
+fn concat(schema: &Arc<Schema>, batches: &[RecordBatch]) -> Result<RecordBatch> {
+    if let [one] = batches {
+        return Ok(one.clone());
+    }
+    arrow_select::concat::concat_batches(schema, batches)
+        .map_err(|e| Error::Snapshot(format!("state batches do not concatenate: {e}")))
+}

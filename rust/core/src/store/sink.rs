@@ -1,0 +1,527 @@
+//! [`SnapshotStore`]: the durable [`SnapshotSink`]. Task snapshots are staged
+//! and written by the background writer; `commit` waits for them, writes
+//! `sources.arrow`, then the manifest by atomic rename, then applies retention.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Receiver;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arrow_array::{RecordBatch, StringArray, UInt64Array};
+use arrow_schema::{DataType, Field, Schema};
+
+use super::files::{decode_ipc, read_checked, sync_dir, write_atomic, write_ipc, Written};
+use super::manifest::{
+    channel_file_name, state_file_name, FileEntry, FileKind, FileRole, Manifest, TaskEntry,
+    FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
+};
+use super::reader::{table_for, SnapshotReader};
+use super::writer::Writer;
+use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::snapshot::{CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+use crate::state::KEY_METADATA;
+
+/// Retention and housekeeping settings of a [`SnapshotStore`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Completed checkpoints kept (savepoints and bases still needed by a kept
+    /// checkpoint's diff chain are kept in addition). At least 1.
+    pub retain: usize,
+    /// Remove partial checkpoint directories (no manifest) when opening.
+    pub cleanup_partial_on_open: bool,
+    /// Bound state diff chains in the store: a diff that would make a chain
+    /// longer than this is replaced, at commit, by the full state rebuilt
+    /// from its chain. The tables can then send only diffs (their
+    /// `full_every` set high), so no task ever stalls for an O(state) full
+    /// capture; the cost moves to `commit` (the coordinator's thread).
+    /// `None`: keep whatever the tables send.
+    pub materialize_every: Option<usize>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            retain: 3,
+            cleanup_partial_on_open: true,
+            materialize_every: None,
+        }
+    }
+}
+
+/// What a checkpoint has staged so far.
+#[derive(Default)]
+struct Staged {
+    tasks: Vec<TaskEntry>,
+    files: Vec<(FileEntry, Receiver<Result<Written>>)>,
+}
+
+/// Durable snapshot store on a local directory: one writer per root.
+pub struct SnapshotStore {
+    reader: SnapshotReader,
+    options: StoreOptions,
+    writer: Writer,
+    staged: Mutex<BTreeMap<CheckpointId, Staged>>,
+    /// Manifests of the completed checkpoints still on disk; the lock also
+    /// serialises commits.
+    committed: Mutex<BTreeMap<CheckpointId, Manifest>>,
+}
+
+impl std::fmt::Debug for SnapshotStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotStore")
+            .field("root", &self.reader.root())
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+impl SnapshotStore {
+    /// Opens (creating if needed) the snapshot root `root`.
+    pub fn open(root: impl Into<PathBuf>, options: StoreOptions) -> Result<Arc<Self>> {
+        let root: PathBuf = root.into();
+        if options.retain == 0 {
+            return Err(Error::Config(
+                "store retain must be at least 1 completed checkpoint".into(),
+            ));
+        }
+        fs::create_dir_all(&root)
+            .map_err(|e| Error::io(format!("creating snapshot root {}", root.display()), e))?;
+        let reader = SnapshotReader::open(&root)?;
+        let mut committed = BTreeMap::new();
+        for id in reader.list()? {
+            // An unreadable manifest is not a base anyone can build on.
+            if let Ok(m) = reader.manifest(id) {
+                committed.insert(id, m);
+            }
+        }
+        let store = Self {
+            reader,
+            options,
+            writer: Writer::start()?,
+            staged: Mutex::new(BTreeMap::new()),
+            committed: Mutex::new(committed),
+        };
+        if store.options.cleanup_partial_on_open {
+            store.cleanup_partial(CheckpointId::MAX)?;
+        }
+        Ok(Arc::new(store))
+    }
+
+    /// Read access to the same root.
+    pub fn reader(&self) -> &SnapshotReader {
+        &self.reader
+    }
+
+    pub fn root(&self) -> &Path {
+        self.reader.root()
+    }
+
+    pub fn options(&self) -> &StoreOptions {
+        &self.options
+    }
+
+    /// Ids of the completed checkpoints this store holds, oldest first.
+    pub fn completed(&self) -> Vec<CheckpointId> {
+        self.committed
+            .lock()
+            .expect("store poisoned")
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Removes partial checkpoint directories below `below` that nothing is
+    /// staging (leftovers of crashes or failed commits). Returns their ids.
+    pub fn cleanup_partial(&self, below: CheckpointId) -> Result<Vec<CheckpointId>> {
+        let staged: BTreeSet<CheckpointId> = self
+            .staged
+            .lock()
+            .expect("store poisoned")
+            .keys()
+            .copied()
+            .collect();
+        let mut removed = Vec::new();
+        for id in self.reader.partial()? {
+            if id < below && !staged.contains(&id) {
+                remove_dir(&self.reader.checkpoint_dir(id))?;
+                removed.push(id);
+            }
+        }
+        Ok(removed)
+    }
+
+    fn stage(&self, id: CheckpointId, snapshot: TaskSnapshot) -> Result<()> {
+        let dir = self.reader.checkpoint_dir(id);
+        let task = snapshot.task;
+        let mut files = Vec::new();
+        if let Some(state) = snapshot.state {
+            let schema = state.batch.schema();
+            let (kind, base) = match state.kind {
+                StateKind::Full => (FileKind::Full, None),
+                StateKind::Diff { base } => (FileKind::Diff, Some(base)),
+            };
+            let name = state_file_name(&task);
+            let entry = FileEntry {
+                key: schema.metadata().get(KEY_METADATA).cloned(),
+                kind: Some(kind),
+                base,
+                ..entry(&name, FileRole::State, &task)
+            };
+            let done = self
+                .writer
+                .submit(dir.clone(), name, schema, vec![state.batch]);
+            files.push((entry, done));
+        }
+        for log in snapshot.channels {
+            let schema = match log.records.first() {
+                Some(b) => b.schema(),
+                None => Arc::new(Schema::empty()),
+            };
+            if let Some(bad) = log.records.iter().find(|b| b.schema() != schema) {
+                return Err(Error::Snapshot(format!(
+                    "channel '{}' of task {task} logged batches of different schemas ({} vs {})",
+                    log.edge,
+                    bad.schema(),
+                    schema
+                )));
+            }
+            let name = channel_file_name(&task, &log.edge, log.from_subtask);
+            let entry = FileEntry {
+                edge: Some(log.edge.clone()),
+                input: Some(log.input),
+                from_subtask: Some(log.from_subtask),
+                ..entry(&name, FileRole::Channel, &task)
+            };
+            let done = self.writer.submit(dir.clone(), name, schema, log.records);
+            files.push((entry, done));
+        }
+        let mut staged = self.staged.lock().expect("store poisoned");
+        let st = staged.entry(id).or_default();
+        if st
+            .tasks
+            .iter()
+            .any(|t| t.vertex == task.vertex && t.subtask == task.subtask)
+        {
+            return Err(Error::Snapshot(format!(
+                "task {task} reported twice for checkpoint {id}; each task reports once"
+            )));
+        }
+        st.tasks.push(TaskEntry {
+            vertex: task.vertex.clone(),
+            subtask: task.subtask,
+            source_offset: snapshot.source_offset,
+            alignment_nanos: snapshot.alignment_nanos,
+        });
+        st.files.extend(files);
+        Ok(())
+    }
+
+    fn finish(
+        &self,
+        meta: &CheckpointMeta,
+        staged: Staged,
+        committed: &BTreeMap<CheckpointId, Manifest>,
+    ) -> Result<Manifest> {
+        let id = meta.id;
+        let dir = self.reader.checkpoint_dir(id);
+        let mut files = Vec::with_capacity(staged.files.len() + 1);
+        let mut first_err = None;
+        for (mut entry, done) in staged.files {
+            match done
+                .recv()
+                .unwrap_or_else(|_| Err(Error::Snapshot("snapshot writer thread died".into())))
+            {
+                Ok(w) => {
+                    entry.rows = w.rows;
+                    entry.bytes = w.bytes;
+                    entry.crc32c = w.crc32c;
+                    files.push(entry);
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        for f in files.iter_mut().filter(|f| f.role == FileRole::State) {
+            f.chain = match f.base {
+                None => vec![id],
+                Some(base) => {
+                    let task = f.task().expect("state files name their task");
+                    let base_entry = committed.get(&base).and_then(|m| m.state_file(&task)).ok_or_else(|| {
+                        Error::Snapshot(format!(
+                            "checkpoint {id}: state diff of {task} is based on checkpoint {base}, which is \
+                             not a committed checkpoint holding its state; take a full capture instead"
+                        ))
+                    })?;
+                    let mut chain = if base_entry.chain.is_empty() {
+                        vec![base]
+                    } else {
+                        base_entry.chain.clone()
+                    };
+                    chain.push(id);
+                    chain
+                }
+            };
+        }
+        if let Some(limit) = self.options.materialize_every {
+            for f in files.iter_mut().filter(|f| f.role == FileRole::State) {
+                if f.chain.len() > limit.max(1) {
+                    self.materialize(id, f)?;
+                }
+            }
+        }
+        let mut tasks = staged.tasks;
+        tasks.sort_by(|a, b| (&a.vertex, a.subtask).cmp(&(&b.vertex, b.subtask)));
+        fs::create_dir_all(&dir)
+            .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        files.push(self.write_sources(&dir, &tasks)?);
+        let manifest = Manifest {
+            format: FORMAT_NAME.into(),
+            format_version: FORMAT_VERSION,
+            checkpoint_id: id,
+            protocol: meta.protocol.name().into(),
+            started_ms: meta.started_ms,
+            finished_ms: meta.finished_ms,
+            committed_ms: now_ms(),
+            graph_fingerprint: meta.graph_fingerprint.clone(),
+            savepoint: meta.savepoint,
+            tasks,
+            files,
+        };
+        let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+        sync_dir(&dir)?;
+        write_atomic(&dir, MANIFEST_FILE, MANIFEST_TMP_FILE, &json)?;
+        sync_dir(self.root())?;
+        Ok(manifest)
+    }
+
+    /// Replaces the (not yet visible) diff file `entry` of checkpoint `id`
+    /// by the full state its chain rebuilds.
+    fn materialize(&self, id: CheckpointId, entry: &mut FileEntry) -> Result<()> {
+        let task = entry.task().expect("state files name their task");
+        let base = entry.base.expect("only diffs have chains to shorten");
+        let dir = self.reader.checkpoint_dir(id);
+        let mut chain = self.reader.state_chain(base, &task)?;
+        let (schema, batches) = decode_ipc(read_checked(&dir, entry, id)?, &entry.path)?;
+        let diff = arrow_select::concat::concat_batches(&schema, &batches)
+            .map_err(|e| Error::Snapshot(format!("state diff of {task}: {e}")))?;
+        chain.push((
+            id,
+            StateCapture {
+                kind: StateKind::Diff { base },
+                batch: diff,
+            },
+        ));
+        let mut table = table_for(chain[0].1.batch.schema_ref(), id, &task)?;
+        table.restore(&chain)?;
+        let full = table.to_batch();
+        let schema = full.schema();
+        let w = write_ipc(&dir.join(&entry.path), &schema, &[full])?;
+        entry.kind = Some(FileKind::Full);
+        entry.base = None;
+        entry.chain = vec![id];
+        entry.rows = w.rows;
+        entry.bytes = w.bytes;
+        entry.crc32c = w.crc32c;
+        Ok(())
+    }
+
+    fn write_sources(&self, dir: &Path, tasks: &[TaskEntry]) -> Result<FileEntry> {
+        let sources: Vec<&TaskEntry> = tasks.iter().filter(|t| t.source_offset.is_some()).collect();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("vertex", DataType::Utf8, false),
+            Field::new("subtask", DataType::UInt64, false),
+            Field::new("offset", DataType::UInt64, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    sources.iter().map(|t| &t.vertex),
+                )),
+                Arc::new(UInt64Array::from_iter_values(
+                    sources.iter().map(|t| t.subtask as u64),
+                )),
+                Arc::new(UInt64Array::from_iter_values(
+                    sources.iter().map(|t| t.source_offset.unwrap_or_default()),
+                )),
+            ],
+        )
+        .expect("sources batch matches its schema");
+        let w = write_ipc(&dir.join(SOURCES_FILE), &schema, &[batch])?;
+        Ok(FileEntry {
+            path: SOURCES_FILE.into(),
+            role: FileRole::Sources,
+            rows: w.rows,
+            bytes: w.bytes,
+            crc32c: w.crc32c,
+            vertex: None,
+            subtask: None,
+            kind: None,
+            base: None,
+            chain: Vec::new(),
+            key: None,
+            edge: None,
+            input: None,
+            from_subtask: None,
+        })
+    }
+
+    /// Deletes completed checkpoints beyond `retain` that are neither
+    /// savepoints nor a base of a kept checkpoint. Returns the removed ids.
+    fn apply_retention(
+        &self,
+        committed: &mut BTreeMap<CheckpointId, Manifest>,
+    ) -> Result<Vec<CheckpointId>> {
+        let regular: Vec<CheckpointId> = committed
+            .values()
+            .filter(|m| !m.savepoint)
+            .map(|m| m.checkpoint_id)
+            .collect();
+        let mut keep: BTreeSet<CheckpointId> = regular
+            .iter()
+            .rev()
+            .take(self.options.retain)
+            .copied()
+            .collect();
+        keep.extend(
+            committed
+                .values()
+                .filter(|m| m.savepoint)
+                .map(|m| m.checkpoint_id),
+        );
+        let needed: Vec<CheckpointId> = keep
+            .iter()
+            .filter_map(|id| committed.get(id))
+            .flat_map(Manifest::needs)
+            .collect();
+        keep.extend(needed);
+        let drop: Vec<CheckpointId> = committed
+            .keys()
+            .filter(|id| !keep.contains(id))
+            .copied()
+            .collect();
+        for id in &drop {
+            let dir = self.reader.checkpoint_dir(*id);
+            // Manifest first: a crash midway leaves a partial directory, which
+            // is never listed as complete and is cleaned up later.
+            let manifest = dir.join(MANIFEST_FILE);
+            match fs::remove_file(&manifest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("removing {}", manifest.display()), e)),
+            }
+            remove_dir(&dir)?;
+            committed.remove(id);
+        }
+        Ok(drop)
+    }
+}
+
+impl SnapshotSink for SnapshotStore {
+    fn task_snapshot(&self, id: CheckpointId, snapshot: TaskSnapshot) -> Result<()> {
+        let on_disk = self.reader.checkpoint_dir(id).join(MANIFEST_FILE).exists();
+        if on_disk
+            || self
+                .committed
+                .lock()
+                .expect("store poisoned")
+                .contains_key(&id)
+        {
+            return Err(Error::Snapshot(format!(
+                "checkpoint {id} is already committed under {}; refusing to overwrite it (use a new id)",
+                self.root().display()
+            )));
+        }
+        self.stage(id, snapshot)
+    }
+
+    fn commit(&self, meta: CheckpointMeta) -> Result<()> {
+        let id = meta.id;
+        let mut committed = self.committed.lock().expect("store poisoned");
+        if committed.contains_key(&id)
+            || self.reader.checkpoint_dir(id).join(MANIFEST_FILE).exists()
+        {
+            return Err(Error::Snapshot(format!(
+                "checkpoint {id} is already committed under {}; refusing to overwrite it",
+                self.root().display()
+            )));
+        }
+        let staged = self
+            .staged
+            .lock()
+            .expect("store poisoned")
+            .remove(&id)
+            .unwrap_or_default();
+        match self.finish(&meta, staged, &committed) {
+            Ok(manifest) => {
+                committed.insert(id, manifest);
+            }
+            Err(e) => {
+                // Nothing half-written may look complete; older checkpoints stay.
+                let _ = remove_dir(&self.reader.checkpoint_dir(id));
+                return Err(e);
+            }
+        }
+        self.apply_retention(&mut committed)?;
+        drop(committed);
+        self.cleanup_partial(id)?;
+        Ok(())
+    }
+
+    fn abort(&self, id: CheckpointId) -> Result<()> {
+        let staged = self.staged.lock().expect("store poisoned").remove(&id);
+        if let Some(staged) = staged {
+            // Let queued writes land before deleting, or they would recreate files.
+            for (_, done) in staged.files {
+                let _ = done.recv();
+            }
+        }
+        let dir = self.reader.checkpoint_dir(id);
+        if dir.join(MANIFEST_FILE).exists() {
+            return Err(Error::Snapshot(format!(
+                "checkpoint {id} is already committed; abort leaves it in place"
+            )));
+        }
+        remove_dir(&dir)
+    }
+}
+
+fn entry(name: &str, role: FileRole, task: &crate::snapshot::TaskId) -> FileEntry {
+    FileEntry {
+        path: name.into(),
+        role,
+        rows: 0,
+        bytes: 0,
+        crc32c: 0,
+        vertex: Some(task.vertex.clone()),
+        subtask: Some(task.subtask),
+        kind: None,
+        base: None,
+        chain: Vec::new(),
+        key: None,
+        edge: None,
+        input: None,
+        from_subtask: None,
+    }
+}
+
+fn remove_dir(dir: &Path) -> Result<()> {
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("removing {}", dir.display()), e)),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,94 @@
+//! The background writer: encodes and writes staged files on its own thread
+//! so a task hands over its capture and goes back to processing (the
+//! asynchronous phase of a checkpoint).
+
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
+
+use super::files::{write_ipc, Written};
+use crate::error::{Error, Result};
+
+/// One file to write.
+pub(crate) struct Job {
+    pub dir: PathBuf,
+    pub name: String,
+    pub schema: SchemaRef,
+    pub batches: Vec<RecordBatch>,
+    pub done: Sender<Result<Written>>,
+}
+
+/// A thread draining a queue of [`Job`]s, in submission order.
+pub(crate) struct Writer {
+    queue: Mutex<Option<Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Writer {
+    pub(crate) fn start() -> Result<Self> {
+        let (tx, rx) = channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("snapcut-store-writer".into())
+            .spawn(move || run(rx))
+            .map_err(|e| Error::io("starting the snapshot writer thread", e))?;
+        Ok(Self {
+            queue: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Queues a file; the receiver yields its outcome once written.
+    pub(crate) fn submit(
+        &self,
+        dir: PathBuf,
+        name: String,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+    ) -> Receiver<Result<Written>> {
+        let (done, result) = channel();
+        let job = Job {
+            dir,
+            name,
+            schema,
+            batches,
+            done,
+        };
+        let queue = self.queue.lock().expect("writer queue poisoned");
+        if let Some(q) = queue.as_ref() {
+            if let Err(failed) = q.send(job) {
+                let _ = failed.0.done.send(Err(stopped()));
+            }
+        } else {
+            let _ = job.done.send(Err(stopped()));
+        }
+        result
+    }
+}
+
+fn stopped() -> Error {
+    Error::Snapshot("the snapshot writer thread has stopped".into())
+}
+
+fn run(rx: Receiver<Job>) {
+    for job in rx {
+        let outcome = std::fs::create_dir_all(&job.dir)
+            .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))
+            .and_then(|()| write_ipc(&job.dir.join(&job.name), &job.schema, &job.batches));
+        // The stager may have given up (abort); nobody to tell then.
+        let _ = job.done.send(outcome);
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread after the jobs already queued.
+        self.queue.lock().map(|mut q| q.take()).ok();
+        if let Some(t) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+            let _ = t.join();
+        }
+    }
+}

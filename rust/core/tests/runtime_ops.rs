@@ -1,0 +1,278 @@
+//! Built-in operators and partitionings: union of several inputs,
+//! broadcast, round-robin, hash by string key, aggregates and their
+//! snapshot/restore, the batch source's replay offsets.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type};
+use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::runtime::operator::{Batch, Emitter, Operator, Source};
+use snapcut_core::runtime::ops::{
+    batch_source, collect_sink, dwell_source, keyed_aggregate, map_batches, union, AggSpec,
+    BatchSource, KeyedAggregate,
+};
+use snapcut_core::runtime::partition::{subtask_for_int, subtask_for_str};
+use snapcut_core::runtime::{CheckpointConfig, InMemorySnapshots, Job, JobOptions};
+
+fn kv(keys: &[&str], vals: &[f64]) -> RecordBatch {
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, false),
+            Field::new("v", DataType::Float64, true),
+        ])),
+        vec![
+            Arc::new(StringArray::from(keys.to_vec())),
+            Arc::new(Float64Array::from(vals.to_vec())),
+        ],
+    )
+    .unwrap()
+}
+
+fn run(g: LogicalGraph) -> snapcut_core::runtime::JobReport {
+    let config = CheckpointConfig {
+        interval: Some(std::time::Duration::from_millis(2)),
+        ..Default::default()
+    };
+    Job::new(g, config, JobOptions::default())
+        .unwrap()
+        .run(Arc::new(InMemorySnapshots::new()))
+        .unwrap()
+}
+
+#[test]
+fn union_merges_two_sources_and_string_keys_aggregate_across_subtasks() {
+    let mut g = LogicalGraph::new();
+    let a = g.add_source(
+        "a",
+        1,
+        batch_source(vec![kv(&["x", "y", "x"], &[1.0, 2.0, 3.0])]),
+    );
+    let b = g.add_source(
+        "b",
+        2,
+        batch_source(vec![kv(&["y", "z"], &[4.0, 5.0]), kv(&["x"], &[-6.0])]),
+    );
+    let u = g.add_operator("u", 2, union());
+    let agg = g.add_operator(
+        "agg",
+        3,
+        keyed_aggregate(
+            "k",
+            vec![
+                AggSpec::sum("v", "sum"),
+                AggSpec::min("v", "min"),
+                AggSpec::max("v", "max"),
+                AggSpec::mean("v", "mean"),
+                AggSpec::count("v", "n"),
+            ],
+        )
+        .unwrap(),
+    );
+    let (sink, out) = collect_sink();
+    let s = g.add_operator("sink", 1, sink);
+    g.connect(a, u, Partitioning::RoundRobin);
+    g.connect(b, u, Partitioning::RoundRobin);
+    g.connect(u, agg, Partitioning::Hash { key: "k".into() });
+    g.connect(agg, s, Partitioning::RoundRobin);
+    let report = run(g);
+    assert_eq!(report.records_in, 6);
+    let mut got = BTreeMap::new();
+    for b in out.batches() {
+        let k = b.column_by_name("k").unwrap().as_string::<i32>();
+        let f = |c: &str| {
+            b.column_by_name(c)
+                .unwrap()
+                .as_primitive::<Float64Type>()
+                .clone()
+        };
+        let (sum, min, max, mean) = (f("sum"), f("min"), f("max"), f("mean"));
+        let n = b.column_by_name("n").unwrap().as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            got.insert(
+                k.value(i).to_string(),
+                (
+                    sum.value(i),
+                    min.value(i),
+                    max.value(i),
+                    mean.value(i),
+                    n.value(i),
+                ),
+            );
+        }
+    }
+    assert_eq!(got["x"], (-2.0, -6.0, 3.0, -2.0 / 3.0, 3));
+    assert_eq!(got["y"], (6.0, 2.0, 4.0, 3.0, 2));
+    assert_eq!(got["z"], (5.0, 5.0, 5.0, 5.0, 1));
+    assert_eq!(got.len(), 3);
+}
+
+#[test]
+fn broadcast_reaches_every_subtask_and_round_robin_deals_batches() {
+    let mut g = LogicalGraph::new();
+    let s = g.add_source("s", 1, dwell_source(10_000, 5, 1, 100).unwrap());
+    let m = g.add_operator("m", 3, map_batches(|b| Ok(Some(b))));
+    let r = g.add_operator("r", 2, union());
+    let (sink, out) = collect_sink();
+    let k = g.add_operator("sink", 1, sink);
+    g.connect(s, m, Partitioning::Broadcast);
+    g.connect(m, r, Partitioning::RoundRobin);
+    g.connect(r, k, Partitioning::RoundRobin);
+    let report = run(g);
+    assert_eq!(out.num_rows(), 30_000);
+    let per_task: BTreeMap<String, u64> = report
+        .tasks
+        .iter()
+        .map(|t| (t.task.to_string(), t.records_in))
+        .collect();
+    for sub in 0..3 {
+        assert_eq!(per_task[&format!("m-{sub}")], 10_000);
+    }
+    // Round-robin deals whole batches: both receivers get some.
+    assert!(per_task["r-0"] > 0 && per_task["r-1"] > 0);
+    assert_eq!(per_task["r-0"] + per_task["r-1"], 30_000);
+}
+
+#[test]
+fn hash_partitioning_sends_each_key_to_one_subtask() {
+    let mut g = LogicalGraph::new();
+    let s = g.add_source("s", 2, dwell_source(50_000, 37, 9, 512).unwrap());
+    // Each subtask tags its rows with its own index.
+    let tag = Arc::new(
+        |sub: usize, _: usize| -> snapcut_core::Result<Box<dyn Operator>> {
+            struct Tag(usize);
+            impl Operator for Tag {
+                fn process(
+                    &mut self,
+                    _: usize,
+                    b: Batch,
+                    out: &mut dyn Emitter,
+                ) -> snapcut_core::Result<()> {
+                    let sub = Int64Array::from(vec![self.0 as i64; b.num_rows()]);
+                    let schema = Arc::new(Schema::new(vec![
+                        Field::new("user", DataType::Int64, false),
+                        Field::new("sub", DataType::Int64, false),
+                    ]));
+                    out.emit(
+                        RecordBatch::try_new(schema, vec![b.column(0).clone(), Arc::new(sub)])
+                            .unwrap(),
+                    )
+                }
+            }
+            Ok(Box::new(Tag(sub)))
+        },
+    );
+    let t = g.add_operator("tag", 4, tag);
+    let (sink, out) = collect_sink();
+    let k = g.add_operator("sink", 1, sink);
+    g.connect(s, t, Partitioning::Hash { key: "user".into() });
+    g.connect(t, k, Partitioning::RoundRobin);
+    run(g);
+    let mut seen: BTreeMap<i64, i64> = BTreeMap::new();
+    for b in out.batches() {
+        let u = b.column(0).as_primitive::<Int64Type>();
+        let s = b.column(1).as_primitive::<Int64Type>();
+        for i in 0..b.num_rows() {
+            let prev = *seen.entry(u.value(i)).or_insert(s.value(i));
+            assert_eq!(prev, s.value(i), "user {} reached two subtasks", u.value(i));
+            assert_eq!(subtask_for_int(u.value(i), 4) as i64, s.value(i));
+        }
+    }
+    assert_eq!(seen.len(), 37);
+    assert_eq!(subtask_for_str("abc", 7), subtask_for_str("abc", 7));
+}
+
+struct Sink(Vec<Batch>);
+impl Emitter for Sink {
+    fn emit(&mut self, b: Batch) -> snapcut_core::Result<()> {
+        self.0.push(b);
+        Ok(())
+    }
+}
+
+#[test]
+fn aggregate_state_round_trips_through_restore() {
+    let specs = vec![
+        AggSpec::sum("v", "s"),
+        AggSpec::mean("v", "m"),
+        AggSpec::max("v", "x"),
+    ];
+    let mut a = KeyedAggregate::new("k", specs.clone());
+    let mut out = Sink(Vec::new());
+    a.process(0, kv(&["p", "q", "p"], &[1.0, 2.0, 5.0]), &mut out)
+        .unwrap();
+    let state = a.snapshot(1).unwrap().unwrap();
+    assert_eq!(state.batch.num_rows(), 2);
+    let mut b = KeyedAggregate::new("k", specs);
+    b.restore(&[state]).unwrap();
+    a.process(0, kv(&["q"], &[10.0]), &mut out).unwrap();
+    b.process(0, kv(&["q"], &[10.0]), &mut out).unwrap();
+    let (mut ra, mut rb) = (Sink(Vec::new()), Sink(Vec::new()));
+    a.finish(&mut ra).unwrap();
+    b.finish(&mut rb).unwrap();
+    assert_eq!(ra.0, rb.0);
+    assert!(out.0.is_empty(), "aggregates emit only at the end");
+}
+
+#[test]
+fn aggregate_rejects_null_keys_and_bad_types_clearly() {
+    let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, true),
+        Field::new("v", DataType::Utf8, false),
+    ]));
+    let b = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(vec![Some(1), None])),
+            Arc::new(StringArray::from(vec!["a", "b"])),
+        ],
+    )
+    .unwrap();
+    let e = a
+        .process(0, b, &mut Sink(Vec::new()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"v\" has type Utf8"), "{e}");
+    let mut a = KeyedAggregate::new("missing", vec![AggSpec::sum("v", "s")]);
+    let e = a
+        .process(0, kv(&["p"], &[1.0]), &mut Sink(Vec::new()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("\"missing\" is not in the batch"), "{e}");
+}
+
+#[test]
+fn batch_source_replays_from_any_record_offset() {
+    let batches = vec![
+        kv(&["a", "b", "c"], &[1.0, 2.0, 3.0]),
+        kv(&["d", "e"], &[4.0, 5.0]),
+    ];
+    let all = |s: &mut BatchSource| {
+        let mut keys = Vec::new();
+        while let Some(b) = s.next_batch().unwrap() {
+            keys.extend(
+                b.column(0)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|k| k.unwrap().to_string()),
+            );
+        }
+        keys
+    };
+    for offset in 0..=5u64 {
+        let mut s = BatchSource::new(batches.clone());
+        s.seek(offset).unwrap();
+        let keys = all(&mut s);
+        let want: Vec<String> = ["a", "b", "c", "d", "e"][offset as usize..]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(keys, want, "offset {offset}");
+        assert_eq!(s.offset(), 5);
+    }
+    assert!(BatchSource::new(batches).seek(6).is_err());
+}

@@ -1,0 +1,89 @@
+//! Shared helpers of the store tests (included with `mod` by each test file).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use arrow_array::{Int64Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use snapcut_core::protocol::ProtocolKind;
+use snapcut_core::snapshot::{ChannelLog, CheckpointMeta, SnapshotSink, TaskId, TaskSnapshot};
+use snapcut_core::state::{StatePolicy, StateTable};
+use snapcut_core::store::SnapshotStore;
+
+pub fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+    ]))
+}
+
+pub fn rows(keys: impl IntoIterator<Item = i64>, add: i64) -> RecordBatch {
+    let keys: Vec<i64> = keys.into_iter().collect();
+    let vals: Vec<i64> = keys.iter().map(|k| k + add).collect();
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from(keys)),
+            Arc::new(Int64Array::from(vals)),
+        ],
+    )
+    .unwrap()
+}
+
+pub fn table(full_every: u32) -> StateTable {
+    StateTable::new(schema(), "k", StatePolicy { full_every }).unwrap()
+}
+
+pub fn task(v: &str, s: usize) -> TaskId {
+    TaskId {
+        vertex: v.into(),
+        subtask: s,
+    }
+}
+
+pub fn meta(id: u64, savepoint: bool) -> CheckpointMeta {
+    CheckpointMeta {
+        id,
+        protocol: ProtocolKind::Aligned,
+        started_ms: 1000 + id,
+        finished_ms: 2000 + id,
+        graph_fingerprint: "g1".into(),
+        savepoint,
+    }
+}
+
+/// Checkpoints `t` as task agg-0 plus a source with offset `id * 10` and a
+/// one-batch channel log, and commits.
+pub fn checkpoint(store: &SnapshotStore, t: &mut StateTable, id: u64, savepoint: bool) {
+    let state = t.checkpoint(id).unwrap();
+    store
+        .task_snapshot(
+            id,
+            TaskSnapshot {
+                task: task("agg", 0),
+                state: Some(state),
+                channels: vec![ChannelLog {
+                    input: 1,
+                    edge: "agg<-loop".into(),
+                    from_subtask: 0,
+                    records: vec![rows([id as i64], 0)],
+                }],
+                source_offset: None,
+                alignment_nanos: 5,
+            },
+        )
+        .unwrap();
+    store
+        .task_snapshot(
+            id,
+            TaskSnapshot {
+                task: task("src", 0),
+                state: None,
+                channels: vec![],
+                source_offset: Some(id * 10),
+                alignment_nanos: 0,
+            },
+        )
+        .unwrap();
+    store.commit(meta(id, savepoint)).unwrap();
+}

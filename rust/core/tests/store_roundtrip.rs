@@ -1,0 +1,400 @@
+//! The durable store end to end: commit, read back, chains, retention, abort.
+
+mod store_common;
+
+use std::collections::BTreeMap;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::Int64Array;
+use snapcut_core::snapshot::SnapshotSink;
+use snapcut_core::store::{
+    FileKind, FileRole, SnapshotReader, SnapshotStore, StoreOptions, MANIFEST_FILE,
+};
+use snapcut_core::Error;
+use store_common::*;
+
+fn as_map(b: &arrow_array::RecordBatch) -> BTreeMap<i64, i64> {
+    let k = b.column(0).as_primitive::<Int64Type>();
+    let v = b.column(1).as_primitive::<Int64Type>();
+    (0..b.num_rows())
+        .map(|i| (k.value(i), v.value(i)))
+        .collect()
+}
+
+#[test]
+fn state_rebuilds_at_every_retained_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(
+        dir.path(),
+        StoreOptions {
+            retain: 100,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut t = table(3);
+    let mut expected = BTreeMap::new();
+    for id in 1..=7u64 {
+        let keys = (id as i64 * 5)..(id as i64 * 5 + 10);
+        t.upsert(&rows(keys.clone(), id as i64 * 100)).unwrap();
+        for k in keys {
+            expected.insert(k, k + id as i64 * 100);
+        }
+        if id % 2 == 0 {
+            t.delete(&Int64Array::from(vec![id as i64 * 5])).unwrap();
+            expected.remove(&(id as i64 * 5));
+        }
+        checkpoint(&store, &mut t, id, false);
+        let reader = SnapshotReader::open(dir.path()).unwrap();
+        let state = reader.state(id, &task("agg", 0)).unwrap().unwrap();
+        assert_eq!(as_map(&state), expected, "checkpoint {id}");
+    }
+    let reader = store.reader();
+    assert_eq!(reader.list().unwrap(), (1..=7).collect::<Vec<_>>());
+    let m = reader.verify(6).unwrap();
+    let f = m.state_file(&task("agg", 0)).unwrap();
+    assert_eq!(f.kind, Some(FileKind::Diff));
+    assert_eq!(f.base, Some(5));
+    assert_eq!(f.chain, vec![4, 5, 6]);
+    assert_eq!(f.key.as_deref(), Some("k"));
+    assert_eq!(m.protocol, "aligned");
+    assert_eq!(m.graph_fingerprint, "g1");
+    assert_eq!(reader.source_offsets(6).unwrap()[&task("src", 0)], 60);
+    let ch = reader.channels(6, &task("agg", 0)).unwrap();
+    assert_eq!(ch.len(), 1);
+    assert_eq!(ch[0].edge, "agg<-loop");
+    assert_eq!(ch[0].input, 1);
+    assert_eq!(
+        ch[0].records[0]
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .value(0),
+        6
+    );
+    assert!(m
+        .files
+        .iter()
+        .any(|f| f.role == FileRole::Sources && f.rows == 1));
+    assert!(dir
+        .path()
+        .join("chk-00000006/agg-0.channel-agg%3C-loop.0.arrow")
+        .is_file());
+    assert_eq!(reader.next_checkpoint_id().unwrap(), 8);
+}
+
+#[test]
+fn retention_keeps_savepoints_and_needed_bases() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(
+        dir.path(),
+        StoreOptions {
+            retain: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut t = table(4); // full at 1, 5, 9; diffs between
+    for id in 1..=7u64 {
+        t.upsert(&rows([id as i64], 0)).unwrap();
+        checkpoint(&store, &mut t, id, id == 2);
+    }
+    // Kept: 6, 7 (retain 2), their chain 5 (full), savepoint 2 and its base 1.
+    assert_eq!(store.completed(), vec![1, 2, 5, 6, 7]);
+    assert_eq!(store.reader().list().unwrap(), vec![1, 2, 5, 6, 7]);
+    for id in [1, 2, 5, 6, 7] {
+        store.reader().verify(id).unwrap();
+    }
+    let s7 = store.reader().state(7, &task("agg", 0)).unwrap().unwrap();
+    assert_eq!(s7.num_rows(), 7);
+    for id in 8..=9u64 {
+        t.upsert(&rows([id as i64], 0)).unwrap();
+        checkpoint(&store, &mut t, id, false);
+    }
+    // 9 is full: 5, 6, 7 are no longer needed; 8's chain is 5..8.
+    assert_eq!(store.completed(), vec![1, 2, 5, 6, 7, 8, 9]);
+    assert!(!store.completed().contains(&3));
+}
+
+#[test]
+fn abort_removes_partial_and_table_goes_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..10, 0)).unwrap();
+    checkpoint(&store, &mut t, 1, false);
+    t.upsert(&rows(10..12, 0)).unwrap();
+    let cap = t.checkpoint(2).unwrap();
+    store
+        .task_snapshot(
+            2,
+            snapcut_core::snapshot::TaskSnapshot {
+                task: task("agg", 0),
+                state: Some(cap),
+                channels: vec![],
+                source_offset: None,
+                alignment_nanos: 0,
+            },
+        )
+        .unwrap();
+    store.abort(2).unwrap();
+    t.checkpoint_aborted();
+    assert!(!dir.path().join("chk-00000002").exists());
+    checkpoint(&store, &mut t, 3, false);
+    let m = store.reader().verify(3).unwrap();
+    assert_eq!(
+        m.state_file(&task("agg", 0)).unwrap().kind,
+        Some(FileKind::Full)
+    );
+    assert_eq!(
+        store
+            .reader()
+            .state(3, &task("agg", 0))
+            .unwrap()
+            .unwrap()
+            .num_rows(),
+        12
+    );
+}
+
+#[test]
+fn diff_on_uncommitted_base_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..3, 0)).unwrap();
+    t.checkpoint(1).unwrap(); // never stored
+    t.upsert(&rows(3..4, 0)).unwrap();
+    let cap = t.checkpoint(2).unwrap();
+    store
+        .task_snapshot(
+            2,
+            snapcut_core::snapshot::TaskSnapshot {
+                task: task("agg", 0),
+                state: Some(cap),
+                channels: vec![],
+                source_offset: None,
+                alignment_nanos: 0,
+            },
+        )
+        .unwrap();
+    let err = store.commit(meta(2, false)).unwrap_err();
+    assert!(matches!(err, Error::Snapshot(_)));
+    assert!(err.to_string().contains("based on checkpoint 1"), "{err}");
+    assert!(!dir.path().join("chk-00000002").join(MANIFEST_FILE).exists());
+    assert!(store.reader().list().unwrap().is_empty());
+}
+
+#[test]
+fn committed_checkpoint_is_never_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..3, 0)).unwrap();
+    checkpoint(&store, &mut t, 1, false);
+    let before = std::fs::read(dir.path().join("chk-00000001").join(MANIFEST_FILE)).unwrap();
+    let err = store.commit(meta(1, false)).unwrap_err();
+    assert!(err.to_string().contains("already committed"), "{err}");
+    let err = store
+        .task_snapshot(
+            1,
+            snapcut_core::snapshot::TaskSnapshot {
+                task: task("x", 0),
+                state: None,
+                channels: vec![],
+                source_offset: Some(1),
+                alignment_nanos: 0,
+            },
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("already committed"), "{err}");
+    let after = std::fs::read(dir.path().join("chk-00000001").join(MANIFEST_FILE)).unwrap();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn unwritable_root_is_an_io_error_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain-file");
+    std::fs::write(&file, b"x").unwrap();
+    let root = file.join("snapshots");
+    let err = SnapshotStore::open(&root, StoreOptions::default()).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&root.display().to_string()),
+        "{err}"
+    );
+    let err = SnapshotStore::open(
+        dir.path(),
+        StoreOptions {
+            retain: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Config(_)));
+}
+
+#[test]
+fn write_failure_leaves_previous_checkpoints_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..3, 0)).unwrap();
+    checkpoint(&store, &mut t, 1, false);
+    // Block checkpoint 2's directory with a plain file: writing into it fails.
+    std::fs::write(dir.path().join("chk-00000002"), b"in the way").unwrap();
+    t.upsert(&rows(5..6, 0)).unwrap();
+    let cap = t.checkpoint(2).unwrap();
+    store
+        .task_snapshot(
+            2,
+            snapcut_core::snapshot::TaskSnapshot {
+                task: task("agg", 0),
+                state: Some(cap),
+                channels: vec![],
+                source_offset: None,
+                alignment_nanos: 0,
+            },
+        )
+        .unwrap();
+    let err = store.commit(meta(2, false)).unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert!(err.to_string().contains("chk-00000002"), "{err}");
+    assert_eq!(store.reader().list().unwrap(), vec![1]);
+    store.reader().verify(1).unwrap();
+    assert_eq!(
+        store
+            .reader()
+            .state(1, &task("agg", 0))
+            .unwrap()
+            .unwrap()
+            .num_rows(),
+        3
+    );
+}
+
+#[test]
+fn load_gives_the_runtime_a_completed_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..5, 1)).unwrap();
+    checkpoint(&store, &mut t, 1, false);
+    t.upsert(&rows(5..6, 1)).unwrap();
+    t.delete(&Int64Array::from(vec![0])).unwrap();
+    checkpoint(&store, &mut t, 2, true);
+    let (loaded, skipped) = store.reader().load_latest_intact().unwrap();
+    assert!(skipped.is_empty());
+    assert_eq!(loaded.meta, {
+        let mut m = meta(2, true);
+        m.started_ms = 1002;
+        m
+    });
+    let agg = &loaded.tasks[&task("agg", 0)];
+    let state = agg.state.as_ref().unwrap();
+    assert_eq!(state.kind, snapcut_core::snapshot::StateKind::Full);
+    assert_eq!(as_map(&state.batch), (1..6).map(|k| (k, k + 1)).collect());
+    assert_eq!(agg.channels.len(), 1);
+    assert_eq!(loaded.tasks[&task("src", 0)].source_offset, Some(20));
+    // A table restored from the loaded state continues with diffs based on 2.
+    let mut r = table(10);
+    r.restore(&[(2, state.clone())]).unwrap();
+    r.upsert(&rows([9], 0)).unwrap();
+    assert_eq!(
+        r.checkpoint(3).unwrap().kind,
+        snapcut_core::snapshot::StateKind::Diff { base: 2 }
+    );
+}
+
+#[test]
+fn a_task_reports_once_per_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let snap = || snapcut_core::snapshot::TaskSnapshot {
+        task: task("src", 0),
+        state: None,
+        channels: vec![],
+        source_offset: Some(1),
+        alignment_nanos: 0,
+    };
+    store.task_snapshot(1, snap()).unwrap();
+    let err = store.task_snapshot(1, snap()).unwrap_err();
+    assert!(err.to_string().contains("reported twice"), "{err}");
+}
+
+#[test]
+fn operator_states_without_key_metadata_round_trip_as_full() {
+    use arrow_array::RecordBatch;
+    use snapcut_core::snapshot::{StateCapture, StateKind, TaskSnapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let plain = RecordBatch::try_from_iter([(
+        "sum",
+        std::sync::Arc::new(Int64Array::from(vec![3, 4])) as _,
+    )])
+    .unwrap();
+    let snap = |kind| TaskSnapshot {
+        task: task("agg", 1),
+        state: Some(StateCapture {
+            kind,
+            batch: plain.clone(),
+        }),
+        channels: vec![],
+        source_offset: None,
+        alignment_nanos: 0,
+    };
+    store.task_snapshot(1, snap(StateKind::Full)).unwrap();
+    store.commit(meta(1, false)).unwrap();
+    let loaded = store.reader().load(1).unwrap();
+    assert_eq!(
+        loaded.tasks[&task("agg", 1)].state.as_ref().unwrap().batch,
+        plain
+    );
+    // A diff needs the key named in its schema metadata to be rebuilt.
+    store
+        .task_snapshot(2, snap(StateKind::Diff { base: 1 }))
+        .unwrap();
+    store.commit(meta(2, false)).unwrap();
+    let err = store.reader().state(2, &task("agg", 1)).unwrap_err();
+    assert!(err.to_string().contains("snapcut.key"), "{err}");
+}
+
+#[test]
+fn store_materializes_full_state_so_tables_send_only_diffs() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        retain: 1,
+        materialize_every: Some(3),
+        ..Default::default()
+    };
+    let store = SnapshotStore::open(dir.path(), options).unwrap();
+    let mut t = table(u32::MAX); // only the very first capture is full
+    let mut expected = BTreeMap::new();
+    for id in 1..=8u64 {
+        let k = id as i64;
+        t.upsert(&rows([k, k + 100], k)).unwrap();
+        expected.insert(k, 2 * k);
+        expected.insert(k + 100, k + 100 + k);
+        if id > 2 {
+            t.delete(&Int64Array::from(vec![k - 2])).unwrap();
+            expected.remove(&(k - 2));
+        }
+        checkpoint(&store, &mut t, id, false);
+        let m = store.reader().verify(id).unwrap();
+        let f = m.state_file(&task("agg", 0)).unwrap();
+        assert!(f.chain.len() <= 3, "checkpoint {id}: chain {:?}", f.chain);
+        assert_eq!(
+            as_map(&store.reader().state(id, &task("agg", 0)).unwrap().unwrap()),
+            expected,
+            "checkpoint {id}"
+        );
+    }
+    // Chains: 1 full, 2-3 diffs, 4 materialized full, 5-6 diffs, 7 full, 8 diff.
+    let m = store.reader().manifest(7).unwrap();
+    assert_eq!(
+        m.state_file(&task("agg", 0)).unwrap().kind,
+        Some(FileKind::Full)
+    );
+    assert_eq!(store.completed(), vec![7, 8]);
+}

@@ -1,0 +1,321 @@
+//! `_GraphBuilder`: the Python `Dataflow` states its graph through this, one
+//! call per vertex and edge, then runs it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3_arrow::PyRecordBatch;
+use snapcut_core::graph::{LogicalGraph, Partitioning, VertexId};
+use snapcut_core::runtime::ops::{self, AggFunc, AggSpec, Collected};
+use snapcut_core::runtime::{InMemorySnapshots, Job, JobOptions, JobReport};
+use snapcut_core::Error;
+
+use super::config::PyCheckpointConfig;
+use super::keyed::KeyedProcessFactory;
+use super::report::{self, PyCheckpoint};
+use super::source::{BatchesSourceFactory, PyIterSourceFactory};
+use super::udf::{UdfFactory, UdfKind};
+use crate::errors::IntoPyResult;
+
+#[pyclass(module = "snapcut._core", name = "_GraphBuilder")]
+pub struct GraphBuilder {
+    pub(super) graph: LogicalGraph,
+    /// `collect` sinks' result names and handles.
+    collects: Vec<(String, Collected)>,
+    /// Set once the job has run: a builder runs once.
+    ran: bool,
+}
+
+fn check_parallelism(parallelism: usize) -> PyResult<usize> {
+    if parallelism == 0 {
+        return Err(Error::Config("parallelism must be at least 1".into())).map_py();
+    }
+    Ok(parallelism)
+}
+
+#[pymethods]
+impl GraphBuilder {
+    #[new]
+    fn new() -> Self {
+        Self {
+            graph: LogicalGraph::new(),
+            collects: Vec::new(),
+            ran: false,
+        }
+    }
+
+    /// A source re-created by `make_iter()` (an iterator of RecordBatches).
+    fn add_python_source(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        make_iter: Py<PyAny>,
+    ) -> PyResult<VertexId> {
+        let factory = PyIterSourceFactory {
+            name: name.clone(),
+            make_iter: Arc::new(make_iter),
+        };
+        Ok(self
+            .graph
+            .add_source(name, check_parallelism(parallelism)?, Arc::new(factory)))
+    }
+
+    /// A source of batches held in Rust.
+    fn add_batches_source(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        batches: Vec<PyRecordBatch>,
+    ) -> PyResult<VertexId> {
+        let batches = batches.into_iter().map(PyRecordBatch::into_inner).collect();
+        let factory = BatchesSourceFactory {
+            batches: Arc::new(batches),
+        };
+        Ok(self
+            .graph
+            .add_source(name, check_parallelism(parallelism)?, Arc::new(factory)))
+    }
+
+    /// `kind` is `"map"`, `"filter"` or `"flat_map"`.
+    fn add_udf(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        kind: &str,
+        func: Py<PyAny>,
+    ) -> PyResult<VertexId> {
+        let factory = UdfFactory {
+            name: name.clone(),
+            kind: kind.parse::<UdfKind>().map_py()?,
+            func: Arc::new(func),
+        };
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, Arc::new(factory)))
+    }
+
+    /// `func(key, batch, state) -> (output, new_state)` on rows hashed by `key`.
+    fn add_keyed_process(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        key: String,
+        func: Py<PyAny>,
+    ) -> PyResult<VertexId> {
+        let factory = KeyedProcessFactory {
+            name: name.clone(),
+            key,
+            func: Arc::new(func),
+        };
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, Arc::new(factory)))
+    }
+
+    fn add_union(&mut self, name: String, parallelism: usize) -> PyResult<VertexId> {
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, ops::union()))
+    }
+
+    /// The head of an iteration: merges the input and the feedback edge.
+    fn add_iteration_head(&mut self, name: String, parallelism: usize) -> PyResult<VertexId> {
+        self.add_union(name, parallelism)
+    }
+
+    /// The built-in `(user, dwell_ms)` generator.
+    fn add_dwell_events(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        users: u64,
+        count: u64,
+        seed: u64,
+        batch_size: usize,
+    ) -> PyResult<VertexId> {
+        let factory = ops::dwell_source(count, users, seed, batch_size).map_py()?;
+        Ok(self
+            .graph
+            .add_source(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// Built-in keyed aggregates; `specs` are `(output, func, column or None)`.
+    fn add_aggregate(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        key: String,
+        specs: Vec<(String, String, Option<String>)>,
+    ) -> PyResult<VertexId> {
+        let specs = specs
+            .into_iter()
+            .map(|(output, func, column)| {
+                let func = match func.as_str() {
+                    "count" => AggFunc::Count,
+                    "sum" => AggFunc::Sum,
+                    "min" => AggFunc::Min,
+                    "max" => AggFunc::Max,
+                    "mean" => AggFunc::Mean,
+                    other => {
+                        return Err(Error::Config(format!(
+                            "unknown aggregate {other:?}; use count, sum, min, max or mean"
+                        )))
+                    }
+                };
+                Ok(AggSpec::new(
+                    func,
+                    column.unwrap_or_else(|| key.clone()),
+                    output,
+                ))
+            })
+            .collect::<Result<Vec<_>, Error>>()
+            .map_py()?;
+        let factory = ops::keyed_aggregate(key, specs).map_py()?;
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// An in-memory sink whose batches become `results[result]`.
+    fn add_collect(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        result: String,
+    ) -> PyResult<VertexId> {
+        let (factory, collected) = ops::collect_sink();
+        self.collects.push((result, collected));
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// Arrow IPC files `<path>/part-<subtask>.arrow`.
+    fn add_arrow_sink(
+        &mut self,
+        name: String,
+        parallelism: usize,
+        path: String,
+    ) -> PyResult<VertexId> {
+        let factory = ops::ipc_file_sink(path).map_py()?;
+        Ok(self
+            .graph
+            .add_operator(name, check_parallelism(parallelism)?, factory))
+    }
+
+    /// Runs the job to completion with the GIL released (Python operators
+    /// take it back per batch), optionally from a checkpoint of an identical
+    /// graph; returns the raw report.
+    #[pyo3(signature = (checkpointing, restore_from=None))]
+    fn run<'py>(
+        &mut self,
+        py: Python<'py>,
+        checkpointing: &PyCheckpointConfig,
+        restore_from: Option<PyRef<'_, PyCheckpoint>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if self.ran {
+            return Err(Error::Config(
+                "a graph builder runs once; build the Dataflow again".into(),
+            ))
+            .map_py();
+        }
+        self.ran = true;
+        let graph = std::mem::take(&mut self.graph);
+        let mut job =
+            Job::new(graph, checkpointing.inner.clone(), JobOptions::default()).map_py()?;
+        if let Some(checkpoint) = restore_from {
+            job = job.restore_from(&checkpoint.inner).map_py()?;
+        }
+        let sink = Arc::new(InMemorySnapshots::new());
+        let job_report = run_interruptibly(py, job, Arc::clone(&sink) as _)?;
+        report::to_py(py, &job_report, &self.collects, &sink.completed())
+    }
+
+    /// `partitioning`: `"forward"`, `"hash"` (with `key`), `"broadcast"`, `"round_robin"`.
+    #[pyo3(signature = (from_vertex, to_vertex, partitioning, key=None, feedback=false))]
+    fn connect(
+        &mut self,
+        from_vertex: VertexId,
+        to_vertex: VertexId,
+        partitioning: &str,
+        key: Option<String>,
+        feedback: bool,
+    ) -> PyResult<usize> {
+        let p = match (partitioning, key) {
+            ("forward", None) => Partitioning::Forward,
+            ("hash", Some(key)) => Partitioning::Hash { key },
+            ("broadcast", None) => Partitioning::Broadcast,
+            ("round_robin", None) => Partitioning::RoundRobin,
+            (other, key) => {
+                return Err(Error::Graph(format!(
+                    "bad partitioning {other:?} (key {key:?}); use forward, hash with a key, \
+                     broadcast or round_robin"
+                )))
+                .map_py()
+            }
+        };
+        let n = self.graph.vertices.len();
+        if from_vertex >= n || to_vertex >= n {
+            return Err(Error::Graph(format!(
+                "edge {from_vertex}->{to_vertex} names a vertex that does not exist"
+            )))
+            .map_py();
+        }
+        Ok(if feedback {
+            self.graph.connect_feedback(from_vertex, to_vertex, p)
+        } else {
+            self.graph.connect(from_vertex, to_vertex, p)
+        })
+    }
+}
+
+/// Runs `job` on its own thread with the GIL released, waking every 100 ms
+/// to let Python handle signals: Ctrl-C cancels the job and raises
+/// `KeyboardInterrupt` instead of leaving the interpreter stuck in Rust.
+fn run_interruptibly(
+    py: Python<'_>,
+    job: Job,
+    sink: Arc<dyn snapcut_core::snapshot::SnapshotSink>,
+) -> PyResult<JobReport> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let handle = job.handle();
+    let (tx, rx) = channel();
+    // A Receiver is not Sync; detach() needs to borrow it across threads.
+    let rx = std::sync::Mutex::new(rx);
+    let recv = |timeout: Option<Duration>| {
+        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+        match timeout {
+            Some(t) => rx.recv_timeout(t),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    };
+    let runner = std::thread::Builder::new()
+        .name("snapcut-job".into())
+        .spawn(move || {
+            let _ = tx.send(job.run(sink));
+        })
+        .map_err(|e| Error::io("spawning the job thread", e))
+        .map_py()?;
+    loop {
+        match py.detach(|| recv(Some(Duration::from_millis(100)))) {
+            Ok(outcome) => {
+                let _ = runner.join();
+                return outcome.map_py();
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    let _ = handle.cancel();
+                    let _ = py.detach(|| recv(None));
+                    let _ = runner.join();
+                    return Err(interrupt);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let _ = runner.join();
+                return Err(Error::Task("the job thread panicked".into())).map_py();
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! `Checkpointing` → core `CheckpointConfig`, validated once, in Rust.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use snapcut_core::protocol::ProtocolKind;
+use snapcut_core::runtime::CheckpointConfig;
+use snapcut_core::Error;
+
+use crate::errors::IntoPyResult;
+
+/// A validated checkpoint configuration, opaque to Python.
+#[pyclass(frozen, module = "snapcut._core", name = "_CheckpointConfig")]
+#[derive(Clone)]
+pub struct PyCheckpointConfig {
+    pub inner: CheckpointConfig,
+}
+
+#[pymethods]
+impl PyCheckpointConfig {
+    /// Canonical protocol name (e.g. `"chandy-lamport"`).
+    #[getter]
+    fn protocol(&self) -> &'static str {
+        self.inner.protocol.name()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("_CheckpointConfig({:?})", self.inner)
+    }
+}
+
+fn seconds(name: &str, value: f64) -> Result<Duration, Error> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        Error::Config(format!(
+            "{name} must be a finite, non-negative number of seconds, got {value}"
+        ))
+    })
+}
+
+/// Builds and validates a checkpoint configuration (times in seconds).
+#[allow(clippy::too_many_arguments)]
+#[pyfunction]
+#[pyo3(signature = (protocol, interval, timeout, min_pause, max_concurrent, tolerable_failures, retained, alignment_timeout, final_checkpoint))]
+pub fn checkpoint_config(
+    protocol: &str,
+    interval: Option<f64>,
+    timeout: f64,
+    min_pause: f64,
+    max_concurrent: usize,
+    tolerable_failures: u32,
+    retained: usize,
+    alignment_timeout: f64,
+    final_checkpoint: bool,
+) -> PyResult<PyCheckpointConfig> {
+    let build = || -> Result<CheckpointConfig, Error> {
+        let config = CheckpointConfig {
+            protocol: protocol.parse::<ProtocolKind>()?,
+            interval: interval.map(|s| seconds("interval", s)).transpose()?,
+            timeout: seconds("timeout", timeout)?,
+            min_pause: seconds("min_pause", min_pause)?,
+            max_concurrent,
+            tolerable_failures,
+            retained,
+            alignment_timeout: seconds("alignment_timeout", alignment_timeout)?,
+            final_checkpoint,
+        };
+        config.validate()?;
+        Ok(config)
+    };
+    build().map(|inner| PyCheckpointConfig { inner }).map_py()
+}

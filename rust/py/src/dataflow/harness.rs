@@ -1,0 +1,128 @@
+//! Private test hooks (`_core._replay_source`, `_core._keyed_roundtrip`):
+//! drive one Python-backed source or keyed operator directly, to test
+//! replay from an offset and state restore without a whole job.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3_arrow::PyRecordBatch;
+use snapcut_core::runtime::operator::{
+    Batch, Emitter, Operator, OperatorFactory, Source, SourceFactory,
+};
+use snapcut_core::snapshot::StateKind;
+
+use super::convert::to_pyarrow;
+use super::keyed::KeyedProcessFactory;
+use super::source::{BatchesSourceFactory, PyIterSourceFactory};
+use crate::errors::IntoPyResult;
+
+/// `(snapshot state, outputs after restore, state at the end)`.
+type Roundtrip<'py> = (Bound<'py, PyAny>, Vec<Bound<'py, PyAny>>, Bound<'py, PyAny>);
+
+struct VecEmitter(Vec<Batch>);
+
+impl Emitter for VecEmitter {
+    fn emit(&mut self, batch: Batch) -> snapcut_core::Result<()> {
+        self.0.push(batch);
+        Ok(())
+    }
+}
+
+fn drain<'py>(
+    py: Python<'py>,
+    mut source: Box<dyn Source>,
+    offset: u64,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, u64)> {
+    if offset > 0 {
+        source.seek(offset).map_py()?;
+    }
+    let mut out = Vec::new();
+    while let Some(b) = source.next_batch().map_py()? {
+        out.push(to_pyarrow(py, b)?);
+    }
+    Ok((out, source.offset()))
+}
+
+/// Subtask `subtask` of a source (`make_iter` for a Python source, else
+/// `batches`), sought to `offset` and read to its end: `(batches, offset)`.
+#[pyfunction]
+#[pyo3(signature = (subtask, parallelism, offset, make_iter=None, batches=None))]
+pub fn _replay_source<'py>(
+    py: Python<'py>,
+    subtask: usize,
+    parallelism: usize,
+    offset: u64,
+    make_iter: Option<Py<PyAny>>,
+    batches: Option<Vec<PyRecordBatch>>,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, u64)> {
+    let source = match (make_iter, batches) {
+        (Some(f), None) => PyIterSourceFactory {
+            name: "replay".into(),
+            make_iter: Arc::new(f),
+        }
+        .create(subtask, parallelism),
+        (None, Some(b)) => BatchesSourceFactory {
+            batches: Arc::new(b.into_iter().map(PyRecordBatch::into_inner).collect()),
+        }
+        .create(subtask, parallelism),
+        _ => {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "pass exactly one of make_iter or batches",
+            ))
+        }
+    }
+    .map_py()?;
+    drain(py, source, offset)
+}
+
+/// A keyed process operator fed `before`, snapshotted, then a fresh one
+/// restored from that snapshot and fed `after`:
+/// `(snapshot state, outputs after restore, state at the end)`.
+#[pyfunction]
+pub fn _keyed_roundtrip<'py>(
+    py: Python<'py>,
+    key: String,
+    func: Py<PyAny>,
+    before: Vec<PyRecordBatch>,
+    after: Vec<PyRecordBatch>,
+) -> PyResult<Roundtrip<'py>> {
+    let factory = KeyedProcessFactory {
+        name: "roundtrip".into(),
+        key,
+        func: Arc::new(func),
+    };
+    let mut first: Box<dyn Operator> = factory.create(0, 1).map_py()?;
+    let mut sink = VecEmitter(Vec::new());
+    for b in before {
+        first.process(0, b.into_inner(), &mut sink).map_py()?;
+    }
+    let capture = first
+        .snapshot(1)
+        .map_py()?
+        .expect("keyed state is captured");
+    let mut second = factory.create(0, 1).map_py()?;
+    second.restore(std::slice::from_ref(&capture)).map_py()?;
+    let mut out = VecEmitter(Vec::new());
+    for b in after {
+        second.process(0, b.into_inner(), &mut out).map_py()?;
+    }
+    let end = second
+        .snapshot(2)
+        .map_py()?
+        .expect("keyed state is captured");
+    if end.kind != StateKind::Full {
+        return Err(pyo3::exceptions::PyAssertionError::new_err(
+            "keyed state must be Full",
+        ));
+    }
+    let outputs = out
+        .0
+        .into_iter()
+        .map(|b| to_pyarrow(py, b))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((
+        to_pyarrow(py, capture.batch)?,
+        outputs,
+        to_pyarrow(py, end.batch)?,
+    ))
+}

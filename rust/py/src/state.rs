@@ -1,0 +1,221 @@
+//! `snapcut.StateTable`: the keyed state table, with Arrow crossing the
+//! boundary through the PyCapsule interface (no copies at the boundary).
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
+use pyo3_arrow::{PyRecordBatch, PySchema, PyTable};
+use snapcut_core::snapshot::{StateCapture, StateKind};
+use snapcut_core::state::{StatePolicy, StateTable as CoreTable};
+
+use crate::errors::IntoPyResult;
+
+/// A keyed state table with change tracking for incremental checkpoints.
+#[pyclass(module = "snapcut._core", name = "StateTable")]
+pub struct StateTable {
+    inner: CoreTable,
+}
+
+/// `"full"` or `"diff"`, as returned by `checkpoint()` and taken by `restore()`.
+pub fn kind_name(kind: StateKind) -> &'static str {
+    match kind {
+        StateKind::Full => "full",
+        StateKind::Diff { .. } => "diff",
+    }
+}
+
+/// Reads a key sequence: any Arrow array/chunked array, or a Python sequence
+/// converted with the key column's pyarrow type.
+fn key_arrays(
+    py: Python<'_>,
+    schema: &Arc<arrow_schema::Schema>,
+    key: &str,
+    keys: &Bound<'_, PyAny>,
+) -> PyResult<Vec<ArrayRef>> {
+    let arrow_like = keys.hasattr("__arrow_c_array__")? || keys.hasattr("__arrow_c_stream__")?;
+    let keys = if arrow_like {
+        keys.clone()
+    } else {
+        let pa_schema = PySchema::new(schema.clone()).into_pyarrow(py)?;
+        let ty = pa_schema.call_method1("field", (key,))?.getattr("type")?;
+        py.import("pyarrow")?.call_method1("array", (keys, ty))?
+    };
+    let any: AnyArray = keys.extract()?;
+    let chunked = any.into_chunked_array()?;
+    Ok(chunked.chunks().to_vec())
+}
+
+fn batches(batch: AnyRecordBatch) -> PyResult<Vec<RecordBatch>> {
+    let reader = batch.into_reader()?;
+    reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("reading Arrow input: {e}")))
+}
+
+#[pymethods]
+impl StateTable {
+    /// A table of `schema` (pyarrow.Schema) keyed by column `key`; every
+    /// `full_every`-th checkpoint is a full one.
+    #[new]
+    #[pyo3(signature = (schema, key, full_every = 10))]
+    fn new(schema: PySchema, key: &str, full_every: u32) -> PyResult<Self> {
+        let inner =
+            CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
+        Ok(Self { inner })
+    }
+
+    /// Upserts the rows of a pyarrow RecordBatch or Table by key.
+    fn update(&mut self, py: Python<'_>, batch: AnyRecordBatch) -> PyResult<()> {
+        let batches = batches(batch)?;
+        let inner = &mut self.inner;
+        py.detach(|| batches.iter().try_for_each(|b| inner.upsert(b)))
+            .map_py()
+    }
+
+    /// The rows of the present keys, in the order asked, as a pyarrow Table.
+    fn get<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let schema = self.inner.schema();
+        let arrays = key_arrays(py, &schema, self.inner.key_column(), keys)?;
+        let inner = &self.inner;
+        let out = py
+            .detach(|| {
+                arrays
+                    .iter()
+                    .map(|a| inner.get(a.as_ref()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_py()?;
+        PyTable::try_new(out, schema)?.into_pyarrow(py)
+    }
+
+    /// Deletes keys (absent ones ignored); returns how many were present.
+    fn delete(&mut self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let arrays = key_arrays(py, &self.inner.schema(), self.inner.key_column(), keys)?;
+        let inner = &mut self.inner;
+        py.detach(|| {
+            arrays
+                .iter()
+                .map(|a| inner.delete(a.as_ref()))
+                .sum::<Result<usize, _>>()
+        })
+        .map_py()
+    }
+
+    /// Changes since the last checkpoint as a RecordBatch with `__deleted`.
+    fn diff<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &self.inner;
+        let batch = py.detach(|| inner.changes());
+        PyRecordBatch::new(batch).into_pyarrow(py)
+    }
+
+    /// Takes checkpoint `id` (default: one past the last): returns
+    /// `(id, "full" | "diff", RecordBatch)`; a diff is based on the previous checkpoint.
+    #[pyo3(signature = (id = None))]
+    fn checkpoint<'py>(
+        &mut self,
+        py: Python<'py>,
+        id: Option<u64>,
+    ) -> PyResult<(u64, &'static str, Bound<'py, PyAny>)> {
+        let id = id.unwrap_or_else(|| self.inner.last_checkpoint().map_or(1, |l| l + 1));
+        let inner = &mut self.inner;
+        let capture = py.detach(|| inner.checkpoint(id)).map_py()?;
+        Ok((
+            id,
+            kind_name(capture.kind),
+            PyRecordBatch::new(capture.batch).into_pyarrow(py)?,
+        ))
+    }
+
+    /// The last checkpoint was aborted: the next one will be full.
+    fn checkpoint_aborted(&mut self) {
+        self.inner.checkpoint_aborted();
+    }
+
+    /// Replaces the contents with the state at the end of `chain`, a sequence
+    /// of `(id, kind, RecordBatch)` as returned by `checkpoint()`: one full,
+    /// then the diffs that follow it.
+    fn restore(
+        &mut self,
+        py: Python<'_>,
+        chain: Vec<(u64, String, AnyRecordBatch)>,
+    ) -> PyResult<()> {
+        let mut captures = Vec::with_capacity(chain.len());
+        let mut prev: Option<u64> = None;
+        for (id, kind, batch) in chain {
+            let kind = match (kind.as_str(), prev) {
+                ("full", _) => StateKind::Full,
+                ("diff", Some(base)) => StateKind::Diff { base },
+                ("diff", None) => StateKind::Diff { base: 0 },
+                (other, _) => {
+                    return Err(crate::errors::ConfigError::new_err(format!(
+                        "state chain kind must be 'full' or 'diff', got {other:?}"
+                    )))
+                }
+            };
+            // A pyarrow Table (several chunks) is accepted as well as a batch.
+            let schema = batch.schema()?;
+            let parts = batches(batch)?;
+            let batch = arrow_select::concat::concat_batches(&schema, &parts)
+                .map_err(|e| PyValueError::new_err(format!("state chain entry {id}: {e}")))?;
+            captures.push((id, StateCapture { kind, batch }));
+            prev = Some(id);
+        }
+        let inner = &mut self.inner;
+        py.detach(|| inner.restore(&captures)).map_py()
+    }
+
+    /// Every live row as a pyarrow Table.
+    fn to_arrow<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &self.inner;
+        let batch = py.detach(|| inner.to_batch());
+        PyTable::try_new(vec![batch], self.inner.schema())?.into_pyarrow(py)
+    }
+
+    /// The table's pyarrow schema (its metadata names the key column).
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        PySchema::new(self.inner.schema()).into_pyarrow(py)
+    }
+
+    #[getter]
+    fn key(&self) -> String {
+        self.inner.key_column().to_string()
+    }
+
+    #[getter]
+    fn full_every(&self) -> u32 {
+        self.inner.policy().full_every
+    }
+
+    #[getter]
+    fn last_checkpoint(&self) -> Option<u64> {
+        self.inner.last_checkpoint()
+    }
+
+    /// Number of keys changed since the last checkpoint (upper bound).
+    #[getter]
+    fn changed(&self) -> usize {
+        self.inner.changed_len()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "StateTable(key={:?}, len={}, changed={}, last_checkpoint={:?})",
+            self.inner.key_column(),
+            self.inner.len(),
+            self.inner.changed_len(),
+            self.inner.last_checkpoint()
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<StateTable>()
+}

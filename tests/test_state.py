@@ -1,0 +1,153 @@
+"""snapcut.StateTable: keyed upserts/deletes, diffs, checkpoints, restore, errors."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+import snapcut
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from snapcut import ConfigError, SnapshotError, StateTable
+
+SCHEMA = pa.schema(
+    [
+        pa.field("user", pa.string(), nullable=False),
+        pa.field("count", pa.int64()),
+        pa.field("total", pa.float64()),
+    ]
+)
+
+
+def batch(rows: list[tuple[str, int | None, float | None]]) -> pa.RecordBatch:
+    users, counts, totals = zip(*rows, strict=True) if rows else ([], [], [])
+    return pa.record_batch(
+        [pa.array(users, pa.string()), pa.array(counts, pa.int64()), pa.array(totals)],
+        schema=SCHEMA,
+    )
+
+
+def as_dict(table: pa.Table) -> dict[str, tuple[int | None, float | None]]:
+    d = table.to_pydict()
+    return {u: (c, t) for u, c, t in zip(d["user"], d["count"], d["total"], strict=True)}
+
+
+def test_upsert_get_delete() -> None:
+    t = StateTable(SCHEMA, "user")
+    t.update(batch([("ann", 1, 1.5), ("bob", 2, None), ("ann", 3, 4.0)]))
+    assert len(t) == 2
+    got = t.get(["bob", "nobody", "ann"])
+    assert isinstance(got, pa.Table)
+    assert got.to_pydict() == {"user": ["bob", "ann"], "count": [2, 3], "total": [None, 4.0]}
+    assert t.delete(pa.array(["ann", "zed"])) == 1
+    assert as_dict(t.to_arrow()) == {"bob": (2, None)}
+    assert t.schema.metadata[b"snapcut.key"] == b"user"
+    assert t.key == "user"
+
+
+def test_update_accepts_tables_with_many_chunks() -> None:
+    t = StateTable(SCHEMA, "user")
+    table = pa.Table.from_batches([batch([("a", 1, 1.0)]), batch([("b", 2, 2.0), ("a", 9, 9.0)])])
+    t.update(table)
+    assert as_dict(t.to_arrow()) == {"a": (9, 9.0), "b": (2, 2.0)}
+
+
+def test_diff_and_checkpoints() -> None:
+    t = StateTable(SCHEMA, "user", full_every=3)
+    t.update(batch([("a", 1, 1.0), ("b", 2, 2.0)]))
+    cid, kind, full = t.checkpoint()
+    assert (cid, kind, full.num_rows) == (1, "full", 2)
+    t.update(batch([("c", 3, 3.0)]))
+    t.delete(["a"])
+    diff = t.diff()
+    assert isinstance(diff, pa.RecordBatch)
+    rows = sorted(zip(diff["user"].to_pylist(), diff["__deleted"].to_pylist(), strict=True))
+    assert rows == [("a", True), ("c", False)]
+    assert t.changed == 2
+    assert t.checkpoint()[:2] == (2, "diff")
+    assert t.changed == 0
+    assert t.checkpoint()[:2] == (3, "diff")
+    assert t.checkpoint()[:2] == (4, "full")
+    assert t.last_checkpoint == 4
+
+
+def test_restore_from_any_checkpoint() -> None:
+    t = StateTable(SCHEMA, "user", full_every=4)
+    taken = []
+    expected = []
+    for i in range(10):
+        t.update(batch([(f"u{i}", i, float(i)), (f"u{i // 2}", -i, None)]))
+        if i % 3 == 0:
+            t.delete([f"u{i // 3}"])
+        taken.append(t.checkpoint())
+        expected.append(as_dict(t.to_arrow()))
+    for i in range(len(taken)):
+        start = max(j for j in range(i + 1) if taken[j][1] == "full")
+        r = StateTable(SCHEMA, "user", full_every=4)
+        r.restore(taken[start : i + 1])
+        assert as_dict(r.to_arrow()) == expected[i]
+        assert r.last_checkpoint == taken[i][0]
+
+
+def test_errors_name_the_problem() -> None:
+    with pytest.raises(ConfigError, match="key column 'nope' is not in the state schema"):
+        StateTable(SCHEMA, "nope")
+    with pytest.raises(ConfigError, match="a state key must be"):
+        StateTable(pa.schema([("f", pa.float64())]), "f")
+    with pytest.raises(ConfigError, match="unsupported type"):
+        StateTable(pa.schema([("k", pa.int64()), ("l", pa.list_(pa.int64()))]), "k")
+    t = StateTable(SCHEMA, "user")
+    with pytest.raises(ConfigError, match="batch has no column 'total'"):
+        t.update(pa.record_batch({"user": ["a"], "count": [1]}))
+    with pytest.raises(ConfigError, match="column 'count' has type Utf8"):
+        t.update(pa.record_batch({"user": ["a"], "count": ["x"], "total": [1.0]}))
+    with pytest.raises(ConfigError, match="non-null"):
+        t.delete(pa.array([None], pa.string()))
+    with pytest.raises(ConfigError, match="key type is Utf8"):
+        t.delete(pa.array([1, 2]))
+    with pytest.raises(ConfigError, match="must be 'full' or 'diff'"):
+        t.restore([(1, "partial", batch([]))])
+    t.update(batch([("a", 1, 1.0)]))
+    t.checkpoint(5)
+    with pytest.raises(ConfigError, match="must increase"):
+        t.checkpoint(5)
+    cid, _, diff = t.checkpoint(6)
+    with pytest.raises(SnapshotError, match="must start with a full capture"):
+        t.restore([(cid, "diff", diff)])
+    assert issubclass(ConfigError, snapcut.SnapcutError)
+
+
+I64 = st.integers(-(2**63), 2**63 - 1)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("up"), st.lists(st.tuples(st.integers(0, 15), I64), max_size=5)),
+        st.tuples(st.just("del"), st.lists(st.integers(0, 15), max_size=4)),
+        st.tuples(st.just("chk"), st.just([])),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(OPS, st.integers(1, 4))
+def test_random_ops_match_a_dict(ops: list[tuple[str, list]], full_every: int) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
+    t = StateTable(schema, "k", full_every=full_every)
+    model: dict[int, int] = {}
+    chain: list[tuple[int, str, pa.RecordBatch]] = []
+    for op, arg in ops:
+        if op == "up":
+            t.update(pa.record_batch([[k for k, _ in arg], [v for _, v in arg]], schema=schema))
+            model.update(dict(arg))
+        elif op == "del":
+            t.delete(pa.array(arg, pa.int64()))
+            for k in arg:
+                model.pop(k, None)
+        else:
+            taken = t.checkpoint()
+            chain = [taken] if taken[1] == "full" else [*chain, taken]
+            r = StateTable(schema, "k", full_every=full_every)
+            r.restore(chain)
+            d = r.to_arrow().to_pydict()
+            assert dict(zip(d["k"], d["v"], strict=True)) == model
+        d = t.to_arrow().to_pydict()
+        assert dict(zip(d["k"], d["v"], strict=True)) == model
