@@ -33,7 +33,7 @@ pub use error::{
 };
 pub use receiver::{Queued, Receiver};
 pub use sender::Sender;
-pub use waker::TaskWaker;
+pub use waker::{TaskWaker, WakerRef};
 
 use crate::{Error, Result};
 
@@ -60,7 +60,7 @@ pub fn try_channel<T>(capacity: usize) -> Result<(Sender<T>, Receiver<T>)> {
 /// inputs) and a private waker for the sender.
 pub fn channel_with_waker<T>(
     capacity: usize,
-    receiver_waker: sync::Arc<TaskWaker>,
+    receiver_waker: WakerRef,
 ) -> Result<(Sender<T>, Receiver<T>)> {
     channel_with_wakers(capacity, TaskWaker::new(), receiver_waker)
 }
@@ -71,8 +71,8 @@ pub fn channel_with_waker<T>(
 /// at a time (the task owning those ends).
 pub fn channel_with_wakers<T>(
     capacity: usize,
-    sender_waker: sync::Arc<TaskWaker>,
-    receiver_waker: sync::Arc<TaskWaker>,
+    sender_waker: WakerRef,
+    receiver_waker: WakerRef,
 ) -> Result<(Sender<T>, Receiver<T>)> {
     if capacity == 0 {
         return Err(Error::Config(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::error::{RecvError, RecvTimeoutError, TryRecvError};
 use super::ring::Ring;
 use super::sync::Arc;
-use super::waker::TaskWaker;
+use super::waker::WakerRef;
 
 /// The receiving end of a channel (single consumer: not `Clone`, not `Sync`).
 pub struct Receiver<T> {
@@ -20,7 +20,7 @@ pub struct Receiver<T> {
     tail_cache: Cell<usize>,
     capacity: usize,
     /// The sender's waker, notified after every release of slots.
-    peer: Arc<TaskWaker>,
+    peer: WakerRef,
 }
 
 impl<T> Receiver<T> {
@@ -232,7 +232,7 @@ impl<T> Receiver<T> {
     }
 
     /// The waker this end sleeps on when the ring is empty.
-    pub fn waker(&self) -> &Arc<TaskWaker> {
+    pub fn waker(&self) -> &WakerRef {
         &self.ring.receiver_waker
     }
 }

@@ -10,8 +10,8 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed};
 
 use crossbeam_utils::CachePadded;
 
-use super::sync::{Arc, AtomicBool, AtomicUsize, UnsafeCell};
-use super::waker::TaskWaker;
+use super::sync::{AtomicBool, AtomicUsize, UnsafeCell};
+use super::waker::WakerRef;
 
 pub(crate) struct Ring<T> {
     /// Next index to read; written only by the receiver.
@@ -24,9 +24,9 @@ pub(crate) struct Ring<T> {
     pub(crate) mask: usize,
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
     /// Sleeps on a full ring; notified by the receiver.
-    pub(crate) sender_waker: Arc<TaskWaker>,
+    pub(crate) sender_waker: WakerRef,
     /// Sleeps on an empty ring; notified by the sender.
-    pub(crate) receiver_waker: Arc<TaskWaker>,
+    pub(crate) receiver_waker: WakerRef,
 }
 
 pub(crate) struct Closed {
@@ -41,11 +41,7 @@ unsafe impl<T: Send> Send for Ring<T> {}
 unsafe impl<T: Send> Sync for Ring<T> {}
 
 impl<T> Ring<T> {
-    pub(crate) fn new(
-        capacity: usize,
-        sender_waker: Arc<TaskWaker>,
-        receiver_waker: Arc<TaskWaker>,
-    ) -> Self {
+    pub(crate) fn new(capacity: usize, sender_waker: WakerRef, receiver_waker: WakerRef) -> Self {
         let physical = capacity.next_power_of_two();
         let slots = (0..physical)
             .map(|_| UnsafeCell::new(MaybeUninit::uninit()))

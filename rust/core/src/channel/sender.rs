@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::error::{SendError, SendTimeoutError, TrySendError};
 use super::ring::Ring;
 use super::sync::Arc;
-use super::waker::TaskWaker;
+use super::waker::WakerRef;
 
 /// The sending end of a channel (single producer: not `Clone`, not `Sync`).
 pub struct Sender<T> {
@@ -20,7 +20,7 @@ pub struct Sender<T> {
     head_cache: Cell<usize>,
     capacity: usize,
     /// The receiver's waker, notified after every publish.
-    peer: Arc<TaskWaker>,
+    peer: WakerRef,
 }
 
 impl<T> Sender<T> {
@@ -226,7 +226,7 @@ impl<T> Sender<T> {
     }
 
     /// The waker this end sleeps on when the ring is full.
-    pub fn waker(&self) -> &Arc<TaskWaker> {
+    pub fn waker(&self) -> &WakerRef {
         &self.ring.sender_waker
     }
 }

@@ -19,6 +19,11 @@ const SPIN_ROUNDS: u32 = 7;
 /// `yield_now` calls before parking.
 const YIELD_ROUNDS: u32 = 10;
 
+/// How channels and tasks share a waker. Always `std::sync::Arc`, also under loom
+/// (a waker holds no `UnsafeCell`, so loom needs no model of its reference count),
+/// so that code outside the channel compiles unchanged with `--cfg loom`.
+pub type WakerRef = std::sync::Arc<TaskWaker>;
+
 /// The sleep/wake point of one task (one thread at a time waits on it).
 #[derive(Debug)]
 pub struct TaskWaker {
@@ -39,8 +44,8 @@ impl Default for TaskWaker {
 
 impl TaskWaker {
     /// A new waker, shared by `Arc` between the channels it serves.
-    pub fn new() -> sync::Arc<Self> {
-        sync::Arc::new(Self::default())
+    pub fn new() -> WakerRef {
+        std::sync::Arc::new(Self::default())
     }
 
     /// Blocks the calling thread until `ready()` returns true; returns at once if it
