@@ -9,6 +9,7 @@ import weakref
 import numpy as np
 import pyarrow as pa
 import pytest
+
 from snapcut import ChannelClosedError, ConfigError
 from snapcut._core import Sender, channel
 
