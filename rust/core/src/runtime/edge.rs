@@ -20,12 +20,8 @@ pub enum Item {
 /// output, or a control message came in. One per task, shared by all its ends.
 pub type Signal = TaskWaker;
 
-/// The shared handle of a [`Signal`] (the channel's `Arc`, a loom one under loom).
-#[cfg(loom)]
-pub type SignalRef = loom::sync::Arc<Signal>;
-/// The shared handle of a [`Signal`] (the channel's `Arc`, a loom one under loom).
-#[cfg(not(loom))]
-pub type SignalRef = std::sync::Arc<Signal>;
+/// The shared handle of a [`Signal`]: the channel's waker handle.
+pub type SignalRef = crate::channel::WakerRef;
 
 /// Sending end of one channel.
 pub struct EdgeTx {
