@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+
 from snapcut import Checkpointing, Dataflow, RunReport
 
 DWELL_RECORDS = 50_000_000

@@ -1,6 +1,7 @@
 from datetime import timedelta
 
 import pytest
+
 import snapcut
 from snapcut import Checkpointing, ConfigError
 

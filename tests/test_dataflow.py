@@ -7,6 +7,7 @@ from collections import defaultdict
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+
 from snapcut import Checkpointing, Dataflow, RunReport
 from snapcut.dataflow import dwell_events
 

@@ -4,6 +4,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+
 import snapcut
 from snapcut import Checkpointing, ConfigError, Dataflow, GraphError, TaskError
 

@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from snapcut import Checkpointing, Dataflow
 
 PROTOCOLS = ["aligned", "unaligned", "chandy-lamport", "sync", "none"]

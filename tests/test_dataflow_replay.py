@@ -7,6 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+
 from snapcut import _core
 from snapcut.dataflow import _to_batches
 

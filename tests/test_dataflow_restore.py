@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+
 from snapcut import Checkpointing, ConfigError, Dataflow, RunReport, SnapshotError
 
 

@@ -8,6 +8,7 @@ import pyarrow.dataset as ds
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
+
 from snapcut import Checkpointing, Dataflow
 
 

@@ -3,6 +3,7 @@ import sys
 
 import pyarrow as pa
 import pytest
+
 from snapcut import demo
 from snapcut.cli import main
 

@@ -4,6 +4,7 @@ typed errors, exact replay from a seed."""
 from __future__ import annotations
 
 import pytest
+
 from snapcut import ConfigError, GraphError
 from snapcut.sim import GlobalSnapshot, Marker, Simulation
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from snapcut import ConfigError
 from snapcut.sim import run_dataflow
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from snapcut.sim import Simulation, TopologyName
 
 topologies: st.SearchStrategy[TopologyName] = st.sampled_from(["complete", "ring", "random"])

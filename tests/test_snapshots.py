@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
+
 import snapcut
 from snapcut import SnapshotError, StateTable, StorageError, snapshots
 from snapcut._core import SnapshotStore

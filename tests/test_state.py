@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-import snapcut
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import snapcut
 from snapcut import ConfigError, SnapshotError, StateTable
 
 SCHEMA = pa.schema(

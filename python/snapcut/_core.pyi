@@ -1,5 +1,10 @@
 """Type stubs of the Rust extension module snapcut._core."""
 
+import builtins
+from collections.abc import Callable, Iterator, Sequence
+from os import PathLike
+from typing import Any
+
 __version__: str
 
 class SnapcutError(Exception): ...
@@ -68,9 +73,8 @@ def simulate_dataflow(
     aligned_first: bool = False,
     abort_one_in: int = 0,
 ) -> dict[str, object]: ...
+
 # --- dataflow (pyflow) ---
-from collections.abc import Callable, Iterator  # noqa: E402
-from typing import Any  # noqa: E402
 
 class _CheckpointConfig:
     @property
@@ -142,11 +146,8 @@ def _keyed_roundtrip(
     key: str, func: Callable[..., Any], before: list[Any], after: list[Any]
 ) -> tuple[Any, list[Any], Any]:
     """Test hook: keyed process snapshot → restore → continue."""
+
 # --- state / store ---
-import builtins  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from os import PathLike  # noqa: E402
-from typing import Any  # noqa: E402
 
 SNAPSHOT_FORMAT: dict[str, Any]
 
@@ -234,9 +235,6 @@ class SnapshotStore:
 
 # --- channel ---
 
-from collections.abc import Iterator as _Iterator  # noqa: E402
-from typing import Any as _Any  # noqa: E402
-
 class Sender:
     """The sending end of a bounded FIFO channel of Python objects (one producer thread)."""
 
@@ -252,7 +250,7 @@ class Sender:
     def try_send(self, obj: object) -> bool:
         """Sends `obj` if there is room; returns whether it was sent."""
 
-    def send_many(self, objs: list[_Any], timeout: float | None = None) -> None:
+    def send_many(self, objs: list[Any], timeout: float | None = None) -> None:
         """Sends every object in order, as many at once as fit, waiting for room."""
 
     def close(self) -> None:
@@ -271,25 +269,25 @@ class Receiver:
     def is_closed(self) -> bool:
         """Whether the sender (or this end) was closed; objects may still be queued."""
 
-    def recv(self, timeout: float | None = None) -> _Any:
+    def recv(self, timeout: float | None = None) -> Any:
         """The oldest object, waiting (GIL released) while empty; ChannelClosedError when
         the sender is closed and the channel drained; TimeoutError after `timeout` s."""
 
-    def try_recv(self, default: object = None) -> _Any:
+    def try_recv(self, default: object = None) -> Any:
         """The oldest object if one is queued, else `default`."""
 
-    def recv_many(self, max: int, timeout: float | None = None) -> list[_Any]:
+    def recv_many(self, max: int, timeout: float | None = None) -> list[Any]:
         """Up to `max` queued objects, oldest first, waiting for at least one."""
 
-    def try_recv_many(self, max: int) -> list[_Any]:
+    def try_recv_many(self, max: int) -> list[Any]:
         """Up to `max` objects queued right now (possibly none)."""
 
     def close(self) -> None:
         """Closes this end and releases the queued objects; the sender gets ChannelClosedError."""
 
     def __len__(self) -> int: ...
-    def __iter__(self) -> _Iterator[_Any]: ...
-    def __next__(self) -> _Any: ...
+    def __iter__(self) -> Iterator[Any]: ...
+    def __next__(self) -> Any: ...
     def __enter__(self) -> Receiver: ...
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None: ...
 
