@@ -23,5 +23,13 @@ ruff check python tests bench
 ruff format --check python tests bench
 step "mypy"
 mypy python/
+step "wheel installs into another venv"
+rm -rf target/wheels-ci target/venv-wheel
+maturin build --release -q -o target/wheels-ci
+python -m venv target/venv-wheel
+target/venv-wheel/bin/python -m pip install -q target/wheels-ci/snapcut-*.whl
+target/venv-wheel/bin/snapcut --version
+target/venv-wheel/bin/python -c "import snapcut, snapcut._core as c; tx, rx = c.channel(2); tx.send(1); assert rx.recv() == 1"
+
 step "pytest"
 python -m pytest -q tests
