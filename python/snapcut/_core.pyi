@@ -90,6 +90,7 @@ def checkpoint_config(
     retained: int,
     alignment_timeout: float,
     final_checkpoint: bool,
+    full_every: int = 10,
 ) -> _CheckpointConfig:
     """Builds and validates a checkpoint configuration; raises ConfigError."""
 
@@ -126,7 +127,14 @@ class _GraphBuilder:
     def add_collect(self, name: str, parallelism: int, result: str) -> int: ...
     def add_arrow_sink(self, name: str, parallelism: int, path: str) -> int: ...
     def run(
-        self, checkpointing: _CheckpointConfig, restore_from: _Checkpoint | None = None
+        self,
+        checkpointing: _CheckpointConfig,
+        restore_from: _Checkpoint | None = None,
+        checkpoint_dir: str | None = None,
+        resume: bool = False,
+        restart_attempts: int = 0,
+        restart_delay: float = 1.0,
+        control: _JobControl | None = None,
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 
@@ -293,3 +301,12 @@ class Receiver:
 
 def channel(capacity: int) -> tuple[Sender, Receiver]:
     """A bounded FIFO channel for `capacity` objects; ConfigError if capacity is 0."""
+
+# --- recovery ---
+class _JobControl:
+    def __init__(self) -> None: ...
+    @property
+    def started(self) -> bool: ...
+    def trigger_savepoint(self) -> None: ...
+    def trigger_checkpoint(self) -> None: ...
+    def cancel(self) -> None: ...
