@@ -73,13 +73,21 @@ class Options:
     users: int = 200
     workdir: str | None = None
     max_kills: int = 3
-    batch_size: int = 256
-    throttle_ms: float = 2.0
+    batch_size: int = 128
+    #: The job is throttled to last about this long, so checkpoints (every
+    #: 10-50 ms) and kills fall inside it whatever the record count.
+    job_seconds: float = 0.4
     unsafe_sink: bool = False
     keep: bool = False
     failpoints: tuple[str, ...] = FAILPOINTS
     #: "mixed" (random per kill), "timer" (random moments) or "failpoint" (crash points).
     kill_mode: str = "mixed"
+
+    def batches_per_subtask(self) -> float:
+        return max(1.0, self.records / self.batch_size / 2)
+
+    def throttle_ms(self) -> float:
+        return self.job_seconds * 1000 / self.batches_per_subtask()
 
     def check(self) -> None:
         if self.protocol == "none":
@@ -97,6 +105,7 @@ class Options:
             ("users", self.users, 1),
             ("max_kills", self.max_kills, 0),
             ("seed", self.seed, 0),
+            ("batch_size", self.batch_size, 1),
         ):
             if not isinstance(v, int) or isinstance(v, bool) or v < least:
                 raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
@@ -106,6 +115,8 @@ class Options:
             )
         if self.kill_mode != "timer" and not self.failpoints:
             raise ConfigError("failpoint kills need at least one failpoint")
+        if not 0 < self.job_seconds < 600:
+            raise ConfigError(f"job_seconds must be in (0, 600), got {self.job_seconds!r}")
         unknown = set(self.failpoints) - set(FAILPOINTS)
         if unknown:
             raise ConfigError(
@@ -265,7 +276,7 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
         "--batch-size",
         str(opts.batch_size),
         "--throttle-ms",
-        str(opts.throttle_ms),
+        f"{opts.throttle_ms():.3f}",
         "--checkpoint-dir",
         str(run_dir / "checkpoints"),
         "--output-dir",
@@ -290,11 +301,11 @@ def run_child(
     cmd: list[str], env: dict[str, str], kill_after: float | None, stderr_path: Path
 ) -> Attempt:
     """Runs the job once; SIGKILLs it `kill_after` seconds after it started running."""
-    start = time.monotonic()
     with open(stderr_path, "w+") as err:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
         assert proc.stdout is not None
         first = proc.stdout.readline()  # "running" once the job started, "" if it died
+        start = time.monotonic()
         if kill_after is not None and first.strip() == "running":
             try:
                 proc.wait(timeout=kill_after)
@@ -380,7 +391,7 @@ def run_chaos(opts: Options, log: Callable[[str], None] = lambda _: None) -> Sum
     owned = opts.workdir is None
     root = Path(opts.workdir or tempfile.mkdtemp(prefix="snapcut-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
-    est = [opts.records / opts.batch_size / 2 * opts.throttle_ms / 1000 + 0.1]
+    est = [opts.job_seconds + 0.1]
     try:
         for run in range(opts.runs):
             run_dir = root / f"{opts.protocol}-run-{run:04d}"
@@ -424,6 +435,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--records", type=int, default=20_000, help="events per run")
     p.add_argument("--users", type=int, default=200)
+    p.add_argument(
+        "--job-seconds", type=float, default=0.4, help="throttle each job to about this long"
+    )
     p.add_argument("--max-kills", type=int, default=3, help="kills per run: 1..N from the seed")
     p.add_argument("--workdir", default=None, help="where runs write (default: a temp dir)")
     p.add_argument(
@@ -456,6 +470,7 @@ def main(args: argparse.Namespace) -> int:
         users=args.users,
         workdir=args.workdir,
         max_kills=args.max_kills,
+        job_seconds=args.job_seconds,
         unsafe_sink=args.unsafe_sink,
         keep=args.keep,
         kill_mode=args.kill_mode,
