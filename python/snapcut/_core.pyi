@@ -86,6 +86,7 @@ def checkpoint_config(
     retained: int,
     alignment_timeout: float,
     final_checkpoint: bool,
+    full_every: int = 10,
 ) -> _CheckpointConfig:
     """Builds and validates a checkpoint configuration; raises ConfigError."""
 
@@ -122,7 +123,13 @@ class _GraphBuilder:
     def add_collect(self, name: str, parallelism: int, result: str) -> int: ...
     def add_arrow_sink(self, name: str, parallelism: int, path: str) -> int: ...
     def run(
-        self, checkpointing: _CheckpointConfig, restore_from: _Checkpoint | None = None
+        self,
+        checkpointing: _CheckpointConfig,
+        restore_from: _Checkpoint | None = None,
+        checkpoint_dir: str | None = None,
+        resume: bool = False,
+        restart_attempts: int = 0,
+        restart_delay: float = 1.0,
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 

@@ -62,6 +62,13 @@ class Checkpointing:
     alignment_timeout: with "unaligned", start aligned and switch to unaligned
         after this long (0 = unaligned from the start).
     final_checkpoint: take a checkpoint when bounded sources end.
+    full_every: keyed state is checkpointed incrementally (changed keys and
+        tombstones); every full_every-th checkpoint is a full capture, so a
+        restore reads a bounded chain (1 = always full).
+    restart_attempts: after a failure, restart the job from its last
+        completed checkpoint this many times (Flink's fixed-delay restart
+        strategy; 0 = no restarts, the default). Needs `checkpoint_dir`.
+    restart_delay: wait before each restart (Flink: 1 s).
     """
 
     protocol: str = "aligned"
@@ -73,6 +80,9 @@ class Checkpointing:
     retained: int = 1
     alignment_timeout: Seconds = 0.0
     final_checkpoint: bool = True
+    full_every: int = 10
+    restart_attempts: int = 0
+    restart_delay: Seconds = 1.0
     _config: _core._CheckpointConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -93,7 +103,10 @@ class Checkpointing:
             retained=_count("retained", self.retained),
             alignment_timeout=_seconds("alignment_timeout", self.alignment_timeout),
             final_checkpoint=self.final_checkpoint,
+            full_every=_count("full_every", self.full_every),
         )
+        _count("restart_attempts", self.restart_attempts)
+        _seconds("restart_delay", self.restart_delay)
         object.__setattr__(self, "protocol", config.protocol)
         object.__setattr__(self, "_config", config)
 

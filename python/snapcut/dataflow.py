@@ -15,6 +15,8 @@ else runs in Rust with the GIL released.
 from __future__ import annotations
 
 import itertools
+import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -253,10 +255,23 @@ class Dataflow:
 
     # ---- run -------------------------------------------------------------
     def run(
-        self, checkpointing: Checkpointing | None = None, *, restore_from: Snapshot | None = None
+        self,
+        checkpointing: Checkpointing | None = None,
+        *,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        resume: bool = False,
+        restore_from: Snapshot | None = None,
     ) -> RunReport:
         """Runs the job to completion (bounded sources); the GIL is released
         while it runs. Raises TaskError if an operator fails.
+
+        checkpoint_dir: write checkpoints durably to this local directory (a
+        `SnapshotStore`: Arrow IPC files + manifest; `Checkpointing.retained`
+        are kept, savepoints always). resume: start from the newest intact
+        checkpoint there if one exists (corrupt or partial ones are skipped
+        with a warning naming them and why), else from the beginning.
+        `Checkpointing.restart_attempts` restarts a failed job from its last
+        checkpoint there.
 
         restore_from: a snapshot of an earlier run of the same graph (same
         operators, names, parallelism): every operator restores its state,
@@ -271,6 +286,24 @@ class Dataflow:
             )
         if not any(n.kind in ("collect", "write_arrow") for n in self._nodes):
             raise GraphError("the job has no sink; add .collect(name) or .write_arrow(path)")
+        if not isinstance(resume, bool):
+            raise ConfigError(f"resume must be a bool, got {resume!r}")
+        root = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        if root is None and (resume or checkpointing.restart_attempts > 0):
+            raise ConfigError(
+                "resume=True and Checkpointing(restart_attempts=...) need checkpoint_dir= "
+                "(the directory checkpoints are written to and restored from)"
+            )
+        if root is not None and not checkpointing.enabled:
+            raise ConfigError(
+                "checkpoint_dir needs checkpoints: pass Checkpointing(protocol=...) "
+                "with a protocol other than 'none'"
+            )
+        if root is not None and restore_from is not None:
+            raise ConfigError(
+                "restore_from and checkpoint_dir cannot be combined; use resume=True "
+                "to restore from the checkpoint directory"
+            )
         handle = None
         if restore_from is not None:
             if not isinstance(restore_from, Snapshot) or restore_from._handle is None:
@@ -280,8 +313,31 @@ class Dataflow:
                 )
             handle = restore_from._handle
         builder = self._build()
-        raw = builder.run(checkpointing._config, handle)
-        return RunReport.from_raw(raw)
+        delay = checkpointing.restart_delay
+        delay_s = delay.total_seconds() if hasattr(delay, "total_seconds") else float(delay)
+        raw = builder.run(
+            checkpointing._config,
+            handle,
+            root,
+            resume,
+            checkpointing.restart_attempts,
+            delay_s,
+        )
+        report = RunReport.from_raw(raw)
+        if report.skipped:
+            why = "; ".join(f"checkpoint {i}: {r}" for i, r in report.skipped)
+            warnings.warn(
+                f"resume skipped {len(report.skipped)} unusable checkpoint(s) in {root} "
+                f"({why}); restored from "
+                + (
+                    f"checkpoint {report.restored_from}"
+                    if report.restored_from is not None
+                    else "the beginning"
+                ),
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return report
 
     def _build(self) -> _core._GraphBuilder:
         b = _core._GraphBuilder()
@@ -367,8 +423,13 @@ class RunReport:
     """What a finished job leaves.
 
     results: collected tables by name. checkpoints: metrics of every
-    checkpoint triggered, in id order. snapshots: the completed in-memory
-    snapshots (task states as pyarrow, channel logs, source offsets).
+    checkpoint triggered, in id order (of the last attempt). snapshots: the
+    completed in-memory snapshots (task states as pyarrow, channel logs,
+    source offsets); empty with `checkpoint_dir` (read those with
+    `snapcut.snapshots`). restored_from: the checkpoint the run started
+    from (`resume`/`restore_from`), or None. skipped: (checkpoint id, reason)
+    of corrupt/partial checkpoints `resume` passed over. restarts: (error,
+    checkpoint restarted from) of each restart after a failure.
     """
 
     results: dict[str, pa.Table]
@@ -378,6 +439,9 @@ class RunReport:
     records_in: int
     records_out: int
     duration_s: float
+    restored_from: int | None = None
+    skipped: list[tuple[int, str]] = field(default_factory=list)
+    restarts: list[tuple[str, int | None]] = field(default_factory=list)
 
     @staticmethod
     def from_raw(raw: dict[str, Any]) -> RunReport:
@@ -389,6 +453,9 @@ class RunReport:
             records_in=int(raw["records_in"]),
             records_out=int(raw["records_out"]),
             duration_s=float(raw["duration_s"]),
+            restored_from=raw.get("restored_from"),
+            skipped=[(int(i), str(r)) for i, r in raw.get("skipped", [])],
+            restarts=[(str(e), c) for e, c in raw.get("restarts", [])],
         )
 
     @property
@@ -478,11 +545,18 @@ class Stream:
         self._then("collect", f"collect-{name}", parallelism, result=name)
 
     def write_arrow(
-        self, path: str, *, name: str | None = None, parallelism: int | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        parallelism: int | None = None,
     ) -> None:
-        """Writes Arrow IPC files (one per subtask) into directory `path`."""
-        import os
-
+        """Writes Arrow IPC files into directory `path`, exactly once (two-phase
+        commit): `part-<subtask>-<checkpoint>.arrow` appears when the
+        checkpoint that ends it completes (or when the job ends). Staged files
+        start with a dot, so `pyarrow.dataset.dataset(path, format="arrow")`
+        and `*.arrow` globs see only committed output; a resumed run commits
+        what its checkpoint staged and removes stale staged files."""
         self._then("write_arrow", name, parallelism, path=os.fspath(path))
 
 

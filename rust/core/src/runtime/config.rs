@@ -29,6 +29,9 @@ pub struct CheckpointConfig {
     /// Take a final checkpoint when every bounded source has finished, so
     /// that everything before end-of-input commits.
     pub final_checkpoint: bool,
+    /// Incremental keyed state: every `full_every`-th checkpoint is a full
+    /// capture, the others diffs (changed keys + tombstones); 1 = always full.
+    pub full_every: u32,
 }
 
 impl Default for CheckpointConfig {
@@ -43,6 +46,7 @@ impl Default for CheckpointConfig {
             retained: 1,
             alignment_timeout: Duration::ZERO,
             final_checkpoint: true,
+            full_every: 10,
         }
     }
 }
@@ -62,6 +66,11 @@ impl CheckpointConfig {
         if self.max_concurrent == 0 {
             return Err(Error::Config(
                 "max_concurrent_checkpoints must be at least 1".into(),
+            ));
+        }
+        if self.full_every == 0 {
+            return Err(Error::Config(
+                "full_every must be at least 1 (1 = every checkpoint is a full capture)".into(),
             ));
         }
         if self.retained == 0 {

@@ -302,7 +302,10 @@ impl Coordinator {
             savepoint: f.savepoint,
         };
         if let Err(e) = self.shared.sink.commit(meta) {
-            self.fail(e);
+            // A checkpoint that cannot be written is a failed checkpoint
+            // (Flink): aborted, counted against tolerable_failures.
+            self.in_flight.insert(id, f);
+            self.abort(id, format!("could not be written: {e}"), true);
             return;
         }
         let now = Instant::now();

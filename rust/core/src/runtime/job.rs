@@ -95,6 +95,7 @@ pub struct Job {
     tx: mpsc::Sender<CoordMsg>,
     rx: Mutex<Option<mpsc::Receiver<CoordMsg>>>,
     restore: Option<CompletedCheckpoint>,
+    first_id: Option<crate::protocol::CheckpointId>,
 }
 
 impl Job {
@@ -112,6 +113,7 @@ impl Job {
             tx,
             rx: Mutex::new(Some(rx)),
             restore: None,
+            first_id: None,
         })
     }
 
@@ -137,6 +139,13 @@ impl Job {
         }
         self.restore = Some(checkpoint.clone());
         Ok(self)
+    }
+
+    /// Numbers this job's checkpoints from `id` on (at least one past the
+    /// restored checkpoint), so that a store never sees an id twice.
+    pub fn first_checkpoint_id(mut self, id: crate::protocol::CheckpointId) -> Self {
+        self.first_id = Some(id.max(1));
+        self
     }
 
     pub fn physical(&self) -> &PhysicalGraph {
@@ -213,6 +222,9 @@ impl Job {
                 VertexKind::Operator(f) => Body::Operator(f.create(pt.id.subtask, pt.parallelism)?),
             };
             let mut replay = Vec::new();
+            if let Body::Operator(op) = &mut body {
+                op.set_full_every(self.config.full_every);
+            }
             if let Some(snap) = self.restore.as_ref().and_then(|c| c.tasks.get(&pt.id)) {
                 match &mut body {
                     Body::Source(src) => src.seek(snap.source_offset.unwrap_or(0))?,
@@ -309,9 +321,8 @@ impl Job {
             phys.fingerprint.clone(),
         );
         coordinator.started = started;
-        if let Some(c) = &self.restore {
-            coordinator.first_id(c.meta.id + 1);
-        }
+        let restored_next = self.restore.as_ref().map_or(1, |c| c.meta.id + 1);
+        coordinator.first_id(self.first_id.unwrap_or(1).max(restored_next));
 
         let mut threads = Vec::with_capacity(n);
         let mut spawn_error = None;

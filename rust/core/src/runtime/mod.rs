@@ -52,6 +52,7 @@ pub mod operator;
 pub mod ops;
 mod output;
 pub mod partition;
+pub mod recovery;
 mod snapshots;
 mod task;
 
@@ -59,4 +60,5 @@ pub use config::CheckpointConfig;
 pub use edge::Item;
 pub use job::{Job, JobHandle, JobOptions};
 pub use metrics::{CheckpointMetrics, CheckpointStatus, JobReport, TaskReport};
+pub use recovery::{job_from_store, run_durable, DurableOptions, DurableReport};
 pub use snapshots::InMemorySnapshots;

@@ -63,6 +63,16 @@ pub trait Operator: Send {
     fn commit(&mut self, _id: CheckpointId) -> Result<()> {
         Ok(())
     }
+
+    /// Checkpoint `id` will never complete: what its snapshot captured was
+    /// not stored (incremental state must take a full capture next time).
+    fn abort(&mut self, _id: CheckpointId) -> Result<()> {
+        Ok(())
+    }
+
+    /// Called once before anything else: every `full_every`-th checkpoint of
+    /// incremental state is a full capture (`CheckpointConfig::full_every`).
+    fn set_full_every(&mut self, _full_every: u32) {}
 }
 
 /// A replayable source subtask: its position is a record offset.

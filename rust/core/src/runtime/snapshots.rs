@@ -5,9 +5,14 @@ use std::sync::Mutex;
 
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{CheckpointMeta, CompletedCheckpoint, SnapshotSink, TaskId, TaskSnapshot};
+use crate::snapshot::{
+    CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateCapture, StateKind, TaskId,
+    TaskSnapshot,
+};
 
 /// Keeps every completed checkpoint (retention is a store's business).
+/// Incremental captures are rebuilt to full state at commit, so every
+/// checkpoint held here restores on its own (`Job::restore_from`).
 #[derive(Debug, Default)]
 pub struct InMemorySnapshots {
     staged: Mutex<BTreeMap<CheckpointId, BTreeMap<TaskId, TaskSnapshot>>>,
@@ -69,16 +74,50 @@ impl SnapshotSink for InMemorySnapshots {
     }
 
     fn commit(&self, meta: CheckpointMeta) -> Result<()> {
-        let tasks = self
+        let mut tasks = self
             .staged
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&meta.id)
             .unwrap_or_default();
-        self.completed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(CompletedCheckpoint { meta, tasks });
+        let mut completed = self.completed.lock().unwrap_or_else(|e| e.into_inner());
+        for (task, snap) in tasks.iter_mut() {
+            let Some(StateCapture {
+                kind: StateKind::Diff { base },
+                batch,
+            }) = &snap.state
+            else {
+                continue;
+            };
+            let base_state = completed
+                .iter()
+                .find(|c| c.meta.id == *base)
+                .and_then(|c| c.tasks.get(task))
+                .and_then(|t| t.state.clone())
+                .ok_or_else(|| {
+                    Error::Snapshot(format!(
+                        "checkpoint {}: state diff of {task} is based on checkpoint {base}, \
+                         which was not committed",
+                        meta.id
+                    ))
+                })?;
+            let mut table = crate::store::table_for(base_state.batch.schema_ref(), meta.id, task)?;
+            table.restore(&[
+                (*base, base_state),
+                (
+                    meta.id,
+                    StateCapture {
+                        kind: StateKind::Diff { base: *base },
+                        batch: batch.clone(),
+                    },
+                ),
+            ])?;
+            snap.state = Some(StateCapture {
+                kind: StateKind::Full,
+                batch: table.to_batch(),
+            });
+        }
+        completed.push(CompletedCheckpoint { meta, tasks });
         Ok(())
     }
 

@@ -524,6 +524,9 @@ impl Task {
         match c {
             Control::Abort(id) => {
                 self.event(Event::Abort { id }, None)?;
+                if let Body::Operator(op) = &mut self.body {
+                    op.abort(id)?;
+                }
                 self.pending.remove(&id);
                 self.last_done = self.last_done.max(id);
             }

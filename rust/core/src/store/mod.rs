@@ -23,5 +23,6 @@ pub use manifest::{
     FileEntry, FileKind, FileRole, Manifest, TaskEntry, CHECKPOINT_DIR_PREFIX, FORMAT_NAME,
     FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
 };
+pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};
 pub use sink::{SnapshotStore, StoreOptions};

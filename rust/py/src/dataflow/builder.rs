@@ -9,7 +9,10 @@ use pyo3::types::PyDict;
 use pyo3_arrow::PyRecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning, VertexId};
 use snapcut_core::runtime::ops::{self, AggFunc, AggSpec, Collected};
-use snapcut_core::runtime::{InMemorySnapshots, Job, JobOptions, JobReport};
+use snapcut_core::runtime::{
+    run_durable, DurableOptions, DurableReport, InMemorySnapshots, Job, JobHandle, JobOptions,
+    JobReport,
+};
 use snapcut_core::Error;
 
 use super::config::PyCheckpointConfig;
@@ -208,12 +211,21 @@ impl GraphBuilder {
     /// Runs the job to completion with the GIL released (Python operators
     /// take it back per batch), optionally from a checkpoint of an identical
     /// graph; returns the raw report.
-    #[pyo3(signature = (checkpointing, restore_from=None))]
+    ///
+    /// With `checkpoint_dir`, checkpoints go to a durable store there;
+    /// `resume` starts from its newest intact checkpoint; failures restart
+    /// the job from the last checkpoint up to `restart_attempts` times.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
         checkpointing: &PyCheckpointConfig,
         restore_from: Option<PyRef<'_, PyCheckpoint>>,
+        checkpoint_dir: Option<std::path::PathBuf>,
+        resume: bool,
+        restart_attempts: u32,
+        restart_delay: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         if self.ran {
             return Err(Error::Config(
@@ -223,14 +235,58 @@ impl GraphBuilder {
         }
         self.ran = true;
         let graph = std::mem::take(&mut self.graph);
+        if let Some(root) = checkpoint_dir {
+            if restore_from.is_some() {
+                return Err(Error::Config(
+                    "restore_from and checkpoint_dir cannot be combined; use resume=True to \
+                     restore from the checkpoint directory"
+                        .into(),
+                ))
+                .map_py();
+            }
+            let durable = DurableOptions {
+                root,
+                resume,
+                restart_attempts,
+                restart_delay: Duration::try_from_secs_f64(restart_delay).map_err(|_| {
+                    crate::errors::to_py(Error::Config(format!(
+                        "restart_delay must be a finite, non-negative number of seconds, got {restart_delay}"
+                    )))
+                })?,
+            };
+            let config = checkpointing.inner.clone();
+            let outcome = run_durable_interruptibly(py, graph, config, durable)?;
+            let d = report::to_py(py, &outcome.report, &self.collects, &[])?;
+            d.set_item("restored_from", outcome.restored_from)?;
+            let skipped: Vec<(u64, String)> = outcome
+                .skipped
+                .iter()
+                .map(|s| (s.id, s.reason.clone()))
+                .collect();
+            d.set_item("skipped", skipped)?;
+            let restarts: Vec<(String, Option<u64>)> = outcome.restarts;
+            d.set_item("restarts", restarts)?;
+            return Ok(d);
+        }
+        if resume || restart_attempts > 0 {
+            return Err(Error::Config(
+                "resume and restart_attempts need a checkpoint_dir to restore from".into(),
+            ))
+            .map_py();
+        }
         let mut job =
             Job::new(graph, checkpointing.inner.clone(), JobOptions::default()).map_py()?;
+        let restore_from_id = restore_from.as_ref().map(|c| c.inner.meta.id);
         if let Some(checkpoint) = restore_from {
             job = job.restore_from(&checkpoint.inner).map_py()?;
         }
         let sink = Arc::new(InMemorySnapshots::new());
         let job_report = run_interruptibly(py, job, Arc::clone(&sink) as _)?;
-        report::to_py(py, &job_report, &self.collects, &sink.completed())
+        let d = report::to_py(py, &job_report, &self.collects, &sink.completed())?;
+        d.set_item("restored_from", restore_from_id)?;
+        d.set_item("skipped", Vec::<(u64, String)>::new())?;
+        d.set_item("restarts", Vec::<(String, Option<u64>)>::new())?;
+        Ok(d)
     }
 
     /// `partitioning`: `"forward"`, `"hash"` (with `key`), `"broadcast"`, `"round_robin"`.
@@ -307,6 +363,66 @@ fn run_interruptibly(
             Err(RecvTimeoutError::Timeout) => {
                 if let Err(interrupt) = py.check_signals() {
                     let _ = handle.cancel();
+                    let _ = py.detach(|| recv(None));
+                    let _ = runner.join();
+                    return Err(interrupt);
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let _ = runner.join();
+                return Err(Error::Task("the job thread panicked".into())).map_py();
+            }
+        }
+    }
+}
+
+/// [`run_durable`] on its own thread with the GIL released; Ctrl-C cancels
+/// the current attempt.
+fn run_durable_interruptibly(
+    py: Python<'_>,
+    graph: LogicalGraph,
+    config: snapcut_core::runtime::CheckpointConfig,
+    durable: DurableOptions,
+) -> PyResult<DurableReport> {
+    use std::sync::mpsc::{channel, RecvTimeoutError};
+    let current: Arc<std::sync::Mutex<Option<JobHandle>>> = Arc::default();
+    let setter = Arc::clone(&current);
+    let (tx, rx) = channel();
+    let rx = std::sync::Mutex::new(rx);
+    let recv = |timeout: Option<Duration>| {
+        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
+        match timeout {
+            Some(t) => rx.recv_timeout(t),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    };
+    let runner = std::thread::Builder::new()
+        .name("snapcut-job".into())
+        .spawn(move || {
+            let mut on_start = |h: JobHandle| {
+                *setter.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+            };
+            let _ = tx.send(run_durable(
+                graph,
+                config,
+                JobOptions::default(),
+                &durable,
+                &mut on_start,
+            ));
+        })
+        .map_err(|e| Error::io("spawning the job thread", e))
+        .map_py()?;
+    loop {
+        match py.detach(|| recv(Some(Duration::from_millis(100)))) {
+            Ok(outcome) => {
+                let _ = runner.join();
+                return outcome.map_py();
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(interrupt) = py.check_signals() {
+                    if let Some(h) = current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                        let _ = h.cancel();
+                    }
                     let _ = py.detach(|| recv(None));
                     let _ = runner.join();
                     return Err(interrupt);

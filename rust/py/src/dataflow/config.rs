@@ -40,7 +40,7 @@ fn seconds(name: &str, value: f64) -> Result<Duration, Error> {
 /// Builds and validates a checkpoint configuration (times in seconds).
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (protocol, interval, timeout, min_pause, max_concurrent, tolerable_failures, retained, alignment_timeout, final_checkpoint))]
+#[pyo3(signature = (protocol, interval, timeout, min_pause, max_concurrent, tolerable_failures, retained, alignment_timeout, final_checkpoint, full_every=10))]
 pub fn checkpoint_config(
     protocol: &str,
     interval: Option<f64>,
@@ -51,6 +51,7 @@ pub fn checkpoint_config(
     retained: usize,
     alignment_timeout: f64,
     final_checkpoint: bool,
+    full_every: u32,
 ) -> PyResult<PyCheckpointConfig> {
     let build = || -> Result<CheckpointConfig, Error> {
         let config = CheckpointConfig {
@@ -63,6 +64,7 @@ pub fn checkpoint_config(
             retained,
             alignment_timeout: seconds("alignment_timeout", alignment_timeout)?,
             final_checkpoint,
+            full_every,
         };
         config.validate()?;
         Ok(config)

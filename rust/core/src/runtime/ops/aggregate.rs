@@ -2,7 +2,9 @@
 //! grouped by a key column). Accumulators are columnar (one `Vec` per
 //! aggregate, indexed by a key's slot), so a batch costs one hash lookup per
 //! row plus tight loops. Final results are emitted in `finish`; a snapshot
-//! is the whole table as one Arrow batch (`StateKind::Full`).
+//! is incremental: the keys touched since the previous checkpoint as a diff
+//! (`StateKind::Diff`, O(changed keys)), and every `full_every`-th time (or
+//! after an aborted checkpoint) the whole table (`StateKind::Full`).
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::snapshot::{StateCapture, StateKind};
+use crate::state::{DELETED_COLUMN, KEY_METADATA};
 
 /// An aggregate function.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,6 +196,24 @@ pub struct KeyedAggregate {
     keys: Keys,
     accs: Vec<Acc>,
     slots: Vec<u32>,
+    /// Slots touched since the last capture (a diff's rows).
+    dirty: Vec<bool>,
+    dirty_list: Vec<u32>,
+    last_capture: Option<CheckpointId>,
+    diffs_since_full: u32,
+    force_full: bool,
+    full_every: u32,
+}
+
+fn ka_len(cols: &[ArrayRef]) -> usize {
+    cols.first().map_or(0, |c| c.len())
+}
+
+fn pick<T: Clone>(v: &[T], slots: Option<&[u32]>) -> Vec<T> {
+    match slots {
+        None => v.to_vec(),
+        Some(s) => s.iter().map(|&i| v[i as usize].clone()).collect(),
+    }
 }
 
 impl KeyedAggregate {
@@ -203,6 +224,25 @@ impl KeyedAggregate {
             keys: Keys::Unknown,
             accs: Vec::new(),
             slots: Vec::new(),
+            dirty: Vec::new(),
+            dirty_list: Vec::new(),
+            last_capture: None,
+            diffs_since_full: 0,
+            force_full: false,
+            full_every: 1,
+        }
+    }
+
+    fn mark_dirty(&mut self) {
+        if self.dirty.len() < self.len() {
+            self.dirty.resize(self.len(), false);
+        }
+        for &s in &self.slots {
+            let d = &mut self.dirty[s as usize];
+            if !*d {
+                *d = true;
+                self.dirty_list.push(s);
+            }
         }
     }
 
@@ -312,14 +352,18 @@ impl KeyedAggregate {
     }
 
     fn key_array(&self) -> (Field, ArrayRef) {
+        self.key_array_of(None)
+    }
+
+    fn key_array_of(&self, slots: Option<&[u32]>) -> (Field, ArrayRef) {
         match &self.keys {
             Keys::Str(_, k) => (
                 Field::new(&self.key, DataType::Utf8, false),
-                Arc::new(StringArray::from_iter_values(k.iter())),
+                Arc::new(StringArray::from_iter_values(pick(k, slots))),
             ),
             Keys::Int(_, k) => (
                 Field::new(&self.key, DataType::Int64, false),
-                Arc::new(Int64Array::from(k.clone())),
+                Arc::new(Int64Array::from(pick(k, slots))),
             ),
             Keys::Unknown => (
                 Field::new(&self.key, DataType::Int64, false),
@@ -363,8 +407,8 @@ impl KeyedAggregate {
     }
 
     /// State: key plus accumulators (a mean is `<out>__sum`, `<out>__count`).
-    fn state(&self) -> Result<RecordBatch> {
-        let (kf, ka) = self.key_array();
+    fn state(&self, slots: Option<&[u32]>) -> Result<RecordBatch> {
+        let (kf, ka) = self.key_array_of(slots);
         let mut fields = vec![kf];
         let mut cols = vec![ka];
         // Before the first batch the value types are unknown: empty int columns.
@@ -381,37 +425,49 @@ impl KeyedAggregate {
             };
             let o = spec.output.clone();
             match acc {
-                Acc::Count(v) | Acc::SumI(v) => {
-                    push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone())))
-                }
+                Acc::Count(v) | Acc::SumI(v) => push(
+                    o,
+                    DataType::Int64,
+                    Arc::new(Int64Array::from(pick(v, slots))),
+                ),
                 Acc::SumF(v) => push(
                     o,
                     DataType::Float64,
-                    Arc::new(Float64Array::from(v.clone())),
+                    Arc::new(Float64Array::from(pick(v, slots))),
                 ),
-                Acc::MinI(v) | Acc::MaxI(v) => {
-                    push(o, DataType::Int64, Arc::new(Int64Array::from(v.clone())))
-                }
+                Acc::MinI(v) | Acc::MaxI(v) => push(
+                    o,
+                    DataType::Int64,
+                    Arc::new(Int64Array::from(pick(v, slots))),
+                ),
                 Acc::MinF(v) | Acc::MaxF(v) => push(
                     o,
                     DataType::Float64,
-                    Arc::new(Float64Array::from(v.clone())),
+                    Arc::new(Float64Array::from(pick(v, slots))),
                 ),
                 Acc::Mean(s, c) => {
                     push(
                         format!("{o}__sum"),
                         DataType::Float64,
-                        Arc::new(Float64Array::from(s.clone())),
+                        Arc::new(Float64Array::from(pick(s, slots))),
                     );
                     push(
                         format!("{o}__count"),
                         DataType::Int64,
-                        Arc::new(Int64Array::from(c.clone())),
+                        Arc::new(Int64Array::from(pick(c, slots))),
                     );
                 }
             }
         }
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+        if slots.is_some() {
+            let n = ka_len(&cols);
+            fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+            cols.push(Arc::new(arrow_array::BooleanArray::from(vec![false; n])));
+        }
+        // The key is named in the schema so that a store can rebuild the
+        // full state from a full capture and its diffs without this operator.
+        let metadata = [(KEY_METADATA.to_string(), self.key.clone())].into();
+        RecordBatch::try_new(Arc::new(Schema::new_with_metadata(fields, metadata)), cols)
             .map_err(|e| Error::Task(format!("aggregate state: {e}")))
     }
 
@@ -515,22 +571,64 @@ impl Operator for KeyedAggregate {
             let vals = values(col, &self.specs[k].column)?;
             update(&mut self.accs[k], &self.slots, &vals);
         }
+        self.mark_dirty();
         Ok(())
     }
 
-    fn snapshot(&mut self, _id: CheckpointId) -> Result<Option<StateCapture>> {
-        Ok(Some(StateCapture {
-            kind: StateKind::Full,
-            batch: self.state()?,
-        }))
+    fn snapshot(&mut self, id: CheckpointId) -> Result<Option<StateCapture>> {
+        let full = match self.last_capture {
+            None => true,
+            Some(_) => self.force_full || self.diffs_since_full + 1 >= self.full_every,
+        };
+        let capture = if full {
+            StateCapture {
+                kind: StateKind::Full,
+                batch: self.state(None)?,
+            }
+        } else {
+            // Ascending slots: a diff lists keys in insertion order, like a full capture.
+            self.dirty_list.sort_unstable();
+            StateCapture {
+                kind: StateKind::Diff {
+                    base: self.last_capture.expect("a diff has a base"),
+                },
+                batch: self.state(Some(&self.dirty_list))?,
+            }
+        };
+        for &s in &self.dirty_list {
+            self.dirty[s as usize] = false;
+        }
+        self.dirty_list.clear();
+        self.diffs_since_full = if full { 0 } else { self.diffs_since_full + 1 };
+        self.force_full = false;
+        self.last_capture = Some(id);
+        Ok(Some(capture))
+    }
+
+    fn abort(&mut self, _id: CheckpointId) -> Result<()> {
+        // The aborted capture's changes were never stored: a diff on top of
+        // it would not be restorable.
+        self.force_full = true;
+        Ok(())
+    }
+
+    fn set_full_every(&mut self, full_every: u32) {
+        self.full_every = full_every.max(1);
     }
 
     fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
         match chain {
             [] => Ok(()),
-            [full] if full.kind == StateKind::Full => self.restore_full(&full.batch),
+            [full] if full.kind == StateKind::Full => {
+                self.restore_full(&full.batch)?;
+                self.dirty = vec![false; self.len()];
+                self.dirty_list.clear();
+                self.last_capture = None;
+                Ok(())
+            }
             _ => Err(Error::Snapshot(
-                "keyed aggregates restore from one full state capture; diffs are not supported"
+                "keyed aggregates restore from one full state capture (a store rebuilds it \
+                 from its diff chain); got a chain of several or a lone diff"
                     .into(),
             )),
         }
