@@ -185,3 +185,11 @@ def test_child_is_importable_as_a_module() -> None:
         [sys.executable, "-m", "snapcut.chaos_job", "--help"], capture_output=True, text=True
     )
     assert res.returncode == 0 and "--unsafe-sink" in res.stdout
+
+
+def test_checker_reports_a_torn_committed_file(tmp_path: Path, ref: chaos.Reference) -> None:
+    perfect_output(tmp_path)
+    (tmp_path / "events" / "torn.arrow").write_bytes(b"")
+    check = chaos.check_output(tmp_path, ref)
+    assert len(check.corrupt_files) == 1 and "torn.arrow" in check.corrupt_files[0]
+    assert (check.lost, check.duplicated) == (0, 0)

@@ -15,7 +15,7 @@ computation of the same generated events in plain Python:
 - mismatched: users whose count/total/mean row differs (or is missing or doubled).
 
 The last line of stdout is a JSON summary; the exit code is non-zero if
-any of lost, duplicated, mismatched (or a child error) is non-zero.
+any of lost, duplicated, mismatched (or a child error, or a torn committed file) is non-zero.
 Protocol ``none`` is rejected: without checkpoints a killed job has nothing
 to resume from.
 """
@@ -55,6 +55,9 @@ FAILPOINTS = (
     "sink.mid_commit",
 )
 
+#: Batches a runtime channel holds (`JobOptions::channel_capacity`).
+CHANNEL_BATCHES = 64
+
 KILL_MODES = ("mixed", "timer", "failpoint")
 
 CHILD_TIMEOUT_S = 120.0
@@ -73,7 +76,9 @@ class Options:
     users: int = 200
     workdir: str | None = None
     max_kills: int = 3
-    batch_size: int = 128
+    #: None: small enough that a barrier queued behind a full channel (64
+    #: batches) waits only ~15 ms, so aligned checkpoints complete often.
+    batch_size: int | None = None
     #: The job is throttled to last about this long, so checkpoints (every
     #: 10-50 ms) and kills fall inside it whatever the record count.
     job_seconds: float = 0.4
@@ -83,8 +88,13 @@ class Options:
     #: "mixed" (random per kill), "timer" (random moments) or "failpoint" (crash points).
     kill_mode: str = "mixed"
 
+    def batch(self) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        return max(1, round(self.records / 2 / (CHANNEL_BATCHES * self.job_seconds / 0.015)))
+
     def batches_per_subtask(self) -> float:
-        return max(1.0, self.records / self.batch_size / 2)
+        return max(1.0, self.records / self.batch() / 2)
 
     def throttle_ms(self) -> float:
         return self.job_seconds * 1000 / self.batches_per_subtask()
@@ -105,7 +115,7 @@ class Options:
             ("users", self.users, 1),
             ("max_kills", self.max_kills, 0),
             ("seed", self.seed, 0),
-            ("batch_size", self.batch_size, 1),
+            ("batch_size", self.batch(), 1),
         ):
             if not isinstance(v, int) or isinstance(v, bool) or v < least:
                 raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
@@ -139,6 +149,7 @@ class Summary:
     restored: int = 0
     skipped_checkpoints: int = 0
     errors: int = 0
+    corrupt_files: int = 0
     failed_runs: list[int] = field(default_factory=list)
     records: int = 0
     seed: int = 0
@@ -146,7 +157,8 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.duplicated or self.mismatched or self.errors)
+        bad = self.lost + self.duplicated + self.mismatched + self.errors + self.corrupt_files
+        return bad == 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=False)
@@ -173,17 +185,23 @@ def reference(users: int, records: int, seed: int) -> Reference:
     return Reference(collections.Counter(pairs), {u: (c, t) for u, (c, t) in per_user.items()})
 
 
-def read_committed(directory: Path) -> pa.Table | None:
+def read_committed(directory: Path, corrupt: list[str] | None = None) -> pa.Table | None:
     """Every committed ``*.arrow`` file directly in `directory` (pending or
-    temporary files have other names), concatenated; None if there is none."""
+    temporary files have other names), concatenated; None if there is none.
+    Files pyarrow cannot read (torn by a kill) are named in `corrupt`."""
     if not directory.is_dir():
         return None
     tables = []
     for path in sorted(directory.glob("*.arrow")):
         if path.name.startswith("."):
             continue
-        with ipc.open_file(path) as f:
-            tables.append(f.read_all())
+        try:
+            with ipc.open_file(path) as f:
+                tables.append(f.read_all())
+        except (pa.ArrowInvalid, OSError) as e:
+            if corrupt is None:
+                raise
+            corrupt.append(f"{path}: {e}")
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="default")
@@ -194,13 +212,14 @@ class Check:
     lost: int = 0
     duplicated: int = 0
     mismatched: int = 0
+    corrupt_files: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
 def check_output(output_dir: Path, ref: Reference) -> Check:
     """Compares the committed output of one run with the reference."""
     out = Check()
-    events = read_committed(output_dir / "events")
+    events = read_committed(output_dir / "events", out.corrupt_files)
     got: collections.Counter[tuple[int, int]] = collections.Counter()
     if events is not None:
         got.update(zip(events["user"].to_pylist(), events["dwell_ms"].to_pylist(), strict=True))
@@ -213,7 +232,7 @@ def check_output(output_dir: Path, ref: Reference) -> Check:
     if out.duplicated:
         out.problems.append(f"{out.duplicated} event records extra (e.g. {next(iter(extra))})")
 
-    agg = read_committed(output_dir / "agg")
+    agg = read_committed(output_dir / "agg", out.corrupt_files)
     rows: dict[int, list[tuple[int, int, float]]] = {}
     if agg is not None:
         for user, count, total, mean in zip(
@@ -235,6 +254,8 @@ def check_output(output_dir: Path, ref: Reference) -> Check:
         if (count, total) != want or abs(mean - want[1] / want[0]) > 1e-9 * max(1.0, abs(mean)):
             bad.append(user)
     out.mismatched = len(bad)
+    if out.corrupt_files:
+        out.problems.append(f"unreadable committed files: {out.corrupt_files}")
     if bad:
         u = sorted(bad)[0]
         out.problems.append(
@@ -274,7 +295,7 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
         "--interval",
         f"{interval:.4f}",
         "--batch-size",
-        str(opts.batch_size),
+        str(opts.batch()),
         "--throttle-ms",
         f"{opts.throttle_ms():.3f}",
         "--checkpoint-dir",
@@ -406,6 +427,7 @@ def run_chaos(opts: Options, log: Callable[[str], None] = lambda _: None) -> Sum
             summary.lost += check.lost
             summary.duplicated += check.duplicated
             summary.mismatched += check.mismatched
+            summary.corrupt_files += len(check.corrupt_files)
             if check.problems:
                 summary.failed_runs.append(run)
                 log(f"run {run}: FAILED: {'; '.join(check.problems)} (kept in {run_dir})")
