@@ -68,6 +68,7 @@ def simulate_dataflow(
     aligned_first: bool = False,
     abort_one_in: int = 0,
 ) -> dict[str, object]: ...
+
 # --- dataflow (pyflow) ---
 from collections.abc import Callable, Iterator  # noqa: E402
 from typing import Any  # noqa: E402
@@ -149,6 +150,7 @@ def _keyed_roundtrip(
     key: str, func: Callable[..., Any], before: list[Any], after: list[Any]
 ) -> tuple[Any, list[Any], Any]:
     """Test hook: keyed process snapshot → restore → continue."""
+
 # --- state / store ---
 import builtins  # noqa: E402
 from collections.abc import Sequence  # noqa: E402

@@ -245,11 +245,17 @@ fn ipc_file_sink_writes_one_readable_file_per_subtask() {
         .unwrap();
     assert_eq!(report.records_out, 5000);
     let mut rows = 0;
-    for sub in 0..2 {
-        let f = std::fs::File::open(dir.join(format!("part-{sub}.arrow"))).unwrap();
+    // Committed files are `part-<subtask>-<checkpoint>.arrow` (two-phase commit).
+    let mut subtasks = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(name.starts_with("part-") && name.ends_with(".arrow"), "{name}");
+        subtasks.insert(name.split('-').nth(1).unwrap().to_string());
+        let f = std::fs::File::open(dir.join(&name)).unwrap();
         let reader = arrow_ipc::reader::FileReader::try_new(f, None).unwrap();
         rows += reader.map(|b| b.unwrap().num_rows()).sum::<usize>();
     }
+    assert_eq!(subtasks.len(), 2, "both subtasks wrote");
     assert_eq!(rows, 5000);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -86,6 +86,19 @@ impl JobHandle {
     }
 }
 
+/// `vertex x parallelism, ...` of a set of tasks, in name order.
+fn shape<'a>(tasks: impl Iterator<Item = &'a crate::snapshot::TaskId>) -> String {
+    let mut counts = std::collections::BTreeMap::<&str, usize>::new();
+    for t in tasks {
+        *counts.entry(t.vertex.as_str()).or_default() += 1;
+    }
+    counts
+        .iter()
+        .map(|(v, n)| format!("{v} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A validated job, ready to run.
 pub struct Job {
     graph: LogicalGraph,
@@ -123,9 +136,12 @@ impl Job {
     /// The checkpoint must come from a graph of the same shape.
     pub fn restore_from(mut self, checkpoint: &CompletedCheckpoint) -> Result<Self> {
         if checkpoint.meta.graph_fingerprint != self.physical.fingerprint {
+            let theirs = shape(checkpoint.tasks.keys());
+            let ours = shape(self.physical.tasks.iter().map(|t| &t.id));
             return Err(Error::Snapshot(format!(
-                "checkpoint {} was taken from graph {}, but this job's graph is {}; \
-                 restore into the same vertices, parallelism and edges",
+                "checkpoint {} was taken from graph {} [{theirs}], but this job's graph is {} \
+                 [{ours}] (vertex x parallelism); restore into the same vertices, parallelism \
+                 and edges",
                 checkpoint.meta.id, checkpoint.meta.graph_fingerprint, self.physical.fingerprint
             )));
         }

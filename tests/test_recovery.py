@@ -1,0 +1,182 @@
+"""Durable checkpoints and recovery through the Python API: checkpoint_dir,
+resume, restart_attempts, the exactly-once write_arrow sink."""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from snapcut import Checkpointing, ConfigError, Dataflow, SnapshotError, TaskError
+from snapcut.dataflow import dwell_events
+
+USERS, COUNT, SEED = 30, 40_000, 5
+
+
+def failing_once(marker: Path, root: Path) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """A map UDF that raises once, on its first call after a checkpoint has
+    completed under `root`, if `marker` is absent (creating it); otherwise
+    it passes the batch through (slowly, so that checkpoints happen)."""
+
+    def fn(batch: pa.RecordBatch) -> pa.RecordBatch:
+        time.sleep(0.002)
+        if not marker.exists() and any(root.glob("chk-*/manifest.json")):
+            marker.write_text("failed once")
+            raise RuntimeError("injected UDF failure")
+        return batch
+
+    return fn
+
+
+def build(
+    marker: Path, out: Path | None = None, parallelism: int = 2, root: Path | None = None
+) -> Dataflow:
+    flow = Dataflow(parallelism=parallelism)
+    ev = flow.generate_dwell_events(users=USERS, count=COUNT, seed=SEED, batch_size=200)
+    passed = ev.map(failing_once(marker, root or marker.parent / "chk"))
+    passed.key_by("user").aggregate(n="count", total=("sum", "dwell_ms")).collect("r")
+    if out is not None:
+        passed.write_arrow(out)
+    return flow
+
+
+def expected() -> dict[int, tuple[int, int]]:
+    t = dwell_events(USERS, COUNT, SEED)
+    g = t.group_by("user").aggregate([("dwell_ms", "count"), ("dwell_ms", "sum")])
+    return {
+        u: (n, s)
+        for u, n, s in zip(
+            g["user"].to_pylist(),
+            g["dwell_ms_count"].to_pylist(),
+            g["dwell_ms_sum"].to_pylist(),
+            strict=True,
+        )
+    }
+
+
+def got(table: pa.Table) -> dict[int, tuple[int, int]]:
+    assert table.num_rows == len(set(table["user"].to_pylist())), "one row per user"
+    return {
+        u: (n, s)
+        for u, n, s in zip(
+            table["user"].to_pylist(),
+            table["n"].to_pylist(),
+            table["total"].to_pylist(),
+            strict=True,
+        )
+    }
+
+
+CFG = Checkpointing(interval=0.005, full_every=3, retained=3)
+
+
+def test_udf_failure_then_resume_recovers(tmp_path: Path) -> None:
+    marker, root = tmp_path / "marker", tmp_path / "chk"
+    with pytest.raises(TaskError, match="injected UDF failure"):
+        build(marker).run(CFG, checkpoint_dir=root)
+    report = build(marker).run(CFG, checkpoint_dir=root, resume=True)
+    assert report.restored_from is not None
+    assert report.skipped == []
+    assert got(report.results["r"]) == expected()
+
+
+def test_restart_attempts_restart_from_the_last_checkpoint(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    cfg = Checkpointing(interval=0.005, restart_attempts=1, restart_delay=0)
+    report = build(marker).run(cfg, checkpoint_dir=tmp_path / "chk")
+    assert marker.exists()
+    assert len(report.restarts) == 1
+    assert "injected UDF failure" in report.restarts[0][0]
+    assert got(report.results["r"]) == expected()
+
+
+def test_write_arrow_is_exactly_once_across_failure_and_resume(tmp_path: Path) -> None:
+    marker, root, out = tmp_path / "marker", tmp_path / "chk", tmp_path / "out"
+    with pytest.raises(TaskError):
+        build(marker, out).run(CFG, checkpoint_dir=root)
+    partial = ds.dataset(out, format="arrow").to_table()
+    assert partial.num_rows < COUNT  # only committed files are visible
+    build(marker, out).run(CFG, checkpoint_dir=root, resume=True)
+    table = ds.dataset(out, format="arrow").to_table()
+    want = dwell_events(USERS, COUNT, SEED)
+    keys = [("user", "ascending"), ("dwell_ms", "ascending")]
+    assert table.num_rows == COUNT
+    assert table.sort_by(keys).equals(want.sort_by(keys))
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_corrupt_newest_checkpoint_falls_back_with_a_warning(tmp_path: Path) -> None:
+    marker, root = tmp_path / "marker", tmp_path / "chk"
+    marker.write_text("never fail")
+    build(marker).run(CFG, checkpoint_dir=root)
+    dirs = sorted(p for p in root.iterdir() if (p / "manifest.json").exists())
+    assert len(dirs) >= 2
+    newest = dirs[-1]
+    manifest = json.loads((newest / "manifest.json").read_text())
+    state = next(f["path"] for f in manifest["files"] if f["role"] == "state")
+    (newest / state).write_bytes(b"garbage")
+    with pytest.warns(RuntimeWarning, match=f"checkpoint {manifest['checkpoint_id']}"):
+        report = build(marker).run(CFG, checkpoint_dir=root, resume=True)
+    assert [i for i, _ in report.skipped] == [manifest["checkpoint_id"]]
+    assert report.restored_from is not None and report.restored_from < manifest["checkpoint_id"]
+    assert got(report.results["r"]) == expected()
+
+
+def test_resume_with_other_parallelism_names_both_shapes(tmp_path: Path) -> None:
+    marker, root = tmp_path / "marker", tmp_path / "chk"
+    marker.write_text("never fail")
+    build(marker).run(CFG, checkpoint_dir=root)
+    with pytest.raises(SnapshotError, match=r"x2.*x3|x3.*x2"):
+        build(marker, parallelism=3).run(CFG, checkpoint_dir=root, resume=True)
+
+
+def test_resume_on_empty_dir_starts_fresh(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    marker.write_text("never fail")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = build(marker).run(CFG, checkpoint_dir=tmp_path / "chk", resume=True)
+    assert report.restored_from is None
+    assert got(report.results["r"]) == expected()
+
+
+def test_diff_checkpoints_on_disk(tmp_path: Path) -> None:
+    marker, root = tmp_path / "marker", tmp_path / "chk"
+    marker.write_text("never fail")
+    cfg = Checkpointing(interval=0.005, full_every=3, retained=50)
+    build(marker).run(cfg, checkpoint_dir=root)
+    kinds = set()
+    for m in root.glob("chk-*/manifest.json"):
+        for f in json.loads(m.read_text())["files"]:
+            if f["role"] == "state" and f.get("vertex", "").startswith("aggregate"):
+                kinds.add(f["kind"])
+    assert kinds == {"full", "diff"}
+
+
+def test_bad_recovery_arguments_are_config_errors(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    with pytest.raises(ConfigError, match="checkpoint_dir"):
+        build(marker).run(CFG, resume=True)
+    with pytest.raises(ConfigError, match="checkpoint_dir"):
+        build(marker).run(Checkpointing(restart_attempts=2))
+    with pytest.raises(ConfigError, match="protocol"):
+        build(marker).run(Checkpointing(protocol="none"), checkpoint_dir=tmp_path / "c")
+    with pytest.raises(ConfigError, match="restart_attempts"):
+        Checkpointing(restart_attempts=-1)
+    with pytest.raises(ConfigError, match="full_every"):
+        Checkpointing(full_every=0)
+
+
+def test_unwritable_checkpoint_dir_is_a_clear_error(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    marker.write_text("never fail")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(Exception, match="file"):
+        build(marker).run(CFG, checkpoint_dir=blocker / "chk")
