@@ -128,22 +128,17 @@ def test_cli_prints_the_summary_last(capfd: pytest.CaptureFixture[str], tmp_path
     assert summary["runs"] == 1 and summary["kills"] >= 1
 
 
-def test_harness_detects_a_non_transactional_sink(tmp_path: Path) -> None:
+def test_harness_detects_a_non_transactional_sink(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     # Events written at once, without two-phase commit: whatever was written
     # after the restored checkpoint is written again after the restart.
-    opts = chaos.Options(
-        protocol="aligned",
-        runs=2,
-        seed=1,
-        records=RECORDS,
-        users=USERS,
-        workdir=str(tmp_path),
-        unsafe_sink=True,
-        failpoints=("store.after_manifest",),
-        kill_mode="failpoint",
-    )
-    s = chaos.run_chaos(opts)
-    assert s.kills >= 1 and s.duplicated > 0 and not s.ok, s
+    argv = ["chaos", "--protocol", "aligned", "--runs", "2", "--seed", "1", "--unsafe-sink"]
+    argv += ["--records", str(RECORDS), "--users", str(USERS), "--workdir", str(tmp_path)]
+    argv += ["--kill-mode", "failpoint", "--failpoints", "store.after_manifest"]
+    assert cli_main(argv) == 1
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert summary["kills"] >= 1 and summary["duplicated"] > 0, summary
 
 
 def job_cmd(run_dir: Path, resume: bool) -> list[str]:
