@@ -249,7 +249,10 @@ fn ipc_file_sink_writes_one_readable_file_per_subtask() {
     let mut subtasks = std::collections::BTreeSet::new();
     for e in std::fs::read_dir(&dir).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        assert!(name.starts_with("part-") && name.ends_with(".arrow"), "{name}");
+        assert!(
+            name.starts_with("part-") && name.ends_with(".arrow"),
+            "{name}"
+        );
         subtasks.insert(name.split('-').nth(1).unwrap().to_string());
         let f = std::fs::File::open(dir.join(&name)).unwrap();
         let reader = arrow_ipc::reader::FileReader::try_new(f, None).unwrap();

@@ -14,6 +14,9 @@ use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::snapshot::{StateCapture, StateKind};
 
+/// (subtask, checkpoint) → batches pre-committed, not yet published.
+type PreCommitted = BTreeMap<(usize, CheckpointId), Vec<RecordBatch>>;
+
 /// What a [`collect_sink`] received, readable after (or during) the run.
 /// Shared by every run of the same graph (restarts included), so that a
 /// restored subtask can finish the commit its failed predecessor staged.
@@ -21,7 +24,7 @@ use crate::snapshot::{StateCapture, StateKind};
 pub struct Collected {
     committed: Arc<Mutex<Vec<RecordBatch>>>,
     /// (subtask, checkpoint) → batches pre-committed, not yet published.
-    pending: Arc<Mutex<BTreeMap<(usize, CheckpointId), Vec<RecordBatch>>>>,
+    pending: Arc<Mutex<PreCommitted>>,
 }
 
 impl Collected {
