@@ -4,6 +4,7 @@ resume, restart_attempts, the exactly-once write_arrow sink."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -13,7 +14,14 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 
-from snapcut import Checkpointing, ConfigError, Dataflow, SnapshotError, TaskError
+from snapcut import (
+    Checkpointing,
+    ConfigError,
+    Dataflow,
+    JobControl,
+    SnapshotError,
+    TaskError,
+)
 from snapcut.dataflow import dwell_events
 
 USERS, COUNT, SEED = 30, 40_000, 5
@@ -180,3 +188,37 @@ def test_unwritable_checkpoint_dir_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(Exception, match="file"):
         build(marker).run(CFG, checkpoint_dir=blocker / "chk")
+
+
+def test_savepoint_survives_retention(tmp_path: Path) -> None:
+    marker, root = tmp_path / "marker", tmp_path / "chk"
+    marker.write_text("never fail")
+    control = JobControl()
+    taken: list[bool] = []
+
+    def take() -> None:
+        while not control.started:
+            time.sleep(0.001)
+        time.sleep(0.02)
+        control.trigger_savepoint()
+        taken.append(True)
+
+    t = threading.Thread(target=take)
+    t.start()
+    cfg = Checkpointing(interval=0.005, retained=1)
+    report = build(marker).run(cfg, checkpoint_dir=root, control=control)
+    t.join()
+    assert taken
+    savepoints = [c.id for c in report.completed_checkpoints if c.savepoint]
+    assert len(savepoints) == 1
+    kept = {
+        json.loads(m.read_text())["checkpoint_id"]: json.loads(m.read_text())["savepoint"]
+        for m in root.glob("chk-*/manifest.json")
+    }
+    assert kept.get(savepoints[0]) is True, kept
+    assert got(report.results["r"]) == expected()
+
+
+def test_job_control_before_start_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="not started"):
+        JobControl().trigger_savepoint()

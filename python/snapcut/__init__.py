@@ -23,7 +23,7 @@ from snapcut.checkpointing import (
     Snapshot,
     TaskState,
 )
-from snapcut.dataflow import Dataflow, KeyedStream, RunReport, Stream
+from snapcut.dataflow import Dataflow, JobControl, KeyedStream, RunReport, Stream
 
 __all__ = [
     "ChannelClosedError",
@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "Dataflow",
     "GraphError",
+    "JobControl",
     "KeyedStream",
     "RunReport",
     "SnapcutError",

@@ -131,6 +131,7 @@ class _GraphBuilder:
         resume: bool = False,
         restart_attempts: int = 0,
         restart_delay: float = 1.0,
+        control: _JobControl | None = None,
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 
@@ -304,3 +305,12 @@ class Receiver:
 
 def channel(capacity: int) -> tuple[Sender, Receiver]:
     """A bounded FIFO channel for `capacity` objects; ConfigError if capacity is 0."""
+
+# --- recovery ---
+class _JobControl:
+    def __init__(self) -> None: ...
+    @property
+    def started(self) -> bool: ...
+    def trigger_savepoint(self) -> None: ...
+    def trigger_checkpoint(self) -> None: ...
+    def cancel(self) -> None: ...

@@ -261,6 +261,7 @@ class Dataflow:
         checkpoint_dir: str | os.PathLike[str] | None = None,
         resume: bool = False,
         restore_from: Snapshot | None = None,
+        control: JobControl | None = None,
     ) -> RunReport:
         """Runs the job to completion (bounded sources); the GIL is released
         while it runs. Raises TaskError if an operator fails.
@@ -272,6 +273,9 @@ class Dataflow:
         with a warning naming them and why), else from the beginning.
         `Checkpointing.restart_attempts` restarts a failed job from its last
         checkpoint there.
+
+        control: a `JobControl` to trigger savepoints/checkpoints or cancel
+        the job from another thread while it runs.
 
         restore_from: a snapshot of an earlier run of the same graph (same
         operators, names, parallelism): every operator restores its state,
@@ -322,6 +326,7 @@ class Dataflow:
             resume,
             checkpointing.restart_attempts,
             delay_s,
+            None if control is None else control._inner,
         )
         report = RunReport.from_raw(raw)
         if report.skipped:
@@ -416,6 +421,31 @@ def _to_batches(
                 yield flush()
     if rows:
         yield flush()
+
+
+class JobControl:
+    """Controls a running `Dataflow.run(..., control=...)` from another thread."""
+
+    def __init__(self) -> None:
+        self._inner = _core._JobControl()
+
+    @property
+    def started(self) -> bool:
+        """Whether the job has started (it may have ended since)."""
+        return self._inner.started
+
+    def trigger_savepoint(self) -> None:
+        """Takes a savepoint: a checkpoint that retention never removes.
+        Raises ConfigError if the job has not started, has ended, or has
+        checkpoints disabled."""
+        self._inner.trigger_savepoint()
+
+    def trigger_checkpoint(self) -> None:
+        self._inner.trigger_checkpoint()
+
+    def cancel(self) -> None:
+        """Stops the job: `run` raises TaskError("job cancelled by the user")."""
+        self._inner.cancel()
 
 
 @dataclass(frozen=True)

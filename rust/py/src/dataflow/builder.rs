@@ -16,6 +16,7 @@ use snapcut_core::runtime::{
 use snapcut_core::Error;
 
 use super::config::PyCheckpointConfig;
+use super::control::PyJobControl;
 use super::keyed::KeyedProcessFactory;
 use super::report::{self, PyCheckpoint};
 use super::source::{BatchesSourceFactory, PyIterSourceFactory};
@@ -216,7 +217,7 @@ impl GraphBuilder {
     /// `resume` starts from its newest intact checkpoint; failures restart
     /// the job from the last checkpoint up to `restart_attempts` times.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0))]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, control=None))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -226,7 +227,10 @@ impl GraphBuilder {
         resume: bool,
         restart_attempts: u32,
         restart_delay: f64,
+        control: Option<PyRef<'_, PyJobControl>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let current: Arc<std::sync::Mutex<Option<JobHandle>>> =
+            control.map(|c| Arc::clone(&c.current)).unwrap_or_default();
         if self.ran {
             return Err(Error::Config(
                 "a graph builder runs once; build the Dataflow again".into(),
@@ -255,7 +259,7 @@ impl GraphBuilder {
                 })?,
             };
             let config = checkpointing.inner.clone();
-            let outcome = run_durable_interruptibly(py, graph, config, durable)?;
+            let outcome = run_durable_interruptibly(py, graph, config, durable, current)?;
             let d = report::to_py(py, &outcome.report, &self.collects, &[])?;
             d.set_item("restored_from", outcome.restored_from)?;
             let skipped: Vec<(u64, String)> = outcome
@@ -280,6 +284,7 @@ impl GraphBuilder {
         if let Some(checkpoint) = restore_from {
             job = job.restore_from(&checkpoint.inner).map_py()?;
         }
+        *current.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.handle());
         let sink = Arc::new(InMemorySnapshots::new());
         let job_report = run_interruptibly(py, job, Arc::clone(&sink) as _)?;
         let d = report::to_py(py, &job_report, &self.collects, &sink.completed())?;
@@ -383,9 +388,9 @@ fn run_durable_interruptibly(
     graph: LogicalGraph,
     config: snapcut_core::runtime::CheckpointConfig,
     durable: DurableOptions,
+    current: Arc<std::sync::Mutex<Option<JobHandle>>>,
 ) -> PyResult<DurableReport> {
     use std::sync::mpsc::{channel, RecvTimeoutError};
-    let current: Arc<std::sync::Mutex<Option<JobHandle>>> = Arc::default();
     let setter = Arc::clone(&current);
     let (tx, rx) = channel();
     let rx = std::sync::Mutex::new(rx);

@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod builder;
 mod config;
+mod control;
 mod convert;
 mod harness;
 mod keyed;
@@ -17,6 +18,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(config::checkpoint_config, m)?)?;
     m.add_class::<builder::GraphBuilder>()?;
     m.add_class::<report::PyCheckpoint>()?;
+    m.add_class::<control::PyJobControl>()?;
     m.add_function(wrap_pyfunction!(dwell_events, m)?)?;
     m.add_function(wrap_pyfunction!(harness::_replay_source, m)?)?;
     m.add_function(wrap_pyfunction!(harness::_keyed_roundtrip, m)?)?;
