@@ -7,6 +7,7 @@ import argparse
 
 def register_all(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds every subcommand. New commands add one line here."""
-    from snapcut import demo
+    from snapcut import chaos, demo
 
     demo.add_parser(sub)
+    chaos.add_parser(sub)

@@ -10,6 +10,7 @@
 
 pub mod channel;
 pub mod error;
+pub mod failpoint;
 pub mod graph;
 pub mod protocol;
 pub mod runtime;

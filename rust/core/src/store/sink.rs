@@ -296,8 +296,10 @@ impl SnapshotStore {
         };
         let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
         sync_dir(&dir)?;
+        crate::failpoint::hit("store.before_manifest");
         write_atomic(&dir, MANIFEST_FILE, MANIFEST_TMP_FILE, &json)?;
         sync_dir(self.root())?;
+        crate::failpoint::hit("store.after_manifest");
         Ok(manifest)
     }
 

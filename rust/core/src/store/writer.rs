@@ -78,6 +78,7 @@ fn run(rx: Receiver<Job>) {
         let outcome = std::fs::create_dir_all(&job.dir)
             .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))
             .and_then(|()| write_ipc(&job.dir.join(&job.name), &job.schema, &job.batches));
+        crate::failpoint::hit("store.after_state_file");
         // The stager may have given up (abort); nobody to tell then.
         let _ = job.done.send(outcome);
     }

@@ -337,7 +337,9 @@ impl Operator for IpcSink {
         let later = self.pending.split_off(&(id + 1));
         let ready = std::mem::replace(&mut self.pending, later);
         for (cid, name) in ready {
+            crate::failpoint::hit("sink.before_commit_rename");
             self.publish(cid, &name)?;
+            crate::failpoint::hit("sink.mid_commit");
         }
         Ok(())
     }

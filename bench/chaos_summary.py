@@ -1,0 +1,32 @@
+"""Sums the chunk summaries `bench/chaos_all.sh` wrote into one row per protocol."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+KEYS = ("runs", "kills", "recoveries", "lost", "duplicated", "mismatched")
+EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files", "seconds")
+
+
+def main(root: str = "bench/results") -> None:
+    print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
+    print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
+    for p in ("aligned", "unaligned", "chandy-lamport", "sync"):
+        path = Path(root) / f"chaos-{p}.jsonl"
+        if not path.exists():
+            continue
+        chunks = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+        tot = {k: sum(c.get(k, 0) for c in chunks) for k in KEYS + EXTRA}
+        points: dict[str, int] = {}
+        for c in chunks:
+            for name, n in c.get("failpoints", {}).items():
+                points[name] = points.get(name, 0) + n
+        cells = [str(round(tot[k], 1)) for k in KEYS + EXTRA]
+        fp = ", ".join(f"{k} {v}" for k, v in sorted(points.items()))
+        print(f"| {p} | " + " | ".join(cells) + f" | {fp} |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

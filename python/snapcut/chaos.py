@@ -1,0 +1,510 @@
+"""`snapcut chaos`: proves exactly-once output under injected crashes.
+
+Each run starts the reference dwell-time job (`snapcut.chaos_job`) in a
+child process and kills it with SIGKILL, then restarts it with resume,
+until it finishes. Kills are either at a random moment of the run or at a
+deterministic crash point (``SNAPCUT_FAILPOINTS``: mid checkpoint write,
+between checkpoint files and manifest, between manifest and sink commit,
+mid sink commit). Every choice comes from ``--seed`` and the run number, so
+a failing run replays. The committed output (every ``*.arrow`` file the
+sinks published, read with pyarrow) is then compared with a failure-free
+computation of the same generated events in plain Python:
+
+- lost: reference records missing from the output (as a multiset),
+- duplicated: output records beyond the reference,
+- mismatched: users whose count/total/mean row differs (or is missing or doubled).
+
+The last line of stdout is a JSON summary; the exit code is non-zero if
+any of lost, duplicated, mismatched (or a child error, or a torn committed file) is non-zero.
+Protocol ``none`` is rejected: without checkpoints a killed job has nothing
+to resume from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from snapcut._core import ConfigError
+from snapcut.dataflow import dwell_events
+
+PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync")
+
+#: Crash points the harness arms (see `snapcut_core::failpoint::POINTS`).
+FAILPOINTS = (
+    "store.after_state_file",
+    "store.before_manifest",
+    "store.after_manifest",
+    "sink.before_commit_rename",
+    "sink.mid_commit",
+)
+
+#: Batches a runtime channel holds (`JobOptions::channel_capacity`).
+CHANNEL_BATCHES = 64
+
+KILL_MODES = ("mixed", "timer", "failpoint")
+
+CHILD_TIMEOUT_S = 120.0
+
+
+class ChaosError(RuntimeError):
+    """A child job failed other than by an injected kill."""
+
+
+@dataclass
+class Options:
+    protocol: str = "aligned"
+    runs: int = 10
+    seed: int = 0
+    records: int = 20_000
+    users: int = 200
+    workdir: str | None = None
+    max_kills: int = 3
+    #: None: small enough that a barrier queued behind a full channel (64
+    #: batches) waits only ~15 ms, so aligned checkpoints complete often.
+    batch_size: int | None = None
+    #: The job is throttled to last about this long, so checkpoints (every
+    #: 10-50 ms) and kills fall inside it whatever the record count.
+    job_seconds: float = 0.4
+    unsafe_sink: bool = False
+    keep: bool = False
+    failpoints: tuple[str, ...] = FAILPOINTS
+    #: "mixed" (random per kill), "timer" (random moments) or "failpoint" (crash points).
+    kill_mode: str = "mixed"
+
+    def batch(self) -> int:
+        if self.batch_size is not None:
+            return self.batch_size
+        return max(1, round(self.records / 2 / (CHANNEL_BATCHES * self.job_seconds / 0.015)))
+
+    def batches_per_subtask(self) -> float:
+        return max(1.0, self.records / self.batch() / 2)
+
+    def throttle_ms(self) -> float:
+        return self.job_seconds * 1000 / self.batches_per_subtask()
+
+    def check(self) -> None:
+        if self.protocol == "none":
+            raise ConfigError(
+                "protocol 'none' takes no checkpoints, so a killed job has nothing to resume "
+                f"from and exactly-once cannot hold; use one of {', '.join(PROTOCOLS)}"
+            )
+        if self.protocol not in PROTOCOLS:
+            raise ConfigError(
+                f"unknown protocol {self.protocol!r}; use one of {', '.join(PROTOCOLS)}"
+            )
+        for what, v, least in (
+            ("runs", self.runs, 1),
+            ("records", self.records, 1),
+            ("users", self.users, 1),
+            ("max_kills", self.max_kills, 0),
+            ("seed", self.seed, 0),
+            ("batch_size", self.batch(), 1),
+        ):
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
+        if self.kill_mode not in KILL_MODES:
+            raise ConfigError(
+                f"kill_mode must be one of {', '.join(KILL_MODES)}, got {self.kill_mode!r}"
+            )
+        if self.kill_mode != "timer" and not self.failpoints:
+            raise ConfigError("failpoint kills need at least one failpoint")
+        if not 0 < self.job_seconds < 600:
+            raise ConfigError(f"job_seconds must be in (0, 600), got {self.job_seconds!r}")
+        unknown = set(self.failpoints) - set(FAILPOINTS)
+        if unknown:
+            raise ConfigError(
+                f"unknown failpoints {sorted(unknown)}; known: {', '.join(FAILPOINTS)}"
+            )
+
+
+@dataclass
+class Summary:
+    protocol: str
+    runs: int = 0
+    kills: int = 0
+    recoveries: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    mismatched: int = 0
+    timer_kills: int = 0
+    failpoint_kills: int = 0
+    failpoints: dict[str, int] = field(default_factory=dict)
+    restored: int = 0
+    skipped_checkpoints: int = 0
+    errors: int = 0
+    corrupt_files: int = 0
+    failed_runs: list[int] = field(default_factory=list)
+    records: int = 0
+    seed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        bad = self.lost + self.duplicated + self.mismatched + self.errors + self.corrupt_files
+        return bad == 0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=False)
+
+
+# ---- reference and checker ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reference:
+    records: collections.Counter[tuple[int, int]]
+    per_user: dict[int, tuple[int, int]]
+
+
+def reference(users: int, records: int, seed: int) -> Reference:
+    """The failure-free result, in plain Python from the same seeded generator."""
+    table = dwell_events(users, records, seed)
+    pairs = list(zip(table["user"].to_pylist(), table["dwell_ms"].to_pylist(), strict=True))
+    per_user: dict[int, list[int]] = {}
+    for user, dwell in pairs:
+        slot = per_user.setdefault(user, [0, 0])
+        slot[0] += 1
+        slot[1] += dwell
+    return Reference(collections.Counter(pairs), {u: (c, t) for u, (c, t) in per_user.items()})
+
+
+def read_committed(directory: Path, corrupt: list[str] | None = None) -> pa.Table | None:
+    """Every committed ``*.arrow`` file directly in `directory` (pending or
+    temporary files have other names), concatenated; None if there is none.
+    Files pyarrow cannot read (torn by a kill) are named in `corrupt`."""
+    if not directory.is_dir():
+        return None
+    tables = []
+    for path in sorted(directory.glob("*.arrow")):
+        if path.name.startswith("."):
+            continue
+        try:
+            with ipc.open_file(path) as f:
+                tables.append(f.read_all())
+        except (pa.ArrowInvalid, OSError) as e:
+            if corrupt is None:
+                raise
+            corrupt.append(f"{path}: {e}")
+    if not tables:
+        return None
+    return pa.concat_tables(tables, promote_options="default")
+
+
+@dataclass
+class Check:
+    lost: int = 0
+    duplicated: int = 0
+    mismatched: int = 0
+    corrupt_files: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def check_output(output_dir: Path, ref: Reference) -> Check:
+    """Compares the committed output of one run with the reference."""
+    out = Check()
+    events = read_committed(output_dir / "events", out.corrupt_files)
+    got: collections.Counter[tuple[int, int]] = collections.Counter()
+    if events is not None:
+        got.update(zip(events["user"].to_pylist(), events["dwell_ms"].to_pylist(), strict=True))
+    missing = ref.records - got
+    extra = got - ref.records
+    out.lost = sum(missing.values())
+    out.duplicated = sum(extra.values())
+    if out.lost:
+        out.problems.append(f"{out.lost} event records lost (e.g. {next(iter(missing))})")
+    if out.duplicated:
+        out.problems.append(f"{out.duplicated} event records extra (e.g. {next(iter(extra))})")
+
+    agg = read_committed(output_dir / "agg", out.corrupt_files)
+    rows: dict[int, list[tuple[int, int, float]]] = {}
+    if agg is not None:
+        for user, count, total, mean in zip(
+            agg["user"].to_pylist(),
+            agg["count"].to_pylist(),
+            agg["total"].to_pylist(),
+            agg["mean"].to_pylist(),
+            strict=True,
+        ):
+            rows.setdefault(user, []).append((count, total, mean))
+    bad = []
+    for user in ref.per_user.keys() | rows.keys():
+        want = ref.per_user.get(user)
+        have = rows.get(user, [])
+        if want is None or len(have) != 1:
+            bad.append(user)
+            continue
+        count, total, mean = have[0]
+        if (count, total) != want or abs(mean - want[1] / want[0]) > 1e-9 * max(1.0, abs(mean)):
+            bad.append(user)
+    out.mismatched = len(bad)
+    if out.corrupt_files:
+        out.problems.append(f"unreadable committed files: {out.corrupt_files}")
+    if bad:
+        u = sorted(bad)[0]
+        out.problems.append(
+            f"{len(bad)} users' aggregates differ (e.g. user {u}: got {rows.get(u, [])}, "
+            f"expected {ref.per_user.get(u)})"
+        )
+    return out
+
+
+# ---- one child attempt -----------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    """What one child process did."""
+
+    killed: bool
+    failpoint: str | None
+    finished: dict[str, Any] | None
+    returncode: int
+    seconds: float
+
+
+def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "snapcut.chaos_job",
+        "--protocol",
+        opts.protocol,
+        "--records",
+        str(opts.records),
+        "--users",
+        str(opts.users),
+        "--seed",
+        str(opts.seed),
+        "--interval",
+        f"{interval:.4f}",
+        "--batch-size",
+        str(opts.batch()),
+        "--throttle-ms",
+        f"{opts.throttle_ms():.3f}",
+        "--checkpoint-dir",
+        str(run_dir / "checkpoints"),
+        "--output-dir",
+        str(run_dir / "out"),
+    ]
+    if resume:
+        cmd.append("--resume")
+    if opts.unsafe_sink:
+        cmd.append("--unsafe-sink")
+    return cmd
+
+
+def _failpoint_hit(stderr: IO[str]) -> str | None:
+    stderr.seek(0)
+    for line in stderr:
+        if line.startswith("snapcut: failpoint "):
+            return line.split()[2]
+    return None
+
+
+def run_child(
+    cmd: list[str], env: dict[str, str], kill_after: float | None, stderr_path: Path
+) -> Attempt:
+    """Runs the job once; SIGKILLs it `kill_after` seconds after it started running."""
+    with open(stderr_path, "w+") as err:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # "running" once the job started, "" if it died
+        start = time.monotonic()
+        if kill_after is not None and first.strip() == "running":
+            try:
+                proc.wait(timeout=kill_after)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGKILL)
+        try:
+            rest, _ = proc.communicate(timeout=CHILD_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise ChaosError(f"child {cmd} hung for {CHILD_TIMEOUT_S}s; killed") from None
+        seconds = time.monotonic() - start
+        fp = _failpoint_hit(err)
+        if proc.returncode == -signal.SIGKILL:
+            return Attempt(True, fp, None, proc.returncode, seconds)
+        if proc.returncode != 0:
+            err.seek(0)
+            tail = err.read()[-2000:]
+            raise ChaosError(f"child exited with {proc.returncode}:\n{tail}")
+    lines = [ln for ln in rest.splitlines() if ln.startswith("{")]
+    finished = json.loads(lines[-1]) if lines else {}
+    return Attempt(False, None, finished, 0, seconds)
+
+
+# ---- the harness ------------------------------------------------------------------
+
+
+def run_one(
+    opts: Options, run: int, run_dir: Path, ref: Reference, summary: Summary, est: list[float]
+) -> Check:
+    """One run: planned kills, then restarts until the job completes; then the check."""
+    rng = random.Random(opts.seed * 1_000_003 + run)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    interval = rng.uniform(0.01, 0.05)
+    planned = rng.randint(1, max(1, opts.max_kills)) if opts.max_kills else 0
+    attempt = 0
+    while True:
+        env = dict(os.environ)
+        env.pop("SNAPCUT_FAILPOINTS", None)
+        kill_after = None
+        if attempt < planned:
+            use_failpoint = rng.random() < 0.5
+            if opts.kill_mode != "mixed":
+                use_failpoint = opts.kill_mode == "failpoint"
+            if use_failpoint:
+                point = rng.choice(opts.failpoints)
+                env["SNAPCUT_FAILPOINTS"] = f"{point}={rng.randint(1, 4)}"
+            else:
+                kill_after = rng.uniform(0.0, est[0])
+        elif attempt > planned + 5:
+            raise ChaosError(f"run {run}: the job did not finish after {attempt} attempts")
+        cmd = _child_cmd(opts, run_dir, interval, resume=attempt > 0)
+        a = run_child(cmd, env, kill_after, run_dir / f"stderr-{attempt}.txt")
+        if attempt > 0:
+            summary.recoveries += 1
+        attempt += 1
+        if a.killed:
+            summary.kills += 1
+            if a.failpoint is not None:
+                summary.failpoint_kills += 1
+                summary.failpoints[a.failpoint] = summary.failpoints.get(a.failpoint, 0) + 1
+            else:
+                summary.timer_kills += 1
+            continue
+        # Timer kills aim at the job's whole length, learnt from finished runs.
+        est[0] = max(est[0] * 0.8, a.seconds)
+        done = a.finished or {}
+        if done.get("restored_from") is not None:
+            summary.restored += 1
+        summary.skipped_checkpoints += int(done.get("skipped", 0))
+        break
+    return check_output(run_dir / "out", ref)
+
+
+def run_chaos(opts: Options, log: Callable[[str], None] = lambda _: None) -> Summary:
+    """Runs `opts.runs` chaos runs and returns the summary (never raises on a
+    child failure: it counts as an error and the run as failed)."""
+    opts.check()
+    started = time.monotonic()
+    summary = Summary(protocol=opts.protocol, records=opts.records, seed=opts.seed)
+    ref = reference(opts.users, opts.records, opts.seed)
+    owned = opts.workdir is None
+    root = Path(opts.workdir or tempfile.mkdtemp(prefix="snapcut-chaos-"))
+    root.mkdir(parents=True, exist_ok=True)
+    est = [opts.job_seconds + 0.1]
+    try:
+        for run in range(opts.runs):
+            run_dir = root / f"{opts.protocol}-run-{run:04d}"
+            try:
+                check = run_one(opts, run, run_dir, ref, summary, est)
+            except ChaosError as e:
+                summary.errors += 1
+                summary.failed_runs.append(run)
+                log(f"run {run}: ERROR {e} (kept in {run_dir})")
+                continue
+            summary.runs += 1
+            summary.lost += check.lost
+            summary.duplicated += check.duplicated
+            summary.mismatched += check.mismatched
+            summary.corrupt_files += len(check.corrupt_files)
+            if check.problems:
+                summary.failed_runs.append(run)
+                log(f"run {run}: FAILED: {'; '.join(check.problems)} (kept in {run_dir})")
+            else:
+                log(f"run {run}: ok")
+                if not opts.keep:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        if owned and not opts.keep and not summary.failed_runs:
+            shutil.rmtree(root, ignore_errors=True)
+    summary.seconds = round(time.monotonic() - started, 2)
+    return summary
+
+
+# ---- CLI ---------------------------------------------------------------------------
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "chaos",
+        help="kill the dwell-time job at random moments and crash points; check exactly-once",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--protocol", default="aligned", help=f"one of {', '.join(PROTOCOLS)}")
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--records", type=int, default=20_000, help="events per run")
+    p.add_argument("--users", type=int, default=200)
+    p.add_argument(
+        "--job-seconds", type=float, default=0.4, help="throttle each job to about this long"
+    )
+    p.add_argument("--max-kills", type=int, default=3, help="kills per run: 1..N from the seed")
+    p.add_argument("--workdir", default=None, help="where runs write (default: a temp dir)")
+    p.add_argument(
+        "--failpoints",
+        default=",".join(FAILPOINTS),
+        help="comma-separated crash points to choose from",
+    )
+    p.add_argument(
+        "--kill-mode",
+        default="mixed",
+        choices=KILL_MODES,
+        help="random moments, crash points, or a seeded mix of both (default)",
+    )
+    p.add_argument("--keep", action="store_true", help="keep every run's directory")
+    p.add_argument(
+        "--unsafe-sink",
+        action="store_true",
+        help="write events non-transactionally (shows the checker catching duplicates)",
+    )
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    opts = Options(
+        protocol=args.protocol,
+        runs=args.runs,
+        seed=args.seed,
+        records=args.records,
+        users=args.users,
+        workdir=args.workdir,
+        max_kills=args.max_kills,
+        job_seconds=args.job_seconds,
+        unsafe_sink=args.unsafe_sink,
+        keep=args.keep,
+        kill_mode=args.kill_mode,
+        failpoints=tuple(f.strip() for f in args.failpoints.split(",") if f.strip()),
+    )
+    log: Callable[[str], None] = (
+        (lambda _: None) if args.quiet else (lambda m: print(m, flush=True))
+    )
+    try:
+        summary = run_chaos(opts, log)
+    except ConfigError as e:
+        print(f"snapcut chaos: {e}", file=sys.stderr)
+        return 2
+    print(summary.to_json(), flush=True)
+    return 0 if summary.ok else 1

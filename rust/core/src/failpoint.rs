@@ -1,0 +1,215 @@
+//! Crash points for the chaos harness (`snapcut chaos`).
+//!
+//! A random-time SIGKILL rarely lands inside the few microseconds of a
+//! manifest rename or a sink commit, yet those are the windows where
+//! exactly-once is won or lost. Code on such a window calls
+//! [`hit`]`("store.before_manifest")`; when the environment variable
+//! [`ENV`] arms that point, the process kills itself with SIGKILL on the
+//! n-th hit (counted over all threads), exactly as an external `kill -9`.
+//!
+//! ```text
+//! SNAPCUT_FAILPOINTS="store.before_manifest=3"            # die on the 3rd hit
+//! SNAPCUT_FAILPOINTS="sink.mid_commit=1,store.after_manifest=2"
+//! ```
+//!
+//! The variable is read once (into a `OnceLock`): unset, a hit costs one
+//! atomic load. A malformed value or an unknown point name is a typo that
+//! would silently disarm the test, so it stops the process with a message
+//! naming the problem and exit code 2.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use crate::error::{Error, Result};
+
+/// The environment variable that arms crash points.
+pub const ENV: &str = "SNAPCUT_FAILPOINTS";
+
+/// Every crash point the code calls, and the window it sits in.
+pub const POINTS: &[(&str, &str)] = &[
+    (
+        "store.after_state_file",
+        "a checkpoint file (state, channel log) was written, the manifest not yet",
+    ),
+    (
+        "store.before_manifest",
+        "every checkpoint file is on disk, the manifest is not",
+    ),
+    (
+        "store.after_manifest",
+        "the manifest is committed, sinks have not been told to commit",
+    ),
+    (
+        "sink.before_commit_rename",
+        "the checkpoint is complete, the sink has not renamed its pending files",
+    ),
+    (
+        "sink.mid_commit",
+        "the sink renamed some of its pending files, not all",
+    ),
+];
+
+/// One armed point: crash on hit number `nth` (1-based).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Armed {
+    pub name: String,
+    pub nth: u64,
+}
+
+/// Parses `name=N[,name=N...]` (commas or semicolons, spaces ignored).
+/// Names must be in [`POINTS`]; N is a positive integer.
+pub fn parse(spec: &str) -> Result<Vec<Armed>> {
+    let mut out: Vec<Armed> = Vec::new();
+    for part in spec
+        .split([',', ';'])
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        let (name, nth) = part.split_once('=').ok_or_else(|| {
+            Error::Config(format!(
+                "{ENV}: '{part}' needs the form name=N (crash on the N-th hit), e.g. store.before_manifest=1"
+            ))
+        })?;
+        let (name, nth) = (name.trim(), nth.trim());
+        if !POINTS.iter().any(|(p, _)| *p == name) {
+            let known: Vec<&str> = POINTS.iter().map(|(p, _)| *p).collect();
+            return Err(Error::Config(format!(
+                "{ENV}: unknown crash point '{name}'; known points: {}",
+                known.join(", ")
+            )));
+        }
+        let nth: u64 = match nth.parse() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                return Err(Error::Config(format!(
+                    "{ENV}: '{part}': the hit number must be an integer >= 1, got '{nth}'"
+                )))
+            }
+        };
+        if out.iter().any(|a| a.name == name) {
+            return Err(Error::Config(format!(
+                "{ENV}: crash point '{name}' is armed twice; give it once"
+            )));
+        }
+        out.push(Armed {
+            name: name.into(),
+            nth,
+        });
+    }
+    Ok(out)
+}
+
+struct Point {
+    armed: Armed,
+    hits: AtomicU64,
+}
+
+static ARMED: OnceLock<Vec<Point>> = OnceLock::new();
+
+fn armed() -> &'static [Point] {
+    ARMED.get_or_init(|| {
+        let Ok(spec) = std::env::var(ENV) else {
+            return Vec::new();
+        };
+        match parse(&spec) {
+            Ok(points) => points
+                .into_iter()
+                .map(|armed| Point {
+                    armed,
+                    hits: AtomicU64::new(0),
+                })
+                .collect(),
+            Err(e) => {
+                eprintln!("snapcut: {e}");
+                std::process::exit(2);
+            }
+        }
+    })
+}
+
+/// Marks that execution reached crash point `name`; kills the process if
+/// the point is armed and this is its n-th hit.
+#[inline]
+pub fn hit(name: &str) {
+    let points = armed();
+    if points.is_empty() {
+        return;
+    }
+    debug_assert!(
+        POINTS.iter().any(|(p, _)| *p == name),
+        "crash point {name} is missing from failpoint::POINTS"
+    );
+    for p in points.iter().filter(|p| p.armed.name == name) {
+        let n = p.hits.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == p.armed.nth {
+            crash(name, n);
+        }
+    }
+}
+
+fn crash(name: &str, n: u64) -> ! {
+    // The harness reads this line to tell failpoint kills from timer kills.
+    eprintln!("snapcut: failpoint {name} hit {n}: killing the process (SIGKILL)");
+    #[cfg(target_os = "linux")]
+    // SAFETY: kill(2) on our own pid has no memory-safety preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    std::process::abort()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn armed(name: &str, nth: u64) -> Armed {
+        Armed {
+            name: name.into(),
+            nth,
+        }
+    }
+
+    #[test]
+    fn parses_one_and_many() {
+        assert_eq!(
+            parse("store.before_manifest=3").unwrap(),
+            vec![armed("store.before_manifest", 3)]
+        );
+        assert_eq!(
+            parse(" sink.mid_commit = 1 ; store.after_manifest=2,").unwrap(),
+            vec![
+                armed("sink.mid_commit", 1),
+                armed("store.after_manifest", 2)
+            ]
+        );
+        assert_eq!(parse("").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn rejects_bad_specs_naming_the_problem() {
+        let msg = |s: &str| parse(s).unwrap_err().to_string();
+        assert!(msg("store.before_manifest").contains("name=N"));
+        assert!(
+            msg("store.befor_manifest=1").contains("unknown crash point 'store.befor_manifest'")
+        );
+        assert!(msg("store.before_manifest=0").contains(">= 1"));
+        assert!(msg("store.before_manifest=x").contains(">= 1"));
+        assert!(msg("store.before_manifest=-1").contains(">= 1"));
+        assert!(msg("sink.mid_commit=1,sink.mid_commit=2").contains("armed twice"));
+    }
+
+    #[test]
+    fn every_point_has_a_description() {
+        for (name, why) in POINTS {
+            assert!(name.contains('.') && !why.is_empty());
+        }
+    }
+
+    #[test]
+    fn unarmed_hits_are_no_ops() {
+        // The test process has no SNAPCUT_FAILPOINTS: a hit must return.
+        if std::env::var(ENV).is_err() {
+            hit("store.before_manifest");
+        }
+    }
+}

@@ -1,0 +1,190 @@
+"""The chaos harness: exactly-once under SIGKILLs, and a checker that can fail."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pytest
+
+import snapcut.snapshots
+from snapcut import chaos
+from snapcut._core import ConfigError
+from snapcut.cli import main as cli_main
+from snapcut.dataflow import dwell_events
+
+USERS, RECORDS, SEED = 50, 6_000, 3
+
+
+def write_arrow(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with ipc.new_file(path, table.schema) as w:
+        w.write_table(table)
+
+
+def perfect_output(out: Path) -> None:
+    """What a failure-free run commits, built from the generator directly."""
+    events = dwell_events(USERS, RECORDS, SEED)
+    write_arrow(out / "events" / "part-0.arrow", events.slice(0, 1000))
+    write_arrow(out / "events" / "part-1.arrow", events.slice(1000))
+    ref = chaos.reference(USERS, RECORDS, SEED)
+    users = sorted(ref.per_user)
+    agg = pa.table(
+        {
+            "user": pa.array(users, pa.int64()),
+            "count": pa.array([ref.per_user[u][0] for u in users], pa.int64()),
+            "total": pa.array([ref.per_user[u][1] for u in users], pa.int64()),
+            "mean": pa.array([ref.per_user[u][1] / ref.per_user[u][0] for u in users]),
+        }
+    )
+    write_arrow(out / "agg" / "part-0.arrow", agg)
+
+
+@pytest.fixture(scope="module")
+def ref() -> chaos.Reference:
+    return chaos.reference(USERS, RECORDS, SEED)
+
+
+def test_checker_passes_a_perfect_output(tmp_path: Path, ref: chaos.Reference) -> None:
+    perfect_output(tmp_path)
+    # Pending / temporary files are not committed output and must be ignored.
+    shutil.copy(tmp_path / "events" / "part-0.arrow", tmp_path / "events" / "part-0.arrow.pending")
+    check = chaos.check_output(tmp_path, ref)
+    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+
+
+def test_checker_catches_duplicated_records(tmp_path: Path, ref: chaos.Reference) -> None:
+    perfect_output(tmp_path)
+    shutil.copy(tmp_path / "events" / "part-0.arrow", tmp_path / "events" / "again.arrow")
+    check = chaos.check_output(tmp_path, ref)
+    assert check.duplicated == 1000 and check.lost == 0
+
+
+def test_checker_catches_lost_records(tmp_path: Path, ref: chaos.Reference) -> None:
+    perfect_output(tmp_path)
+    (tmp_path / "events" / "part-0.arrow").unlink()
+    check = chaos.check_output(tmp_path, ref)
+    assert check.lost == 1000 and check.duplicated == 0
+
+
+def test_checker_catches_wrong_and_doubled_aggregates(tmp_path: Path, ref: chaos.Reference) -> None:
+    perfect_output(tmp_path)
+    agg_path = tmp_path / "agg" / "part-0.arrow"
+    agg = ipc.open_file(agg_path).read_all()
+    counts = agg["count"].to_pylist()
+    counts[0] += 1
+    wrong = agg.set_column(1, "count", pa.array(counts, pa.int64()))
+    write_arrow(agg_path, wrong)
+    write_arrow(tmp_path / "agg" / "part-1.arrow", agg.slice(5, 2))  # two users twice
+    check = chaos.check_output(tmp_path, ref)
+    assert check.mismatched == 3 and check.lost == check.duplicated == 0
+
+
+def test_checker_counts_a_missing_output_as_lost(tmp_path: Path, ref: chaos.Reference) -> None:
+    check = chaos.check_output(tmp_path, ref)
+    assert check.lost == RECORDS and check.mismatched == len(ref.per_user)
+
+
+def test_protocol_none_is_rejected_with_the_reason() -> None:
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        chaos.run_chaos(chaos.Options(protocol="none", runs=1))
+    with pytest.raises(ConfigError, match="unknown protocol 'abs'"):
+        chaos.run_chaos(chaos.Options(protocol="abs", runs=1))
+    with pytest.raises(ConfigError, match="unknown failpoints"):
+        chaos.run_chaos(chaos.Options(runs=1, failpoints=("store.nowhere",)))
+
+
+def test_cli_rejects_none(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["chaos", "--protocol", "none", "--runs", "1"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("protocol", chaos.PROTOCOLS)
+def test_exactly_once_under_kills(protocol: str, tmp_path: Path) -> None:
+    opts = chaos.Options(
+        protocol=protocol, runs=2, seed=11, records=RECORDS, users=USERS, workdir=str(tmp_path)
+    )
+    s = chaos.run_chaos(opts)
+    assert s.errors == 0, s
+    assert (s.lost, s.duplicated, s.mismatched) == (0, 0, 0), s
+    assert s.runs == 2 and s.kills >= 1 and s.recoveries >= 1, s
+
+
+def test_cli_prints_the_summary_last(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    argv = ["chaos", "--protocol", "aligned", "--runs", "1", "--seed", "5"]
+    argv += ["--records", str(RECORDS), "--users", str(USERS), "--workdir", str(tmp_path)]
+    assert cli_main(argv) == 0
+    last = capfd.readouterr().out.strip().splitlines()[-1]
+    summary = json.loads(last)
+    for key in ("runs", "kills", "recoveries", "lost", "duplicated", "mismatched"):
+        assert key in summary
+    assert summary["runs"] == 1 and summary["kills"] >= 1
+
+
+def test_harness_detects_a_non_transactional_sink(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # Events written at once, without two-phase commit: whatever was written
+    # after the restored checkpoint is written again after the restart.
+    argv = ["chaos", "--protocol", "aligned", "--runs", "2", "--seed", "1", "--unsafe-sink"]
+    argv += ["--records", str(RECORDS), "--users", str(USERS), "--workdir", str(tmp_path)]
+    argv += ["--kill-mode", "failpoint", "--failpoints", "store.after_manifest"]
+    assert cli_main(argv) == 1
+    summary = json.loads(capfd.readouterr().out.strip().splitlines()[-1])
+    assert summary["kills"] >= 1 and summary["duplicated"] > 0, summary
+
+
+def job_cmd(run_dir: Path, resume: bool) -> list[str]:
+    opts = chaos.Options(records=RECORDS, users=USERS, seed=SEED)
+    return chaos._child_cmd(opts, run_dir, interval=0.01, resume=resume)
+
+
+def test_kill_mid_manifest_write_keeps_the_previous_checkpoint(
+    tmp_path: Path, ref: chaos.Reference
+) -> None:
+    env = dict(os.environ, SNAPCUT_FAILPOINTS="store.before_manifest=3")
+    killed = subprocess.run(job_cmd(tmp_path, False), env=env, capture_output=True, text=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert "failpoint store.before_manifest hit 3" in killed.stderr
+    store = tmp_path / "checkpoints"
+    # Checkpoint 3 has its files but no manifest; 1 and 2 are intact.
+    assert not (store / snapcut.snapshots.checkpoint_dir_name(3) / "manifest.json").exists()
+    snaps = snapcut.snapshots.open(str(store))
+    assert [c for c, why in snaps.verify().items() if why is None] == [1, 2]
+
+    env.pop("SNAPCUT_FAILPOINTS")
+    done = subprocess.run(job_cmd(tmp_path, True), env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    finished = json.loads(done.stdout.strip().splitlines()[-1])
+    assert finished["restored_from"] == 2
+    check = chaos.check_output(tmp_path / "out", ref)
+    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+
+
+def test_a_bad_failpoint_spec_stops_the_job_with_a_clear_message(tmp_path: Path) -> None:
+    env = dict(os.environ, SNAPCUT_FAILPOINTS="store.before_manifst=1")
+    res = subprocess.run(job_cmd(tmp_path, False), env=env, capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "unknown crash point 'store.before_manifst'" in res.stderr
+
+
+def test_child_is_importable_as_a_module() -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "snapcut.chaos_job", "--help"], capture_output=True, text=True
+    )
+    assert res.returncode == 0 and "--unsafe-sink" in res.stdout
+
+
+def test_checker_reports_a_torn_committed_file(tmp_path: Path, ref: chaos.Reference) -> None:
+    perfect_output(tmp_path)
+    (tmp_path / "events" / "torn.arrow").write_bytes(b"")
+    check = chaos.check_output(tmp_path, ref)
+    assert len(check.corrupt_files) == 1 and "torn.arrow" in check.corrupt_files[0]
+    assert (check.lost, check.duplicated) == (0, 0)
