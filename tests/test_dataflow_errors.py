@@ -26,6 +26,8 @@ def test_udf_exception_is_a_task_error_naming_the_operator() -> None:
     assert "'parse'" in msg
     assert "ValueError: bad record 42" in msg
     assert "in explode" in msg, "the Python traceback is carried along"
+    assert msg.startswith("task failed: parse-"), msg
+    assert msg.count("task failed") == 1, f"the prefix is said once: {msg}"
 
 
 @pytest.mark.parametrize(

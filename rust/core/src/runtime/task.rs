@@ -156,10 +156,13 @@ impl Task {
             },
             Ok(Err(e)) => {
                 self.shared.cancel.store(true, Ordering::SeqCst);
-                CoordMsg::TaskFailed {
-                    task: index,
-                    error: e.to_string(),
-                }
+                // The coordinator wraps this in `Error::Task("<task>: …")`: pass a
+                // task error's bare message so "task failed:" is not said twice.
+                let error = match e {
+                    Error::Task(message) => message,
+                    other => other.to_string(),
+                };
+                CoordMsg::TaskFailed { task: index, error }
             }
             Err(panic) => {
                 self.shared.cancel.store(true, Ordering::SeqCst);
