@@ -468,3 +468,85 @@ fn records_per_user(out: &Collected) -> BTreeMap<i64, i64> {
     }
     seen
 }
+
+/// SplitMix64: reproducible choices from a seed.
+fn mix(seed: &mut u64) -> u64 {
+    *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *seed;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[test]
+fn random_failures_in_random_pipelines_under_every_protocol_are_exact() {
+    let protocols = [
+        ProtocolKind::Aligned,
+        ProtocolKind::Unaligned,
+        ProtocolKind::ChandyLamport,
+        ProtocolKind::Sync,
+    ];
+    for case in 0..16u64 {
+        let mut rng = case;
+        let protocol = protocols[(mix(&mut rng) % 4) as usize];
+        let pipelines = 2 + (mix(&mut rng) % 2) as usize;
+        let par = 1 + (mix(&mut rng) % 2) as usize;
+        let mut g = LogicalGraph::new();
+        let mut outs = Vec::new();
+        let mut failing = Vec::new();
+        for p in 0..pipelines {
+            let fails = p == 0 || mix(&mut rng) % 2 == 0;
+            let armed = Arc::new(AtomicBool::new(fails));
+            let when = if mix(&mut rng) % 2 == 0 {
+                When::AfterCommit
+            } else {
+                When::AtBatch(20 + (mix(&mut rng) % 150) as usize)
+            };
+            let seed = 100 + p as u64;
+            let (out, made) = pipeline(
+                &mut g,
+                &format!("p{p}"),
+                seed,
+                par,
+                Some(fail_once(armed.clone(), when, None)),
+            );
+            outs.push((seed, out, made));
+            failing.push((fails, armed));
+        }
+        let cfg = CheckpointConfig {
+            protocol,
+            ..config()
+        };
+        let what = format!("case {case}: {protocol:?}, {pipelines} pipelines x{par}");
+        let report = Job::new(g, cfg, options(FailoverStrategy::Region, pipelines as u32))
+            .unwrap()
+            .run(Arc::new(InMemorySnapshots::new()))
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let mut restarted: Vec<String> = report
+            .restarts
+            .iter()
+            .map(|r| task_names(&r.scope)[0].clone())
+            .collect();
+        restarted.sort();
+        let want: Vec<String> = failing
+            .iter()
+            .enumerate()
+            .filter(|(_, (fails, _))| *fails)
+            .map(|(p, _)| format!("p{p}_src-0"))
+            .collect();
+        assert_eq!(
+            restarted, want,
+            "{what}: the failed pipelines, and only those"
+        );
+        for (p, (seed, out, made)) in outs.iter().enumerate() {
+            assert!(!failing[p].1.load(Ordering::SeqCst), "{what}: p{p} armed");
+            let starts = if failing[p].0 { 2 } else { 1 };
+            assert_eq!(
+                made.load(Ordering::SeqCst),
+                starts * par,
+                "{what}: p{p} sources"
+            );
+            assert_eq!(counts(&out.batches()), expected(*seed), "{what}: p{p}");
+        }
+    }
+}
