@@ -1,8 +1,8 @@
 //! ABS overhead with DURABLE checkpoints: the dwell-time job (parallelism 2,
 //! built-in aggregates, 1024-record batches, 10k users) with no checkpoints
 //! vs aligned checkpoints written to a `SnapshotStore` every 1 s and 100 ms
-//! (incremental state, full every 10). Runs are interleaved; prints medians
-//! and ratios from one run.
+//! (incremental state, full every 10), and in memory every 100 ms (what the
+//! store adds). Runs are interleaved; prints medians and ratios from one run.
 //!
 //! Run: `cargo bench -p snapcut-core --bench recovery` (env RECORDS, RUNS).
 
@@ -44,36 +44,58 @@ fn graph(records: u64) -> LogicalGraph {
     g
 }
 
+/// Where a mode's checkpoints go.
+#[derive(Clone, Copy)]
+enum Mode {
+    None,
+    InMemory(Duration),
+    Durable(Duration),
+}
+
 /// (seconds, completed checkpoints)
-fn run(records: u64, interval: Option<Duration>) -> (f64, usize) {
+fn run(records: u64, mode: Mode) -> (f64, usize) {
     let start = Instant::now();
-    let Some(iv) = interval else {
-        let config = CheckpointConfig {
-            protocol: ProtocolKind::None,
-            ..Default::default()
-        };
-        Job::new(graph(records), config, JobOptions::default())
-            .unwrap()
-            .run(std::sync::Arc::new(InMemorySnapshots::new()))
-            .unwrap();
-        return (start.elapsed().as_secs_f64(), 0);
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let config = CheckpointConfig {
+    let aligned = |iv| CheckpointConfig {
         protocol: ProtocolKind::Aligned,
         interval: Some(iv),
         ..Default::default()
     };
-    let r = run_durable(
-        graph(records),
-        config,
-        JobOptions::default(),
-        &DurableOptions::new(dir.path()),
-        &mut |_| {},
-    )
-    .unwrap();
-    let secs = start.elapsed().as_secs_f64();
-    (secs, r.report.completed_checkpoints().count())
+    match mode {
+        Mode::None => {
+            let config = CheckpointConfig {
+                protocol: ProtocolKind::None,
+                ..Default::default()
+            };
+            Job::new(graph(records), config, JobOptions::default())
+                .unwrap()
+                .run(std::sync::Arc::new(InMemorySnapshots::new()))
+                .unwrap();
+            (start.elapsed().as_secs_f64(), 0)
+        }
+        Mode::InMemory(iv) => {
+            let r = Job::new(graph(records), aligned(iv), JobOptions::default())
+                .unwrap()
+                .run(std::sync::Arc::new(InMemorySnapshots::new()))
+                .unwrap();
+            (
+                start.elapsed().as_secs_f64(),
+                r.completed_checkpoints().count(),
+            )
+        }
+        Mode::Durable(iv) => {
+            let dir = tempfile::tempdir().unwrap();
+            let r = run_durable(
+                graph(records),
+                aligned(iv),
+                JobOptions::default(),
+                &DurableOptions::new(dir.path()),
+                &mut |_| {},
+            )
+            .unwrap();
+            let secs = start.elapsed().as_secs_f64();
+            (secs, r.report.completed_checkpoints().count())
+        }
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -84,30 +106,40 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let records = env("RECORDS", 20_000_000);
     let runs = env("RUNS", 5) as usize;
-    let modes: [(&str, Option<Duration>); 3] = [
-        ("none", None),
-        ("aligned, durable, 1 s", Some(Duration::from_secs(1))),
-        ("aligned, durable, 100 ms", Some(Duration::from_millis(100))),
+    let ms = Duration::from_millis;
+    let modes: [(&str, Mode); 4] = [
+        ("none", Mode::None),
+        ("aligned, in memory, 100 ms", Mode::InMemory(ms(100))),
+        ("aligned, durable, 1 s", Mode::Durable(ms(1000))),
+        ("aligned, durable, 100 ms", Mode::Durable(ms(100))),
     ];
     let mut times = vec![Vec::new(); modes.len()];
     let mut cps = vec![Vec::new(); modes.len()];
-    for _ in 0..runs {
-        for (i, (_, iv)) in modes.iter().enumerate() {
-            let (t, c) = run(records, *iv);
+    // Rounds run every mode once, in an order rotated each round, so that
+    // drift in the machine's speed does not favour one mode.
+    for round in 0..runs {
+        for k in 0..modes.len() {
+            let i = (round + k) % modes.len();
+            let (t, c) = run(records, modes[i].1);
             times[i].push(t);
             cps[i].push(c as f64);
         }
     }
     let base = median(times[0].clone());
     println!("records={records} runs={runs}");
-    println!("| mode | median s | Mrec/s | vs none | checkpoints (median) |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| mode | median s | Mrec/s | median time / none | median of per-round ratios | best / best none | checkpoints (median) |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let best = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
     for (i, (name, _)) in modes.iter().enumerate() {
         let m = median(times[i].clone());
+        let paired = median(times[i].iter().zip(&times[0]).map(|(t, n)| t / n).collect());
         println!(
-            "| {name} | {m:.3} | {:.2} | {:.3} | {} |",
+            "| {name} | {m:.3} | {:.2} | {:.3} | {paired:.3} | {:.3} | {} |",
             records as f64 / m / 1e6,
             m / base,
+            best(&times[i]) / best(&times[0]),
             median(cps[i].clone())
         );
     }
