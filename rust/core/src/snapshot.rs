@@ -96,6 +96,13 @@ pub trait SnapshotSink: Send + Sync {
     /// The newest committed checkpoint that can be restored, whole (diffs
     /// resolved), if any: where a failed region restarts from.
     fn latest_completed(&self) -> Result<Option<CompletedCheckpoint>>;
+    /// Whether this sink bounds diff chains itself (rebuilding full state
+    /// from a chain off the tasks' threads). Then operators send only diffs
+    /// after their first capture, and no task ever stalls for an O(state)
+    /// full capture; otherwise they send a full one every `full_every`.
+    fn materializes(&self) -> bool {
+        false
+    }
 }
 
 /// A completed checkpoint held in memory.

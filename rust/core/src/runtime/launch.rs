@@ -115,7 +115,11 @@ impl<'a> Launcher<'a> {
             };
             let mut replay = Vec::new();
             if let Body::Operator(op) = &mut body {
-                op.set_full_every(self.config.full_every);
+                op.set_full_every(if self.shared.sink.materializes() {
+                    u32::MAX
+                } else {
+                    self.config.full_every
+                });
             }
             if let Some(snap) = from.and_then(|c| c.tasks.get(&pt.id)) {
                 match &mut body {

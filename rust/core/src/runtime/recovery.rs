@@ -46,6 +46,17 @@ pub struct DurableReport {
     pub restarts: Vec<Restart>,
 }
 
+/// The store a durable run writes to: it keeps `retained` checkpoints and
+/// rebuilds full state every `full_every` checkpoints of a diff chain, so
+/// the tasks themselves only ever capture what changed.
+fn store_options(config: &CheckpointConfig) -> StoreOptions {
+    StoreOptions {
+        retain: config.retained,
+        materialize_every: Some(config.full_every.max(1) as usize),
+        ..Default::default()
+    }
+}
+
 /// Whether a job-level failure may be retried by rebuilding the job (a user
 /// cancel, bad configuration or graph may not). Task failures do not get
 /// here while restarts are left: the job restarts their region itself.
@@ -71,13 +82,7 @@ pub fn run_durable(
 ) -> Result<DurableReport> {
     config.validate()?;
     options.validate()?;
-    let store = SnapshotStore::open(
-        &durable.root,
-        StoreOptions {
-            retain: config.retained,
-            ..Default::default()
-        },
-    )?;
+    let store = SnapshotStore::open(&durable.root, store_options(&config))?;
     let log = Arc::new(RestartLog::new(options.restart.attempts));
     let mut restored_from = None;
     let mut skipped = Vec::new();
@@ -137,13 +142,7 @@ pub fn job_from_store(
     root: impl Into<PathBuf>,
     id: Option<CheckpointId>,
 ) -> Result<(Job, Arc<SnapshotStore>)> {
-    let store = SnapshotStore::open(
-        root.into(),
-        StoreOptions {
-            retain: config.retained,
-            ..Default::default()
-        },
-    )?;
+    let store = SnapshotStore::open(root.into(), store_options(&config))?;
     let checkpoint = match id {
         Some(id) => store.reader().load(id)?,
         None => store.reader().load_latest_intact()?.0,

@@ -125,6 +125,11 @@ impl SnapshotSink for InMemorySnapshots {
         Ok(self.latest())
     }
 
+    /// Every diff is rebuilt to full state at commit.
+    fn materializes(&self) -> bool {
+        true
+    }
+
     fn abort(&self, id: CheckpointId) -> Result<()> {
         self.staged
             .lock()

@@ -483,6 +483,10 @@ impl SnapshotSink for SnapshotStore {
         Ok(self.reader.restore_point()?.0)
     }
 
+    fn materializes(&self) -> bool {
+        self.options.materialize_every.is_some()
+    }
+
     fn abort(&self, id: CheckpointId) -> Result<()> {
         let staged = self.staged.lock().expect("store poisoned").remove(&id);
         if let Some(staged) = staged {
