@@ -272,9 +272,8 @@ mod tests {
 
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
-    use arrow_array::Array;
     use snapcut_core::protocol::ProtocolKind;
-    use snapcut_core::runtime::snapshots::InMemorySnapshots;
+    use snapcut_core::runtime::InMemorySnapshots;
     use snapcut_core::snapshot::{CheckpointMeta, SnapshotSink, TaskId, TaskSnapshot};
 
     use super::*;
