@@ -136,7 +136,7 @@ def test_restore_from_a_chain_continues_like_an_uninterrupted_run(string_keys: b
     assert [kind for kind, _, _ in caps] == ["full", "diff", "diff", "diff"]
     outputs, end = _core._keyed_restore("k", running, caps, after)
 
-    rows = [(k, v) for step in steps + [after] for b in step for k, v in _rows(b)]
+    rows = [(k, v) for step in [*steps, after] for b in step for k, v in _rows(b)]
     assert state_of(end) == fold(rows)
     got = {o["k"][0].as_py(): o["total"][0].as_py() for o in outputs}
     assert got == {k: fold(rows)[k] for k in (key(1), key(2), key(3), key(60))}
@@ -290,7 +290,7 @@ def test_snapshots_open_rebuilds_each_checkpoint_from_its_chain(
         assert state is not None
         assert state.column_names == ["k", "state"]
         assert state_of(state) == fold(rows[:offset]), f"checkpoint {chk.id}"
-        entry = [f for f in chk.files if f["role"] == "state" and f.get("vertex") == "keyed"][0]
+        entry = next(f for f in chk.files if f["role"] == "state" and f.get("vertex") == "keyed")
         chains += len(entry.get("chain", [])) > 1
     assert chains, "some checkpoint needed a chain of full + diffs"
 
@@ -322,9 +322,7 @@ def test_resume_from_a_diff_checkpoint_matches_a_failure_free_run(tmp_path: Path
 
     root, marker = tmp_path / "chk", tmp_path / "marker"
     with pytest.raises(TaskError, match="injected failure"):
-        keyed_flow(slow_items(), failing_once(marker, root, after=3)).run(
-            cfg, checkpoint_dir=root
-        )
+        keyed_flow(slow_items(), failing_once(marker, root, after=3)).run(cfg, checkpoint_dir=root)
     resumed = keyed_flow(slow_items(), failing_once(marker, root, after=3)).run(
         cfg, checkpoint_dir=root, resume=True
     )

@@ -212,7 +212,10 @@ pub fn _keyed_restore<'py>(
     for b in after {
         op.process(0, b.into_inner(), &mut out).map_py()?;
     }
-    let end = op.snapshot(u64::MAX).map_py()?.expect("keyed state is captured");
+    let end = op
+        .snapshot(u64::MAX)
+        .map_py()?
+        .expect("keyed state is captured");
     let outputs = out
         .0
         .into_iter()

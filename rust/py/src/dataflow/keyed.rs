@@ -30,7 +30,7 @@ use snapcut_core::snapshot::StateCapture;
 use snapcut_core::{Error, Result};
 
 use super::convert::{batches_from_py, task_error, to_pyarrow};
-use super::keyed_state::{Key, PickledState, STATE_COLUMN};
+use super::keyed_state::{Changes, Key, Pickled, PickledState, STATE_COLUMN};
 
 fn key_to_py<'py>(key: &Key, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
     Ok(match key {
@@ -65,7 +65,11 @@ fn keys_of(name: &str, column: &ArrayRef) -> std::result::Result<Vec<Key>, Strin
     }
     macro_rules! strs {
         ($a:expr) => {{
-            Ok($a.iter().flatten().map(|v| Key::Str(v.to_string())).collect())
+            Ok($a
+                .iter()
+                .flatten()
+                .map(|v| Key::Str(v.to_string()))
+                .collect())
         }};
     }
     match column.data_type() {
@@ -211,12 +215,13 @@ impl KeyedProcess {
 
     /// Pickles of the changed keys that are live, and the changed keys that
     /// were dropped; both in key order (diffs come out deterministic).
-    fn pickle_changed(&self) -> Result<(Vec<(Key, Vec<u8>)>, Vec<Key>)> {
+    fn pickle_changed(&self) -> Result<Changes> {
         let mut changed: Vec<&Key> = self.changed.iter().collect();
         changed.sort_unstable();
-        let (live, dropped): (Vec<&Key>, Vec<&Key>) =
-            changed.into_iter().partition(|k| self.state.contains_key(*k));
-        let upserts = Python::attach(|py| -> Result<Vec<(Key, Vec<u8>)>> {
+        let (live, dropped): (Vec<&Key>, Vec<&Key>) = changed
+            .into_iter()
+            .partition(|k| self.state.contains_key(*k));
+        let upserts = Python::attach(|py| -> Result<Vec<Pickled>> {
             let dumps = py
                 .import(intern!(py, "pickle"))
                 .and_then(|m| m.getattr(intern!(py, "dumps")))

@@ -29,6 +29,12 @@ pub(crate) enum Key {
     Str(String),
 }
 
+/// A key and its pickled state.
+pub(crate) type Pickled = (Key, Vec<u8>);
+
+/// What changed since the last checkpoint: new pickles, and dropped keys.
+pub(crate) type Changes = (Vec<Pickled>, Vec<Key>);
+
 /// Pickled state per key, with the changes since the last checkpoint.
 pub(crate) struct PickledState {
     key: String,
@@ -99,7 +105,7 @@ impl PickledState {
     pub(crate) fn checkpoint(
         &mut self,
         id: CheckpointId,
-        upserts: &[(Key, Vec<u8>)],
+        upserts: &[Pickled],
         dropped: &[Key],
     ) -> Result<StateCapture> {
         let Some(string) = self.string_keys() else {
@@ -112,7 +118,9 @@ impl PickledState {
                     batch,
                 });
             }
-            return Err(Error::Task("keyed state changed before its key type was known".into()));
+            return Err(Error::Task(
+                "keyed state changed before its key type was known".into(),
+            ));
         };
         let key_array = |keys: &mut dyn Iterator<Item = &Key>| -> Result<ArrayRef> {
             keys_array(&self.key, string, keys)
@@ -298,7 +306,10 @@ mod tests {
 
     /// Key → blob of a full state batch.
     fn contents(batch: &RecordBatch) -> BTreeMap<i64, Vec<u8>> {
-        let b = batch.column_by_name(STATE_COLUMN).unwrap().as_binary::<i32>();
+        let b = batch
+            .column_by_name(STATE_COLUMN)
+            .unwrap()
+            .as_binary::<i32>();
         ints(batch, "k")
             .into_iter()
             .enumerate()
@@ -306,7 +317,7 @@ mod tests {
             .collect()
     }
 
-    fn up(keys: &[i64], v: i64) -> Vec<(Key, Vec<u8>)> {
+    fn up(keys: &[i64], v: i64) -> Vec<Pickled> {
         keys.iter().map(|&k| (Key::Int(k), blob(v))).collect()
     }
 
@@ -315,7 +326,9 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(3).unwrap();
         s.use_key_type(false).unwrap();
-        let first = s.checkpoint(1, &up(&(0..100).collect::<Vec<_>>(), 0), &[]).unwrap();
+        let first = s
+            .checkpoint(1, &up(&(0..100).collect::<Vec<_>>(), 0), &[])
+            .unwrap();
         assert_eq!(first.kind, StateKind::Full);
         assert_eq!(first.batch.num_rows(), 100);
 
@@ -323,7 +336,13 @@ mod tests {
         assert_eq!(d.kind, StateKind::Diff { base: 1 });
         assert_eq!(ints(&d.batch, "k"), vec![3, 7, 9]);
         assert_eq!(deleted(&d.batch), vec![false, false, true]);
-        let names: Vec<_> = d.batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<_> = d
+            .batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         assert_eq!(names, ["k", "state", DELETED_COLUMN]);
 
         // Nothing changed: an empty diff.
@@ -365,14 +384,22 @@ mod tests {
         s.abort();
         let f = s.checkpoint(3, &up(&[2], 1), &[]).unwrap();
         assert_eq!(f.kind, StateKind::Full);
-        assert_eq!(contents(&f.batch)[&1], blob(1), "the aborted diff's change is kept");
+        assert_eq!(
+            contents(&f.batch)[&1],
+            blob(1),
+            "the aborted diff's change is kept"
+        );
 
         let mut r = PickledState::new("k").unwrap();
         r.set_full_every(10).unwrap();
         let rows = r.restore(std::slice::from_ref(&f)).unwrap().unwrap();
         assert_eq!(contents(&rows), contents(&f.batch));
         let next = r.checkpoint(4, &up(&[3], 5), &[]).unwrap();
-        assert_eq!(next.kind, StateKind::Full, "first capture after restore is full");
+        assert_eq!(
+            next.kind,
+            StateKind::Full,
+            "first capture after restore is full"
+        );
     }
 
     #[test]
@@ -384,13 +411,19 @@ mod tests {
         let c2 = s.checkpoint(2, &up(&[2], 1), &[Key::Int(3)]).unwrap();
         let c3 = s.checkpoint(3, &up(&[4], 2), &[Key::Int(1)]).unwrap();
         let mut r = PickledState::new("k").unwrap();
-        let rows = r.restore(&[c1.clone(), c2.clone(), c3.clone()]).unwrap().unwrap();
+        let rows = r
+            .restore(&[c1.clone(), c2.clone(), c3.clone()])
+            .unwrap()
+            .unwrap();
         assert_eq!(
             contents(&rows),
             BTreeMap::from([(2, blob(1)), (4, blob(2))])
         );
         // Out of order or missing the full: refused with a clear error.
-        let err = r.restore(&[c2.clone(), c3.clone()]).unwrap_err().to_string();
+        let err = r
+            .restore(&[c2.clone(), c3.clone()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("must start with a full capture"), "{err}");
         let err = r.restore(&[c1, c3, c2]).unwrap_err().to_string();
         assert!(err.contains("increasing bases"), "{err}");
@@ -422,7 +455,7 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(100).unwrap();
         s.use_key_type(false).unwrap();
-        let steps: [(Vec<(Key, Vec<u8>)>, Vec<Key>); 3] = [
+        let steps: [Changes; 3] = [
             (up(&[1, 2, 3], 0), vec![]),
             (up(&[2], 1), vec![Key::Int(3)]),
             (up(&[5], 2), vec![Key::Int(1)]),
