@@ -318,6 +318,7 @@ def _keyed_checkpoints(
     steps: list[list[Any]],
     full_every: int,
     aborted: list[int] = ...,
+    timings: list[int] | None = None,
 ) -> list[tuple[str, int | None, Any]]:
     """Test hook: a keyed process fed steps[i] then checkpointed as i + 1."""
 

@@ -146,9 +146,10 @@ fn keyed_operator(key: String, func: Py<PyAny>, full_every: u32) -> PyResult<Box
 
 /// A keyed process (`full_every` as a job would set it) fed `steps[i]`
 /// then checkpointed as checkpoint `i + 1`, aborted after the checkpoints
-/// in `aborted`: every capture as `(kind, base, batch)`.
+/// in `aborted`: every capture as `(kind, base, batch)`. With `timings` (a
+/// list), appends each checkpoint's sync-phase time in nanoseconds (benches).
 #[pyfunction]
-#[pyo3(signature = (key, func, steps, full_every, aborted=Vec::new()))]
+#[pyo3(signature = (key, func, steps, full_every, aborted=Vec::new(), timings=None))]
 pub fn _keyed_checkpoints<'py>(
     py: Python<'py>,
     key: String,
@@ -156,6 +157,7 @@ pub fn _keyed_checkpoints<'py>(
     steps: Vec<Vec<PyRecordBatch>>,
     full_every: u32,
     aborted: Vec<u64>,
+    timings: Option<Bound<'py, pyo3::types::PyList>>,
 ) -> PyResult<Vec<Checkpointed<'py>>> {
     let mut op = keyed_operator(key, func, full_every)?;
     let mut sink = VecEmitter(Vec::new());
@@ -165,7 +167,11 @@ pub fn _keyed_checkpoints<'py>(
         for b in step {
             op.process(0, b.into_inner(), &mut sink).map_py()?;
         }
+        let started = std::time::Instant::now();
         let capture = op.snapshot(id).map_py()?.expect("keyed state is captured");
+        if let Some(t) = &timings {
+            t.append(started.elapsed().as_nanos() as u64)?;
+        }
         let (kind, base) = match capture.kind {
             StateKind::Full => ("full", None),
             StateKind::Diff { base } => ("diff", Some(base)),
