@@ -105,7 +105,8 @@ def test_restart_attempts_restart_from_the_last_checkpoint(tmp_path: Path) -> No
     report = build(marker).run(cfg, checkpoint_dir=tmp_path / "chk")
     assert marker.exists()
     assert len(report.restarts) == 1
-    assert "injected UDF failure" in report.restarts[0][0]
+    assert "injected UDF failure" in report.restarts[0].error
+    assert report.restarts[0].region == 0 and "map-0" in report.restarts[0].tasks
     assert got(report.results["r"]) == expected()
 
 
@@ -176,8 +177,8 @@ def test_bad_recovery_arguments_are_config_errors(tmp_path: Path) -> None:
     marker = tmp_path / "marker"
     with pytest.raises(ConfigError, match="checkpoint_dir"):
         build(marker).run(CFG, resume=True)
-    with pytest.raises(ConfigError, match="checkpoint_dir"):
-        build(marker).run(Checkpointing(restart_attempts=2))
+    with pytest.raises(ConfigError, match="'region', 'full'"):
+        Checkpointing(failover="regional")
     with pytest.raises(ConfigError, match="protocol"):
         build(marker).run(Checkpointing(protocol="none"), checkpoint_dir=tmp_path / "c")
     with pytest.raises(ConfigError, match="restart_attempts"):

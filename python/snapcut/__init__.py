@@ -23,7 +23,7 @@ from snapcut.checkpointing import (
     Snapshot,
     TaskState,
 )
-from snapcut.dataflow import Dataflow, JobControl, KeyedStream, RunReport, Stream
+from snapcut.dataflow import Dataflow, JobControl, KeyedStream, Restart, RunReport, Stream
 
 __all__ = [
     "ChannelClosedError",
@@ -35,6 +35,7 @@ __all__ = [
     "GraphError",
     "JobControl",
     "KeyedStream",
+    "Restart",
     "RunReport",
     "SnapcutError",
     "Snapshot",

@@ -134,6 +134,7 @@ class _GraphBuilder:
         resume: bool = False,
         restart_attempts: int = 0,
         restart_delay: float = 1.0,
+        failover: str = "region",
         control: _JobControl | None = None,
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""

@@ -17,6 +17,7 @@ from snapcut._core import ConfigError
 Seconds = float | int | timedelta
 
 PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync", "none")
+FAILOVER_STRATEGIES = ("region", "full")
 
 
 def _seconds(name: str, value: object) -> float:
@@ -65,10 +66,15 @@ class Checkpointing:
     full_every: keyed state is checkpointed incrementally (changed keys and
         tombstones); every full_every-th checkpoint is a full capture, so a
         restore reads a bounded chain (1 = always full).
-    restart_attempts: after a failure, restart the job from its last
-        completed checkpoint this many times (Flink's fixed-delay restart
-        strategy; 0 = no restarts, the default). Needs `checkpoint_dir`.
+    restart_attempts: after a task fails, restart from the last completed
+        checkpoint this many times in all (Flink's fixed-delay restart
+        strategy; 0 = no restarts, the default). Without checkpoints, a
+        restart begins again from the start.
     restart_delay: wait before each restart (Flink: 1 s).
+    failover: which tasks a failure restarts (Flink's failover strategy):
+        "region" (the default) restarts only the failed task's region, the
+        tasks connected to it by channels, so independent pipelines of one
+        job keep running; "full" restarts every task.
     """
 
     protocol: str = "aligned"
@@ -83,6 +89,7 @@ class Checkpointing:
     full_every: int = 10
     restart_attempts: int = 0
     restart_delay: Seconds = 1.0
+    failover: str = "region"
     _config: _core._CheckpointConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +114,11 @@ class Checkpointing:
         )
         _count("restart_attempts", self.restart_attempts)
         _seconds("restart_delay", self.restart_delay)
+        if self.failover not in FAILOVER_STRATEGIES:
+            raise ConfigError(
+                f"failover must be one of {', '.join(map(repr, FAILOVER_STRATEGIES))} "
+                f"(restart the failed task's region, or every task), got {self.failover!r}"
+            )
         object.__setattr__(self, "protocol", config.protocol)
         object.__setattr__(self, "_config", config)
 

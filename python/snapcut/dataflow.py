@@ -19,7 +19,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -271,8 +271,9 @@ class Dataflow:
         are kept, savepoints always). resume: start from the newest intact
         checkpoint there if one exists (corrupt or partial ones are skipped
         with a warning naming them and why), else from the beginning.
-        `Checkpointing.restart_attempts` restarts a failed job from its last
-        checkpoint there.
+        `Checkpointing.restart_attempts` restarts failed tasks (their region,
+        or the whole job: `Checkpointing.failover`) from the last completed
+        checkpoint, durable there or in memory without `checkpoint_dir`.
 
         control: a `JobControl` to trigger savepoints/checkpoints or cancel
         the job from another thread while it runs.
@@ -293,9 +294,9 @@ class Dataflow:
         if not isinstance(resume, bool):
             raise ConfigError(f"resume must be a bool, got {resume!r}")
         root = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
-        if root is None and (resume or checkpointing.restart_attempts > 0):
+        if root is None and resume:
             raise ConfigError(
-                "resume=True and Checkpointing(restart_attempts=...) need checkpoint_dir= "
+                "resume=True needs checkpoint_dir= "
                 "(the directory checkpoints are written to and restored from)"
             )
         if root is not None and not checkpointing.enabled:
@@ -326,6 +327,7 @@ class Dataflow:
             resume,
             checkpointing.restart_attempts,
             delay_s,
+            checkpointing.failover,
             None if control is None else control._inner,
         )
         report = RunReport.from_raw(raw)
@@ -448,6 +450,22 @@ class JobControl:
         self._inner.cancel()
 
 
+class Restart(NamedTuple):
+    """One restart after a failure.
+
+    error: the failure (task and message). restored_from: the checkpoint
+    restarted from, None = from the beginning. region: the failover region
+    restarted (`Checkpointing.failover`), None when the whole job was
+    rebuilt after a job-level failure. tasks: the restarted tasks,
+    "vertex-subtask"; empty for a whole-job rebuild.
+    """
+
+    error: str
+    restored_from: int | None
+    region: int | None = None
+    tasks: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class RunReport:
     """What a finished job leaves.
@@ -458,8 +476,8 @@ class RunReport:
     source offsets); empty with `checkpoint_dir` (read those with
     `snapcut.snapshots`). restored_from: the checkpoint the run started
     from (`resume`/`restore_from`), or None. skipped: (checkpoint id, reason)
-    of corrupt/partial checkpoints `resume` passed over. restarts: (error,
-    checkpoint restarted from) of each restart after a failure.
+    of corrupt/partial checkpoints `resume` passed over. restarts: each
+    restart after a failure, in order (see `Restart`).
     """
 
     results: dict[str, pa.Table]
@@ -471,7 +489,7 @@ class RunReport:
     duration_s: float
     restored_from: int | None = None
     skipped: list[tuple[int, str]] = field(default_factory=list)
-    restarts: list[tuple[str, int | None]] = field(default_factory=list)
+    restarts: list[Restart] = field(default_factory=list)
 
     @staticmethod
     def from_raw(raw: dict[str, Any]) -> RunReport:
@@ -485,7 +503,10 @@ class RunReport:
             duration_s=float(raw["duration_s"]),
             restored_from=raw.get("restored_from"),
             skipped=[(int(i), str(r)) for i, r in raw.get("skipped", [])],
-            restarts=[(str(e), c) for e, c in raw.get("restarts", [])],
+            restarts=[
+                Restart(str(e), c, r, tuple(str(t) for t in tasks))
+                for e, c, r, tasks in raw.get("restarts", [])
+            ],
         )
 
     @property

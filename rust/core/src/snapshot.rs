@@ -93,6 +93,9 @@ pub trait SnapshotSink: Send + Sync {
     fn commit(&self, meta: CheckpointMeta) -> Result<()>;
     /// Checkpoint `id` will never complete: drop what was staged for it.
     fn abort(&self, id: CheckpointId) -> Result<()>;
+    /// The newest committed checkpoint that can be restored, whole (diffs
+    /// resolved), if any: where a failed region restarts from.
+    fn latest_completed(&self) -> Result<Option<CompletedCheckpoint>>;
 }
 
 /// A completed checkpoint held in memory.

@@ -18,8 +18,10 @@ use snapcut_core::runtime::operator::{Batch, Emitter, Operator};
 use snapcut_core::runtime::ops::{
     collect_sink, dwell_record, dwell_source, ipc_file_sink, keyed_aggregate, AggSpec, Collected,
 };
-use snapcut_core::runtime::{run_durable, CheckpointConfig, DurableOptions, JobOptions};
-use snapcut_core::snapshot::{CheckpointMeta, SnapshotSink, TaskSnapshot};
+use snapcut_core::runtime::{
+    run_durable, CheckpointConfig, DurableOptions, JobOptions, RestartStrategy,
+};
+use snapcut_core::snapshot::{CheckpointMeta, CompletedCheckpoint, SnapshotSink, TaskSnapshot};
 use snapcut_core::store::{FileKind, FileRole, SnapshotReader, SnapshotStore, StoreOptions};
 
 const USERS: u64 = 40;
@@ -135,12 +137,10 @@ fn config(protocol: ProtocolKind) -> CheckpointConfig {
     }
 }
 
-fn durable(root: &Path, resume: bool, restarts: u32) -> DurableOptions {
+fn durable(root: &Path, resume: bool) -> DurableOptions {
     DurableOptions {
         root: root.to_path_buf(),
         resume,
-        restart_attempts: restarts,
-        restart_delay: Duration::ZERO,
     }
 }
 
@@ -158,8 +158,8 @@ fn restart_from_store_equals_failure_free_under_every_protocol() {
         let r = run_durable(
             g,
             config(protocol),
-            opts(),
-            &durable(dir.path(), false, 1),
+            opts_restarting(1),
+            &durable(dir.path(), false),
             &mut |_| {},
         )
         .unwrap();
@@ -169,12 +169,12 @@ fn restart_from_store_equals_failure_free_under_every_protocol() {
         );
         assert_eq!(r.restarts.len(), 1, "{protocol:?}");
         assert!(
-            r.restarts[0].0.contains("injected failure"),
+            r.restarts[0].error.contains("injected failure"),
             "{:?}",
             r.restarts
         );
         assert!(
-            r.restarts[0].1.is_some(),
+            r.restarts[0].restored_from.is_some(),
             "{protocol:?}: restarted from a checkpoint"
         );
         assert_eq!(rows(&out.batches()), expected(), "{protocol:?}");
@@ -191,8 +191,8 @@ fn failed_run_then_resume_equals_failure_free_and_files_are_exactly_once() {
     let err = run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(&root, false, 0),
+        opts_restarting(0),
+        &durable(&root, false),
         &mut |_| {},
     )
     .unwrap_err();
@@ -208,8 +208,8 @@ fn failed_run_then_resume_equals_failure_free_and_files_are_exactly_once() {
     let r = run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(&root, true, 0),
+        opts_restarting(0),
+        &durable(&root, true),
         &mut |_| {},
     )
     .unwrap();
@@ -268,8 +268,8 @@ fn incremental_diffs_on_disk_and_resume_from_a_chain() {
     run_durable(
         g,
         cfg.clone(),
-        opts(),
-        &durable(dir.path(), false, 0),
+        opts_restarting(0),
+        &durable(dir.path(), false),
         &mut |_| {},
     )
     .unwrap();
@@ -300,7 +300,14 @@ fn incremental_diffs_on_disk_and_resume_from_a_chain() {
     );
     // Resume from the newest checkpoint (a diff chain if it is one): same result.
     let (g, out) = graph(armed, 2, None);
-    let r = run_durable(g, cfg, opts(), &durable(dir.path(), true, 0), &mut |_| {}).unwrap();
+    let r = run_durable(
+        g,
+        cfg,
+        opts_restarting(0),
+        &durable(dir.path(), true),
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(r.restored_from, ids.last().copied());
     assert_eq!(rows(&first.batches()), expected());
     assert_eq!(rows(&out.batches()), expected());
@@ -314,8 +321,8 @@ fn corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
     run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(dir.path(), false, 0),
+        opts_restarting(0),
+        &durable(dir.path(), false),
         &mut |_| {},
     )
     .unwrap();
@@ -330,8 +337,8 @@ fn corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
     let r = run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(dir.path(), true, 0),
+        opts_restarting(0),
+        &durable(dir.path(), true),
         &mut |_| {},
     )
     .unwrap();
@@ -357,6 +364,9 @@ impl SnapshotSink for FailingCommits {
     fn abort(&self, id: CheckpointId) -> snapcut_core::Result<()> {
         self.0.abort(id)
     }
+    fn latest_completed(&self) -> snapcut_core::Result<Option<CompletedCheckpoint>> {
+        self.0.latest_completed()
+    }
 }
 
 #[test]
@@ -367,8 +377,8 @@ fn failed_checkpoint_writes_count_against_tolerance_and_keep_older_checkpoints()
     run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(dir.path(), false, 0),
+        opts_restarting(0),
+        &durable(dir.path(), false),
         &mut |_| {},
     )
     .unwrap();
@@ -407,8 +417,8 @@ fn unwritable_root_is_a_clear_error() {
     let err = run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(&file.join("chk"), false, 0),
+        opts_restarting(0),
+        &durable(&file.join("chk"), false),
         &mut |_| {},
     )
     .unwrap_err()
@@ -427,8 +437,8 @@ fn resume_with_another_parallelism_names_both_shapes() {
     run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(dir.path(), false, 0),
+        opts_restarting(0),
+        &durable(dir.path(), false),
         &mut |_| {},
     )
     .unwrap();
@@ -436,8 +446,8 @@ fn resume_with_another_parallelism_names_both_shapes() {
     let err = run_durable(
         g,
         config(ProtocolKind::Aligned),
-        opts(),
-        &durable(dir.path(), true, 0),
+        opts_restarting(0),
+        &durable(dir.path(), true),
         &mut |_| {},
     )
     .unwrap_err();
@@ -448,7 +458,17 @@ fn resume_with_another_parallelism_names_both_shapes() {
 
 /// Short channels: barriers do not queue behind much slow data.
 fn opts() -> JobOptions {
+    opts_restarting(0)
+}
+
+/// [`opts`] with `attempts` immediate restarts.
+fn opts_restarting(attempts: u32) -> JobOptions {
     JobOptions {
         channel_capacity: 2,
+        restart: RestartStrategy {
+            attempts,
+            delay: Duration::ZERO,
+        },
+        ..Default::default()
     }
 }

@@ -167,6 +167,7 @@ fn run_once(protocol: ProtocolKind) -> (Arc<InMemorySnapshots>, u64) {
         config,
         JobOptions {
             channel_capacity: 8,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -260,6 +261,7 @@ fn restore(protocol: ProtocolKind) {
         config,
         JobOptions {
             channel_capacity: 8,
+            ..Default::default()
         },
     )
     .unwrap()

@@ -63,6 +63,7 @@ fn config_errors_are_typed_and_named() {
             CheckpointConfig::default(),
             JobOptions {
                 channel_capacity: 0,
+                ..Default::default()
             },
             "channel_capacity",
         ),
@@ -115,6 +116,7 @@ fn failing_operator_stops_the_job_with_a_task_error_naming_it() {
         aligned(5),
         JobOptions {
             channel_capacity: 4,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -124,6 +124,7 @@ fn check(seed: u64, protocol: ProtocolKind) -> bool {
         config,
         JobOptions {
             channel_capacity: 4,
+            ..Default::default()
         },
     )
     .unwrap()

@@ -9,6 +9,7 @@ use crate::runtime::operator::{OperatorFactory, SourceFactory};
 
 mod fingerprint;
 mod physical;
+mod regions;
 mod validate;
 
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod tests;
 pub use physical::{
     ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex,
 };
+pub use regions::{RegionIndex, Regions};
 
 /// Index of a logical vertex in a [`LogicalGraph`].
 pub type VertexId = usize;

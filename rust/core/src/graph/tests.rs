@@ -217,3 +217,68 @@ fn fingerprint_is_stable_and_shape_sensitive() {
         build(2, Partitioning::Forward).fingerprint()
     );
 }
+
+/// Region names as sorted `vertex-subtask` lists, for readable asserts.
+fn region_names(p: &PhysicalGraph, r: &Regions) -> Vec<Vec<String>> {
+    r.members
+        .iter()
+        .map(|m| m.iter().map(|&t| p.tasks[t].id.to_string()).collect())
+        .collect()
+}
+
+#[test]
+fn regions_are_connected_components_and_forward_edges_split_them_per_subtask() {
+    let mut g = LogicalGraph::new();
+    let a = g.add_source("a", 2, src());
+    let am = g.add_operator("am", 2, op());
+    let b = g.add_source("b", 1, src());
+    let bm = g.add_operator("bm", 2, op());
+    g.connect(a, am, Partitioning::Forward);
+    g.connect(b, bm, Partitioning::RoundRobin);
+    let p = g.expand().unwrap();
+    let r = Regions::of(&p);
+    assert_eq!(
+        region_names(&p, &r),
+        vec![
+            vec!["a-0", "am-0"],
+            vec!["a-1", "am-1"],
+            vec!["b-0", "bm-0", "bm-1"],
+        ]
+    );
+    for (t, &region) in r.of_task.iter().enumerate() {
+        assert!(r.members[region].contains(&t));
+    }
+    assert_eq!(
+        Regions::whole(&p).members,
+        vec![(0..p.tasks.len()).collect::<Vec<_>>()]
+    );
+}
+
+#[test]
+fn a_hash_edge_joins_everything_into_one_region() {
+    let mut g = LogicalGraph::new();
+    let a = g.add_source("a", 2, src());
+    let b = g.add_source("b", 2, src());
+    let u = g.add_operator("u", 2, op());
+    g.connect(a, u, Partitioning::Forward);
+    g.connect(b, u, Partitioning::Hash { key: "k".into() });
+    let p = g.expand().unwrap();
+    assert_eq!(Regions::of(&p).len(), 1);
+}
+
+#[test]
+fn subtasks_of_one_cycle_share_a_region_even_across_forward_edges() {
+    let mut g = LogicalGraph::new();
+    let s = g.add_source("s", 2, src());
+    let h = g.add_operator("head", 2, op());
+    let body = g.add_operator("body", 2, op());
+    g.connect(s, h, Partitioning::Forward);
+    g.connect(h, body, Partitioning::Forward);
+    g.connect_feedback(body, h, Partitioning::Forward);
+    let p = g.expand().unwrap();
+    let r = Regions::of(&p);
+    assert_eq!(
+        region_names(&p, &r),
+        vec![vec!["s-0", "s-1", "head-0", "head-1", "body-0", "body-1"]]
+    );
+}

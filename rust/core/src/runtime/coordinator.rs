@@ -7,16 +7,32 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
+use crate::graph::{RegionIndex, Regions};
 use crate::protocol::{CheckpointId, ProtocolKind};
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
 use crate::runtime::edge::SignalRef;
+use crate::runtime::failover::{Restart, RestartLog, RestartScope};
+use crate::runtime::launch::Relaunch;
 use crate::runtime::metrics::{CheckpointMetrics, CheckpointStatus};
 use crate::runtime::task::JobShared;
 use crate::snapshot::{CheckpointMeta, TaskId};
 
 /// Longest the coordinator sleeps between looks at its clocks.
 const TICK: Duration = Duration::from_millis(20);
+
+/// How the coordinator restarts failed regions.
+pub(crate) struct Failover {
+    pub regions: Regions,
+    pub delay: Duration,
+    pub log: Arc<RestartLog>,
+}
+
+/// A region whose tasks are stopping, to be relaunched once all have ended.
+struct Restarting {
+    error: String,
+    not_before: Instant,
+}
 
 pub(crate) struct TaskInfo {
     pub id: TaskId,
@@ -54,6 +70,8 @@ pub(crate) struct Coordinator {
     done: Vec<bool>,
     pub counters: Vec<TaskCounters>,
     error: Option<Error>,
+    failover: Failover,
+    restarting: BTreeMap<RegionIndex, Restarting>,
 }
 
 fn now_ms() -> u64 {
@@ -69,6 +87,7 @@ impl Coordinator {
         tasks: Vec<TaskInfo>,
         rx: mpsc::Receiver<CoordMsg>,
         fingerprint: String,
+        failover: Failover,
     ) -> Self {
         let n = tasks.len();
         let now = Instant::now();
@@ -92,6 +111,8 @@ impl Coordinator {
             done: vec![false; n],
             counters: vec![TaskCounters::default(); n],
             error: None,
+            failover,
+            restarting: BTreeMap::new(),
         }
     }
 
@@ -100,9 +121,14 @@ impl Coordinator {
         self.next_id = id;
     }
 
-    /// Runs until every task has ended; the job's outcome.
-    pub fn run(&mut self) -> Result<()> {
-        while !self.done.iter().all(|&d| d) {
+    /// Runs until every task has ended (failed regions relaunched through
+    /// `relaunch`); the job's outcome.
+    pub fn run(&mut self, relaunch: &mut dyn Relaunch) -> Result<()> {
+        loop {
+            if self.done.iter().all(|&d| d) && (self.restarting.is_empty() || self.error.is_some())
+            {
+                break;
+            }
             let wait = self
                 .next_wake()
                 .saturating_duration_since(Instant::now())
@@ -116,9 +142,12 @@ impl Coordinator {
                 self.handle(msg);
             }
             if self.error.is_none() {
-                self.expire();
+                self.maybe_relaunch(relaunch);
             }
             if self.error.is_none() {
+                self.expire();
+            }
+            if self.error.is_none() && self.restarting.is_empty() {
                 self.maybe_trigger();
                 self.maybe_finish();
             }
@@ -146,6 +175,9 @@ impl Coordinator {
         for f in self.in_flight.values() {
             t = t.min(f.triggered + self.config.timeout);
         }
+        for r in self.restarting.values() {
+            t = t.min(r.not_before);
+        }
         t
     }
 
@@ -163,15 +195,32 @@ impl Coordinator {
                     self.complete(id);
                 }
             }
-            CoordMsg::SourceExhausted { task } => self.exhausted[task] = true,
+            CoordMsg::SourceExhausted { task } => {
+                self.exhausted[task] = true;
+                // A source relaunched after the job began to finish ends
+                // as soon as it has caught up.
+                if self.finish_sent {
+                    self.tasks[task].mailbox.push(Control::Finish);
+                    self.tasks[task].waker.notify();
+                }
+            }
             CoordMsg::TaskDone { task, counters } => {
                 self.done[task] = true;
                 self.counters[task] = counters;
             }
             CoordMsg::TaskFailed { task, error } => {
                 self.done[task] = true;
+                let region = self.failover.regions.of_task[task];
+                if self.restarting.contains_key(&region) {
+                    return; // a neighbour of the first failure, stopping with it
+                }
                 let name = self.tasks[task].id.to_string();
-                self.fail(Error::Task(format!("{name}: {error}")));
+                let error = format!("{name}: {error}");
+                if self.error.is_none() && self.failover.log.has_budget(self.restarting.len()) {
+                    self.begin_restart(region, error);
+                } else {
+                    self.fail(Error::Task(error));
+                }
             }
             CoordMsg::Trigger { savepoint } => {
                 if self.config.protocol != ProtocolKind::None && !self.finishing() {
@@ -186,9 +235,99 @@ impl Coordinator {
         if self.error.is_none() {
             self.error = Some(e);
         }
-        self.shared.cancel.store(true, Ordering::SeqCst);
+        for c in &self.shared.region_cancel {
+            c.store(true, Ordering::SeqCst);
+        }
         for t in &self.tasks {
             t.waker.notify();
+        }
+    }
+
+    /// Stops `region` after one of its tasks failed; it is relaunched from
+    /// the newest completed checkpoint once all its tasks have ended.
+    /// Checkpoints in flight cannot complete without the region: aborted.
+    fn begin_restart(&mut self, region: RegionIndex, error: String) {
+        self.shared.region_cancel[region].store(true, Ordering::SeqCst);
+        for &t in &self.failover.regions.members[region] {
+            self.tasks[t].waker.notify();
+        }
+        let ids: Vec<CheckpointId> = self.in_flight.keys().copied().collect();
+        for id in ids {
+            self.abort(id, format!("a task failed ({error})"), false);
+        }
+        // The final checkpoint, if aborted, is taken again once the
+        // relaunched sources are exhausted too.
+        if self.final_id.is_some_and(|id| !self.completed_final(id)) {
+            self.final_id = None;
+        }
+        self.restarting.insert(
+            region,
+            Restarting {
+                error,
+                not_before: Instant::now() + self.failover.delay,
+            },
+        );
+    }
+
+    fn completed_final(&self, id: CheckpointId) -> bool {
+        self.metrics
+            .iter()
+            .any(|m| m.id == id && m.status == CheckpointStatus::Completed)
+    }
+
+    /// Relaunches each stopping region whose tasks have all ended and whose
+    /// restart delay has passed.
+    fn maybe_relaunch(&mut self, relaunch: &mut dyn Relaunch) {
+        let now = Instant::now();
+        let ready: Vec<RegionIndex> = self
+            .restarting
+            .iter()
+            .filter(|(&r, s)| {
+                now >= s.not_before
+                    && self.failover.regions.members[r]
+                        .iter()
+                        .all(|&t| self.done[t])
+            })
+            .map(|(&r, _)| r)
+            .collect();
+        for region in ready {
+            let Some(restarting) = self.restarting.remove(&region) else {
+                continue;
+            };
+            let from = match self.shared.sink.latest_completed() {
+                Ok(c) => c,
+                Err(e) => {
+                    self.fail(Error::Snapshot(format!(
+                        "cannot restart after {}: reading the last checkpoint failed: {e}",
+                        restarting.error
+                    )));
+                    return;
+                }
+            };
+            let members = self.failover.regions.members[region].clone();
+            for &t in &members {
+                self.done[t] = false;
+                self.exhausted[t] = false;
+                self.counters[t] = TaskCounters::default();
+            }
+            self.failover.log.record(Restart {
+                scope: RestartScope::Region {
+                    region,
+                    tasks: members.iter().map(|&t| self.tasks[t].id.clone()).collect(),
+                },
+                error: restarting.error.clone(),
+                restored_from: from.as_ref().map(|c| c.meta.id),
+            });
+            if let Err(e) = relaunch.relaunch(region, from.as_ref()) {
+                for &t in &members {
+                    self.done[t] = true;
+                }
+                self.fail(Error::Task(format!(
+                    "restarting after {} failed: {e}",
+                    restarting.error
+                )));
+                return;
+            }
         }
     }
 

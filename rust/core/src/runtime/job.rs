@@ -6,15 +6,16 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::graph::{LogicalGraph, PhysicalGraph, VertexKind};
-use crate::protocol::{for_task, ProtocolKind};
+use crate::graph::{LogicalGraph, PhysicalGraph, Regions};
+use crate::protocol::ProtocolKind;
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{CoordMsg, Mailbox};
-use crate::runtime::coordinator::{Coordinator, TaskInfo};
-use crate::runtime::edge::{edge, EdgeRx, EdgeTx, Signal, SignalRef};
+use crate::runtime::coordinator::{Coordinator, Failover, TaskInfo};
+use crate::runtime::edge::{Signal, SignalRef};
+use crate::runtime::failover::{FailoverStrategy, RestartLog, RestartStrategy};
+use crate::runtime::launch::Launcher;
 use crate::runtime::metrics::{JobReport, TaskReport};
-use crate::runtime::output::{OutChannel, Outputs};
-use crate::runtime::task::{Body, CycleTracker, Input, JobShared, Task};
+use crate::runtime::task::{CycleTracker, JobShared};
 use crate::snapshot::{CompletedCheckpoint, SnapshotSink};
 
 /// Runtime options that are not about checkpoints.
@@ -22,12 +23,18 @@ use crate::snapshot::{CompletedCheckpoint, SnapshotSink};
 pub struct JobOptions {
     /// Items (batches, barriers) each channel holds before its sender waits.
     pub channel_capacity: usize,
+    /// Which tasks restart when one fails.
+    pub failover: FailoverStrategy,
+    /// How many restarts, and how soon.
+    pub restart: RestartStrategy,
 }
 
 impl Default for JobOptions {
     fn default() -> Self {
         Self {
             channel_capacity: 64,
+            failover: FailoverStrategy::default(),
+            restart: RestartStrategy::default(),
         }
     }
 }
@@ -109,6 +116,8 @@ pub struct Job {
     rx: Mutex<Option<mpsc::Receiver<CoordMsg>>>,
     restore: Option<CompletedCheckpoint>,
     first_id: Option<crate::protocol::CheckpointId>,
+    /// Restarts so far (shared with earlier attempts of a durable run).
+    restarts: Arc<RestartLog>,
 }
 
 impl Job {
@@ -118,6 +127,7 @@ impl Job {
         options.validate()?;
         let physical = graph.expand()?;
         let (tx, rx) = mpsc::channel();
+        let restarts = Arc::new(RestartLog::new(options.restart.attempts));
         Ok(Self {
             graph,
             physical,
@@ -127,6 +137,7 @@ impl Job {
             rx: Mutex::new(Some(rx)),
             restore: None,
             first_id: None,
+            restarts,
         })
     }
 
@@ -164,6 +175,12 @@ impl Job {
         self
     }
 
+    /// Counts this job's restarts in `log` (shared with earlier attempts).
+    pub(crate) fn share_restarts(mut self, log: Arc<RestartLog>) -> Self {
+        self.restarts = log;
+        self
+    }
+
     pub fn physical(&self) -> &PhysicalGraph {
         &self.physical
     }
@@ -176,7 +193,9 @@ impl Job {
     }
 
     /// Runs the job to its end (bounded sources) or until cancelled; task
-    /// snapshots go to `sink`.
+    /// snapshots go to `sink`. A failed task restarts its failover region
+    /// (or the whole job, per [`JobOptions::failover`]) from the sink's
+    /// newest completed checkpoint while [`JobOptions::restart`] allows.
     pub fn run(self, sink: Arc<dyn SnapshotSink>) -> Result<JobReport> {
         let started = Instant::now();
         let rx = self
@@ -187,9 +206,12 @@ impl Job {
             .ok_or_else(|| Error::Config("a job runs once".into()))?;
         let phys = &self.physical;
         let n = phys.tasks.len();
+        let regions = match self.options.failover {
+            FailoverStrategy::Region => Regions::of(phys),
+            FailoverStrategy::Full => Regions::whole(phys),
+        };
         let wakers: Vec<SignalRef> = (0..n).map(|_| Signal::new()).collect();
         let mailboxes: Vec<Arc<Mailbox>> = (0..n).map(|_| Arc::new(Mailbox::default())).collect();
-        let cancel = Arc::new(AtomicBool::new(false));
 
         let n_cycles = phys
             .tasks
@@ -205,118 +227,31 @@ impl Job {
                 done: AtomicBool::new(false),
             })
             .collect();
-        let counters: Vec<Arc<AtomicI64>> = cycles.iter().map(|c| c.inflight.clone()).collect();
-        let loop_counter = |t: usize| phys.tasks[t].cycle.map(|c| counters[c].clone());
-
-        let mut txs: Vec<Option<EdgeTx>> = Vec::with_capacity(phys.channels.len());
-        let mut rxs: Vec<Option<EdgeRx>> = Vec::with_capacity(phys.channels.len());
-        for ch in &phys.channels {
-            let (tx, rx) = edge(
-                self.options.channel_capacity,
-                wakers[ch.from].clone(),
-                wakers[ch.to].clone(),
-            )?;
-            txs.push(Some(tx));
-            rxs.push(Some(rx));
-        }
 
         let shared = Arc::new(JobShared {
-            cancel: cancel.clone(),
+            region_cancel: (0..regions.len())
+                .map(|_| Arc::new(AtomicBool::new(false)))
+                .collect(),
+            region_of: regions.of_task.clone(),
             latest_triggered: AtomicU64::new(0),
             cycles,
             sink,
             protocol: self.config.protocol,
             alignment_timeout: self.config.alignment_timeout,
         });
-        let aligned_first = self.config.protocol == ProtocolKind::Unaligned
-            && !self.config.alignment_timeout.is_zero();
-
-        let mut tasks = Vec::with_capacity(n);
-        for (ti, pt) in phys.tasks.iter().enumerate() {
-            let mut body = match &self.graph.vertices[pt.vertex].kind {
-                VertexKind::Source(f) => Body::Source(f.create(pt.id.subtask, pt.parallelism)?),
-                VertexKind::Operator(f) => Body::Operator(f.create(pt.id.subtask, pt.parallelism)?),
-            };
-            let mut replay = Vec::new();
-            if let Body::Operator(op) = &mut body {
-                op.set_full_every(self.config.full_every);
-            }
-            if let Some(snap) = self.restore.as_ref().and_then(|c| c.tasks.get(&pt.id)) {
-                match &mut body {
-                    Body::Source(src) => src.seek(snap.source_offset.unwrap_or(0))?,
-                    Body::Operator(op) => {
-                        if let Some(state) = &snap.state {
-                            op.restore(std::slice::from_ref(state))?;
-                        }
-                    }
-                }
-                for log in &snap.channels {
-                    if log.input >= pt.inputs.len() {
-                        return Err(Error::Snapshot(format!(
-                            "task {} logged input {} but has {} inputs",
-                            pt.id,
-                            log.input,
-                            pt.inputs.len()
-                        )));
-                    }
-                    replay.extend(log.records.iter().map(|b| (log.input, b.clone())));
-                }
-            }
-            let inputs = pt
-                .inputs
-                .iter()
-                .map(|&c| {
-                    let ch = &phys.channels[c];
-                    Input {
-                        rx: rxs[c].take().expect("each channel has one receiver"),
-                        edge_name: ch.edge_name.clone(),
-                        from_subtask: ch.from_subtask,
-                        loop_counter: if ch.in_cycle { loop_counter(ti) } else { None },
-                        ended: false,
-                        queued_reported: 0,
-                    }
-                })
-                .collect();
-            let out_ids: Vec<usize> = pt
-                .outputs
-                .iter()
-                .flat_map(|g| g.channels.iter().copied())
-                .collect();
-            let out_channels = out_ids
-                .iter()
-                .map(|&c| {
-                    let ch = &phys.channels[c];
-                    OutChannel {
-                        tx: txs[c].take().expect("each channel has one sender"),
-                        unbounded: ch.kind == crate::protocol::InputKind::BackEdge,
-                        loop_counter: if ch.in_cycle { loop_counter(ti) } else { None },
-                        overflow: Default::default(),
-                    }
-                })
-                .collect();
-            let outputs = Outputs::new(
-                &pt.outputs,
-                out_channels,
-                &out_ids,
-                wakers[ti].clone(),
-                cancel.clone(),
-            );
-            let protocol = for_task(self.config.protocol, &pt.input_kinds, aligned_first);
-            tasks.push(Task::new(
-                ti,
-                pt.id.clone(),
-                body,
-                inputs,
-                outputs,
-                protocol,
-                wakers[ti].clone(),
-                mailboxes[ti].clone(),
-                self.tx.clone(),
-                shared.clone(),
-                pt.cycle,
-                replay,
-            ));
-        }
+        let mut launcher = Launcher::new(
+            &self.graph,
+            phys,
+            &self.config,
+            self.options.channel_capacity,
+            &regions,
+            wakers.clone(),
+            mailboxes.clone(),
+            shared.clone(),
+            self.tx.clone(),
+        );
+        let all: Vec<usize> = (0..n).collect();
+        let tasks = launcher.build(&all, self.restore.as_ref())?;
 
         let infos = phys
             .tasks
@@ -335,35 +270,22 @@ impl Job {
             infos,
             rx,
             phys.fingerprint.clone(),
+            Failover {
+                regions: regions.clone(),
+                delay: self.options.restart.delay,
+                log: self.restarts.clone(),
+            },
         );
         coordinator.started = started;
         let restored_next = self.restore.as_ref().map_or(1, |c| c.meta.id + 1);
         coordinator.first_id(self.first_id.unwrap_or(1).max(restored_next));
 
-        let mut threads = Vec::with_capacity(n);
-        let mut spawn_error = None;
-        for task in tasks {
-            let name = format!("snapcut-{}", task.id);
-            match std::thread::Builder::new()
-                .name(name)
-                .spawn(move || task.run())
-            {
-                Ok(h) => threads.push(h),
-                Err(e) => {
-                    spawn_error = Some(Error::io("spawning a task thread", e));
-                    cancel.store(true, std::sync::atomic::Ordering::SeqCst);
-                    break;
-                }
-            }
-        }
-        let outcome = if let Some(e) = spawn_error {
-            Err(e)
-        } else {
-            coordinator.run()
+        let restarts_before = self.restarts.len();
+        let outcome = match launcher.spawn(tasks) {
+            Ok(()) => coordinator.run(&mut launcher),
+            Err(e) => Err(e),
         };
-        for t in threads {
-            let _ = t.join();
-        }
+        launcher.join_all();
         outcome?;
 
         let mut report = JobReport {
@@ -373,6 +295,7 @@ impl Job {
             elapsed: started.elapsed(),
             checkpoints: std::mem::take(&mut coordinator.metrics),
             tasks: Vec::with_capacity(n),
+            restarts: self.restarts.entries().split_off(restarts_before),
         };
         report.checkpoints.sort_by_key(|c| c.id);
         for (pt, c) in phys.tasks.iter().zip(&coordinator.counters) {

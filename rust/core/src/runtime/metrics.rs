@@ -68,6 +68,9 @@ pub struct JobReport {
     /// Every checkpoint triggered, in id order.
     pub checkpoints: Vec<CheckpointMetrics>,
     pub tasks: Vec<TaskReport>,
+    /// Regions (or, with the `full` strategy, all tasks) restarted during
+    /// this run after a task failed.
+    pub restarts: Vec<crate::runtime::failover::Restart>,
 }
 
 impl JobReport {

@@ -46,7 +46,9 @@ pub mod config;
 mod control;
 mod coordinator;
 mod edge;
+pub mod failover;
 mod job;
+mod launch;
 pub mod metrics;
 pub mod operator;
 pub mod ops;
@@ -58,6 +60,7 @@ mod task;
 
 pub use config::CheckpointConfig;
 pub use edge::Item;
+pub use failover::{FailoverStrategy, Restart, RestartScope, RestartStrategy};
 pub use job::{Job, JobHandle, JobOptions};
 pub use metrics::{CheckpointMetrics, CheckpointStatus, JobReport, TaskReport};
 pub use recovery::{job_from_store, run_durable, DurableOptions, DurableReport};

@@ -1,31 +1,27 @@
 //! Durable runs: checkpoints to a [`SnapshotStore`], resume from its newest
-//! intact checkpoint, and job-level restarts (Flink's fixed-delay restart
-//! strategy) from the last completed checkpoint after a failure.
+//! intact checkpoint, and restarts from the last completed checkpoint after
+//! a failure (Flink's fixed-delay restart strategy).
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::graph::LogicalGraph;
 use crate::protocol::CheckpointId;
 use crate::runtime::config::CheckpointConfig;
+use crate::runtime::failover::{Restart, RestartLog, RestartScope};
 use crate::runtime::job::{Job, JobHandle, JobOptions};
 use crate::runtime::metrics::JobReport;
 use crate::store::{Skipped, SnapshotStore, StoreOptions};
 
-/// Where and how a durable run keeps its checkpoints.
+/// Where and how a durable run keeps its checkpoints. Restarts follow
+/// [`JobOptions::restart`] and [`JobOptions::failover`].
 #[derive(Clone, Debug)]
 pub struct DurableOptions {
     /// Snapshot root (a local directory, created if missing).
     pub root: PathBuf,
     /// Start from the newest intact checkpoint under `root`, if any.
     pub resume: bool,
-    /// Restarts after a failure before the job fails (Flink's fixed-delay
-    /// strategy; 0 = no restarts, Flink's default without checkpointing).
-    pub restart_attempts: u32,
-    /// Wait before each restart (Flink: 1 s).
-    pub restart_delay: Duration,
 }
 
 impl DurableOptions {
@@ -33,8 +29,6 @@ impl DurableOptions {
         Self {
             root: root.into(),
             resume: false,
-            restart_attempts: 0,
-            restart_delay: Duration::from_secs(1),
         }
     }
 }
@@ -48,13 +42,13 @@ pub struct DurableReport {
     pub restored_from: Option<CheckpointId>,
     /// Corrupt or partial checkpoints passed over when resuming, and why.
     pub skipped: Vec<Skipped>,
-    /// Restarts after failures, each with the error that caused it and the
-    /// checkpoint it restarted from.
-    pub restarts: Vec<(String, Option<CheckpointId>)>,
+    /// Every restart, of regions and of the whole job, in order.
+    pub restarts: Vec<Restart>,
 }
 
-/// Whether a failure may be retried by a restart (a user cancel, bad
-/// configuration or graph may not).
+/// Whether a job-level failure may be retried by rebuilding the job (a user
+/// cancel, bad configuration or graph may not). Task failures do not get
+/// here while restarts are left: the job restarts their region itself.
 fn restartable(e: &Error) -> bool {
     match e {
         Error::Task(m) => !m.contains("cancelled by the user"),
@@ -63,36 +57,11 @@ fn restartable(e: &Error) -> bool {
     }
 }
 
-/// The newest intact checkpoint of `store`, if it has any, with what was skipped.
-fn latest(
-    store: &SnapshotStore,
-) -> Result<(Option<crate::snapshot::CompletedCheckpoint>, Vec<Skipped>)> {
-    let reader = store.reader();
-    if reader.scan()?.is_empty() {
-        return Ok((None, Vec::new()));
-    }
-    match reader.latest_intact() {
-        Ok((manifest, skipped)) => Ok((Some(reader.load(manifest.checkpoint_id)?), skipped)),
-        Err(_) => {
-            // Nothing intact: report every checkpoint as skipped, start fresh.
-            let mut skipped = Vec::new();
-            for (id, _) in reader.scan()?.into_iter().rev() {
-                if let Err(e) = reader.verify(id) {
-                    skipped.push(Skipped {
-                        id,
-                        reason: e.to_string(),
-                    });
-                }
-            }
-            Ok((None, skipped))
-        }
-    }
-}
-
-/// Runs `graph` with checkpoints written to `durable.root`; on a failure,
-/// restarts the whole job from the last completed checkpoint up to
-/// `restart_attempts` times. `on_start` sees each attempt's [`JobHandle`]
-/// (to trigger savepoints or cancel).
+/// Runs `graph` with checkpoints written to `durable.root`. A failed task
+/// restarts its region (or the job) from the last completed checkpoint;
+/// a job-level failure (e.g. more failed checkpoints than tolerated)
+/// rebuilds the job from it. Both count against `options.restart.attempts`.
+/// `on_start` sees each attempt's [`JobHandle`] (to trigger savepoints or cancel).
 pub fn run_durable(
     graph: LogicalGraph,
     config: CheckpointConfig,
@@ -101,6 +70,7 @@ pub fn run_durable(
     on_start: &mut dyn FnMut(JobHandle),
 ) -> Result<DurableReport> {
     config.validate()?;
+    options.validate()?;
     let store = SnapshotStore::open(
         &durable.root,
         StoreOptions {
@@ -108,16 +78,18 @@ pub fn run_durable(
             ..Default::default()
         },
     )?;
+    let log = Arc::new(RestartLog::new(options.restart.attempts));
     let mut restored_from = None;
     let mut skipped = Vec::new();
-    let mut restarts = Vec::new();
     let mut restore_next = durable.resume;
+    let mut first = true;
     loop {
-        let mut job = Job::new(graph.clone(), config.clone(), options.clone())?;
+        let mut job =
+            Job::new(graph.clone(), config.clone(), options.clone())?.share_restarts(log.clone());
         let mut from = None;
         if restore_next {
-            let (checkpoint, skip) = latest(&store)?;
-            if restarts.is_empty() {
+            let (checkpoint, skip) = store.reader().restore_point()?;
+            if first {
                 skipped = skip;
             }
             if let Some(c) = checkpoint {
@@ -125,9 +97,10 @@ pub fn run_durable(
                 from = Some(c.meta.id);
             }
         }
-        if restarts.is_empty() {
+        if first {
             restored_from = from;
         }
+        first = false;
         // Never reuse an id present under the root (complete, corrupt or partial).
         job = job.first_checkpoint_id(store.reader().next_checkpoint_id()?);
         on_start(job.handle());
@@ -137,14 +110,18 @@ pub fn run_durable(
                     report,
                     restored_from,
                     skipped,
-                    restarts,
+                    restarts: log.entries(),
                 })
             }
-            Err(e) if restartable(&e) && (restarts.len() as u32) < durable.restart_attempts => {
-                let next = latest(&store)?.0.map(|c| c.meta.id);
-                restarts.push((e.to_string(), next));
+            Err(e) if restartable(&e) && log.has_budget(0) => {
+                let next = store.reader().restore_point()?.0.map(|c| c.meta.id);
+                log.record(Restart {
+                    scope: RestartScope::Job,
+                    error: e.to_string(),
+                    restored_from: next,
+                });
                 restore_next = true;
-                std::thread::sleep(durable.restart_delay);
+                std::thread::sleep(options.restart.delay);
             }
             Err(e) => return Err(e),
         }

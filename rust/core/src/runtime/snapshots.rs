@@ -121,6 +121,10 @@ impl SnapshotSink for InMemorySnapshots {
         Ok(())
     }
 
+    fn latest_completed(&self) -> Result<Option<CompletedCheckpoint>> {
+        Ok(self.latest())
+    }
+
     fn abort(&self, id: CheckpointId) -> Result<()> {
         self.staged
             .lock()

@@ -22,7 +22,9 @@ const IDLE_WAIT: Duration = Duration::from_millis(10);
 
 /// State shared by every task of a job and its coordinator.
 pub(crate) struct JobShared {
-    pub cancel: Arc<AtomicBool>,
+    /// Per failover region: its tasks stop when set (the whole job: all set).
+    pub region_cancel: Vec<Arc<AtomicBool>>,
+    pub region_of: Vec<crate::graph::RegionIndex>,
     /// The newest checkpoint id the coordinator triggered.
     pub latest_triggered: AtomicU64,
     pub cycles: Vec<CycleTracker>,
@@ -77,6 +79,8 @@ pub(crate) struct Task {
     pub mailbox: Arc<Mailbox>,
     pub coord: mpsc::Sender<CoordMsg>,
     pub shared: Arc<JobShared>,
+    /// The stop flag of this task's failover region.
+    pub cancel: Arc<AtomicBool>,
     pub cycle: Option<usize>,
     pending: BTreeMap<CheckpointId, Pending>,
     actions: Vec<Action>,
@@ -112,6 +116,7 @@ impl Task {
         cycle: Option<usize>,
         replay: Vec<(InputId, Batch)>,
     ) -> Self {
+        let cancel = shared.region_cancel[shared.region_of[index]].clone();
         Self {
             index,
             id,
@@ -123,6 +128,7 @@ impl Task {
             mailbox,
             coord,
             shared,
+            cancel,
             cycle,
             pending: BTreeMap::new(),
             actions: Vec::new(),
@@ -155,7 +161,7 @@ impl Task {
                 counters: std::mem::take(&mut self.counters),
             },
             Ok(Err(e)) => {
-                self.shared.cancel.store(true, Ordering::SeqCst);
+                self.cancel.store(true, Ordering::SeqCst);
                 // The coordinator wraps this in `Error::Task("<task>: …")`: pass a
                 // task error's bare message so "task failed:" is not said twice.
                 let error = match e {
@@ -165,7 +171,7 @@ impl Task {
                 CoordMsg::TaskFailed { task: index, error }
             }
             Err(panic) => {
-                self.shared.cancel.store(true, Ordering::SeqCst);
+                self.cancel.store(true, Ordering::SeqCst);
                 let what = panic
                     .downcast_ref::<&str>()
                     .map(|s| s.to_string())
@@ -183,7 +189,7 @@ impl Task {
     }
 
     fn check_cancel(&self) -> Result<()> {
-        if self.shared.cancel.load(Ordering::Relaxed) {
+        if self.cancel.load(Ordering::Relaxed) {
             Err(cancelled())
         } else {
             Ok(())
@@ -238,7 +244,7 @@ impl Task {
                 }
                 continue;
             }
-            let (mailbox, cancel) = (&self.mailbox, &self.shared.cancel);
+            let (mailbox, cancel) = (&self.mailbox, &self.cancel);
             self.waker.wait_until_timeout(
                 || mailbox.has_pending() || cancel.load(Ordering::Relaxed),
                 IDLE_WAIT,
@@ -314,7 +320,7 @@ impl Task {
             IDLE_WAIT
         };
         let protocol = self.protocol.as_deref();
-        let (inputs, mailbox, cancel) = (&self.inputs, &self.mailbox, &self.shared.cancel);
+        let (inputs, mailbox, cancel) = (&self.inputs, &self.mailbox, &self.cancel);
         self.waker.wait_until_timeout(
             || {
                 mailbox.has_pending()

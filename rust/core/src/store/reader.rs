@@ -326,6 +326,31 @@ impl SnapshotReader {
         Ok((self.load(manifest.checkpoint_id)?, skipped))
     }
 
+    /// Where a restart begins: the newest intact checkpoint loaded whole, or
+    /// `None` when the root holds none (every corrupt or partial one is
+    /// listed as skipped, with the reason).
+    pub fn restore_point(&self) -> Result<(Option<CompletedCheckpoint>, Vec<Skipped>)> {
+        let scan = self.scan()?;
+        if scan.is_empty() {
+            return Ok((None, Vec::new()));
+        }
+        match self.latest_intact() {
+            Ok((manifest, skipped)) => Ok((Some(self.load(manifest.checkpoint_id)?), skipped)),
+            Err(_) => {
+                let mut skipped = Vec::new();
+                for (id, _) in scan.into_iter().rev() {
+                    if let Err(e) = self.verify(id) {
+                        skipped.push(Skipped {
+                            id,
+                            reason: e.to_string(),
+                        });
+                    }
+                }
+                Ok((None, skipped))
+            }
+        }
+    }
+
     /// Source offsets at checkpoint `id`, per source task.
     pub fn source_offsets(&self, id: CheckpointId) -> Result<BTreeMap<TaskId, u64>> {
         let manifest = self.manifest(id)?;

@@ -21,7 +21,9 @@ use super::reader::{table_for, SnapshotReader};
 use super::writer::Writer;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+use crate::snapshot::{
+    CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateCapture, StateKind, TaskSnapshot,
+};
 use crate::state::KEY_METADATA;
 
 /// Retention and housekeeping settings of a [`SnapshotStore`].
@@ -475,6 +477,10 @@ impl SnapshotSink for SnapshotStore {
         drop(committed);
         self.cleanup_partial(id)?;
         Ok(())
+    }
+
+    fn latest_completed(&self) -> Result<Option<CompletedCheckpoint>> {
+        Ok(self.reader.restore_point()?.0)
     }
 
     fn abort(&self, id: CheckpointId) -> Result<()> {

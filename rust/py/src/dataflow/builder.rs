@@ -11,7 +11,7 @@ use snapcut_core::graph::{LogicalGraph, Partitioning, VertexId};
 use snapcut_core::runtime::ops::{self, AggFunc, AggSpec, Collected};
 use snapcut_core::runtime::{
     run_durable, DurableOptions, DurableReport, InMemorySnapshots, Job, JobHandle, JobOptions,
-    JobReport,
+    JobReport, RestartStrategy,
 };
 use snapcut_core::Error;
 
@@ -219,7 +219,7 @@ impl GraphBuilder {
     /// `resume` starts from its newest intact checkpoint; failures restart
     /// the job from the last checkpoint up to `restart_attempts` times.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, control=None))]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -229,6 +229,7 @@ impl GraphBuilder {
         resume: bool,
         restart_attempts: u32,
         restart_delay: f64,
+        failover: &str,
         control: Option<PyRef<'_, PyJobControl>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let current: Arc<std::sync::Mutex<Option<JobHandle>>> =
@@ -239,6 +240,18 @@ impl GraphBuilder {
             ))
             .map_py();
         }
+        let options = JobOptions {
+            failover: failover.parse().map_py()?,
+            restart: RestartStrategy {
+                attempts: restart_attempts,
+                delay: Duration::try_from_secs_f64(restart_delay).map_err(|_| {
+                    crate::errors::to_py(Error::Config(format!(
+                        "restart_delay must be a finite, non-negative number of seconds, got {restart_delay}"
+                    )))
+                })?,
+            },
+            ..Default::default()
+        };
         self.ran = true;
         let graph = std::mem::take(&mut self.graph);
         if let Some(root) = checkpoint_dir {
@@ -250,18 +263,9 @@ impl GraphBuilder {
                 ))
                 .map_py();
             }
-            let durable = DurableOptions {
-                root,
-                resume,
-                restart_attempts,
-                restart_delay: Duration::try_from_secs_f64(restart_delay).map_err(|_| {
-                    crate::errors::to_py(Error::Config(format!(
-                        "restart_delay must be a finite, non-negative number of seconds, got {restart_delay}"
-                    )))
-                })?,
-            };
+            let durable = DurableOptions { root, resume };
             let config = checkpointing.inner.clone();
-            let outcome = run_durable_interruptibly(py, graph, config, durable, current)?;
+            let outcome = run_durable_interruptibly(py, graph, config, options, durable, current)?;
             let d = report::to_py(py, &outcome.report, &self.collects, &[])?;
             d.set_item("restored_from", outcome.restored_from)?;
             let skipped: Vec<(u64, String)> = outcome
@@ -270,18 +274,16 @@ impl GraphBuilder {
                 .map(|s| (s.id, s.reason.clone()))
                 .collect();
             d.set_item("skipped", skipped)?;
-            let restarts: Vec<(String, Option<u64>)> = outcome.restarts;
-            d.set_item("restarts", restarts)?;
+            d.set_item("restarts", report::restarts_to_py(&outcome.restarts))?;
             return Ok(d);
         }
-        if resume || restart_attempts > 0 {
+        if resume {
             return Err(Error::Config(
-                "resume and restart_attempts need a checkpoint_dir to restore from".into(),
+                "resume needs a checkpoint_dir to restore from".into(),
             ))
             .map_py();
         }
-        let mut job =
-            Job::new(graph, checkpointing.inner.clone(), JobOptions::default()).map_py()?;
+        let mut job = Job::new(graph, checkpointing.inner.clone(), options).map_py()?;
         let restore_from_id = restore_from.as_ref().map(|c| c.inner.meta.id);
         if let Some(checkpoint) = restore_from {
             job = job.restore_from(&checkpoint.inner).map_py()?;
@@ -292,7 +294,7 @@ impl GraphBuilder {
         let d = report::to_py(py, &job_report, &self.collects, &sink.completed())?;
         d.set_item("restored_from", restore_from_id)?;
         d.set_item("skipped", Vec::<(u64, String)>::new())?;
-        d.set_item("restarts", Vec::<(String, Option<u64>)>::new())?;
+        d.set_item("restarts", report::restarts_to_py(&job_report.restarts))?;
         Ok(d)
     }
 
@@ -389,6 +391,7 @@ fn run_durable_interruptibly(
     py: Python<'_>,
     graph: LogicalGraph,
     config: snapcut_core::runtime::CheckpointConfig,
+    options: JobOptions,
     durable: DurableOptions,
     current: Arc<std::sync::Mutex<Option<JobHandle>>>,
 ) -> PyResult<DurableReport> {
@@ -409,13 +412,7 @@ fn run_durable_interruptibly(
             let mut on_start = |h: JobHandle| {
                 *setter.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
             };
-            let _ = tx.send(run_durable(
-                graph,
-                config,
-                JobOptions::default(),
-                &durable,
-                &mut on_start,
-            ));
+            let _ = tx.send(run_durable(graph, config, options, &durable, &mut on_start));
         })
         .map_err(|e| Error::io("spawning the job thread", e))
         .map_py()?;

@@ -8,7 +8,9 @@ use arrow_schema::Schema;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use snapcut_core::runtime::ops::Collected;
-use snapcut_core::runtime::{CheckpointMetrics, CheckpointStatus, JobReport};
+use snapcut_core::runtime::{
+    CheckpointMetrics, CheckpointStatus, JobReport, Restart, RestartScope,
+};
 use snapcut_core::snapshot::{CompletedCheckpoint, TaskSnapshot};
 
 use super::convert::table_to_pyarrow;
@@ -107,6 +109,25 @@ fn snapshot<'py>(py: Python<'py>, c: &CompletedCheckpoint) -> PyResult<Bound<'py
     d.set_item("handle", PyCheckpoint { inner: c.clone() })?;
     Ok(d)
 }
+
+/// Restarts as `(error, restored_from, region, [task, ...])`; `region` is
+/// `None` for a rebuild of the whole job.
+pub fn restarts_to_py(restarts: &[Restart]) -> Vec<RawRestart> {
+    restarts
+        .iter()
+        .map(|r| match &r.scope {
+            RestartScope::Job => (r.error.clone(), r.restored_from, None, Vec::new()),
+            RestartScope::Region { region, tasks } => (
+                r.error.clone(),
+                r.restored_from,
+                Some(*region),
+                tasks.iter().map(|t| t.to_string()).collect(),
+            ),
+        })
+        .collect()
+}
+
+type RawRestart = (String, Option<u64>, Option<usize>, Vec<String>);
 
 /// The raw report: `results`, `checkpoints`, `snapshots`, counts and timings.
 pub fn to_py<'py>(

@@ -69,12 +69,25 @@ struct CollectSink {
     out: Collected,
     subtask: usize,
     staged: Vec<RecordBatch>,
+    /// Set once restored, or once a fresh start dropped what a failed
+    /// predecessor pre-committed (its checkpoints never completed).
+    started: bool,
+}
+
+impl CollectSink {
+    fn start(&mut self) {
+        if !self.started {
+            self.started = true;
+            self.out.settle(self.subtask, 0, Some(0));
+        }
+    }
 }
 
 const COLLECT_CHECKPOINT: &str = "snapcut.checkpoint";
 
 impl Operator for CollectSink {
     fn process(&mut self, _input: InputId, batch: Batch, _out: &mut dyn Emitter) -> Result<()> {
+        self.start();
         self.staged.push(batch);
         Ok(())
     }
@@ -82,6 +95,7 @@ impl Operator for CollectSink {
     /// The state only names the checkpoint, so that a restore knows which
     /// pre-committed batches are final.
     fn snapshot(&mut self, id: CheckpointId) -> Result<Option<StateCapture>> {
+        self.start();
         let schema = Arc::new(Schema::new_with_metadata(
             vec![Field::new("subtask", DataType::UInt64, false)],
             [(COLLECT_CHECKPOINT.to_string(), id.to_string())].into(),
@@ -131,11 +145,13 @@ impl Operator for CollectSink {
                 ))
             })?;
         self.out.settle(self.subtask, restored, Some(restored));
+        self.started = true;
         Ok(())
     }
 
     /// The job ended successfully: what is left is final output.
     fn finish(&mut self, _out: &mut dyn Emitter) -> Result<()> {
+        self.start();
         self.out.settle(self.subtask, CheckpointId::MAX, None);
         let staged = std::mem::take(&mut self.staged);
         self.out
@@ -159,6 +175,7 @@ pub fn collect_sink() -> (Arc<dyn OperatorFactory>, Collected) {
             out: shared.clone(),
             subtask,
             staged: Vec::new(),
+            started: false,
         }))
     };
     (Arc::new(factory), out)
