@@ -311,3 +311,22 @@ class _JobControl:
     def trigger_savepoint(self) -> None: ...
     def trigger_checkpoint(self) -> None: ...
     def cancel(self) -> None: ...
+
+# --- keyed process (incremental state) ---
+def _keyed_checkpoints(
+    key: str,
+    func: Callable[..., Any],
+    steps: list[list[Any]],
+    full_every: int,
+    aborted: list[int] = ...,
+    timings: list[int] | None = None,
+) -> list[tuple[str, int | None, Any]]:
+    """Test hook: a keyed process fed steps[i] then checkpointed as i + 1."""
+
+def _keyed_restore(
+    key: str,
+    func: Callable[..., Any],
+    chain: list[tuple[str, int | None, Any]],
+    after: list[Any],
+) -> tuple[list[Any], Any]:
+    """Test hook: a keyed process restored from a chain, then fed `after`."""

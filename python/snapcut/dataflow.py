@@ -654,7 +654,11 @@ class KeyedStream:
         """Keyed state in Python (Spark's applyInPandasWithState shape): per
         batch and key, `fn(key, rows, state) -> (output | None, new_state)`.
         `state` is None for a new key; returning new_state None drops it.
-        State must be picklable: it is checkpointed as Arrow (key + pickle)."""
+        State must be picklable: it is checkpointed as Arrow (key + pickle),
+        incrementally: a checkpoint holds only the keys `fn` ran for since
+        the previous one (a dropped key as a `__deleted` tombstone), every
+        `Checkpointing.full_every`-th one every key. So mutate a key's state
+        only inside its own call. Every row needs a non-null int or str key."""
         _check_callable("process", fn)
         s = self._stream
         return s._then("process", name, parallelism, self._input(), key=self.key, fn=fn)

@@ -108,6 +108,8 @@ impl GraphBuilder {
         key: String,
         func: Py<PyAny>,
     ) -> PyResult<VertexId> {
+        // Refuse a key its state file could not hold now, not at run time.
+        super::keyed_state::PickledState::new(&key).map_py()?;
         let factory = KeyedProcessFactory {
             name: name.clone(),
             key,

@@ -1,6 +1,8 @@
-//! Private test hooks (`_core._replay_source`, `_core._keyed_roundtrip`):
-//! drive one Python-backed source or keyed operator directly, to test
-//! replay from an offset and state restore without a whole job.
+//! Private test hooks (`_core._replay_source`, `_core._keyed_roundtrip`,
+//! `_core._keyed_checkpoints`, `_core._keyed_restore`): drive one
+//! Python-backed source or keyed operator directly, to test replay from an
+//! offset, incremental checkpoints and state restore without a whole job
+//! (whose checkpoint timing is not deterministic).
 
 use std::sync::Arc;
 
@@ -9,7 +11,7 @@ use pyo3_arrow::PyRecordBatch;
 use snapcut_core::runtime::operator::{
     Batch, Emitter, Operator, OperatorFactory, Source, SourceFactory,
 };
-use snapcut_core::snapshot::StateKind;
+use snapcut_core::snapshot::{StateCapture, StateKind};
 
 use super::convert::to_pyarrow;
 use super::keyed::KeyedProcessFactory;
@@ -125,4 +127,105 @@ pub fn _keyed_roundtrip<'py>(
         outputs,
         to_pyarrow(py, end.batch)?,
     ))
+}
+
+/// One checkpoint's capture as Python sees it: `(kind, base, batch)`.
+type Checkpointed<'py> = (&'static str, Option<u64>, Bound<'py, PyAny>);
+
+fn keyed_operator(key: String, func: Py<PyAny>, full_every: u32) -> PyResult<Box<dyn Operator>> {
+    let mut op = KeyedProcessFactory {
+        name: "keyed".into(),
+        key,
+        func: Arc::new(func),
+    }
+    .create(0, 1)
+    .map_py()?;
+    op.set_full_every(full_every);
+    Ok(op)
+}
+
+/// A keyed process (`full_every` as a job would set it) fed `steps[i]`
+/// then checkpointed as checkpoint `i + 1`, aborted after the checkpoints
+/// in `aborted`: every capture as `(kind, base, batch)`. With `timings` (a
+/// list), appends each checkpoint's sync-phase time in nanoseconds (benches).
+#[pyfunction]
+#[pyo3(signature = (key, func, steps, full_every, aborted=Vec::new(), timings=None))]
+pub fn _keyed_checkpoints<'py>(
+    py: Python<'py>,
+    key: String,
+    func: Py<PyAny>,
+    steps: Vec<Vec<PyRecordBatch>>,
+    full_every: u32,
+    aborted: Vec<u64>,
+    timings: Option<Bound<'py, pyo3::types::PyList>>,
+) -> PyResult<Vec<Checkpointed<'py>>> {
+    let mut op = keyed_operator(key, func, full_every)?;
+    let mut sink = VecEmitter(Vec::new());
+    let mut out = Vec::new();
+    for (i, step) in steps.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        for b in step {
+            op.process(0, b.into_inner(), &mut sink).map_py()?;
+        }
+        let started = std::time::Instant::now();
+        let capture = op.snapshot(id).map_py()?.expect("keyed state is captured");
+        if let Some(t) = &timings {
+            t.append(started.elapsed().as_nanos() as u64)?;
+        }
+        let (kind, base) = match capture.kind {
+            StateKind::Full => ("full", None),
+            StateKind::Diff { base } => ("diff", Some(base)),
+        };
+        out.push((kind, base, to_pyarrow(py, capture.batch)?));
+        if aborted.contains(&id) {
+            op.abort(id).map_py()?;
+        }
+    }
+    Ok(out)
+}
+
+/// A keyed process restored from `chain` (`(kind, base, batch)`, as
+/// `_keyed_checkpoints` returns) and fed `after`: `(outputs, full state)`.
+#[pyfunction]
+pub fn _keyed_restore<'py>(
+    py: Python<'py>,
+    key: String,
+    func: Py<PyAny>,
+    chain: Vec<(String, Option<u64>, PyRecordBatch)>,
+    after: Vec<PyRecordBatch>,
+) -> PyResult<(Vec<Bound<'py, PyAny>>, Bound<'py, PyAny>)> {
+    let chain = chain
+        .into_iter()
+        .map(|(kind, base, batch)| {
+            let kind = match (kind.as_str(), base) {
+                ("full", None) => StateKind::Full,
+                ("diff", Some(base)) => StateKind::Diff { base },
+                _ => {
+                    return Err(pyo3::exceptions::PyValueError::new_err(
+                        "a chain entry is ('full', None, batch) or ('diff', base, batch)",
+                    ))
+                }
+            };
+            Ok(StateCapture {
+                kind,
+                batch: batch.into_inner(),
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let mut op = keyed_operator(key, func, 1)?;
+    op.restore(&chain).map_py()?;
+    let mut out = VecEmitter(Vec::new());
+    for b in after {
+        op.process(0, b.into_inner(), &mut out).map_py()?;
+    }
+    let end = op
+        .snapshot(u64::MAX)
+        .map_py()?
+        .expect("keyed state is captured");
+    let outputs = out
+        .0
+        .into_iter()
+        .map(|b| to_pyarrow(py, b))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok((outputs, to_pyarrow(py, end.batch)?))
 }

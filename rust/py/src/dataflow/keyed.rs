@@ -1,77 +1,74 @@
 //! Keyed state held by a Python function, Spark `applyInPandasWithState`
 //! style: per batch and per key, `fn(key, rows_of_that_key, state) ->
 //! (output | None, new_state)`; `new_state = None` drops the key. The GIL is
-//! taken once per batch. State is snapshotted as Arrow: the key column plus
-//! the pickled state (`StateCapture` Full).
+//! taken once per batch. State is checkpointed incrementally as Arrow: the
+//! key column plus the pickled state of the keys whose function ran since the
+//! previous checkpoint, with `__deleted` tombstones for dropped keys
+//! (`StateKind::Diff`), and every `full_every`-th time every key
+//! (`StateKind::Full`); see [`super::keyed_state`].
+//!
+//! A key counts as changed when the function was called for it: a state
+//! object mutated in place by a call is re-pickled, one changed from outside
+//! the function (shared between keys) is not.
 
-use std::collections::BTreeMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type, UInt64Type, UInt8Type,
 };
-use arrow_array::{
-    Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray, UInt32Array,
-};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_array::{Array, ArrayRef, RecordBatch, UInt32Array};
+use arrow_schema::DataType;
 use arrow_select::take::take_record_batch;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 use snapcut_core::protocol::{CheckpointId, InputId};
 use snapcut_core::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
-use snapcut_core::snapshot::{StateCapture, StateKind};
+use snapcut_core::snapshot::StateCapture;
 use snapcut_core::{Error, Result};
 
 use super::convert::{batches_from_py, task_error, to_pyarrow};
+use super::keyed_state::{Changes, Key, Pickled, PickledState, STATE_COLUMN};
 
-/// A grouping key: integers and strings (what `key_by` columns hold).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Key {
-    Null,
-    Int(i64),
-    Str(String),
+fn key_to_py<'py>(key: &Key, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match key {
+        Key::Int(v) => v.into_pyobject(py)?.into_any(),
+        Key::Str(s) => s.into_pyobject(py)?.into_any(),
+    })
 }
 
-impl Key {
-    fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(match self {
-            Key::Null => py.None().into_bound(py),
-            Key::Int(v) => v.into_pyobject(py)?.into_any(),
-            Key::Str(s) => s.into_pyobject(py)?.into_any(),
-        })
+/// The keys of a key column, which must hold no nulls: a keyed state
+/// checkpoint has no place for a null key.
+fn keys_of(name: &str, column: &ArrayRef) -> std::result::Result<Vec<Key>, String> {
+    if column.null_count() > 0 {
+        return Err(format!(
+            "key column {name:?} holds {} null(s); every row needs a key: filter the nulls \
+             out (or fill them) before key_by",
+            column.null_count()
+        ));
     }
-}
-
-fn keys_of(column: &ArrayRef) -> std::result::Result<Vec<Key>, String> {
     macro_rules! ints {
         ($t:ty) => {{
-            let a = column.as_primitive::<$t>();
-            (0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Ok(Key::Null)
-                    } else {
-                        i64::try_from(a.value(i))
-                            .map(Key::Int)
-                            .map_err(|_| format!("key {} does not fit in int64", a.value(i)))
-                    }
+            column
+                .as_primitive::<$t>()
+                .values()
+                .iter()
+                .map(|&v| {
+                    i64::try_from(v)
+                        .map(Key::Int)
+                        .map_err(|_| format!("key {v} does not fit in int64"))
                 })
                 .collect()
         }};
     }
     macro_rules! strs {
         ($a:expr) => {{
-            let a = $a;
-            Ok((0..a.len())
-                .map(|i| {
-                    if a.is_null(i) {
-                        Key::Null
-                    } else {
-                        Key::Str(a.value(i).to_string())
-                    }
-                })
+            Ok($a
+                .iter()
+                .flatten()
+                .map(|v| Key::Str(v.to_string()))
                 .collect())
         }};
     }
@@ -106,8 +103,9 @@ impl OperatorFactory for KeyedProcessFactory {
             name: self.name.clone(),
             key: self.key.clone(),
             func: Arc::clone(&self.func),
-            state: BTreeMap::new(),
-            string_keys: None,
+            state: HashMap::new(),
+            changed: HashSet::new(),
+            pickled: PickledState::new(&self.key)?,
         }))
     }
 }
@@ -116,9 +114,12 @@ struct KeyedProcess {
     name: String,
     key: String,
     func: Arc<Py<PyAny>>,
-    state: BTreeMap<Key, Py<PyAny>>,
-    /// Whether keys are strings (else integers); known from the first batch or restore.
-    string_keys: Option<bool>,
+    /// The live state objects.
+    state: HashMap<Key, Py<PyAny>>,
+    /// Keys whose function ran since the last checkpoint (live or dropped).
+    changed: HashSet<Key>,
+    /// What checkpoints are made of: the pickles as of the last checkpoint.
+    pickled: PickledState,
 }
 
 impl KeyedProcess {
@@ -144,10 +145,15 @@ impl KeyedProcess {
             column.data_type(),
             DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
         );
-        self.string_keys.get_or_insert(string_keys);
-        let keys = keys_of(column).map_err(|m| self.err(m))?;
+        let keys = keys_of(&self.key, column).map_err(|m| self.err(m))?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pickled
+            .use_key_type(string_keys)
+            .map_err(|e| self.err(e))?;
         let mut order: Vec<Key> = Vec::new();
-        let mut rows: std::collections::HashMap<Key, Vec<u32>> = Default::default();
+        let mut rows: HashMap<Key, Vec<u32>> = Default::default();
         for (i, k) in keys.into_iter().enumerate() {
             let entry = rows.entry(k.clone()).or_insert_with(|| {
                 order.push(k);
@@ -181,7 +187,10 @@ impl KeyedProcess {
                 Some(s) => s.clone_ref(py).into_bound(py),
                 None => py.None().into_bound(py),
             };
-            let result = func.call1((key.to_py(py)?, to_pyarrow(py, rows)?, state))?;
+            // Changed from the call on: the function may mutate `state` in
+            // place even if it then fails to return a proper result.
+            self.changed.insert(key.clone());
+            let result = func.call1((key_to_py(&key, py)?, to_pyarrow(py, rows)?, state))?;
             let pair = result.cast::<PyTuple>().map_err(|_| {
                 pyo3::exceptions::PyTypeError::new_err(
                     "a keyed process function must return a tuple (output, new_state)",
@@ -204,16 +213,46 @@ impl KeyedProcess {
         Ok(outputs)
     }
 
-    fn state_schema(&self) -> Arc<Schema> {
-        let key_type = if self.string_keys == Some(true) {
-            DataType::Utf8
-        } else {
-            DataType::Int64
-        };
-        Arc::new(Schema::new(vec![
-            Field::new(&self.key, key_type, true),
-            Field::new("state", DataType::Binary, false),
-        ]))
+    /// Pickles of the changed keys that are live, and the changed keys that
+    /// were dropped; both in key order (diffs come out deterministic).
+    fn pickle_changed(&self) -> Result<Changes> {
+        let mut changed: Vec<&Key> = self.changed.iter().collect();
+        changed.sort_unstable();
+        let (live, dropped): (Vec<&Key>, Vec<&Key>) = changed
+            .into_iter()
+            .partition(|k| self.state.contains_key(*k));
+        let upserts = Python::attach(|py| -> Result<Vec<Pickled>> {
+            let dumps = py
+                .import(intern!(py, "pickle"))
+                .and_then(|m| m.getattr(intern!(py, "dumps")))
+                .map_err(|e| self.err(format!("cannot import pickle: {e}")))?;
+            live.into_iter()
+                .map(|k| {
+                    let obj = self.state[k].bind(py);
+                    let bytes = dumps
+                        .call1((obj,))
+                        .and_then(|b| Ok(b.cast::<PyBytes>()?.as_bytes().to_vec()))
+                        .map_err(|e| {
+                            self.err(format!(
+                                "cannot pickle the state of key {} ({e}); keyed state is \
+                                 checkpointed with pickle: keep picklable values in it \
+                                 (numbers, strings, lists, dicts, dataclasses), not \
+                                 functions, locks or open files",
+                                key_label(k)
+                            ))
+                        })?;
+                    Ok((k.clone(), bytes))
+                })
+                .collect()
+        })?;
+        Ok((upserts, dropped.into_iter().cloned().collect()))
+    }
+}
+
+fn key_label(k: &Key) -> String {
+    match k {
+        Key::Int(v) => v.to_string(),
+        Key::Str(s) => format!("{s:?}"),
     }
 }
 
@@ -241,74 +280,62 @@ impl Operator for KeyedProcess {
         Ok(())
     }
 
-    fn snapshot(&mut self, _id: CheckpointId) -> Result<Option<StateCapture>> {
-        let schema = self.state_schema();
-        let string_keys = self.string_keys == Some(true);
-        let blobs: Vec<Vec<u8>> = Python::attach(|py| -> PyResult<Vec<Vec<u8>>> {
-            let dumps = py
-                .import(intern!(py, "pickle"))?
-                .getattr(intern!(py, "dumps"))?;
-            self.state
-                .values()
-                .map(|s| {
-                    Ok(dumps
-                        .call1((s.bind(py),))?
-                        .cast::<PyBytes>()?
-                        .as_bytes()
-                        .to_vec())
-                })
-                .collect()
-        })
-        .map_err(|e| self.err(format!("cannot pickle the state: {e}")))?;
-        let keys: ArrayRef = if string_keys {
-            Arc::new(StringArray::from_iter(self.state.keys().map(|k| match k {
-                Key::Str(s) => Some(s.clone()),
-                _ => None,
-            })))
-        } else {
-            Arc::new(Int64Array::from_iter(self.state.keys().map(|k| match k {
-                Key::Int(v) => Some(*v),
-                _ => None,
-            })))
-        };
-        let states: ArrayRef = Arc::new(BinaryArray::from_iter_values(blobs.iter()));
-        let batch = RecordBatch::try_new(schema, vec![keys, states]).map_err(|e| self.err(e))?;
-        Ok(Some(StateCapture {
-            kind: StateKind::Full,
-            batch,
-        }))
+    fn snapshot(&mut self, id: CheckpointId) -> Result<Option<StateCapture>> {
+        let (upserts, dropped) = self.pickle_changed()?;
+        let capture = self
+            .pickled
+            .checkpoint(id, &upserts, &dropped)
+            .map_err(|e| self.err(e))?;
+        self.changed.clear();
+        Ok(Some(capture))
+    }
+
+    fn abort(&mut self, _id: CheckpointId) -> Result<()> {
+        self.pickled.abort();
+        Ok(())
+    }
+
+    fn set_full_every(&mut self, full_every: u32) {
+        // Only fails if the key type's table cannot be rebuilt, which a
+        // table built before cannot; keep the old policy then.
+        let _ = self.pickled.set_full_every(full_every);
     }
 
     fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
-        let Some(full) = chain.first() else {
+        let rows = self.pickled.restore(chain)?;
+        self.changed.clear();
+        self.state.clear();
+        let Some(rows) = rows else {
             return Ok(());
         };
-        let batch = &full.batch;
-        if batch.num_columns() != 2 {
-            return Err(self.err("restored state must have a key and a state column"));
-        }
-        let keys = keys_of(batch.column(0)).map_err(|m| self.err(m))?;
-        self.string_keys = Some(matches!(batch.column(0).data_type(), DataType::Utf8));
-        let blobs = batch
-            .column(1)
-            .as_binary_opt::<i32>()
-            .ok_or_else(|| self.err("restored state column must be binary"))?
+        let keys = keys_of(&self.key, rows.column(0)).map_err(|m| self.err(m))?;
+        let blobs = rows
+            .column_by_name(STATE_COLUMN)
+            .and_then(|c| c.as_binary_opt::<i32>())
+            .ok_or_else(|| self.err("restored state has no binary 'state' column"))?
             .clone();
-        let state = Python::attach(|py| -> PyResult<BTreeMap<Key, Py<PyAny>>> {
+        let state = Python::attach(|py| -> Result<HashMap<Key, Py<PyAny>>> {
             let loads = py
-                .import(intern!(py, "pickle"))?
-                .getattr(intern!(py, "loads"))?;
+                .import(intern!(py, "pickle"))
+                .and_then(|m| m.getattr(intern!(py, "loads")))
+                .map_err(|e| self.err(format!("cannot import pickle: {e}")))?;
             keys.into_iter()
                 .enumerate()
                 .map(|(i, k)| {
-                    Ok((
-                        k,
-                        loads.call1((PyBytes::new(py, blobs.value(i)),))?.unbind(),
-                    ))
+                    let obj = loads
+                        .call1((PyBytes::new(py, blobs.value(i)),))
+                        .map_err(|e| {
+                            Error::Snapshot(format!(
+                                "operator '{}': cannot unpickle the state of key {} ({e}); \
+                                 are the classes it was pickled with importable here?",
+                                self.name,
+                                key_label(&k)
+                            ))
+                        })?;
+                    Ok((k, obj.unbind()))
                 })
                 .collect()
-        })
-        .map_err(|e| self.err(format!("cannot unpickle the state: {e}")))?;
+        })?;
         self.state = state;
         Ok(())
     }

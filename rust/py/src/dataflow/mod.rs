@@ -9,6 +9,7 @@ mod control;
 mod convert;
 mod harness;
 mod keyed;
+mod keyed_state;
 mod report;
 mod source;
 mod udf;
@@ -22,6 +23,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dwell_events, m)?)?;
     m.add_function(wrap_pyfunction!(harness::_replay_source, m)?)?;
     m.add_function(wrap_pyfunction!(harness::_keyed_roundtrip, m)?)?;
+    m.add_function(wrap_pyfunction!(harness::_keyed_checkpoints, m)?)?;
+    m.add_function(wrap_pyfunction!(harness::_keyed_restore, m)?)?;
     Ok(())
 }
 

@@ -1,0 +1,496 @@
+//! The checkpointed side of a keyed process, free of Python: each key's
+//! pickled state kept in a [`StateTable`] (key column + binary `state`), so
+//! that a checkpoint writes only the keys whose function ran since the
+//! previous one (upserts, plus `__deleted` tombstones for dropped keys) and
+//! every `full_every`-th time the whole table — the same rules as the
+//! built-in keyed aggregates: the first checkpoint, the first after a
+//! restore and the first after an aborted one are full.
+//!
+//! Keeping the pickles (not only the live Python objects) costs memory but
+//! makes a full capture a copy of bytes instead of a pickle of every key
+//! under the GIL.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema};
+use snapcut_core::protocol::CheckpointId;
+use snapcut_core::snapshot::{StateCapture, StateKind};
+use snapcut_core::state::{StatePolicy, StateTable, DELETED_COLUMN};
+use snapcut_core::{Error, Result};
+
+/// Name of the column holding each key's pickled state.
+pub(crate) const STATE_COLUMN: &str = "state";
+
+/// A grouping key: integers and strings (what `key_by` columns hold).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Key {
+    Int(i64),
+    Str(String),
+}
+
+/// A key and its pickled state.
+pub(crate) type Pickled = (Key, Vec<u8>);
+
+/// What changed since the last checkpoint: new pickles, and dropped keys.
+pub(crate) type Changes = (Vec<Pickled>, Vec<Key>);
+
+/// Pickled state per key, with the changes since the last checkpoint.
+pub(crate) struct PickledState {
+    key: String,
+    full_every: u32,
+    /// Created once the key type is known (first batch or a non-empty restore).
+    table: Option<StateTable>,
+}
+
+impl PickledState {
+    /// State keyed by column `key`; every checkpoint is full until
+    /// [`Self::set_full_every`] says otherwise (as for the aggregates).
+    pub(crate) fn new(key: &str) -> Result<Self> {
+        if key == STATE_COLUMN || key == DELETED_COLUMN {
+            return Err(Error::Config(format!(
+                "a keyed process cannot be keyed by a column named {key:?}: its state file \
+                 uses that name; rename the column before key_by"
+            )));
+        }
+        Ok(Self {
+            key: key.to_string(),
+            full_every: 1,
+            table: None,
+        })
+    }
+
+    pub(crate) fn set_full_every(&mut self, full_every: u32) -> Result<()> {
+        let full_every = full_every.max(1);
+        if full_every == self.full_every {
+            return Ok(());
+        }
+        self.full_every = full_every;
+        if let Some(old) = self.table.take() {
+            // The policy is fixed per table: move the rows into a new one
+            // (whose first checkpoint is then full, always a safe choice).
+            let mut table = self.new_table(Self::is_string(&old))?;
+            table.upsert(&old.to_batch())?;
+            self.table = Some(table);
+        }
+        Ok(())
+    }
+
+    /// Whether keys are strings; `None` until known.
+    pub(crate) fn string_keys(&self) -> Option<bool> {
+        self.table.as_ref().map(Self::is_string)
+    }
+
+    /// Fixes the key type on first use; a later batch must keep it.
+    pub(crate) fn use_key_type(&mut self, string: bool) -> Result<()> {
+        match self.string_keys() {
+            None => {
+                self.table = Some(self.new_table(string)?);
+                Ok(())
+            }
+            Some(s) if s == string => Ok(()),
+            Some(s) => Err(Error::Task(format!(
+                "key column {:?} changed from {} to {} keys between batches; keep one key type \
+                 (cast the column before key_by)",
+                self.key,
+                kind_name(s),
+                kind_name(string)
+            ))),
+        }
+    }
+
+    /// The synchronous phase of checkpoint `id`: records the new pickles of
+    /// the keys changed since the last checkpoint and the keys dropped, then
+    /// captures a diff of just those (or the whole table when a full one is due).
+    pub(crate) fn checkpoint(
+        &mut self,
+        id: CheckpointId,
+        upserts: &[Pickled],
+        dropped: &[Key],
+    ) -> Result<StateCapture> {
+        let Some(string) = self.string_keys() else {
+            if upserts.is_empty() && dropped.is_empty() {
+                // No batch yet and nothing restored: an empty full capture
+                // (the table's own first checkpoint will be full again).
+                let batch = self.new_table(false)?.to_batch();
+                return Ok(StateCapture {
+                    kind: StateKind::Full,
+                    batch,
+                });
+            }
+            return Err(Error::Task(
+                "keyed state changed before its key type was known".into(),
+            ));
+        };
+        let key_array = |keys: &mut dyn Iterator<Item = &Key>| -> Result<ArrayRef> {
+            keys_array(&self.key, string, keys)
+        };
+        let upsert_keys = key_array(&mut upserts.iter().map(|(k, _)| k))?;
+        let dropped_keys = key_array(&mut dropped.iter())?;
+        let table = self.table.as_mut().expect("key type known");
+        if !upserts.is_empty() {
+            let blobs: ArrayRef = Arc::new(BinaryArray::from_iter_values(
+                upserts.iter().map(|(_, b)| b.as_slice()),
+            ));
+            let batch = RecordBatch::try_new(table.schema(), vec![upsert_keys, blobs])
+                .map_err(|e| Error::Task(format!("keyed state batch: {e}")))?;
+            table.upsert(&batch)?;
+        }
+        if !dropped.is_empty() {
+            table.delete(dropped_keys.as_ref())?;
+        }
+        table.checkpoint(id)
+    }
+
+    /// A checkpoint was aborted: its diff was never stored, so the next
+    /// capture must be full to stay restorable.
+    pub(crate) fn abort(&mut self) {
+        if let Some(t) = &mut self.table {
+            t.checkpoint_aborted();
+        }
+    }
+
+    /// Replaces the state with the end of `chain` (a full capture, then
+    /// diffs oldest first); returns the rows `(key, state)` to unpickle, or
+    /// `None` if there are none. The next checkpoint is full.
+    pub(crate) fn restore(&mut self, chain: &[StateCapture]) -> Result<Option<RecordBatch>> {
+        let Some((first, rest)) = chain.split_first() else {
+            self.table = None;
+            return Ok(None);
+        };
+        if first.kind != StateKind::Full {
+            return Err(Error::Snapshot(format!(
+                "keyed state restore chain must start with a full capture, not {:?}",
+                first.kind
+            )));
+        }
+        let mut last_base = None;
+        for c in rest {
+            match c.kind {
+                StateKind::Diff { base } if last_base.is_none_or(|b| base > b) => {
+                    last_base = Some(base)
+                }
+                kind => {
+                    return Err(Error::Snapshot(format!(
+                        "keyed state restore chain must continue with diffs on increasing \
+                         bases; found {kind:?} after base {last_base:?}"
+                    )))
+                }
+            }
+        }
+        let schema = first.batch.schema();
+        let key_col = first.batch.column_by_name(&self.key).ok_or_else(|| {
+            Error::Snapshot(format!(
+                "keyed state has no key column {:?} (columns: {:?}); was it written by \
+                 another job?",
+                self.key,
+                schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+            ))
+        })?;
+        let string = match key_col.data_type() {
+            DataType::Int64 => false,
+            DataType::Utf8 => true,
+            other => {
+                return Err(Error::Snapshot(format!(
+                    "keyed state key column {:?} has type {other}; expected int64 or utf8",
+                    self.key
+                )))
+            }
+        };
+        let mut table = self.new_table(string)?;
+        let bad = |e: Error| Error::Snapshot(format!("restoring keyed state: {e}"));
+        table.apply(&first.batch, false).map_err(bad)?;
+        for c in rest {
+            table.apply(&c.batch, true).map_err(bad)?;
+        }
+        if table.is_empty() {
+            // Nothing to restore: leave the key type to the first batch.
+            self.table = None;
+            return Ok(None);
+        }
+        let rows = table.to_batch();
+        self.table = Some(table);
+        Ok(Some(rows))
+    }
+
+    fn new_table(&self, string: bool) -> Result<StateTable> {
+        let key_type = if string {
+            DataType::Utf8
+        } else {
+            DataType::Int64
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new(&self.key, key_type, false),
+            Field::new(STATE_COLUMN, DataType::Binary, false),
+        ]));
+        StateTable::new(
+            schema,
+            &self.key,
+            StatePolicy {
+                full_every: self.full_every,
+            },
+        )
+    }
+
+    fn is_string(table: &StateTable) -> bool {
+        table
+            .schema()
+            .field_with_name(table.key_column())
+            .is_ok_and(|f| f.data_type() == &DataType::Utf8)
+    }
+}
+
+fn kind_name(string: bool) -> &'static str {
+    if string {
+        "string"
+    } else {
+        "integer"
+    }
+}
+
+fn keys_array(name: &str, string: bool, keys: &mut dyn Iterator<Item = &Key>) -> Result<ArrayRef> {
+    let mismatch = |k: &Key| {
+        Error::Task(format!(
+            "key {k:?} of column {name:?} is not a {} key",
+            kind_name(string)
+        ))
+    };
+    Ok(if string {
+        let v: Vec<&str> = keys
+            .map(|k| match k {
+                Key::Str(s) => Ok(s.as_str()),
+                other => Err(mismatch(other)),
+            })
+            .collect::<Result<_>>()?;
+        Arc::new(StringArray::from(v))
+    } else {
+        let v: Vec<i64> = keys
+            .map(|k| match k {
+                Key::Int(i) => Ok(*i),
+                other => Err(mismatch(other)),
+            })
+            .collect::<Result<_>>()?;
+        Arc::new(Int64Array::from(v))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use snapcut_core::protocol::ProtocolKind;
+    use snapcut_core::runtime::InMemorySnapshots;
+    use snapcut_core::snapshot::{CheckpointMeta, SnapshotSink, TaskId, TaskSnapshot};
+
+    use super::*;
+
+    fn ints(batch: &RecordBatch, col: &str) -> Vec<i64> {
+        batch
+            .column_by_name(col)
+            .unwrap()
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec()
+    }
+
+    fn deleted(batch: &RecordBatch) -> Vec<bool> {
+        let d = batch.column_by_name(DELETED_COLUMN).unwrap().as_boolean();
+        (0..d.len()).map(|i| d.value(i)).collect()
+    }
+
+    fn blob(v: i64) -> Vec<u8> {
+        v.to_le_bytes().to_vec()
+    }
+
+    /// Key → blob of a full state batch.
+    fn contents(batch: &RecordBatch) -> BTreeMap<i64, Vec<u8>> {
+        let b = batch
+            .column_by_name(STATE_COLUMN)
+            .unwrap()
+            .as_binary::<i32>();
+        ints(batch, "k")
+            .into_iter()
+            .enumerate()
+            .map(|(i, k)| (k, b.value(i).to_vec()))
+            .collect()
+    }
+
+    fn up(keys: &[i64], v: i64) -> Vec<Pickled> {
+        keys.iter().map(|&k| (Key::Int(k), blob(v))).collect()
+    }
+
+    #[test]
+    fn diffs_hold_only_changed_keys_and_tombstones() {
+        let mut s = PickledState::new("k").unwrap();
+        s.set_full_every(3).unwrap();
+        s.use_key_type(false).unwrap();
+        let first = s
+            .checkpoint(1, &up(&(0..100).collect::<Vec<_>>(), 0), &[])
+            .unwrap();
+        assert_eq!(first.kind, StateKind::Full);
+        assert_eq!(first.batch.num_rows(), 100);
+
+        let d = s.checkpoint(2, &up(&[3, 7], 1), &[Key::Int(9)]).unwrap();
+        assert_eq!(d.kind, StateKind::Diff { base: 1 });
+        assert_eq!(ints(&d.batch, "k"), vec![3, 7, 9]);
+        assert_eq!(deleted(&d.batch), vec![false, false, true]);
+        let names: Vec<_> = d
+            .batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["k", "state", DELETED_COLUMN]);
+
+        // Nothing changed: an empty diff.
+        let e = s.checkpoint(3, &[], &[]).unwrap();
+        assert_eq!(e.kind, StateKind::Diff { base: 2 });
+        assert_eq!(e.batch.num_rows(), 0);
+
+        // The third after a full is full again, without the dropped key.
+        let f = s.checkpoint(4, &up(&[5], 2), &[]).unwrap();
+        assert_eq!(f.kind, StateKind::Full);
+        let all = contents(&f.batch);
+        assert_eq!(all.len(), 99);
+        assert!(!all.contains_key(&9));
+        assert_eq!(all[&3], blob(1));
+        assert_eq!(all[&5], blob(2));
+        assert_eq!(all[&0], blob(0));
+    }
+
+    #[test]
+    fn a_key_added_and_dropped_between_checkpoints_leaves_no_trace() {
+        let mut s = PickledState::new("k").unwrap();
+        s.set_full_every(10).unwrap();
+        s.use_key_type(false).unwrap();
+        s.checkpoint(1, &up(&[1], 0), &[]).unwrap();
+        let d = s.checkpoint(2, &[], &[Key::Int(42)]).unwrap();
+        assert_eq!(d.batch.num_rows(), 0);
+    }
+
+    #[test]
+    fn abort_and_restore_force_a_full_capture() {
+        let mut s = PickledState::new("k").unwrap();
+        s.set_full_every(10).unwrap();
+        s.use_key_type(false).unwrap();
+        s.checkpoint(1, &up(&[1, 2, 3], 0), &[]).unwrap();
+        assert!(matches!(
+            s.checkpoint(2, &up(&[1], 1), &[]).unwrap().kind,
+            StateKind::Diff { base: 1 }
+        ));
+        s.abort();
+        let f = s.checkpoint(3, &up(&[2], 1), &[]).unwrap();
+        assert_eq!(f.kind, StateKind::Full);
+        assert_eq!(
+            contents(&f.batch)[&1],
+            blob(1),
+            "the aborted diff's change is kept"
+        );
+
+        let mut r = PickledState::new("k").unwrap();
+        r.set_full_every(10).unwrap();
+        let rows = r.restore(std::slice::from_ref(&f)).unwrap().unwrap();
+        assert_eq!(contents(&rows), contents(&f.batch));
+        let next = r.checkpoint(4, &up(&[3], 5), &[]).unwrap();
+        assert_eq!(
+            next.kind,
+            StateKind::Full,
+            "first capture after restore is full"
+        );
+    }
+
+    #[test]
+    fn restore_replays_a_chain_of_full_and_diffs() {
+        let mut s = PickledState::new("k").unwrap();
+        s.set_full_every(100).unwrap();
+        s.use_key_type(false).unwrap();
+        let c1 = s.checkpoint(1, &up(&[1, 2, 3], 0), &[]).unwrap();
+        let c2 = s.checkpoint(2, &up(&[2], 1), &[Key::Int(3)]).unwrap();
+        let c3 = s.checkpoint(3, &up(&[4], 2), &[Key::Int(1)]).unwrap();
+        let mut r = PickledState::new("k").unwrap();
+        let rows = r
+            .restore(&[c1.clone(), c2.clone(), c3.clone()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            contents(&rows),
+            BTreeMap::from([(2, blob(1)), (4, blob(2))])
+        );
+        // Out of order or missing the full: refused with a clear error.
+        let err = r
+            .restore(&[c2.clone(), c3.clone()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must start with a full capture"), "{err}");
+        let err = r.restore(&[c1, c3, c2]).unwrap_err().to_string();
+        assert!(err.contains("increasing bases"), "{err}");
+    }
+
+    #[test]
+    fn key_type_is_fixed_and_reserved_names_are_refused() {
+        let mut s = PickledState::new("k").unwrap();
+        s.use_key_type(true).unwrap();
+        let err = s.use_key_type(false).unwrap_err().to_string();
+        assert!(err.contains("changed from string to integer"), "{err}");
+        let c = s
+            .checkpoint(1, &[(Key::Str("a".into()), vec![1])], &[])
+            .unwrap();
+        assert_eq!(c.batch.schema().field(0).data_type(), &DataType::Utf8);
+        for name in [STATE_COLUMN, DELETED_COLUMN] {
+            let err = PickledState::new(name).err().unwrap().to_string();
+            assert!(err.contains("rename the column"), "{err}");
+        }
+    }
+
+    #[test]
+    fn in_memory_snapshots_rebuild_the_diffs_to_full_state() {
+        let sink = InMemorySnapshots::new();
+        let task = TaskId {
+            vertex: "keyed".into(),
+            subtask: 0,
+        };
+        let mut s = PickledState::new("k").unwrap();
+        s.set_full_every(100).unwrap();
+        s.use_key_type(false).unwrap();
+        let steps: [Changes; 3] = [
+            (up(&[1, 2, 3], 0), vec![]),
+            (up(&[2], 1), vec![Key::Int(3)]),
+            (up(&[5], 2), vec![Key::Int(1)]),
+        ];
+        for (i, (upserts, dropped)) in steps.iter().enumerate() {
+            let id = i as u64 + 1;
+            let state = s.checkpoint(id, upserts, dropped).unwrap();
+            assert_eq!(state.kind == StateKind::Full, id == 1);
+            sink.task_snapshot(
+                id,
+                TaskSnapshot {
+                    task: task.clone(),
+                    state: Some(state),
+                    channels: vec![],
+                    source_offset: None,
+                    alignment_nanos: 0,
+                },
+            )
+            .unwrap();
+            sink.commit(CheckpointMeta {
+                id,
+                protocol: ProtocolKind::Aligned,
+                started_ms: 0,
+                finished_ms: 0,
+                graph_fingerprint: String::new(),
+                savepoint: false,
+            })
+            .unwrap();
+        }
+        let last = sink.latest().unwrap();
+        let state = last.tasks[&task].state.clone().unwrap();
+        assert_eq!(state.kind, StateKind::Full);
+        assert_eq!(
+            contents(&state.batch),
+            BTreeMap::from([(2, blob(1)), (5, blob(2))])
+        );
+    }
+}
