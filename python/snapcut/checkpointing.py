@@ -64,8 +64,11 @@ class Checkpointing:
         after this long (0 = unaligned from the start).
     final_checkpoint: take a checkpoint when bounded sources end.
     full_every: keyed state is checkpointed incrementally (changed keys and
-        tombstones); every full_every-th checkpoint is a full capture, so a
-        restore reads a bounded chain (1 = always full).
+        tombstones); every full_every-th checkpoint of a chain holds the full
+        state, so a restore reads at most full_every files (1 = always full).
+        The snapshot store (or the in-memory sink) rebuilds that full state
+        from the chain at commit, off the tasks' threads: a task only ever
+        captures what changed since its last checkpoint, after its first.
     restart_attempts: after a task fails, restart from the last completed
         checkpoint this many times in all (Flink's fixed-delay restart
         strategy; 0 = no restarts, the default). Without checkpoints, a
