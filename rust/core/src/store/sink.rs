@@ -376,7 +376,9 @@ impl SnapshotStore {
     }
 
     /// Deletes completed checkpoints beyond `retain` that are neither
-    /// savepoints nor a base of a kept checkpoint. Returns the removed ids.
+    /// savepoints nor a base of a kept checkpoint nor of a diff still staged
+    /// (with several checkpoints in flight, a diff is based on an older
+    /// completed one). Returns the removed ids.
     fn apply_retention(
         &self,
         committed: &mut BTreeMap<CheckpointId, Manifest>,
@@ -397,6 +399,13 @@ impl SnapshotStore {
                 .values()
                 .filter(|m| m.savepoint)
                 .map(|m| m.checkpoint_id),
+        );
+        keep.extend(
+            self.staged
+                .lock()
+                .expect("store poisoned")
+                .values()
+                .flat_map(|st| st.files.iter().filter_map(|(f, _)| f.base)),
         );
         let needed: Vec<CheckpointId> = keep
             .iter()
