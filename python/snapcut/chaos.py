@@ -6,10 +6,11 @@ until it finishes. Kills are either at a random moment of the run or at a
 deterministic crash point (``SNAPCUT_FAILPOINTS``: mid checkpoint write,
 between checkpoint files and manifest, between manifest and sink commit,
 mid sink commit; and, on a restarted attempt, on the restore path: after
-the checkpoint was read, mid sink restore). Every choice comes from ``--seed`` and the run number, so
-a failing run replays. The committed output (every ``*.arrow`` file the
-sinks published, read with pyarrow) is then compared with a failure-free
-computation of the same generated events in plain Python:
+the checkpoint was read, mid sink restore). Every choice comes from
+``--seed`` and the run number, so a failing run replays. The committed
+output (every ``*.arrow`` file the sinks published, read with pyarrow) is
+then compared with a failure-free computation of the same generated
+events in plain Python:
 
 - lost: reference records missing from the output (as a multiset),
 - duplicated: output records beyond the reference,
