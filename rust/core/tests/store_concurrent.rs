@@ -105,7 +105,7 @@ fn drive(sink: &dyn SnapshotSink) -> Vec<(CheckpointId, StateKind, Agg)> {
     let mut out = Vec::new();
     let mut capture = |op: &mut Box<dyn Operator>, id: CheckpointId, model: &Agg| {
         let c = op.snapshot(id).unwrap().unwrap();
-        out.push((id, c.kind.clone(), model.clone()));
+        out.push((id, c.kind, model.clone()));
         sink.task_snapshot(id, snap(c)).unwrap();
     };
     feed(op.as_mut(), &mut model, &[(1, 10), (2, 20)]);
@@ -141,7 +141,7 @@ fn drive(sink: &dyn SnapshotSink) -> Vec<(CheckpointId, StateKind, Agg)> {
 
 fn expect_kinds(captures: &[(CheckpointId, StateKind, Agg)]) {
     let kinds: Vec<(CheckpointId, StateKind)> =
-        captures.iter().map(|(id, k, _)| (*id, k.clone())).collect();
+        captures.iter().map(|(id, k, _)| (*id, *k)).collect();
     assert_eq!(
         kinds,
         vec![
