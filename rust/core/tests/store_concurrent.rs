@@ -244,6 +244,119 @@ fn a_diff_staged_on_an_old_base_keeps_that_base_through_retention() {
     assert_eq!(store.completed(), vec![1, 4], "retain 1 plus 4's base");
 }
 
+#[test]
+fn a_diff_whose_base_retention_removed_before_staging_is_rebased() {
+    // As above, but diff 4 is staged only after 3 committed and retention
+    // (retain 1) removed 1: its rows (every key changed since 1) applied on
+    // top of 3 give the state at 4, so the store rebases it onto 3.
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(
+        dir.path(),
+        StoreOptions {
+            retain: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let mut op = agg_op();
+    let mut model = Agg::new();
+    feed(op.as_mut(), &mut model, &[(1, 1), (2, 2)]);
+    store
+        .task_snapshot(1, snap(op.snapshot(1).unwrap().unwrap()))
+        .unwrap();
+    store.commit(meta(1, false)).unwrap();
+    op.commit(1).unwrap();
+    feed(op.as_mut(), &mut model, &[(2, 2)]);
+    op.snapshot(2).unwrap();
+    op.abort(2).unwrap();
+    feed(op.as_mut(), &mut model, &[(3, 3)]);
+    let three = op.snapshot(3).unwrap().unwrap();
+    assert_eq!(three.kind, StateKind::Full);
+    store.task_snapshot(3, snap(three)).unwrap();
+    store.commit(meta(3, false)).unwrap();
+    assert_eq!(store.completed(), vec![3], "1 removed");
+    feed(op.as_mut(), &mut model, &[(1, 4), (4, 4)]);
+    let four = op.snapshot(4).unwrap().unwrap();
+    assert_eq!(
+        four.kind,
+        StateKind::Diff { base: 1 },
+        "3 not confirmed yet"
+    );
+    store.task_snapshot(4, snap(four)).unwrap();
+    store.commit(meta(4, false)).unwrap();
+    let entry = store.reader().manifest(4).unwrap();
+    let entry = entry.state_file(&task("agg", 0)).unwrap();
+    assert_eq!((entry.base, entry.chain.clone()), (Some(3), vec![3, 4]));
+    let got = store.reader().state(4, &task("agg", 0)).unwrap().unwrap();
+    assert_eq!(as_agg(&got), model);
+}
+
+#[test]
+fn a_diff_on_an_aborted_base_is_never_rebased() {
+    // Only a base that completed and was removed may be replaced: a diff on
+    // a checkpoint that never completed lacks the changes before it.
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = store_common::table(10);
+    t.upsert(&store_common::rows(0..3, 0)).unwrap();
+    store
+        .task_snapshot(1, snap(t.checkpoint(1).unwrap()))
+        .unwrap();
+    store.commit(meta(1, false)).unwrap();
+    t.upsert(&store_common::rows(3..4, 0)).unwrap();
+    store
+        .task_snapshot(2, snap(t.checkpoint(2).unwrap()))
+        .unwrap();
+    store.abort(2).unwrap();
+    t.upsert(&store_common::rows(4..5, 0)).unwrap();
+    let three = t.checkpoint(3).unwrap();
+    assert_eq!(three.kind, StateKind::Diff { base: 2 });
+    store.task_snapshot(3, snap(three)).unwrap();
+    let err = store.commit(meta(3, false)).unwrap_err().to_string();
+    assert!(err.contains("based on checkpoint 2"), "{err}");
+}
+
+#[test]
+fn a_checkpoint_kept_as_one_tasks_base_stays_whole_for_the_others() {
+    // 6 needs 5 for task b only; 5's state of task a is a diff on 3 on 2.
+    // Retention (retain 1) keeps 2 and 3 too: every checkpoint left on disk
+    // restores whole (an operator confirmed on 5 may base a diff on it).
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(
+        dir.path(),
+        StoreOptions {
+            retain: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (mut a, mut b) = (store_common::table(10), store_common::table(10));
+    let mut step = |id: u64, full_a: bool, full_b: bool| {
+        a.upsert(&store_common::rows([id as i64], 0)).unwrap();
+        b.upsert(&store_common::rows([id as i64 + 100], 0)).unwrap();
+        if full_a {
+            a.checkpoint_aborted();
+        }
+        if full_b {
+            b.checkpoint_aborted();
+        }
+        for (name, t) in [("a", &mut a), ("b", &mut b)] {
+            let mut s = snap(t.checkpoint(id).unwrap());
+            s.task = task(name, 0);
+            store.task_snapshot(id, s).unwrap();
+        }
+        store.commit(meta(id, false)).unwrap();
+    };
+    step(2, false, false);
+    step(3, false, true);
+    step(5, false, true);
+    step(6, true, false);
+    assert_eq!(store.completed(), vec![2, 3, 5, 6]);
+    let five = store.reader().load(5).unwrap();
+    let a5 = five.tasks[&task("a", 0)].state.as_ref().unwrap();
+    assert_eq!(table_state(&a5.batch).len(), 3);
+}
+
 // ---- the runtime with several checkpoints in flight ----------------------------
 
 const USERS: u64 = 30;
@@ -323,10 +436,27 @@ fn config(max_concurrent: usize) -> CheckpointConfig {
 
 /// Fails the commit of every `every`-th checkpoint (a write error); the
 /// coordinator then aborts it while later ones are in flight.
+/// With `check`, it also loads each checkpoint right after its commit (as
+/// a restore would, before retention can remove it) and records the state
+/// it restores to next to the expected one.
 struct FailSome<S> {
     inner: Arc<S>,
     every: u64,
     failed: Mutex<BTreeSet<CheckpointId>>,
+    check: Option<Arc<SnapshotStore>>,
+    checked: Mutex<Vec<(CheckpointId, Agg, Agg)>>,
+}
+
+impl<S> FailSome<S> {
+    fn new(inner: Arc<S>, every: u64, check: Option<Arc<SnapshotStore>>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            every,
+            failed: Mutex::new(BTreeSet::new()),
+            check,
+            checked: Mutex::new(Vec::new()),
+        })
+    }
 }
 
 impl<S: SnapshotSink> SnapshotSink for FailSome<S> {
@@ -341,7 +471,14 @@ impl<S: SnapshotSink> SnapshotSink for FailSome<S> {
                 meta.id
             )));
         }
-        self.inner.commit(meta)
+        let id = meta.id;
+        self.inner.commit(meta)?;
+        if let Some(store) = &self.check {
+            let c = store.reader().load(id)?;
+            let row = (id, restored_agg(&c), expected_at(&c));
+            self.checked.lock().unwrap().push(row);
+        }
+        Ok(())
     }
     fn abort(&self, id: CheckpointId) -> snapcut_core::Result<()> {
         self.inner.abort(id)
@@ -376,27 +513,29 @@ fn restored_agg(c: &CompletedCheckpoint) -> Agg {
 
 #[test]
 fn concurrent_checkpoints_with_failed_ones_all_restore_exactly_to_the_store() {
-    // The last case adds a timeout short enough that, on a busy machine,
-    // some checkpoints expire while later ones are in flight.
-    for (max_concurrent, timeout) in [
-        (2, Duration::from_secs(600)),
-        (3, Duration::from_secs(600)),
-        (3, Duration::from_millis(8)),
+    // The short timeout makes some checkpoints expire while later ones are
+    // in flight on a busy machine. retain = 1 removes a diff's base as soon
+    // as a newer checkpoint completes that does not need it, often before a
+    // diff captured on that base (before the newer one was confirmed) is
+    // staged: the store rebases such a diff onto the newer checkpoint.
+    for (max_concurrent, timeout, retain) in [
+        (2, Duration::from_secs(600), 1000),
+        (3, Duration::from_secs(600), 1000),
+        (3, Duration::from_millis(8), 1000),
+        (2, Duration::from_secs(600), 1),
+        (3, Duration::from_secs(600), 1),
     ] {
+        let case = format!("max_concurrent {max_concurrent}, timeout {timeout:?}, retain {retain}");
         let dir = tempfile::tempdir().unwrap();
         let store = SnapshotStore::open(
             dir.path(),
             StoreOptions {
-                retain: 1000,
+                retain,
                 ..Default::default()
             },
         )
         .unwrap();
-        let sink = Arc::new(FailSome {
-            inner: store.clone(),
-            every: 4,
-            failed: Mutex::new(BTreeSet::new()),
-        });
+        let sink = FailSome::new(store.clone(), 4, Some(store.clone()));
         let cfg = CheckpointConfig {
             timeout,
             ..config(max_concurrent)
@@ -411,7 +550,7 @@ fn concurrent_checkpoints_with_failed_ones_all_restore_exactly_to_the_store() {
         let lenient = timeout < Duration::from_secs(1);
         assert!(
             lenient || !failed.is_empty(),
-            "a commit failed: {:?}",
+            "{case}: a commit failed: {:?}",
             report.checkpoints
         );
         only_injected_aborts(&report);
@@ -421,31 +560,32 @@ fn concurrent_checkpoints_with_failed_ones_all_restore_exactly_to_the_store() {
             .filter(|m| m.status == CheckpointStatus::Completed)
             .map(|m| m.id)
             .collect();
+        let checked = sink.checked.lock().unwrap();
         assert_eq!(
-            store.completed(),
+            checked.iter().map(|c| c.0).collect::<Vec<_>>(),
             completed,
-            "max_concurrent {max_concurrent}"
+            "{case}"
         );
+        for (id, got, want) in checked.iter() {
+            assert_eq!(got, want, "{case}: checkpoint {id}");
+        }
         let mut diffs = 0;
-        for &id in &completed {
+        for id in store.completed() {
             let m = store.reader().manifest(id).unwrap();
             for f in m.files.iter().filter(|f| f.role == FileRole::State) {
                 if f.kind == Some(FileKind::Diff) {
                     diffs += 1;
                     let base = f.base.unwrap();
-                    assert!(completed.contains(&base), "{id}: base {base} completed");
+                    assert!(completed.contains(&base), "{case}: {id}: base {base}");
                 }
             }
+            // Still restorable at the end (retention kept every base).
             let c = store.reader().load(id).unwrap();
-            assert_eq!(
-                restored_agg(&c),
-                expected_at(&c),
-                "max_concurrent {max_concurrent}: checkpoint {id}"
-            );
+            assert_eq!(restored_agg(&c), expected_at(&c), "{case}: checkpoint {id}");
         }
         assert!(
-            lenient || diffs > 0,
-            "incremental captures were taken: {completed:?}"
+            lenient || retain == 1 || diffs > 0,
+            "{case}: incremental captures were taken: {completed:?}"
         );
     }
 }
@@ -453,11 +593,7 @@ fn concurrent_checkpoints_with_failed_ones_all_restore_exactly_to_the_store() {
 #[test]
 fn concurrent_checkpoints_with_failed_ones_all_restore_exactly_in_memory() {
     let snaps = Arc::new(InMemorySnapshots::new());
-    let sink = Arc::new(FailSome {
-        inner: snaps.clone(),
-        every: 3,
-        failed: Mutex::new(BTreeSet::new()),
-    });
+    let sink = FailSome::new(snaps.clone(), 3, None);
     let report = Job::new(graph(), config(3), opts())
         .unwrap()
         .run(sink.clone())
