@@ -44,9 +44,13 @@ def expected_at(events: pa.Table, offsets: dict[int, int]) -> dict[int, tuple[in
 
 # The short timeout aborts some checkpoints while later ones are in flight
 # (how many depends on the machine's load, so only correctness is asserted).
-@pytest.mark.parametrize(("max_concurrent", "timeout"), [(2, 600.0), (3, 600.0), (3, 0.08)])
+# retained=1 (the default) removes bases that diffs in flight were captured on.
+@pytest.mark.parametrize(
+    ("max_concurrent", "timeout", "retained"),
+    [(2, 600.0, 100_000), (3, 600.0, 100_000), (3, 0.08, 100_000), (3, 600.0, 1)],
+)
 def test_every_stored_checkpoint_restores_exactly(
-    tmp_path: Path, max_concurrent: int, timeout: float
+    tmp_path: Path, max_concurrent: int, timeout: float, retained: int
 ) -> None:
     root = tmp_path / "chk"
     flow = Dataflow(parallelism=2)
@@ -58,7 +62,7 @@ def test_every_stored_checkpoint_restores_exactly(
         timeout=timeout,
         tolerable_failures=100_000,
         full_every=20,
-        retained=100_000,
+        retained=retained,
     )
     report = flow.run(cfg, checkpoint_dir=root)
     for c in report.checkpoints:
@@ -68,7 +72,11 @@ def test_every_stored_checkpoint_restores_exactly(
     events = dwell_events(USERS, COUNT, SEED)
     snaps = snapcut.snapshots.open(root)
     ids = snaps.list()
-    assert ids == [c.id for c in report.completed_checkpoints]
+    completed = [c.id for c in report.completed_checkpoints]
+    if retained > len(completed):
+        assert ids == completed
+    else:
+        assert set(ids) <= set(completed) and ids[-1] == completed[-1], (ids, completed)
     kinds: set[str] = set()
     for cid in ids:
         cp = snaps[cid]
@@ -88,5 +96,5 @@ def test_every_stored_checkpoint_restores_exactly(
         assert got == expected_at(events, offsets), f"checkpoint {cid}"
         kinds |= {f["kind"] for f in cp.files if f["role"] == "state" and "kind" in f}
     assert len(ids) >= 1 and "full" in kinds, (ids, kinds)
-    if timeout > 1:
+    if timeout > 1 and retained > len(completed):
         assert len(ids) >= 3 and "diff" in kinds, (ids, kinds)

@@ -673,10 +673,10 @@ impl Operator for KeyedAggregate {
         if let Some(epoch) = self.unconfirmed.remove(&id) {
             self.mark_slots_dirty(&epoch.slots);
             // Diffs in flight stay valid (their base is confirmed). The next
-            // capture is still full: the abort may have been a store refusing
-            // a diff whose confirmed base it no longer holds (retention ran
-            // between the capture and its staging), and more diffs on that
-            // base would fail the same way.
+            // capture is still full, as a safety net: the abort may have been
+            // a sink refusing a diff whose confirmed base it no longer holds
+            // (`SnapshotStore` rebases those, a custom sink may not), and more
+            // diffs on that base would fail the same way.
             self.force_full = true;
         }
         Ok(())
