@@ -64,7 +64,9 @@ class Checkpointing:
     final_checkpoint: take a checkpoint when bounded sources end.
     full_every: keyed state is checkpointed incrementally (changed keys and
         tombstones); every full_every-th checkpoint is a full capture, so a
-        restore reads a bounded chain (1 = always full).
+        restore reads a bounded chain (1 = always full). A diff is relative
+        to the last checkpoint known to have completed, so with
+        max_concurrent > 1 an aborted checkpoint never breaks a later one.
     restart_attempts: after a failure, restart the job from its last
         completed checkpoint this many times (Flink's fixed-delay restart
         strategy; 0 = no restarts, the default). Needs `checkpoint_dir`.
