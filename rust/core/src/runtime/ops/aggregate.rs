@@ -212,8 +212,9 @@ pub struct KeyedAggregate {
     /// Captures taken but not (yet) confirmed: the slots touched in the
     /// interval each one closed. A diff carries all of them.
     unconfirmed: BTreeMap<CheckpointId, Epoch>,
-    /// The newest confirmed capture (the base of the next diff), if any.
-    confirmed: Option<(CheckpointId, Epoch)>,
+    /// The newest confirmed capture (the base of the next diff) and the
+    /// diffs in its chain, if any.
+    confirmed: Option<(CheckpointId, u32)>,
     /// A capture was aborted: the next one is full (see `abort`).
     force_full: bool,
     full_every: u32,
@@ -627,8 +628,8 @@ impl Operator for KeyedAggregate {
             }
         }
         let base = match &self.confirmed {
-            Some((base, e)) if !self.force_full && e.diffs + 1 < self.full_every => {
-                Some((*base, e.diffs))
+            Some((base, diffs)) if !self.force_full && diffs + 1 < self.full_every => {
+                Some((*base, *diffs))
             }
             _ => None,
         };
@@ -662,7 +663,7 @@ impl Operator for KeyedAggregate {
         // into a newer confirmed one (or never taken) changes nothing.
         if let Some(epoch) = self.unconfirmed.remove(&id) {
             self.unconfirmed = self.unconfirmed.split_off(&id);
-            self.confirmed = Some((id, epoch));
+            self.confirmed = Some((id, epoch.diffs));
         }
         Ok(())
     }
