@@ -176,8 +176,13 @@ class StateTable:
     def diff(self) -> Any:
         """Changes since the last checkpoint: a RecordBatch with `__deleted`."""
     def checkpoint(self, id: int | None = None) -> tuple[int, str, Any]:
-        """(id, "full" | "diff", RecordBatch); a diff is based on the previous id."""
+        """(id, "full" | "diff", RecordBatch); a diff is based on `last_base`."""
     def checkpoint_aborted(self) -> None: ...
+    def confirm_bases(self) -> None:
+        """Base diffs on the last id passed to `checkpoint_committed`."""
+    def checkpoint_committed(self, id: int) -> None: ...
+    @property
+    def last_base(self) -> int | None: ...
     def restore(self, chain: Sequence[tuple[int, str, Any]]) -> None:
         """State at the end of a chain [(id, "full", batch), (id, "diff", batch), ...]."""
     def to_arrow(self) -> Any: ...

@@ -5,10 +5,12 @@ child process and kills it with SIGKILL, then restarts it with resume,
 until it finishes. Kills are either at a random moment of the run or at a
 deterministic crash point (``SNAPCUT_FAILPOINTS``: mid checkpoint write,
 between checkpoint files and manifest, between manifest and sink commit,
-mid sink commit). Every choice comes from ``--seed`` and the run number, so
-a failing run replays. The committed output (every ``*.arrow`` file the
-sinks published, read with pyarrow) is then compared with a failure-free
-computation of the same generated events in plain Python:
+mid sink commit; and, on a restarted attempt, on the restore path: after
+the checkpoint was read, mid sink restore). Every choice comes from
+``--seed`` and the run number, so a failing run replays. The committed
+output (every ``*.arrow`` file the sinks published, read with pyarrow) is
+then compared with a failure-free computation of the same generated
+events in plain Python:
 
 - lost: reference records missing from the output (as a multiset),
 - duplicated: output records beyond the reference,
@@ -53,7 +55,16 @@ FAILPOINTS = (
     "store.after_manifest",
     "sink.before_commit_rename",
     "sink.mid_commit",
+    "restore.after_load",
+    "sink.during_restore",
 )
+
+#: Crash points on the restore path: only a resumed attempt reaches them.
+RESTORE_FAILPOINTS = ("restore.after_load", "sink.during_restore")
+
+#: Hits of a restore point per process (one restore, a few staged files):
+#: a larger N would never fire.
+RESTORE_MAX_HIT = {"restore.after_load": 1, "sink.during_restore": 2}
 
 #: Batches a runtime channel holds (`JobOptions::channel_capacity`).
 CHANNEL_BATCHES = 64
@@ -372,9 +383,12 @@ def run_one(
             use_failpoint = rng.random() < 0.5
             if opts.kill_mode != "mixed":
                 use_failpoint = opts.kill_mode == "failpoint"
-            if use_failpoint:
-                point = rng.choice(opts.failpoints)
-                env["SNAPCUT_FAILPOINTS"] = f"{point}={rng.randint(1, 4)}"
+            # A first attempt does not restore: restore points would never fire.
+            points = [p for p in opts.failpoints if attempt > 0 or p not in RESTORE_FAILPOINTS]
+            if use_failpoint and points:
+                point = rng.choice(points)
+                nth = rng.randint(1, RESTORE_MAX_HIT.get(point, 4))
+                env["SNAPCUT_FAILPOINTS"] = f"{point}={nth}"
             else:
                 kill_after = rng.uniform(0.0, est[0])
         elif attempt > planned + 5:

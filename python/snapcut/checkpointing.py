@@ -69,6 +69,9 @@ class Checkpointing:
         The snapshot store (or the in-memory sink) rebuilds that full state
         from the chain at commit, off the tasks' threads: a task only ever
         captures what changed since its last checkpoint, after its first.
+        A diff is relative to the last checkpoint known to have completed,
+        so with max_concurrent > 1 an aborted checkpoint never breaks a
+        later one.
     restart_attempts: after a task fails, restart from the last completed
         checkpoint this many times in all (Flink's fixed-delay restart
         strategy; 0 = no restarts, the default). Without checkpoints, a

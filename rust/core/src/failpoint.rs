@@ -47,6 +47,14 @@ pub const POINTS: &[(&str, &str)] = &[
         "sink.mid_commit",
         "the sink renamed some of its pending files, not all",
     ),
+    (
+        "restore.after_load",
+        "a checkpoint was read back for a restore, no task has started from it",
+    ),
+    (
+        "sink.during_restore",
+        "a restoring sink published some of the files its checkpoint staged, not all",
+    ),
 ];
 
 /// One armed point: crash on hit number `nth` (1-based).

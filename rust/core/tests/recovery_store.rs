@@ -21,7 +21,6 @@ use snapcut_core::runtime::ops::{
 use snapcut_core::runtime::{
     run_durable, CheckpointConfig, DurableOptions, JobOptions, RestartStrategy,
 };
-use snapcut_core::snapshot::{CheckpointMeta, CompletedCheckpoint, SnapshotSink, TaskSnapshot};
 use snapcut_core::store::{FileKind, FileRole, SnapshotReader, SnapshotStore, StoreOptions};
 
 const USERS: u64 = 40;
@@ -348,27 +347,6 @@ fn corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
     assert_eq!(rows(&out.batches()), expected());
 }
 
-/// A store whose commits fail (a full or unwritable disk).
-struct FailingCommits(Arc<SnapshotStore>);
-
-impl SnapshotSink for FailingCommits {
-    fn task_snapshot(&self, id: CheckpointId, s: TaskSnapshot) -> snapcut_core::Result<()> {
-        self.0.task_snapshot(id, s)
-    }
-    fn commit(&self, _meta: CheckpointMeta) -> snapcut_core::Result<()> {
-        Err(snapcut_core::Error::io(
-            "writing manifest.json",
-            std::io::Error::other("No space left on device"),
-        ))
-    }
-    fn abort(&self, id: CheckpointId) -> snapcut_core::Result<()> {
-        self.0.abort(id)
-    }
-    fn latest_completed(&self) -> snapcut_core::Result<Option<CompletedCheckpoint>> {
-        self.0.latest_completed()
-    }
-}
-
 #[test]
 fn failed_checkpoint_writes_count_against_tolerance_and_keep_older_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
@@ -382,29 +360,42 @@ fn failed_checkpoint_writes_count_against_tolerance_and_keep_older_checkpoints()
         &mut |_| {},
     )
     .unwrap();
-    let before = SnapshotReader::open(dir.path()).unwrap().list().unwrap();
+    let reader = SnapshotReader::open(dir.path()).unwrap();
+    let before = reader.list().unwrap();
+    let manifests: Vec<Vec<u8>> = before
+        .iter()
+        .map(|&id| std::fs::read(reader.checkpoint_dir(id).join("manifest.json")).unwrap())
+        .collect();
     let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
-    let (g, _) = graph(armed, 2, None);
     let next = store.reader().next_checkpoint_id().unwrap();
+    // A real write failure that holds for root too (no permissions to
+    // drop): every directory the next checkpoints would write into is
+    // already taken by a plain file, so creating it fails.
+    for id in next..next + 100 {
+        std::fs::write(reader.checkpoint_dir(id), b"in the way").unwrap();
+    }
+    let (g, _) = graph(armed, 2, None);
     let job = snapcut_core::runtime::Job::new(g, config(ProtocolKind::Aligned), opts())
         .unwrap()
         .first_checkpoint_id(next);
-    let err = job
-        .run(Arc::new(FailingCommits(store)))
-        .unwrap_err()
-        .to_string();
+    let err = job.run(store).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, snapcut_core::Error::Snapshot(_)), "{msg}");
     assert!(
-        err.contains("No space left on device") && err.contains("tolerable_failures"),
-        "{err}"
+        msg.contains("could not be written")
+            && msg.contains(&reader.checkpoint_dir(next).display().to_string())
+            && msg.contains("tolerable_failures"),
+        "{msg}"
     );
-    let reader = SnapshotReader::open(dir.path()).unwrap();
     assert_eq!(
         reader.list().unwrap(),
         before,
         "older checkpoints untouched"
     );
-    for id in before {
-        reader.verify(id).unwrap();
+    for (id, manifest) in before.iter().zip(manifests) {
+        reader.verify(*id).unwrap();
+        let now = std::fs::read(reader.checkpoint_dir(*id).join("manifest.json")).unwrap();
+        assert_eq!(now, manifest, "manifest of {id} unchanged");
     }
 }
 

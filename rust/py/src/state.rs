@@ -17,6 +17,8 @@ use crate::errors::IntoPyResult;
 #[pyclass(module = "snapcut._core", name = "StateTable")]
 pub struct StateTable {
     inner: CoreTable,
+    /// Base of the last checkpoint taken, if it was a diff.
+    last_base: Option<u64>,
 }
 
 /// `"full"` or `"diff"`, as returned by `checkpoint()` and taken by `restore()`.
@@ -64,7 +66,10 @@ impl StateTable {
     fn new(schema: PySchema, key: &str, full_every: u32) -> PyResult<Self> {
         let inner =
             CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            last_base: None,
+        })
     }
 
     /// Upserts the rows of a pyarrow RecordBatch or Table by key.
@@ -122,6 +127,10 @@ impl StateTable {
         let id = id.unwrap_or_else(|| self.inner.last_checkpoint().map_or(1, |l| l + 1));
         let inner = &mut self.inner;
         let capture = py.detach(|| inner.checkpoint(id)).map_py()?;
+        self.last_base = match capture.kind {
+            StateKind::Diff { base } => Some(base),
+            StateKind::Full => None,
+        };
         Ok((
             id,
             kind_name(capture.kind),
@@ -132,6 +141,25 @@ impl StateTable {
     /// The last checkpoint was aborted: the next one will be full.
     fn checkpoint_aborted(&mut self) {
         self.inner.checkpoint_aborted();
+    }
+
+    /// For several checkpoints in flight: from now on a diff is based on the
+    /// last checkpoint confirmed with `checkpoint_committed(id)` (see
+    /// `last_base`), not on the last one taken, and carries every change since.
+    fn confirm_bases(&mut self) {
+        self.inner.confirm_bases();
+    }
+
+    /// Checkpoint `id` completed: later diffs may be based on it.
+    fn checkpoint_committed(&mut self, id: u64) {
+        self.inner.checkpoint_committed(id);
+    }
+
+    /// The checkpoint the last diff `checkpoint()` returned is based on
+    /// (None after a full one).
+    #[getter]
+    fn last_base(&self) -> Option<u64> {
+        self.last_base
     }
 
     /// Replaces the contents with the state at the end of `chain`, a sequence

@@ -5,7 +5,9 @@
 //! captures only the changed rows plus tombstones (`__deleted = true`) as an
 //! Arrow batch, in O(changed keys), and every `full_every`-th checkpoint the
 //! whole table so that restore reads a bounded chain (one full + diffs).
-//! Encoding and writing the capture is the store's background job.
+//! Encoding and writing the capture is the store's background job. With
+//! several checkpoints in flight, [`StateTable::confirm_bases`] bases each
+//! diff on the last checkpoint confirmed complete instead of the last taken.
 
 mod changelog;
 mod column;

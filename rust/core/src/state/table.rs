@@ -1,11 +1,11 @@
 //! [`StateTable`]: a keyed table that remembers what changed since its last checkpoint.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
+use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::filter::filter_record_batch;
 
@@ -58,6 +58,19 @@ pub struct StateTable {
     force_full: bool,
     /// Set while replaying a chain: nothing to log, the end state is the base.
     restoring: bool,
+    /// `Some` once [`StateTable::confirm_bases`] was called: diffs are then
+    /// based on the last confirmed checkpoint.
+    confirm: Option<Confirm>,
+}
+
+/// Bookkeeping of confirmed-base mode (several checkpoints in flight).
+#[derive(Debug, Default)]
+struct Confirm {
+    /// The newest confirmed checkpoint and the diffs in its chain.
+    confirmed: Option<(CheckpointId, u32)>,
+    /// Checkpoints taken after it, oldest first: each one's diffs-in-chain
+    /// and the changes of the interval it closed (a diff batch).
+    unconfirmed: Vec<(CheckpointId, u32, RecordBatch)>,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -133,6 +146,7 @@ impl StateTable {
             diffs_since_full: 0,
             force_full: false,
             restoring: false,
+            confirm: None,
             schema,
         })
     }
@@ -295,6 +309,9 @@ impl StateTable {
                 )));
             }
         }
+        if self.confirm.is_some() {
+            return self.checkpoint_confirmed_base(id);
+        }
         let full = match self.last_checkpoint {
             None => true,
             Some(_) => self.force_full || self.diffs_since_full + 1 >= self.policy.full_every,
@@ -325,6 +342,101 @@ impl StateTable {
         self.force_full = true;
     }
 
+    /// Switches to confirmed bases, for several checkpoints in flight: a
+    /// diff is then based on the newest checkpoint confirmed with
+    /// [`Self::checkpoint_committed`] (not on the last one taken, which may
+    /// still be aborted) and carries every change since, like RocksDB
+    /// incremental checkpoints in Flink. Until a first confirmation every
+    /// checkpoint is full.
+    pub fn confirm_bases(&mut self) {
+        if self.confirm.is_none() {
+            self.confirm = Some(Confirm::default());
+        }
+    }
+
+    /// Checkpoint `id`, taken from this table, completed (its capture is
+    /// stored): later diffs may be based on it. Ignored unless
+    /// [`Self::confirm_bases`] is on, and for ids it did not take or that a
+    /// newer confirmation already covers.
+    pub fn checkpoint_committed(&mut self, id: CheckpointId) {
+        let Some(confirm) = self.confirm.as_mut() else {
+            return;
+        };
+        if let Some(pos) = confirm.unconfirmed.iter().position(|(i, ..)| *i == id) {
+            let diffs = confirm.unconfirmed[pos].1;
+            confirm.unconfirmed.drain(..=pos);
+            confirm.confirmed = Some((id, diffs));
+        }
+    }
+
+    fn checkpoint_confirmed_base(&mut self, id: CheckpointId) -> Result<StateCapture> {
+        // The changes of the interval this checkpoint closes; before the first
+        // checkpoint none are logged, and none are needed (nothing older can
+        // be confirmed).
+        let interval = if self.last_checkpoint.is_some() {
+            self.changes()
+        } else {
+            RecordBatch::new_empty(self.diff_schema.clone())
+        };
+        let confirm = self.confirm.as_ref().expect("confirmed-base mode");
+        let base = match confirm.confirmed {
+            Some((base, diffs)) if !self.force_full && diffs + 1 < self.policy.full_every => {
+                Some((base, diffs))
+            }
+            _ => None,
+        };
+        let (capture, diffs) = match base {
+            None => (
+                StateCapture {
+                    kind: StateKind::Full,
+                    batch: self.to_batch(),
+                },
+                0,
+            ),
+            Some((base, diffs)) => {
+                let mut parts: Vec<&RecordBatch> =
+                    confirm.unconfirmed.iter().map(|(_, _, b)| b).collect();
+                parts.push(&interval);
+                (
+                    StateCapture {
+                        kind: StateKind::Diff { base },
+                        batch: self.merge_diffs(&parts)?,
+                    },
+                    diffs + 1,
+                )
+            }
+        };
+        self.confirm
+            .as_mut()
+            .expect("confirmed-base mode")
+            .unconfirmed
+            .push((id, diffs, interval));
+        self.reset_tracking();
+        self.force_full = false;
+        self.last_checkpoint = Some(id);
+        Ok(capture)
+    }
+
+    /// Diff batches of consecutive intervals as one: per key, the last
+    /// row (upsert or tombstone) wins.
+    fn merge_diffs(&self, parts: &[&RecordBatch]) -> Result<RecordBatch> {
+        if let [one] = parts {
+            return Ok((*one).clone());
+        }
+        let all = arrow_select::concat::concat_batches(&self.diff_schema, parts.iter().copied())
+            .map_err(arrow_err)?;
+        let keys = self
+            .key_type
+            .keys(self.key_column(), all.column(self.key_col).as_ref())?;
+        let mut seen: HashSet<&Key> = HashSet::with_capacity(keys.len());
+        let mut keep: Vec<u32> = (0..keys.len() as u32)
+            .rev()
+            .filter(|&i| seen.insert(&keys[i as usize]))
+            .collect();
+        keep.reverse();
+        arrow_select::take::take_record_batch(&all, &UInt32Array::from(keep)).map_err(arrow_err)
+    }
+
     /// Replaces the contents with the state at the end of `chain`: a full
     /// capture followed by diffs, each based on the previous entry's id.
     pub fn restore(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
@@ -349,6 +461,13 @@ impl StateTable {
         self.last_checkpoint = Some(prev);
         self.diffs_since_full = rest.len() as u32;
         self.force_full = false;
+        if let Some(confirm) = self.confirm.as_mut() {
+            // The restored checkpoint is stored: a base.
+            *confirm = Confirm {
+                confirmed: Some((prev, rest.len() as u32)),
+                unconfirmed: Vec::new(),
+            };
+        }
         Ok(())
     }
 

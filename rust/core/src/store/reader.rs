@@ -317,6 +317,9 @@ impl SnapshotReader {
             };
             tasks.insert(task, snapshot);
         }
+        // Every restore reads its checkpoint here first; a crash now must
+        // leave the store as it was (a restore only reads).
+        crate::failpoint::hit("restore.after_load");
         Ok(CompletedCheckpoint { meta, tasks })
     }
 

@@ -69,6 +69,8 @@ pub struct SnapshotStore {
     /// Manifests of the completed checkpoints still on disk; the lock also
     /// serialises commits.
     committed: Mutex<BTreeMap<CheckpointId, Manifest>>,
+    /// Completed checkpoints this store has removed (retention).
+    dropped: Mutex<BTreeSet<CheckpointId>>,
 }
 
 impl std::fmt::Debug for SnapshotStore {
@@ -105,6 +107,7 @@ impl SnapshotStore {
             writer: Writer::start()?,
             staged: Mutex::new(BTreeMap::new()),
             committed: Mutex::new(committed),
+            dropped: Mutex::new(BTreeSet::new()),
         };
         if store.options.cleanup_partial_on_open {
             store.cleanup_partial(CheckpointId::MAX)?;
@@ -255,6 +258,8 @@ impl SnapshotStore {
                 None => vec![id],
                 Some(base) => {
                     let task = f.task().expect("state files name their task");
+                    let base = self.resolve_base(id, base, &task, committed);
+                    f.base = Some(base);
                     let base_entry = committed.get(&base).and_then(|m| m.state_file(&task)).ok_or_else(|| {
                         Error::Snapshot(format!(
                             "checkpoint {id}: state diff of {task} is based on checkpoint {base}, which is \
@@ -266,6 +271,13 @@ impl SnapshotStore {
                     } else {
                         base_entry.chain.clone()
                     };
+                    if let Some(lost) = chain.iter().find(|c| !committed.contains_key(c)) {
+                        return Err(Error::Snapshot(format!(
+                            "checkpoint {id}: state diff of {task} is based on checkpoint {base}, whose \
+                             chain needs checkpoint {lost}, which retention removed; take a full \
+                             capture instead"
+                        )));
+                    }
                     chain.push(id);
                     chain
                 }
@@ -303,6 +315,41 @@ impl SnapshotStore {
         sync_dir(self.root())?;
         crate::failpoint::hit("store.after_manifest");
         Ok(manifest)
+    }
+
+    /// The committed checkpoint a state diff of `task` at `id`, captured
+    /// against `base`, is stored against. Normally `base`. But with several
+    /// checkpoints in flight, retention may have removed `base` (a completed
+    /// checkpoint), or a checkpoint in `base`'s chain for this task (`base`
+    /// being kept only for another task's chain), after the diff was
+    /// captured and before it was staged, because a newer completed
+    /// checkpoint no longer needed it. The diff holds the current row of
+    /// every key changed since `base`, a superset of those changed since any
+    /// later checkpoint n < `id`: applied on top of n's state it gives the
+    /// same state. So it is rebased onto the newest such n whose chain is
+    /// whole. A `base` that never completed (was aborted) is returned as is,
+    /// and refused by the caller.
+    fn resolve_base(
+        &self,
+        id: CheckpointId,
+        base: CheckpointId,
+        task: &crate::snapshot::TaskId,
+        committed: &BTreeMap<CheckpointId, Manifest>,
+    ) -> CheckpointId {
+        let whole = |m: &Manifest| {
+            m.state_file(task)
+                .is_some_and(|f| f.chain.iter().all(|c| committed.contains_key(c)))
+        };
+        let completed_once = committed.contains_key(&base)
+            || self.dropped.lock().expect("store poisoned").contains(&base);
+        if !completed_once || committed.get(&base).is_some_and(whole) {
+            return base;
+        }
+        committed
+            .range(base + 1..id)
+            .rev()
+            .find(|(_, m)| whole(m))
+            .map_or(base, |(&n, _)| n)
     }
 
     /// Replaces the (not yet visible) diff file `entry` of checkpoint `id`
@@ -378,7 +425,10 @@ impl SnapshotStore {
     }
 
     /// Deletes completed checkpoints beyond `retain` that are neither
-    /// savepoints nor a base of a kept checkpoint. Returns the removed ids.
+    /// savepoints nor a base of a kept checkpoint (so every checkpoint left
+    /// restores whole) nor of a diff still staged
+    /// (with several checkpoints in flight, a diff is based on an older
+    /// completed one). Returns the removed ids.
     fn apply_retention(
         &self,
         committed: &mut BTreeMap<CheckpointId, Manifest>,
@@ -400,12 +450,27 @@ impl SnapshotStore {
                 .filter(|m| m.savepoint)
                 .map(|m| m.checkpoint_id),
         );
-        let needed: Vec<CheckpointId> = keep
-            .iter()
-            .filter_map(|id| committed.get(id))
-            .flat_map(Manifest::needs)
-            .collect();
-        keep.extend(needed);
+        keep.extend(
+            self.staged
+                .lock()
+                .expect("store poisoned")
+                .values()
+                .flat_map(|st| st.files.iter().filter_map(|(f, _)| f.base)),
+        );
+        // To a fixpoint: a checkpoint kept as one task's base must restore
+        // whole too (another task's diff may still be based on it).
+        loop {
+            let needed: Vec<CheckpointId> = keep
+                .iter()
+                .filter_map(|id| committed.get(id))
+                .flat_map(Manifest::needs)
+                .filter(|id| !keep.contains(id))
+                .collect();
+            if needed.is_empty() {
+                break;
+            }
+            keep.extend(needed);
+        }
         let drop: Vec<CheckpointId> = committed
             .keys()
             .filter(|id| !keep.contains(id))
@@ -423,6 +488,7 @@ impl SnapshotStore {
             }
             remove_dir(&dir)?;
             committed.remove(id);
+            self.dropped.lock().expect("store poisoned").insert(*id);
         }
         Ok(drop)
     }

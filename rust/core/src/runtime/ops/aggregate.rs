@@ -2,10 +2,20 @@
 //! grouped by a key column). Accumulators are columnar (one `Vec` per
 //! aggregate, indexed by a key's slot), so a batch costs one hash lookup per
 //! row plus tight loops. Final results are emitted in `finish`; a snapshot
-//! is incremental: the keys touched since the previous checkpoint as a diff
-//! (`StateKind::Diff`, O(changed keys)), and every `full_every`-th time (or
-//! after an aborted checkpoint) the whole table (`StateKind::Full`).
+//! is incremental: the keys touched since the last *confirmed* checkpoint
+//! as a diff based on it (`StateKind::Diff`, O(changed keys)), and every
+//! `full_every`-th time (or while no capture was confirmed yet) the whole
+//! table (`StateKind::Full`).
+//!
+//! Why the last confirmed one, not the last captured one: with
+//! `max_concurrent > 1` checkpoint n+1 is captured before n is known to
+//! have completed, and n may still be aborted (timeout, failed write). A diff
+//! on top of n would then have no stored base. Like RocksDB incremental
+//! checkpoints in Flink, a diff is relative to the newest checkpoint whose
+//! completion was confirmed (`Operator::commit`), and carries every change
+//! since then, whatever happened to the captures in between.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -196,13 +206,26 @@ pub struct KeyedAggregate {
     keys: Keys,
     accs: Vec<Acc>,
     slots: Vec<u32>,
-    /// Slots touched since the last capture (a diff's rows).
+    /// Slots touched since the last capture.
     dirty: Vec<bool>,
     dirty_list: Vec<u32>,
-    last_capture: Option<CheckpointId>,
-    diffs_since_full: u32,
+    /// Captures taken but not (yet) confirmed: the slots touched in the
+    /// interval each one closed. A diff carries all of them.
+    unconfirmed: BTreeMap<CheckpointId, Epoch>,
+    /// The newest confirmed capture (the base of the next diff) and the
+    /// diffs in its chain, if any.
+    confirmed: Option<(CheckpointId, u32)>,
+    /// A capture was aborted: the next one is full (see `abort`).
     force_full: bool,
     full_every: u32,
+}
+
+/// What one capture closed: the slots touched since the capture before it.
+#[derive(Debug, Default)]
+struct Epoch {
+    slots: Vec<u32>,
+    /// Diffs in this capture's chain (0: it was full).
+    diffs: u32,
 }
 
 fn ka_len(cols: &[ArrayRef]) -> usize {
@@ -226,24 +249,44 @@ impl KeyedAggregate {
             slots: Vec::new(),
             dirty: Vec::new(),
             dirty_list: Vec::new(),
-            last_capture: None,
-            diffs_since_full: 0,
+            unconfirmed: BTreeMap::new(),
+            confirmed: None,
             force_full: false,
             full_every: 1,
         }
     }
 
     fn mark_dirty(&mut self) {
+        let slots = std::mem::take(&mut self.slots);
+        self.mark_slots_dirty(&slots);
+        self.slots = slots;
+    }
+
+    fn mark_slots_dirty(&mut self, slots: &[u32]) {
         if self.dirty.len() < self.len() {
             self.dirty.resize(self.len(), false);
         }
-        for &s in &self.slots {
+        for &s in slots {
             let d = &mut self.dirty[s as usize];
             if !*d {
                 *d = true;
                 self.dirty_list.push(s);
             }
         }
+    }
+
+    /// Slots changed since the confirmed capture, ascending (a diff lists
+    /// keys in insertion order, like a full capture).
+    fn changed_since_confirmed(&self) -> Vec<u32> {
+        let mut slots: Vec<u32> = self
+            .unconfirmed
+            .values()
+            .flat_map(|e| e.slots.iter().copied())
+            .chain(self.dirty_list.iter().copied())
+            .collect();
+        slots.sort_unstable();
+        slots.dedup();
+        slots
     }
 
     fn len(&self) -> usize {
@@ -576,39 +619,67 @@ impl Operator for KeyedAggregate {
     }
 
     fn snapshot(&mut self, id: CheckpointId) -> Result<Option<StateCapture>> {
-        let full = match self.last_capture {
-            None => true,
-            Some(_) => self.force_full || self.diffs_since_full + 1 >= self.full_every,
+        let last = self.unconfirmed.keys().next_back().copied();
+        if let Some(last) = last.max(self.confirmed.as_ref().map(|c| c.0)) {
+            if id <= last {
+                return Err(Error::Task(format!(
+                    "aggregate checkpoint ids must increase: got {id} after {last}"
+                )));
+            }
+        }
+        let base = match &self.confirmed {
+            Some((base, diffs)) if !self.force_full && diffs + 1 < self.full_every => {
+                Some((*base, *diffs))
+            }
+            _ => None,
         };
-        let capture = if full {
-            StateCapture {
-                kind: StateKind::Full,
-                batch: self.state(None)?,
-            }
-        } else {
-            // Ascending slots: a diff lists keys in insertion order, like a full capture.
-            self.dirty_list.sort_unstable();
-            StateCapture {
-                kind: StateKind::Diff {
-                    base: self.last_capture.expect("a diff has a base"),
+        let (capture, diffs) = match base {
+            None => (
+                StateCapture {
+                    kind: StateKind::Full,
+                    batch: self.state(None)?,
                 },
-                batch: self.state(Some(&self.dirty_list))?,
-            }
+                0,
+            ),
+            Some((base, diffs)) => (
+                StateCapture {
+                    kind: StateKind::Diff { base },
+                    batch: self.state(Some(&self.changed_since_confirmed()))?,
+                },
+                diffs + 1,
+            ),
         };
         for &s in &self.dirty_list {
             self.dirty[s as usize] = false;
         }
-        self.dirty_list.clear();
-        self.diffs_since_full = if full { 0 } else { self.diffs_since_full + 1 };
-        self.force_full = false;
-        self.last_capture = Some(id);
+        let slots = std::mem::take(&mut self.dirty_list);
+        self.unconfirmed.insert(id, Epoch { slots, diffs });
+        self.force_full &= diffs > 0;
         Ok(Some(capture))
     }
 
-    fn abort(&mut self, _id: CheckpointId) -> Result<()> {
-        // The aborted capture's changes were never stored: a diff on top of
-        // it would not be restorable.
-        self.force_full = true;
+    fn commit(&mut self, id: CheckpointId) -> Result<()> {
+        // Completions arrive in id order; one for a capture already folded
+        // into a newer confirmed one (or never taken) changes nothing.
+        if let Some(epoch) = self.unconfirmed.remove(&id) {
+            self.unconfirmed = self.unconfirmed.split_off(&id);
+            self.confirmed = Some((id, epoch.diffs));
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, id: CheckpointId) -> Result<()> {
+        // Its capture was never stored, so it can never be a base; its
+        // changes still count as unconfirmed, now in the open interval.
+        if let Some(epoch) = self.unconfirmed.remove(&id) {
+            self.mark_slots_dirty(&epoch.slots);
+            // Diffs in flight stay valid (their base is confirmed). The next
+            // capture is still full, as a safety net: the abort may have been
+            // a sink refusing a diff whose confirmed base it no longer holds
+            // (`SnapshotStore` rebases those, a custom sink may not), and more
+            // diffs on that base would fail the same way.
+            self.force_full = true;
+        }
         Ok(())
     }
 
@@ -623,7 +694,11 @@ impl Operator for KeyedAggregate {
                 self.restore_full(&full.batch)?;
                 self.dirty = vec![false; self.len()];
                 self.dirty_list.clear();
-                self.last_capture = None;
+                // The restored checkpoint's id is not known here: the next
+                // capture is full.
+                self.unconfirmed.clear();
+                self.confirmed = None;
+                self.force_full = false;
                 Ok(())
             }
             _ => Err(Error::Snapshot(

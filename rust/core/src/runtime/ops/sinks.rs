@@ -403,6 +403,9 @@ impl Operator for IpcSink {
         // The restored checkpoint completed, so everything it staged commits.
         for (id, name) in &staged {
             self.publish(*id, name)?;
+            // A crash here leaves some staged files published, some not: the
+            // next restore must finish the job without publishing twice.
+            crate::failpoint::hit("sink.during_restore");
         }
         self.started = true;
         self.last_id = restored;
