@@ -145,8 +145,8 @@ fn keyed_operator(key: String, func: Py<PyAny>, full_every: u32) -> PyResult<Box
 }
 
 /// A keyed process (`full_every` as a job would set it) fed `steps[i]`
-/// then checkpointed as checkpoint `i + 1`, aborted after the checkpoints
-/// in `aborted`: every capture as `(kind, base, batch)`. With `timings` (a
+/// then checkpointed as checkpoint `i + 1`, which completes (commit) unless
+/// it is in `aborted` (abort): every capture as `(kind, base, batch)`. With `timings` (a
 /// list), appends each checkpoint's sync-phase time in nanoseconds (benches).
 #[pyfunction]
 #[pyo3(signature = (key, func, steps, full_every, aborted=Vec::new(), timings=None))]
@@ -177,8 +177,11 @@ pub fn _keyed_checkpoints<'py>(
             StateKind::Diff { base } => ("diff", Some(base)),
         };
         out.push((kind, base, to_pyarrow(py, capture.batch)?));
+        // Each checkpoint completes (the runtime calls commit) unless aborted.
         if aborted.contains(&id) {
             op.abort(id).map_py()?;
+        } else {
+            op.commit(id).map_py()?;
         }
     }
     Ok(out)

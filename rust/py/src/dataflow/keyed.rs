@@ -290,6 +290,11 @@ impl Operator for KeyedProcess {
         Ok(Some(capture))
     }
 
+    fn commit(&mut self, id: CheckpointId) -> Result<()> {
+        self.pickled.committed(id);
+        Ok(())
+    }
+
     fn abort(&mut self, _id: CheckpointId) -> Result<()> {
         self.pickled.abort();
         Ok(())

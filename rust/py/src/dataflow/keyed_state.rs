@@ -142,6 +142,13 @@ impl PickledState {
         table.checkpoint(id)
     }
 
+    /// Checkpoint `id` completed: later diffs may be based on it.
+    pub(crate) fn committed(&mut self, id: CheckpointId) {
+        if let Some(t) = &mut self.table {
+            t.checkpoint_committed(id);
+        }
+    }
+
     /// A checkpoint was aborted: its diff was never stored, so the next
     /// capture must be full to stay restorable.
     pub(crate) fn abort(&mut self) {
@@ -223,13 +230,17 @@ impl PickledState {
             Field::new(&self.key, key_type, false),
             Field::new(STATE_COLUMN, DataType::Binary, false),
         ]));
-        StateTable::new(
+        let mut table = StateTable::new(
             schema,
             &self.key,
             StatePolicy {
                 full_every: self.full_every,
             },
-        )
+        )?;
+        // Several checkpoints may be in flight: diff against the newest one
+        // known to be stored, never against one that may still be aborted.
+        table.confirm_bases();
+        Ok(table)
     }
 
     fn is_string(table: &StateTable) -> bool {
@@ -317,6 +328,18 @@ mod tests {
             .collect()
     }
 
+    /// Checkpoint `id`, then confirm it (the job committed it).
+    fn cp(
+        s: &mut PickledState,
+        id: CheckpointId,
+        upserts: &[Pickled],
+        dropped: &[Key],
+    ) -> StateCapture {
+        let c = s.checkpoint(id, upserts, dropped).unwrap();
+        s.committed(id);
+        c
+    }
+
     fn up(keys: &[i64], v: i64) -> Vec<Pickled> {
         keys.iter().map(|&k| (Key::Int(k), blob(v))).collect()
     }
@@ -326,13 +349,11 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(3).unwrap();
         s.use_key_type(false).unwrap();
-        let first = s
-            .checkpoint(1, &up(&(0..100).collect::<Vec<_>>(), 0), &[])
-            .unwrap();
+        let first = cp(&mut s, 1, &up(&(0..100).collect::<Vec<_>>(), 0), &[]);
         assert_eq!(first.kind, StateKind::Full);
         assert_eq!(first.batch.num_rows(), 100);
 
-        let d = s.checkpoint(2, &up(&[3, 7], 1), &[Key::Int(9)]).unwrap();
+        let d = cp(&mut s, 2, &up(&[3, 7], 1), &[Key::Int(9)]);
         assert_eq!(d.kind, StateKind::Diff { base: 1 });
         assert_eq!(ints(&d.batch, "k"), vec![3, 7, 9]);
         assert_eq!(deleted(&d.batch), vec![false, false, true]);
@@ -346,12 +367,12 @@ mod tests {
         assert_eq!(names, ["k", "state", DELETED_COLUMN]);
 
         // Nothing changed: an empty diff.
-        let e = s.checkpoint(3, &[], &[]).unwrap();
+        let e = cp(&mut s, 3, &[], &[]);
         assert_eq!(e.kind, StateKind::Diff { base: 2 });
         assert_eq!(e.batch.num_rows(), 0);
 
         // The third after a full is full again, without the dropped key.
-        let f = s.checkpoint(4, &up(&[5], 2), &[]).unwrap();
+        let f = cp(&mut s, 4, &up(&[5], 2), &[]);
         assert_eq!(f.kind, StateKind::Full);
         let all = contents(&f.batch);
         assert_eq!(all.len(), 99);
@@ -362,12 +383,27 @@ mod tests {
     }
 
     #[test]
+    fn a_diff_is_based_on_the_last_confirmed_checkpoint_and_carries_unconfirmed_changes() {
+        let mut s = PickledState::new("k").unwrap();
+        s.set_full_every(100).unwrap();
+        s.use_key_type(false).unwrap();
+        cp(&mut s, 1, &up(&[1, 2, 3], 0), &[]);
+        // Checkpoint 2 is in flight (not confirmed) when 3 is taken.
+        let two = s.checkpoint(2, &up(&[1], 1), &[]).unwrap();
+        assert_eq!(two.kind, StateKind::Diff { base: 1 });
+        let three = s.checkpoint(3, &up(&[2], 2), &[Key::Int(3)]).unwrap();
+        assert_eq!(three.kind, StateKind::Diff { base: 1 }, "2 may still abort");
+        assert_eq!(ints(&three.batch, "k"), vec![1, 2, 3]);
+        assert_eq!(deleted(&three.batch), vec![false, false, true]);
+    }
+
+    #[test]
     fn a_key_added_and_dropped_between_checkpoints_leaves_no_trace() {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(10).unwrap();
         s.use_key_type(false).unwrap();
-        s.checkpoint(1, &up(&[1], 0), &[]).unwrap();
-        let d = s.checkpoint(2, &[], &[Key::Int(42)]).unwrap();
+        cp(&mut s, 1, &up(&[1], 0), &[]);
+        let d = cp(&mut s, 2, &[], &[Key::Int(42)]);
         assert_eq!(d.batch.num_rows(), 0);
     }
 
@@ -376,13 +412,13 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(10).unwrap();
         s.use_key_type(false).unwrap();
-        s.checkpoint(1, &up(&[1, 2, 3], 0), &[]).unwrap();
+        cp(&mut s, 1, &up(&[1, 2, 3], 0), &[]);
         assert!(matches!(
             s.checkpoint(2, &up(&[1], 1), &[]).unwrap().kind,
             StateKind::Diff { base: 1 }
         ));
         s.abort();
-        let f = s.checkpoint(3, &up(&[2], 1), &[]).unwrap();
+        let f = cp(&mut s, 3, &up(&[2], 1), &[]);
         assert_eq!(f.kind, StateKind::Full);
         assert_eq!(
             contents(&f.batch)[&1],
@@ -394,7 +430,7 @@ mod tests {
         r.set_full_every(10).unwrap();
         let rows = r.restore(std::slice::from_ref(&f)).unwrap().unwrap();
         assert_eq!(contents(&rows), contents(&f.batch));
-        let next = r.checkpoint(4, &up(&[3], 5), &[]).unwrap();
+        let next = cp(&mut r, 4, &up(&[3], 5), &[]);
         assert_eq!(
             next.kind,
             StateKind::Full,
@@ -407,9 +443,9 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(100).unwrap();
         s.use_key_type(false).unwrap();
-        let c1 = s.checkpoint(1, &up(&[1, 2, 3], 0), &[]).unwrap();
-        let c2 = s.checkpoint(2, &up(&[2], 1), &[Key::Int(3)]).unwrap();
-        let c3 = s.checkpoint(3, &up(&[4], 2), &[Key::Int(1)]).unwrap();
+        let c1 = cp(&mut s, 1, &up(&[1, 2, 3], 0), &[]);
+        let c2 = cp(&mut s, 2, &up(&[2], 1), &[Key::Int(3)]);
+        let c3 = cp(&mut s, 3, &up(&[4], 2), &[Key::Int(1)]);
         let mut r = PickledState::new("k").unwrap();
         let rows = r
             .restore(&[c1.clone(), c2.clone(), c3.clone()])
@@ -435,9 +471,7 @@ mod tests {
         s.use_key_type(true).unwrap();
         let err = s.use_key_type(false).unwrap_err().to_string();
         assert!(err.contains("changed from string to integer"), "{err}");
-        let c = s
-            .checkpoint(1, &[(Key::Str("a".into()), vec![1])], &[])
-            .unwrap();
+        let c = cp(&mut s, 1, &[(Key::Str("a".into()), vec![1])], &[]);
         assert_eq!(c.batch.schema().field(0).data_type(), &DataType::Utf8);
         for name in [STATE_COLUMN, DELETED_COLUMN] {
             let err = PickledState::new(name).err().unwrap().to_string();
@@ -462,7 +496,7 @@ mod tests {
         ];
         for (i, (upserts, dropped)) in steps.iter().enumerate() {
             let id = i as u64 + 1;
-            let state = s.checkpoint(id, upserts, dropped).unwrap();
+            let state = cp(&mut s, id, upserts, dropped);
             assert_eq!(state.kind == StateKind::Full, id == 1);
             sink.task_snapshot(
                 id,
