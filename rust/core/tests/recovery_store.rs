@@ -130,6 +130,9 @@ fn config(protocol: ProtocolKind) -> CheckpointConfig {
     CheckpointConfig {
         protocol,
         interval: Some(Duration::from_millis(5)),
+        // Time to make progress between checkpoints on a loaded machine
+        // (sync checkpoints pause the sources while they run).
+        min_pause: Duration::from_millis(5),
         full_every: 3,
         retained: 3,
         ..Default::default()

@@ -65,7 +65,11 @@ impl Operator for FailOnce {
         batch: Batch,
         out: &mut dyn Emitter,
     ) -> snapcut_core::Result<()> {
-        std::thread::sleep(Duration::from_micros(500));
+        // Slowly until a checkpoint has completed, so that on a loaded
+        // machine one completes before the input runs out (else an
+        // `AfterCommit` failure would never fire).
+        let pause = if self.committed { 500 } else { 2_000 };
+        std::thread::sleep(Duration::from_micros(pause));
         self.seen += 1;
         let due = match self.when {
             When::AfterCommit => self.committed,
@@ -165,6 +169,9 @@ fn config() -> CheckpointConfig {
     CheckpointConfig {
         protocol: ProtocolKind::Aligned,
         interval: Some(Duration::from_millis(5)),
+        // Time to make progress between checkpoints on a loaded machine
+        // (sync checkpoints pause the sources while they run).
+        min_pause: Duration::from_millis(5),
         full_every: 3,
         ..Default::default()
     }

@@ -111,6 +111,8 @@ fn check(seed: u64, protocol: ProtocolKind) -> bool {
     let config = CheckpointConfig {
         protocol,
         interval: Some(Duration::from_millis(7)),
+        // Progress between checkpoints on a loaded machine (sync pauses sources).
+        min_pause: Duration::from_millis(7),
         max_concurrent: if protocol == ProtocolKind::Aligned {
             2
         } else {
