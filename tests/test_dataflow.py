@@ -28,7 +28,7 @@ def expected_dwell() -> dict[int, tuple[int, int]]:
 def checkpointing(protocol: str) -> Checkpointing:
     if protocol == "none":
         return Checkpointing(protocol="none")
-    return Checkpointing(protocol=protocol, interval=0.002)
+    return Checkpointing(protocol=protocol, interval=0.002, min_pause=0.002)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -132,7 +132,7 @@ def test_keyed_python_state(protocol: str) -> None:
     flow = Dataflow(parallelism=2)
     out = flow.from_iterable(rows, batch_size=64).key_by("k").process(running_sum)
     out.collect("sums")
-    report = flow.run(Checkpointing(protocol=protocol, interval=0.001))
+    report = flow.run(Checkpointing(protocol=protocol, interval=0.001, min_pause=0.001))
 
     got = report.results["sums"].group_by("k").aggregate([("total", "max")]).to_pydict()
     want: dict[str, int] = defaultdict(int)

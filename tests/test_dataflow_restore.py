@@ -37,7 +37,7 @@ def mid_snapshot(report: RunReport) -> Any:
 
 @pytest.mark.parametrize("protocol", ["aligned", "unaligned", "chandy-lamport", "sync"])
 def test_dwell_job_restored_from_a_mid_run_snapshot(protocol: str) -> None:
-    cp = Checkpointing(protocol=protocol, interval=0.001)
+    cp = Checkpointing(protocol=protocol, interval=0.001, min_pause=0.001)
     first = dwell_flow().run(cp)
     snap = mid_snapshot(first)
     assert 0 < sum(snap.source_offsets.values()) < 400_000
@@ -62,7 +62,7 @@ def python_flow() -> Dataflow:
 
 @pytest.mark.parametrize("protocol", ["aligned", "unaligned"])
 def test_python_source_and_keyed_state_restore_exactly_once(protocol: str) -> None:
-    cp = Checkpointing(protocol=protocol, interval=0.001)
+    cp = Checkpointing(protocol=protocol, interval=0.001, min_pause=0.001)
     first = python_flow().run(cp)
     snap = mid_snapshot(first)
     again = python_flow().run(cp, restore_from=snap)
