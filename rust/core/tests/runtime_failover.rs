@@ -219,6 +219,21 @@ fn two_pipelines() -> TwoPipelines {
     }
 }
 
+/// Runs `graph` with in-memory checkpoints and `attempts` restarts.
+fn run_in_memory(
+    graph: LogicalGraph,
+    failover: FailoverStrategy,
+    attempts: u32,
+) -> snapcut_core::Result<snapcut_core::runtime::JobReport> {
+    Job::new(graph, config(), options(failover, attempts))?.run(Arc::new(InMemorySnapshots::new()))
+}
+
+/// Both pipelines' results equal a failure-free run.
+fn assert_exact(a: &Collected, b: &Collected) {
+    assert_eq!(counts(&a.batches()), expected(7));
+    assert_eq!(counts(&b.batches()), expected(9));
+}
+
 fn task_names(scope: &RestartScope) -> Vec<String> {
     match scope {
         RestartScope::Region { tasks, .. } => tasks.iter().map(|t| t.to_string()).collect(),
@@ -250,8 +265,7 @@ fn a_failure_restarts_only_its_pipeline_and_both_results_are_exact() {
     // Pipeline a's sources were made twice, b's once: b never stopped.
     assert_eq!(t.a_made.load(Ordering::SeqCst), 4);
     assert_eq!(t.b_made.load(Ordering::SeqCst), 2);
-    assert_eq!(counts(&t.a.batches()), expected(7));
-    assert_eq!(counts(&t.b.batches()), expected(9));
+    assert_exact(&t.a, &t.b);
     let completed = report.completed_checkpoints().count();
     assert!(
         completed >= 2,
@@ -278,32 +292,24 @@ fn regional_failover_from_a_durable_store_is_exact() {
         "this attempt did the restart"
     );
     assert_eq!(t.b_made.load(Ordering::SeqCst), 2, "b never restarted");
-    assert_eq!(counts(&t.a.batches()), expected(7));
-    assert_eq!(counts(&t.b.batches()), expected(9));
+    assert_exact(&t.a, &t.b);
 }
 
 #[test]
 fn full_failover_restarts_every_task() {
     let t = two_pipelines();
-    let report = Job::new(t.graph, config(), options(FailoverStrategy::Full, 1))
-        .unwrap()
-        .run(Arc::new(InMemorySnapshots::new()))
-        .unwrap();
+    let report = run_in_memory(t.graph, FailoverStrategy::Full, 1).unwrap();
     assert_eq!(report.restarts.len(), 1);
     assert_eq!(task_names(&report.restarts[0].scope).len(), 12);
     assert_eq!(t.a_made.load(Ordering::SeqCst), 4);
     assert_eq!(t.b_made.load(Ordering::SeqCst), 4, "b restarted too");
-    assert_eq!(counts(&t.a.batches()), expected(7));
-    assert_eq!(counts(&t.b.batches()), expected(9));
+    assert_exact(&t.a, &t.b);
 }
 
 #[test]
 fn without_restarts_left_the_job_fails_with_the_task_error() {
     let t = two_pipelines();
-    let err = Job::new(t.graph, config(), options(FailoverStrategy::Region, 0))
-        .unwrap()
-        .run(Arc::new(InMemorySnapshots::new()))
-        .unwrap_err();
+    let err = run_in_memory(t.graph, FailoverStrategy::Region, 0).unwrap_err();
     let msg = err.to_string();
     assert!(
         msg.contains("a_fail-") && msg.contains("injected failure"),
@@ -334,10 +340,7 @@ fn a_forward_pipeline_restarts_only_the_failed_subtask_chain() {
     let sink = g.add_operator("sink", 2, sink);
     g.connect(src, fail, Partitioning::Forward);
     g.connect(fail, sink, Partitioning::Forward);
-    let report = Job::new(g, config(), options(FailoverStrategy::Region, 1))
-        .unwrap()
-        .run(Arc::new(InMemorySnapshots::new()))
-        .unwrap();
+    let report = run_in_memory(g, FailoverStrategy::Region, 1).unwrap();
     assert!(!armed.load(Ordering::SeqCst));
     assert_eq!(report.restarts.len(), 1);
     assert_eq!(
@@ -439,9 +442,7 @@ fn two_failures_use_two_restarts_and_a_third_fails_the_job() {
             1,
             Some(fail_once(armed_b.clone(), When::AtBatch(150), None)),
         );
-        let outcome = Job::new(g, config(), options(FailoverStrategy::Region, attempts))
-            .unwrap()
-            .run(Arc::new(InMemorySnapshots::new()));
+        let outcome = run_in_memory(g, FailoverStrategy::Region, attempts);
         assert!(!armed_a.load(Ordering::SeqCst) && !armed_b.load(Ordering::SeqCst));
         if ok {
             let report = outcome.unwrap();

@@ -119,7 +119,12 @@ pub fn run_durable(
                 })
             }
             Err(e) if restartable(&e) && log.has_budget(0) => {
-                let next = store.reader().restore_point()?.0.map(|c| c.meta.id);
+                // The id the next attempt will restore (verified, not loaded twice).
+                let next = store
+                    .reader()
+                    .latest_intact()
+                    .ok()
+                    .map(|(m, _)| m.checkpoint_id);
                 log.record(Restart {
                     scope: RestartScope::Job,
                     error: e.to_string(),

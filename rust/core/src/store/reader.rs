@@ -333,25 +333,18 @@ impl SnapshotReader {
     /// `None` when the root holds none (every corrupt or partial one is
     /// listed as skipped, with the reason).
     pub fn restore_point(&self) -> Result<(Option<CompletedCheckpoint>, Vec<Skipped>)> {
-        let scan = self.scan()?;
-        if scan.is_empty() {
-            return Ok((None, Vec::new()));
-        }
-        match self.latest_intact() {
-            Ok((manifest, skipped)) => Ok((Some(self.load(manifest.checkpoint_id)?), skipped)),
-            Err(_) => {
-                let mut skipped = Vec::new();
-                for (id, _) in scan.into_iter().rev() {
-                    if let Err(e) = self.verify(id) {
-                        skipped.push(Skipped {
-                            id,
-                            reason: e.to_string(),
-                        });
-                    }
-                }
-                Ok((None, skipped))
+        let mut skipped = Vec::new();
+        for (id, _) in self.scan()?.into_iter().rev() {
+            // `load` verifies first: a corrupt checkpoint fails there.
+            match self.load(id) {
+                Ok(checkpoint) => return Ok((Some(checkpoint), skipped)),
+                Err(e) => skipped.push(Skipped {
+                    id,
+                    reason: e.to_string(),
+                }),
             }
         }
+        Ok((None, skipped))
     }
 
     /// Source offsets at checkpoint `id`, per source task.

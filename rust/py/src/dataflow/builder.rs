@@ -10,8 +10,7 @@ use pyo3_arrow::PyRecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning, VertexId};
 use snapcut_core::runtime::ops::{self, AggFunc, AggSpec, Collected};
 use snapcut_core::runtime::{
-    run_durable, DurableOptions, DurableReport, InMemorySnapshots, Job, JobHandle, JobOptions,
-    JobReport, RestartStrategy,
+    run_durable, DurableOptions, InMemorySnapshots, Job, JobHandle, JobOptions, RestartStrategy,
 };
 use snapcut_core::Error;
 
@@ -265,7 +264,13 @@ impl GraphBuilder {
             }
             let durable = DurableOptions { root, resume };
             let config = checkpointing.inner.clone();
-            let outcome = run_durable_interruptibly(py, graph, config, options, durable, current)?;
+            let setter = Arc::clone(&current);
+            let outcome = run_interruptibly(py, &current, move || {
+                let mut on_start = |h: JobHandle| {
+                    *setter.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+                };
+                run_durable(graph, config, options, &durable, &mut on_start)
+            })?;
             let d = report::to_py(py, &outcome.report, &self.collects, &[])?;
             d.set_item("restored_from", outcome.restored_from)?;
             let skipped: Vec<(u64, String)> = outcome
@@ -290,7 +295,8 @@ impl GraphBuilder {
         }
         *current.lock().unwrap_or_else(|e| e.into_inner()) = Some(job.handle());
         let sink = Arc::new(InMemorySnapshots::new());
-        let job_report = run_interruptibly(py, job, Arc::clone(&sink) as _)?;
+        let job_sink: Arc<dyn snapcut_core::snapshot::SnapshotSink> = sink.clone();
+        let job_report = run_interruptibly(py, &current, move || job.run(job_sink))?;
         let d = report::to_py(py, &job_report, &self.collects, &sink.completed())?;
         d.set_item("restored_from", restore_from_id)?;
         d.set_item("skipped", Vec::<(u64, String)>::new())?;
@@ -336,16 +342,16 @@ impl GraphBuilder {
     }
 }
 
-/// Runs `job` on its own thread with the GIL released, waking every 100 ms
-/// to let Python handle signals: Ctrl-C cancels the job and raises
+/// Runs `work` (a job, or a durable run with its restarts) on its own
+/// thread with the GIL released, waking every 100 ms to let Python handle
+/// signals: Ctrl-C cancels the attempt `current` holds and raises
 /// `KeyboardInterrupt` instead of leaving the interpreter stuck in Rust.
-fn run_interruptibly(
+fn run_interruptibly<T: Send + 'static>(
     py: Python<'_>,
-    job: Job,
-    sink: Arc<dyn snapcut_core::snapshot::SnapshotSink>,
-) -> PyResult<JobReport> {
+    current: &std::sync::Mutex<Option<JobHandle>>,
+    work: impl FnOnce() -> snapcut_core::Result<T> + Send + 'static,
+) -> PyResult<T> {
     use std::sync::mpsc::{channel, RecvTimeoutError};
-    let handle = job.handle();
     let (tx, rx) = channel();
     // A Receiver is not Sync; detach() needs to borrow it across threads.
     let rx = std::sync::Mutex::new(rx);
@@ -359,60 +365,7 @@ fn run_interruptibly(
     let runner = std::thread::Builder::new()
         .name("snapcut-job".into())
         .spawn(move || {
-            let _ = tx.send(job.run(sink));
-        })
-        .map_err(|e| Error::io("spawning the job thread", e))
-        .map_py()?;
-    loop {
-        match py.detach(|| recv(Some(Duration::from_millis(100)))) {
-            Ok(outcome) => {
-                let _ = runner.join();
-                return outcome.map_py();
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                if let Err(interrupt) = py.check_signals() {
-                    let _ = handle.cancel();
-                    let _ = py.detach(|| recv(None));
-                    let _ = runner.join();
-                    return Err(interrupt);
-                }
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                let _ = runner.join();
-                return Err(Error::Task("the job thread panicked".into())).map_py();
-            }
-        }
-    }
-}
-
-/// [`run_durable`] on its own thread with the GIL released; Ctrl-C cancels
-/// the current attempt.
-fn run_durable_interruptibly(
-    py: Python<'_>,
-    graph: LogicalGraph,
-    config: snapcut_core::runtime::CheckpointConfig,
-    options: JobOptions,
-    durable: DurableOptions,
-    current: Arc<std::sync::Mutex<Option<JobHandle>>>,
-) -> PyResult<DurableReport> {
-    use std::sync::mpsc::{channel, RecvTimeoutError};
-    let setter = Arc::clone(&current);
-    let (tx, rx) = channel();
-    let rx = std::sync::Mutex::new(rx);
-    let recv = |timeout: Option<Duration>| {
-        let rx = rx.lock().unwrap_or_else(|e| e.into_inner());
-        match timeout {
-            Some(t) => rx.recv_timeout(t),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        }
-    };
-    let runner = std::thread::Builder::new()
-        .name("snapcut-job".into())
-        .spawn(move || {
-            let mut on_start = |h: JobHandle| {
-                *setter.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
-            };
-            let _ = tx.send(run_durable(graph, config, options, &durable, &mut on_start));
+            let _ = tx.send(work());
         })
         .map_err(|e| Error::io("spawning the job thread", e))
         .map_py()?;
