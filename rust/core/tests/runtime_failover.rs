@@ -558,3 +558,78 @@ fn random_failures_in_random_pipelines_under_every_protocol_are_exact() {
         }
     }
 }
+
+/// An in-memory sink whose newest checkpoint cannot be read back.
+struct UnreadableLatest(InMemorySnapshots);
+
+impl SnapshotSink for UnreadableLatest {
+    fn task_snapshot(&self, id: CheckpointId, s: TaskSnapshot) -> snapcut_core::Result<()> {
+        self.0.task_snapshot(id, s)
+    }
+    fn commit(&self, meta: CheckpointMeta) -> snapcut_core::Result<()> {
+        self.0.commit(meta)
+    }
+    fn abort(&self, id: CheckpointId) -> snapcut_core::Result<()> {
+        self.0.abort(id)
+    }
+    fn latest_completed(&self) -> snapcut_core::Result<Option<CompletedCheckpoint>> {
+        Err(snapcut_core::Error::Snapshot(
+            "checksum mismatch in agg-0".into(),
+        ))
+    }
+}
+
+#[test]
+fn a_restart_that_cannot_read_the_last_checkpoint_fails_the_job_saying_why() {
+    let t = two_pipelines();
+    let err = Job::new(t.graph, config(), options(FailoverStrategy::Region, 1))
+        .unwrap()
+        .run(Arc::new(UnreadableLatest(InMemorySnapshots::new())))
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, snapcut_core::Error::Snapshot(_)), "{msg}");
+    assert!(
+        msg.contains("cannot restart after")
+            && msg.contains("injected failure")
+            && msg.contains("checksum mismatch in agg-0"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_region_whose_tasks_cannot_be_rebuilt_fails_the_job_saying_why() {
+    let armed = Arc::new(AtomicBool::new(true));
+    let made = Arc::new(AtomicUsize::new(0));
+    let mut g = LogicalGraph::new();
+    let src = g.add_source("src", 1, dwell_source(COUNT, USERS, 7, BATCH).unwrap());
+    let inner = fail_once(armed, When::AtBatch(50), None);
+    let counter = made.clone();
+    let fail = g.add_operator(
+        "fail",
+        1,
+        Arc::new(
+            move |s: usize, p: usize| -> snapcut_core::Result<Box<dyn Operator>> {
+                if counter.fetch_add(1, Ordering::SeqCst) > 0 {
+                    return Err(snapcut_core::Error::Config(
+                        "license server unreachable".into(),
+                    ));
+                }
+                inner.create(s, p)
+            },
+        ),
+    );
+    let (sink, _) = collect_sink();
+    let sink = g.add_operator("sink", 1, sink);
+    g.connect(src, fail, Partitioning::Forward);
+    g.connect(fail, sink, Partitioning::Forward);
+    let msg = run_in_memory(g, FailoverStrategy::Region, 1)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(made.load(Ordering::SeqCst), 2, "the relaunch tried once");
+    assert!(
+        msg.contains("restarting after")
+            && msg.contains("injected failure")
+            && msg.contains("license server unreachable"),
+        "{msg}"
+    );
+}
