@@ -388,6 +388,12 @@ impl Task {
                 }
             }
             Item::Barrier(id) => {
+                // The coordinator tells a task that checkpoint n committed
+                // before it triggers n+1: applying pending controls first
+                // lets operators base checkpoint n+1's diff on n.
+                for c in self.mailbox.drain() {
+                    self.common_control(c)?;
+                }
                 if self.protocol.is_some() {
                     self.pending
                         .entry(id)
