@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates ./.venv (or $SNAPCUT_VENV), installs snapcut built in release mode
-# plus the test extra (the Spark extra comes with the Spark integration). Safe to run again: it reuses what is there.
+# plus the test and spark extras (pyspark 4.x: pip builds its wheel from the sdist
+# once, a few minutes; Java 17 must be on PATH). Safe to run again: it reuses what is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${SNAPCUT_VENV:-.venv}
@@ -12,4 +13,4 @@ fi
 . "$venv/bin/activate"
 python -m pip install -q --upgrade pip
 python -m pip install -q "maturin>=1.9,<2"
-maturin develop --release -q -E test
+maturin develop --release -q -E test,spark

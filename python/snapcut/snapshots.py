@@ -20,6 +20,7 @@ import builtins
 import json
 import os
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -473,7 +474,10 @@ class SnapshotWriter:
         with ipc.new_file(sink, table.schema) as w:
             w.write_table(table)
         data = sink.getvalue().to_pybytes()
-        _fs.write_bytes(self.fs, f"{self._dir(checkpoint_id)}/{name}", data)
+        path = f"{self._dir(checkpoint_id)}/{name}"
+        # Atomic with a temp name of its own: an idempotent rewrite (a Spark
+        # task retry) never shows a reader a truncated file.
+        _fs.write_atomic(self.fs, path, f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp", data)
         return {"path": name, "rows": table.num_rows, "bytes": len(data), "crc32c": crc32c(data)}
 
     def write_state(
@@ -539,10 +543,19 @@ class SnapshotWriter:
         savepoint: bool = False,
         started_ms: int = 0,
         finished_ms: int = 0,
+        extra: dict[str, Any] | None = None,
+        replace: bool = False,
     ) -> dict[str, Any]:
-        """Writes sources.arrow and then, atomically, the manifest. Returns it."""
+        """Writes sources.arrow and then, atomically, the manifest. Returns it.
+
+        `extra` adds top-level manifest fields (e.g. an engine's own record).
+        `replace` lets several processes commit the same checkpoint (each
+        writes the whole manifest under a temp name of its own, then renames):
+        for idempotent writers such as Spark tasks. State entries that carry
+        their ``chain`` keep it; others get it from their base's manifest.
+        """
         d = self._dir(checkpoint_id)
-        if _fs.exists(self.fs, f"{d}/{MANIFEST_FILE}"):
+        if not replace and _fs.exists(self.fs, f"{d}/{MANIFEST_FILE}"):
             raise SnapshotError(
                 f"checkpoint {checkpoint_id} is already committed under {self.root}; "
                 "refusing to overwrite it"
@@ -550,7 +563,7 @@ class SnapshotWriter:
         offsets = dict(source_offsets or {})
         entries = [dict(f) for f in files]
         for f in entries:
-            if f["role"] != "state":
+            if f["role"] != "state" or f.get("chain"):
                 continue
             if f["kind"] == "full":
                 f["chain"] = [checkpoint_id]
@@ -592,9 +605,11 @@ class SnapshotWriter:
                 for v, s in all_tasks
             ],
             "files": [*entries, sources_entry],
+            **(extra or {}),
         }
         data = json.dumps(manifest, indent=2).encode()
-        _fs.write_atomic(self.fs, f"{d}/{MANIFEST_FILE}", f"{d}/{MANIFEST_TMP_FILE}", data)
+        tmp = f"{MANIFEST_TMP_FILE}.{os.getpid()}.{uuid.uuid4().hex}" if replace else MANIFEST_TMP_FILE
+        _fs.write_atomic(self.fs, f"{d}/{MANIFEST_FILE}", f"{d}/{tmp}", data)
         return manifest
 
     def apply_retention(self, retain: int) -> builtins.list[int]:

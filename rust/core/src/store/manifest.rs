@@ -163,6 +163,11 @@ pub struct Manifest {
     pub savepoint: bool,
     pub tasks: Vec<TaskEntry>,
     pub files: Vec<FileEntry>,
+    /// Top-level fields this code does not know (an engine's own record,
+    /// e.g. `"spark"` of Spark roots), kept so that reading and re-serialising
+    /// a manifest loses nothing.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Manifest {

@@ -307,6 +307,7 @@ impl SnapshotStore {
             savepoint: meta.savepoint,
             tasks,
             files,
+            extra: Default::default(),
         };
         let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
         sync_dir(&dir)?;

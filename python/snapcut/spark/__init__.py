@@ -1,0 +1,42 @@
+"""snapcut for PySpark Structured Streaming.
+
+``keyed_state(df, key, root, partitions)`` gives three levels of stateful
+per-key processing on one state machinery (a Rust ``StateTable`` per state
+partition, snapshotted per micro-batch as Arrow files under ``root``):
+
+- ``.aggregate(...)``: built-in aggregates, updated in Rust;
+- ``.map_batches(fn, state_schema, output_schema)``: a vectorised function
+  called once per (micro-batch, partition);
+- ``.apply_in_pandas_with_state(...)``: a drop-in for Spark's
+  ``applyInPandasWithState`` with Spark's ``GroupState``.
+
+``read_state(spark, root)`` and ``read_state_arrow(root)`` read the state
+back; ``snapcut.snapshots.open(root)`` lists its batches like any snapcut
+checkpoint. Importing this module does not import pyspark.
+"""
+
+from snapcut.spark.group_state import GroupState, GroupStateTimeout
+from snapcut.spark.keyed_state import KeyedState, keyed_state
+from snapcut.spark.partition import BatchInfo
+from snapcut.spark.processors import (
+    PRESENT_COLUMN,
+    TIMED_OUT_COLUMN,
+    TIMEOUT_COLUMN,
+    StateUpdate,
+)
+from snapcut.spark.read import committed_batches, read_state, read_state_arrow
+
+__all__ = [
+    "PRESENT_COLUMN",
+    "TIMED_OUT_COLUMN",
+    "TIMEOUT_COLUMN",
+    "BatchInfo",
+    "GroupState",
+    "GroupStateTimeout",
+    "KeyedState",
+    "StateUpdate",
+    "committed_batches",
+    "keyed_state",
+    "read_state",
+    "read_state_arrow",
+]

@@ -1,0 +1,113 @@
+"""``initial_state=``: bootstrap a query's state before its first batch.
+
+The initial rows are hash-partitioned by Spark exactly as the stream will be
+(``repartition(P, *key)`` over key columns of the same types), and each
+partition's rows are written once under ``<root>/_initial/``; batch 0 of each
+state partition starts from its file. Spark's ``applyInPandasWithState`` has
+no way to do this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from snapcut import _fs
+from snapcut._core import ConfigError
+from snapcut.snapshots import _FsBackend, file_component
+from snapcut.spark.keys import KEY_COLUMN, with_state_key
+from snapcut.spark.processors import TIMEOUT_COLUMN, conform
+from snapcut.spark.root import RootSpec, StateRoot
+
+if TYPE_CHECKING:
+    from snapcut.spark.keyed_state import KeyedState
+
+INITIAL_DIR = "_initial"
+
+
+@dataclass(frozen=True)
+class InitialState:
+    """Reads partition p's initial rows in a task (picklable)."""
+
+    spec: RootSpec
+
+    def path(self, partition: int) -> str:
+        state = StateRoot(self.spec)
+        return f"{state.path}/{INITIAL_DIR}/{file_component(self.spec.vertex)}-{partition}.arrow"
+
+    def __call__(self, partition: int) -> pa.Table | None:
+        state = StateRoot(self.spec)
+        path = self.path(partition)
+        if not _fs.exists(state.fs, path):
+            return None
+        return ipc.open_file(pa.BufferReader(_fs.read_bytes(state.fs, path))).read_all()
+
+
+def write_initial_state(ks: KeyedState, root: StateRoot, schema: pa.Schema) -> InitialState | None:
+    """Writes the initial state unless the query already committed a batch."""
+    if _FsBackend(root.fs, root.path).complete():
+        return None  # a restart: the root's own state wins, as in Spark
+    initial = ks.initial_state
+    spark = ks.df.sparkSession
+    if isinstance(initial, tuple):
+        from snapcut.spark.read import read_state
+
+        other, batch = initial
+        initial = read_state(spark, other, batch)
+    if not hasattr(initial, "mapInArrow"):
+        raise ConfigError(
+            "initial_state must be a Spark DataFrame (key columns + state columns) or "
+            f"(root, batch) of a state root; got {type(initial).__name__}"
+        )
+    stream_types = {f.name: f.dataType for f in ks.df.schema.fields}
+    have = {f.name: f.dataType for f in initial.schema.fields}
+    for k in ks.key:
+        if k not in have or have[k] != stream_types[k]:
+            raise ConfigError(
+                f"initial_state key column {k!r} must exist with the stream's type "
+                f"{stream_types[k].simpleString()} (it has {have.get(k)}): rows are placed in "
+                "state partitions by the hash of the key, which depends on its type"
+            )
+    spec = root.spec
+    target = InitialState(spec)
+    key = ks.key
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        partition = TaskContext.get().partitionId()
+        parts = list(batches)
+        rows = pa.Table.from_batches(parts) if parts else None
+        if rows is None or rows.num_rows == 0:
+            table = schema.empty_table()
+        else:
+            if KEY_COLUMN in schema.names:
+                rows = with_state_key(rows, key, -1)
+            if TIMEOUT_COLUMN in schema.names and TIMEOUT_COLUMN not in rows.column_names:
+                rows = rows.append_column(TIMEOUT_COLUMN, pa.nulls(rows.num_rows, pa.int64()))
+            table = conform(
+                rows,
+                schema,
+                "initial_state",
+                "give the key columns and every state column, with the state's types",
+            ).sort_by(spec.state_key)
+        sink = pa.BufferOutputStream()
+        with ipc.new_file(sink, table.schema) as w:
+            w.write_table(table)
+        state = StateRoot(spec)
+        path = target.path(partition)
+        _fs.write_atomic(state.fs, path, f"{path}.tmp", sink.getvalue().to_pybytes())
+        yield pa.RecordBatch.from_pylist(
+            [{"partition": partition, "rows": table.num_rows}],
+            schema=pa.schema([("partition", pa.int64()), ("rows", pa.int64())]),
+        )
+
+    from pyspark.sql import functions as F
+
+    parted = initial.repartition(spec.partitions, *[F.col(k) for k in key])
+    parted.mapInArrow(write, "partition long, rows long").collect()
+    return target

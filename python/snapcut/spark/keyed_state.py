@@ -1,0 +1,414 @@
+"""``keyed_state``: stateful per-key processing for PySpark, state in Rust,
+snapshotted per micro-batch as Arrow files under a root.
+
+    >>> from snapcut.spark import keyed_state
+    >>> s = keyed_state(events, key="user", root="/data/dwell-state", partitions=4)
+    >>> avg = s.aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
+
+Spark hash-partitions the rows into ``partitions`` state partitions
+(``repartition(partitions, *key)``); a ``mapInArrow`` stage then runs one
+:class:`~snapcut.spark.partition.PartitionTask` per partition and batch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from snapcut._core import ConfigError, KeyedAggregates
+from snapcut.spark.group_state import GroupStateTimeout
+from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
+from snapcut.spark.partition import PartitionTask, Processor
+from snapcut.spark.processors import (
+    BATCH_TS_COLUMN,
+    TIMEOUT_COLUMN,
+    AggregateProcessor,
+    BatchFunctionProcessor,
+    PandasGroupProcessor,
+)
+from snapcut.spark.root import BATCH_OWNER, RootSpec, StateRoot, schema_bytes
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["KeyedState", "keyed_state", "parse_duration_ms"]
+
+AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
+OUTPUT_MODES = ("update", "append", "complete")
+_UNITS_MS = {
+    "ms": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
+}
+
+
+def parse_duration_ms(value: str | int, what: str) -> int:
+    """Spark's interval strings ("10 seconds", "1 minute") or milliseconds."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        ms = value
+    else:
+        m = re.fullmatch(r"\s*(?:interval\s+)?(\d+)\s*([a-z]+)\s*", str(value).lower())
+        if m is None or m.group(2) not in _UNITS_MS:
+            raise ConfigError(
+                f"{what}={value!r} is not a duration: write e.g. '10 seconds', '5 minutes', "
+                "'500 milliseconds', or an int of milliseconds"
+            )
+        ms = int(m.group(1)) * _UNITS_MS[m.group(2)]
+    if ms < 0:
+        raise ConfigError(f"{what} must not be negative, got {value!r}")
+    return ms
+
+
+def _spark_schema(schema: Any, what: str) -> Any:
+    """A Spark StructType from a StructType, a DDL string or a pyarrow schema."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    if isinstance(schema, StructType):
+        return schema
+    if isinstance(schema, pa.Schema):
+        return from_arrow_schema(schema, prefer_timestamp_ntz=False)
+    if isinstance(schema, str):
+        parsed = _parse_datatype_string(schema)
+        if isinstance(parsed, StructType):
+            return parsed
+    raise ConfigError(
+        f"{what} must be a pyspark StructType, a DDL string ('user string, n long') or a "
+        f"pyarrow.Schema; got {schema!r}"
+    )
+
+
+class KeyedState:
+    """A DataFrame keyed for stateful processing, with its state root."""
+
+    def __init__(
+        self,
+        df: DataFrame,
+        key: Sequence[str],
+        root: str,
+        partitions: int,
+        *,
+        name: str,
+        full_every: int,
+        retain: int,
+        event_time: str | None,
+        watermark: str | int | None,
+        initial_state: Any,
+        filesystem: Any,
+    ) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if partitions < 1:
+            raise ConfigError(f"partitions must be at least 1, got {partitions}")
+        if full_every < 1:
+            raise ConfigError(f"full_every must be at least 1, got {full_every}")
+        if retain < 2:
+            raise ConfigError(
+                f"retain must be at least 2 (a retried batch re-reads the previous one), "
+                f"got {retain}"
+            )
+        self.df = df
+        self.key = tuple(key)
+        self.root = str(root)
+        self.partitions = partitions
+        self.name = name
+        self.full_every = full_every
+        self.retain = retain
+        self.filesystem = filesystem
+        tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
+        self.input_schema = to_arrow_schema(df.schema, timezone=tz)
+        check_key_types(self.input_schema, self.key)
+        if (event_time is None) != (watermark is None):
+            raise ConfigError(
+                "event_time= and watermark= go together: name the event-time column and the "
+                "delay, e.g. event_time='ts', watermark='10 seconds'"
+            )
+        if event_time is not None and event_time not in self.input_schema.names:
+            raise ConfigError(
+                f"event_time column {event_time!r} is not in the DataFrame "
+                f"(columns: {', '.join(self.input_schema.names)})"
+            )
+        self.event_time = event_time
+        self.delay_ms = None if watermark is None else parse_duration_ms(watermark, "watermark")
+        self.state_key = state_key(self.input_schema, self.key)
+        self.initial_state = initial_state
+
+    # -- level 1 ---------------------------------------------------------------
+
+    def aggregate(self, output_mode: str = "update", **aggregates: Any) -> DataFrame:
+        """Built-in aggregates per key, updated in Rust: ``out=("sum", "col")``,
+        ``n="count"`` (rows) or ``("count", "col")`` (non-null values); funcs:
+        count, sum, min, max, mean, first, last. ``output_mode``: "update"
+        (the keys changed in the batch) or "complete" (every key)."""
+        if output_mode not in ("update", "complete"):
+            raise ConfigError(
+                f"aggregate output_mode must be 'update' or 'complete', got {output_mode!r}"
+            )
+        if not aggregates:
+            raise ConfigError("aggregate needs at least one output, e.g. n='count'")
+        specs: list[tuple[str, str | None, str]] = []
+        for out, spec in aggregates.items():
+            func, col = (spec, None) if isinstance(spec, str) else tuple(spec)
+            if func not in AGG_FUNCS:
+                raise ConfigError(
+                    f"aggregate {out}={spec!r}: unknown function; use one of {AGG_FUNCS}"
+                )
+            if col is None and func != "count":
+                raise ConfigError(
+                    f"aggregate {out}={spec!r}: {func} needs a column, e.g. ({func!r}, 'x')"
+                )
+            if col is not None and col not in self.input_schema.names:
+                raise ConfigError(
+                    f"aggregate {out}={spec!r}: column {col!r} is not in the DataFrame "
+                    f"(columns: {', '.join(self.input_schema.names)})"
+                )
+            specs.append((func, col, out))
+        if self.state_key == KEY_COLUMN:
+            # The key columns ride along as constant "first" values: readable
+            # in the state files and in the output.
+            specs = [("first", k, k) for k in self.key] + specs
+            kernel_input = self.input_schema.append(
+                pa.field(KEY_COLUMN, pa.binary(), nullable=False)
+            )
+        else:
+            kernel_input = self.input_schema
+        kernel = KeyedAggregates(kernel_input, self.state_key, specs)
+        output = pa.schema(
+            [kernel.output_schema.field(k) for k in self.key]
+            + [kernel.output_schema.field(out) for out in aggregates]
+        )
+        processor = AggregateProcessor(
+            key=self.key,
+            state_key=self.state_key,
+            state_schema=kernel.state_schema,
+            output_schema=output,
+            event_time=self.event_time,
+            specs=specs,
+            output_mode=output_mode,
+        )
+        return self._build(processor, "aggregate", needs_batch_ts=False)
+
+    # -- level 2 ---------------------------------------------------------------
+
+    def map_batches(
+        self,
+        fn: Callable[[Any, Any, Any], Any],
+        state_schema: Any,
+        output_schema: Any,
+        *,
+        timeout: str = GroupStateTimeout.NoTimeout,
+        pandas: bool = False,
+    ) -> DataFrame:
+        """``fn(rows, state, info)`` once per (micro-batch, partition).
+
+        ``rows``: this partition's new rows; ``state``: one row per key in
+        ``rows`` and per timed-out key — the key columns, ``state_schema``'s
+        columns (null where absent), ``__timeout_ms``, ``__present`` and
+        ``__timed_out``; ``info``: batch id, partition, watermark and
+        processing time. Returns ``StateUpdate(output, state, remove)`` (or
+        that tuple): output rows of ``output_schema``, state rows to store
+        (a ``__timeout_ms`` column sets each key's timeout; null = none),
+        keys to remove. Arrow tables, or pandas with ``pandas=True``."""
+        state_fields = self._state_fields(state_schema, "state_schema")
+        processor = BatchFunctionProcessor(
+            key=self.key,
+            state_key=self.state_key,
+            state_schema=self._full_state_schema(state_fields, timeout),
+            output_schema=self._arrow(output_schema, "output_schema"),
+            event_time=self.event_time,
+            timeout=self._timeout(timeout),
+            fn=fn,
+            pandas=pandas,
+        )
+        return self._build(processor, "map_batches", needs_batch_ts=True)
+
+    # -- level 3 ---------------------------------------------------------------
+
+    def apply_in_pandas_with_state(
+        self,
+        func: Callable[[tuple[Any, ...], Iterator[Any], Any], Iterator[Any]],
+        outputStructType: Any,
+        stateStructType: Any,
+        outputMode: str,
+        timeoutConf: str,
+    ) -> DataFrame:
+        """Drop-in for ``groupBy(key).applyInPandasWithState``: the same
+        ``func(key, Iterator[pd.DataFrame], GroupState)`` and arguments."""
+        if outputMode not in ("update", "append"):
+            raise ConfigError(f"outputMode must be 'update' or 'append', got {outputMode!r}")
+        state_fields = self._state_fields(stateStructType, "stateStructType")
+        processor = PandasGroupProcessor(
+            key=self.key,
+            state_key=self.state_key,
+            state_schema=self._full_state_schema(state_fields, timeoutConf),
+            output_schema=self._arrow(outputStructType, "outputStructType"),
+            event_time=self.event_time,
+            timeout=self._timeout(timeoutConf),
+            func=func,
+            value_columns=tuple(f.name for f in state_fields),
+        )
+        return self._build(processor, "apply_in_pandas_with_state", needs_batch_ts=True)
+
+    applyInPandasWithState = apply_in_pandas_with_state
+
+    # -- plumbing --------------------------------------------------------------
+
+    def _timeout(self, timeout: str) -> str:
+        if timeout not in GroupStateTimeout.ALL:
+            raise ConfigError(
+                f"timeout {timeout!r} is not one of GroupStateTimeout.NoTimeout, "
+                "ProcessingTimeTimeout, EventTimeTimeout"
+            )
+        if timeout == GroupStateTimeout.EventTimeTimeout and self.delay_ms is None:
+            raise ConfigError(
+                "EventTimeTimeout needs a watermark: pass event_time='ts', watermark='10 "
+                "seconds' to keyed_state"
+            )
+        return timeout
+
+    def _arrow(self, schema: Any, what: str) -> pa.Schema:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        tz = self.df.sparkSession.conf.get("spark.sql.session.timeZone")
+        return to_arrow_schema(_spark_schema(schema, what), timezone=tz)
+
+    def _state_fields(self, schema: Any, what: str) -> list[pa.Field]:
+        fields = list(self._arrow(schema, what))
+        clash = [f.name for f in fields if f.name in self.key or f.name.startswith("__")]
+        if clash:
+            raise ConfigError(
+                f"{what} field(s) {clash} clash with the key columns {list(self.key)} or use the "
+                "reserved '__' prefix: rename them"
+            )
+        return fields
+
+    def _full_state_schema(self, fields: list[pa.Field], timeout: str) -> pa.Schema:
+        key_fields = [self.input_schema.field(k).with_nullable(False) for k in self.key]
+        cols: list[pa.Field] = []
+        if self.state_key == KEY_COLUMN:
+            cols.append(pa.field(KEY_COLUMN, pa.binary(), nullable=False))
+        cols += key_fields
+        cols += [f.with_nullable(True) for f in fields]
+        if timeout != GroupStateTimeout.NoTimeout:
+            cols.append(pa.field(TIMEOUT_COLUMN, pa.int64()))
+        return pa.schema(cols)
+
+    def _build(self, processor: Processor, operator: str, needs_batch_ts: bool) -> DataFrame:
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        schema = processor.state_schema  # type: ignore[attr-defined]
+        spec = RootSpec(
+            uri=self.root,
+            vertex=self.name,
+            partitions=self.partitions,
+            key=self.key,
+            state_key=self.state_key,
+            state_schema=schema_bytes(schema),
+            full_every=self.full_every,
+            retain=self.retain,
+            filesystem=self.filesystem,
+        )
+        root = StateRoot(spec)
+        root.init(operator)
+        initial = None
+        if self.initial_state is not None:
+            from snapcut.spark.initial import write_initial_state
+
+            initial = write_initial_state(self, root, schema)
+        src = self.df
+        input_schema = self.input_schema
+        if needs_batch_ts:
+            src = src.withColumn(BATCH_TS_COLUMN, F.current_timestamp())
+            input_schema = input_schema.append(pa.field(BATCH_TS_COLUMN, pa.timestamp("us", "UTC")))
+        parted = src.repartition(self.partitions, *[F.col(k) for k in self.key])
+        udf = make_task_function(spec, processor, self.delay_ms, initial, input_schema)
+        out_type = from_arrow_schema(processor.output_schema, prefer_timestamp_ntz=False)  # type: ignore[attr-defined]
+        return parted.mapInArrow(udf, out_type)
+
+
+def make_task_function(
+    spec: RootSpec,
+    processor: Processor,
+    delay_ms: int | None,
+    initial: Any,
+    input_schema: pa.Schema,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function ``mapInArrow`` runs in each Python worker."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId()
+        raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
+        batch_id = int(raw_batch) if raw_batch is not None else 0
+        owner = ctx.getLocalProperty("sql.streaming.queryId") or BATCH_OWNER
+        parts = list(batches)
+        rows = pa.Table.from_batches(parts) if parts else input_schema.empty_table()
+        batch_ts = None
+        if BATCH_TS_COLUMN in rows.column_names and rows.num_rows:
+            ts = rows[BATCH_TS_COLUMN][0]
+            batch_ts = int(pa.compute.cast(ts, pa.timestamp("ms", "UTC")).value)
+        task = PartitionTask(StateRoot(spec), batch_id, partition, owner, delay_ms, initial=initial)
+        out = task.run(rows, processor, batch_ts)
+        yield from out.to_batches()
+
+    return run
+
+
+def keyed_state(
+    df: DataFrame,
+    key: str | Sequence[str],
+    root: str,
+    partitions: int,
+    *,
+    name: str = "state",
+    full_every: int = 10,
+    retain: int = 10,
+    event_time: str | None = None,
+    watermark: str | int | None = None,
+    initial_state: Any = None,
+    filesystem: Any = None,
+) -> KeyedState:
+    """Keys a streaming (or batch) DataFrame for stateful processing.
+
+    ``key``: one column or several; ``root``: a local path or any
+    pyarrow-filesystem URI where the state of every micro-batch is written
+    (Arrow IPC + manifest, readable with ``snapcut.snapshots.open``);
+    ``partitions``: the number of state partitions (fixed for the root's
+    life); ``full_every``: a full state file every so many batches, diffs
+    between; ``retain``: committed batches kept (and every base they need);
+    ``event_time``/``watermark``: the event-time column and the watermark
+    delay (Spark's rule: max event time of earlier batches minus the delay);
+    ``initial_state``: a DataFrame of key columns + state columns, or
+    ``(root, batch)`` of another state root, to start from.
+    """
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    if not keys:
+        raise ConfigError("key must name at least one column")
+    return KeyedState(
+        df,
+        keys,
+        root,
+        partitions,
+        name=name,
+        full_every=full_every,
+        retain=retain,
+        event_time=event_time,
+        watermark=watermark,
+        initial_state=initial_state,
+        filesystem=filesystem,
+    )

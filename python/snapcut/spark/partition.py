@@ -1,0 +1,211 @@
+"""One state partition's work in one micro-batch, free of Spark.
+
+Per (batch N, partition p): load version N-1 (from this process's cache when
+it holds exactly N-1, else from the root: nearest full + diffs), let a
+processor apply the batch, write version N's diff (or full) sorted by key so
+its bytes are deterministic, acknowledge it, and finalize N's manifest when
+every partition has acknowledged. The Spark glue (``keyed_state``) only
+supplies the batch id, the partition and the rows.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from snapcut._core import SnapshotError, StateTable
+from snapcut.spark import failpoints
+from snapcut.spark.root import StateRoot
+
+__all__ = ["BatchInfo", "PartitionTask", "Processor", "StateCache"]
+
+NO_EVENT_TIME = -(2**63)
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What a processor knows about the batch it is applying."""
+
+    batch_id: int
+    partition: int
+    watermark_ms: int
+    processing_time_ms: int
+    watermark_present: bool
+
+
+class Processor(Protocol):
+    """Applies one partition's rows of a batch to its state table."""
+
+    def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
+        """Updates `table` in place and returns the output rows."""
+        ...
+
+    def max_event_time_ms(self, rows: pa.Table) -> int:
+        """The largest event time in `rows` (NO_EVENT_TIME without one)."""
+        ...
+
+
+class StateCache:
+    """This process's warm state tables: (root, vertex, partition) → (version, table).
+
+    A table is taken out while a task works on it and put back only when its
+    version is durable, so a failed task never leaves a half-applied table.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._tables: OrderedDict[tuple[str, str, int], tuple[int, StateTable]] = OrderedDict()
+
+    def take(self, key: tuple[str, str, int], version: int) -> StateTable | None:
+        with self._lock:
+            hit = self._tables.pop(key, None)
+        if hit is None or hit[0] != version:
+            return None
+        return hit[1]
+
+    def put(self, key: tuple[str, str, int], version: int, table: StateTable) -> None:
+        with self._lock:
+            self._tables[key] = (version, table)
+            self._tables.move_to_end(key)
+            while len(self._tables) > self.capacity:
+                self._tables.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._tables.clear()
+
+
+CACHE = StateCache(int(os.environ.get("SNAPCUT_STATE_CACHE", "64")))
+
+
+@dataclass
+class Loaded:
+    table: StateTable
+    chain: list[int]
+    watermark_ms: int
+    max_event_time_ms: int
+    from_cache: bool
+
+
+class PartitionTask:
+    """Runs one (batch, partition) against a root."""
+
+    def __init__(
+        self,
+        root: StateRoot,
+        batch_id: int,
+        partition: int,
+        owner: str,
+        watermark_delay_ms: int | None,
+        initial: Any = None,
+        cache: StateCache = CACHE,
+    ) -> None:
+        self.root = root
+        self.batch_id = batch_id
+        self.partition = partition
+        self.owner = owner
+        self.delay = watermark_delay_ms
+        self.initial = initial
+        self.cache = cache
+        spec = root.spec
+        self.cache_key = (spec.uri, spec.vertex, partition)
+
+    def _new_table(self) -> StateTable:
+        spec = self.root.spec
+        return StateTable(spec.schema, spec.state_key, full_every=spec.full_every)
+
+    def load(self) -> Loaded:
+        """Version N-1 of this partition (or the initial state before batch 0)."""
+        n = self.batch_id
+        if n == 0:
+            table = self._new_table()
+            if self.initial is not None:
+                rows = self.initial(self.partition)
+                if rows is not None and rows.num_rows:
+                    table.update(rows)
+            return Loaded(table, [], 0, NO_EVENT_TIME, False)
+        prev = self.root.committed(n - 1)
+        if prev is None:
+            missing = [
+                p for p in range(self.root.spec.partitions) if self.root.read_ack(n - 1, p) is None
+            ]
+            raise SnapshotError(
+                f"batch {n} runs, so Spark committed batch {n - 1}, but state root "
+                f"{self.root.spec.uri} has no version {n - 1} of partition(s) {missing}: the root "
+                "was changed by hand, or another query's state was put in its place; restore the "
+                "root or start the query afresh on a new root and checkpointLocation"
+            )
+        spark = prev.get("spark", {})
+        delay = self.delay
+        max_event = int(spark.get("max_event_time_ms", NO_EVENT_TIME))
+        watermark = int(spark.get("watermark_ms", 0))
+        if delay is not None and max_event != NO_EVENT_TIME:
+            watermark = max(watermark, max_event - delay)
+        entry = next(
+            f for f in prev["files"] if f["role"] == "state" and f.get("subtask") == self.partition
+        )
+        chain = list(entry.get("chain") or [n - 1])
+        table = self.cache.take(self.cache_key, n - 1)
+        if table is not None:
+            return Loaded(table, chain, watermark, max_event, True)
+        table = self._new_table()
+        files = self.root.read_chain(prev, self.partition)
+        table.restore([(cid, kind, t) for cid, kind, t in files])
+        return Loaded(table, chain, watermark, max_event, False)
+
+    def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
+        started = _now_ms()
+        self.root.claim(self.owner)
+        loaded = self.load()
+        info = BatchInfo(
+            batch_id=self.batch_id,
+            partition=self.partition,
+            watermark_ms=loaded.watermark_ms,
+            processing_time_ms=batch_ts_ms if batch_ts_ms is not None else started,
+            watermark_present=self.delay is not None,
+        )
+        out = processor.process(loaded.table, rows, info)
+        failpoints.hit("state.before_write", self.batch_id, self.partition)
+        t0 = time.perf_counter()
+        table = loaded.table
+        full_every = self.root.spec.full_every
+        if len(loaded.chain) + 1 > full_every:
+            table.checkpoint_aborted()  # forces a full: bounds the restore chain
+        _, kind, capture = table.checkpoint(self.batch_id)
+        chain = [self.batch_id] if kind == "full" else [*loaded.chain, self.batch_id]
+        data = pa.Table.from_batches([capture]).sort_by(self.root.spec.state_key)
+        entry = self.root.write_state(self.batch_id, self.partition, data, kind, chain)
+        failpoints.hit("state.after_write", self.batch_id, self.partition)
+        write_ms = (time.perf_counter() - t0) * 1000
+        batch_max = processor.max_event_time_ms(rows)
+        ack = {
+            "query_id": self.owner,
+            "file": entry,
+            "watermark_ms": info.watermark_ms,
+            "max_event_time_ms": max(loaded.max_event_time_ms, batch_max),
+            "batch_timestamp_ms": info.processing_time_ms,
+            "rows_in": rows.num_rows,
+            "rows_out": out.num_rows,
+            "late_rows": int(getattr(processor, "late_rows", 0)),
+            "state_keys": len(table),
+            "write_ms": round(write_ms, 3),
+            "from_cache": loaded.from_cache,
+            "started_ms": started,
+            "finished_ms": _now_ms(),
+        }
+        self.root.write_ack(self.batch_id, self.partition, ack)
+        failpoints.hit("state.after_ack", self.batch_id, self.partition)
+        self.root.finalize(self.batch_id)
+        self.cache.put(self.cache_key, self.batch_id, table)
+        return out
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,414 @@
+"""The three levels of the stateful helper, as processors of one partition's batch.
+
+1. :class:`AggregateProcessor` — built-in aggregates, updated in Rust.
+2. :class:`BatchFunctionProcessor` — a user function called once per
+   (batch, partition) with the rows and the aligned state of their keys.
+3. :class:`PandasGroupProcessor` — ``applyInPandasWithState``'s per-key
+   function with Spark's ``GroupState``, on the same state machinery.
+
+Processors are pickled into Spark's UDF: they hold plain configuration and
+build their Rust helpers lazily in the worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from snapcut._core import ConfigError, KeyedAggregates, StateTable, TaskError
+from snapcut.spark.group_state import GroupState, GroupStateTimeout
+from snapcut.spark.keys import KEY_COLUMN, distinct, with_state_key
+from snapcut.spark.partition import NO_EVENT_TIME, BatchInfo
+
+TIMEOUT_COLUMN = "__timeout_ms"
+PRESENT_COLUMN = "__present"
+TIMED_OUT_COLUMN = "__timed_out"
+BATCH_TS_COLUMN = "__snapcut_batch_ts"
+
+__all__ = [
+    "PRESENT_COLUMN",
+    "TIMED_OUT_COLUMN",
+    "TIMEOUT_COLUMN",
+    "AggregateProcessor",
+    "BatchFunctionProcessor",
+    "PandasGroupProcessor",
+    "StateUpdate",
+]
+
+
+@dataclass
+class StateUpdate:
+    """What a level-2 function returns (a plain tuple of the three works too).
+
+    ``output``: rows of ``output_schema``; ``state``: rows to store (key
+    columns + state columns, optionally ``__timeout_ms``); ``remove``: keys
+    (a table of the key columns, or an array for a single key) to delete.
+    """
+
+    output: Any = None
+    state: Any = None
+    remove: Any = None
+
+
+def event_time_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """An event-time column (timestamp or integer milliseconds) as int64 ms."""
+    t = column.type
+    if pa.types.is_timestamp(t):
+        return pc.cast(pc.cast(column, pa.timestamp("ms", t.tz)), pa.int64())
+    if pa.types.is_integer(t):
+        return pc.cast(column, pa.int64())
+    raise ConfigError(
+        f"event-time column has type {t}: use a timestamp or integer milliseconds column"
+    )
+
+
+def conform(table: Any, schema: pa.Schema, what: str, fix: str) -> pa.Table:
+    """`table` (Arrow or pandas) with exactly `schema`'s columns, cast safely."""
+    if table is None:
+        return schema.empty_table()
+    table = _arrow(table, what)
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:
+        raise ConfigError(
+            f"{what} lacks column(s) {missing} (it has {table.column_names}; expected "
+            f"{schema.names}): {fix}"
+        )
+    columns = []
+    for f in schema:
+        col = table[f.name]
+        if col.type != f.type:
+            try:
+                col = pc.cast(col, f.type, safe=True)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise ConfigError(
+                    f"{what} column {f.name!r} has type {col.type}, expected {f.type}: {fix} ({e})"
+                ) from e
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+@dataclass
+class _Base:
+    key: tuple[str, ...]
+    state_key: str
+    state_schema: pa.Schema
+    output_schema: pa.Schema
+    event_time: str | None = None
+    timeout: str = GroupStateTimeout.NoTimeout
+    late_rows: int = field(default=0, init=False)
+
+    def max_event_time_ms(self, rows: pa.Table) -> int:
+        if self.event_time is None or rows.num_rows == 0:
+            return NO_EVENT_TIME
+        m = pc.max(event_time_ms(rows[self.event_time])).as_py()
+        return NO_EVENT_TIME if m is None else int(m)
+
+    def _prepare(self, rows: pa.Table, info: BatchInfo) -> pa.Table:
+        """Keyed rows without the late ones (Spark drops rows older than the
+        watermark before an event-time-timeout stateful step)."""
+        self.late_rows = 0
+        if BATCH_TS_COLUMN in rows.column_names:
+            rows = rows.drop_columns([BATCH_TS_COLUMN])
+        if (
+            self.timeout == GroupStateTimeout.EventTimeTimeout
+            and info.watermark_present
+            and self.event_time is not None
+            and rows.num_rows
+        ):
+            late = pc.less(event_time_ms(rows[self.event_time]), info.watermark_ms)
+            self.late_rows = int(pc.sum(late).as_py() or 0)
+            if self.late_rows:
+                rows = rows.filter(pc.invert(late))
+        return with_state_key(rows, self.key, info.batch_id)
+
+    def _expired(self, table: StateTable, info: BatchInfo, exclude: pa.Array) -> pa.Array:
+        """Keys whose timeout passed (Spark: timeout < threshold), not in `exclude`."""
+        if self.timeout == GroupStateTimeout.NoTimeout or len(table) == 0:
+            return pa.array([], self.state_schema.field(self.state_key).type)
+        if self.timeout == GroupStateTimeout.EventTimeTimeout:
+            if not info.watermark_present:
+                return pa.array([], self.state_schema.field(self.state_key).type)
+            threshold = info.watermark_ms
+        else:
+            threshold = info.processing_time_ms
+        state = table.to_arrow()
+        due = pc.fill_null(pc.less(state[TIMEOUT_COLUMN], threshold), False)
+        if len(exclude):
+            due = pc.and_(due, pc.invert(pc.is_in(state[self.state_key], value_set=exclude)))
+        keys = state[self.state_key].filter(due)
+        return distinct(keys)
+
+
+@dataclass
+class AggregateProcessor(_Base):
+    """Level 1: ``specs`` are (func, column or None, output name)."""
+
+    specs: Sequence[tuple[str, str | None, str]] = ()
+    input_schema: pa.Schema | None = None
+    output_mode: str = "update"
+    _kernel: KeyedAggregates | None = field(default=None, init=False, repr=False)
+
+    def kernel(self) -> KeyedAggregates:
+        if self._kernel is None:
+            assert self.input_schema is not None
+            self._kernel = KeyedAggregates(self.input_schema, self.state_key, list(self.specs))
+        return self._kernel
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_kernel"] = None
+        return state
+
+    def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
+        rows = self._prepare(rows, info)
+        kernel = self.kernel()
+        if self.output_mode == "complete":
+            if rows.num_rows:
+                kernel.apply(table, rows)
+            return self._output(kernel.output(table.to_arrow()))
+        if rows.num_rows == 0:
+            return self.output_schema.empty_table()
+        return self._output(kernel.apply(table, rows)).sort_by(self.state_key_sort())
+
+    def state_key_sort(self) -> list[tuple[str, str]]:
+        return [(k, "ascending") for k in self.key]
+
+    def _output(self, out: Any) -> pa.Table:
+        table = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
+        return conform(table, self.output_schema, "aggregate output", "internal error")
+
+
+Level2Function = Callable[[Any, Any, BatchInfo], Any]
+
+
+@dataclass
+class BatchFunctionProcessor(_Base):
+    """Level 2: ``fn(rows, state, info)`` once per (batch, partition)."""
+
+    fn: Level2Function | None = None
+    pandas: bool = False
+
+    def _aligned_state(self, table: StateTable, keys: pa.Array, timed_out: bool) -> pa.Table:
+        batch, present = table.lookup(keys)
+        state = pa.Table.from_batches([batch])
+        state = state.append_column(PRESENT_COLUMN, present)
+        return state.append_column(TIMED_OUT_COLUMN, pa.array([timed_out] * len(keys), pa.bool_()))
+
+    def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
+        rows = self._prepare(rows, info)
+        keys = (
+            distinct(rows[self.state_key])
+            if rows.num_rows
+            else pa.array([], self.state_schema.field(self.state_key).type)
+        )
+        expired = self._expired(table, info, keys)
+        if len(keys) == 0 and len(expired) == 0:
+            return self.output_schema.empty_table()
+        state = pa.concat_tables(
+            [self._aligned_state(table, keys, False), self._aligned_state(table, expired, True)]
+        )
+        user_rows = rows.drop_columns([KEY_COLUMN]) if KEY_COLUMN in rows.column_names else rows
+        assert self.fn is not None
+        if self.pandas:
+            result = self.fn(user_rows.to_pandas(), state.to_pandas(), info)
+        else:
+            result = self.fn(user_rows, state, info)
+        update = _as_update(result)
+        return self._apply(table, update, expired, info)
+
+    def _apply(
+        self, table: StateTable, update: StateUpdate, expired: pa.Array, info: BatchInfo
+    ) -> pa.Table:
+        out = conform(
+            update.output,
+            self.output_schema,
+            "the function's output",
+            "return rows of output_schema",
+        )
+        fix = "return rows of the key columns plus state_schema"
+        if update.state is not None:
+            new = _arrow(update.state, "returned state")
+            if self.state_key == KEY_COLUMN and KEY_COLUMN not in new.column_names:
+                new = with_state_key(new, self.key, info.batch_id)
+            if TIMEOUT_COLUMN in self.state_schema.names and TIMEOUT_COLUMN not in new.column_names:
+                new = new.append_column(TIMEOUT_COLUMN, pa.nulls(new.num_rows, pa.int64()))
+            new = conform(new, self.state_schema, "returned state", fix)
+            if new.num_rows:
+                table.update(new)
+        # A timed-out key that was neither updated nor removed keeps its state
+        # without a timeout, so it does not fire again (Spark's rule).
+        handled = _keys_of(update.state, self.state_key, self.key, info.batch_id)
+        removed = _keys_of(update.remove, self.state_key, self.key, info.batch_id)
+        if len(expired) and TIMEOUT_COLUMN in self.state_schema.names:
+            stale = expired
+            if len(handled) or len(removed):
+                done = pa.concat_arrays([_plain_array(handled), _plain_array(removed)])
+                stale = expired.filter(pc.invert(pc.is_in(expired, value_set=done)))
+            if len(stale):
+                rows = pa.Table.from_batches([table.lookup(stale)[0]])
+                rows = rows.set_column(
+                    rows.schema.get_field_index(TIMEOUT_COLUMN),
+                    TIMEOUT_COLUMN,
+                    pa.nulls(rows.num_rows, pa.int64()),
+                )
+                table.update(conform(rows, self.state_schema, "state", "internal error"))
+        if len(removed):
+            table.delete(removed)
+        return out
+
+
+@dataclass
+class PandasGroupProcessor(BatchFunctionProcessor):
+    """Level 3: ``func(key, Iterator[pd.DataFrame], GroupState) -> Iterator[pd.DataFrame]``."""
+
+    func: Callable[[tuple[Any, ...], Iterator[Any], GroupState], Iterator[Any]] | None = None
+    value_columns: tuple[str, ...] = ()
+
+    def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
+        rows = self._prepare(rows, info)
+        keys = (
+            distinct(rows[self.state_key])
+            if rows.num_rows
+            else pa.array([], self.state_schema.field(self.state_key).type)
+        )
+        expired = self._expired(table, info, keys)
+        if len(keys) == 0 and len(expired) == 0:
+            return self.output_schema.empty_table()
+        assert self.func is not None
+        outputs: list[pa.Table] = []
+        new_rows: list[dict[str, Any]] = []
+        removed: list[Any] = []
+        # Rows sorted by key, then one slice of one pandas frame per key.
+        order = pc.sort_indices(rows[self.state_key]) if rows.num_rows else None
+        sorted_rows = rows.take(order) if order is not None else rows
+        user_cols = [c for c in sorted_rows.column_names if c != KEY_COLUMN]
+        frame = sorted_rows.select(user_cols).to_pandas()
+        bounds = _run_bounds(sorted_rows[self.state_key]) if rows.num_rows else []
+        calls: list[tuple[Any, int, int, bool]] = [
+            (k, start, end, False) for k, (start, end) in zip(keys.to_pylist(), bounds, strict=True)
+        ]
+        calls += [(k, 0, 0, True) for k in expired.to_pylist()]
+        all_keys = pa.concat_arrays([_plain_array(keys), _plain_array(expired)])
+        current, present = table.lookup(all_keys)
+        current_rows = current.to_pylist()
+        presence = present.to_pylist()
+        for i, (skey, start, end, timed_out) in enumerate(calls):
+            row = current_rows[i]
+            value = tuple(row[c] for c in self.value_columns) if presence[i] else None
+            old_timeout = row.get(TIMEOUT_COLUMN) if presence[i] else None
+            gs = GroupState(
+                value,
+                info.processing_time_ms,
+                info.watermark_ms,
+                self.timeout,
+                timed_out,
+                info.watermark_present,
+                GroupState.NO_TIMESTAMP if old_timeout is None else int(old_timeout),
+            )
+            if timed_out:
+                key_tuple = tuple(row[k] for k in self.key)
+                chunks: Iterator[Any] = iter(())
+            else:
+                part = frame.iloc[start:end]
+                key_tuple = tuple(part.iloc[0][k] for k in self.key)
+                key_tuple = tuple(_py(v) for v in key_tuple)
+                chunks = iter([part.reset_index(drop=True)])
+            result = self.func(key_tuple, chunks, gs)
+            for pdf in result if result is not None else ():
+                outputs.append(
+                    conform(
+                        pdf,
+                        self.output_schema,
+                        "the function's output",
+                        "yield pandas DataFrames with outputStructType's columns",
+                    )
+                )
+            if gs._removed:
+                removed.append(skey)
+            elif gs._defined and (
+                gs._updated or gs._timeout_ms != GroupState.NO_TIMESTAMP or old_timeout is not None
+            ):
+                if gs._value is None:
+                    continue
+                if len(gs._value) != len(self.value_columns):
+                    raise ConfigError(
+                        f"state.update got {len(gs._value)} value(s) for key {key_tuple}, "
+                        f"stateStructType has {len(self.value_columns)} "
+                        f"({list(self.value_columns)}): pass one value per state field"
+                    )
+                new = dict(zip(self.value_columns, gs._value, strict=True))
+                new.update(zip(self.key, key_tuple, strict=True))
+                new[self.state_key] = skey
+                if TIMEOUT_COLUMN in self.state_schema.names:
+                    new[TIMEOUT_COLUMN] = (
+                        None if gs._timeout_ms == GroupState.NO_TIMESTAMP else gs._timeout_ms
+                    )
+                new_rows.append(new)
+        if new_rows:
+            try:
+                new_state = pa.Table.from_pylist(new_rows, schema=self.state_schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                raise ConfigError(
+                    f"state.update values do not fit stateStructType {self.state_schema}: {e}"
+                ) from e
+            table.update(new_state)
+        if removed:
+            table.delete(pa.array(removed, self.state_schema.field(self.state_key).type))
+        if not outputs:
+            return self.output_schema.empty_table()
+        return pa.concat_tables(outputs)
+
+
+def _as_update(result: Any) -> StateUpdate:
+    if isinstance(result, StateUpdate):
+        return result
+    if isinstance(result, tuple) and 1 <= len(result) <= 3:
+        return StateUpdate(*result)
+    raise TaskError(
+        "the map_batches function must return StateUpdate(output, state, remove) or a tuple "
+        f"(output, state[, remove]); got {type(result).__name__}"
+    )
+
+
+def _keys_of(obj: Any, state_key: str, key: Sequence[str], batch_id: int) -> pa.Array:
+    if obj is None:
+        return pa.array([], pa.null())
+    if isinstance(obj, (pa.Array, pa.ChunkedArray)):
+        return _plain_array(obj)
+    obj = _arrow(obj, "keys to remove")
+    if state_key not in obj.column_names:
+        obj = with_state_key(obj, key, batch_id)
+    return _plain_array(obj[state_key])
+
+
+def _plain_array(a: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+
+
+def _arrow(obj: Any, what: str) -> pa.Table:
+    if isinstance(obj, pa.Table):
+        return obj
+    if isinstance(obj, pa.RecordBatch):
+        return pa.Table.from_batches([obj])
+    if hasattr(obj, "iloc"):
+        return pa.Table.from_pandas(obj, preserve_index=False)
+    raise ConfigError(
+        f"{what} must be a pyarrow Table or a pandas DataFrame, got {type(obj).__name__}"
+    )
+
+
+def _run_bounds(sorted_keys: pa.ChunkedArray) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal keys in a sorted column."""
+    ends = pc.run_end_encode(sorted_keys.combine_chunks()).run_ends.to_pylist()
+    starts = [0, *ends[:-1]]
+    return list(zip(starts, ends, strict=True))
+
+
+def _py(v: Any) -> Any:
+    from snapcut.spark.group_state import _plain
+
+    return _plain(v)

@@ -1,0 +1,311 @@
+"""A Spark state root: the §4 snapshot format, one checkpoint per micro-batch.
+
+Layout (any local path or pyarrow-filesystem URI)::
+
+    <root>/_snapcut_state.json          what the root holds: partitions, key, schema
+    <root>/_snapcut_owner.json          the streaming query that writes it
+    <root>/chk-<batch id>/<vertex>-<p>.state.arrow   version N of partition p
+    <root>/chk-<batch id>/<vertex>-<p>.ack.json      partition p's acknowledgement
+    <root>/chk-<batch id>/manifest.json              written once every partition acked
+
+Every file of batch N has a deterministic name and content, so a task retry,
+a speculative duplicate or a re-run of N after a driver restart rewrites the
+same bytes. Batch N+1 only runs after Spark committed N, so the tasks of N+1
+may finalize N's manifest from its acknowledgements if the last task of N
+died before writing it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from snapcut import _fs
+from snapcut._core import ConfigError, SnapshotError, StorageError
+from snapcut.snapshots import (
+    MANIFEST_FILE,
+    SnapshotWriter,
+    _FsBackend,
+    checkpoint_dir_name,
+    file_component,
+)
+
+ROOT_META_FILE = "_snapcut_state.json"
+OWNER_FILE = "_snapcut_owner.json"
+ACK_SUFFIX = ".ack.json"
+PROTOCOL = "spark-microbatch"
+ROOT_FORMAT = "snapcut-spark-state"
+ROOT_FORMAT_VERSION = 1
+BATCH_OWNER = "batch"
+
+__all__ = ["RootSpec", "StateRoot", "read_root_meta", "spec_of"]
+
+
+def schema_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
+    """A readable, comparable description of a schema (names, types, nullability)."""
+    return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
+
+
+def schema_bytes(schema: pa.Schema) -> bytes:
+    return bytes(schema.serialize().to_pybytes())
+
+
+def schema_from_bytes(data: bytes) -> pa.Schema:
+    return ipc.read_schema(pa.py_buffer(data))
+
+
+@dataclass(frozen=True)
+class RootSpec:
+    """What every task needs to know about a root; pickled into the UDF."""
+
+    uri: str
+    vertex: str
+    partitions: int
+    key: tuple[str, ...]
+    state_key: str
+    state_schema: bytes
+    full_every: int
+    retain: int
+    filesystem: Any = field(default=None, compare=False)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return schema_from_bytes(self.state_schema)
+
+    def describe(self, operator: str) -> dict[str, Any]:
+        return {
+            "format": ROOT_FORMAT,
+            "format_version": ROOT_FORMAT_VERSION,
+            "operator": operator,
+            "vertex": self.vertex,
+            "partitions": self.partitions,
+            "key": list(self.key),
+            "state_key": self.state_key,
+            "state_schema": schema_to_json(self.schema),
+            "state_schema_ipc": base64.b64encode(self.state_schema).decode(),
+            "full_every": self.full_every,
+        }
+
+
+class StateRoot:
+    """Reads and writes one Spark state root (driver and tasks alike)."""
+
+    def __init__(self, spec: RootSpec) -> None:
+        self.spec = spec
+        self.fs, self.path = _fs.resolve(spec.uri, spec.filesystem)
+        self.writer = SnapshotWriter(self.path, filesystem=self.fs)
+
+    # -- the root's identity -------------------------------------------------
+
+    def init(self, operator: str) -> None:
+        """Driver side, before any batch: creates the root or checks that it
+        holds this operator's state (same partitions, key and schema)."""
+        meta_path = f"{self.path}/{ROOT_META_FILE}"
+        wanted = self.spec.describe(operator)
+        try:
+            self.fs.create_dir(self.path, recursive=True)
+            existing = _fs.exists(self.fs, meta_path)
+        except OSError as e:
+            raise StorageError(
+                f"state root {self.spec.uri} cannot be created: {e}; pass a root you can write to"
+            ) from e
+        if not existing:
+            _fs.write_atomic(
+                self.fs, meta_path, f"{meta_path}.{uuid.uuid4().hex}.tmp", _dump(wanted)
+            )
+            return
+        have = json.loads(_fs.read_bytes(self.fs, meta_path))
+        if have.get("format") != ROOT_FORMAT:
+            raise ConfigError(
+                f"{meta_path} is not a snapcut Spark state root (format {have.get('format')!r})"
+            )
+        for what, fix in (
+            ("partitions", "use the same number, or rescale the root first"),
+            ("key", "use the same key columns, or a new root"),
+            ("state_schema", "use the same state schema, or a new root"),
+            ("operator", "each root holds one operator's state: use a new root"),
+            ("vertex", "use the same name=, or a new root"),
+        ):
+            if have.get(what) != wanted[what]:
+                raise ConfigError(
+                    f"state root {self.spec.uri} was created with {what}={have.get(what)!r}; "
+                    f"this query asks {what}={wanted[what]!r}: {fix} "
+                    "(nothing in the root was changed)"
+                )
+
+    def claim(self, owner: str) -> None:
+        """Task side: the root belongs to one streaming query (by Spark's
+        query id, which survives restarts from the same checkpointLocation)."""
+        path = f"{self.path}/{OWNER_FILE}"
+        if not _fs.exists(self.fs, path):
+            body = _dump({"query_id": owner, "claimed_ms": _now_ms()})
+            _fs.write_atomic(self.fs, path, f"{path}.{uuid.uuid4().hex}.tmp", body)
+        have = json.loads(_fs.read_bytes(self.fs, path)).get("query_id")
+        if have != owner:
+            raise ConfigError(
+                f"state root {self.spec.uri} belongs to query {have}, and query {owner} is "
+                "trying to write it: give each query its own root (a query keeps its id when "
+                "restarted from the same checkpointLocation; a new checkpointLocation is a new "
+                "query)"
+            )
+
+    # -- per-batch files -----------------------------------------------------
+
+    def _dir(self, batch: int) -> str:
+        return f"{self.path}/{checkpoint_dir_name(batch)}"
+
+    def ack_path(self, batch: int, partition: int) -> str:
+        name = f"{file_component(self.spec.vertex)}-{partition}{ACK_SUFFIX}"
+        return f"{self._dir(batch)}/{name}"
+
+    def write_state(
+        self, batch: int, partition: int, table: pa.Table, kind: str, chain: list[int]
+    ) -> dict[str, Any]:
+        entry = self.writer.write_state(
+            batch,
+            self.spec.vertex,
+            partition,
+            table,
+            key=self.spec.state_key,
+            kind=kind,
+            base=chain[-2] if kind == "diff" else None,
+        )
+        entry["chain"] = chain
+        return entry
+
+    def write_ack(self, batch: int, partition: int, ack: dict[str, Any]) -> None:
+        path = self.ack_path(batch, partition)
+        _fs.write_atomic(self.fs, path, f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp", _dump(ack))
+
+    def read_ack(self, batch: int, partition: int) -> dict[str, Any] | None:
+        path = self.ack_path(batch, partition)
+        if not _fs.exists(self.fs, path):
+            return None
+        ack: dict[str, Any] = json.loads(_fs.read_bytes(self.fs, path))
+        return ack
+
+    def manifest(self, batch: int) -> dict[str, Any] | None:
+        if not _fs.exists(self.fs, f"{self._dir(batch)}/{MANIFEST_FILE}"):
+            return None
+        return _FsBackend(self.fs, self.path).manifest(batch)
+
+    def finalize(self, batch: int) -> dict[str, Any] | None:
+        """Writes batch N's manifest if every partition acknowledged it (any
+        process may, and several may at once: the content is the same).
+        Returns the manifest, or None while an acknowledgement is missing."""
+        acks = [self.read_ack(batch, p) for p in range(self.spec.partitions)]
+        if any(a is None for a in acks):
+            return None
+        done = [a for a in acks if a is not None]
+        entries = [a["file"] for a in done]
+        spark = {
+            "query_id": done[0]["query_id"],
+            "batch_id": batch,
+            "partitions": self.spec.partitions,
+            "key": list(self.spec.key),
+            "watermark_ms": max(a["watermark_ms"] for a in done),
+            "max_event_time_ms": max(a["max_event_time_ms"] for a in done),
+            "batch_timestamp_ms": max(a["batch_timestamp_ms"] for a in done),
+            "rows_in": sum(a["rows_in"] for a in done),
+            "rows_out": sum(a["rows_out"] for a in done),
+            "late_rows": sum(a["late_rows"] for a in done),
+            "state_keys": sum(a["state_keys"] for a in done),
+            "state_bytes": sum(a["file"]["bytes"] for a in done),
+            "write_ms": max(a["write_ms"] for a in done),
+        }
+        manifest = self.writer.commit(
+            batch,
+            entries,
+            tasks=[(self.spec.vertex, p) for p in range(self.spec.partitions)],
+            protocol=PROTOCOL,
+            started_ms=min(a["started_ms"] for a in done),
+            finished_ms=max(a["finished_ms"] for a in done),
+            extra={"spark": spark},
+            replace=True,
+        )
+        self.writer.apply_retention(self.spec.retain)
+        return manifest
+
+    def committed(self, batch: int) -> dict[str, Any] | None:
+        """Batch N's manifest, finalizing it from the acknowledgements if needed."""
+        return self.manifest(batch) or self.finalize(batch)
+
+    def read_chain(
+        self, manifest: dict[str, Any], partition: int
+    ) -> list[tuple[int, str, pa.Table]]:
+        """The (id, kind, table) files that rebuild a partition's state at a
+        committed batch, each checked against its size and checksum."""
+        backend = _FsBackend(self.fs, self.path)
+        batch = int(manifest["checkpoint_id"])
+        entry = _entry(manifest, self.spec.vertex, partition)
+        if entry is None:
+            raise SnapshotError(
+                f"batch {batch} of state root {self.spec.uri} has no state for partition "
+                f"{partition}: the root was written with other partitions or changed by hand"
+            )
+        out = []
+        for cid in entry.get("chain") or [batch]:
+            m = manifest if cid == batch else backend.manifest(cid)
+            f = _entry(m, self.spec.vertex, partition)
+            if f is None:
+                raise SnapshotError(
+                    f"batch {batch}: the state of partition {partition} needs batch {cid}, "
+                    "which has no state file for it"
+                )
+            data = backend.read_checked(cid, f)
+            table = ipc.open_file(pa.BufferReader(data)).read_all()
+            out.append((cid, str(f.get("kind", "full")), table))
+        return out
+
+
+def read_root_meta(uri: str, filesystem: Any = None) -> dict[str, Any]:
+    """The description a root was created with (partitions, key, schema)."""
+    fs, path = _fs.resolve(uri, filesystem)
+    meta_path = f"{path}/{ROOT_META_FILE}"
+    if not _fs.exists(fs, meta_path):
+        raise SnapshotError(
+            f"{uri} is not a snapcut Spark state root: it has no {ROOT_META_FILE} (is the path "
+            "right? a root is created by the first query that uses it)"
+        )
+    meta: dict[str, Any] = json.loads(_fs.read_bytes(fs, meta_path))
+    meta["schema"] = schema_from_bytes(base64.b64decode(meta["state_schema_ipc"]))
+    return meta
+
+
+def spec_of(uri: str, filesystem: Any = None, retain: int = 10) -> RootSpec:
+    """The RootSpec of an existing root, for readers."""
+    meta = read_root_meta(uri, filesystem)
+    return RootSpec(
+        uri=uri,
+        vertex=meta["vertex"],
+        partitions=int(meta["partitions"]),
+        key=tuple(meta["key"]),
+        state_key=meta["state_key"],
+        state_schema=schema_bytes(meta["schema"]),
+        full_every=int(meta["full_every"]),
+        retain=retain,
+        filesystem=filesystem,
+    )
+
+
+def _entry(manifest: dict[str, Any], vertex: str, partition: int) -> dict[str, Any] | None:
+    for f in manifest["files"]:
+        if f["role"] == "state" and (f.get("vertex"), f.get("subtask")) == (vertex, partition):
+            return dict(f)
+    return None
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, indent=2, sort_keys=True).encode()
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,103 @@
+"""Shared Spark test setup: sessions, input files, and running a streaming
+query to completion with every micro-batch's output collected by batch id."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from pyspark.sql import DataFrame, SparkSession
+
+EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
+
+
+def start_session(master: str = "local[2,4]", **conf: str) -> SparkSession:
+    """A session for one test module. ``local[2,4]``: two cores, and up to four
+    attempts per task so injected task failures are retried."""
+    builder = (
+        SparkSession.builder.master(master)
+        .appName("snapcut-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.pollingDelay", "10ms")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+    )
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def dwell_frames(
+    files: int, rows: int, users: int, seed: int = 7, start_s: int = 0
+) -> list[pd.DataFrame]:
+    """`files` frames of (user, dwell_ms, ts): event time grows file by file."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(files):
+        user = rng.integers(0, users, rows)
+        dwell = rng.integers(1, 10_000, rows)
+        secs = start_s + i * 60 + rng.integers(0, 60, rows)
+        ts = pd.to_datetime(secs, unit="s", utc=True)
+        out.append(pd.DataFrame({"user": user, "dwell_ms": dwell, "ts": ts}))
+    return out
+
+
+def write_inputs(directory: Path, frames: list[pd.DataFrame]) -> Path:
+    """One parquet file per frame, named so the file source reads them in order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, frame in enumerate(frames):
+        tmp = directory / f".part-{i:05d}.parquet.tmp"
+        frame.to_parquet(tmp, index=False)
+        tmp.rename(directory / f"part-{i:05d}.parquet")
+    return directory
+
+
+def stream(spark: SparkSession, directory: Path, schema: str = EVENTS_SCHEMA) -> DataFrame:
+    """The input directory as a stream, one file per micro-batch."""
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(directory))
+
+
+def run_to_end(df: DataFrame, checkpoint: Path, output_mode: str = "update") -> dict[int, pa.Table]:
+    """Runs the query with an availableNow trigger; every batch's output by id."""
+    batches: dict[int, pa.Table] = {}
+
+    def collect(batch_df: DataFrame, batch_id: int) -> None:
+        batches[batch_id] = batch_df.toArrow()
+
+    q = (
+        df.writeStream.foreachBatch(collect)
+        .outputMode(output_mode)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+    return batches
+
+
+def rows_of(table: pa.Table, sort: list[str]) -> list[dict[str, Any]]:
+    return table.sort_by([(c, "ascending") for c in sort]).to_pylist()
+
+
+def concat(batches: dict[int, pa.Table], ids: Callable[[int], bool] = lambda _: True) -> pa.Table:
+    chosen = [t for b, t in sorted(batches.items()) if ids(b) and t.num_rows]
+    if not chosen:
+        raise AssertionError("no output rows in the chosen batches")
+    return pa.concat_tables(chosen)

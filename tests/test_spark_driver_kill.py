@@ -1,0 +1,82 @@
+"""The Spark driver (its JVM and Python workers: the whole process group)
+SIGKILLed at random moments, between and during micro-batches, then
+restarted from the same checkpointLocation until the input is consumed: the
+output (Spark's exactly-once parquet sink) and the state files equal those
+of a run that never failed."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from tests.spark_support import dwell_frames, write_inputs
+
+from snapcut.spark import read_state_arrow
+
+FILES = 6
+
+
+def job(directory: Path, run: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "snapcut.spark.dwell_job",
+        str(directory),
+        str(run / "state"),
+        str(run / "chk"),
+        str(run / "out"),
+    ]
+
+
+def output_rows(run: Path) -> Counter[tuple[int, int, int]]:
+    table = pq.read_table(run / "out")
+    return Counter(zip(*(table[c].to_pylist() for c in ("user", "count", "total")), strict=True))
+
+
+def state_files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("chk-*/*.state.arrow"))
+    }
+
+
+def test_driver_sigkill_at_random_moments_then_restart_is_exactly_once(tmp_path: Path) -> None:
+    directory = write_inputs(tmp_path / "events", dwell_frames(files=FILES, rows=1500, users=150))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    clean = tmp_path / "clean"
+    subprocess.run(job(directory, clean), check=True, env=env, capture_output=True, timeout=300)
+    crashed = tmp_path / "crashed"
+    rng = random.Random(20261122)
+    kills = 0
+    for _attempt in range(10):
+        proc = subprocess.Popen(
+            job(directory, crashed),
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + (rng.uniform(6.0, 16.0) if kills < 3 else 300)
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            kills += 1
+            continue
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err.decode()[-3000:]
+        break
+    else:
+        raise AssertionError("the job never finished")
+    assert kills >= 1
+    assert output_rows(crashed) == output_rows(clean)
+    assert sum(output_rows(clean).values()) > 0
+    assert state_files(crashed / "state") == state_files(clean / "state")
+    assert read_state_arrow(str(crashed / "state")) == read_state_arrow(str(clean / "state"))

@@ -1,0 +1,263 @@
+"""The per-partition state machinery of the Spark helper, driven without Spark:
+versions and chains, deterministic files, the manifest written by the last
+partition (or finalized by the next batch), duplicates writing concurrently,
+ownership, corrupt files and retention."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from snapcut import ConfigError, SnapshotError, snapshots
+from snapcut.spark.keyed_state import parse_duration_ms
+from snapcut.spark.partition import PartitionTask, StateCache
+from snapcut.spark.processors import AggregateProcessor
+from snapcut.spark.read import read_state_arrow
+from snapcut.spark.root import RootSpec, StateRoot, schema_bytes
+
+INPUT = pa.schema([("user", pa.int64()), ("v", pa.int64())])
+SPECS = [("count", None, "n"), ("sum", "v", "total")]
+
+
+def make_spec(root: Path, partitions: int = 2, full_every: int = 3, retain: int = 10) -> RootSpec:
+    from snapcut._core import KeyedAggregates
+
+    kernel = KeyedAggregates(INPUT, "user", SPECS)
+    return RootSpec(
+        uri=str(root),
+        vertex="state",
+        partitions=partitions,
+        key=("user",),
+        state_key="user",
+        state_schema=schema_bytes(kernel.state_schema),
+        full_every=full_every,
+        retain=retain,
+    )
+
+
+def processor(spec: RootSpec) -> AggregateProcessor:
+    from snapcut._core import KeyedAggregates
+
+    kernel = KeyedAggregates(INPUT, "user", SPECS)
+    return AggregateProcessor(
+        key=("user",),
+        state_key="user",
+        state_schema=kernel.state_schema,
+        output_schema=pa.schema([("user", pa.int64()), ("n", pa.int64()), ("total", pa.int64())]),
+        specs=SPECS,
+    )
+
+
+def rows(users: list[int], v: int = 1) -> pa.Table:
+    return pa.table(
+        {"user": pa.array(users, pa.int64()), "v": pa.array([v] * len(users), pa.int64())}
+    )
+
+
+def run(
+    spec: RootSpec,
+    batch: int,
+    partition: int,
+    data: pa.Table,
+    cache: StateCache | None = None,
+    owner: str = "q1",
+) -> pa.Table:
+    root = StateRoot(spec)
+    task = PartitionTask(root, batch, partition, owner, None, cache=cache or StateCache(0))
+    return task.run(data, processor(spec), None)
+
+
+def split(users: list[int], partitions: int) -> list[list[int]]:
+    return [[u for u in users if u % partitions == p] for p in range(partitions)]
+
+
+def test_versions_chain_diffs_between_fulls_and_manifests_once_all_acked(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=2, full_every=3)
+    StateRoot(spec).init("aggregate")
+    batches = [[1, 2, 3, 4], [1, 1, 5], [2], [6, 7], [1]]
+    for b, users in enumerate(batches):
+        p0, p1 = split(users, 2)
+        run(spec, b, 0, rows(p0))
+        assert StateRoot(spec).manifest(b) is None  # partition 1 has not acked
+        run(spec, b, 1, rows(p1))
+        assert StateRoot(spec).manifest(b) is not None
+    snaps = snapshots.open(tmp_path / "root")
+    assert snaps.list() == list(range(len(batches)))
+    kinds = [[f["kind"] for f in c.files if f["role"] == "state"] for c in snaps]
+    assert kinds == [
+        ["full", "full"],
+        ["diff", "diff"],
+        ["diff", "diff"],
+        ["full", "full"],
+        ["diff", "diff"],
+    ]
+    chains = [f["chain"] for f in snaps[4].files if f["role"] == "state"]
+    assert chains == [[3, 4], [3, 4]]
+    state = read_state_arrow(str(tmp_path / "root"))
+    counts: dict[int, int] = {}
+    for users in batches:
+        for u in users:
+            counts[u] = counts.get(u, 0) + 1
+    assert {r["user"]: r["n"] for r in state.to_pylist()} == counts
+    assert snaps[2].manifest["spark"]["rows_in"] == 1
+
+
+def test_next_batch_finalizes_a_manifest_its_last_task_never_wrote(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=2)
+    root = StateRoot(spec)
+    root.init("aggregate")
+    run(spec, 0, 0, rows([2]))
+    run(spec, 0, 1, rows([1]))
+    manifest = tmp_path / "root" / "chk-00000000" / "manifest.json"
+    manifest.unlink()  # the last task died between its ack and the manifest
+    out = run(spec, 1, 0, rows([2, 2]))
+    assert manifest.exists()
+    assert out.to_pylist() == [{"user": 2, "n": 3, "total": 3}]
+
+
+def test_missing_previous_version_is_a_clear_error(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=2)
+    StateRoot(spec).init("aggregate")
+    run(spec, 0, 0, rows([2]))
+    with pytest.raises(SnapshotError, match=r"no version 0 of partition\(s\) \[1\]"):
+        run(spec, 1, 0, rows([2]))
+
+
+def _duplicate(args: tuple[RootSpec, int]) -> bytes:
+    spec, attempt = args
+    run(spec, 1, 0, rows([0, 2, 4, 2] * 50, v=3 + 0 * attempt))
+    return (Path(spec.uri) / "chk-00000001" / "state-0.state.arrow").read_bytes()
+
+
+def test_concurrent_duplicates_of_a_task_write_identical_bytes(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=1)
+    StateRoot(spec).init("aggregate")
+    run(spec, 0, 0, rows([0, 2]))
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        files = pool.map(_duplicate, [(spec, 0), (spec, 1), (spec, 2), (spec, 3)])
+    assert len(set(files)) == 1
+    chk = snapshots.open(tmp_path / "root")[1]
+    chk.verify()
+    assert {r["user"]: r["n"] for r in chk.state("state", 0).to_pylist()} == {0: 51, 2: 101, 4: 50}
+
+
+def test_a_warm_cache_and_a_cold_restore_write_the_same_files(tmp_path: Path) -> None:
+    warm, cold = make_spec(tmp_path / "warm", 1), make_spec(tmp_path / "cold", 1)
+    for spec in (warm, cold):
+        StateRoot(spec).init("aggregate")
+    cache = StateCache(4)
+    for b, users in enumerate([[3, 1, 2], [2, 9], [1, 1, 7], [9]]):
+        run(warm, b, 0, rows(users), cache=cache)
+        run(cold, b, 0, rows(list(reversed(users))))
+    for b in range(4):
+        name = f"chk-{b:08d}/state-0.state.arrow"
+        assert (tmp_path / "warm" / name).read_bytes() == (tmp_path / "cold" / name).read_bytes()
+
+
+def test_a_second_query_cannot_write_a_root(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=1)
+    StateRoot(spec).init("aggregate")
+    run(spec, 0, 0, rows([1]), owner="query-a")
+    with pytest.raises(ConfigError, match="belongs to query query-a"):
+        run(spec, 1, 0, rows([1]), owner="query-b")
+    assert snapshots.open(tmp_path / "root").list() == [0]
+
+
+def test_changed_partitions_or_schema_fail_before_any_batch(tmp_path: Path) -> None:
+    StateRoot(make_spec(tmp_path / "root", partitions=2)).init("aggregate")
+    with pytest.raises(ConfigError, match=r"partitions=2.*partitions=3"):
+        StateRoot(make_spec(tmp_path / "root", partitions=3)).init("aggregate")
+    other = RootSpec(
+        **{**make_spec(tmp_path / "root").__dict__, "state_schema": schema_bytes(INPUT)}
+    )
+    with pytest.raises(ConfigError, match="state_schema"):
+        StateRoot(other).init("aggregate")
+    with pytest.raises(ConfigError, match="operator"):
+        StateRoot(make_spec(tmp_path / "root")).init("map_batches")
+
+
+def test_unwritable_root_is_a_storage_error(tmp_path: Path) -> None:
+    from snapcut import StorageError
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StorageError, match="cannot be created"):
+        StateRoot(make_spec(blocker / "root")).init("aggregate")
+
+
+def test_corrupt_committed_state_stops_with_the_path(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=1)
+    StateRoot(spec).init("aggregate")
+    run(spec, 0, 0, rows([1, 2, 3]))
+    path = tmp_path / "root" / "chk-00000000" / "state-0.state.arrow"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match=r"chk-00000000/state-0.state.arrow.*checksum"):
+        run(spec, 1, 0, rows([1]))
+    path.write_bytes(bytes(data[:20]))
+    with pytest.raises(SnapshotError, match="truncated"):
+        run(spec, 1, 0, rows([1]))
+
+
+def test_retention_keeps_the_newest_batches_and_their_bases(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=1, full_every=3, retain=2)
+    StateRoot(spec).init("aggregate")
+    for b in range(8):
+        run(spec, b, 0, rows([b % 3]))
+    kept = snapshots.open(tmp_path / "root").list()
+    # 6 and 7 are kept; 7 is a diff on 6, whose chain starts at the full 6.
+    assert kept == [6, 7]
+    for c in kept:
+        snapshots.open(tmp_path / "root")[c].verify()
+    assert read_state_arrow(str(tmp_path / "root"))["n"].to_pylist() == [3, 3, 2]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 12), max_size=15), min_size=1, max_size=7),
+    st.integers(1, 4),
+)
+def test_state_at_every_batch_equals_a_dict_model(
+    batches: list[list[int]], full_every: int
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        spec = make_spec(Path(d) / "root", partitions=2, full_every=full_every)
+        StateRoot(spec).init("aggregate")
+        model: dict[int, int] = {}
+        for b, users in enumerate(batches):
+            for p, part in enumerate(split(users, 2)):
+                run(spec, b, p, rows(part, v=2))
+            for u in users:
+                model[u] = model.get(u, 0) + 1
+            state = read_state_arrow(str(Path(d) / "root"), batch=b)
+            assert {r["user"]: (r["n"], r["total"]) for r in state.to_pylist()} == {
+                u: (n, 2 * n) for u, n in model.items()
+            }
+
+
+def test_durations_parse_like_spark() -> None:
+    assert parse_duration_ms("10 seconds", "w") == 10_000
+    assert parse_duration_ms("1 minute", "w") == 60_000
+    assert parse_duration_ms(250, "w") == 250
+    with pytest.raises(ConfigError, match="is not a duration"):
+        parse_duration_ms("ten seconds", "watermark")
+
+
+def test_manifest_spark_record_is_readable_json(tmp_path: Path) -> None:
+    spec = make_spec(tmp_path / "root", partitions=1)
+    StateRoot(spec).init("aggregate")
+    run(spec, 0, 0, rows([1, 1]))
+    m = json.loads((tmp_path / "root" / "chk-00000000" / "manifest.json").read_text())
+    assert m["protocol"] == "spark-microbatch"
+    assert m["spark"]["rows_in"] == 2 and m["spark"]["state_keys"] == 1
+    assert pc.sum(read_state_arrow(str(tmp_path / "root"))["n"]).as_py() == 2

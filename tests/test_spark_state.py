@@ -1,0 +1,476 @@
+"""The PySpark stateful helper, levels 1-3, against Spark itself: the same
+streaming input through snapcut and through Spark's native aggregation and
+``applyInPandasWithState`` gives the same output, batch by batch, including
+event-time and processing-time timeouts; the state reads back with no Spark
+(``snapshots.open``) and with Spark (``read_state``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout as SparkTimeout
+from tests.spark_support import (
+    concat,
+    dwell_frames,
+    rows_of,
+    run_to_end,
+    start_session,
+    stream,
+    write_inputs,
+)
+
+from snapcut import snapshots
+from snapcut.spark import (
+    GroupStateTimeout,
+    StateUpdate,
+    keyed_state,
+    read_state,
+    read_state_arrow,
+)
+
+FILES = 3
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = start_session()
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def dwell(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
+    frames = dwell_frames(files=FILES, rows=3000, users=300)
+    directory = write_inputs(tmp_path_factory.mktemp("dwell") / "events", frames)
+    return directory, pd.concat(frames, ignore_index=True)
+
+
+def expected_totals(events: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    g = events.groupby("user")["dwell_ms"].agg(["count", "sum"])
+    return {int(u): (int(r["count"]), int(r["sum"])) for u, r in g.iterrows()}
+
+
+def dwell_func(
+    key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    count, total = state.get if state.exists else (0, 0)
+    for pdf in pdfs:
+        count += len(pdf)
+        total += int(pdf["dwell_ms"].sum())
+    state.update((count, total))
+    yield pd.DataFrame({"user": [key[0]], "count": [count], "total": [total]})
+
+
+def dwell_batch(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
+    agg = rows.group_by("user").aggregate([("dwell_ms", "count"), ("dwell_ms", "sum")])
+    joined = agg.join(state.select(["user", "count", "total"]), "user").sort_by("user")
+    count = pc.add(pc.fill_null(joined["count"], 0), joined["dwell_ms_count"])
+    total = pc.add(pc.fill_null(joined["total"], 0), joined["dwell_ms_sum"])
+    new = pa.table({"user": joined["user"], "count": count, "total": total})
+    return StateUpdate(output=new, state=new)
+
+
+def test_aggregate_matches_spark_native_batch_by_batch(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    directory, events = dwell
+    root = tmp_path / "state"
+    ours = keyed_state(
+        stream(spark, directory), key="user", root=str(root), partitions=3
+    ).aggregate(
+        count="count",
+        total=("sum", "dwell_ms"),
+        avg=("mean", "dwell_ms"),
+        lo=("min", "dwell_ms"),
+        hi=("max", "dwell_ms"),
+    )
+    native = (
+        stream(spark, directory)
+        .groupBy("user")
+        .agg(
+            F.count("*").alias("count"),
+            F.sum("dwell_ms").alias("total"),
+            F.avg("dwell_ms").alias("avg"),
+            F.min("dwell_ms").alias("lo"),
+            F.max("dwell_ms").alias("hi"),
+        )
+    )
+    got = run_to_end(ours, tmp_path / "chk")
+    want = run_to_end(native, tmp_path / "chk-native")
+    assert sorted(got) == sorted(want) == list(range(FILES))
+    for b in range(FILES):
+        g, w = rows_of(got[b], ["user"]), rows_of(want[b], ["user"])
+        assert [r["user"] for r in g] == [r["user"] for r in w]
+        for a, e in zip(g, w, strict=True):
+            assert (a["count"], a["total"], a["lo"], a["hi"]) == (
+                e["count"],
+                e["total"],
+                e["lo"],
+                e["hi"],
+            )
+            assert a["avg"] == pytest.approx(e["avg"], rel=1e-12)
+    state = read_state_arrow(str(root))
+    model = expected_totals(events)
+    have = {
+        r["user"]: (r["count"], r["total__sum"] if "total__sum" in r else r["total"])
+        for r in state.to_pylist()
+    }
+    assert have == model
+
+
+def test_three_levels_and_apply_in_pandas_with_state_agree(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    directory, events = dwell
+    out_schema = "user long, count long, total long"
+    level1 = keyed_state(stream(spark, directory), "user", str(tmp_path / "l1"), 2).aggregate(
+        count="count", total=("sum", "dwell_ms")
+    )
+    level2 = keyed_state(stream(spark, directory), "user", str(tmp_path / "l2"), 2).map_batches(
+        dwell_batch, state_schema="count long, total long", output_schema=out_schema
+    )
+    level3 = keyed_state(
+        stream(spark, directory), "user", str(tmp_path / "l3"), 2
+    ).apply_in_pandas_with_state(
+        dwell_func, out_schema, "count long, total long", "update", GroupStateTimeout.NoTimeout
+    )
+    spark_native = (
+        stream(spark, directory)
+        .groupBy("user")
+        .applyInPandasWithState(
+            dwell_func, out_schema, "count long, total long", "update", SparkTimeout.NoTimeout
+        )
+    )
+    runs = {
+        name: run_to_end(df, tmp_path / f"chk-{name}")
+        for name, df in [("l1", level1), ("l2", level2), ("l3", level3), ("spark", spark_native)]
+    }
+    for b in range(FILES):
+        reference = rows_of(runs["spark"][b], ["user"])
+        for name in ("l1", "l2", "l3"):
+            assert rows_of(runs[name][b], ["user"]) == reference, (name, b)
+    model = expected_totals(events)
+    for name in ("l2", "l3"):
+        state = read_state_arrow(str(tmp_path / name))
+        assert {r["user"]: (r["count"], r["total"]) for r in state.to_pylist()} == model
+
+
+def sessions(
+    key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    """Sessionization: a session closes after 90 s of event-time inactivity."""
+    if state.hasTimedOut:
+        start, end, n = state.get
+        state.remove()
+        yield pd.DataFrame({"user": [key[0]], "start_ms": [start], "end_ms": [end], "events": [n]})
+        return
+    start, end, n = state.get if state.exists else (None, None, 0)
+    for pdf in pdfs:
+        ms = pdf["ts"].astype("datetime64[ms, UTC]").astype("int64")
+        lo, hi = int(ms.min()), int(ms.max())
+        start = lo if start is None else min(start, lo)
+        end = hi if end is None else max(end, hi)
+        n += len(pdf)
+    state.update((start, end, n))
+    state.setTimeoutTimestamp(end + 90_000)
+    return
+    yield
+
+
+SESSION_OUT = "user long, start_ms long, end_ms long, events long"
+SESSION_STATE = "start_ms long, end_ms long, events long"
+
+
+def test_event_time_sessions_match_apply_in_pandas_with_state(spark: Any, tmp_path: Path) -> None:
+    # Users come and go across 5 one-minute files, so sessions close by timeout mid-stream.
+    frames = dwell_frames(files=5, rows=400, users=120, seed=11)
+    for i, f in enumerate(frames):
+        frames[i] = f[(f["user"] + i) % 3 != 0]
+    directory = write_inputs(tmp_path / "events", frames)
+    ours = keyed_state(
+        stream(spark, directory),
+        "user",
+        str(tmp_path / "state"),
+        3,
+        event_time="ts",
+        watermark="30 seconds",
+    ).apply_in_pandas_with_state(
+        sessions, SESSION_OUT, SESSION_STATE, "append", GroupStateTimeout.EventTimeTimeout
+    )
+    theirs = (
+        stream(spark, directory)
+        .withWatermark("ts", "30 seconds")
+        .groupBy("user")
+        .applyInPandasWithState(
+            sessions, SESSION_OUT, SESSION_STATE, "append", SparkTimeout.EventTimeTimeout
+        )
+    )
+    got = run_to_end(ours, tmp_path / "chk", "append")
+    want = run_to_end(theirs, tmp_path / "chk-spark", "append")
+    closed = 0
+    # Spark runs one more, data-less batch at the end to fire the last
+    # timeouts; snapcut's step runs in data batches only, so compare those.
+    for b in range(5):
+        assert rows_of(got.get(b, pa.table({})), ["user", "start_ms"]) == rows_of(
+            want[b], ["user", "start_ms"]
+        ), b
+        closed += want[b].num_rows
+    assert closed > 20
+
+
+def expiring(
+    key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    if state.hasTimedOut:
+        (n,) = state.get
+        state.remove()
+        yield pd.DataFrame({"user": [key[0]], "n": [n], "expired": [True]})
+        return
+    n = (state.get[0] if state.exists else 0) + sum(len(p) for p in pdfs)
+    state.update((n,))
+    state.setTimeoutDuration(1)
+    yield pd.DataFrame({"user": [key[0]], "n": [n], "expired": [False]})
+
+
+def test_processing_time_timeout_matches_apply_in_pandas_with_state(
+    spark: Any, tmp_path: Path
+) -> None:
+    frames = [
+        pd.DataFrame({"user": [1, 2, 3], "dwell_ms": [1, 2, 3]}),
+        pd.DataFrame({"user": [2, 4], "dwell_ms": [5, 6]}),
+        pd.DataFrame({"user": [4], "dwell_ms": [7]}),
+    ]
+    directory = write_inputs(tmp_path / "events", frames)
+    schema = "user long, dwell_ms long"
+    out = "user long, n long, expired boolean"
+    ours = keyed_state(
+        stream(spark, directory, schema), "user", str(tmp_path / "state"), 2
+    ).apply_in_pandas_with_state(
+        expiring, out, "n long", "update", GroupStateTimeout.ProcessingTimeTimeout
+    )
+    theirs = (
+        stream(spark, directory, schema)
+        .groupBy("user")
+        .applyInPandasWithState(
+            expiring, out, "n long", "update", SparkTimeout.ProcessingTimeTimeout
+        )
+    )
+    got = run_to_end(ours, tmp_path / "chk")
+    want = run_to_end(theirs, tmp_path / "chk-spark")
+    for b in range(3):
+        assert rows_of(got[b], ["user", "expired"]) == rows_of(want[b], ["user", "expired"]), b
+    expired = [r["user"] for r in concat(got).to_pylist() if r["expired"]]
+    assert sorted(expired) == [1, 2, 3]
+
+
+def expire_batch(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
+    """Level 2 with processing-time timeouts: counts per key, a key with no
+    rows for one batch expires (reported once, then removed)."""
+    timed_out = state.filter(state["__timed_out"])
+    live = state.filter(pc.invert(state["__timed_out"]))
+    agg = rows.group_by("user").aggregate([("dwell_ms", "count")])
+    joined = agg.join(live.select(["user", "n"]), "user")
+    n = pc.add(pc.fill_null(joined["n"], 0), joined["dwell_ms_count"])
+    new = pa.table(
+        {
+            "user": joined["user"],
+            "n": n,
+            "__timeout_ms": pa.array([info.processing_time_ms + 1] * len(n), pa.int64()),
+        }
+    )
+    output = pa.concat_tables(
+        [
+            pa.table({"user": joined["user"], "n": n, "expired": pa.array([False] * len(n))}),
+            pa.table(
+                {
+                    "user": timed_out["user"],
+                    "n": timed_out["n"],
+                    "expired": pa.array([True] * timed_out.num_rows),
+                }
+            ),
+        ]
+    )
+    return StateUpdate(output=output, state=new, remove=timed_out.select(["user"]))
+
+
+def test_map_batches_timeouts_flag_expired_keys(spark: Any, tmp_path: Path) -> None:
+    frames = [
+        pd.DataFrame({"user": [1, 2, 3, 3], "dwell_ms": [1, 2, 3, 4]}),
+        pd.DataFrame({"user": [2, 4], "dwell_ms": [5, 6]}),
+        pd.DataFrame({"user": [4], "dwell_ms": [7]}),
+    ]
+    directory = write_inputs(tmp_path / "events", frames)
+    ours = keyed_state(
+        stream(spark, directory, "user long, dwell_ms long"), "user", str(tmp_path / "state"), 2
+    ).map_batches(
+        expire_batch,
+        state_schema="n long",
+        output_schema="user long, n long, expired boolean",
+        timeout=GroupStateTimeout.ProcessingTimeTimeout,
+    )
+    got = run_to_end(ours, tmp_path / "chk")
+    expired = {b: sorted(r["user"] for r in t.to_pylist() if r["expired"]) for b, t in got.items()}
+    assert expired == {0: [], 1: [1, 3], 2: [2]}
+    assert {r["user"]: r["n"] for r in got[1].to_pylist() if r["expired"]} == {1: 1, 3: 2}
+    state = read_state_arrow(str(tmp_path / "state"))
+    assert state.column("user").to_pylist() == [4]
+
+
+def test_batch_dataframe_is_one_epoch(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    _, events = dwell
+    df = spark.createDataFrame(events[["user", "dwell_ms"]])
+    root = tmp_path / "state"
+    out = keyed_state(df, "user", str(root), 2).aggregate(n="count", total=("sum", "dwell_ms"))
+    rows = out.toArrow()
+    model = expected_totals(events)
+    assert {r["user"]: (r["n"], r["total"]) for r in rows.to_pylist()} == model
+    snaps = snapshots.open(root)
+    assert snaps.list() == [0]
+
+
+def test_composite_keys_and_state_reads_back_with_and_without_spark(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    directory, events = dwell
+    root = tmp_path / "state"
+    df = stream(spark, directory).withColumn("day", F.to_date("ts"))
+    out = keyed_state(df, ["user", "day"], str(root), 3, full_every=2).aggregate(
+        n="count", first_ms=("first", "dwell_ms")
+    )
+    got = run_to_end(out, tmp_path / "chk")
+    assert set(got[FILES - 1].column_names) == {"user", "day", "n", "first_ms"}
+    events = events.assign(day=events["ts"].dt.date)
+    model = events.groupby(["user", "day"]).size().to_dict()
+    # The state with no Spark: every committed batch is a snapcut checkpoint.
+    snaps = snapshots.open(root)
+    assert snaps.list() == list(range(FILES))
+    latest = snaps.latest()
+    assert latest.protocol == "spark-microbatch"
+    assert latest.manifest["spark"]["partitions"] == 3
+    kinds = [f["kind"] for c in snaps for f in c.files if f["role"] == "state"]
+    assert "diff" in kinds and "full" in kinds
+    parts = [latest.state("state", p) for p in range(3)]
+    no_spark = pa.concat_tables(parts)
+    assert {(r["user"], r["day"]): r["n"] for r in no_spark.to_pylist()} == model
+    # ... and read in parallel by Spark.
+    with_spark = read_state(spark, str(root)).toArrow()
+    assert {(r["user"], r["day"]): r["n"] for r in with_spark.to_pylist()} == model
+    # An older batch is there too.
+    first = read_state_arrow(str(root), batch=0)
+    assert first.num_rows < no_spark.num_rows
+
+
+def test_initial_state_bootstraps_the_query(spark: Any, tmp_path: Path) -> None:
+    frames = [pd.DataFrame({"user": [1, 2], "dwell_ms": [10, 20]})]
+    directory = write_inputs(tmp_path / "events", frames)
+    initial = spark.createDataFrame(
+        pd.DataFrame({"user": [1, 3], "count": [100, 7], "total": [1000, 70]})
+    )
+    ours = keyed_state(
+        stream(spark, directory, "user long, dwell_ms long"),
+        "user",
+        str(tmp_path / "state"),
+        3,
+        initial_state=initial,
+    ).apply_in_pandas_with_state(
+        dwell_func,
+        "user long, count long, total long",
+        "count long, total long",
+        "update",
+        GroupStateTimeout.NoTimeout,
+    )
+    got = run_to_end(ours, tmp_path / "chk")
+    assert rows_of(got[0], ["user"]) == [
+        {"user": 1, "count": 101, "total": 1010},
+        {"user": 2, "count": 1, "total": 20},
+    ]
+    state = read_state_arrow(str(tmp_path / "state"))
+    assert {r["user"]: r["count"] for r in state.to_pylist()} == {1: 101, 2: 1, 3: 7}
+    # From another root's batch, through Spark's partitioning of this root.
+    again = keyed_state(
+        stream(spark, directory, "user long, dwell_ms long"),
+        "user",
+        str(tmp_path / "state2"),
+        2,
+        initial_state=(str(tmp_path / "state"), 0),
+    ).apply_in_pandas_with_state(
+        dwell_func,
+        "user long, count long, total long",
+        "count long, total long",
+        "update",
+        GroupStateTimeout.NoTimeout,
+    )
+    got2 = run_to_end(again, tmp_path / "chk2")
+    assert {r["user"]: r["count"] for r in got2[0].to_pylist()} == {1: 102, 2: 2}
+
+
+def test_bad_keys_and_options_fail_before_any_batch(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    from snapcut import ConfigError
+
+    directory, _ = dwell
+    events = stream(spark, directory)
+    with pytest.raises(ConfigError, match="key column 'nope' is not in the DataFrame"):
+        keyed_state(events, "nope", str(tmp_path / "s"), 2)
+    with pytest.raises(ConfigError, match=r"cannot key state.*cast floats"):
+        keyed_state(events.withColumn("f", F.col("dwell_ms") / 2), "f", str(tmp_path / "s"), 2)
+    with pytest.raises(ConfigError, match="event_time= and watermark= go together"):
+        keyed_state(events, "user", str(tmp_path / "s"), 2, event_time="ts")
+    ks = keyed_state(events, "user", str(tmp_path / "s"), 2)
+    with pytest.raises(ConfigError, match="unknown function"):
+        ks.aggregate(x=("median", "dwell_ms"))
+    with pytest.raises(ConfigError, match="EventTimeTimeout needs a watermark"):
+        ks.apply_in_pandas_with_state(
+            dwell_func, "user long", "n long", "update", GroupStateTimeout.EventTimeTimeout
+        )
+    ks.aggregate(n="count")
+    with pytest.raises(ConfigError, match="partitions=2; this query asks partitions=3"):
+        keyed_state(events, "user", str(tmp_path / "s"), 3).aggregate(n="count")
+    with pytest.raises(ConfigError, match="state_schema"):
+        keyed_state(events, "user", str(tmp_path / "s"), 2).aggregate(
+            n="count", t=("sum", "dwell_ms")
+        )
+
+
+def test_bad_data_fails_the_query_with_a_clear_message(spark: Any, tmp_path: Path) -> None:
+    frames = [pd.DataFrame({"user": pd.array([1, None, 3], dtype="Int64"), "dwell_ms": [1, 2, 3]})]
+    directory = write_inputs(tmp_path / "events", frames)
+    events = stream(spark, directory, "user long, dwell_ms long")
+    nulls = keyed_state(events, "user", str(tmp_path / "nulls"), 2).aggregate(n="count")
+    with pytest.raises(Exception, match=r"null.*isNotNull"):
+        run_to_end(nulls, tmp_path / "chk-nulls")
+
+    def wrong(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
+        return StateUpdate(output=pa.table({"user": rows["user"]}))
+
+    clean = write_inputs(tmp_path / "clean", [pd.DataFrame({"user": [1, 2], "dwell_ms": [1, 2]})])
+    events = stream(spark, clean, "user long, dwell_ms long")
+    bad_output = keyed_state(events, "user", str(tmp_path / "wrong"), 2).map_batches(
+        wrong, state_schema="n long", output_schema="user long, n long"
+    )
+    with pytest.raises(Exception, match=r"lacks column\(s\) \['n'\]"):
+        run_to_end(bad_output, tmp_path / "chk-wrong")
+
+
+def test_a_second_query_on_the_same_root_is_refused(spark: Any, tmp_path: Path) -> None:
+    directory = write_inputs(tmp_path / "events", [pd.DataFrame({"user": [1], "dwell_ms": [1]})])
+    root = str(tmp_path / "state")
+
+    def query() -> Any:
+        events = stream(spark, directory, "user long, dwell_ms long")
+        return keyed_state(events, "user", root, 2).aggregate(n="count")
+
+    run_to_end(query(), tmp_path / "chk-a")
+    with pytest.raises(Exception, match="belongs to query"):
+        run_to_end(query(), tmp_path / "chk-b")
+    assert snapshots.open(root).list() == [0]
