@@ -173,7 +173,7 @@ def sessions(
         return
     start, end, n = state.get if state.exists else (None, None, 0)
     for pdf in pdfs:
-        ms = pdf["ts"].astype("datetime64[ms, UTC]").astype("int64")
+        ms = pdf["ts"].astype("datetime64[ns]").astype("int64") // 1_000_000
         lo, hi = int(ms.min()), int(ms.max())
         start = lo if start is None else min(start, lo)
         end = hi if end is None else max(end, hi)

@@ -128,6 +128,7 @@ class KeyedState:
         self.retain = retain
         self.filesystem = filesystem
         tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
+        self.timezone = tz
         self.input_schema = to_arrow_schema(df.schema, timezone=tz)
         check_key_types(self.input_schema, self.key)
         if (event_time is None) != (watermark is None):
@@ -229,6 +230,7 @@ class KeyedState:
             output_schema=self._arrow(output_schema, "output_schema"),
             event_time=self.event_time,
             timeout=self._timeout(timeout),
+            timezone=self.timezone,
             fn=fn,
             pandas=pandas,
         )
@@ -256,6 +258,7 @@ class KeyedState:
             output_schema=self._arrow(outputStructType, "outputStructType"),
             event_time=self.event_time,
             timeout=self._timeout(timeoutConf),
+            timezone=self.timezone,
             func=func,
             value_columns=tuple(f.name for f in state_fields),
         )

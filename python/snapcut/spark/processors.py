@@ -99,7 +99,17 @@ class _Base:
     output_schema: pa.Schema
     event_time: str | None = None
     timeout: str = GroupStateTimeout.NoTimeout
+    timezone: str = "UTC"
     late_rows: int = field(default=0, init=False)
+
+    def to_pandas(self, table: pa.Table) -> Any:
+        """As PySpark hands Arrow data to pandas functions: timestamps as naive
+        datetime64[ns] in the session time zone, dates as objects."""
+        frame = table.to_pandas(date_as_object=True, coerce_temporal_nanoseconds=True)
+        for f in table.schema:
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+                frame[f.name] = frame[f.name].dt.tz_convert(self.timezone).dt.tz_localize(None)
+        return frame
 
     def max_event_time_ms(self, rows: pa.Table) -> int:
         if self.event_time is None or rows.num_rows == 0:
@@ -148,14 +158,12 @@ class AggregateProcessor(_Base):
     """Level 1: ``specs`` are (func, column or None, output name)."""
 
     specs: Sequence[tuple[str, str | None, str]] = ()
-    input_schema: pa.Schema | None = None
     output_mode: str = "update"
     _kernel: KeyedAggregates | None = field(default=None, init=False, repr=False)
 
-    def kernel(self) -> KeyedAggregates:
+    def kernel(self, input_schema: pa.Schema) -> KeyedAggregates:
         if self._kernel is None:
-            assert self.input_schema is not None
-            self._kernel = KeyedAggregates(self.input_schema, self.state_key, list(self.specs))
+            self._kernel = KeyedAggregates(input_schema, self.state_key, list(self.specs))
         return self._kernel
 
     def __getstate__(self) -> dict[str, Any]:
@@ -165,7 +173,7 @@ class AggregateProcessor(_Base):
 
     def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
         rows = self._prepare(rows, info)
-        kernel = self.kernel()
+        kernel = self.kernel(rows.schema)
         if self.output_mode == "complete":
             if rows.num_rows:
                 kernel.apply(table, rows)
@@ -214,7 +222,7 @@ class BatchFunctionProcessor(_Base):
         user_rows = rows.drop_columns([KEY_COLUMN]) if KEY_COLUMN in rows.column_names else rows
         assert self.fn is not None
         if self.pandas:
-            result = self.fn(user_rows.to_pandas(), state.to_pandas(), info)
+            result = self.fn(self.to_pandas(user_rows), self.to_pandas(state), info)
         else:
             result = self.fn(user_rows, state, info)
         update = _as_update(result)
@@ -279,19 +287,21 @@ class PandasGroupProcessor(BatchFunctionProcessor):
         if len(keys) == 0 and len(expired) == 0:
             return self.output_schema.empty_table()
         assert self.func is not None
-        outputs: list[pa.Table] = []
         new_rows: list[dict[str, Any]] = []
         removed: list[Any] = []
         # Rows sorted by key, then one slice of one pandas frame per key.
         order = pc.sort_indices(rows[self.state_key]) if rows.num_rows else None
         sorted_rows = rows.take(order) if order is not None else rows
         user_cols = [c for c in sorted_rows.column_names if c != KEY_COLUMN]
-        frame = sorted_rows.select(user_cols).to_pandas()
+        frame = self.to_pandas(sorted_rows.select(user_cols))
         bounds = _run_bounds(sorted_rows[self.state_key]) if rows.num_rows else []
+        starts = pa.array([b[0] for b in bounds], pa.int64())
+        data_keys = sorted_rows.select(list(self.key)).take(starts).to_pylist()
         calls: list[tuple[Any, int, int, bool]] = [
             (k, start, end, False) for k, (start, end) in zip(keys.to_pylist(), bounds, strict=True)
         ]
         calls += [(k, 0, 0, True) for k in expired.to_pylist()]
+        frames: list[Any] = []
         all_keys = pa.concat_arrays([_plain_array(keys), _plain_array(expired)])
         current, present = table.lookup(all_keys)
         current_rows = current.to_pylist()
@@ -313,20 +323,11 @@ class PandasGroupProcessor(BatchFunctionProcessor):
                 key_tuple = tuple(row[k] for k in self.key)
                 chunks: Iterator[Any] = iter(())
             else:
-                part = frame.iloc[start:end]
-                key_tuple = tuple(part.iloc[0][k] for k in self.key)
-                key_tuple = tuple(_py(v) for v in key_tuple)
-                chunks = iter([part.reset_index(drop=True)])
+                key_tuple = tuple(data_keys[i][k] for k in self.key)
+                chunks = iter([frame.iloc[start:end].reset_index(drop=True)])
             result = self.func(key_tuple, chunks, gs)
-            for pdf in result if result is not None else ():
-                outputs.append(
-                    conform(
-                        pdf,
-                        self.output_schema,
-                        "the function's output",
-                        "yield pandas DataFrames with outputStructType's columns",
-                    )
-                )
+            if result is not None:
+                frames.extend(result)
             if gs._removed:
                 removed.append(skey)
             elif gs._defined and (
@@ -358,9 +359,16 @@ class PandasGroupProcessor(BatchFunctionProcessor):
             table.update(new_state)
         if removed:
             table.delete(pa.array(removed, self.state_schema.field(self.state_key).type))
-        if not outputs:
+        if not frames:
             return self.output_schema.empty_table()
-        return pa.concat_tables(outputs)
+        import pandas as pd
+
+        return conform(
+            pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0],
+            self.output_schema,
+            "the function's output",
+            "yield pandas DataFrames with outputStructType's columns",
+        )
 
 
 def _as_update(result: Any) -> StateUpdate:
@@ -406,9 +414,3 @@ def _run_bounds(sorted_keys: pa.ChunkedArray) -> list[tuple[int, int]]:
     ends = pc.run_end_encode(sorted_keys.combine_chunks()).run_ends.to_pylist()
     starts = [0, *ends[:-1]]
     return list(zip(starts, ends, strict=True))
-
-
-def _py(v: Any) -> Any:
-    from snapcut.spark.group_state import _plain
-
-    return _plain(v)

@@ -231,7 +231,10 @@ class StateRoot:
             extra={"spark": spark},
             replace=True,
         )
-        self.writer.apply_retention(self.spec.retain)
+        try:
+            self.writer.apply_retention(self.spec.retain)
+        except OSError:
+            pass  # another partition's finalize removed the same batch first
         return manifest
 
     def committed(self, batch: int) -> dict[str, Any] | None:

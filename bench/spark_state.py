@@ -1,0 +1,229 @@
+"""Per-micro-batch time of stateful per-key processing on Spark: snapcut's
+three levels against Spark's native aggregation, ``applyInPandasWithState``
+and ``transformWithStateInPandas`` (RocksDB), on the same file-source query.
+
+Every variant computes per-user count and total of ``dwell_ms`` over a
+stream of BATCHES parquet files (one per micro-batch, ROWS rows each, keys
+uniform over KEYS users) into Spark's ``noop`` sink; the first batch (which
+creates every key) is reported apart, the time per batch is the median of
+the others (``durationMs.addBatch`` of the query progress). Variants run one
+after another in one process and one Spark session (local[2], 2 shuffle
+partitions, 2 state partitions). snapcut's figures also give the time its
+tasks spent writing state (sync, in the task) and the bytes per batch.
+
+Rerun:  python bench/spark_state.py --keys 10000 100000 1000000
+        (env SLOW_MAX_KEYS caps the per-key Python variants, default 100000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.streaming.state import GroupStateTimeout  # noqa: E402
+
+from snapcut.spark import StateUpdate, keyed_state  # noqa: E402
+
+SCHEMA = "user long, dwell_ms long"
+OUT = "user long, count long, total long"
+STATE = "count long, total long"
+
+
+def dwell_func(
+    key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    count, total = state.get if state.exists else (0, 0)
+    for pdf in pdfs:
+        count += len(pdf)
+        total += int(pdf["dwell_ms"].sum())
+    state.update((count, total))
+    yield pd.DataFrame({"user": [key[0]], "count": [count], "total": [total]})
+
+
+def dwell_batch(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
+    agg = rows.group_by("user").aggregate([("dwell_ms", "count"), ("dwell_ms", "sum")])
+    joined = agg.join(state.select(["user", "count", "total"]), "user")
+    count = pc.add(pc.fill_null(joined["count"], 0), joined["dwell_ms_count"])
+    total = pc.add(pc.fill_null(joined["total"], 0), joined["dwell_ms_sum"])
+    new = pa.table({"user": joined["user"], "count": count, "total": total})
+    return StateUpdate(output=new, state=new)
+
+
+def twsp_processor() -> Any:
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    class Dwell(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            schema = StructType(
+                [StructField("count", LongType()), StructField("total", LongType())]
+            )
+            self.state = handle.getValueState("dwell", schema)
+
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
+            count, total = self.state.get() if self.state.exists() else (0, 0)
+            for pdf in rows:
+                count += len(pdf)
+                total += int(pdf["dwell_ms"].sum())
+            self.state.update((count, total))
+            yield pd.DataFrame({"user": [key[0]], "count": [count], "total": [total]})
+
+        def close(self) -> None:
+            pass
+
+    return Dwell()
+
+
+def variants(root: Path) -> dict[str, Callable[[DataFrame, str], DataFrame]]:
+    def snap(df: DataFrame, name: str) -> Any:
+        return keyed_state(df, "user", str(root / name), 2)
+
+    return {
+        "spark native groupBy().agg()": lambda df, _: df.groupBy("user").agg(
+            F.count("*").alias("count"), F.sum("dwell_ms").alias("total")
+        ),
+        "snapcut level 1 aggregate": lambda df, n: snap(df, n).aggregate(
+            count="count", total=("sum", "dwell_ms")
+        ),
+        "snapcut level 2 map_batches": lambda df, n: snap(df, n).map_batches(
+            dwell_batch, state_schema=STATE, output_schema=OUT
+        ),
+        "snapcut level 3 apply_in_pandas_with_state": lambda df, n: snap(
+            df, n
+        ).apply_in_pandas_with_state(dwell_func, OUT, STATE, "update", "NoTimeout"),
+        "spark applyInPandasWithState": lambda df, _: df.groupBy("user").applyInPandasWithState(
+            dwell_func, OUT, STATE, "update", GroupStateTimeout.NoTimeout
+        ),
+        "spark transformWithStateInPandas (RocksDB)": lambda df, _: df.groupBy(
+            "user"
+        ).transformWithStateInPandas(twsp_processor(), OUT, "Update", "None"),
+    }
+
+
+SLOW = ("level 3", "applyInPandasWithState", "transformWithStateInPandas")
+
+
+def write_input(directory: Path, keys: int, rows: int, batches: int) -> None:
+    rng = np.random.default_rng(42)
+    directory.mkdir(parents=True)
+    for b in range(batches):
+        frame = pd.DataFrame(
+            {"user": rng.integers(0, keys, rows), "dwell_ms": rng.integers(1, 10_000, rows)}
+        )
+        frame.to_parquet(directory / f"part-{b:05d}.parquet", index=False)
+
+
+def run(
+    spark: SparkSession,
+    name: str,
+    build: Callable[[DataFrame, str], DataFrame],
+    src: Path,
+    work: Path,
+) -> dict[str, Any]:
+    tag = "".join(c if c.isalnum() else "_" for c in name)
+    rocks = "transformWithState" in name
+    provider = "spark.sql.streaming.stateStore.providerClass"
+    if rocks:
+        spark.conf.set(
+            provider, "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        )
+    try:
+        df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
+        q = (
+            build(df, tag)
+            .writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(work / f"chk-{tag}"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination()
+        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    finally:
+        if rocks:
+            spark.conf.unset(provider)
+    times = [p["durationMs"]["addBatch"] / 1000 for p in progress]
+    out: dict[str, Any] = {
+        "first_s": times[0],
+        "batch_s": statistics.median(times[1:]),
+        "all_s": times,
+    }
+    root = work / "state" / tag
+    if root.exists():
+        manifests = [json.loads(m.read_text()) for m in sorted(root.glob("chk-*/manifest.json"))]
+        out["write_ms"] = statistics.median(m["spark"]["write_ms"] for m in manifests[1:])
+        out["bytes"] = [
+            (
+                sorted({f["kind"] for f in m["files"] if f["role"] == "state"}),
+                m["spark"]["state_bytes"],
+            )
+            for m in manifests
+        ]
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--out", default="bench/results/spark_state.json")
+    args = parser.parse_args()
+    slow_max = int(os.environ.get("SLOW_MAX_KEYS", "100000"))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "6g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    results: dict[str, Any] = {
+        "machine": f"{platform.node()} {os.cpu_count()} cpus, load {os.getloadavg()}",
+        "python": sys.version.split()[0],
+        "runs": {},
+    }
+    for keys in args.keys:
+        rows = 1_000_000 if keys >= 1_000_000 else 200_000
+        with tempfile.TemporaryDirectory() as d:
+            work = Path(d)
+            write_input(work / "in", keys, rows, args.batches)
+            for name, build in variants(work / "state").items():
+                if keys > slow_max and any(s in name for s in SLOW):
+                    continue
+                t0 = time.perf_counter()
+                r = run(spark, name, build, work / "in", work)
+                r["wall_s"] = time.perf_counter() - t0
+                results["runs"][f"{keys}|{name}"] = r
+                print(
+                    f"{keys:>8} keys {rows:>8} rows  {name:<45} {r['batch_s']:7.3f} s/batch"
+                    f"  (first {r['first_s']:.3f} s)",
+                    flush=True,
+                )
+    results["load_after"] = os.getloadavg()
+    Path(args.out).write_text(json.dumps(results, indent=2))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
