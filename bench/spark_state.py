@@ -36,11 +36,11 @@ import pyarrow.compute as pc
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from pyspark.sql import DataFrame, SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.streaming.state import GroupStateTimeout  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout
 
-from snapcut.spark import StateUpdate, keyed_state  # noqa: E402
+from snapcut.spark import StateUpdate, keyed_state
 
 SCHEMA = "user long, dwell_ms long"
 OUT = "user long, count long, total long"

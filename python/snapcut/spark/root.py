@@ -18,6 +18,7 @@ died before writing it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import time
@@ -231,10 +232,9 @@ class StateRoot:
             extra={"spark": spark},
             replace=True,
         )
-        try:
+        # Another partition's finalize may remove the same old batch first.
+        with contextlib.suppress(OSError):
             self.writer.apply_retention(self.spec.retain)
-        except OSError:
-            pass  # another partition's finalize removed the same batch first
         return manifest
 
     def committed(self, batch: int) -> dict[str, Any] | None:
