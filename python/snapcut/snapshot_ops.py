@@ -470,6 +470,10 @@ class PruneResult:
 
     removed: list[int]
     kept: list[int]
+    base_only: list[int]
+    """Kept only for files a newer checkpoint's chain reads, but themselves
+    needing a removed checkpoint: not restorable (``verify`` reports them).
+    Happens when tasks take their full states at different checkpoints."""
     partial: list[int]
     """Directories without a manifest: never touched (a running job may be writing one)."""
     dry_run: bool
@@ -480,9 +484,17 @@ class PruneResult:
 
 def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) -> PruneResult:
     """Keeps the newest `keep` complete checkpoints, every savepoint and every
-    base a kept checkpoint's chain needs; removes the other complete ones
+    base their chains need; removes the other complete ones
     (:meth:`SnapshotWriter.apply_retention`'s rule, the Rust store's)."""
     backend = open_root(root, filesystem)  # a clear error for a missing root
     removed = SnapshotWriter(root, filesystem).apply_retention(keep, dry_run=dry_run)
     kept = sorted(set(backend.complete()) - set(removed))
-    return PruneResult(removed, kept, backend.partial(), dry_run)
+    base_only = []
+    for cid in kept:
+        try:
+            needs = _needs(backend.manifest(cid))
+        except SnapshotError:
+            continue  # unreadable: kept for inspection, reported by verify
+        if not set(needs) <= set(kept):
+            base_only.append(cid)
+    return PruneResult(removed, kept, base_only, backend.partial(), dry_run)

@@ -269,7 +269,7 @@ def cmd_show(args: argparse.Namespace, out: _Out) -> int:
         title="tasks",
     )
     other = [(t.label, f) for t in info.tasks for f in t.other]
-    other += [("-", f) for f in info.files]
+    other += [(f"partition {f['partition']}" if "partition" in f else "-", f) for f in info.files]
     if other:
         out.line()
         out.table(
@@ -417,6 +417,11 @@ def cmd_prune(args: argparse.Namespace, out: _Out) -> int:
         f"kept {len(result.kept)} (the newest {args.keep}, savepoints and the bases they "
         f"need): {ids(result.kept)}"
     )
+    if result.base_only:
+        out.line(
+            f"kept only as bases, not restorable themselves: {ids(result.base_only)} (their "
+            "own chains start in removed checkpoints)"
+        )
     if result.partial:
         out.line(f"left {len(result.partial)} partial directories alone: {ids(result.partial)}")
     return 0
