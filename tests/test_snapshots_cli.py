@@ -371,7 +371,7 @@ def test_export_is_read_back_by_duckdb_and_polars(
     part = reader(str(out / f"agg/part-00001.{fmt}"))
     assert set(part["k"].to_list()) == set(local_root.model[5][("agg", 1)])
     meta = json.loads((out / EXPORT_MANIFEST).read_text())
-    assert (meta["checkpoint"], meta["format"]) == (5, fmt)
+    assert (meta["checkpoint"], meta["format"], meta["complete"]) == (5, fmt, True)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -421,6 +421,9 @@ def test_export_reads_through_checksums_and_guards_its_target(
     damage(local_root.path, "checksum")
     with pytest.raises(SnapshotError, match=r"agg-1\.state\.arrow fails its checksum"):
         snapshots.export_checkpoint(local_root.path, tmp_path / "bad", 5)
+    assert json.loads((tmp_path / "bad" / EXPORT_MANIFEST).read_text())["complete"] is False
+    # A failed export can be overwritten.
+    snapshots.export_checkpoint(local_root.path, tmp_path / "bad", 4, overwrite=True)
     with pytest.raises(SnapshotError, match="format must be one of parquet, arrow, csv"):
         snapshots.export_checkpoint(local_root.path, tmp_path / "bad", 5, format="orc")
 
@@ -615,6 +618,10 @@ def test_cli_diff_as_text_json_and_arrow(
     assert any(line.startswith("  - k=") for line in lines)
     code, out, _ = cli(capsys, "diff", root, "2", "6", "--arrow", str(tmp_path / "d"))
     assert code == 0 and "wrote 2 Arrow files" in out
+    code, out, _ = cli(
+        capsys, "diff", root, "2", "6", "--json", "--arrow", str(tmp_path / "d"), "--overwrite"
+    )
+    assert code == 0 and json.loads(out)["b"] == 6  # stdout holds the JSON only
     table = ipc.open_file(tmp_path / "d" / "agg" / "part-00001.arrow").read_all()
     before, after = local_root.model[2][("agg", 1)], local_root.model[6][("agg", 1)]
     assert table["change"].to_pylist().count("added") == len(after.keys() - before.keys())

@@ -41,7 +41,8 @@ Task = tuple[str, int]
 
 FORMATS = ("parquet", "arrow", "csv")
 EXPORT_MANIFEST = "_snapcut_export.json"
-"""Written last into an export's directory; its leading `_` hides it from Spark's reader."""
+"""Marks a directory as an export ("complete" once every file is written);
+its leading `_` hides it from Spark's reader."""
 INTERNAL_ROLES = frozenset({"state", "sources", "channel"})
 """Roles not exported as tables of their own: state is exported rebuilt, per
 task; source offsets and in-flight channel records are not tables of results."""
@@ -437,6 +438,18 @@ def _write(fs: Any, path: str, table: pa.Table, fmt: str) -> None:
 
 
 def _prepare_out(fs: Any, out: str, overwrite: bool) -> None:
+    """An empty directory `out`, marked as an export in progress (so that a
+    failed export can be overwritten)."""
+    _clear_out(fs, out, overwrite)
+    _finish_out(fs, out, {"complete": False})
+
+
+def _finish_out(fs: Any, out: str, meta: dict[str, Any]) -> None:
+    data = json.dumps({**meta, "exported_ms": int(time.time() * 1000)}, indent=2).encode()
+    _fs.write_bytes(fs, f"{out}/{EXPORT_MANIFEST}", data + b"\n")
+
+
+def _clear_out(fs: Any, out: str, overwrite: bool) -> None:
     from pyarrow.fs import FileSelector, FileType
 
     info = fs.get_file_info(out)
@@ -474,7 +487,8 @@ def export_checkpoint(
     newest complete one), and every file of a non-state role (e.g. a Spark
     batch's outputs), as tables Spark, DuckDB and Polars read natively:
     ``OUT/<table>/part-<subtask>.<parquet|arrow|csv>``, plus
-    ``OUT/_snapcut_export.json`` describing them. Every file read is checked
+    ``OUT/_snapcut_export.json`` describing them (written first with
+    ``"complete": false``, last with true). Every file read is checked
     against its checksum. With `overwrite`, an earlier export in `out` is
     replaced; any other non-empty `out` is refused."""
     if format not in FORMATS:
@@ -507,10 +521,7 @@ def export_checkpoint(
         if progress is not None:
             progress(1, len(parts))
     result = ExportResult(cid, backend.root, out_path, format, list(tables.values()))
-    meta = {**result.to_dict(), "exported_ms": int(time.time() * 1000)}
-    _fs.write_bytes(
-        out_fs, f"{out_path}/{EXPORT_MANIFEST}", json.dumps(meta, indent=2).encode() + b"\n"
-    )
+    _finish_out(out_fs, out_path, {**result.to_dict(), "complete": True})
     return result
 
 
@@ -535,9 +546,7 @@ def write_diff(
     meta = {
         "diff": {"a": diffs[0].a, "b": diffs[0].b} if diffs else None,
         "tasks": [{**d.to_dict(sample=0), "file": f} for d, f in zip(diffs, files, strict=True)],
-        "exported_ms": int(time.time() * 1000),
+        "complete": True,
     }
-    _fs.write_bytes(
-        out_fs, f"{out_path}/{EXPORT_MANIFEST}", json.dumps(meta, indent=2).encode() + b"\n"
-    )
+    _finish_out(out_fs, out_path, meta)
     return files

@@ -342,7 +342,8 @@ def cmd_diff(args: argparse.Namespace, out: _Out) -> int:
     diffs = snapshots.diff_checkpoints(args.root, args.a, args.b, task=args.task)
     if args.arrow is not None:
         files = write_diff(diffs, args.arrow, overwrite=args.overwrite)
-        out.line(f"wrote {len(files)} Arrow files to {args.arrow}: {', '.join(files)}")
+        if not args.json:
+            out.line(f"wrote {len(files)} Arrow files to {args.arrow}: {', '.join(files)}")
     if args.json:
         out.json({"a": args.a, "b": args.b, "tasks": [d.to_dict(args.sample) for d in diffs]})
         return 0
