@@ -446,6 +446,9 @@ def _handler(command: str, fn: Callable[[argparse.Namespace, _Out], int]) -> Han
     return run
 
 
+_ID_HELP = "checkpoint or Spark batch id (5 or chk-00000005); default: the newest complete one"
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "snapshots",
@@ -465,7 +468,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--json", action="store_true", help="print JSON")
 
     c = command("show", cmd_show, "a checkpoint's manifest, per task (default: the newest)")
-    c.add_argument("id", metavar="ID", nargs="?", type=_checkpoint_id)
+    c.add_argument("id", metavar="ID", nargs="?", type=_checkpoint_id, help=_ID_HELP)
     c.add_argument("--json", action="store_true", help="print JSON (the manifest included)")
 
     c = command(
@@ -475,12 +478,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "exit code 1 when anything is broken",
     )
     which = c.add_mutually_exclusive_group()
-    which.add_argument("id", metavar="ID", nargs="?", type=_checkpoint_id)
+    which.add_argument("id", metavar="ID", nargs="?", type=_checkpoint_id, help=_ID_HELP)
     which.add_argument("--all", action="store_true", help="every checkpoint directory")
 
     c = command("diff", cmd_diff, "keys added, removed and changed from checkpoint A to B")
-    c.add_argument("a", metavar="A", type=_checkpoint_id)
-    c.add_argument("b", metavar="B", type=_checkpoint_id)
+    c.add_argument("a", metavar="A", type=_checkpoint_id, help="checkpoint before")
+    c.add_argument("b", metavar="B", type=_checkpoint_id, help="checkpoint after")
     c.add_argument("--task", metavar="T", help="a task (vertex-subtask) or a vertex")
     c.add_argument("--sample", type=int, default=5, help="rows of each change to show")
     c.add_argument("--json", action="store_true", help="print JSON")
@@ -497,7 +500,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "write each operator's full state (and a Spark batch's outputs) as "
         "OUT/<table>/part-<subtask>.<format>",
     )
-    c.add_argument("id", metavar="ID", nargs="?", type=_checkpoint_id)
+    c.add_argument("id", metavar="ID", nargs="?", type=_checkpoint_id, help=_ID_HELP)
     c.add_argument("--to", required=True, metavar="OUT", help="directory (path or URI)")
     c.add_argument("--format", choices=FORMATS, default="parquet")
     c.add_argument("--overwrite", action="store_true", help="replace an earlier export in OUT")
