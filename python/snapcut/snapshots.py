@@ -54,10 +54,25 @@ Task = tuple[str, int]
 __all__ = [
     "Channel",
     "Checkpoint",
+    "CheckpointCheck",
+    "CheckpointInfo",
+    "CheckpointRow",
+    "ExportResult",
+    "ExportedTable",
+    "FileCheck",
+    "PruneResult",
     "SnapshotWriter",
     "Snapshots",
+    "TaskDiff",
+    "TaskInfo",
     "checkpoint_dir_name",
+    "diff_checkpoints",
+    "export_checkpoint",
+    "list_checkpoints",
     "open",
+    "prune",
+    "show_checkpoint",
+    "verify_checkpoints",
 ]
 
 
@@ -612,10 +627,11 @@ class SnapshotWriter:
         _fs.write_atomic(self.fs, f"{d}/{MANIFEST_FILE}", f"{d}/{tmp}", data)
         return manifest
 
-    def apply_retention(self, retain: int) -> builtins.list[int]:
+    def apply_retention(self, retain: int, dry_run: bool = False) -> builtins.list[int]:
         """Deletes completed checkpoints beyond the newest `retain`, keeping
         savepoints and every base a kept checkpoint's diff chain needs (the
-        same rule as the Rust store). Returns the removed ids."""
+        same rule as the Rust store). Returns the removed ids (with `dry_run`,
+        the ids it would remove, deleting nothing)."""
         if retain < 1:
             raise SnapshotError("retain must be at least 1 completed checkpoint")
         backend = _FsBackend(self.fs, self.root)
@@ -630,6 +646,8 @@ class SnapshotWriter:
         keep |= {c for c, m in manifests.items() if m["savepoint"]}
         keep |= {n for c in list(keep) for n in _needs(manifests[c])}
         removed = sorted(set(manifests) - keep)
+        if dry_run:
+            return removed
         for cid in removed:
             # Manifest first: an interrupted removal leaves a partial directory.
             self.fs.delete_file(f"{self._dir(cid)}/{MANIFEST_FILE}")
@@ -644,3 +662,26 @@ class SnapshotWriter:
         for cid in removed:
             self.fs.delete_dir(self._dir(cid))
         return removed
+
+
+# The operations behind `snapcut snapshots list|show|verify|diff|export|prune`
+# live in their own modules, over the readers above; they are this module's API.
+from snapcut.snapshot_ops import (  # noqa: E402
+    CheckpointCheck,
+    CheckpointInfo,
+    CheckpointRow,
+    FileCheck,
+    PruneResult,
+    TaskInfo,
+    list_checkpoints,
+    prune,
+    show_checkpoint,
+    verify_checkpoints,
+)
+from snapcut.snapshot_tables import (  # noqa: E402
+    ExportedTable,
+    ExportResult,
+    TaskDiff,
+    diff_checkpoints,
+    export_checkpoint,
+)

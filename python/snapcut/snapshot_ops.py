@@ -1,0 +1,500 @@
+"""Operating a snapshot root: list, show, verify and prune its checkpoints.
+
+The Python API behind ``snapcut snapshots list|show|verify|prune``
+(re-exported by :mod:`snapcut.snapshots`; diff and export are in
+:mod:`snapcut.snapshot_tables`). Every root, a local path or any pyarrow.fs
+URI, is read through the existing reader over ``pyarrow.fs``, which keeps
+each manifest as written (a Spark root's ``"spark"`` object, file roles
+beyond state/channel/sources) and reads files one by one, so a broken file
+can be named. Pruning applies :meth:`SnapshotWriter.apply_retention`'s rule.
+
+    >>> rows = snapcut.snapshots.list_checkpoints("/tmp/ckpt")
+    >>> info = snapcut.snapshots.show_checkpoint("/tmp/ckpt")      # the latest
+    >>> checks = snapcut.snapshots.verify_checkpoints("/tmp/ckpt", "all")
+    >>> [c.reasons() for c in checks if not c.ok]
+    >>> snapcut.snapshots.prune("/tmp/ckpt", keep=3, dry_run=True).removed
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from snapcut import _fs
+from snapcut._core import SnapshotError
+from snapcut.snapshots import (
+    DELETED_COLUMN,
+    MANIFEST_FILE,
+    SnapshotWriter,
+    _FsBackend,
+    _needs,
+    _read_ipc,
+    _state_entry,
+    checkpoint_dir_name,
+)
+
+Root = str | os.PathLike[str]
+Progress = Callable[[int, int], None]
+"""Called as ``progress(advance, total)``: first ``(0, total)``, then once per unit done."""
+
+__all__ = [
+    "CheckpointCheck",
+    "CheckpointInfo",
+    "CheckpointRow",
+    "FileCheck",
+    "Progress",
+    "PruneResult",
+    "TaskInfo",
+    "engine",
+    "list_checkpoints",
+    "open_root",
+    "prune",
+    "resolve_id",
+    "show_checkpoint",
+    "verify_checkpoints",
+]
+
+
+def open_root(root: Root, filesystem: Any = None) -> _FsBackend:
+    """The reader over pyarrow.fs for `root` (a local path, a URI, or a path in `filesystem`)."""
+    fs, path = _fs.resolve(root, filesystem)
+    return _FsBackend(fs, path)
+
+
+def engine(manifest: dict[str, Any]) -> str:
+    """ "spark" for a checkpoint written by snapcut's Spark helper, else "local"."""
+    return "spark" if "spark" in manifest else "local"
+
+
+def resolve_id(backend: _FsBackend, checkpoint_id: int | None) -> int:
+    """`checkpoint_id`, or the newest complete checkpoint when it is None."""
+    if checkpoint_id is not None:
+        return checkpoint_id
+    ids = backend.complete()
+    if not ids:
+        raise SnapshotError(f"no complete checkpoint under {backend.root}")
+    return ids[-1]
+
+
+def _state_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return [f for f in manifest["files"] if f["role"] == "state"]
+
+
+def _longest_chain(manifest: dict[str, Any]) -> list[int]:
+    chains = [list(f.get("chain") or []) for f in _state_files(manifest)]
+    return max(chains, key=len, default=[]) or [int(manifest["checkpoint_id"])]
+
+
+# --- list ---
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One checkpoint directory of a root, as ``snapcut snapshots list`` shows it.
+
+    status: "complete" (has a manifest), "partial" (no manifest: never
+    committed, cannot be restored) or "unreadable" (its manifest fails to
+    parse). kind: "diff" when a state file here is a diff (restoring reads
+    a chain), "full" when every one is full, None without state. records: rows of every
+    file but the source offsets (state rows of a diff are its changed keys).
+    chain: the longest chain of checkpoints a state file here is rebuilt
+    from, oldest (the full) first, ending with this id.
+    """
+
+    id: int
+    status: str
+    committed_ms: int | None = None
+    engine: str | None = None
+    protocol: str | None = None
+    kind: str | None = None
+    files: int = 0
+    bytes: int = 0
+    records: int | None = None
+    chain: list[int] = field(default_factory=list)
+    savepoint: bool = False
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _row(manifest: dict[str, Any]) -> CheckpointRow:
+    files = manifest["files"]
+    kinds = {f.get("kind", "full") for f in _state_files(manifest)}
+    kind = "diff" if "diff" in kinds else "full" if kinds else None
+    return CheckpointRow(
+        id=int(manifest["checkpoint_id"]),
+        status="complete",
+        committed_ms=manifest.get("committed_ms"),
+        engine=engine(manifest),
+        protocol=manifest.get("protocol"),
+        kind=kind,
+        files=len(files),
+        bytes=sum(int(f["bytes"]) for f in files),
+        records=sum(int(f["rows"]) for f in files if f["role"] != "sources"),
+        chain=_longest_chain(manifest),
+        savepoint=bool(manifest.get("savepoint", False)),
+    )
+
+
+def _dir_files(backend: _FsBackend, checkpoint_id: int) -> list[Any]:
+    from pyarrow.fs import FileSelector, FileType
+
+    selector = FileSelector(f"{backend.root}/{checkpoint_dir_name(checkpoint_id)}")
+    return [i for i in backend.fs.get_file_info(selector) if i.type == FileType.File]
+
+
+def list_checkpoints(root: Root, filesystem: Any = None) -> list[CheckpointRow]:
+    """Every checkpoint directory under `root`, oldest first."""
+    backend = open_root(root, filesystem)
+    complete = set(backend.complete())
+    rows = []
+    for cid in sorted(complete | set(backend.partial())):
+        if cid in complete:
+            try:
+                rows.append(_row(backend.manifest(cid)))
+                continue
+            except SnapshotError as e:
+                status, error = "unreadable", str(e)
+        else:
+            status = "partial"
+            error = f"no {MANIFEST_FILE}: never committed, cannot be restored"
+        infos = _dir_files(backend, cid)
+        rows.append(
+            CheckpointRow(
+                id=cid,
+                status=status,
+                files=len(infos),
+                bytes=sum(i.size or 0 for i in infos),
+                error=error,
+            )
+        )
+    return rows
+
+
+# --- show ---
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What one task (a vertex's subtask, or a Spark state partition) holds."""
+
+    vertex: str
+    subtask: int
+    source_offset: int | None
+    alignment_ms: float | None
+    state: dict[str, Any] | None
+    channels: list[dict[str, Any]]
+    other: list[dict[str, Any]]
+
+    @property
+    def label(self) -> str:
+        return f"{self.vertex}-{self.subtask}"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A checkpoint's manifest in readable form (``snapcut snapshots show``)."""
+
+    summary: CheckpointRow
+    manifest: dict[str, Any]
+    tasks: list[TaskInfo]
+    files: list[dict[str, Any]]
+    """Files of no task: source offsets, and e.g. a Spark batch's output files."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.summary.to_dict(),
+            "format": self.manifest.get("format"),
+            "format_version": self.manifest.get("format_version"),
+            "started_ms": self.manifest.get("started_ms"),
+            "finished_ms": self.manifest.get("finished_ms"),
+            "graph_fingerprint": self.manifest.get("graph_fingerprint"),
+            "spark": self.manifest.get("spark"),
+            "tasks": [asdict(t) for t in self.tasks],
+            "files_of_no_task": self.files,
+            "manifest": self.manifest,
+        }
+
+
+def show_checkpoint(
+    root: Root, checkpoint_id: int | None = None, filesystem: Any = None
+) -> CheckpointInfo:
+    """The manifest of `checkpoint_id` (default: the newest complete one), per task."""
+    backend = open_root(root, filesystem)
+    manifest = backend.manifest(resolve_id(backend, checkpoint_id))
+    entries = {(t["vertex"], int(t["subtask"])): t for t in manifest["tasks"]}
+    files: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    loose = []
+    for f in manifest["files"]:
+        if f.get("vertex") is None or f.get("subtask") is None:
+            loose.append(f)
+        else:
+            files.setdefault((f["vertex"], int(f["subtask"])), []).append(f)
+    tasks = []
+    for vertex, subtask in sorted(entries.keys() | files.keys()):
+        entry = entries.get((vertex, subtask), {})
+        own = files.get((vertex, subtask), [])
+        nanos = entry.get("alignment_nanos")
+        tasks.append(
+            TaskInfo(
+                vertex=vertex,
+                subtask=subtask,
+                source_offset=entry.get("source_offset"),
+                alignment_ms=None if nanos is None else nanos / 1e6,
+                state=next((f for f in own if f["role"] == "state"), None),
+                channels=[f for f in own if f["role"] == "channel"],
+                other=[f for f in own if f["role"] not in ("state", "channel")],
+            )
+        )
+    return CheckpointInfo(_row(manifest), manifest, tasks, loose)
+
+
+# --- verify ---
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """One file checked: size, checksum, and that it opens with its manifest's rows."""
+
+    checkpoint: int
+    path: str
+    """Relative to the root: ``chk-00000005/agg-0.state.arrow``."""
+    role: str
+    bytes: int
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class CheckpointCheck:
+    """Verification of one checkpoint: its own files and the base files its state needs."""
+
+    id: int
+    status: str
+    files: list[FileCheck]
+    problems: list[str] = field(default_factory=list)
+    """Structural problems of no single file (e.g. a chain that names a base without state)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and all(f.ok for f in self.files)
+
+    def reasons(self) -> list[str]:
+        """Every problem, one line each, naming the file."""
+        out = list(self.problems)
+        for f in self.files:
+            if f.problem is None:
+                continue
+            if f.checkpoint == self.id:
+                out.append(f.problem)
+            else:
+                base = f"checkpoint {self.id} needs base checkpoint {f.checkpoint}"
+                out.append(f"{base}: {f.problem}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok, "reasons": self.reasons()}
+
+
+def _structure(entry: dict[str, Any], data: bytes) -> str | None:
+    """Why a file whose checksum matches still cannot be read as listed, or None."""
+    path = str(entry["path"])
+    try:
+        if path.endswith(".parquet"):
+            rows = pq.read_metadata(pa.BufferReader(data)).num_rows
+            columns: list[str] = []
+        elif path.endswith(".arrow"):
+            table = _read_ipc(data)
+            rows, columns = table.num_rows, table.column_names
+        else:
+            return None  # a file type this reader does not know: checksum only
+    except (pa.ArrowException, OSError, ValueError) as e:
+        return f"does not open as {path.rsplit('.', 1)[-1]}: {e}"
+    if rows != entry["rows"]:
+        return f"holds {rows} rows, the manifest says {entry['rows']}"
+    if entry["role"] == "state" and path.endswith(".arrow"):
+        key = entry.get("key")
+        if key is not None and key not in columns:
+            return f"has no key column {key!r}"
+        if entry.get("kind") == "diff" and DELETED_COLUMN not in columns:
+            return f"is a diff without a {DELETED_COLUMN!r} column"
+    return None
+
+
+class _Verifier:
+    """Checks each file once, however many checkpoints' chains name it."""
+
+    def __init__(self, backend: _FsBackend, progress: Progress | None) -> None:
+        self.backend = backend
+        self.progress = progress
+        self.total = 0
+        self.manifests: dict[int, dict[str, Any] | str] = {}
+        self.done: dict[tuple[int, str], FileCheck] = {}
+
+    def manifest(self, cid: int) -> dict[str, Any] | str:
+        if cid not in self.manifests:
+            try:
+                self.manifests[cid] = self.backend.manifest(cid)
+            except SnapshotError as e:
+                self.manifests[cid] = str(e)
+        return self.manifests[cid]
+
+    def check(self, cid: int, entry: dict[str, Any]) -> FileCheck:
+        rel = f"{checkpoint_dir_name(cid)}/{entry['path']}"
+        if (cid, rel) in self.done:
+            return self.done[(cid, rel)]
+        problem = None
+        try:
+            data = self.backend.read_checked(cid, entry)
+            why = _structure(entry, data)
+            if why is not None:
+                problem = f"checkpoint {cid}: file {self.backend.root}/{rel} {why}"
+        except SnapshotError as e:
+            problem = str(e)
+        except OSError as e:
+            problem = f"checkpoint {cid}: file {self.backend.root}/{rel} cannot be read: {e}"
+        result = FileCheck(cid, rel, str(entry["role"]), int(entry["bytes"]), problem)
+        self.done[(cid, rel)] = result
+        if self.progress is not None:
+            self.progress(result.bytes, self.total)
+        return result
+
+    def plan(self, cid: int) -> list[tuple[int, dict[str, Any]]]:
+        """The files checkpoint `cid` is read from: its own, its bases' state files."""
+        m = self.manifest(cid)
+        if isinstance(m, str):
+            return []
+        out = [(cid, f) for f in m["files"]]
+        for base in _needs(m):
+            bm = self.manifest(base)
+            if base != cid and not isinstance(bm, str):
+                out += [(base, f) for f in _state_files(bm)]
+        return out
+
+    def verify(self, cid: int, complete: bool) -> CheckpointCheck:
+        manifest_path = f"{checkpoint_dir_name(cid)}/{MANIFEST_FILE}"
+        if not complete:
+            why = (
+                f"checkpoint {cid} is partial: {self.backend.root}/{manifest_path} is missing "
+                "(crashed or aborted before commit), it cannot be restored"
+            )
+            missing = FileCheck(cid, manifest_path, "manifest", 0, why)
+            return CheckpointCheck(cid, "partial", [missing])
+        m = self.manifest(cid)
+        if isinstance(m, str):
+            return CheckpointCheck(
+                cid, "unreadable", [FileCheck(cid, manifest_path, "manifest", 0, m)]
+            )
+        files = [self.check(c, f) for c, f in self.plan(cid)]
+        problems = []
+        for base in _needs(m):
+            bm = self.manifest(base)
+            if base != cid and isinstance(bm, str):
+                problems.append(f"checkpoint {cid} needs base checkpoint {base}: {bm}")
+        for entry in _state_files(m):
+            problems += self._chain_problems(cid, entry)
+        return CheckpointCheck(cid, "complete", files, problems)
+
+    def _chain_problems(self, cid: int, entry: dict[str, Any]) -> list[str]:
+        task = (str(entry["vertex"]), int(entry["subtask"]))
+        chain = list(entry.get("chain") or [cid])
+        label = f"{task[0]}-{task[1]}"
+        if chain[-1] != cid:
+            return [f"checkpoint {cid}: state of {label} has a chain {chain} not ending with {cid}"]
+        for i, base in enumerate(chain):
+            bm = self.manifest(base)
+            if isinstance(bm, str):
+                continue  # reported above
+            f = _state_entry(bm, task)
+            if f is None:
+                return [
+                    f"checkpoint {cid}: state of {label} needs checkpoint {base}, "
+                    "which has no state file for it"
+                ]
+            want = "full" if i == 0 else "diff"
+            if f.get("kind", "full") != want:
+                return [
+                    f"checkpoint {cid}: state of {label} needs a {want} state at checkpoint "
+                    f"{base}, which holds a {f.get('kind')}"
+                ]
+        return []
+
+
+def verify_checkpoints(
+    root: Root,
+    which: int | Literal["latest", "all"] = "all",
+    filesystem: Any = None,
+    progress: Progress | None = None,
+) -> list[CheckpointCheck]:
+    """Checks every file of the chosen checkpoints (and the base state files
+    their chains need): present, of the manifest's size and crc32c, and
+    opening as an Arrow/Parquet file with the manifest's rows.
+
+    which: a checkpoint id, "latest" (the newest complete one) or "all"
+    (every checkpoint directory, partial ones included: they fail).
+    `progress` advances by the bytes of each file read.
+    """
+    backend = open_root(root, filesystem)
+    complete = set(backend.complete())
+    if which == "all":
+        ids = sorted(complete | set(backend.partial()))
+    elif which == "latest":
+        ids = [resolve_id(backend, None)]
+    else:
+        ids = [which]
+        if which not in complete and which not in backend.partial():
+            raise SnapshotError(f"checkpoint {which} does not exist under {backend.root}")
+    verifier = _Verifier(backend, progress)
+    planned = {(c, f["path"]): int(f["bytes"]) for cid in ids for c, f in verifier.plan(cid)}
+    verifier.total = sum(planned.values())
+    if progress is not None:
+        progress(0, verifier.total)
+    return [verifier.verify(cid, cid in complete) for cid in ids]
+
+
+# --- prune ---
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What ``prune`` removed (or, with dry_run, would remove) and what stays."""
+
+    removed: list[int]
+    kept: list[int]
+    base_only: list[int]
+    """Kept only for files a newer checkpoint's chain reads, but themselves
+    needing a removed checkpoint: not restorable (``verify`` reports them).
+    Happens when tasks take their full states at different checkpoints."""
+    partial: list[int]
+    """Directories without a manifest: never touched (a running job may be writing one)."""
+    dry_run: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) -> PruneResult:
+    """Keeps the newest `keep` complete checkpoints, every savepoint and every
+    base their chains need; removes the other complete ones
+    (:meth:`SnapshotWriter.apply_retention`'s rule, the Rust store's)."""
+    backend = open_root(root, filesystem)  # a clear error for a missing root
+    removed = SnapshotWriter(root, filesystem).apply_retention(keep, dry_run=dry_run)
+    kept = sorted(set(backend.complete()) - set(removed))
+    base_only = []
+    for cid in kept:
+        try:
+            needs = _needs(backend.manifest(cid))
+        except SnapshotError:
+            continue  # unreadable: kept for inspection, reported by verify
+        if not set(needs) <= set(kept):
+            base_only.append(cid)
+    return PruneResult(removed, kept, base_only, backend.partial(), dry_run)
