@@ -13,6 +13,7 @@ Spark hash-partitions the rows into ``partitions`` state partitions
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -366,10 +367,35 @@ def make_task_function(
             ts = rows[BATCH_TS_COLUMN][0]
             batch_ts = int(pa.compute.cast(ts, pa.timestamp("ms", "UTC")).value)
         task = PartitionTask(StateRoot(spec), batch_id, partition, owner, delay_ms, initial=initial)
-        out = task.run(rows, processor, batch_ts)
+        out = task.apply(rows, processor, batch_ts)
+        # Version N is written while the output goes to Spark (the asynchronous
+        # phase, within the task); the task ends only once it is durable.
+        writer = _Committer(task)
+        writer.start()
         yield from out.to_batches()
+        writer.finish()
 
     return run
+
+
+class _Committer(threading.Thread):
+    """Runs ``PartitionTask.commit`` on a thread; ``finish`` re-raises its error."""
+
+    def __init__(self, task: PartitionTask) -> None:
+        super().__init__(name="snapcut-state-commit", daemon=True)
+        self.task = task
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.task.commit()
+        except BaseException as e:
+            self.error = e
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
 
 
 def keyed_state(

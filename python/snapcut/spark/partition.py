@@ -161,22 +161,43 @@ class PartitionTask:
         return Loaded(table, chain, watermark, max_event, False)
 
     def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
-        started = _now_ms()
+        """Applies the batch and makes version N durable; returns the output."""
+        out = self.apply(rows, processor, batch_ts_ms)
+        self.commit()
+        return out
+
+    def apply(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
+        """The synchronous part: load N-1, apply the batch, return the output.
+        :meth:`commit` then writes version N (it may run on another thread
+        while the output goes to Spark: the table is not touched again)."""
+        self._started = _now_ms()
         self.root.claim(self.owner)
-        loaded = self.load()
-        info = BatchInfo(
+        self._loaded = self.load()
+        self._info = BatchInfo(
             batch_id=self.batch_id,
             partition=self.partition,
-            watermark_ms=loaded.watermark_ms,
-            processing_time_ms=batch_ts_ms if batch_ts_ms is not None else started,
+            watermark_ms=self._loaded.watermark_ms,
+            processing_time_ms=batch_ts_ms if batch_ts_ms is not None else self._started,
             watermark_present=self.delay is not None,
         )
-        out = processor.process(loaded.table, rows, info)
+        out = processor.process(self._loaded.table, rows, self._info)
+        self._metrics = {
+            "rows_in": rows.num_rows,
+            "rows_out": out.num_rows,
+            "late_rows": int(getattr(processor, "late_rows", 0)),
+            "batch_max_event_ms": processor.max_event_time_ms(rows),
+        }
+        return out
+
+    def commit(self) -> None:
+        """Writes version N (sorted by key: deterministic bytes), acknowledges
+        it, finalizes the batch's manifest if every partition has, and only
+        then puts the table back in the cache."""
+        loaded, info, metrics = self._loaded, self._info, self._metrics
         failpoints.hit("state.before_write", self.batch_id, self.partition)
         t0 = time.perf_counter()
         table = loaded.table
-        full_every = self.root.spec.full_every
-        if len(loaded.chain) + 1 > full_every:
+        if len(loaded.chain) + 1 > self.root.spec.full_every:
             table.checkpoint_aborted()  # forces a full: bounds the restore chain
         _, kind, capture = table.checkpoint(self.batch_id)
         chain = [self.batch_id] if kind == "full" else [*loaded.chain, self.batch_id]
@@ -184,27 +205,25 @@ class PartitionTask:
         entry = self.root.write_state(self.batch_id, self.partition, data, kind, chain)
         failpoints.hit("state.after_write", self.batch_id, self.partition)
         write_ms = (time.perf_counter() - t0) * 1000
-        batch_max = processor.max_event_time_ms(rows)
         ack = {
             "query_id": self.owner,
             "file": entry,
             "watermark_ms": info.watermark_ms,
-            "max_event_time_ms": max(loaded.max_event_time_ms, batch_max),
+            "max_event_time_ms": max(loaded.max_event_time_ms, metrics["batch_max_event_ms"]),
             "batch_timestamp_ms": info.processing_time_ms,
-            "rows_in": rows.num_rows,
-            "rows_out": out.num_rows,
-            "late_rows": int(getattr(processor, "late_rows", 0)),
+            "rows_in": metrics["rows_in"],
+            "rows_out": metrics["rows_out"],
+            "late_rows": metrics["late_rows"],
             "state_keys": len(table),
             "write_ms": round(write_ms, 3),
             "from_cache": loaded.from_cache,
-            "started_ms": started,
+            "started_ms": self._started,
             "finished_ms": _now_ms(),
         }
         self.root.write_ack(self.batch_id, self.partition, ack)
         failpoints.hit("state.after_ack", self.batch_id, self.partition)
         self.root.finalize(self.batch_id)
         self.cache.put(self.cache_key, self.batch_id, table)
-        return out
 
 
 def _now_ms() -> int:

@@ -1,0 +1,127 @@
+"""The stateful helper on two executor JVMs (``local-cluster[2,1,1024]``):
+state partitions move between executors and Python workers, whose caches
+cannot be trusted, and an executor SIGKILLed mid-batch loses its tasks,
+which Spark re-runs elsewhere: the output and state equal a failure-free run,
+and the state files are byte-identical."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from snapcut.spark import GroupStateTimeout, keyed_state, read_state_arrow
+from tests.spark_support import (
+    dwell_frames,
+    rows_of,
+    run_to_end,
+    start_session,
+    stream,
+    write_inputs,
+)
+
+FILES = 3
+
+
+@pytest.fixture(scope="module")
+def failpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("failpoints") / "points"
+    path.write_text("")
+    return path
+
+
+@pytest.fixture(scope="module")
+def spark(failpoints: Path) -> Iterator[Any]:
+    session = start_session(
+        "local-cluster[2,1,1024]",
+        **{
+            "spark.executorEnv.SNAPCUT_SPARK_FAILPOINTS": f"@{failpoints}",
+            "spark.task.maxFailures": "4",
+            "spark.executor.memory": "768m",
+        },
+    )
+    yield session
+    session.stop()
+
+
+def executor_pids() -> list[int]:
+    out = subprocess.run(
+        ["pgrep", "-f", "CoarseGrainedExecutorBackend"], capture_output=True, text=True
+    ).stdout
+    return [int(p) for p in out.split()]
+
+
+def counts(
+    key: tuple[Any, ...], pdfs: Iterator[pd.DataFrame], state: Any
+) -> Iterator[pd.DataFrame]:
+    n = (state.get[0] if state.exists else 0) + sum(len(p) for p in pdfs)
+    state.update((n,))
+    yield pd.DataFrame({"user": [key[0]], "n": [n]})
+
+
+def state_files(root: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.glob("chk-*/*.state.arrow"))
+    }
+
+
+def test_two_executors_match_spark_and_survive_an_executor_kill(
+    spark: Any, failpoints: Path, tmp_path: Path
+) -> None:
+    assert len(executor_pids()) == 2
+    frames = dwell_frames(files=FILES, rows=1500, users=200, seed=5)
+    directory = write_inputs(tmp_path / "events", frames)
+
+    def query(root: Path) -> Any:
+        return keyed_state(
+            stream(spark, directory), "user", str(root), 4
+        ).apply_in_pandas_with_state(
+            counts, "user long, n long", "n long", "update", GroupStateTimeout.NoTimeout
+        )
+
+    clean = run_to_end(query(tmp_path / "clean"), tmp_path / "chk-clean")
+    native = run_to_end(
+        stream(spark, directory)
+        .groupBy("user")
+        .applyInPandasWithState(counts, "user long, n long", "n long", "update", "NoTimeout"),
+        tmp_path / "chk-native",
+    )
+    for b in range(FILES):
+        assert rows_of(clean[b], ["user"]) == rows_of(native[b], ["user"])
+    # Batch 1's tasks stall before writing their state; one executor is killed meanwhile.
+    failpoints.write_text("state.before_write:1:*:sleep:0")
+    killed: list[int] = []
+
+    def kill_one() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (tmp_path / "killed").exists():
+            if (tmp_path / "crashed" / "chk-00000000" / "manifest.json").exists():
+                time.sleep(1.0)
+                pids = executor_pids()
+                if pids:
+                    os.kill(pids[0], signal.SIGKILL)
+                    killed.append(pids[0])
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one)
+    killer.start()
+    try:
+        crashed = run_to_end(query(tmp_path / "crashed"), tmp_path / "chk-crashed")
+    finally:
+        (tmp_path / "killed").touch()
+        killer.join()
+        failpoints.write_text("")
+    assert killed, "no executor was killed"
+    for b in range(FILES):
+        assert rows_of(crashed[b], ["user"]) == rows_of(clean[b], ["user"])
+    assert state_files(tmp_path / "crashed") == state_files(tmp_path / "clean")
+    assert read_state_arrow(str(tmp_path / "crashed")) == read_state_arrow(str(tmp_path / "clean"))
