@@ -585,8 +585,11 @@ impl Operator for KeyedAggregate {
             let name = name.as_str();
             let col = self.column(&batch, name)?;
             if let Acc::Count(counts) = &mut self.accs[k] {
-                for (i, &s) in self.slots.iter().enumerate() {
-                    counts[s as usize] += i64::from(col.is_valid(i));
+                match col.logical_nulls() {
+                    None => self.slots.iter().for_each(|&s| counts[s as usize] += 1),
+                    Some(nulls) => nulls
+                        .valid_indices()
+                        .for_each(|i| counts[self.slots[i] as usize] += 1),
                 }
                 continue;
             }
