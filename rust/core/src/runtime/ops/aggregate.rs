@@ -699,8 +699,8 @@ impl Operator for KeyedAggregate {
     }
 }
 
-/// The operator keeps count, sum, min, max and mean; first/last need
-/// arrival order across batches, which `state::KeyedAggregates` keeps.
+/// This operator implements count, sum, min, max and mean only; first and
+/// last exist in `state::KeyedAggregates`, so say where to find them.
 fn check_func(spec: &AggSpec) -> Result<()> {
     match spec.func {
         AggFunc::First | AggFunc::Last => Err(Error::Config(format!(
