@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -79,8 +80,14 @@ def stream(spark: SparkSession, directory: Path, schema: str = EVENTS_SCHEMA) ->
     return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(directory))
 
 
-def run_to_end(df: DataFrame, checkpoint: Path, output_mode: str = "update") -> dict[int, pa.Table]:
-    """Runs the query with an availableNow trigger; every batch's output by id."""
+def run_to_end(
+    df: DataFrame, checkpoint: Path, output_mode: str = "update", stop_after: int | None = None
+) -> dict[int, pa.Table]:
+    """Runs the query with an availableNow trigger; every batch's output by id.
+
+    ``stop_after``: stop once that many batches ran (Spark's
+    ``applyInPandasWithState`` with processing-time timeouts runs data-less
+    batches for ever, even under availableNow)."""
     batches: dict[int, pa.Table] = {}
 
     def collect(batch_df: DataFrame, batch_id: int) -> None:
@@ -93,6 +100,10 @@ def run_to_end(df: DataFrame, checkpoint: Path, output_mode: str = "update") -> 
         .trigger(availableNow=True)
         .start()
     )
+    if stop_after is not None:
+        while q.isActive and len(batches) < stop_after:
+            time.sleep(0.05)
+        q.stop()
     q.awaitTermination()
     if q.exception() is not None:
         raise RuntimeError(str(q.exception()))
