@@ -62,7 +62,8 @@ def write_inputs(directory: Path, frames: list[pd.DataFrame]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for i, frame in enumerate(frames):
         tmp = directory / f".part-{i:05d}.parquet.tmp"
-        frame.to_parquet(tmp, index=False)
+        # Microseconds: Spark 4 cannot read parquet's TIMESTAMP(NANOS).
+        frame.to_parquet(tmp, index=False, coerce_timestamps="us")
         tmp.rename(directory / f"part-{i:05d}.parquet")
     return directory
 
