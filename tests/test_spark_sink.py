@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import functions as F
-from tests.spark_support import dwell_frames, start_session, stream, write_inputs
+from tests.spark_support import dwell_frames, object_store, start_session, stream, write_inputs
 
 from snapcut import ConfigError, SnapshotError, StorageError, snapshots
 from snapcut.spark import (
@@ -33,6 +33,7 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark import failpoints as fp
+from snapcut.spark import sink as sink_module
 from snapcut.spark.root import StateRoot, spec_of
 
 FILES = 3
@@ -332,6 +333,40 @@ def test_driver_failures_around_the_commit_and_a_restart_are_exactly_once(
     assert event_rows(read_output_arrow(str(root))) == event_rows(events)
     assert snapshots.open(str(root)).list() == list(range(FILES))
     assert not (root / "_staging").exists()
+
+
+def test_without_directory_renames_the_manifest_is_written_last(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a filesystem that cannot rename directories (an object store), the
+    files of batch N move into chk-N first and the manifest comes last; a
+    crash in between leaves a partial chk-N that readers skip and the next
+    start removes."""
+    directory, events = dwell
+    store, root, chk = object_store(), str(tmp_path / "out"), tmp_path / "chk"
+    real_commit = sink_module.SnapshotWriter.commit
+
+    def crash(self: Any, checkpoint_id: int, *args: Any, **kwargs: Any) -> Any:
+        if checkpoint_id == 1:
+            raise fp.InjectedFailure("injected failure before batch 1's manifest")
+        return real_commit(self, checkpoint_id, *args, **kwargs)
+
+    monkeypatch.setattr(sink_module.SnapshotWriter, "commit", crash)
+    with pytest.raises(Exception, match="before batch 1's manifest"):
+        run(stream(spark, directory), ArrowSnapshotSink(root, filesystem=store), chk)
+    snaps = snapshots.open(root, filesystem=store)
+    assert (snaps.list(), snaps.partial()) == ([0], [1])
+    assert list((tmp_path / "out" / "chk-00000001").glob("part-*.arrow"))
+    first = dwell_frames(files=FILES, rows=600, users=40, seed=5)[0]
+    assert event_rows(read_output_arrow(root, filesystem=store)) == event_rows(first)
+    monkeypatch.undo()
+    run(stream(spark, directory), ArrowSnapshotSink(root, filesystem=store), chk)
+    snaps = snapshots.open(root, filesystem=store)
+    assert (snaps.list(), snaps.partial()) == (list(range(FILES)), [])
+    assert snaps.verify() == {b: None for b in range(FILES)}
+    assert event_rows(read_output_arrow(root, filesystem=store)) == event_rows(events)
+    assert event_rows(read_output(spark, root, filesystem=store).toArrow()) == event_rows(events)
+    assert not (tmp_path / "out" / "_staging").exists()
 
 
 # --- one global snapshot: state + output + offsets ----------------------------
