@@ -171,6 +171,9 @@ class StateTable:
         """Upserts the rows of a pyarrow RecordBatch or Table by key."""
     def get(self, keys: Any) -> Any:
         """pyarrow Table of the present keys' rows, in the order asked."""
+    def lookup(self, keys: Any) -> tuple[Any, Any]:
+        """(pyarrow.RecordBatch, pyarrow.BooleanArray present): one row per key asked,
+        in order, duplicates included; an absent key's row is the key and nulls."""
     def delete(self, keys: Any) -> int:
         """Deletes keys (absent ones ignored); returns how many were present."""
     def diff(self) -> Any:
@@ -197,6 +200,37 @@ class StateTable:
     @property
     def changed(self) -> int: ...
     def __len__(self) -> int: ...
+
+class KeyedAggregates:
+    """Built-in aggregates per key whose accumulators live in a StateTable.
+
+    specs: (func, column or None, output) with func one of count, sum, min, max,
+    mean, first, last; column None only for count (rows, count(*)).
+    """
+
+    def __init__(
+        self,
+        input_schema: Any,
+        key: str,
+        specs: Sequence[tuple[str, str | None, str]],
+    ) -> None: ...
+    @property
+    def state_schema(self) -> Any:
+        """pyarrow.Schema of the StateTable: key, then accumulators (mean m: m__sum, m__count)."""
+    @property
+    def output_schema(self) -> Any:
+        """pyarrow.Schema of output(): key, then one column per spec."""
+    @property
+    def key(self) -> str: ...
+    def apply(self, table: StateTable, batch: Any) -> Any:
+        """Folds a RecordBatch/Table into `table`; returns the touched keys' merged
+        state rows (pyarrow.RecordBatch, one per key, in order of first appearance)."""
+    def output(self, state_rows: Any) -> Any:
+        """pyarrow.RecordBatch of results (mean = sum / count) for state rows."""
+
+def encode_keys(columns: Any) -> Any:
+    """pyarrow.BinaryArray: one key per row of a Table, RecordBatch or list of arrays;
+    equal rows (and only those) get equal bytes in every process."""
 
 class SnapshotReader:
     """Read access to a local snapshot root (the Rust reader)."""

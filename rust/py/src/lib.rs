@@ -4,6 +4,7 @@
 use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
 
+mod aggregate;
 mod channel;
 mod dataflow;
 mod errors;
@@ -31,6 +32,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sim::register(m)?;
     dataflow::register(m)?;
     state::register(m)?;
+    aggregate::register(m)?;
     store::register(m)?;
     Ok(())
 }

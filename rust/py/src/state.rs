@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::{new_empty_array, Array, ArrayRef, RecordBatch};
+use arrow_schema::DataType;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
-use pyo3_arrow::{PyRecordBatch, PySchema, PyTable};
+use pyo3_arrow::{PyArray, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
 use snapcut_core::state::{StatePolicy, StateTable as CoreTable};
 
@@ -16,7 +17,7 @@ use crate::errors::IntoPyResult;
 /// A keyed state table with change tracking for incremental checkpoints.
 #[pyclass(module = "snapcut._core", name = "StateTable")]
 pub struct StateTable {
-    inner: CoreTable,
+    pub(crate) inner: CoreTable,
     /// Base of the last checkpoint taken, if it was a diff.
     last_base: Option<u64>,
 }
@@ -57,6 +58,40 @@ fn batches(batch: AnyRecordBatch) -> PyResult<Vec<RecordBatch>> {
         .map_err(|e| PyValueError::new_err(format!("reading Arrow input: {e}")))
 }
 
+/// A RecordBatch or Table as one batch: its parts, read with the GIL held
+/// (zero-copy), and a function that joins them (copying only if there are
+/// several), to run with the GIL released.
+pub fn one_batch(batch: AnyRecordBatch) -> PyResult<impl FnOnce() -> PyResult<RecordBatch> + Send> {
+    let schema = batch.schema()?;
+    let mut parts = batches(batch)?;
+    Ok(move || {
+        if parts.len() == 1 {
+            return Ok(parts.pop().expect("one part"));
+        }
+        arrow_select::concat::concat_batches(&schema, &parts)
+            .map_err(|e| PyValueError::new_err(format!("joining the Table's batches: {e}")))
+    })
+}
+
+/// An Arrow array as a pyarrow Array (through the capsule interface).
+pub fn array_to_pyarrow(py: Python<'_>, array: ArrayRef) -> PyResult<Bound<'_, PyAny>> {
+    let array = PyArray::from_array_ref(array).into_pyobject(py)?;
+    py.import("pyarrow")?.getattr("array")?.call1((array,))
+}
+
+/// Chunks of one array as one (copying only if there are several).
+pub fn one_array(chunks: Vec<ArrayRef>, data_type: &DataType) -> PyResult<ArrayRef> {
+    match chunks.as_slice() {
+        [] => Ok(new_empty_array(data_type)),
+        [one] => Ok(one.clone()),
+        _ => {
+            let parts: Vec<&dyn Array> = chunks.iter().map(|c| c.as_ref()).collect();
+            arrow_select::concat::concat(&parts)
+                .map_err(|e| PyValueError::new_err(format!("joining key chunks: {e}")))
+        }
+    }
+}
+
 #[pymethods]
 impl StateTable {
     /// A table of `schema` (pyarrow.Schema) keyed by column `key`; every
@@ -94,6 +129,32 @@ impl StateTable {
             })
             .map_py()?;
         PyTable::try_new(out, schema)?.into_pyarrow(py)
+    }
+
+    /// One row per key asked, in the order asked (duplicates included):
+    /// `(RecordBatch, BooleanArray present)`; an absent key's row has the
+    /// key and nulls elsewhere.
+    fn lookup<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let schema = self.inner.schema();
+        let key = self.inner.key_column();
+        let chunks = key_arrays(py, &schema, key, keys)?;
+        let key_type = schema
+            .field_with_name(key)
+            .expect("key in schema")
+            .data_type();
+        let inner = &self.inner;
+        let (batch, present) = py.detach(|| -> PyResult<_> {
+            let keys = one_array(chunks, key_type)?;
+            inner.lookup(keys.as_ref()).map_py()
+        })?;
+        Ok((
+            PyRecordBatch::new(batch).into_pyarrow(py)?,
+            array_to_pyarrow(py, Arc::new(present))?,
+        ))
     }
 
     /// Deletes keys (absent ones ignored); returns how many were present.
@@ -184,10 +245,9 @@ impl StateTable {
                 }
             };
             // A pyarrow Table (several chunks) is accepted as well as a batch.
-            let schema = batch.schema()?;
-            let parts = batches(batch)?;
-            let batch = arrow_select::concat::concat_batches(&schema, &parts)
-                .map_err(|e| PyValueError::new_err(format!("state chain entry {id}: {e}")))?;
+            let batch = one_batch(batch)?().map_err(|e| {
+                PyValueError::new_err(format!("state chain entry {id}: {}", e.value(py)))
+            })?;
             captures.push((id, StateCapture { kind, batch }));
             prev = Some(id);
         }

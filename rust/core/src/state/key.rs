@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    BinaryType, Int32Type, Int64Type, LargeBinaryType, LargeUtf8Type, Utf8Type,
+    BinaryType, ByteArrayType, Int32Type, Int64Type, LargeBinaryType, LargeUtf8Type, Utf8Type,
 };
 use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, LargeBinaryArray};
 use arrow_array::{LargeStringArray, StringArray};
@@ -175,11 +175,37 @@ impl KeyIndex {
         }
     }
 
-    pub(crate) fn get(&self, key: &Key) -> Option<u32> {
-        match (self, key) {
-            (KeyIndex::Int(m), Key::Int(k)) => m.get(k).copied(),
-            (KeyIndex::Bytes(m), Key::Bytes(k)) => m.get(k).copied(),
-            _ => None,
+    /// The slot of every key of `array` (checked with [`KeyType::check`]),
+    /// `None` for absent ones. Byte keys are looked up borrowed: no
+    /// allocation per key, unlike [`KeyType::keys`].
+    pub(crate) fn slots_of(&self, array: &dyn Array) -> Vec<Option<u32>> {
+        fn bytes<T: ByteArrayType>(m: &FxHashMap<Box<[u8]>, u32>, a: &dyn Array) -> Vec<Option<u32>>
+        where
+            T::Native: AsRef<[u8]>,
+        {
+            let a = a.as_bytes::<T>();
+            (0..a.len())
+                .map(|i| m.get(a.value(i).as_ref()).copied())
+                .collect()
+        }
+        match (self, array.data_type()) {
+            (KeyIndex::Int(m), DataType::Int64) => array
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .map(|k| m.get(k).copied())
+                .collect(),
+            (KeyIndex::Int(m), DataType::Int32) => array
+                .as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|&k| m.get(&i64::from(k)).copied())
+                .collect(),
+            (KeyIndex::Bytes(m), DataType::Utf8) => bytes::<Utf8Type>(m, array),
+            (KeyIndex::Bytes(m), DataType::LargeUtf8) => bytes::<LargeUtf8Type>(m, array),
+            (KeyIndex::Bytes(m), DataType::Binary) => bytes::<BinaryType>(m, array),
+            (KeyIndex::Bytes(m), DataType::LargeBinary) => bytes::<LargeBinaryType>(m, array),
+            _ => unreachable!("key array checked against the key type"),
         }
     }
 

@@ -8,11 +8,22 @@
 //! Encoding and writing the capture is the store's background job. With
 //! several checkpoints in flight, [`StateTable::confirm_bases`] bases each
 //! diff on the last checkpoint confirmed complete instead of the last taken.
+//!
+//! [`KeyedAggregates`] keeps built-in aggregates (count, sum, min, max,
+//! mean, first, last) in a table, a batch at a time; [`encode_keys`] makes
+//! one Binary key of several key columns.
 
+pub mod aggregate;
 mod changelog;
 mod column;
+mod encode;
+mod group;
 mod key;
+#[cfg(test)]
+mod lookup_tests;
 mod table;
 
+pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};
+pub use encode::encode_keys;
 pub use key::Key;
 pub use table::{StatePolicy, StateTable, DELETED_COLUMN, KEY_METADATA};

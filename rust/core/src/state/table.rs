@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use arrow_array::{
+    make_array, new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array,
+};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::filter::filter_record_batch;
 
@@ -42,6 +44,7 @@ impl Default for StatePolicy {
 pub struct StateTable {
     schema: SchemaRef,
     diff_schema: SchemaRef,
+    lookup_schema: SchemaRef,
     key_col: usize,
     key_type: KeyType,
     policy: StatePolicy,
@@ -112,8 +115,9 @@ impl StateTable {
         let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
         fields[key_col] = fields[key_col].clone().with_nullable(false);
         let schema = Arc::new(Schema::new_with_metadata(fields.clone(), metadata.clone()));
-        // Tombstone rows carry only the key, so every value column is nullable in a diff.
-        let mut diff_fields: Vec<Field> = fields
+        // Tombstone rows (and absent keys of a lookup) carry only the key,
+        // so every value column is nullable there.
+        let values_nullable: Vec<Field> = fields
             .into_iter()
             .enumerate()
             .map(|(i, f)| {
@@ -124,6 +128,11 @@ impl StateTable {
                 }
             })
             .collect();
+        let lookup_schema = Arc::new(Schema::new_with_metadata(
+            values_nullable.clone(),
+            metadata.clone(),
+        ));
+        let mut diff_fields = values_nullable;
         diff_fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
         let diff_schema = Arc::new(Schema::new_with_metadata(diff_fields, metadata));
         let columns = schema
@@ -133,6 +142,7 @@ impl StateTable {
             .collect();
         Ok(Self {
             diff_schema,
+            lookup_schema,
             key_col,
             index: key_type.new_index(),
             tombstones: key_type.new_set(),
@@ -159,6 +169,12 @@ impl StateTable {
     /// The schema of diff batches: the table's plus a boolean `__deleted`.
     pub fn diff_schema(&self) -> SchemaRef {
         self.diff_schema.clone()
+    }
+
+    /// The schema of [`Self::lookup`] batches: the table's with every
+    /// non-key column nullable.
+    pub fn lookup_schema(&self) -> SchemaRef {
+        self.lookup_schema.clone()
     }
 
     pub fn key_column(&self) -> &str {
@@ -267,9 +283,54 @@ impl StateTable {
 
     /// The rows of the given keys that are present, in the order asked.
     pub fn get(&self, keys: &dyn Array) -> Result<RecordBatch> {
-        let keys = self.key_type.keys(self.key_column(), keys)?;
-        let slots: Vec<u32> = keys.iter().filter_map(|k| self.index.get(k)).collect();
+        self.key_type.check(self.key_column(), keys)?;
+        let slots: Vec<u32> = self.index.slots_of(keys).into_iter().flatten().collect();
         Ok(self.gather(&slots))
+    }
+
+    /// One row per key asked, in the order asked (duplicates included):
+    /// every column of a present key's row, nulls for an absent key, except
+    /// the key column, which is `keys` itself; plus a mask of the keys that
+    /// were present. The batch has [`Self::lookup_schema`].
+    pub fn lookup(&self, keys: &dyn Array) -> Result<(RecordBatch, BooleanArray)> {
+        self.key_type.check(self.key_column(), keys)?;
+        let slots = self.index.slots_of(keys);
+        let present = BooleanArray::from(slots.iter().map(Option::is_some).collect::<Vec<_>>());
+        let found: Vec<u32> = slots.iter().flatten().copied().collect();
+        // Where each asked key's row sits among the found rows (null if
+        // absent); not needed when every key was found.
+        let positions = (found.len() < slots.len()).then(|| {
+            let mut next = 0u32;
+            slots
+                .iter()
+                .map(|s| {
+                    s.map(|_| {
+                        next += 1;
+                        next - 1
+                    })
+                })
+                .collect::<UInt32Array>()
+        });
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        for (i, column) in self.columns.iter().enumerate() {
+            let array = if i == self.key_col {
+                make_array(keys.to_data())
+            } else if found.is_empty() {
+                new_null_array(self.schema.field(i).data_type(), slots.len())
+            } else {
+                let rows = column.gather(&found);
+                match &positions {
+                    None => rows,
+                    Some(p) => {
+                        arrow_select::take::take(rows.as_ref(), p, None).map_err(arrow_err)?
+                    }
+                }
+            };
+            arrays.push(array);
+        }
+        let batch = RecordBatch::try_new(self.lookup_schema.clone(), arrays)
+            .expect("columns match the lookup schema");
+        Ok((batch, present))
     }
 
     /// Every live row (slot order, which is not key order).

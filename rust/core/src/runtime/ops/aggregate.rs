@@ -30,51 +30,7 @@ use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::snapshot::{StateCapture, StateKind};
 use crate::state::{DELETED_COLUMN, KEY_METADATA};
 
-/// An aggregate function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AggFunc {
-    /// Non-null values (`int64`).
-    Count,
-    /// `int64` for integer columns, `float64` for float columns.
-    Sum,
-    Min,
-    Max,
-    /// `float64`.
-    Mean,
-}
-
-/// `func(column) AS output`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AggSpec {
-    pub func: AggFunc,
-    pub column: String,
-    pub output: String,
-}
-
-impl AggSpec {
-    pub fn new(func: AggFunc, column: impl Into<String>, output: impl Into<String>) -> Self {
-        Self {
-            func,
-            column: column.into(),
-            output: output.into(),
-        }
-    }
-    pub fn count(column: impl Into<String>, output: impl Into<String>) -> Self {
-        Self::new(AggFunc::Count, column, output)
-    }
-    pub fn sum(column: impl Into<String>, output: impl Into<String>) -> Self {
-        Self::new(AggFunc::Sum, column, output)
-    }
-    pub fn min(column: impl Into<String>, output: impl Into<String>) -> Self {
-        Self::new(AggFunc::Min, column, output)
-    }
-    pub fn max(column: impl Into<String>, output: impl Into<String>) -> Self {
-        Self::new(AggFunc::Max, column, output)
-    }
-    pub fn mean(column: impl Into<String>, output: impl Into<String>) -> Self {
-        Self::new(AggFunc::Mean, column, output)
-    }
-}
+pub use crate::state::{AggFunc, AggSpec};
 
 enum Keys {
     Unknown,
@@ -105,6 +61,9 @@ impl Acc {
             (AggFunc::Min, true) => Acc::MinF(Vec::new()),
             (AggFunc::Max, true) => Acc::MaxF(Vec::new()),
             (AggFunc::Mean, _) => Acc::Mean(Vec::new(), Vec::new()),
+            // Only the empty state before a first batch gets here (`init`
+            // rejects first/last): an empty nullable column like min's.
+            (AggFunc::First | AggFunc::Last, _) => Acc::MinI(Vec::new()),
         }
     }
 
@@ -312,12 +271,21 @@ impl KeyedAggregate {
         };
         let mut accs = Vec::with_capacity(self.specs.len());
         for spec in &self.specs {
-            let col = self.column(batch, &spec.column)?;
-            let float = matches!(values(col, &spec.column)?, Values::F64(..));
+            check_func(spec)?;
+            let name = self.input_name(spec);
+            // A count reads only validity: any column type will do.
+            let float = spec.func != AggFunc::Count
+                && matches!(values(self.column(batch, name)?, name)?, Values::F64(..));
             accs.push(Acc::new(spec.func, float));
         }
         self.accs = accs;
         Ok(())
+    }
+
+    /// The column a spec reads; count(*) counts the key column, which has
+    /// no nulls.
+    fn input_name<'a>(&'a self, spec: &'a AggSpec) -> &'a str {
+        spec.column.as_deref().unwrap_or(&self.key)
     }
 
     fn column<'a>(&self, batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef> {
@@ -559,6 +527,7 @@ impl KeyedAggregate {
         };
         let mut accs = Vec::with_capacity(self.specs.len());
         for spec in &self.specs {
+            check_func(spec)?;
             let o = &spec.output;
             let acc = match spec.func {
                 AggFunc::Mean => Acc::Mean(
@@ -588,7 +557,9 @@ impl KeyedAggregate {
                         (AggFunc::Max, false) => Acc::MaxI(ints(c)?),
                         (AggFunc::Min, true) => Acc::MinF(floats(c)?),
                         (AggFunc::Max, true) => Acc::MaxF(floats(c)?),
-                        (AggFunc::Mean, _) => unreachable!("handled above"),
+                        (AggFunc::Mean | AggFunc::First | AggFunc::Last, _) => {
+                            unreachable!("handled above")
+                        }
                     }
                 }
             };
@@ -610,8 +581,19 @@ impl Operator for KeyedAggregate {
         let key_col = self.column(&batch, &self.key)?.clone();
         self.assign_slots(&key_col)?;
         for k in 0..self.specs.len() {
-            let col = self.column(&batch, &self.specs[k].column)?;
-            let vals = values(col, &self.specs[k].column)?;
+            let name = self.input_name(&self.specs[k]).to_string();
+            let name = name.as_str();
+            let col = self.column(&batch, name)?;
+            if let Acc::Count(counts) = &mut self.accs[k] {
+                match col.logical_nulls() {
+                    None => self.slots.iter().for_each(|&s| counts[s as usize] += 1),
+                    Some(nulls) => nulls
+                        .valid_indices()
+                        .for_each(|i| counts[self.slots[i] as usize] += 1),
+                }
+                continue;
+            }
+            let vals = values(col, name)?;
             update(&mut self.accs[k], &self.slots, &vals);
         }
         self.mark_dirty();
@@ -717,6 +699,18 @@ impl Operator for KeyedAggregate {
     }
 }
 
+/// This operator implements count, sum, min, max and mean only; first and
+/// last exist in `state::KeyedAggregates`, so say where to find them.
+fn check_func(spec: &AggSpec) -> Result<()> {
+    match spec.func {
+        AggFunc::First | AggFunc::Last => Err(Error::Config(format!(
+            "aggregate {spec}: the keyed_aggregate operator supports count, sum, min, max and \
+             mean; use state::KeyedAggregates for first/last"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Keyed aggregates grouped by `key` (int64, int32 or utf8): one output row
 /// per key at end of input, columns `key, <spec.output>...`.
 pub fn keyed_aggregate(
@@ -731,6 +725,7 @@ pub fn keyed_aggregate(
     }
     let mut outs = std::collections::HashSet::new();
     for s in &specs {
+        check_func(s)?;
         if s.output == key || !outs.insert(s.output.clone()) {
             return Err(Error::Config(format!(
                 "aggregate output name {:?} is used twice (or equals the key); give each a distinct name",
