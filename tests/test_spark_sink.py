@@ -11,7 +11,11 @@ from __future__ import annotations
 import glob
 import json
 import os
+import random
+import signal
 import subprocess
+import sys
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -435,6 +439,70 @@ def test_a_missing_state_acknowledgement_fails_the_batch_until_it_arrives(
     assert as_totals(read_output_arrow(str(root)), "count") == totals(events)
     assert snapshots.open(str(root)).list() == list(range(FILES))
     assert spec_of(str(state_root)).partitions == 3
+
+
+def test_a_sigkilled_driver_restarts_to_one_snapshot_per_batch(tmp_path: Path) -> None:
+    """The dwell-time job with the sink and state= in a child process,
+    SIGKILLed (driver JVM, Python and workers) while batches run, restarted
+    from its checkpointLocation until the input is consumed: the output and
+    state equal pandas, and every batch's manifest names that batch's state
+    files and offsets."""
+    frames = dwell_frames(files=5, rows=800, users=60, seed=21)
+    directory = write_inputs(tmp_path / "events", frames)
+    run_dir = tmp_path / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "snapcut.spark.dwell_job",
+        str(directory),
+        str(run_dir / "state"),
+        str(run_dir / "chk"),
+        str(run_dir / "out"),
+        "--sink",
+        "arrow",
+    ]
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    rng = random.Random(20261123)
+    kills = 0
+    log = tmp_path / "job.log"
+    for _ in range(8):
+        # stderr to a file: a pipe nobody reads would block Spark's logging.
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                args, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err
+            )
+        if kills < 2:
+            # Kill once this run has committed a new batch, a little later.
+            out = run_dir / "out"
+            start = len(list(out.glob("chk-*/manifest.json")))
+            while proc.poll() is None:
+                if len(list(out.glob("chk-*/manifest.json"))) > start:
+                    time.sleep(rng.uniform(0.0, 1.5))
+                    break
+                time.sleep(0.05)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                kills += 1
+                continue
+        proc.wait(timeout=300)
+        assert proc.returncode == 0, log.read_text()[-3000:]
+        break
+    else:
+        raise AssertionError("the job never finished")
+    assert kills == 2
+    events = pd.concat(frames, ignore_index=True)
+    out = run_dir / "out"
+    assert as_totals(read_output_arrow(str(out)), "count") == totals(events)
+    state = read_state_arrow(str(run_dir / "state")).to_pylist()
+    assert {r["user"]: r["count"] for r in state} == {u: n for u, (n, _) in totals(events).items()}
+    assert snapshots.open(str(out)).list() == list(range(5))
+    for b in range(5):
+        m = manifest(out, b)
+        assert m["spark"]["offsets"]["sources"] == [{"logOffset": b}]
+        state_manifest = json.loads((run_dir / "state" / m["state"]["manifest"]).read_text())
+        crcs = sorted(f["crc32c"] for f in state_manifest["files"] if f["role"] == "state")
+        assert sorted(f["crc32c"] for f in m["state"]["files"]) == crcs
 
 
 # --- bad input --------------------------------------------------------------
