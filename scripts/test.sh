@@ -33,5 +33,6 @@ target/venv-wheel/bin/python -m pip install -q target/wheels-ci/snapcut-*.whl
 target/venv-wheel/bin/snapcut --version
 target/venv-wheel/bin/python -c "import snapcut, snapcut._core as c; tx, rx = c.channel(2); tx.send(1); assert rx.recv() == 1"
 
-step "pytest"
+step "pytest (Spark tests: local[2] and local-cluster[2,1,1024], one session per module)"
+export PYSPARK_PYTHON="$(command -v python)"
 python -m pytest -q tests

@@ -15,6 +15,13 @@ import pyarrow.fs as pafs
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Python workers unpickle the tests' functions by module name: they need the
+# test directory (pytest imports test modules from there) and the repository.
+_TESTS = str(Path(__file__).resolve().parent)
+_PATHS = [_TESTS, str(Path(_TESTS).parent)]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [*_PATHS, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _PATHS)]
+)
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -63,8 +70,7 @@ def write_inputs(directory: Path, frames: list[pd.DataFrame]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for i, frame in enumerate(frames):
         tmp = directory / f".part-{i:05d}.parquet.tmp"
-        # Microseconds: Spark 4 cannot read parquet's TIMESTAMP(NANOS).
-        frame.to_parquet(tmp, index=False, coerce_timestamps="us")
+        frame.to_parquet(tmp, index=False, coerce_timestamps="us", allow_truncated_timestamps=True)
         tmp.rename(directory / f"part-{i:05d}.parquet")
     return directory
 

@@ -189,10 +189,11 @@ SESSION_STATE = "start_ms long, end_ms long, events long"
 
 
 def test_event_time_sessions_match_apply_in_pandas_with_state(spark: Any, tmp_path: Path) -> None:
-    # Users come and go across 5 one-minute files, so sessions close by timeout mid-stream.
-    frames = dwell_frames(files=5, rows=400, users=120, seed=11)
+    # Users come for two one-minute files and stay away for three, so the
+    # watermark passes their sessions' timeouts mid-stream.
+    frames = dwell_frames(files=7, rows=400, users=60, seed=11)
     for i, f in enumerate(frames):
-        frames[i] = f[(f["user"] + i) % 3 != 0]
+        frames[i] = f[(f["user"] + i) % 5 >= 3]
     directory = write_inputs(tmp_path / "events", frames)
     ours = keyed_state(
         stream(spark, directory),
@@ -217,7 +218,7 @@ def test_event_time_sessions_match_apply_in_pandas_with_state(spark: Any, tmp_pa
     closed = 0
     # Spark runs one more, data-less batch at the end to fire the last
     # timeouts; snapcut's step runs in data batches only, so compare those.
-    for b in range(5):
+    for b in range(7):
         assert rows_of(got.get(b, pa.table({})), ["user", "start_ms"]) == rows_of(
             want[b], ["user", "start_ms"]
         ), b

@@ -118,7 +118,7 @@ class _Base:
         return NO_EVENT_TIME if m is None else int(m)
 
     def _prepare(self, rows: pa.Table, info: BatchInfo) -> pa.Table:
-        """Keyed rows without the late ones (Spark drops rows older than the
+        """Keyed rows without the late ones (Spark drops rows at or before the
         watermark before an event-time-timeout stateful step)."""
         self.late_rows = 0
         if BATCH_TS_COLUMN in rows.column_names:
@@ -129,7 +129,7 @@ class _Base:
             and self.event_time is not None
             and rows.num_rows
         ):
-            late = pc.less(event_time_ms(rows[self.event_time]), info.watermark_ms)
+            late = pc.less_equal(event_time_ms(rows[self.event_time]), info.watermark_ms)
             self.late_rows = int(pc.sum(late).as_py() or 0)
             if self.late_rows:
                 rows = rows.filter(pc.invert(late))
@@ -180,7 +180,7 @@ class AggregateProcessor(_Base):
             return self._output(kernel.output(table.to_arrow()))
         if rows.num_rows == 0:
             return self.output_schema.empty_table()
-        return self._output(kernel.apply(table, rows)).sort_by(self.state_key_sort())
+        return self._output(kernel.output(kernel.apply(table, rows))).sort_by(self.state_key_sort())
 
     def state_key_sort(self) -> list[tuple[str, str]]:
         return [(k, "ascending") for k in self.key]
