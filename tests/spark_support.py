@@ -20,10 +20,13 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 _TESTS = str(Path(__file__).resolve().parent)
 _PATHS = [_TESTS, str(Path(_TESTS).parent)]
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [*_PATHS, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _PATHS)]
+    [
+        *_PATHS,
+        *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _PATHS),
+    ]
 )
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402 (after PYTHONPATH)
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
