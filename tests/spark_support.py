@@ -12,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -20,10 +21,13 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 _TESTS = str(Path(__file__).resolve().parent)
 _PATHS = [_TESTS, str(Path(_TESTS).parent)]
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    [*_PATHS, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _PATHS)]
+    [
+        *_PATHS,
+        *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in _PATHS),
+    ]
 )
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402 (after PYTHONPATH)
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
@@ -119,3 +123,72 @@ def concat(batches: dict[int, pa.Table], ids: Callable[[int], bool] = lambda _: 
     if not chosen:
         raise AssertionError("no output rows in the chosen batches")
     return pa.concat_tables(chosen)
+
+
+class NoRenameHandler(pafs.FileSystemHandler):
+    """The local filesystem seen as an object store: a ``PyFileSystem`` (so
+    snapcut does not take it for a local path), directories cannot be moved.
+    Picklable, so executors get it too."""
+
+    def __init__(self) -> None:
+        self.fs = pafs.LocalFileSystem()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NoRenameHandler, ())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NoRenameHandler)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def get_type_name(self) -> str:
+        return "norename"
+
+    def normalize_path(self, path: str) -> str:
+        return path
+
+    def get_file_info(self, paths: list[str]) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(paths)  # type: ignore[no-any-return]
+
+    def get_file_info_selector(self, selector: pafs.FileSelector) -> list[pafs.FileInfo]:
+        return self.fs.get_file_info(selector)  # type: ignore[no-any-return]
+
+    def create_dir(self, path: str, recursive: bool) -> None:
+        self.fs.create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path: str) -> None:
+        self.fs.delete_dir(path)
+
+    def delete_dir_contents(self, path: str, missing_dir_ok: bool = False) -> None:
+        self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self) -> None:
+        raise OSError("refusing to empty /")
+
+    def delete_file(self, path: str) -> None:
+        self.fs.delete_file(path)
+
+    def move(self, src: str, dest: str) -> None:
+        if self.fs.get_file_info(src).type == pafs.FileType.Directory:
+            raise OSError(f"an object store cannot move directory {src}")
+        self.fs.move(src, dest)
+
+    def copy_file(self, src: str, dest: str) -> None:
+        self.fs.copy_file(src, dest)
+
+    def open_input_stream(self, path: str) -> Any:
+        return self.fs.open_input_stream(path)
+
+    def open_input_file(self, path: str) -> Any:
+        return self.fs.open_input_file(path)
+
+    def open_output_stream(self, path: str, metadata: Any) -> Any:
+        return self.fs.open_output_stream(path, metadata=metadata)
+
+    def open_append_stream(self, path: str, metadata: Any) -> Any:
+        return self.fs.open_append_stream(path, metadata=metadata)
+
+
+def object_store() -> pafs.PyFileSystem:
+    return pafs.PyFileSystem(NoRenameHandler())

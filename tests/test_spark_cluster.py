@@ -17,8 +17,6 @@ from typing import Any
 
 import pandas as pd
 import pytest
-
-from snapcut.spark import GroupStateTimeout, keyed_state, read_state_arrow
 from tests.spark_support import (
     dwell_frames,
     rows_of,
@@ -27,6 +25,8 @@ from tests.spark_support import (
     stream,
     write_inputs,
 )
+
+from snapcut.spark import GroupStateTimeout, keyed_state, read_state_arrow
 
 FILES = 3
 

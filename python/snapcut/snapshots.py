@@ -568,6 +568,8 @@ class SnapshotWriter:
         writes the whole manifest under a temp name of its own, then renames):
         for idempotent writers such as Spark tasks. State entries that carry
         their ``chain`` keep it; others get it from their base's manifest.
+        Entries of other roles (e.g. a Spark sink's "output") may name no
+        vertex; readers skip roles they do not know.
         """
         d = self._dir(checkpoint_id)
         if not replace and _fs.exists(self.fs, f"{d}/{MANIFEST_FILE}"):
@@ -592,7 +594,9 @@ class SnapshotWriter:
                 )
             f["chain"] = [*(base_entry.get("chain") or [f["base"]]), checkpoint_id]
         all_tasks = sorted(
-            set(tasks) | set(offsets) | {(f["vertex"], f["subtask"]) for f in entries}
+            set(tasks)
+            | set(offsets)
+            | {(f["vertex"], f["subtask"]) for f in entries if "vertex" in f}
         )
         src = sorted(offsets.items())
         sources = pa.table(
@@ -623,7 +627,11 @@ class SnapshotWriter:
             **(extra or {}),
         }
         data = json.dumps(manifest, indent=2).encode()
-        tmp = f"{MANIFEST_TMP_FILE}.{os.getpid()}.{uuid.uuid4().hex}" if replace else MANIFEST_TMP_FILE
+        tmp = (
+            f"{MANIFEST_TMP_FILE}.{os.getpid()}.{uuid.uuid4().hex}"
+            if replace
+            else MANIFEST_TMP_FILE
+        )
         _fs.write_atomic(self.fs, f"{d}/{MANIFEST_FILE}", f"{d}/{tmp}", data)
         return manifest
 

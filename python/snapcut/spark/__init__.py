@@ -12,7 +12,13 @@ partition, snapshotted per micro-batch as Arrow files under ``root``):
 
 ``read_state(spark, root)`` and ``read_state_arrow(root)`` read the state
 back; ``snapcut.snapshots.open(root)`` lists its batches like any snapcut
-checkpoint. Importing this module does not import pyspark.
+checkpoint.
+
+``ArrowSnapshotSink(root, ...)`` is an exactly-once ``foreachBatch`` sink
+writing each batch as Arrow IPC files plus a manifest (with ``state=``, one
+global snapshot of output, state and Spark's offsets per batch);
+``read_output(spark, root)`` and ``read_output_arrow(root)`` read the
+committed output back. Importing this module does not import pyspark.
 """
 
 from snapcut.spark.group_state import GroupState, GroupStateTimeout
@@ -25,18 +31,30 @@ from snapcut.spark.processors import (
     StateUpdate,
 )
 from snapcut.spark.read import committed_batches, read_state, read_state_arrow
+from snapcut.spark.sink import (
+    ArrowSnapshotSink,
+    BatchReport,
+    committed_output,
+    read_output,
+    read_output_arrow,
+)
 
 __all__ = [
     "PRESENT_COLUMN",
     "TIMED_OUT_COLUMN",
     "TIMEOUT_COLUMN",
+    "ArrowSnapshotSink",
     "BatchInfo",
+    "BatchReport",
     "GroupState",
     "GroupStateTimeout",
     "KeyedState",
     "StateUpdate",
     "committed_batches",
+    "committed_output",
     "keyed_state",
+    "read_output",
+    "read_output_arrow",
     "read_state",
     "read_state_arrow",
 ]

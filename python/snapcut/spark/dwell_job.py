@@ -1,7 +1,9 @@
 """The dwell-time query on Spark, as a process of its own (for crash tests,
 chaos and the demo): a parquet file source of ``(user, dwell_ms, ts)``, the
 snapcut aggregate per user (count, total, average), and Spark's exactly-once
-parquet file sink. Run to the end of the input with an ``availableNow``
+parquet file sink (``--sink parquet``) or snapcut's ``ArrowSnapshotSink``
+(``--sink arrow``: update mode by user, one global snapshot of state, output
+and offsets per batch). Run to the end of the input with an ``availableNow``
 trigger; re-running it with the same paths resumes from its checkpoint.
 
     python -m snapcut.spark.dwell_job INPUT STATE_ROOT CHECKPOINT OUTPUT [--partitions 3]
@@ -26,11 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-every", type=int, default=3)
     parser.add_argument("--files-per-batch", type=int, default=1)
     parser.add_argument("--master", default="local[2,4]")
+    parser.add_argument("--sink", choices=("parquet", "arrow"), default="parquet")
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from snapcut.spark import keyed_state
+    from snapcut.spark import ArrowSnapshotSink, keyed_state
 
     spark = (
         SparkSession.builder.master(args.master)
@@ -46,17 +49,18 @@ def main(argv: list[str] | None = None) -> int:
         .option("maxFilesPerTrigger", args.files_per_batch)
         .parquet(args.input)
     )
-    averages = keyed_state(
+    state = keyed_state(
         events, "user", args.state_root, args.partitions, full_every=args.full_every
-    ).aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
-    query = (
-        averages.writeStream.format("parquet")
-        .option("path", args.output)
-        .option("checkpointLocation", args.checkpoint)
-        .outputMode("append")
-        .trigger(availableNow=True)
-        .start()
     )
+    averages = state.aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
+    if args.sink == "arrow":
+        sink = ArrowSnapshotSink(args.output, output_mode="update", key="user", state=state)
+        writer = averages.writeStream.foreachBatch(sink).outputMode("update")
+    else:
+        writer = (
+            averages.writeStream.format("parquet").option("path", args.output).outputMode("append")
+        )
+    query = writer.option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start()
     query.awaitTermination()
     spark.stop()
     return 0

@@ -5,10 +5,13 @@
 
     state.after_write:2:0:raise:0    # attempt 0 of batch 2, partition 0 raises
     state.after_ack:3:1:kill         # the Python worker SIGKILLs itself
+    sink.after_commit:1:*:raise      # the driver fails after the sink committed batch 1
 
 ``raise`` fails the task (Spark retries it); ``kill`` dies as an external
 ``kill -9`` of the worker would; ``sleep`` stalls 3 s (a straggler, for
-speculation). ``*`` matches any batch or partition. The variable reaches
+speculation). ``*`` matches any batch or partition; the driver-side sink
+points (``sink.before_commit``, ``sink.after_commit``) hit with partition 0
+and read the variable from the driver's own environment. The variable reaches
 Python workers through ``spark.executorEnv.*``; a value ``@/path`` reads the
 points from that file at every hit, so a test can re-arm a running session.
 """
@@ -26,6 +29,10 @@ POINTS = {
     "state.before_write": "the batch was applied to the state, version N is not written",
     "state.after_write": "version N's state file is written, not yet acknowledged",
     "state.after_ack": "version N is acknowledged, the manifest may not be written",
+    "sink.before_stage": "a sink task is about to stage its output file(s) of batch N",
+    "sink.after_stage": "a sink task staged its output file(s), its result is not yet returned",
+    "sink.before_commit": "driver: batch N's output is staged (and its state acked), no manifest",
+    "sink.after_commit": "driver: batch N's manifest is published, Spark has not committed N",
 }
 ACTIONS = ("raise", "kill", "sleep")
 

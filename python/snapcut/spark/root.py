@@ -47,7 +47,7 @@ ROOT_FORMAT = "snapcut-spark-state"
 ROOT_FORMAT_VERSION = 1
 BATCH_OWNER = "batch"
 
-__all__ = ["RootSpec", "StateRoot", "read_root_meta", "spec_of"]
+__all__ = ["RootSpec", "StateRoot", "claim_root", "read_root_meta", "spec_of"]
 
 
 def schema_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
@@ -145,18 +145,7 @@ class StateRoot:
     def claim(self, owner: str) -> None:
         """Task side: the root belongs to one streaming query (by Spark's
         query id, which survives restarts from the same checkpointLocation)."""
-        path = f"{self.path}/{OWNER_FILE}"
-        if not _fs.exists(self.fs, path):
-            body = _dump({"query_id": owner, "claimed_ms": _now_ms()})
-            _fs.write_atomic(self.fs, path, f"{path}.{uuid.uuid4().hex}.tmp", body)
-        have = json.loads(_fs.read_bytes(self.fs, path)).get("query_id")
-        if have != owner:
-            raise ConfigError(
-                f"state root {self.spec.uri} belongs to query {have}, and query {owner} is "
-                "trying to write it: give each query its own root (a query keeps its id when "
-                "restarted from the same checkpointLocation; a new checkpointLocation is a new "
-                "query)"
-            )
+        claim_root(self.fs, self.path, self.spec.uri, owner, "state root")
 
     # -- per-batch files -----------------------------------------------------
 
@@ -267,6 +256,22 @@ class StateRoot:
             table = ipc.open_file(pa.BufferReader(data)).read_all()
             out.append((cid, str(f.get("kind", "full")), table))
         return out
+
+
+def claim_root(fs: Any, path: str, uri: str, owner: str, what: str) -> None:
+    """Records `owner` (a streaming query id) as the writer of the root at
+    `path`, or raises ConfigError if another query owns it."""
+    owner_path = f"{path}/{OWNER_FILE}"
+    if not _fs.exists(fs, owner_path):
+        body = _dump({"query_id": owner, "claimed_ms": _now_ms()})
+        _fs.write_atomic(fs, owner_path, f"{owner_path}.{uuid.uuid4().hex}.tmp", body)
+    have = json.loads(_fs.read_bytes(fs, owner_path)).get("query_id")
+    if have != owner:
+        raise ConfigError(
+            f"{what} {uri} belongs to query {have}, and query {owner} is trying to write it: "
+            "give each query its own root (a query keeps its id when restarted from the same "
+            "checkpointLocation; a new checkpointLocation is a new query)"
+        )
 
 
 def read_root_meta(uri: str, filesystem: Any = None) -> dict[str, Any]:

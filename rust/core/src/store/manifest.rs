@@ -68,12 +68,38 @@ pub fn channel_file_name(task: &TaskId, edge: &str, from_subtask: usize) -> Stri
 }
 
 /// What a file of a checkpoint holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
 pub enum FileRole {
     State,
     Channel,
     Sources,
+    /// A role this code does not know (e.g. `"output"`, the files of
+    /// snapcut's Spark sink): verified like every file, otherwise ignored,
+    /// and written back under its own name.
+    Other(String),
+}
+
+impl From<String> for FileRole {
+    fn from(role: String) -> Self {
+        match role.as_str() {
+            "state" => Self::State,
+            "channel" => Self::Channel,
+            "sources" => Self::Sources,
+            _ => Self::Other(role),
+        }
+    }
+}
+
+impl From<FileRole> for String {
+    fn from(role: FileRole) -> Self {
+        match role {
+            FileRole::State => "state".into(),
+            FileRole::Channel => "channel".into(),
+            FileRole::Sources => "sources".into(),
+            FileRole::Other(other) => other,
+        }
+    }
 }
 
 /// Whether a state file is a full table or a diff against `base`.
@@ -118,6 +144,10 @@ pub struct FileEntry {
     pub input: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from_subtask: Option<usize>,
+    /// Fields this code does not know (e.g. an output file's `partition`),
+    /// kept like the manifest's own unknown fields.
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl FileEntry {
@@ -223,5 +253,30 @@ impl Manifest {
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_file_roles_parse_and_round_trip() {
+        let json = r#"{"format": "snapcut-snapshot", "format_version": 1, "checkpoint_id": 3,
+            "protocol": "spark-microbatch", "started_ms": 0, "finished_ms": 0,
+            "committed_ms": 0, "graph_fingerprint": "", "savepoint": false, "tasks": [],
+            "files": [{"path": "part-00000.arrow", "role": "output", "rows": 2, "bytes": 10,
+                       "crc32c": 7, "partition": 0},
+                      {"path": "sources.arrow", "role": "sources", "rows": 0, "bytes": 1,
+                       "crc32c": 1}],
+            "output": {"mode": "append"}}"#;
+        let m = Manifest::parse(json.as_bytes(), "test").unwrap();
+        assert_eq!(m.files[0].role, FileRole::Other("output".into()));
+        assert_eq!(m.files[1].role, FileRole::Sources);
+        assert!(m.extra.contains_key("output"));
+        let again = serde_json::to_value(&m).unwrap();
+        assert_eq!(again["files"][0]["role"], "output");
+        assert_eq!(again["files"][0]["partition"], 0);
+        assert_eq!(again["files"][1]["role"], "sources");
     }
 }

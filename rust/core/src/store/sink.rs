@@ -422,6 +422,7 @@ impl SnapshotStore {
             edge: None,
             input: None,
             from_subtask: None,
+            extra: Default::default(),
         })
     }
 
@@ -588,6 +589,7 @@ fn entry(name: &str, role: FileRole, task: &crate::snapshot::TaskId) -> FileEntr
         edge: None,
         input: None,
         from_subtask: None,
+        extra: Default::default(),
     }
 }
 
