@@ -288,7 +288,9 @@ def expire_batch(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
     )
     output = pa.concat_tables(
         [
-            pa.table({"user": joined["user"], "n": n, "expired": pa.array([False] * len(n), pa.bool_())}),
+            pa.table(
+                {"user": joined["user"], "n": n, "expired": pa.array([False] * len(n), pa.bool_())}
+            ),
             pa.table(
                 {
                     "user": timed_out["user"],

@@ -79,7 +79,10 @@ def write_initial_state(ks: KeyedState, root: StateRoot, schema: pa.Schema) -> I
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        partition = TaskContext.get().partitionId()
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise ConfigError("initial_state is written inside a Spark task")
+        partition = ctx.partitionId()
         parts = list(batches)
         rows = pa.Table.from_batches(parts) if parts else None
         if rows is None or rows.num_rows == 0:

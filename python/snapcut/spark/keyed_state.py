@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from snapcut._core import ConfigError, KeyedAggregates
+from snapcut._core import ConfigError, KeyedAggregates, TaskError
 from snapcut.spark.group_state import GroupStateTimeout
 from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
 from snapcut.spark.partition import PartitionTask, Processor
@@ -129,7 +129,7 @@ class KeyedState:
         self.retain = retain
         self.filesystem = filesystem
         tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
-        self.timezone = tz
+        self.timezone: str = tz or "UTC"
         self.input_schema = to_arrow_schema(df.schema, timezone=tz)
         check_key_types(self.input_schema, self.key)
         if (event_time is None) != (watermark is None):
@@ -356,6 +356,8 @@ def make_task_function(
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
+        if ctx is None:
+            raise TaskError("the keyed_state step runs only inside a Spark task")
         partition = ctx.partitionId()
         raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
         batch_id = int(raw_batch) if raw_batch is not None else 0

@@ -152,9 +152,9 @@ class PartitionTask:
             f for f in prev["files"] if f["role"] == "state" and f.get("subtask") == self.partition
         )
         chain = list(entry.get("chain") or [n - 1])
-        table = self.cache.take(self.cache_key, n - 1)
-        if table is not None:
-            return Loaded(table, chain, watermark, max_event, True)
+        warm = self.cache.take(self.cache_key, n - 1)
+        if warm is not None:
+            return Loaded(warm, chain, watermark, max_event, True)
         table = self._new_table()
         files = self.root.read_chain(prev, self.partition)
         table.restore([(cid, kind, t) for cid, kind, t in files])

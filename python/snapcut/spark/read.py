@@ -77,4 +77,5 @@ def read_state(
 
     ids = spark.createDataFrame([(p,) for p in range(spec.partitions)], "p int")
     out_type = from_arrow_schema(schema, prefer_timestamp_ntz=False)
-    return ids.repartition(spec.partitions).mapInArrow(read, out_type)
+    out: DataFrame = ids.repartition(spec.partitions).mapInArrow(read, out_type)
+    return out
