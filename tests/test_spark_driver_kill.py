@@ -6,6 +6,7 @@ of a run that never failed."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -15,6 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from tests.spark_support import dwell_frames, write_inputs
 
@@ -35,8 +37,24 @@ def job(directory: Path, run: Path) -> list[str]:
     ]
 
 
+def committed_files(out: Path) -> list[str]:
+    """The files Spark's file sink committed: those its ``_spark_metadata``
+    log names (a crashed batch leaves files that no reader may see)."""
+    files: set[str] = set()
+    logs = [p for p in (out / "_spark_metadata").iterdir() if p.name.split(".")[0].isdigit()]
+    for log in sorted(logs, key=lambda p: int(p.name.split(".")[0])):
+        for line in log.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            path = entry["path"].removeprefix("file://")
+            if entry.get("action", "add") == "add":
+                files.add(path)
+            else:
+                files.discard(path)
+    return sorted(files)
+
+
 def output_rows(run: Path) -> Counter[tuple[int, int, int]]:
-    table = pq.read_table(run / "out")
+    table = pa.concat_tables(pq.read_table(f) for f in committed_files(run / "out"))
     return Counter(zip(*(table[c].to_pylist() for c in ("user", "count", "total")), strict=True))
 
 
