@@ -48,8 +48,21 @@ def spark(failpoints: Path) -> Iterator[Any]:
             "spark.executor.memory": "768m",
         },
     )
+    wait_for_executors(session, 2)
     yield session
     session.stop()
+
+
+def wait_for_executors(session: Any, n: int, timeout: float = 180.0) -> None:
+    """local-cluster launches its executor JVMs after the session is up;
+    on a loaded machine they register many seconds later."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        registered = session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
+        if registered >= n and len(executor_pids()) >= n:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{n} executors did not register within {timeout:.0f} s")
 
 
 def executor_pids() -> list[int]:
