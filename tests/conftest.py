@@ -23,10 +23,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from tests.s3_support import S3Server, moto_server
 
 from snapcut import Checkpointing, Dataflow, StateTable, snapshots
 from snapcut._core import SnapshotStore
-from tests.s3_support import S3Server, moto_server
 
 Task = tuple[str, int]
 Model = dict[int, dict[Task, dict[Any, Any]]]

@@ -42,11 +42,13 @@ class S3Server:
             **options,
         )
 
-    def uri(self, path: str) -> str:
-        """``s3://<path>?endpoint_override=...&scheme=http`` (credentials
-        from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, see :meth:`env`)."""
+    def uri(self, path: str, credentials: bool = False) -> str:
+        """``s3://<path>?endpoint_override=...&scheme=http``; credentials
+        from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (see :meth:`env`), or
+        with `credentials` in the URI (``s3://KEY:SECRET@<path>...``)."""
+        auth = f"{ACCESS_KEY}:{SECRET_KEY}@" if credentials else ""
         return (
-            f"s3://{path.strip('/')}?endpoint_override={quote(self.endpoint, safe='')}"
+            f"s3://{auth}{path.strip('/')}?endpoint_override={quote(self.endpoint, safe='')}"
             f"&scheme=http&region={REGION}"
         )
 

@@ -807,6 +807,5 @@ def test_cli_on_an_s3_root_says_what_it_says_locally(
     assert kept and kept[-1] == last and len(kept) < len(root.model)
     gone = set(root.model) - set(kept)
     assert not any(
-        k.startswith(tuple(snapshots.checkpoint_dir_name(c) for c in gone))
-        for k in s3.keys(path)
+        k.startswith(tuple(snapshots.checkpoint_dir_name(c) for c in gone)) for k in s3.keys(path)
     )

@@ -27,8 +27,8 @@ import pytest
 from tests.s3_support import SECRET_KEY, S3Server, closed_port
 from tests.spark_support import dwell_frames, start_session, stream, write_inputs
 
-from snapcut import StorageError, snapshots
-from snapcut._fs import ObjectStoreError, redact
+from snapcut import ObjectStoreError, StorageError, snapshots
+from snapcut._fs import redact
 from snapcut.cli import main
 from snapcut.spark import (
     ArrowSnapshotSink,
@@ -129,7 +129,10 @@ def local(
 
 @pytest.fixture(scope="module")
 def on_s3(
-    spark: Any, s3: S3Server, dwell: tuple[Path, pd.DataFrame], tmp_path_factory: pytest.TempPathFactory
+    spark: Any,
+    s3: S3Server,
+    dwell: tuple[Path, pd.DataFrame],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Roots:
     """The query with both roots on S3, given as S3FileSystem + path."""
     bucket = s3.bucket()
@@ -302,7 +305,7 @@ def test_a_restart_after_crashed_commits_shows_no_partial_batch_and_cleans_up(
     first = read_output_arrow(local.out, batch=0)
     # 1. The driver dies after batch 1 is staged, before its commit.
     fail_driver_at(monkeypatch, "sink.before_commit", 1)
-    with pytest.raises(Exception, match="injected driver failure at sink.before_commit"):
+    with pytest.raises(Exception, match=r"injected driver failure at sink\.before_commit"):
         run_query(spark, directory, roots, chk)
     monkeypatch.undo()
     out = snapshots.open(roots.out, filesystem=roots.filesystem)
@@ -409,6 +412,13 @@ def test_snapshots_cli_lists_verifies_shows_and_exports_s3_roots(
         with fs.open_output_stream(victim) as f:
             f.write(good)
     assert snapshots.open(out_uri).verify() == {b: None for b in range(FILES)}
+    # Credentials in the URI work, and are masked in what is printed.
+    with_keys = s3.uri(on_s3.out, credentials=True)
+    assert SECRET_KEY in with_keys
+    for command in ("list", "verify"):
+        code, text, err = cli(capsys, command, with_keys)
+        assert code == 0, err
+        assert SECRET_KEY not in text + err and "s3://***@" in text
 
 
 # --- errors that name the problem and the fix -----------------------------------
@@ -454,4 +464,3 @@ def test_credentials_in_a_uri_stay_out_of_messages() -> None:
     assert redact("s3://KEY:SECRET@bucket/x?scheme=http") == "s3://***@bucket/x?scheme=http"
     assert redact("/local/path") == "/local/path"
     assert redact("s3://bucket/x@y") == "s3://bucket/x@y"
-

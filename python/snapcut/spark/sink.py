@@ -737,8 +737,8 @@ def read_sink_meta(root: str | os.PathLike[str], filesystem: Any = None) -> dict
     if not _fs.exists(fs, meta_path):
         _fs.check_bucket(fs, path, f"reading sink root {_fs.redact(root)}")
         raise SnapshotError(
-            f"{_fs.redact(root)} is not a snapcut sink root: it has no {SINK_META_FILE} (is the path right? "
-            "the first batch a sink writes creates it)"
+            f"{_fs.redact(root)} is not a snapcut sink root: it has no {SINK_META_FILE} (is the "
+            "path right? the first batch a sink writes creates it)"
         )
     meta: dict[str, Any] = json.loads(_fs.read_bytes(fs, meta_path))
     if meta.get("format") != SINK_FORMAT:
