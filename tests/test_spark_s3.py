@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from tests.s3_support import SECRET_KEY, S3Server, closed_port
@@ -196,10 +197,14 @@ def assert_matches_reference(
     assert snapshots.open(roots.state, **kw).verify() == {b: None for b in want}
 
 
+def bucket_path(root: str) -> str:
+    """bucket/prefix of a root named by path or s3:// URI."""
+    return root.removeprefix("s3://").split("?", 1)[0].rsplit("@", 1)[-1]
+
+
 def object_keys(s3: S3Server, root: str) -> list[str]:
     """The keys under a root named by path (bucket/prefix) or s3:// URI."""
-    path = root.removeprefix("s3://").split("?", 1)[0]
-    return s3.keys(path)
+    return s3.keys(bucket_path(root))
 
 
 def assert_only_committed_files(s3: S3Server, roots: Roots) -> None:
@@ -210,7 +215,7 @@ def assert_only_committed_files(s3: S3Server, roots: Roots) -> None:
         keys = object_keys(s3, root)
         strays = [k for k in keys if not pattern.fullmatch(k)]
         assert strays == [], f"{root}: unexpected objects {strays}"
-        snaps = snapshots.open(root.removeprefix("s3://").split("?", 1)[0], filesystem=fs)
+        snaps = snapshots.open(bucket_path(root), filesystem=fs)
         assert snaps.partial() == []
         if pattern is SINK_KEY:
             for c in snaps:
@@ -259,7 +264,10 @@ def test_task_failures_mid_batch_on_s3_still_match(
 ) -> None:
     directory, events = dwell
     bucket = s3.bucket()
-    roots = Roots(s3.uri(f"{bucket}/state"), s3.uri(f"{bucket}/out"))
+    # URIs that carry their credentials: the tasks open them as they are.
+    roots = Roots(
+        s3.uri(f"{bucket}/state", credentials=True), s3.uri(f"{bucket}/out", credentials=True)
+    )
     # Batch 1: partition 0's task raises after writing its state file, and
     # partition 2's worker is SIGKILLed after acknowledging; batch 2:
     # partition 1's sink task raises after staging its output file.
@@ -277,6 +285,11 @@ def test_task_failures_mid_batch_on_s3_still_match(
     assert attempts[1] >= 1 and attempts[0] == 0
     acks = snapshots.open(roots.state)[1].manifest["spark"]
     assert acks["rows_in"] == ROWS
+    # The credentials are in no manifest; the sink names the state root masked.
+    for c in snapshots.open(roots.out):
+        assert SECRET_KEY not in json.dumps(c.manifest)
+        assert c.manifest["state"]["root"] == redact(roots.state)
+        assert c.manifest["state"]["root"].startswith("s3://***@")
 
 
 def fail_driver_at(monkeypatch: pytest.MonkeyPatch, point: str, batch: int) -> None:
@@ -336,6 +349,12 @@ def test_a_restart_after_crashed_commits_shows_no_partial_batch_and_cleans_up(
     assert by_user(read_output_arrow(roots.out, filesystem=roots.filesystem)) == by_user(first)
     rows = snapshots.list_checkpoints(roots.out, filesystem=roots.filesystem)
     assert [(r.id, r.status) for r in rows] == [(0, "complete"), (1, "partial")]
+    # What a crash with more tasks (or in an earlier attempt) leaves besides:
+    # files the re-run does not overwrite.
+    fs = s3.filesystem()
+    for stray in ("chk-00000001/part-00009.arrow", "_staging/00000001/part-00009-0-a0-x.arrow"):
+        with fs.open_output_stream(f"{roots.out}/{stray}") as f:
+            f.write(b"left by a crashed attempt")
     # 3. Restarted cleanly: batch 1 re-runs, the partial directory and staged
     # files are gone, and everything equals the local run.
     sink = run_query(spark, directory, roots, chk)
@@ -451,12 +470,23 @@ def test_a_missing_bucket_and_an_unreachable_endpoint_are_named(
     code, _, err = cli(capsys, "list", missing)
     assert code == 2 and "no-such-bucket-snapcut' does not exist" in err
     assert len(err.strip().splitlines()) == 1
-    # Nothing listens on this port.
+    # Nothing listens on this port (a URI retries for ~6 s, as pyarrow does).
     port = closed_port()
     gone = f"s3://bucket/out?endpoint_override=127.0.0.1%3A{port}&scheme=http"
-    for call in (lambda: ArrowSnapshotSink(gone), lambda: snapshots.open(gone)):
-        with pytest.raises(ObjectStoreError, match=rf"cannot reach http://127\.0\.0\.1:{port}"):
-            call()
+    reach = rf"cannot reach http://127\.0\.0\.1:{port} .*is the server running"
+    with pytest.raises(ObjectStoreError, match=rf"sink root {re.escape(gone)} .*{reach}"):
+        ArrowSnapshotSink(gone)
+    once = pafs.S3FileSystem(
+        endpoint_override=f"127.0.0.1:{port}",
+        scheme="http",
+        access_key="k",
+        secret_key="s",
+        retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+    )
+    with pytest.raises(ObjectStoreError, match=reach):
+        snapshots.open("bucket/out", filesystem=once)
+    with pytest.raises(ObjectStoreError, match=reach):
+        read_state_arrow("bucket/state", filesystem=once)
     assert issubclass(ObjectStoreError, StorageError)
 
 

@@ -387,7 +387,7 @@ class ArrowSnapshotSink:
             "spark": {
                 "query_id": owner,
                 "batch_id": batch_id,
-                "checkpoint_location": checkpoint,
+                "checkpoint_location": None if checkpoint is None else _fs.redact(checkpoint),
                 "offsets": offsets,
                 "stage_ms": report.stage_ms,
                 "state_wait_ms": report.state_wait_ms,
