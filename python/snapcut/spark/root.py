@@ -226,8 +226,10 @@ class StateRoot:
             extra={"spark": spark},
             replace=True,
         )
-        # Another partition's finalize may remove the same old batch first.
-        with contextlib.suppress(OSError):
+        # Best effort: another partition's finalize may remove the same old
+        # batch first, and an object store may fail a request (the next
+        # batch's finalize retries).
+        with contextlib.suppress(OSError, StorageError):
             self.writer.apply_retention(self.spec.retain)
         return manifest
 
