@@ -647,36 +647,57 @@ def _count_kill(summary: SparkSummary, kind: str, point: str | None = None) -> N
         summary.failpoints[point] = summary.failpoints.get(point, 0) + 1
 
 
-def classify(a: Attempt, kill: KillPlan | None, summary: SparkSummary, stderr: Path) -> bool:
-    """Counts what happened to one attempt; True if the driver was killed
-    (the query must be restarted), False if the attempt finished."""
+def describe(kill: KillPlan | None) -> str:
+    if kill is None:
+        return "no kill"
+    if kill.failpoint is not None:
+        return f"armed {kill.failpoint}"
+    return f"{kill.kind} kill {kill.delay:.1f} s into progress step {kill.after_steps}"
+
+
+def classify(
+    a: Attempt, kill: KillPlan | None, summary: SparkSummary, stderr: Path
+) -> tuple[bool, str]:
+    """Counts what happened to one attempt: (whether the driver was killed,
+    so the query must be restarted; what happened, for the log)."""
     killers = [h for h in a.hits if h["action"] == "kill"]
     if a.returncode == -signal.SIGKILL:
         if a.killed_by == "driver":
             _count_kill(summary, "driver_sigkill")
-            return True
+            return True, "driver tree SIGKILLed"
         driver_hits = [h for h in killers if h["where"] == "driver"]
         if driver_hits:
             _count_kill(summary, "driver_failpoint", driver_hits[0]["point"])
-            return True
+            return True, f"driver killed itself at {driver_hits[0]['point']}"
         raise ChaosError(f"the Spark child was SIGKILLed by no one of ours; see {stderr}")
     if a.returncode != 0:
         tail = stderr.read_text(errors="replace")[-3000:]
         raise ChaosError(f"the Spark child exited with {a.returncode}:\n{tail}")
+    notes = []
     for h in killers:
         _count_kill(summary, "python_worker_failpoint", h["point"])
         summary.recoveries += 1
+        notes.append(f"Python worker killed at {h['point']} (task retried)")
     if a.killed_by == "executor":
         _count_kill(summary, "executor_sigkill")
         summary.recoveries += 1
+        notes.append("an executor SIGKILLed (its tasks re-ran)")
     if kill is not None and kill.kind == "failpoint" and not killers:
         summary.armed_not_hit += 1
+        notes.append("the crash point was not reached")
     if kill is not None and kill.kind in ("driver", "executor") and a.killed_by != "executor":
         summary.timed_not_reached += 1  # (or the driver finished as it was killed)
-    return False
+        notes.append("finished before the kill")
+    return False, "finished" + (f": {'; '.join(notes)}" if notes else "")
 
 
-def run_one(opts: SparkOptions, run: int, run_dir: Path, summary: SparkSummary) -> Check:
+def run_one(
+    opts: SparkOptions,
+    run: int,
+    run_dir: Path,
+    summary: SparkSummary,
+    log: Callable[[str], None] = lambda _: None,
+) -> Check:
     """One run: input, 1..max_kills killed attempts, restarts until the query
     finishes; then the comparison."""
     rng = run_rng(opts.seed, run)
@@ -708,7 +729,9 @@ def run_one(opts: SparkOptions, run: int, run_dir: Path, summary: SparkSummary) 
         if attempt > 0:
             summary.recoveries += 1  # this attempt restarted a killed driver
         attempt += 1
-        if not classify(a, kill, summary, stderr):
+        restart, what = classify(a, kill, summary, stderr)
+        log(f"run {run} attempt {attempt - 1} ({describe(kill)}): {what} after {a.seconds:.1f} s")
+        if not restart:
             break
     if attempt > 1 and committed > 0:
         summary.restored += 1
@@ -737,7 +760,7 @@ def run_spark_chaos(
         for run in range(opts.runs):
             run_dir = root / f"spark-run-{run:04d}"
             try:
-                check = run_one(opts, run, run_dir, summary)
+                check = run_one(opts, run, run_dir, summary, log)
             except (ChaosError, SnapshotError) as e:
                 record_error(summary, run, e, run_dir, log)
                 continue
