@@ -94,6 +94,7 @@ __all__ = [
     "ArrowSnapshotSink",
     "BatchReport",
     "committed_output",
+    "read_batch_output_arrow",
     "read_output",
     "read_output_arrow",
     "read_sink_meta",
@@ -811,6 +812,21 @@ def read_output_arrow(
     if meta["output_mode"] == "update":
         table = _newest_per_key(table, meta["key"])
     return table
+
+
+def read_batch_output_arrow(
+    root: str | os.PathLike[str], batch: int, filesystem: Any = None
+) -> pa.Table:
+    """The rows committed batch `batch` wrote, alone (not merged with other
+    batches whatever the output mode), every file checked."""
+    fs, path = _fs.resolve(root, filesystem)
+    meta = read_sink_meta(root, filesystem)
+    backend = _FsBackend(fs, path)
+    if batch not in backend.complete():
+        raise SnapshotError(f"batch {batch} is not committed in sink root {root}")
+    tables = [_read_file(backend, b, f) for b, f in _output_files([backend.manifest(batch)])]
+    schema: pa.Schema = meta["arrow_schema"]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 @dataclass(frozen=True)
