@@ -27,11 +27,19 @@ use snapcut_core::store::{FileKind, FileRole, SnapshotStore, StoreOptions, MANIF
 const SLOW_COMMIT: Duration = Duration::from_millis(120);
 const RECORDS: u64 = 2_000_000;
 
-/// Counts the records it passes on.
+/// Counts the records it passes on, and takes at least 50 µs per batch, so
+/// that the job lasts long enough (≥ 0.2 s) for checkpoints to overlap it
+/// however fast the machine.
 struct Counting(Arc<AtomicU64>);
 
 impl Operator for Counting {
-    fn process(&mut self, _input: InputId, batch: Batch, out: &mut dyn Emitter) -> snapcut_core::Result<()> {
+    fn process(
+        &mut self,
+        _input: InputId,
+        batch: Batch,
+        out: &mut dyn Emitter,
+    ) -> snapcut_core::Result<()> {
+        std::thread::sleep(Duration::from_micros(50));
         self.0.fetch_add(batch.num_rows() as u64, Ordering::SeqCst);
         out.emit(batch)
     }
@@ -157,6 +165,8 @@ fn run(protocol: ProtocolKind, root: &Path) -> (JobReport, Vec<Window>, u64) {
     let config = CheckpointConfig {
         protocol,
         interval: Some(Duration::from_millis(30)),
+        // Some processing between stop-the-world checkpoints.
+        min_pause: Duration::from_millis(30),
         full_every: 10,
         ..Default::default()
     };
