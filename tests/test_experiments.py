@@ -59,8 +59,9 @@ def test_tiny_grid_writes_every_cell_of_every_experiment(tiny_run: tuple[Path, s
     for r in rows:
         assert r.runtime_s > 0 and r.throughput_rps > 0
         assert r.throughput_rps == pytest.approx(r.records / r.runtime_s, rel=0.05)
-        if r.protocol != "none" and r.interval_s is not None and r.interval_s <= 0.05:
-            assert r.checkpoints >= 1, r
+        if r.protocol == "none":
+            assert r.checkpoints == 0
+    assert any(r.checkpoints > 0 for r in rows if r.protocol == "sync")
     # Rounds ran in rotated orders.
     first = {}
     for r in sorted(rows, key=lambda r: r.order):

@@ -26,7 +26,8 @@ class Cell:
     keys: int
     parallelism: int
     records: int
-    timeline: bool = False
+    timeline: bool = field(default=False, compare=False)
+    """Keep this cell's throughput timeline (not part of its identity)."""
 
     def group(self) -> tuple[str, int, int, int]:
         """Cells sharing a `none` baseline: same experiment, keys, parallelism, records."""
@@ -57,6 +58,7 @@ class Preset:
     state_records: int
     parallelisms: tuple[int, ...]
     parallel_interval: float
+    parallel_records: int
     smoke: bool = field(default=True)
     """Figures from this preset are a smoke test, not results."""
 
@@ -65,17 +67,18 @@ PRESETS: dict[str, Preset] = {
     "tiny": Preset(
         name="tiny",
         repetitions=2,
-        records=200_000,
+        records=1_000_000,
         keys=1_000,
         parallelism=2,
-        intervals=(0.05, 0.5),
-        timeline_interval=0.1,
-        timeline_records=300_000,
+        intervals=(0.02, 0.2),
+        timeline_interval=0.05,
+        timeline_records=2_000_000,
         state_keys=(1_000, 10_000),
         state_intervals=(0.1,),
         state_records=200_000,
         parallelisms=(1, 2),
         parallel_interval=0.1,
+        parallel_records=200_000,
     ),
     "quick": Preset(
         name="quick",
@@ -91,11 +94,12 @@ PRESETS: dict[str, Preset] = {
         state_records=4_000_000,
         parallelisms=(1, 2, 4),
         parallel_interval=0.5,
+        parallel_records=4_000_000,
     ),
     "full": Preset(
         name="full",
-        repetitions=5,
-        records=400_000_000,
+        repetitions=3,
+        records=1_000_000_000,
         keys=10_000,
         parallelism=2,
         intervals=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
@@ -106,6 +110,7 @@ PRESETS: dict[str, Preset] = {
         state_records=100_000_000,
         parallelisms=(1, 2, 4, 8),
         parallel_interval=3.0,
+        parallel_records=200_000_000,
         smoke=False,
     ),
 }

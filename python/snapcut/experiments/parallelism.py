@@ -25,7 +25,7 @@ def cells(p: Preset, protocols: tuple[str, ...] | None) -> list[Cell]:
                 (p.parallel_interval,),
                 keys=p.keys,
                 parallelism=par,
-                records=p.records,
+                records=p.parallel_records,
             )
         )
     return out
