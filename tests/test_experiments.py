@@ -90,6 +90,7 @@ def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
         "timeline.png",
         "state_size_overhead.png",
         "parallelism_throughput.png",
+        "backpressure.png",
     } <= names
     for p in pngs:
         w, h = _png_size(p)
@@ -108,6 +109,7 @@ def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
 def _row(protocol: str, interval: float | None, rep: int, runtime: float, **kw: int) -> Row:
     return Row(
         experiment="interval",
+        scenario="",
         protocol=protocol,
         interval_s=interval,
         keys=kw.get("keys", 100),
@@ -123,6 +125,8 @@ def _row(protocol: str, interval: float | None, rep: int, runtime: float, **kw: 
         checkpoint_ms_max=2.0,
         state_bytes_max=0,
         stall_s=0.0,
+        alignment_ms_max=0.5,
+        logged_records_max=0,
     )
 
 
@@ -181,7 +185,7 @@ def test_unknown_names_are_typed_errors(capsys: pytest.CaptureFixture[str]) -> N
     with pytest.raises(ConfigError, match="unknown experiment 'speed'"):
         resolve(["speed"])
     with pytest.raises(ConfigError, match="not implemented yet"):
-        resolve(["4"])
+        resolve(["6"])
     assert [e.name for e in resolve(["3,interval"])] == ["interval", "timeline"]
     assert main(["experiment", "--tiny", "--experiments", "nope", "--dry-run"]) == 2
     assert "unknown experiment 'nope'" in capsys.readouterr().err

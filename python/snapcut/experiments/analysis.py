@@ -24,6 +24,7 @@ class Row:
     """One run: a line of results.csv."""
 
     experiment: str
+    scenario: str
     protocol: str
     interval_s: float | None
     keys: int
@@ -39,6 +40,8 @@ class Row:
     checkpoint_ms_max: float
     state_bytes_max: int
     stall_s: float
+    alignment_ms_max: float
+    logged_records_max: int
 
     @property
     def cell(self) -> Cell:
@@ -49,11 +52,22 @@ class Row:
             self.keys,
             self.parallelism,
             self.records,
+            self.scenario,
         )
 
 
 COLUMNS = [f.name for f in fields(Row)]
-_INTS = {"keys", "parallelism", "records", "repetition", "order", "checkpoints", "state_bytes_max"}
+_INTS = {
+    "keys",
+    "parallelism",
+    "records",
+    "repetition",
+    "order",
+    "checkpoints",
+    "state_bytes_max",
+    "logged_records_max",
+}
+_STRS = {"experiment", "scenario", "protocol"}
 
 
 def write_csv(rows: Iterable[Row], path: Path) -> None:
@@ -73,7 +87,7 @@ def read_csv(path: Path) -> list[Row]:
             vals: dict[str, object] = {}
             for k in COLUMNS:
                 v = d[k]
-                if k in ("experiment", "protocol"):
+                if k in _STRS:
                     vals[k] = v
                 elif k == "interval_s":
                     vals[k] = float(v) if v else None
@@ -103,11 +117,13 @@ class Summary:
     checkpoint_ms_max: float
     stall_s_max: float
     state_bytes_max: int
+    alignment_ms_max: float
+    logged_records_max: int
 
 
 def overheads(rows: list[Row]) -> dict[Cell, list[float]]:
     """Per cell, runtime / same-round `none` runtime - 1, for every round that has both."""
-    base: dict[tuple[tuple[str, int, int, int], int], float] = {}
+    base: dict[tuple[tuple[str, str, int, int, int], int], float] = {}
     for r in rows:
         if r.protocol == "none":
             base[(r.cell.group(), r.repetition)] = r.runtime_s
@@ -146,16 +162,27 @@ def summarize(rows: list[Row]) -> list[Summary]:
                 checkpoint_ms_max=max(r.checkpoint_ms_max for r in rs),
                 stall_s_max=max(r.stall_s for r in rs),
                 state_bytes_max=max(r.state_bytes_max for r in rs),
+                alignment_ms_max=max(r.alignment_ms_max for r in rs),
+                logged_records_max=max(r.logged_records_max for r in rs),
             )
         )
     return out
 
 
-def _sort_key(c: Cell) -> tuple[str, int, int, int, int, str, float]:
-    order = ("none", "aligned", "unaligned", "chandy-lamport", "sync-capture", "sync")
+def _sort_key(c: Cell) -> tuple[str, str, int, int, int, int, str, float]:
+    order = (
+        "none",
+        "aligned",
+        "aligned-timeout",
+        "unaligned",
+        "chandy-lamport",
+        "sync-capture",
+        "sync",
+    )
     rank = order.index(c.protocol) if c.protocol in order else len(order)
     return (
         c.experiment,
+        c.scenario,
         c.records,
         c.parallelism,
         c.keys,

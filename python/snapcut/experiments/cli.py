@@ -5,7 +5,8 @@ results.csv, timeline.csv, report.md and PNG plots to --out.
   --quick  a few minutes on 2 cores (the default)
   --full   the real grid; says how long it will take before it starts
 
-Experiments: interval (1), timeline (3), state-size (2), parallelism (5);
+Experiments: interval (1), timeline (3), state-size (2), parallelism (5),
+backpressure (4);
 --experiments picks some (names or numbers, comma-separated).
 """
 
@@ -40,7 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--experiments",
         action="append",
         metavar="NAMES",
-        help="which experiments: interval,timeline,state-size,parallelism (or 1,3,2,5); "
+        help="which experiments: interval,timeline,state-size,parallelism,backpressure "
+        "(or 1,3,2,5,4); "
         "default all",
     )
     p.add_argument(

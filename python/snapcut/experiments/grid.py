@@ -14,6 +14,11 @@ from snapcut._core import ConfigError
 from snapcut.checkpointing import PROTOCOLS
 
 ABS_AND_SYNC = ("none", "aligned", "unaligned", "chandy-lamport", "sync")
+ALIGNED_TIMEOUT = "aligned-timeout"
+"""Not a protocol of its own: `unaligned` starting aligned, switching after
+`ALIGNMENT_TIMEOUT_S` (Flink's aligned-checkpoint timeout)."""
+ALIGNMENT_TIMEOUT_S = 0.01
+VARIANTS = (ALIGNED_TIMEOUT,)
 
 
 @dataclass(frozen=True, order=True)
@@ -26,17 +31,21 @@ class Cell:
     keys: int
     parallelism: int
     records: int
+    scenario: str = ""
+    """A variant of the job (experiment 4: "slow-operator", "hot-key"); "" = the paper's."""
     timeline: bool = field(default=False, compare=False)
     """Keep this cell's throughput timeline (not part of its identity)."""
 
-    def group(self) -> tuple[str, int, int, int]:
-        """Cells sharing a `none` baseline: same experiment, keys, parallelism, records."""
-        return (self.experiment, self.keys, self.parallelism, self.records)
+    def group(self) -> tuple[str, str, int, int, int]:
+        """Cells sharing a `none` baseline: same experiment, scenario, keys,
+        parallelism, records."""
+        return (self.experiment, self.scenario, self.keys, self.parallelism, self.records)
 
     def label(self) -> str:
         iv = "-" if self.interval_s is None else f"{self.interval_s:g} s"
+        scenario = f" · {self.scenario}" if self.scenario else ""
         return (
-            f"{self.experiment} · {self.protocol} @ {iv} · {self.keys:,} keys · "
+            f"{self.experiment}{scenario} · {self.protocol} @ {iv} · {self.keys:,} keys · "
             f"p{self.parallelism} · {self.records:,} rec"
         )
 
@@ -59,6 +68,9 @@ class Preset:
     parallelisms: tuple[int, ...]
     parallel_interval: float
     parallel_records: int
+    backpressure_records: int = 1_000_000
+    backpressure_interval: float = 0.1
+    slow_ms_per_batch: float = 2.0
     smoke: bool = field(default=True)
     """Figures from this preset are a smoke test, not results."""
 
@@ -79,6 +91,9 @@ PRESETS: dict[str, Preset] = {
         parallelisms=(1, 2),
         parallel_interval=0.1,
         parallel_records=200_000,
+        backpressure_records=200_000,
+        backpressure_interval=0.02,
+        slow_ms_per_batch=0.5,
     ),
     "quick": Preset(
         name="quick",
@@ -95,6 +110,7 @@ PRESETS: dict[str, Preset] = {
         parallelisms=(1, 2, 4),
         parallel_interval=0.5,
         parallel_records=4_000_000,
+        backpressure_records=2_000_000,
     ),
     "full": Preset(
         name="full",
@@ -111,6 +127,8 @@ PRESETS: dict[str, Preset] = {
         parallelisms=(1, 2, 4, 8),
         parallel_interval=3.0,
         parallel_records=200_000_000,
+        backpressure_records=20_000_000,
+        backpressure_interval=1.0,
         smoke=False,
     ),
 }
@@ -126,8 +144,10 @@ def preset(name: str) -> Preset:
 def check_protocols(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     """Validates protocol names (typed error naming the choices)."""
     for n in names:
-        if n not in PROTOCOLS:
-            raise ConfigError(f"unknown protocol {n!r}; use one of: {', '.join(PROTOCOLS)}")
+        if n not in PROTOCOLS and n not in VARIANTS:
+            raise ConfigError(
+                f"unknown protocol {n!r}; use one of: {', '.join(PROTOCOLS + VARIANTS)}"
+            )
     return tuple(names)
 
 
@@ -140,16 +160,18 @@ def sweep(
     parallelism: int,
     records: int,
     timeline: bool = False,
+    scenario: str = "",
 ) -> list[Cell]:
     """`none` once (no interval) plus every other protocol at every interval."""
     cells: list[Cell] = []
     if "none" in protocols:
-        cells.append(Cell(experiment, "none", None, keys, parallelism, records, timeline))
+        cells.append(Cell(experiment, "none", None, keys, parallelism, records, scenario, timeline))
     for p in protocols:
         if p == "none":
             continue
         cells.extend(
-            Cell(experiment, p, iv, keys, parallelism, records, timeline) for iv in intervals
+            Cell(experiment, p, iv, keys, parallelism, records, scenario, timeline)
+            for iv in intervals
         )
     return cells
 

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from snapcut.checkpointing import Checkpointing
 from snapcut.dataflow import Dataflow, RunReport
-from snapcut.experiments.grid import Cell
+from snapcut.experiments.grid import ALIGNED_TIMEOUT, ALIGNMENT_TIMEOUT_S, Cell
 
 SOURCE = "source"
 LAST_STAGE = "stage3"
@@ -59,6 +59,8 @@ class Measurement:
     checkpoint_ms_max: float
     state_bytes_max: int
     stall_s: float
+    alignment_ms_max: float
+    logged_records_max: int
     bucket_s: float
     source_timeline: list[int]
     last_stage_timeline: list[int]
@@ -91,6 +93,8 @@ def measure(report: RunReport, wall_s: float) -> Measurement:
         checkpoint_ms_max=max(durations, default=0.0),
         state_bytes_max=max((c.state_bytes for c in report.completed_checkpoints), default=0),
         stall_s=longest_stall(source, bucket),
+        alignment_ms_max=max((c.max_alignment_ms for c in periodic), default=0.0),
+        logged_records_max=max((c.logged_records for c in periodic), default=0),
         bucket_s=bucket,
         source_timeline=source,
         last_stage_timeline=report.timeline.get(LAST_STAGE, []),
@@ -98,17 +102,30 @@ def measure(report: RunReport, wall_s: float) -> Measurement:
     )
 
 
+def checkpointing(cell: Cell) -> Checkpointing:
+    if cell.protocol == "none":
+        return Checkpointing(protocol="none")
+    if cell.protocol == ALIGNED_TIMEOUT:
+        return Checkpointing(
+            protocol="unaligned",
+            interval=cell.interval_s,
+            alignment_timeout=ALIGNMENT_TIMEOUT_S,
+        )
+    return Checkpointing(protocol=cell.protocol, interval=cell.interval_s)
+
+
 def run_cell(cell: Cell, workdir: Path) -> Measurement:
     """Runs `cell` once, checkpoints durable under `workdir` (removed after)."""
-    flow = build(cell.records, cell.keys, cell.parallelism)
+    if cell.scenario:
+        from snapcut.experiments.backpressure import build_scenario
+
+        flow = build_scenario(cell)
+    else:
+        flow = build(cell.records, cell.keys, cell.parallelism)
     chk = workdir / "checkpoints"
     shutil.rmtree(chk, ignore_errors=True)
-    if cell.protocol == "none":
-        cp = Checkpointing(protocol="none")
-        root = None
-    else:
-        cp = Checkpointing(protocol=cell.protocol, interval=cell.interval_s)
-        root = chk
+    cp = checkpointing(cell)
+    root = None if cell.protocol == "none" else chk
     started = time.perf_counter()
     try:
         report = flow.run(cp, checkpoint_dir=root)

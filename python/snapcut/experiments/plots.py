@@ -13,6 +13,7 @@ from snapcut.experiments.analysis import Summary
 COLORS = {
     "none": "black",
     "aligned": "tab:blue",
+    "aligned-timeout": "tab:cyan",
     "unaligned": "tab:green",
     "chandy-lamport": "tab:purple",
     "sync-capture": "tab:orange",

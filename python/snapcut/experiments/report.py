@@ -92,8 +92,8 @@ def table(summaries: list[Summary]) -> str:
     head = (
         "| protocol | interval | keys | tasks/op | runs | runtime s, median [min-max] "
         "| overhead %, median [min-max] | M rec/s | checkpoints | ckpt ms median / max "
-        "| longest stall s | state MiB |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| max align ms | logged rec | longest stall s | state MiB |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for s in summaries:
@@ -108,12 +108,14 @@ def table(summaries: list[Summary]) -> str:
                 "+.1f",
             )
         )
+        proto = f"{c.protocol} ({c.scenario})" if c.scenario else c.protocol
         lines.append(
-            f"| {c.protocol} | {'-' if c.interval_s is None else f'{c.interval_s:g} s'} "
+            f"| {proto} | {'-' if c.interval_s is None else f'{c.interval_s:g} s'} "
             f"| {c.keys:,} | {c.parallelism} | {s.runs} "
             f"| {_range(s.runtime_median, s.runtime_min, s.runtime_max, '.3f')} | {ovh} "
             f"| {s.throughput_median / 1e6:.2f} | {s.checkpoints_median:g} "
             f"| {s.checkpoint_ms_median:.1f} / {s.checkpoint_ms_max:.1f} "
+            f"| {s.alignment_ms_max:.1f} | {s.logged_records_max:,} "
             f"| {s.stall_s_max:.2f} | {s.state_bytes_max / 2**20:.1f} |"
         )
     return head + "\n".join(lines) + "\n"

@@ -111,6 +111,7 @@ def execute(
                 m = run(cell, workdir)
                 row = Row(
                     experiment=cell.experiment,
+                    scenario=cell.scenario,
                     protocol=cell.protocol,
                     interval_s=cell.interval_s,
                     keys=cell.keys,
@@ -126,6 +127,8 @@ def execute(
                     checkpoint_ms_max=m.checkpoint_ms_max,
                     state_bytes_max=m.state_bytes_max,
                     stall_s=m.stall_s,
+                    alignment_ms_max=m.alignment_ms_max,
+                    logged_records_max=m.logged_records_max,
                 )
                 out.rows.append(row)
                 if cell.timeline and cell not in out.timelines:
