@@ -165,8 +165,7 @@ fn run(case: &Case) -> Result<Vec<Step>, TestCaseError> {
         let aligns = matches!(
             case.kind,
             ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture
-        )
-            || (case.kind == ProtocolKind::Unaligned && case.aligned_first);
+        ) || (case.kind == ProtocolKind::Unaligned && case.aligned_first);
         let triggerable = !aligns || !case.kinds.contains(&InputKind::Regular);
         if triggerable && next_trigger <= case.m && rng.chance(1, 4) {
             moves.push(Move::Trigger);
@@ -300,10 +299,9 @@ fn check(case: &Case, steps: &[Step]) -> Result<(), TestCaseError> {
         prop_assert!(complete_at.contains_key(&id), "no Complete {}", id);
     }
     let aligned = matches!(
-            case.kind,
-            ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture
-        )
-        || (case.kind == ProtocolKind::Unaligned && case.aligned_first && !timed_out);
+        case.kind,
+        ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture
+    ) || (case.kind == ProtocolKind::Unaligned && case.aligned_first && !timed_out);
     if aligned && !case.kinds.contains(&InputKind::BackEdge) {
         prop_assert!(!any_log, "aligned task without back-edges logged");
     }

@@ -93,12 +93,14 @@ impl SnapshotSink for SlowStore {
             .iter()
             .filter(|f| f.role == FileRole::State)
             .all(|f| f.kind == Some(FileKind::Full));
-        let source_offset = manifest
-            .tasks
-            .iter()
-            .filter_map(|t| t.source_offset)
-            .sum();
-        let at_capture = self.at_capture.lock().unwrap().get(&id).copied().unwrap_or(u64::MAX);
+        let source_offset = manifest.tasks.iter().filter_map(|t| t.source_offset).sum();
+        let at_capture = self
+            .at_capture
+            .lock()
+            .unwrap()
+            .get(&id)
+            .copied()
+            .unwrap_or(u64::MAX);
         self.windows.lock().unwrap().push(Window {
             id,
             at_capture,
@@ -132,9 +134,11 @@ fn run(protocol: ProtocolKind, root: &Path) -> (JobReport, Vec<Window>, u64) {
     let count = g.add_operator(
         "count",
         1,
-        Arc::new(move |_: usize, _: usize| -> snapcut_core::Result<Box<dyn Operator>> {
-            Ok(Box::new(Counting(p.clone())))
-        }),
+        Arc::new(
+            move |_: usize, _: usize| -> snapcut_core::Result<Box<dyn Operator>> {
+                Ok(Box::new(Counting(p.clone())))
+            },
+        ),
     );
     let agg = g.add_operator(
         "agg",
