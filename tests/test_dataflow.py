@@ -11,7 +11,7 @@ import pytest
 from snapcut import Checkpointing, Dataflow, RunReport
 from snapcut.dataflow import dwell_events
 
-PROTOCOLS = ["aligned", "unaligned", "chandy-lamport", "sync", "none"]
+PROTOCOLS = ["aligned", "unaligned", "chandy-lamport", "sync", "sync-capture", "none"]
 USERS, COUNT, SEED = 300, 120_000, 7
 
 

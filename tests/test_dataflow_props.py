@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from snapcut import Checkpointing, Dataflow
 
-PROTOCOLS = ["aligned", "unaligned", "chandy-lamport", "sync", "none"]
+PROTOCOLS = ["aligned", "unaligned", "chandy-lamport", "sync", "sync-capture", "none"]
 
 rows_strategy = st.lists(
     st.tuples(st.integers(0, 20), st.integers(-1_000, 1_000)), min_size=1, max_size=400

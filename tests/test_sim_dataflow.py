@@ -17,6 +17,7 @@ PROTOCOLS = [
     ("unaligned", False),
     ("unaligned", True),
     ("sync", False),
+    ("sync-capture", False),
     ("chandy-lamport", False),
 ]
 

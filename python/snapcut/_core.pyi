@@ -121,7 +121,12 @@ class _GraphBuilder:
         self, name: str, parallelism: int, users: int, count: int, seed: int, batch_size: int
     ) -> int: ...
     def add_aggregate(
-        self, name: str, parallelism: int, key: str, specs: list[tuple[str, str, str | None]]
+        self,
+        name: str,
+        parallelism: int,
+        key: str,
+        specs: list[tuple[str, str, str | None]],
+        forward: bool = False,
     ) -> int: ...
     def add_iteration_head(self, name: str, parallelism: int) -> int: ...
     def add_collect(self, name: str, parallelism: int, result: str) -> int: ...

@@ -16,7 +16,7 @@ from snapcut._core import ConfigError
 
 Seconds = float | int | timedelta
 
-PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync", "none")
+PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync", "sync-capture", "none")
 FAILOVER_STRATEGIES = ("region", "full")
 
 
@@ -52,7 +52,11 @@ class Checkpointing:
     """Checkpointing of a job (Flink's `CheckpointConfig`).
 
     protocol: "aligned" (ABS, Flink's default), "unaligned", "chandy-lamport",
-        "sync" (stop-the-world baseline) or "none".
+        "sync" (the stop-the-world baseline of the ABS paper: pause the
+        sources, drain, write every task's full state durably, then resume),
+        "sync-capture" (pause and drain, resume once every task has captured
+        its state; the store writes it in the background) or "none".
+        README "Protocols" says what each does during a checkpoint.
     interval: time between checkpoints (seconds or timedelta); None = no
         periodic checkpoints (as in Flink), only the final one.
     timeout: a checkpoint running longer is aborted (Flink: 10 min).

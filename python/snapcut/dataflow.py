@@ -374,7 +374,7 @@ def _add_vertex(b: _core._GraphBuilder, node: _Node) -> int:
         case "process":
             return b.add_keyed_process(n, p, kw["key"], kw["fn"])
         case "aggregate":
-            return b.add_aggregate(n, p, kw["key"], kw["specs"])
+            return b.add_aggregate(n, p, kw["key"], kw["specs"], kw["forward"])
         case "union":
             return b.add_union(n, p)
         case "iteration_head":
@@ -477,7 +477,11 @@ class RunReport:
     `snapcut.snapshots`). restored_from: the checkpoint the run started
     from (`resume`/`restore_from`), or None. skipped: (checkpoint id, reason)
     of corrupt/partial checkpoints `resume` passed over. restarts: each
-    restart after a failure, in order (see `Restart`).
+    restart after a failure, in order (see `Restart`). timeline: per
+    operator (by name), the records it received (a source: emitted) in each
+    `timeline_bucket_s` bucket since the job started, summed over its
+    subtasks — throughput over time, where a stop-the-world pause shows as
+    empty buckets.
     """
 
     results: dict[str, pa.Table]
@@ -490,6 +494,8 @@ class RunReport:
     restored_from: int | None = None
     skipped: list[tuple[int, str]] = field(default_factory=list)
     restarts: list[Restart] = field(default_factory=list)
+    timeline_bucket_s: float = 0.0
+    timeline: dict[str, list[int]] = field(default_factory=dict)
 
     @staticmethod
     def from_raw(raw: dict[str, Any]) -> RunReport:
@@ -507,6 +513,8 @@ class RunReport:
                 Restart(str(e), c, r, tuple(str(t) for t in tasks))
                 for e, c, r, tasks in raw.get("restarts", [])
             ],
+            timeline_bucket_s=float(raw.get("timeline_bucket_s", 0.0)),
+            timeline={str(k): [int(n) for n in v] for k, v in raw.get("timeline", {}).items()},
         )
 
     @property
@@ -622,11 +630,24 @@ class KeyedStream:
         return _Input(self._stream._node, "hash", self.key)
 
     def aggregate(
-        self, *, name: str | None = None, parallelism: int | None = None, **specs: AggSpec
+        self,
+        *,
+        name: str | None = None,
+        parallelism: int | None = None,
+        forward: bool = False,
+        **specs: AggSpec,
     ) -> Stream:
         """Per key, built-in aggregates running in Rust: `out="count"` or
         `out=(fn, column)` with fn in count, sum, min, max, mean. Emits one
-        row per key (key column first) when the input ends."""
+        row per key (key column first) when the input ends.
+
+        forward=True makes it a streaming stateful stage: every input batch
+        is passed on unchanged once it is folded into the keyed state
+        (checkpointed like any aggregate), and nothing is emitted at the
+        end; chains of these with `key_by` between them give every stage
+        keyed state (the ABS paper's topology)."""
+        if not isinstance(forward, bool):
+            raise ConfigError(f"aggregate forward= must be a bool, got {forward!r}")
         if not specs:
             raise ConfigError("aggregate needs at least one output, e.g. count='count'")
         parsed: list[tuple[str, str, str | None]] = []
@@ -646,7 +667,15 @@ class KeyedStream:
                 )
             parsed.append((out, spec[0], spec[1]))
         s = self._stream
-        return s._then("aggregate", name, parallelism, self._input(), key=self.key, specs=parsed)
+        return s._then(
+            "aggregate",
+            name,
+            parallelism,
+            self._input(),
+            key=self.key,
+            specs=parsed,
+            forward=forward,
+        )
 
     def process(
         self, fn: KeyedFn, *, name: str | None = None, parallelism: int | None = None

@@ -50,6 +50,7 @@ fn case() -> impl Strategy<Value = Case> {
             Just(ProtocolKind::Unaligned),
             Just(ProtocolKind::ChandyLamport),
             Just(ProtocolKind::Sync),
+            Just(ProtocolKind::SyncCapture),
         ],
         any::<bool>(),
         any::<(bool, bool)>(),
@@ -161,8 +162,10 @@ fn run(case: &Case) -> Result<Vec<Step>, TestCaseError> {
         }
         // ABS triggers only reach tasks without regular inputs (sources,
         // iteration heads); markers may be initiated anywhere.
-        let aligns = matches!(case.kind, ProtocolKind::Aligned | ProtocolKind::Sync)
-            || (case.kind == ProtocolKind::Unaligned && case.aligned_first);
+        let aligns = matches!(
+            case.kind,
+            ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture
+        ) || (case.kind == ProtocolKind::Unaligned && case.aligned_first);
         let triggerable = !aligns || !case.kinds.contains(&InputKind::Regular);
         if triggerable && next_trigger <= case.m && rng.chance(1, 4) {
             moves.push(Move::Trigger);
@@ -295,8 +298,10 @@ fn check(case: &Case, steps: &[Step]) -> Result<(), TestCaseError> {
         prop_assert!(snap_at.contains_key(&id), "no Snapshot {}", id);
         prop_assert!(complete_at.contains_key(&id), "no Complete {}", id);
     }
-    let aligned = matches!(case.kind, ProtocolKind::Aligned | ProtocolKind::Sync)
-        || (case.kind == ProtocolKind::Unaligned && case.aligned_first && !timed_out);
+    let aligned = matches!(
+        case.kind,
+        ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture
+    ) || (case.kind == ProtocolKind::Unaligned && case.aligned_first && !timed_out);
     if aligned && !case.kinds.contains(&InputKind::BackEdge) {
         prop_assert!(!any_log, "aligned task without back-edges logged");
     }

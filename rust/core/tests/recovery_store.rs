@@ -153,6 +153,7 @@ fn restart_from_store_equals_failure_free_under_every_protocol() {
         ProtocolKind::Unaligned,
         ProtocolKind::ChandyLamport,
         ProtocolKind::Sync,
+        ProtocolKind::SyncCapture,
     ] {
         let dir = tempfile::tempdir().unwrap();
         let armed = Arc::new(AtomicBool::new(true));

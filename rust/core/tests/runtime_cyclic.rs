@@ -301,3 +301,8 @@ fn chandy_lamport_iteration_is_consistent() {
 fn sync_iteration_is_consistent() {
     run(ProtocolKind::Sync);
 }
+
+#[test]
+fn sync_capture_iteration_is_consistent() {
+    run(ProtocolKind::SyncCapture);
+}

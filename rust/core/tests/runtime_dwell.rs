@@ -232,7 +232,10 @@ fn check_protocol(protocol: ProtocolKind, config: CheckpointConfig) {
             "{protocol} checkpoint {}",
             c.meta.id
         );
-        if matches!(protocol, ProtocolKind::Aligned | ProtocolKind::Sync) {
+        if matches!(
+            protocol,
+            ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture
+        ) {
             assert!(
                 c.tasks.values().all(|t| t.channels.is_empty()),
                 "aligned checkpoints store no channel state"
@@ -278,6 +281,11 @@ fn chandy_lamport_dwell_job_is_exact_and_consistent() {
 #[test]
 fn sync_dwell_job_is_exact_and_consistent() {
     check_protocol(ProtocolKind::Sync, CheckpointConfig::default());
+}
+
+#[test]
+fn sync_capture_dwell_job_is_exact_and_consistent() {
+    check_protocol(ProtocolKind::SyncCapture, CheckpointConfig::default());
 }
 
 #[test]

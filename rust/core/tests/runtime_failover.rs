@@ -185,6 +185,7 @@ fn options(failover: FailoverStrategy, attempts: u32) -> JobOptions {
             attempts,
             delay: Duration::ZERO,
         },
+        ..Default::default()
     }
 }
 

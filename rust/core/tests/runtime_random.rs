@@ -188,6 +188,7 @@ fn random_merge_trees_give_consistent_cuts_under_every_protocol() {
             ProtocolKind::Unaligned,
             ProtocolKind::ChandyLamport,
             ProtocolKind::Sync,
+            ProtocolKind::SyncCapture,
         ] {
             shapes += check(seed, protocol) as usize;
         }

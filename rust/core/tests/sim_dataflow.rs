@@ -16,6 +16,7 @@ fn kind() -> impl Strategy<Value = (ProtocolKind, bool)> {
         Just((ProtocolKind::Unaligned, false)),
         Just((ProtocolKind::Unaligned, true)),
         Just((ProtocolKind::Sync, false)),
+        Just((ProtocolKind::SyncCapture, false)),
         Just((ProtocolKind::ChandyLamport, false)),
     ]
 }

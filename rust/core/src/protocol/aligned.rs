@@ -20,9 +20,11 @@
 //!   of it (and of any older id) are ignored. A barrier newer than the one
 //!   being aligned abandons the older alignment (it was aborted upstream).
 //!
-//! The stop-the-world baseline ([`super::ProtocolKind::Sync`]) uses this same
-//! machine at tasks: the runtime pauses the sources from the trigger until the
-//! checkpoint completes, so alignment simply happens with drained channels.
+//! The stop-the-world baselines ([`super::ProtocolKind::Sync`],
+//! [`super::ProtocolKind::SyncCapture`]) use this same machine at tasks: the
+//! runtime pauses the sources from the trigger until the checkpoint is
+//! durably committed (`Sync`) or captured (`SyncCapture`), so alignment
+//! simply happens with drained channels.
 
 use super::abs::{Core, Mode};
 use super::{Action, CheckpointId, Event, InputId, InputKind, Protocol};

@@ -9,8 +9,9 @@
 //! record, so the cost of consulting the machine is amortised over a batch.
 //!
 //! Machines: [`ChandyLamport`] (markers, never blocks), [`Aligned`] (ABS,
-//! acyclic and cyclic; also used for [`ProtocolKind::Sync`], whose
-//! difference — pausing the sources — lives in the runtime), [`Unaligned`]
+//! acyclic and cyclic; also used for [`ProtocolKind::Sync`] and
+//! [`ProtocolKind::SyncCapture`], whose difference — pausing the sources,
+//! and for `Sync` until the checkpoint is durable — lives in the runtime), [`Unaligned`]
 //! (optionally aligned first, switching on [`Event::AlignmentTimeout`]).
 //! Build one per task with [`for_task`]. Every machine is exercised by the
 //! property tests in `tests/proptest_protocol.rs` and driven over whole
@@ -113,9 +114,11 @@ pub trait Protocol: Send + fmt::Debug {
 ///   aligned-checkpoint timeout > 0).
 /// - `ChandyLamport`: [`ChandyLamport`] over all inputs (back-edges are
 ///   ordinary channels to it).
-/// - `Sync`: [`Aligned`] — the stop-the-world baseline differs only in the
-///   runtime, which pauses sources from trigger to completion, so the
-///   barriers find drained channels.
+/// - `Sync` and `SyncCapture`: [`Aligned`] — the stop-the-world baselines
+///   differ only in the runtime, which pauses the sources at the trigger
+///   (so the barriers find drained channels) and resumes them after the
+///   durable commit (`Sync`) or once every task has captured its state
+///   (`SyncCapture`).
 ///
 /// `aligned_first` only matters for `Unaligned`.
 pub fn for_task(
@@ -124,7 +127,9 @@ pub fn for_task(
     aligned_first: bool,
 ) -> Option<Box<dyn Protocol>> {
     match kind {
-        ProtocolKind::Aligned | ProtocolKind::Sync => Some(Box::new(Aligned::new(inputs))),
+        ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture => {
+            Some(Box::new(Aligned::new(inputs)))
+        }
         ProtocolKind::Unaligned => Some(Box::new(Unaligned::new(inputs, aligned_first))),
         ProtocolKind::ChandyLamport => Some(Box::new(ChandyLamport::new(inputs.len()))),
         ProtocolKind::None => None,
@@ -140,21 +145,41 @@ pub enum ProtocolKind {
     Unaligned,
     /// The Chandy–Lamport marker algorithm.
     ChandyLamport,
-    /// Stop-the-world: pause sources, drain, snapshot, resume.
+    /// Stop-the-world, the paper's synchronous baseline (Naiad): pause the
+    /// sources, drain every channel, capture every task's *full* state and
+    /// write it durably (files fsynced, manifest committed), and only then
+    /// resume the sources.
     Sync,
+    /// A lighter stop-the-world variant: pause the sources, drain, capture
+    /// every task's state (incrementally, like ABS), and resume as soon as
+    /// every task has handed its capture over; the store writes it in the
+    /// background while the job runs again. Not the paper's baseline.
+    SyncCapture,
     /// No checkpoints.
     None,
 }
 
 impl ProtocolKind {
     /// Every protocol, by its name as users spell it.
-    pub const ALL: [ProtocolKind; 5] = [
+    pub const ALL: [ProtocolKind; 6] = [
         ProtocolKind::Aligned,
         ProtocolKind::Unaligned,
         ProtocolKind::ChandyLamport,
         ProtocolKind::Sync,
+        ProtocolKind::SyncCapture,
         ProtocolKind::None,
     ];
+
+    /// Whether checkpoints pause the sources (the stop-the-world protocols).
+    pub fn pauses_sources(self) -> bool {
+        matches!(self, ProtocolKind::Sync | ProtocolKind::SyncCapture)
+    }
+
+    /// Whether every checkpoint captures every task's whole state, never a
+    /// diff (the synchronous baseline writes all state each time, as Naiad).
+    pub fn full_state_every_time(self) -> bool {
+        self == ProtocolKind::Sync
+    }
 
     /// The name users write in configuration.
     pub fn name(self) -> &'static str {
@@ -163,6 +188,7 @@ impl ProtocolKind {
             ProtocolKind::Unaligned => "unaligned",
             ProtocolKind::ChandyLamport => "chandy-lamport",
             ProtocolKind::Sync => "sync",
+            ProtocolKind::SyncCapture => "sync-capture",
             ProtocolKind::None => "none",
         }
     }
@@ -211,7 +237,11 @@ mod tests {
     fn factory_builds_each_protocol() {
         let inputs = [InputKind::Regular, InputKind::Regular];
         assert!(for_task(ProtocolKind::None, &inputs, false).is_none());
-        for kind in [ProtocolKind::Aligned, ProtocolKind::Sync] {
+        for kind in [
+            ProtocolKind::Aligned,
+            ProtocolKind::Sync,
+            ProtocolKind::SyncCapture,
+        ] {
             let mut p = for_task(kind, &inputs, false).unwrap();
             let mut out = Vec::new();
             p.on_event(Event::Barrier { input: 0, id: 1 }, &mut out);

@@ -68,6 +68,24 @@ pub(crate) struct AckStats {
 pub(crate) struct TaskCounters {
     pub records_in: u64,
     pub records_out: u64,
+    /// Records received (a source: emitted) per time bucket since the job
+    /// started (`JobOptions::timeline_bucket`); empty when that is zero.
+    pub timeline: Vec<u64>,
+}
+
+impl TaskCounters {
+    /// Counts `n` records in the bucket of the time `now - started`.
+    #[inline]
+    pub fn count_at(&mut self, n: u64, started: std::time::Instant, bucket_nanos: u64) {
+        if bucket_nanos == 0 {
+            return;
+        }
+        let b = (started.elapsed().as_nanos() / bucket_nanos as u128) as usize;
+        if self.timeline.len() <= b {
+            self.timeline.resize(b + 1, 0);
+        }
+        self.timeline[b] += n;
+    }
 }
 
 /// Task (or job handle) → coordinator.

@@ -345,7 +345,7 @@ impl Coordinator {
     fn slot_free(&self) -> bool {
         let limit = match self.config.protocol {
             // Sources stay paused until the checkpoint ends: one at a time.
-            ProtocolKind::Sync | ProtocolKind::Unaligned => 1,
+            ProtocolKind::Sync | ProtocolKind::SyncCapture | ProtocolKind::Unaligned => 1,
             _ => self.config.max_concurrent,
         };
         self.in_flight.len() < limit
@@ -414,7 +414,7 @@ impl Coordinator {
         );
         self.last_trigger = now;
         self.shared.latest_triggered.store(id, Ordering::Release);
-        let pause = self.config.protocol == ProtocolKind::Sync;
+        let pause = self.config.protocol.pauses_sources();
         for t in self.tasks.iter().filter(|t| t.is_source) {
             t.mailbox.push(Control::Trigger { id, pause });
             t.waker.notify();
@@ -428,10 +428,23 @@ impl Coordinator {
         id
     }
 
+    /// Every task has acknowledged checkpoint `id`: commit it to the sink
+    /// (for the durable store: wait for every file the background writer
+    /// has queued, fsync it, write `sources.arrow` and the manifest by
+    /// atomic rename), then tell the tasks.
+    ///
+    /// Stop-the-world protocols resume their paused sources here. `Sync`
+    /// (the paper's baseline) resumes only after the commit returned, so no
+    /// record is processed between the pause and the durable commit;
+    /// `SyncCapture` resumes before the commit, as soon as every task has
+    /// captured its state, and the write overlaps processing.
     fn complete(&mut self, id: CheckpointId) {
         let Some(f) = self.in_flight.remove(&id) else {
             return;
         };
+        if self.config.protocol == ProtocolKind::SyncCapture {
+            self.resume_sources();
+        }
         let meta = CheckpointMeta {
             id,
             protocol: self.config.protocol,
@@ -451,12 +464,20 @@ impl Coordinator {
         self.last_end = Some(now);
         self.metrics
             .push(self.metrics_of(id, &f, now, CheckpointStatus::Completed));
-        let resume = self.config.protocol == ProtocolKind::Sync;
         for t in &self.tasks {
             t.mailbox.push(Control::Committed(id));
-            if resume && t.is_source {
-                t.mailbox.push(Control::Resume);
-            }
+            t.waker.notify();
+        }
+        if self.config.protocol == ProtocolKind::Sync {
+            self.resume_sources();
+        }
+    }
+
+    /// Lets paused sources emit again (stop-the-world protocols). A source
+    /// that is not paused ignores it.
+    fn resume_sources(&self) {
+        for t in self.tasks.iter().filter(|t| t.is_source) {
+            t.mailbox.push(Control::Resume);
             t.waker.notify();
         }
     }
@@ -487,7 +508,7 @@ impl Coordinator {
         self.last_end = Some(now);
         self.metrics
             .push(self.metrics_of(id, &f, now, CheckpointStatus::Aborted(reason.clone())));
-        let resume = self.config.protocol == ProtocolKind::Sync;
+        let resume = self.config.protocol.pauses_sources();
         for t in &self.tasks {
             t.mailbox.push(Control::Abort(id));
             if resume && t.is_source {

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::graph::{LogicalGraph, PhysicalGraph, Regions};
@@ -27,6 +27,9 @@ pub struct JobOptions {
     pub failover: FailoverStrategy,
     /// How many restarts, and how soon.
     pub restart: RestartStrategy,
+    /// Width of the buckets of [`JobReport::timeline`] (records per vertex
+    /// per bucket); zero records no timeline. Default 50 ms.
+    pub timeline_bucket: Duration,
 }
 
 impl Default for JobOptions {
@@ -35,6 +38,7 @@ impl Default for JobOptions {
             channel_capacity: 64,
             failover: FailoverStrategy::default(),
             restart: RestartStrategy::default(),
+            timeline_bucket: Duration::from_millis(50),
         }
     }
 }
@@ -238,6 +242,8 @@ impl Job {
             sink,
             protocol: self.config.protocol,
             alignment_timeout: self.config.alignment_timeout,
+            started,
+            timeline_bucket_nanos: self.options.timeline_bucket.as_nanos() as u64,
         });
         let mut launcher = Launcher::new(
             &self.graph,
@@ -296,8 +302,27 @@ impl Job {
             checkpoints: std::mem::take(&mut coordinator.metrics),
             tasks: Vec::with_capacity(n),
             restarts: self.restarts.entries().split_off(restarts_before),
+            timeline_bucket: self.options.timeline_bucket,
+            timeline: Vec::new(),
         };
         report.checkpoints.sort_by_key(|c| c.id);
+        if !self.options.timeline_bucket.is_zero() {
+            for (v, vertex) in self.graph.vertices.iter().enumerate() {
+                let mut sum: Vec<u64> = Vec::new();
+                for (pt, c) in phys.tasks.iter().zip(&coordinator.counters) {
+                    if pt.vertex != v {
+                        continue;
+                    }
+                    if sum.len() < c.timeline.len() {
+                        sum.resize(c.timeline.len(), 0);
+                    }
+                    for (s, n) in sum.iter_mut().zip(&c.timeline) {
+                        *s += n;
+                    }
+                }
+                report.timeline.push((vertex.name.clone(), sum));
+            }
+        }
         for (pt, c) in phys.tasks.iter().zip(&coordinator.counters) {
             if pt.is_source {
                 report.records_in += c.records_in;

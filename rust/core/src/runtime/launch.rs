@@ -111,7 +111,11 @@ impl<'a> Launcher<'a> {
             };
             let mut replay = Vec::new();
             if let Body::Operator(op) = &mut body {
-                op.set_full_every(if self.shared.sink.materializes() {
+                // The synchronous baseline writes every task's whole state at
+                // every checkpoint (Naiad); the others capture what changed.
+                op.set_full_every(if self.config.protocol.full_state_every_time() {
+                    1
+                } else if self.shared.sink.materializes() {
                     u32::MAX
                 } else {
                     self.config.full_every

@@ -71,6 +71,13 @@ pub struct JobReport {
     /// Regions (or, with the `full` strategy, all tasks) restarted during
     /// this run after a task failed.
     pub restarts: Vec<crate::runtime::failover::Restart>,
+    /// Width of a [`JobReport::timeline`] bucket (zero: no timeline).
+    pub timeline_bucket: Duration,
+    /// Per logical vertex (in graph order), records it received (a source:
+    /// emitted) in each bucket since the job started, summed over its
+    /// subtasks: the throughput over time, where a stop-the-world pause
+    /// shows as empty buckets. A restarted task's count starts again.
+    pub timeline: Vec<(String, Vec<u64>)>,
 }
 
 impl JobReport {

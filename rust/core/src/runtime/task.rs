@@ -31,6 +31,10 @@ pub(crate) struct JobShared {
     pub sink: Arc<dyn SnapshotSink>,
     pub protocol: ProtocolKind,
     pub alignment_timeout: Duration,
+    /// When the job started: time zero of the throughput timeline.
+    pub started: Instant,
+    /// Width of a timeline bucket in nanoseconds (0: no timeline).
+    pub timeline_bucket_nanos: u64,
 }
 
 /// Termination detection for one cycle: it is over when every member has
@@ -231,7 +235,13 @@ impl Task {
                 };
                 match src.next_batch()? {
                     Some(batch) => {
-                        self.counters.records_in += batch.num_rows() as u64;
+                        let n = batch.num_rows() as u64;
+                        self.counters.records_in += n;
+                        self.counters.count_at(
+                            n,
+                            self.shared.started,
+                            self.shared.timeline_bucket_nanos,
+                        );
                         crate::runtime::operator::Emitter::emit(&mut self.outputs, batch)?;
                         self.counters.records_out = self.outputs.records_out;
                     }
@@ -376,7 +386,10 @@ impl Task {
                         self.inputs[input].edge_name
                     )));
                 }
-                self.counters.records_in += batch.num_rows() as u64;
+                let n = batch.num_rows() as u64;
+                self.counters.records_in += n;
+                self.counters
+                    .count_at(n, self.shared.started, self.shared.timeline_bucket_nanos);
                 let counter = self.inputs[input].loop_counter.clone();
                 if self.protocol.is_some() {
                     self.event(Event::Record { input }, Some((input, batch)))?;

@@ -304,7 +304,7 @@ impl Sim {
 
     fn moves(&mut self) -> Vec<Move> {
         let cfg = &self.cfg;
-        let sync_pause = cfg.protocol == ProtocolKind::Sync && self.in_flight().next().is_some();
+        let sync_pause = cfg.protocol.pauses_sources() && self.in_flight().next().is_some();
         let mut moves = Vec::new();
         for v in 0..cfg.sources {
             if self.tasks[v].emitted < cfg.tokens_per_source && !sync_pause {
@@ -620,7 +620,7 @@ impl Sim {
             }
             let aligned = matches!(
                 self.cfg.protocol,
-                ProtocolKind::Aligned | ProtocolKind::Sync
+                ProtocolKind::Aligned | ProtocolKind::Sync | ProtocolKind::SyncCapture
             ) || (self.cfg.protocol == ProtocolKind::Unaligned
                 && self.cfg.aligned_first
                 && !ck.timed_out);

@@ -147,12 +147,16 @@ impl GraphBuilder {
     }
 
     /// Built-in keyed aggregates; `specs` are `(output, func, column or None)`.
+    /// With `forward`, a streaming stage: each input batch is passed on
+    /// after it is folded into the state, and no final rows are emitted.
+    #[pyo3(signature = (name, parallelism, key, specs, forward=false))]
     fn add_aggregate(
         &mut self,
         name: String,
         parallelism: usize,
         key: String,
         specs: Vec<(String, String, Option<String>)>,
+        forward: bool,
     ) -> PyResult<VertexId> {
         let specs = specs
             .into_iter()
@@ -177,7 +181,12 @@ impl GraphBuilder {
             })
             .collect::<Result<Vec<_>, Error>>()
             .map_py()?;
-        let factory = ops::keyed_aggregate(key, specs).map_py()?;
+        let factory = if forward {
+            ops::keyed_aggregate_forwarding(key, specs)
+        } else {
+            ops::keyed_aggregate(key, specs)
+        }
+        .map_py()?;
         Ok(self
             .graph
             .add_operator(name, check_parallelism(parallelism)?, factory))

@@ -167,5 +167,11 @@ pub fn to_py<'py>(
     d.set_item("records_in", report.records_in)?;
     d.set_item("records_out", report.records_out)?;
     d.set_item("duration_s", report.elapsed.as_secs_f64())?;
+    d.set_item("timeline_bucket_s", report.timeline_bucket.as_secs_f64())?;
+    let timeline = PyDict::new(py);
+    for (vertex, counts) in &report.timeline {
+        timeline.set_item(vertex, counts.clone())?;
+    }
+    d.set_item("timeline", timeline)?;
     Ok(d)
 }

@@ -177,6 +177,9 @@ pub struct KeyedAggregate {
     /// A capture was aborted: the next one is full (see `abort`).
     force_full: bool,
     full_every: u32,
+    /// Pass every input batch on, unchanged, after folding it in (a
+    /// streaming stateful stage); then `finish` emits nothing.
+    forward: bool,
 }
 
 /// What one capture closed: the slots touched since the capture before it.
@@ -212,7 +215,15 @@ impl KeyedAggregate {
             confirmed: None,
             force_full: false,
             full_every: 1,
+            forward: false,
         }
+    }
+
+    /// This operator passes each input batch on after folding it into its
+    /// state, and emits no final rows: a stateful stage of a pipeline.
+    pub fn forwarding(mut self) -> Self {
+        self.forward = true;
+        self
     }
 
     fn mark_dirty(&mut self) {
@@ -571,7 +582,7 @@ impl KeyedAggregate {
 }
 
 impl Operator for KeyedAggregate {
-    fn process(&mut self, _input: InputId, batch: Batch, _out: &mut dyn Emitter) -> Result<()> {
+    fn process(&mut self, _input: InputId, batch: Batch, out: &mut dyn Emitter) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -597,6 +608,9 @@ impl Operator for KeyedAggregate {
             update(&mut self.accs[k], &self.slots, &vals);
         }
         self.mark_dirty();
+        if self.forward {
+            out.emit(batch)?;
+        }
         Ok(())
     }
 
@@ -692,7 +706,7 @@ impl Operator for KeyedAggregate {
     }
 
     fn finish(&mut self, out: &mut dyn Emitter) -> Result<()> {
-        if self.len() > 0 {
+        if self.len() > 0 && !self.forward {
             out.emit(self.results()?)?;
         }
         Ok(())
@@ -717,7 +731,26 @@ pub fn keyed_aggregate(
     key: impl Into<String>,
     specs: Vec<AggSpec>,
 ) -> Result<Arc<dyn OperatorFactory>> {
-    let key = key.into();
+    aggregate_factory(key.into(), specs, false)
+}
+
+/// A streaming stateful stage: the same keyed aggregates (state,
+/// checkpoints, restore), but every input batch is passed on unchanged
+/// after it is folded in, and nothing is emitted at end of input. Chains of
+/// these with hash shuffles between them make the ABS paper's topology
+/// (keyed state at every stage, every record through every stage).
+pub fn keyed_aggregate_forwarding(
+    key: impl Into<String>,
+    specs: Vec<AggSpec>,
+) -> Result<Arc<dyn OperatorFactory>> {
+    aggregate_factory(key.into(), specs, true)
+}
+
+fn aggregate_factory(
+    key: String,
+    specs: Vec<AggSpec>,
+    forward: bool,
+) -> Result<Arc<dyn OperatorFactory>> {
     if specs.is_empty() {
         return Err(Error::Config(
             "keyed_aggregate needs at least one aggregate".into(),
@@ -735,7 +768,8 @@ pub fn keyed_aggregate(
     }
     Ok(Arc::new(
         move |_: usize, _: usize| -> Result<Box<dyn Operator>> {
-            Ok(Box::new(KeyedAggregate::new(key.clone(), specs.clone())))
+            let op = KeyedAggregate::new(key.clone(), specs.clone());
+            Ok(Box::new(if forward { op.forwarding() } else { op }))
         },
     ))
 }

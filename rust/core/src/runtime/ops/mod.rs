@@ -6,7 +6,9 @@ mod batches;
 mod generator;
 mod sinks;
 
-pub use aggregate::{keyed_aggregate, AggFunc, AggSpec, KeyedAggregate};
+pub use aggregate::{
+    keyed_aggregate, keyed_aggregate_forwarding, AggFunc, AggSpec, KeyedAggregate,
+};
 pub use basic::{iterate, map_batches, union, ITERATE_FEEDBACK_PORT, ITERATE_OUTPUT_PORT};
 pub use batches::{batch_source, BatchSource};
 pub use generator::{dwell_record, dwell_schema, dwell_source, DwellSource};

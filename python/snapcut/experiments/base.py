@@ -1,0 +1,24 @@
+"""What an experiment is: a named grid of cells and the plots drawn from it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from snapcut.experiments.analysis import Summary
+from snapcut.experiments.grid import Cell, Preset
+from snapcut.experiments.job import Measurement
+
+Timelines = dict[Cell, Measurement]
+"""The first repetition's measurement of every cell that records a timeline."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    number: int
+    title: str
+    question: str
+    cells: Callable[[Preset, tuple[str, ...] | None], list[Cell]]
+    plot: Callable[[list[Summary], Timelines, Path], list[Path]]

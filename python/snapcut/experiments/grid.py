@@ -1,0 +1,188 @@
+"""Cells, presets and the run order of an experiment grid.
+
+A *cell* is one configuration (experiment, protocol, interval, keys,
+parallelism, records); each is run `repetitions` times. Round r runs every
+cell once, the order rotated by r, so that no cell always runs first (cold
+caches) or last (a machine that got busier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from snapcut._core import ConfigError
+from snapcut.checkpointing import PROTOCOLS
+
+ABS_AND_SYNC = ("none", "aligned", "unaligned", "chandy-lamport", "sync")
+ALIGNED_TIMEOUT = "aligned-timeout"
+"""Not a protocol of its own: `unaligned` starting aligned, switching after
+`ALIGNMENT_TIMEOUT_S` (Flink's aligned-checkpoint timeout)."""
+ALIGNMENT_TIMEOUT_S = 0.01
+VARIANTS = (ALIGNED_TIMEOUT,)
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    """One configuration of one experiment. `interval_s` is None for `none`."""
+
+    experiment: str
+    protocol: str
+    interval_s: float | None
+    keys: int
+    parallelism: int
+    records: int
+    scenario: str = ""
+    """A variant of the job (experiment 4: "slow-operator", "hot-key"); "" = the paper's."""
+    timeline: bool = field(default=False, compare=False)
+    """Keep this cell's throughput timeline (not part of its identity)."""
+
+    def group(self) -> tuple[str, str, int, int, int]:
+        """Cells sharing a `none` baseline: same experiment, scenario, keys,
+        parallelism, records."""
+        return (self.experiment, self.scenario, self.keys, self.parallelism, self.records)
+
+    def label(self) -> str:
+        iv = "-" if self.interval_s is None else f"{self.interval_s:g} s"
+        scenario = f" · {self.scenario}" if self.scenario else ""
+        return (
+            f"{self.experiment}{scenario} · {self.protocol} @ {iv} · {self.keys:,} keys · "
+            f"p{self.parallelism} · {self.records:,} rec"
+        )
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Sizes of every experiment's grid."""
+
+    name: str
+    repetitions: int
+    records: int
+    keys: int
+    parallelism: int
+    intervals: tuple[float, ...]
+    timeline_interval: float
+    timeline_records: int
+    state_keys: tuple[int, ...]
+    state_intervals: tuple[float, ...]
+    state_records: int
+    parallelisms: tuple[int, ...]
+    parallel_interval: float
+    parallel_records: int
+    backpressure_records: int = 1_000_000
+    backpressure_interval: float = 0.1
+    slow_ms_per_batch: float = 2.0
+    smoke: bool = field(default=True)
+    """Figures from this preset are a smoke test, not results."""
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        name="tiny",
+        repetitions=2,
+        records=1_000_000,
+        keys=1_000,
+        parallelism=2,
+        intervals=(0.02, 0.2),
+        timeline_interval=0.05,
+        timeline_records=2_000_000,
+        state_keys=(1_000, 10_000),
+        state_intervals=(0.1,),
+        state_records=200_000,
+        parallelisms=(1, 2),
+        parallel_interval=0.1,
+        parallel_records=200_000,
+        backpressure_records=200_000,
+        backpressure_interval=0.02,
+        slow_ms_per_batch=0.5,
+    ),
+    "quick": Preset(
+        name="quick",
+        repetitions=3,
+        records=8_000_000,
+        keys=10_000,
+        parallelism=2,
+        intervals=(0.05, 0.2, 1.0),
+        timeline_interval=0.25,
+        timeline_records=16_000_000,
+        state_keys=(10_000, 100_000, 1_000_000),
+        state_intervals=(1.0, 0.1),
+        state_records=4_000_000,
+        parallelisms=(1, 2, 4),
+        parallel_interval=0.5,
+        parallel_records=4_000_000,
+        backpressure_records=2_000_000,
+    ),
+    "full": Preset(
+        name="full",
+        repetitions=3,
+        records=1_000_000_000,
+        keys=10_000,
+        parallelism=2,
+        intervals=(0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+        timeline_interval=1.0,
+        timeline_records=200_000_000,
+        state_keys=(10_000, 100_000, 1_000_000, 10_000_000),
+        state_intervals=(1.0, 0.1),
+        state_records=100_000_000,
+        parallelisms=(1, 2, 4, 8),
+        parallel_interval=3.0,
+        parallel_records=200_000_000,
+        backpressure_records=20_000_000,
+        backpressure_interval=1.0,
+        smoke=False,
+    ),
+}
+
+
+def preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}; use one of: {', '.join(PRESETS)}") from None
+
+
+def check_protocols(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Validates protocol names (typed error naming the choices)."""
+    for n in names:
+        if n not in PROTOCOLS and n not in VARIANTS:
+            raise ConfigError(
+                f"unknown protocol {n!r}; use one of: {', '.join(PROTOCOLS + VARIANTS)}"
+            )
+    return tuple(names)
+
+
+def sweep(
+    experiment: str,
+    protocols: tuple[str, ...],
+    intervals: tuple[float, ...],
+    *,
+    keys: int,
+    parallelism: int,
+    records: int,
+    timeline: bool = False,
+    scenario: str = "",
+) -> list[Cell]:
+    """`none` once (no interval) plus every other protocol at every interval."""
+    cells: list[Cell] = []
+    if "none" in protocols:
+        cells.append(Cell(experiment, "none", None, keys, parallelism, records, scenario, timeline))
+    for p in protocols:
+        if p == "none":
+            continue
+        cells.extend(
+            Cell(experiment, p, iv, keys, parallelism, records, scenario, timeline)
+            for iv in intervals
+        )
+    return cells
+
+
+def schedule(cells: list[Cell], repetitions: int) -> list[tuple[int, Cell]]:
+    """(repetition, cell) in run order: round r is every cell, rotated by r."""
+    if repetitions < 1:
+        raise ConfigError(f"repetitions must be at least 1, got {repetitions}")
+    order: list[tuple[int, Cell]] = []
+    n = len(cells)
+    for r in range(repetitions):
+        k = (r * max(1, n // repetitions)) % n if n else 0
+        order.extend((r, c) for c in cells[k:] + cells[:k])
+    return order

@@ -1,0 +1,142 @@
+"""The ABS paper's job on snapcut's runtime, and one measured run of it.
+
+Topology (built with the `Dataflow` API): a generated source of
+`(user, dwell_ms)` events, then three keyed stateful stages, each behind a
+hash shuffle, each keeping per-key aggregates that every checkpoint
+captures:
+
+    source ─hash(user)→ stage1 ─hash(dwell_ms)→ stage2 ─hash(user)→ stage3 → collect
+
+stage1 and stage2 pass every record on after folding it into their state
+(`aggregate(forward=True)`); stage3 emits one row per user at the end.
+The keys change between shuffles, so every shuffle really moves records
+between subtasks. The paper's job has six operators and three shuffles;
+this one has four operators after the source (three keyed stages and the
+sink) and the same three shuffles, with keyed state at each stage.
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from snapcut.checkpointing import Checkpointing
+from snapcut.dataflow import Dataflow, RunReport
+from snapcut.experiments.grid import ALIGNED_TIMEOUT, ALIGNMENT_TIMEOUT_S, Cell
+
+SOURCE = "source"
+LAST_STAGE = "stage3"
+
+
+def build(records: int, keys: int, parallelism: int, seed: int = 7) -> Dataflow:
+    flow = Dataflow(parallelism=parallelism)
+    src = flow.generate_dwell_events(users=keys, count=records, seed=seed, name=SOURCE)
+    s1 = src.key_by("user").aggregate(
+        name="stage1", forward=True, count="count", total=("sum", "dwell_ms")
+    )
+    s2 = s1.key_by("dwell_ms").aggregate(
+        name="stage2", forward=True, count="count", last_user=("max", "user")
+    )
+    s3 = s2.key_by("user").aggregate(name=LAST_STAGE, count="count", avg=("mean", "dwell_ms"))
+    s3.collect("result")
+    return flow
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One run of one cell: a row of results.csv, plus its timeline."""
+
+    runtime_s: float
+    wall_s: float
+    throughput_rps: float
+    checkpoints: int
+    checkpoint_ms_median: float
+    checkpoint_ms_max: float
+    state_bytes_max: int
+    stall_s: float
+    alignment_ms_max: float
+    logged_records_max: int
+    bucket_s: float
+    source_timeline: list[int]
+    last_stage_timeline: list[int]
+    checkpoint_windows: list[tuple[float, float]]
+
+
+def longest_stall(counts: list[int], bucket_s: float) -> float:
+    """Longest run of empty buckets between the first and last busy one, in seconds."""
+    busy = [i for i, n in enumerate(counts) if n > 0]
+    if not busy:
+        return 0.0
+    longest = run = 0
+    for n in counts[busy[0] : busy[-1] + 1]:
+        run = run + 1 if n == 0 else 0
+        longest = max(longest, run)
+    return longest * bucket_s
+
+
+def measure(report: RunReport, wall_s: float) -> Measurement:
+    periodic = [c for c in report.completed_checkpoints if not c.is_final]
+    durations = [c.duration_s * 1e3 for c in periodic]
+    bucket = report.timeline_bucket_s
+    source = report.timeline.get(SOURCE, [])
+    return Measurement(
+        runtime_s=report.duration_s,
+        wall_s=wall_s,
+        throughput_rps=report.throughput,
+        checkpoints=len(periodic),
+        checkpoint_ms_median=statistics.median(durations) if durations else 0.0,
+        checkpoint_ms_max=max(durations, default=0.0),
+        state_bytes_max=max((c.state_bytes for c in report.completed_checkpoints), default=0),
+        stall_s=longest_stall(source, bucket),
+        alignment_ms_max=max((c.max_alignment_ms for c in periodic), default=0.0),
+        logged_records_max=max((c.logged_records for c in periodic), default=0),
+        bucket_s=bucket,
+        source_timeline=source,
+        last_stage_timeline=report.timeline.get(LAST_STAGE, []),
+        checkpoint_windows=[(c.triggered_s, c.finished_s) for c in periodic],
+    )
+
+
+def checkpointing(cell: Cell) -> Checkpointing:
+    if cell.protocol == "none":
+        return Checkpointing(protocol="none")
+    if cell.protocol == ALIGNED_TIMEOUT:
+        return Checkpointing(
+            protocol="unaligned",
+            interval=cell.interval_s,
+            alignment_timeout=ALIGNMENT_TIMEOUT_S,
+        )
+    return Checkpointing(protocol=cell.protocol, interval=cell.interval_s)
+
+
+def run_cell(cell: Cell, workdir: Path) -> Measurement:
+    """Runs `cell` once, checkpoints durable under `workdir` (removed after)."""
+    if cell.scenario:
+        from snapcut.experiments.backpressure import build_scenario
+
+        flow = build_scenario(cell)
+    else:
+        flow = build(cell.records, cell.keys, cell.parallelism)
+    chk = workdir / "checkpoints"
+    shutil.rmtree(chk, ignore_errors=True)
+    cp = checkpointing(cell)
+    root = None if cell.protocol == "none" else chk
+    started = time.perf_counter()
+    try:
+        report = flow.run(cp, checkpoint_dir=root)
+    finally:
+        shutil.rmtree(chk, ignore_errors=True)
+    wall = time.perf_counter() - started
+    result = report.results["result"]
+    counted = pc.sum(result["count"]).as_py() or 0
+    if counted != cell.records or report.records_in != cell.records:
+        raise RuntimeError(
+            f"{cell.label()}: the job counted {counted:,} records at its last stage and "
+            f"emitted {report.records_in:,}; expected {cell.records:,}"
+        )
+    return measure(report, wall)

@@ -1,0 +1,103 @@
+"""A description of the machine a run used: cores, CPU model, memory, load."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def load() -> tuple[float, float, float] | None:
+    try:
+        return os.getloadavg()
+    except OSError:
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        here = Path(__file__).resolve().parent
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+@dataclass
+class Machine:
+    cpu_model: str = field(default_factory=_cpu_model)
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    usable_cores: int = field(
+        default_factory=lambda: (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1
+        )
+    )
+    memory_gib: float | None = field(default_factory=_memory_gib)
+    system: str = field(default_factory=lambda: f"{platform.system()} {platform.release()}")
+    python: str = field(default_factory=lambda: sys.version.split()[0])
+    commit: str | None = field(default_factory=_git_commit)
+    started_utc: str = field(
+        default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+    )
+    finished_utc: str | None = None
+    load_before: tuple[float, float, float] | None = field(default_factory=load)
+    load_after: tuple[float, float, float] | None = None
+
+    def finish(self) -> None:
+        self.finished_utc = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        self.load_after = load()
+
+    def markdown(self) -> str:
+        def fmt(ld: tuple[float, float, float] | None) -> str:
+            return "unknown" if ld is None else " / ".join(f"{x:.2f}" for x in ld)
+
+        mem = "unknown" if self.memory_gib is None else f"{self.memory_gib:.1f} GiB"
+        busy = ""
+        if self.load_before and self.load_before[0] > 0.5 * self.usable_cores:
+            busy = (
+                f"\n\n**The machine was busy when the run started** (1-minute load "
+                f"{self.load_before[0]:.2f} on {self.usable_cores} cores): other processes "
+                "competed for the CPU, so absolute figures are low and noisy; compare "
+                "protocols only through the same-round ratios."
+            )
+        return (
+            f"- CPU: {self.cpu_model}; {self.cores} cores ({self.usable_cores} usable)\n"
+            f"- memory: {mem}; {self.system}; Python {self.python}\n"
+            f"- snapcut commit: {self.commit or 'unknown'}\n"
+            f"- run: {self.started_utc} → {self.finished_utc or '?'} UTC\n"
+            f"- load average (1/5/15 min) before: {fmt(self.load_before)}; "
+            f"after: {fmt(self.load_after)}" + busy
+        )

@@ -1,0 +1,70 @@
+"""Shared matplotlib helpers (the `experiments` extra). Figures are written
+with the Agg backend: no display needed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from snapcut._core import ConfigError
+from snapcut.experiments.analysis import Summary
+
+COLORS = {
+    "none": "black",
+    "aligned": "tab:blue",
+    "aligned-timeout": "tab:cyan",
+    "unaligned": "tab:green",
+    "chandy-lamport": "tab:purple",
+    "sync-capture": "tab:orange",
+    "sync": "tab:red",
+}
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or a ConfigError saying how to get it."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ConfigError(
+            "plots need matplotlib: pip install 'snapcut[experiments]' (or pass --no-plots)"
+        ) from err
+    return plt
+
+
+def lines(
+    ax: Any,
+    summaries: list[Summary],
+    x: Callable[[Summary], float],
+    y: Callable[[Summary], tuple[float, float, float] | None],
+    *,
+    label: Callable[[Summary], str] = lambda s: s.cell.protocol,
+) -> None:
+    """One line per label: y = (median, min, max) drawn with min-max error bars."""
+    series: dict[str, list[tuple[float, float, float, float]]] = {}
+    for s in summaries:
+        v = y(s)
+        if v is not None:
+            series.setdefault(label(s), []).append((x(s), *v))
+    for name, pts in series.items():
+        pts.sort()
+        xs = [p[0] for p in pts]
+        med = [p[1] for p in pts]
+        lo = [p[1] - p[2] for p in pts]
+        hi = [p[3] - p[1] for p in pts]
+        proto = name.split(" ")[0]
+        ax.errorbar(
+            xs, med, yerr=[lo, hi], marker="o", capsize=3, label=name, color=COLORS.get(proto)
+        )
+
+
+def save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path

@@ -1,0 +1,186 @@
+"""Runs a grid: every cell `repetitions` times in rotated order, with a
+progress bar (cell, runs done, time left), then writes the results."""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from snapcut.experiments.analysis import Row, Summary, summarize, write_csv
+from snapcut.experiments.base import Experiment, Timelines
+from snapcut.experiments.grid import Cell, Preset, schedule
+from snapcut.experiments.job import Measurement, run_cell
+from snapcut.experiments.machine import Machine
+
+SETUP_S = 0.15
+"""Building and starting a job, roughly (added to every estimate)."""
+DEFAULT_RATE = 5e6
+"""Records/s assumed before calibration (the three-shuffle job, 2 tasks)."""
+WRITE_BYTES_PER_S = 300e6
+STATE_BYTES_PER_KEY = 48
+"""Rough bytes of keyed state per key and stage (key + aggregates, Arrow)."""
+
+RunFn = Callable[[Cell, Path], Measurement]
+
+
+@dataclass
+class Plan:
+    experiments: list[Experiment]
+    preset: Preset
+    repetitions: int
+    cells: list[Cell]
+    rate: float = DEFAULT_RATE
+
+    @property
+    def runs(self) -> list[tuple[int, Cell]]:
+        return schedule(self.cells, self.repetitions)
+
+    def estimate(self, cell: Cell) -> float:
+        """Seconds one run of `cell` should take on this machine."""
+        base = cell.records / max(self.rate, 1.0) + SETUP_S
+        if cell.protocol == "sync" and cell.interval_s:
+            # Every checkpoint writes all state (two stages keyed by user)
+            # while the job stands still.
+            stall = 2 * cell.keys * STATE_BYTES_PER_KEY / WRITE_BYTES_PER_S + 0.005
+            base += (base / cell.interval_s) * stall
+        return base
+
+    def total_estimate(self) -> float:
+        return sum(self.estimate(c) for _, c in self.runs)
+
+
+@dataclass
+class Outcome:
+    rows: list[Row] = field(default_factory=list)
+    timelines: Timelines = field(default_factory=dict)
+    summaries: list[Summary] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+
+
+def calibrate(plan: Plan, run: RunFn, workdir: Path) -> float:
+    """Measures the job's rate without checkpoints (a short run), so that
+    estimates and the time left mean something on this machine."""
+    records = min(plan.preset.records, 2_000_000)
+    cell = Cell("calibration", "none", None, plan.preset.keys, plan.preset.parallelism, records)
+    m = run(cell, workdir)
+    plan.rate = records / max(m.runtime_s, 1e-3)
+    return plan.rate
+
+
+def execute(
+    plan: Plan,
+    console: Console,
+    *,
+    run: RunFn = run_cell,
+    on_row: Callable[[Outcome], None] | None = None,
+) -> Outcome:
+    """Runs every (repetition, cell) in order; `on_row` sees the outcome so
+    far after each run (to save partial results)."""
+    out = Outcome()
+    runs = plan.runs
+    workdir = Path(tempfile.mkdtemp(prefix="snapcut-experiment-"))
+    measured_rates: list[float] = []
+    try:
+        with Progress(
+            TextColumn("[bold]{task.fields[step]}"),
+            BarColumn(),
+            TextColumn("{task.description}"),
+            TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not console.is_terminal,
+        ) as progress:
+            task = progress.add_task("", total=plan.total_estimate(), step="")
+            for i, (rep, cell) in enumerate(runs):
+                step = f"{i + 1}/{len(runs)}"
+                progress.update(task, description=f"{cell.label()} (round {rep + 1})", step=step)
+                m = run(cell, workdir)
+                row = Row(
+                    experiment=cell.experiment,
+                    scenario=cell.scenario,
+                    protocol=cell.protocol,
+                    interval_s=cell.interval_s,
+                    keys=cell.keys,
+                    parallelism=cell.parallelism,
+                    records=cell.records,
+                    repetition=rep,
+                    order=i,
+                    runtime_s=m.runtime_s,
+                    wall_s=m.wall_s,
+                    throughput_rps=m.throughput_rps,
+                    checkpoints=m.checkpoints,
+                    checkpoint_ms_median=m.checkpoint_ms_median,
+                    checkpoint_ms_max=m.checkpoint_ms_max,
+                    state_bytes_max=m.state_bytes_max,
+                    stall_s=m.stall_s,
+                    alignment_ms_max=m.alignment_ms_max,
+                    logged_records_max=m.logged_records_max,
+                )
+                out.rows.append(row)
+                if cell.timeline and cell not in out.timelines:
+                    out.timelines[cell] = m
+                if cell.protocol == "none":
+                    measured_rates.append(cell.records / max(m.runtime_s, 1e-3))
+                progress.advance(task, plan.estimate(cell))
+                if not console.is_terminal:
+                    console.print(
+                        f"[{step}] {cell.label()} round {rep + 1}: {m.runtime_s:.3f} s, "
+                        f"{m.checkpoints} checkpoints"
+                    )
+                if on_row is not None:
+                    on_row(out)
+                if measured_rates:
+                    # Later estimates (and the time left) follow the machine.
+                    plan.rate = statistics.median(measured_rates)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    out.summaries = summarize(out.rows)
+    return out
+
+
+def save_partial(outdir: Path) -> Callable[[Outcome], None]:
+    def save(o: Outcome) -> None:
+        write_csv(o.rows, outdir / "results.csv")
+
+    return save
+
+
+def describe(plan: Plan) -> str:
+    total = plan.total_estimate()
+    lines = [
+        f"preset {plan.preset.name}: {len(plan.cells)} cells x {plan.repetitions} repetitions "
+        f"= {len(plan.runs)} runs",
+    ]
+    for e in plan.experiments:
+        n = sum(1 for c in plan.cells if c.experiment == e.name)
+        lines.append(f"  {e.number}. {e.title} ({e.name}): {n} cells")
+    lines.append(
+        f"estimated time: {_duration(total)} at {plan.rate / 1e6:.1f} M records/s "
+        "without checkpoints (the estimate follows the measured rate as runs finish)"
+    )
+    return "\n".join(lines)
+
+
+def _duration(s: float) -> str:
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+__all__ = ["Machine", "Outcome", "Plan", "calibrate", "describe", "execute", "save_partial"]

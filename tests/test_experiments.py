@@ -1,0 +1,234 @@
+"""`snapcut experiment`: the --tiny grid end to end through the CLI, and the
+pieces that turn measurements into figures (rotation, overheads, stalls)."""
+
+from __future__ import annotations
+
+import csv
+import struct
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from snapcut._core import ConfigError
+from snapcut.cli import main
+from snapcut.experiments import EXPERIMENTS, resolve
+from snapcut.experiments.analysis import Row, overheads, read_csv, summarize, write_csv
+from snapcut.experiments.grid import PRESETS, Cell, schedule
+from snapcut.experiments.job import longest_stall
+from snapcut.experiments.machine import Machine
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, f"{path} is not a PNG"
+    assert data[12:16] == b"IHDR", f"{path}: no IHDR chunk first"
+    width, height = struct.unpack(">II", data[16:24])
+    assert data[-8:-4] == b"IEND", f"{path} is truncated"
+    return width, height
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("tiny")
+    code = main(["experiment", "--tiny", "--out", str(out)])
+    assert code == 0
+    return out, "ok"
+
+
+def test_tiny_grid_writes_every_cell_of_every_experiment(tiny_run: tuple[Path, str]) -> None:
+    out, _ = tiny_run
+    p = PRESETS["tiny"]
+    expected = Counter(c for e in EXPERIMENTS.values() for c in e.cells(p, None))
+    rows = read_csv(out / "results.csv")
+    got = Counter(r.cell for r in rows)
+    assert set(got) == set(expected)
+    assert all(n == p.repetitions for n in got.values()), got
+    # Each experiment's protocols: the paper's five in experiment 1.
+    assert {c.protocol for c in got if c.experiment == "interval"} == {
+        "none",
+        "aligned",
+        "unaligned",
+        "chandy-lamport",
+        "sync",
+    }
+    for r in rows:
+        assert r.runtime_s > 0 and r.throughput_rps > 0
+        assert r.throughput_rps == pytest.approx(r.records / r.runtime_s, rel=0.05)
+        if r.protocol == "none":
+            assert r.checkpoints == 0
+    assert any(r.checkpoints > 0 for r in rows if r.protocol == "sync")
+    # Rounds ran in rotated orders.
+    first = {}
+    for r in sorted(rows, key=lambda r: r.order):
+        first.setdefault(r.repetition, r.cell)
+    assert first[0] != first[1]
+
+
+def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
+    tiny_run: tuple[Path, str],
+) -> None:
+    out, _ = tiny_run
+    report = (out / "report.md").read_text()
+    m = Machine()
+    assert m.cpu_model in report
+    assert f"{m.cores} cores" in report
+    assert "load average" in report and "before" in report and "after" in report
+    assert "smoke run" in report
+    for e in EXPERIMENTS.values():
+        assert f"## {e.number}. {e.title}" in report
+    assert "| sync |" in report and "| aligned |" in report
+    pngs = sorted(out.glob("*.png"))
+    names = {p.name for p in pngs}
+    assert {
+        "interval_runtime.png",
+        "interval_overhead.png",
+        "timeline.png",
+        "state_size_overhead.png",
+        "parallelism_throughput.png",
+        "backpressure.png",
+    } <= names
+    for p in pngs:
+        w, h = _png_size(p)
+        assert w > 100 and h > 100
+        assert f"]({p.name})" in report
+    # The timeline holds the source's records of each timeline cell, all of them.
+    with (out / "timeline.csv").open() as f:
+        lines = list(csv.DictReader(f))
+    by_protocol = Counter[str]()
+    for line in lines:
+        by_protocol[line["protocol"]] += int(line["source_records"])
+    timeline_records = PRESETS["tiny"].timeline_records
+    assert dict(by_protocol) == {p: timeline_records for p in ("none", "aligned", "sync")}
+
+
+def _row(protocol: str, interval: float | None, rep: int, runtime: float, **kw: int) -> Row:
+    return Row(
+        experiment="interval",
+        scenario="",
+        protocol=protocol,
+        interval_s=interval,
+        keys=kw.get("keys", 100),
+        parallelism=kw.get("parallelism", 2),
+        records=1000,
+        repetition=rep,
+        order=0,
+        runtime_s=runtime,
+        wall_s=runtime + 0.1,
+        throughput_rps=1000 / runtime,
+        checkpoints=0 if interval is None else 3,
+        checkpoint_ms_median=1.0,
+        checkpoint_ms_max=2.0,
+        state_bytes_max=0,
+        stall_s=0.0,
+        alignment_ms_max=0.5,
+        logged_records_max=0,
+    )
+
+
+def test_overhead_is_paired_with_none_of_the_same_round_and_group() -> None:
+    rows = [
+        _row("none", None, 0, 2.0),
+        _row("none", None, 1, 4.0),  # a busier round: everything slower
+        _row("sync", 0.1, 0, 3.0),
+        _row("sync", 0.1, 1, 5.0),
+        _row("aligned", 0.1, 0, 2.2),
+        _row("aligned", 0.1, 1, 4.4),
+        # Another group (more keys) with its own baseline.
+        _row("none", None, 0, 10.0, keys=1000),
+        _row("sync", 0.1, 0, 30.0, keys=1000),
+        # No baseline in its group: no overhead.
+        _row("sync", 0.1, 0, 1.0, keys=7),
+    ]
+    ovh = overheads(rows)
+    sync = Cell("interval", "sync", 0.1, 100, 2, 1000)
+    assert ovh[sync] == pytest.approx([0.5, 0.25])
+    by_cell = {s.cell: s for s in summarize(rows)}
+    s = by_cell[sync]
+    assert s.overhead_median == pytest.approx(0.375)
+    assert (s.overhead_min, s.overhead_max) == pytest.approx((0.25, 0.5))
+    assert (s.runtime_median, s.runtime_min, s.runtime_max) == (4.0, 3.0, 5.0)
+    aligned = by_cell[Cell("interval", "aligned", 0.1, 100, 2, 1000)]
+    assert aligned.overhead_median == pytest.approx(0.1)
+    assert by_cell[Cell("interval", "sync", 0.1, 1000, 2, 1000)].overhead_median == 2.0
+    assert by_cell[Cell("interval", "sync", 0.1, 7, 2, 1000)].overhead_median is None
+    assert by_cell[Cell("interval", "none", None, 100, 2, 1000)].overhead_median == 0.0
+
+
+def test_results_csv_round_trips(tmp_path: Path) -> None:
+    rows = [_row("none", None, 0, 2.0), _row("sync", 0.25, 1, 3.5, keys=5)]
+    write_csv(rows, tmp_path / "r.csv")
+    assert read_csv(tmp_path / "r.csv") == rows
+
+
+def test_schedule_rotates_each_round_and_runs_every_cell_once_per_round() -> None:
+    cells = [Cell("interval", "sync", float(i), 1, 1, 1) for i in range(6)]
+    runs = schedule(cells, 3)
+    assert len(runs) == 18
+    for r in range(3):
+        assert sorted(c for rep, c in runs if rep == r) == sorted(cells)
+    firsts = [c for i, (_, c) in enumerate(runs) if i % 6 == 0]
+    assert len(set(firsts)) == 3
+
+
+def test_longest_stall_counts_empty_buckets_inside_the_run() -> None:
+    assert longest_stall([0, 0, 5, 0, 0, 0, 3, 0, 4, 0, 0], 0.05) == pytest.approx(0.15)
+    assert longest_stall([1, 2, 3], 0.05) == 0.0
+    assert longest_stall([], 0.05) == 0.0
+
+
+def test_unknown_names_are_typed_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match="unknown experiment 'speed'"):
+        resolve(["speed"])
+    with pytest.raises(ConfigError, match="not implemented yet"):
+        resolve(["6"])
+    assert [e.name for e in resolve(["3,interval"])] == ["interval", "timeline"]
+    assert main(["experiment", "--tiny", "--experiments", "nope", "--dry-run"]) == 2
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+    assert main(["experiment", "--tiny", "--protocols", "none,abs", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown protocol 'abs'" in err and "chandy-lamport" in err
+    assert main(["experiment", "--tiny", "--repetitions", "0", "--dry-run"]) == 2
+    assert "repetitions must be at least 1" in capsys.readouterr().err
+
+
+def test_module_entry_point_prints_the_plan_and_estimate() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "snapcut.experiments", "--tiny", "--dry-run", "--no-plots"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "preset tiny" in out and "estimated time" in out
+    assert "1. Runtime vs snapshot interval (interval)" in out
+
+
+def test_the_paper_job_passes_every_record_through_every_stage_and_times_them() -> None:
+    from snapcut import Checkpointing
+    from snapcut.experiments.job import build
+
+    flow = build(records=20_000, keys=50, parallelism=2)
+    report = flow.run(Checkpointing(protocol="aligned", interval=0.001))
+    result = report.results["result"]
+    assert result.num_rows == 50
+    assert sum(result["count"].to_pylist()) == 20_000
+    assert report.timeline_bucket_s == pytest.approx(0.05)
+    # The timeline counts what each operator received (the source: emitted).
+    sums = {name: sum(counts) for name, counts in report.timeline.items()}
+    assert sums["source"] == sums["stage1"] == sums["stage2"] == sums["stage3"] == 20_000
+    assert sums["collect-result"] == 50
+    # Keyed state at every stage: each checkpoint captured all three.
+    assert any(c.state_bytes > 0 for c in report.completed_checkpoints)
+
+
+def test_forward_must_be_a_bool() -> None:
+    from snapcut import Dataflow
+
+    flow = Dataflow()
+    events = flow.generate_dwell_events(users=3, count=10)
+    with pytest.raises(ConfigError, match="forward= must be a bool"):
+        events.key_by("user").aggregate(forward="yes", n="count")  # type: ignore[arg-type]
