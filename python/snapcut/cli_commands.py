@@ -8,8 +8,8 @@ import argparse
 def register_all(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Adds every subcommand. New commands add one line here."""
     from snapcut import chaos, demo, snapshots_cli
-    from snapcut.spark import cli as spark_cli
     from snapcut.experiments import cli as experiments_cli
+    from snapcut.spark import cli as spark_cli
 
     demo.add_parser(sub)
     chaos.add_parser(sub)
