@@ -89,6 +89,7 @@ def packed_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "install",
             "-q",
             "--disable-pip-version-check",
+            "--no-compile",
             str(wheel),
             f"pyarrow=={pa.__version__}",
             f"pandas=={pd.__version__}",
@@ -167,12 +168,14 @@ def where_python_runs(spark: Any) -> pd.DataFrame:
                 "numpy": [numpy.__file__],
                 "pyspark": [pyspark.__file__],
                 "path": [json.dumps(sys.path)],
+                "pythonpath": [os.environ.get("PYTHONPATH", "")],
             }
         )
 
     schema = (
         "cwd string, executable string, prefix string, base_prefix string, snapcut string, "
-        "pyarrow string, pandas string, numpy string, pyspark string, path string"
+        "pyarrow string, pandas string, numpy string, pyspark string, path string, "
+        "pythonpath string"
     )
     return spark.range(0, 8, numPartitions=8).mapInPandas(probe, schema).toPandas()
 
@@ -180,8 +183,10 @@ def where_python_runs(spark: Any) -> pd.DataFrame:
 def test_executors_import_snapcut_only_from_the_archive(spark: Any) -> None:
     rows = where_python_runs(spark)
     assert len(rows) == 8
-    spark_lib = Path(_find_spark_home()).resolve() / "python" / "lib"
-    spark_zips = {str(p) for p in spark_lib.glob("*.zip")}
+    spark_home = Path(_find_spark_home()).resolve()
+    spark_lib = spark_home / "python" / "lib"
+    # What Spark itself puts on its Python workers' path: pyspark.zip, py4j, spark-core.
+    spark_files = {*spark_lib.glob("*.zip"), *(spark_home / "jars").glob("spark-core_*.jar")}
     hidden = {REPO, REPO / "python", REPO / "tests", *map(Path, site.getsitepackages())}
     hidden = {p.resolve() for p in hidden}
     for row in rows.itertuples():
@@ -195,14 +200,15 @@ def test_executors_import_snapcut_only_from_the_archive(spark: Any) -> None:
         assert Path(row.pyspark).resolve().is_relative_to(spark_lib / "pyspark.zip"), row.pyspark
         base = Path(row.base_prefix).resolve()
         for entry in json.loads(row.path):
-            p = Path(entry).resolve()
-            assert p not in hidden, f"{p} is on the executors' sys.path"
+            p = (Path(row.cwd) / entry).resolve()  # "." is the worker's directory
+            where = f"sys.path {row.path}, PYTHONPATH {row.pythonpath!r}"
+            assert p not in hidden, f"{p} is on the executors' sys.path: {where}"
             assert (
                 p.is_relative_to(env)
                 or p == Path(row.cwd).resolve()
-                or str(p) in spark_zips
+                or p in spark_files
                 or (p.is_relative_to(base) and not any(s.endswith("-packages") for s in p.parts))
-            ), f"{p} is on the executors' sys.path: {row.path}"
+            ), f"{p} is on the executors' sys.path: {where}"
     # Two executor JVMs, each with its own working directory and copy of the archive.
     assert rows["cwd"].nunique() == 2, rows["cwd"].unique()
 
