@@ -1,4 +1,5 @@
-"""Sums the chunk summaries `bench/chaos_all.sh` wrote into one row per protocol."""
+"""Sums the chunk summaries `bench/chaos_all.sh` (and `bench/chaos_spark.sh`,
+row "spark") wrote into one row per protocol."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files"
 def main(root: str = "bench/results") -> None:
     print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
-    for p in ("aligned", "unaligned", "chandy-lamport", "sync"):
+    for p in ("aligned", "unaligned", "chandy-lamport", "sync", "spark"):
         path = Path(root) / f"chaos-{p}.jsonl"
         if not path.exists():
             continue
@@ -25,6 +26,12 @@ def main(root: str = "bench/results") -> None:
                 points[name] = points.get(name, 0) + n
         cells = [str(round(tot[k], 1)) for k in KEYS + EXTRA]
         fp = ", ".join(f"{k} {v}" for k, v in sorted(points.items()))
+        kinds: dict[str, int] = {}
+        for c in chunks:
+            for name, n in c.get("kill_kinds", {}).items():
+                kinds[name] = kinds.get(name, 0) + n
+        if kinds:  # Spark: kills by kind (driver tree, crash points, executors)
+            fp += "; by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
         print(f"| {p} | " + " | ".join(cells) + f" | {fp} |")
 
 

@@ -12,7 +12,8 @@ partitions, 2 state partitions). snapcut's figures also give the time its
 tasks spent writing state (sync, in the task) and the bytes per batch.
 
 Rerun:  python bench/spark_state.py --keys 10000 100000 1000000
-        (env SLOW_MAX_KEYS caps the per-key Python variants, default 100000)
+        (env SLOW_MAX_KEYS caps the per-key Python variants, default 100000;
+        TWS_MAX_KEYS caps transformWithStateInPandas, default 10000: ~2 ms a key)
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
+from snapcut import StateTable
 from snapcut.spark import StateUpdate, keyed_state
+from snapcut.spark.keyed_state import KeyedState
+from snapcut.spark.partition import BatchInfo
 
 SCHEMA = "user long, dwell_ms long"
 OUT = "user long, count long, total long"
@@ -94,17 +98,66 @@ def twsp_processor() -> Any:
     return Dwell()
 
 
+#: Per Python worker: (variant, partition) -> state table of the no-snapshot variant.
+_MEMORY: dict[tuple[str, int], Any] = {}
+
+
+class InMemoryKeyedState(KeyedState):
+    """Snapshots off: the same plan, kernel and Rust state table, kept only in
+    the Python worker's memory (no load, no write, no manifest). A baseline,
+    not a feature: a partition whose next task lands on another Python worker
+    starts from an empty table there (the same work per row; fine for timing)."""
+
+    def _build(self, processor: Any, operator: str, needs_batch_ts: bool) -> DataFrame:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        tag, schema, key = self.root, processor.state_schema, processor.state_key
+
+        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            ctx = TaskContext.get()
+            assert ctx is not None
+            p = ctx.partitionId()
+            batch = int(ctx.getLocalProperty("streaming.sql.batchId") or 0)
+            table = _MEMORY.setdefault((tag, p), StateTable(schema, key))
+            rows = pa.Table.from_batches(list(batches))
+            info = BatchInfo(batch, p, 0, int(time.time() * 1000), False)
+            yield from processor.process(table, rows, info).to_batches()
+
+        parted = self.df.repartition(self.partitions, *self.key)
+        out_type = from_arrow_schema(processor.output_schema, prefer_timestamp_ntz=False)
+        return parted.mapInArrow(run, out_type)
+
+
 def variants(root: Path) -> dict[str, Callable[[DataFrame, str], DataFrame]]:
-    def snap(df: DataFrame, name: str) -> Any:
-        return keyed_state(df, "user", str(root / name), 2)
+    def snap(df: DataFrame, name: str, writes: str = "background") -> Any:
+        return keyed_state(df, "user", str(root / name), 2, state_writes=writes)
+
+    def level1(ks: Any) -> DataFrame:
+        return ks.aggregate(count="count", total=("sum", "dwell_ms"))  # type: ignore[no-any-return]
 
     return {
         "spark native groupBy().agg()": lambda df, _: df.groupBy("user").agg(
             F.count("*").alias("count"), F.sum("dwell_ms").alias("total")
         ),
-        "snapcut level 1 aggregate": lambda df, n: snap(df, n).aggregate(
-            count="count", total=("sum", "dwell_ms")
+        "snapcut level 1 aggregate": lambda df, n: level1(snap(df, n)),
+        "snapcut level 1, snapshots off": lambda df, n: level1(
+            InMemoryKeyedState(
+                df,
+                ("user",),
+                n,
+                2,
+                name="state",
+                full_every=10,
+                retain=10,
+                event_time=None,
+                watermark=None,
+                initial_state=None,
+                filesystem=None,
+            )
         ),
+        "snapcut level 1, sync state writes": lambda df, n: level1(snap(df, n, "sync")),
         "snapcut level 2 map_batches": lambda df, n: snap(df, n).map_batches(
             dwell_batch, state_schema=STATE, output_schema=OUT
         ),
@@ -137,10 +190,11 @@ def run(
     spark: SparkSession,
     name: str,
     build: Callable[[DataFrame, str], DataFrame],
-    src: Path,
+    src: str,
     work: Path,
 ) -> dict[str, Any]:
-    tag = "".join(c if c.isalnum() else "_" for c in name)
+    """One streaming query over ``src`` (a directory or glob), one file per batch."""
+    tag = "".join(c if c.isalnum() else "_" for c in name) + f"_{time.monotonic_ns()}"
     rocks = "transformWithState" in name
     provider = "spark.sql.streaming.stateStore.providerClass"
     if rocks:
@@ -148,7 +202,7 @@ def run(
             provider, "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
         )
     try:
-        df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
+        df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(src)
         q = (
             build(df, tag)
             .writeStream.format("noop")
@@ -163,18 +217,14 @@ def run(
         if rocks:
             spark.conf.unset(provider)
     times = [p["durationMs"]["addBatch"] / 1000 for p in progress]
-    out: dict[str, Any] = {
-        "first_s": times[0],
-        "batch_s": statistics.median(times[1:]),
-        "all_s": times,
-    }
+    out: dict[str, Any] = {"first_s": times[0], "later_s": times[1:]}
     root = work / "state" / tag
     if root.exists():
         manifests = [json.loads(m.read_text()) for m in sorted(root.glob("chk-*/manifest.json"))]
-        out["write_ms"] = statistics.median(m["spark"]["write_ms"] for m in manifests[1:])
+        out["write_ms"] = [m["spark"]["write_ms"] for m in manifests[1:]]
         out["bytes"] = [
             (
-                sorted({f["kind"] for f in m["files"] if f["role"] == "state"}),
+                "+".join(sorted({f["kind"] for f in m["files"] if f["role"] == "state"})),
                 m["spark"]["state_bytes"],
             )
             for m in manifests
@@ -182,17 +232,38 @@ def run(
     return out
 
 
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Rounds of one variant: the median over every later batch of every round."""
+    later = [t for r in runs for t in r["later_s"]]
+    out: dict[str, Any] = {
+        "rounds": len(runs),
+        "first_s": statistics.median(r["first_s"] for r in runs),
+        "batch_s": statistics.median(later),
+        "batch_min_s": min(later),
+        "batch_max_s": max(later),
+        "later_s": later,
+    }
+    if "write_ms" in runs[0]:
+        out["write_ms"] = statistics.median(w for r in runs for w in r["write_ms"])
+        out["bytes"] = runs[0]["bytes"]
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=6, help="micro-batches of a fast variant")
+    parser.add_argument("--slow-batches", type=int, default=3, help="of a per-key Python variant")
+    parser.add_argument("--rounds", type=int, default=2, help="fast variants, order rotated")
     parser.add_argument("--out", default="bench/results/spark_state.json")
     args = parser.parse_args()
     slow_max = int(os.environ.get("SLOW_MAX_KEYS", "100000"))
+    tws_max = int(os.environ.get("TWS_MAX_KEYS", "10000"))
     spark = (
         SparkSession.builder.master("local[2]")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "6g")
         .getOrCreate()
     )
@@ -200,23 +271,45 @@ def main() -> int:
     results: dict[str, Any] = {
         "machine": f"{platform.node()} {os.cpu_count()} cpus, load {os.getloadavg()}",
         "python": sys.version.split()[0],
+        "args": vars(args),
         "runs": {},
     }
+    with tempfile.TemporaryDirectory() as d:
+        # Warm-up (not recorded): JIT, Python workers and their imports.
+        work = Path(d) / "warm"
+        write_input(work / "in", 1000, 10_000, 3)
+        for name, build in list(variants(work / "state").items())[:3]:
+            run(spark, name, build, str(work / "in"), work)
     for keys in args.keys:
         rows = 1_000_000 if keys >= 1_000_000 else 200_000
         with tempfile.TemporaryDirectory() as d:
             work = Path(d)
-            write_input(work / "in", keys, rows, args.batches)
-            for name, build in variants(work / "state").items():
-                if keys > slow_max and any(s in name for s in SLOW):
-                    continue
-                t0 = time.perf_counter()
-                r = run(spark, name, build, work / "in", work)
-                r["wall_s"] = time.perf_counter() - t0
-                results["runs"][f"{keys}|{name}"] = r
+            write_input(work / "in", keys, rows, max(args.batches, args.slow_batches))
+            chosen = {
+                name: build
+                for name, build in variants(work / "state").items()
+                if not (keys > slow_max and any(s in name for s in SLOW))
+                and not (keys > tws_max and "transformWithState" in name)
+            }
+            fast = [n for n in chosen if not any(s in n for s in SLOW)]
+            slow = [n for n in chosen if n not in fast]
+            fast_src = str(work / "in" / "*.parquet")
+            slow_src = str(work / "in" / f"part-0000[0-{args.slow_batches - 1}].parquet")
+            per: dict[str, list[dict[str, Any]]] = {n: [] for n in chosen}
+            for r in range(args.rounds):
+                order = fast[r % len(fast) :] + fast[: r % len(fast)]
+                for name in order:
+                    per[name].append(run(spark, name, chosen[name], fast_src, work))
+            for name in slow:
+                per[name].append(run(spark, name, chosen[name], slow_src, work))
+            for name in chosen:
+                res = merge(per[name])
+                res["rows_per_batch"] = rows
+                results["runs"][f"{keys}|{name}"] = res
                 print(
-                    f"{keys:>8} keys {rows:>8} rows  {name:<45} {r['batch_s']:7.3f} s/batch"
-                    f"  (first {r['first_s']:.3f} s)",
+                    f"{keys:>8} keys {rows:>8} rows  {name:<45} {res['batch_s']:7.3f} s/batch"
+                    f"  [{res['batch_min_s']:.3f}-{res['batch_max_s']:.3f}]"
+                    f"  (first {res['first_s']:.3f} s)",
                     flush=True,
                 )
     results["load_after"] = os.getloadavg()

@@ -7,6 +7,8 @@
   protocol "spark-microbatch", a top-level "spark" object, output files),
   written with the Python writer; also with a dict model.
 - `runtime_root`: a real job of the local runtime with durable checkpoints.
+- `s3`: a real S3 server on 127.0.0.1 (moto's standalone server, one per
+  test module; tests/s3_support.py), for roots on an object store.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from tests.s3_support import S3Server, moto_server
 
 from snapcut import Checkpointing, Dataflow, StateTable, snapshots
 from snapcut._core import SnapshotStore
@@ -216,3 +219,15 @@ def runtime_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = Checkpointing(interval=0.01, min_pause=0.002, full_every=3, retained=1_000)
     flow.run(cfg, checkpoint_dir=root)
     return root
+
+
+# --- a real S3 server ---
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    """moto's S3 server on a free port of 127.0.0.1 for one test module, the
+    AWS_* variables of S3Server.env() set meanwhile; ``s3.bucket()`` makes a
+    fresh bucket, ``s3.filesystem()`` / ``s3.uri(path)`` name it."""
+    with moto_server() as server:
+        yield server

@@ -10,7 +10,10 @@ from snapcut.cli import main
 
 def test_demo_runs_checks_and_prints_the_metrics_table() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "snapcut", "demo", "--records", "20000", "--interval", "0.001"],
+        [
+            *(sys.executable, "-m", "snapcut", "demo", "--engine", "local"),
+            *("--records", "20000", "--interval", "0.001"),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -25,7 +28,12 @@ def test_demo_runs_checks_and_prints_the_metrics_table() -> None:
 
 @pytest.mark.parametrize("protocol", ["unaligned", "chandy-lamport", "sync", "none"])
 def test_demo_with_each_protocol(protocol: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["demo", "--records", "5000", "--protocol", protocol, "--parallelism", "3"])
+    code = main(
+        [
+            *("demo", "--engine", "local", "--records", "5000"),
+            *("--protocol", protocol, "--parallelism", "3"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"protocol {protocol}" in out
@@ -33,9 +41,9 @@ def test_demo_with_each_protocol(protocol: str, capsys: pytest.CaptureFixture[st
 
 
 def test_demo_reports_bad_options(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--records", "100", "--interval", "-1"]) == 2
+    assert main(["demo", "--engine", "local", "--records", "100", "--interval", "-1"]) == 2
     assert "interval must be a finite, non-negative" in capsys.readouterr().err
-    assert main(["demo", "--records", "100", "--parallelism", "0"]) == 2
+    assert main(["demo", "--engine", "local", "--records", "100", "--parallelism", "0"]) == 2
 
 
 def test_check_detects_a_wrong_result() -> None:

@@ -1,8 +1,8 @@
 """Operating snapshot roots: the Python API (snapcut.snapshots.list_checkpoints,
 show_checkpoint, verify_checkpoints, diff_checkpoints, export_checkpoint,
 prune) and `snapcut snapshots ...` over it, on roots of the Rust store, of a
-real job and in the Spark helper's layout; local paths, file:// URIs and
-pyarrow SubTreeFileSystems."""
+real job and in the Spark helper's layout; local paths, file:// URIs,
+pyarrow SubTreeFileSystems, and s3:// URIs on a real S3 server (moto)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.s3_support import S3Server
 
 from conftest import Root, runtime_expected
 from snapcut import SnapshotError, snapshots
@@ -731,3 +733,79 @@ def test_the_store_and_the_operations_share_one_format(local_root: Root) -> None
     store = SnapshotStore(local_root.path, retain=1_000, cleanup_partial_on_open=False)
     rows = snapshots.list_checkpoints(local_root.path)
     assert [r.id for r in rows] == store.completed()
+
+
+# --- on S3 (the S3 server of the Spark tests: moto on 127.0.0.1) ---
+
+
+def on_s3(s3: S3Server, root: Root) -> tuple[str, str]:
+    """Uploads a root's files to a new bucket: (its s3:// URI, bucket/path)."""
+    path = f"{s3.bucket()}/{root.path.name}"
+    pafs.copy_files(
+        str(root.path),
+        path,
+        source_filesystem=pafs.LocalFileSystem(),
+        destination_filesystem=s3.filesystem(),
+    )
+    return s3.uri(path), path
+
+
+@pytest.mark.parametrize("which", ["local_root", "spark_root"])
+def test_cli_on_an_s3_root_says_what_it_says_locally(
+    s3: S3Server,
+    which: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root: Root = request.getfixturevalue(which)
+    uri, path = on_s3(s3, root)
+    first, last = min(root.model), max(root.model)
+
+    def same(*args: str) -> str:
+        """Runs a command on the local root and on S3; their outputs (root
+        names aside) must be equal."""
+        code, here, err = cli(capsys, args[0], str(root.path), *args[1:])
+        assert (code, err) == (0, "")
+        code, there, err = cli(capsys, args[0], uri, *args[1:])
+        assert (code, err) == (0, ""), err
+        assert there.replace(uri, "ROOT").replace(path, "ROOT") == here.replace(
+            str(root.path), "ROOT"
+        )
+        return there
+
+    rows = json.loads(same("list", "--json"))
+    assert [r["id"] for r in rows] == sorted(root.model)
+    same("show", str(last), "--json")
+    same("diff", str(first), str(last), "--json")
+    assert "intact under ROOT" in same("verify", "--all").replace(uri, "ROOT")
+    # export reads the S3 root, writes a local directory (and an S3 one).
+    code, _, err = cli(capsys, "export", uri, "--to", str(tmp_path / "x"), "--format", "arrow")
+    assert (code, err) == (0, "")
+    code, _, err = cli(capsys, "export", str(root.path), "--to", str(tmp_path / "y"))
+    assert (code, err) == (0, "")
+    tables = sorted(p.name for p in (tmp_path / "y").iterdir() if p.is_dir())
+    assert tables == sorted(p.name for p in (tmp_path / "x").iterdir() if p.is_dir())
+    assert tables
+    for table in tables:
+        got = ds.dataset(tmp_path / "x" / table, format="ipc").to_table().to_pylist()
+        want = ds.dataset(tmp_path / "y" / table, format="parquet").to_table().to_pylist()
+        assert sorted(map(repr, got)) == sorted(map(repr, want))
+    code, _, err = cli(capsys, "export", uri, "--to", s3.uri(f"{path}-export"))
+    assert (code, err) == (0, "")
+    assert any(k.endswith(".parquet") for k in s3.keys(f"{path}-export"))
+    # A corrupt object is named; prune removes objects on S3 as it removes files.
+    victim = f"{path}/{snapshots.checkpoint_dir_name(last)}/sources.arrow"
+    fs = s3.filesystem()
+    with fs.open_output_stream(victim) as f:
+        f.write(b"not arrow")
+    code, out, _ = cli(capsys, "verify", uri, str(last))
+    assert code == 1 and "sources.arrow" in out
+    code, out, err = cli(capsys, "prune", uri, "--keep", "1")
+    assert (code, err) == (0, "") and out.startswith("removed ")
+    kept = snapshots.open(uri).list()
+    assert kept and kept[-1] == last and len(kept) < len(root.model)
+    gone = set(root.model) - set(kept)
+    assert not any(
+        k.startswith(tuple(snapshots.checkpoint_dir_name(c) for c in gone)) for k in s3.keys(path)
+    )

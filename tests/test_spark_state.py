@@ -77,13 +77,18 @@ def dwell_batch(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
     return StateUpdate(output=new, state=new)
 
 
+@pytest.mark.parametrize("state_writes", ["background", "sync"])
 def test_aggregate_matches_spark_native_batch_by_batch(
-    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path, state_writes: str
 ) -> None:
     directory, events = dwell
     root = tmp_path / "state"
     ours = keyed_state(
-        stream(spark, directory), key="user", root=str(root), partitions=3
+        stream(spark, directory),
+        key="user",
+        root=str(root),
+        partitions=3,
+        state_writes=state_writes,
     ).aggregate(
         count="count",
         total=("sum", "dwell_ms"),
@@ -429,6 +434,8 @@ def test_bad_keys_and_options_fail_before_any_batch(
         keyed_state(events.withColumn("f", F.col("dwell_ms") / 2), "f", str(tmp_path / "s"), 2)
     with pytest.raises(ConfigError, match="event_time= and watermark= go together"):
         keyed_state(events, "user", str(tmp_path / "s"), 2, event_time="ts")
+    with pytest.raises(ConfigError, match="state_writes='later' is not one of"):
+        keyed_state(events, "user", str(tmp_path / "s"), 2, state_writes="later")
     ks = keyed_state(events, "user", str(tmp_path / "s"), 2)
     with pytest.raises(ConfigError, match="unknown function"):
         ks.aggregate(x=("median", "dwell_ms"))

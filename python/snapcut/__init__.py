@@ -16,6 +16,7 @@ from snapcut._core import (
     TaskError,
     __version__,
 )
+from snapcut._fs import ObjectStoreError
 from snapcut.checkpointing import (
     ChannelLog,
     Checkpointing,
@@ -35,6 +36,7 @@ __all__ = [
     "GraphError",
     "JobControl",
     "KeyedStream",
+    "ObjectStoreError",
     "Restart",
     "RunReport",
     "SnapcutError",

@@ -20,6 +20,10 @@ The last line of stdout is a JSON summary; the exit code is non-zero if
 any of lost, duplicated, mismatched (or a child error, or a torn committed file) is non-zero.
 Protocol ``none`` is rejected: without checkpoints a killed job has nothing
 to resume from.
+
+``--engine spark`` runs the same proof on Spark (:mod:`snapcut.spark.chaos`:
+the dwell-time query with the exactly-once Arrow sink, its driver, Python
+workers and executors killed), with the same seeding, summary and exit code.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ from snapcut.dataflow import dwell_events
 
 PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync")
 
+ENGINES = ("local", "spark")
+
 #: Crash points the harness arms (see `snapcut_core::failpoint::POINTS`).
 FAILPOINTS = (
     "store.after_state_file",
@@ -70,6 +76,11 @@ RESTORE_MAX_HIT = {"restore.after_load": 1, "sink.during_restore": 2}
 CHANNEL_BATCHES = 64
 
 KILL_MODES = ("mixed", "timer", "failpoint")
+
+#: Defaults of the local engine for the CLI options both engines share.
+DEFAULT_RECORDS = 20_000
+DEFAULT_MAX_KILLS = 3
+DEFAULT_JOB_SECONDS = 0.4
 
 CHILD_TIMEOUT_S = 120.0
 
@@ -365,11 +376,50 @@ def run_child(
 # ---- the harness ------------------------------------------------------------------
 
 
+def run_rng(seed: int, run: int) -> random.Random:
+    """Every random choice of run `run`: a failing run replays from ``--seed``
+    and its number alone."""
+    return random.Random(seed * 1_000_003 + run)
+
+
+def record_run(
+    summary: Summary,
+    run: int,
+    check: Check,
+    run_dir: Path,
+    keep: bool,
+    log: Callable[[str], None],
+) -> None:
+    """Adds one checked run to `summary`; a clean run's directory is removed
+    unless `keep`, a failed one's is kept and named."""
+    summary.runs += 1
+    summary.lost += check.lost
+    summary.duplicated += check.duplicated
+    summary.mismatched += check.mismatched
+    summary.corrupt_files += len(check.corrupt_files)
+    if check.problems:
+        summary.failed_runs.append(run)
+        log(f"run {run}: FAILED: {'; '.join(check.problems)} (kept in {run_dir})")
+    else:
+        log(f"run {run}: ok")
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def record_error(
+    summary: Summary, run: int, error: Exception, run_dir: Path, log: Callable[[str], None]
+) -> None:
+    """Counts a run whose child failed other than by an injected kill."""
+    summary.errors += 1
+    summary.failed_runs.append(run)
+    log(f"run {run}: ERROR {error} (kept in {run_dir})")
+
+
 def run_one(
     opts: Options, run: int, run_dir: Path, ref: Reference, summary: Summary, est: list[float]
 ) -> Check:
     """One run: planned kills, then restarts until the job completes; then the check."""
-    rng = random.Random(opts.seed * 1_000_003 + run)
+    rng = run_rng(opts.seed, run)
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     interval = rng.uniform(0.01, 0.05)
@@ -433,22 +483,9 @@ def run_chaos(opts: Options, log: Callable[[str], None] = lambda _: None) -> Sum
             try:
                 check = run_one(opts, run, run_dir, ref, summary, est)
             except ChaosError as e:
-                summary.errors += 1
-                summary.failed_runs.append(run)
-                log(f"run {run}: ERROR {e} (kept in {run_dir})")
+                record_error(summary, run, e, run_dir, log)
                 continue
-            summary.runs += 1
-            summary.lost += check.lost
-            summary.duplicated += check.duplicated
-            summary.mismatched += check.mismatched
-            summary.corrupt_files += len(check.corrupt_files)
-            if check.problems:
-                summary.failed_runs.append(run)
-                log(f"run {run}: FAILED: {'; '.join(check.problems)} (kept in {run_dir})")
-            else:
-                log(f"run {run}: ok")
-                if not opts.keep:
-                    shutil.rmtree(run_dir, ignore_errors=True)
+            record_run(summary, run, check, run_dir, opts.keep, log)
     finally:
         if owned and not opts.keep and not summary.failed_runs:
             shutil.rmtree(root, ignore_errors=True)
@@ -466,59 +503,113 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--protocol", default="aligned", help=f"one of {', '.join(PROTOCOLS)}")
+    p.add_argument(
+        "--engine",
+        default="local",
+        choices=ENGINES,
+        help="the local runtime (default) or Spark (snapcut.spark.chaos)",
+    )
+    p.add_argument(
+        "--protocol", default=None, help=f"local: one of {', '.join(PROTOCOLS)} (default aligned)"
+    )
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--records", type=int, default=20_000, help="events per run")
+    p.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help=f"events per run (default: local {DEFAULT_RECORDS}, spark 10000 over --files files)",
+    )
     p.add_argument("--users", type=int, default=200)
     p.add_argument(
-        "--job-seconds", type=float, default=0.4, help="throttle each job to about this long"
+        "--job-seconds",
+        type=float,
+        default=None,
+        help=f"local: throttle each job to about this long (default {DEFAULT_JOB_SECONDS})",
     )
-    p.add_argument("--max-kills", type=int, default=3, help="kills per run: 1..N from the seed")
+    p.add_argument(
+        "--max-kills",
+        type=int,
+        default=None,
+        help=f"kills per run: 1..N from the seed (default: local {DEFAULT_MAX_KILLS}, spark 2)",
+    )
     p.add_argument("--workdir", default=None, help="where runs write (default: a temp dir)")
     p.add_argument(
         "--failpoints",
-        default=",".join(FAILPOINTS),
-        help="comma-separated crash points to choose from",
+        default=None,
+        help="comma-separated crash points to choose from (default: every one of the engine)",
     )
     p.add_argument(
         "--kill-mode",
         default="mixed",
-        choices=KILL_MODES,
-        help="random moments, crash points, or a seeded mix of both (default)",
+        choices=(*KILL_MODES, "executor"),
+        help="random moments, crash points, or a seeded mix of both (default); spark: "
+        "'executor' kills executor JVMs (needs --master local-cluster[...])",
     )
     p.add_argument("--keep", action="store_true", help="keep every run's directory")
     p.add_argument(
         "--unsafe-sink",
         action="store_true",
-        help="write events non-transactionally (shows the checker catching duplicates)",
+        help="local: write events non-transactionally (shows the checker catching duplicates)",
     )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
+    spark = p.add_argument_group("--engine spark")
+    spark.add_argument("--files", type=int, default=None, help="input parquet files (default 5)")
+    spark.add_argument(
+        "--files-per-batch", type=int, default=None, help="maxFilesPerTrigger (default 1)"
+    )
+    spark.add_argument("--partitions", type=int, default=None, help="state partitions (default 3)")
+    spark.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default local[2,4]); local-cluster[2,1,1024] adds executor kills",
+    )
     p.set_defaults(handler=main)
 
 
+def cli_log(args: argparse.Namespace) -> Callable[[str], None]:
+    """Progress lines on stdout, or nothing with ``--quiet``."""
+    return (lambda _: None) if args.quiet else (lambda m: print(m, flush=True))
+
+
+def finish(summary: Summary) -> int:
+    """Prints the summary as the last line of stdout; the exit code."""
+    print(summary.to_json(), flush=True)
+    return 0 if summary.ok else 1
+
+
 def main(args: argparse.Namespace) -> int:
-    opts = Options(
-        protocol=args.protocol,
-        runs=args.runs,
-        seed=args.seed,
-        records=args.records,
-        users=args.users,
-        workdir=args.workdir,
-        max_kills=args.max_kills,
-        job_seconds=args.job_seconds,
-        unsafe_sink=args.unsafe_sink,
-        keep=args.keep,
-        kill_mode=args.kill_mode,
-        failpoints=tuple(f.strip() for f in args.failpoints.split(",") if f.strip()),
-    )
-    log: Callable[[str], None] = (
-        (lambda _: None) if args.quiet else (lambda m: print(m, flush=True))
-    )
     try:
-        summary = run_chaos(opts, log)
+        if args.engine == "spark":
+            from snapcut.spark import chaos as spark_chaos
+
+            return spark_chaos.main(args)
+        summary = run_chaos(local_options(args), cli_log(args))
     except ConfigError as e:
         print(f"snapcut chaos: {e}", file=sys.stderr)
         return 2
-    print(summary.to_json(), flush=True)
-    return 0 if summary.ok else 1
+    return finish(summary)
+
+
+def local_options(args: argparse.Namespace) -> Options:
+    """The local engine's options; Spark-only flags are refused."""
+    for flag in ("files", "files_per_batch", "partitions", "master"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
+    if args.kill_mode not in KILL_MODES:
+        raise ConfigError(f"--kill-mode {args.kill_mode} applies to --engine spark only")
+    failpoints = FAILPOINTS if args.failpoints is None else args.failpoints.split(",")
+    return Options(
+        protocol=args.protocol or "aligned",
+        runs=args.runs,
+        seed=args.seed,
+        records=DEFAULT_RECORDS if args.records is None else args.records,
+        users=args.users,
+        workdir=args.workdir,
+        max_kills=DEFAULT_MAX_KILLS if args.max_kills is None else args.max_kills,
+        job_seconds=DEFAULT_JOB_SECONDS if args.job_seconds is None else args.job_seconds,
+        unsafe_sink=args.unsafe_sink,
+        keep=args.keep,
+        kill_mode=args.kill_mode,
+        failpoints=tuple(f.strip() for f in failpoints if f.strip()),
+    )

@@ -226,6 +226,7 @@ class _FsBackend(_Backend):
         self.fs = fs
         self.root = root
         if not _fs.exists(fs, root):
+            _fs.check_bucket(fs, root, f"opening snapshot root {root}")
             raise SnapshotError(f"snapshot root {root} does not exist")
 
     def _dir(self, checkpoint_id: int) -> str:

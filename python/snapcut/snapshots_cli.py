@@ -34,7 +34,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from snapcut import snapshots
+from snapcut import _fs, snapshots
 from snapcut._core import SnapcutError
 from snapcut.snapshot_ops import CheckpointRow, TaskInfo
 from snapcut.snapshot_ops import Progress as ProgressFn
@@ -101,6 +101,11 @@ class _Out:
 
     def json(self, value: Any) -> None:
         print(json.dumps(value, indent=2, default=_json_default))
+
+
+def _shown(root: str) -> str:
+    """A root as printed: a URI's credentials (s3://KEY:SECRET@...) masked."""
+    return _fs.redact(root)
 
 
 def _json_default(value: Any) -> Any:
@@ -190,7 +195,7 @@ def cmd_list(args: argparse.Namespace, out: _Out) -> int:
         out.json([r.to_dict() for r in rows])
         return 0
     if not rows:
-        out.line(f"no checkpoints under {args.root}")
+        out.line(f"no checkpoints under {_shown(args.root)}")
         return 0
     header: tuple[str, ...] = ("id", "committed (UTC)", "engine", "protocol", "status", "kind")
     header += ("files", "size", "records", "chain")
@@ -214,7 +219,7 @@ def cmd_list(args: argparse.Namespace, out: _Out) -> int:
         right=(0, 6, 7, 8),
     )
     complete = sum(r.status == "complete" for r in rows)
-    out.line(f"{len(rows)} checkpoints under {args.root}: {complete} complete")
+    out.line(f"{len(rows)} checkpoints under {_shown(args.root)}: {complete} complete")
     for r in rows:
         if r.error:
             out.line(f"  checkpoint {r.id} is {r.status}: {r.error}")
@@ -245,7 +250,7 @@ def cmd_show(args: argparse.Namespace, out: _Out) -> int:
     took = ""
     if m.get("started_ms") and m.get("committed_ms"):
         took = f" ({m['committed_ms'] - m['started_ms']} ms after it started)"
-    out.line(f"checkpoint {r.id} under {args.root}")
+    out.line(f"checkpoint {r.id} under {_shown(args.root)}")
     fields = [
         ("status", _status(r)),
         ("engine", f"{r.engine}, protocol {r.protocol}"),
@@ -309,9 +314,9 @@ def cmd_verify(args: argparse.Namespace, out: _Out) -> int:
         for reason in c.reasons():
             out.line(f"  {reason}")
     if broken:
-        out.line(f"{len(broken)} of {len(checks)} checkpoints broken under {args.root}")
+        out.line(f"{len(broken)} of {len(checks)} checkpoints broken under {_shown(args.root)}")
         return 1
-    out.line(f"{len(checks)} checkpoint{'s' * (len(checks) != 1)} intact under {args.root}")
+    out.line(f"{len(checks)} checkpoint{'s' * (len(checks) != 1)} intact under {_shown(args.root)}")
     return 0
 
 

@@ -31,6 +31,7 @@ from snapcut.spark.processors import (
     StateUpdate,
 )
 from snapcut.spark.read import committed_batches, read_state, read_state_arrow
+from snapcut.spark.rescale import RescaleReport, rescale
 from snapcut.spark.sink import (
     ArrowSnapshotSink,
     BatchReport,
@@ -49,6 +50,7 @@ __all__ = [
     "GroupState",
     "GroupStateTimeout",
     "KeyedState",
+    "RescaleReport",
     "StateUpdate",
     "committed_batches",
     "committed_output",
@@ -57,4 +59,5 @@ __all__ = [
     "read_output_arrow",
     "read_state",
     "read_state_arrow",
+    "rescale",
 ]

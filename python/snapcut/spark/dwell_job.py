@@ -7,6 +7,7 @@ and offsets per batch). Run to the end of the input with an ``availableNow``
 trigger; re-running it with the same paths resumes from its checkpoint.
 
     python -m snapcut.spark.dwell_job INPUT STATE_ROOT CHECKPOINT OUTPUT [--partitions 3]
+        [--sink parquet|arrow] [--trigger available-now|'1 second']
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files-per-batch", type=int, default=1)
     parser.add_argument("--master", default="local[2,4]")
     parser.add_argument("--sink", choices=("parquet", "arrow"), default="parquet")
+    parser.add_argument(
+        "--trigger",
+        default="available-now",
+        help="'available-now' (run to the end of the input, then exit) or a processing-time "
+        "interval such as '1 second' (run until stopped)",
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -60,7 +67,12 @@ def main(argv: list[str] | None = None) -> int:
         writer = (
             averages.writeStream.format("parquet").option("path", args.output).outputMode("append")
         )
-    query = writer.option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start()
+    writer = writer.option("checkpointLocation", args.checkpoint)
+    if args.trigger == "available-now":
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=args.trigger)
+    query = writer.start()
     query.awaitTermination()
     spark.stop()
     return 0

@@ -7,24 +7,37 @@
     state.after_ack:3:1:kill         # the Python worker SIGKILLs itself
     sink.after_commit:1:*:raise      # the driver fails after the sink committed batch 1
 
-``raise`` fails the task (Spark retries it); ``kill`` dies as an external
-``kill -9`` of the worker would; ``sleep`` stalls 3 s (a straggler, for
+``raise`` fails the task (Spark retries it); ``kill`` is a SIGKILL: hit in a
+task, of that Python worker only (as an external ``kill -9`` of the worker:
+the JVM sees the worker crash and Spark retries the task), hit on the driver
+(``sink.before_commit``, ``sink.after_commit``), of the whole driver: its
+Python process, its JVM and the Python workers (:func:`snapcut.spark.procs.kill_tree`),
+as a machine failure would; ``sleep`` stalls 3 s (a straggler, for
 speculation). ``*`` matches any batch or partition; the driver-side sink
 points (``sink.before_commit``, ``sink.after_commit``) hit with partition 0
 and read the variable from the driver's own environment. The variable reaches
 Python workers through ``spark.executorEnv.*``; a value ``@/path`` reads the
 points from that file at every hit, so a test can re-arm a running session.
+
+Every hit is announced on stderr (``snapcut: failpoint <point> hit ...``) and,
+if ``SNAPCUT_SPARK_FAILPOINT_LOG`` names a file, appended to it as a JSON line
+(``point``, ``batch``, ``partition``, ``action``, ``where``: "driver" or
+"task", ``pid``): how the chaos harness learns which crash points fired,
+executors' stderr included.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
 import time
 
 from snapcut._core import ConfigError
 
 ENV = "SNAPCUT_SPARK_FAILPOINTS"
+LOG_ENV = "SNAPCUT_SPARK_FAILPOINT_LOG"
 POINTS = {
     "state.before_write": "the batch was applied to the state, version N is not written",
     "state.after_write": "version N's state file is written, not yet acknowledged",
@@ -61,13 +74,52 @@ def _armed() -> list[tuple[str, str, str, str, str | None]]:
     return out
 
 
-def _attempt() -> int:
+def _task_attempt() -> int | None:
+    """The running task's attempt number; None outside a task (the driver)."""
     try:
         from pyspark import TaskContext
     except ImportError:
-        return 0
+        return None
     ctx = TaskContext.get()
-    return ctx.attemptNumber() if ctx is not None else 0
+    return ctx.attemptNumber() if ctx is not None else None
+
+
+def _announce(point: str, batch: int, partition: int, action: str, where: str) -> None:
+    print(
+        f"snapcut: failpoint {point} hit (batch {batch}, partition {partition}): {action} "
+        f"({where}, pid {os.getpid()})",
+        file=sys.stderr,
+        flush=True,
+    )
+    log = os.environ.get(LOG_ENV)
+    if not log:
+        return
+    line = json.dumps(
+        {
+            "point": point,
+            "batch": batch,
+            "partition": partition,
+            "action": action,
+            "where": where,
+            "pid": os.getpid(),
+        }
+    )
+    # One short O_APPEND write: lines of concurrent workers do not interleave.
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _kill(in_task: bool) -> None:
+    """SIGKILL: the Python worker in a task, the whole driver otherwise."""
+    if not in_task:
+        from snapcut.spark import procs
+
+        procs.kill_tree(os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def hit(point: str, batch: int, partition: int) -> None:
@@ -76,10 +128,12 @@ def hit(point: str, batch: int, partition: int) -> None:
     for name, b, p, action, attempt in _armed():
         if name != point or b not in ("*", str(batch)) or p not in ("*", str(partition)):
             continue
-        if attempt is not None and attempt != str(_attempt()):
+        task_attempt = _task_attempt()
+        if attempt is not None and attempt != str(task_attempt or 0):
             continue
+        _announce(point, batch, partition, action, "driver" if task_attempt is None else "task")
         if action == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
+            _kill(task_attempt is not None)
         if action == "sleep":
             time.sleep(3)
             continue

@@ -47,6 +47,29 @@ class InitialState:
         return ipc.open_file(pa.BufferReader(_fs.read_bytes(state.fs, path))).read_all()
 
 
+def state_rows(
+    batches: Iterator[pa.RecordBatch],
+    schema: pa.Schema,
+    state_key: str,
+    key: tuple[str, ...],
+    what: str,
+) -> pa.Table:
+    """Rows of key + state columns (as a Spark task receives them) made into
+    one partition's state table: the encoded key of composite keys, a null
+    timeout where there is none, the state's types, sorted by the key."""
+    parts = list(batches)
+    rows = pa.Table.from_batches(parts) if parts else None
+    if rows is None or rows.num_rows == 0:
+        return schema.empty_table()
+    if KEY_COLUMN in schema.names and KEY_COLUMN not in rows.column_names:
+        rows = with_state_key(rows, key, -1)
+    if TIMEOUT_COLUMN in schema.names and TIMEOUT_COLUMN not in rows.column_names:
+        rows = rows.append_column(TIMEOUT_COLUMN, pa.nulls(rows.num_rows, pa.int64()))
+    return conform(
+        rows, schema, what, "give the key columns and every state column, with the state's types"
+    ).sort_by(state_key)
+
+
 def write_initial_state(ks: KeyedState, root: StateRoot, schema: pa.Schema) -> InitialState | None:
     """Writes the initial state unless the query already committed a batch."""
     if _FsBackend(root.fs, root.path).complete():
@@ -83,21 +106,7 @@ def write_initial_state(ks: KeyedState, root: StateRoot, schema: pa.Schema) -> I
         if ctx is None:
             raise ConfigError("initial_state is written inside a Spark task")
         partition = ctx.partitionId()
-        parts = list(batches)
-        rows = pa.Table.from_batches(parts) if parts else None
-        if rows is None or rows.num_rows == 0:
-            table = schema.empty_table()
-        else:
-            if KEY_COLUMN in schema.names:
-                rows = with_state_key(rows, key, -1)
-            if TIMEOUT_COLUMN in schema.names and TIMEOUT_COLUMN not in rows.column_names:
-                rows = rows.append_column(TIMEOUT_COLUMN, pa.nulls(rows.num_rows, pa.int64()))
-            table = conform(
-                rows,
-                schema,
-                "initial_state",
-                "give the key columns and every state column, with the state's types",
-            ).sort_by(spec.state_key)
+        table = state_rows(batches, schema, spec.state_key, key, "initial_state")
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema) as w:
             w.write_table(table)

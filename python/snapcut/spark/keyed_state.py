@@ -39,6 +39,7 @@ __all__ = ["KeyedState", "keyed_state", "parse_duration_ms"]
 
 AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
 OUTPUT_MODES = ("update", "append", "complete")
+STATE_WRITES = ("background", "sync")
 _UNITS_MS = {
     "ms": 1,
     "millisecond": 1,
@@ -108,9 +109,16 @@ class KeyedState:
         watermark: str | int | None,
         initial_state: Any,
         filesystem: Any,
+        state_writes: str = "background",
     ) -> None:
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        if state_writes not in STATE_WRITES:
+            raise ConfigError(
+                f"state_writes={state_writes!r} is not one of {STATE_WRITES}: 'background' writes "
+                "version N while the task's output goes to Spark, 'sync' before any output"
+            )
+        self.state_writes = state_writes
         if partitions < 1:
             raise ConfigError(f"partitions must be at least 1, got {partitions}")
         if full_every < 1:
@@ -338,7 +346,9 @@ class KeyedState:
             src = src.withColumn(BATCH_TS_COLUMN, F.current_timestamp())
             input_schema = input_schema.append(pa.field(BATCH_TS_COLUMN, pa.timestamp("us", "UTC")))
         parted = src.repartition(self.partitions, *[F.col(k) for k in self.key])
-        udf = make_task_function(spec, processor, self.delay_ms, initial, input_schema)
+        udf = make_task_function(
+            spec, processor, self.delay_ms, initial, input_schema, self.state_writes
+        )
         out_type = from_arrow_schema(processor.output_schema, prefer_timestamp_ntz=False)  # type: ignore[attr-defined]
         return parted.mapInArrow(udf, out_type)
 
@@ -349,6 +359,7 @@ def make_task_function(
     delay_ms: int | None,
     initial: Any,
     input_schema: pa.Schema,
+    state_writes: str = "background",
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs in each Python worker."""
 
@@ -370,6 +381,10 @@ def make_task_function(
             batch_ts = int(pa.compute.cast(ts, pa.timestamp("ms", "UTC")).value)
         task = PartitionTask(StateRoot(spec), batch_id, partition, owner, delay_ms, initial=initial)
         out = task.apply(rows, processor, batch_ts)
+        if state_writes == "sync":
+            task.commit()
+            yield from out.to_batches()
+            return
         # Version N is written while the output goes to Spark (the asynchronous
         # phase, within the task); the task ends only once it is durable.
         writer = _Committer(task)
@@ -413,6 +428,7 @@ def keyed_state(
     watermark: str | int | None = None,
     initial_state: Any = None,
     filesystem: Any = None,
+    state_writes: str = "background",
 ) -> KeyedState:
     """Keys a streaming (or batch) DataFrame for stateful processing.
 
@@ -425,7 +441,10 @@ def keyed_state(
     ``event_time``/``watermark``: the event-time column and the watermark
     delay (Spark's rule: max event time of earlier batches minus the delay);
     ``initial_state``: a DataFrame of key columns + state columns, or
-    ``(root, batch)`` of another state root, to start from.
+    ``(root, batch)`` of another state root, to start from;
+    ``state_writes``: ``"background"`` writes version N on a thread while the
+    task's output goes to Spark, ``"sync"`` before the task emits any output
+    (either way the task ends only once version N is durable).
     """
     keys = (key,) if isinstance(key, str) else tuple(key)
     if not keys:
@@ -442,4 +461,5 @@ def keyed_state(
         watermark=watermark,
         initial_state=initial_state,
         filesystem=filesystem,
+        state_writes=state_writes,
     )

@@ -138,7 +138,7 @@ class PartitionTask:
             ]
             raise SnapshotError(
                 f"batch {n} runs, so Spark committed batch {n - 1}, but state root "
-                f"{self.root.spec.uri} has no version {n - 1} of partition(s) {missing}: the root "
+                f"{self.root.name} has no version {n - 1} of partition(s) {missing}: the root "
                 "was changed by hand, or another query's state was put in its place; restore the "
                 "root or start the query afresh on a new root and checkpointLocation"
             )

@@ -27,13 +27,13 @@ def committed_batches(root: str, filesystem: Any = None) -> list[int]:
 def _resolve_batch(state: StateRoot, batch: int | None) -> dict[str, Any]:
     batches = _FsBackend(state.fs, state.path).complete()
     if not batches:
-        raise SnapshotError(f"state root {state.spec.uri} has no committed batch yet")
+        raise SnapshotError(f"state root {state.name} has no committed batch yet")
     wanted = batches[-1] if batch is None else batch
     manifest = state.manifest(wanted)
     if manifest is None:
         raise SnapshotError(
             f"batch {wanted} is not committed (or not retained) in state root "
-            f"{state.spec.uri}; committed batches: {batches}"
+            f"{state.name}; committed batches: {batches}"
         )
     return manifest
 

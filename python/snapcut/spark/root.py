@@ -102,6 +102,8 @@ class StateRoot:
     def __init__(self, spec: RootSpec) -> None:
         self.spec = spec
         self.fs, self.path = _fs.resolve(spec.uri, spec.filesystem)
+        # The root's URI without credentials, for messages and manifests.
+        self.name = _fs.redact(spec.uri)
         self.writer = SnapshotWriter(self.path, filesystem=self.fs)
 
     # -- the root's identity -------------------------------------------------
@@ -111,13 +113,16 @@ class StateRoot:
         holds this operator's state (same partitions, key and schema)."""
         meta_path = f"{self.path}/{ROOT_META_FILE}"
         wanted = self.spec.describe(operator)
+        what = f"state root {self.name} cannot be created"
+        _fs.check_bucket(self.fs, self.path, what)
         try:
-            self.fs.create_dir(self.path, recursive=True)
+            if not _fs.is_object_store(self.fs):
+                self.fs.create_dir(self.path, recursive=True)
             existing = _fs.exists(self.fs, meta_path)
         except OSError as e:
-            raise StorageError(
-                f"state root {self.spec.uri} cannot be created: {e}; pass a root you can write to"
-            ) from e
+            if _fs.is_object_store(self.fs):
+                raise _fs.storage_error(e, self.fs, what, self.path) from e
+            raise StorageError(f"{what}: {e}; pass a root you can write to") from e
         if not existing:
             _fs.write_atomic(
                 self.fs, meta_path, f"{meta_path}.{uuid.uuid4().hex}.tmp", _dump(wanted)
@@ -137,7 +142,7 @@ class StateRoot:
         ):
             if have.get(what) != wanted[what]:
                 raise ConfigError(
-                    f"state root {self.spec.uri} was created with {what}={have.get(what)!r}; "
+                    f"state root {self.name} was created with {what}={have.get(what)!r}; "
                     f"this query asks {what}={wanted[what]!r}: {fix} "
                     "(nothing in the root was changed)"
                 )
@@ -145,7 +150,7 @@ class StateRoot:
     def claim(self, owner: str) -> None:
         """Task side: the root belongs to one streaming query (by Spark's
         query id, which survives restarts from the same checkpointLocation)."""
-        claim_root(self.fs, self.path, self.spec.uri, owner, "state root")
+        claim_root(self.fs, self.path, self.name, owner, "state root")
 
     # -- per-batch files -----------------------------------------------------
 
@@ -221,8 +226,10 @@ class StateRoot:
             extra={"spark": spark},
             replace=True,
         )
-        # Another partition's finalize may remove the same old batch first.
-        with contextlib.suppress(OSError):
+        # Best effort: another partition's finalize may remove the same old
+        # batch first, and an object store may fail a request (the next
+        # batch's finalize retries).
+        with contextlib.suppress(OSError, StorageError):
             self.writer.apply_retention(self.spec.retain)
         return manifest
 
@@ -240,7 +247,7 @@ class StateRoot:
         entry = _entry(manifest, self.spec.vertex, partition)
         if entry is None:
             raise SnapshotError(
-                f"batch {batch} of state root {self.spec.uri} has no state for partition "
+                f"batch {batch} of state root {self.name} has no state for partition "
                 f"{partition}: the root was written with other partitions or changed by hand"
             )
         out = []
@@ -279,9 +286,10 @@ def read_root_meta(uri: str, filesystem: Any = None) -> dict[str, Any]:
     fs, path = _fs.resolve(uri, filesystem)
     meta_path = f"{path}/{ROOT_META_FILE}"
     if not _fs.exists(fs, meta_path):
+        _fs.check_bucket(fs, path, f"reading state root {_fs.redact(uri)}")
         raise SnapshotError(
-            f"{uri} is not a snapcut Spark state root: it has no {ROOT_META_FILE} (is the path "
-            "right? a root is created by the first query that uses it)"
+            f"{_fs.redact(uri)} is not a snapcut Spark state root: it has no {ROOT_META_FILE} "
+            "(is the path right? a root is created by the first query that uses it)"
         )
     meta: dict[str, Any] = json.loads(_fs.read_bytes(fs, meta_path))
     meta["schema"] = schema_from_bytes(base64.b64decode(meta["state_schema_ipc"]))

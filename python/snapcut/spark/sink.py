@@ -94,6 +94,7 @@ __all__ = [
     "ArrowSnapshotSink",
     "BatchReport",
     "committed_output",
+    "read_batch_output_arrow",
     "read_output",
     "read_output_arrow",
     "read_sink_meta",
@@ -308,15 +309,19 @@ class ArrowSnapshotSink:
         self.state_timeout = float(state_timeout)
         self.max_file_bytes = int(max_file_bytes)
         self._state = _state_ref(state)
+        # The root's URI without credentials, for messages and manifests.
+        self.name = _fs.redact(self.uri)
         self.fs, self.path = _fs.resolve(self.uri, filesystem)
         self.local = _fs.local_path(self.fs, self.path) is not None
         self.reports: list[BatchReport] = []
+        what = f"sink root {self.name} cannot be created"
+        _fs.check_bucket(self.fs, self.path, what)
+        if _fs.is_object_store(self.fs):
+            return  # no directories to create: a prefix exists once a file is under it
         try:
             self.fs.create_dir(self.path, recursive=True)
         except OSError as e:
-            raise StorageError(
-                f"sink root {self.uri} cannot be created: {e}; pass a root you can write to"
-            ) from e
+            raise StorageError(f"{what}: {e}; pass a root you can write to") from e
 
     # -- the batch -----------------------------------------------------------
 
@@ -337,7 +342,7 @@ class ArrowSnapshotSink:
         tz = batch_df.sparkSession.conf.get("spark.sql.session.timeZone")
         schema = to_arrow_schema(batch_df.schema, timezone=tz)
         # Checks first: a refused batch touches nothing in the root.
-        self._writable(lambda: claim_root(self.fs, self.path, self.uri, owner, "sink root"))
+        self._writable(lambda: claim_root(self.fs, self.path, self.name, owner, "sink root"))
         if self.committed(batch_id):
             report = BatchReport(batch_id, committed=False)
             self.reports.append(report)
@@ -383,7 +388,7 @@ class ArrowSnapshotSink:
             "spark": {
                 "query_id": owner,
                 "batch_id": batch_id,
-                "checkpoint_location": checkpoint,
+                "checkpoint_location": None if checkpoint is None else _fs.redact(checkpoint),
                 "offsets": offsets,
                 "stage_ms": report.stage_ms,
                 "state_wait_ms": report.state_wait_ms,
@@ -409,13 +414,20 @@ class ArrowSnapshotSink:
         except (StorageError, OSError) as e:
             if _no_space(e):
                 raise StorageError(
-                    f"sink root {self.uri}: no space left ({e}). Nothing committed was "
+                    f"sink root {self.name}: no space left ({e}). Nothing committed was "
                     "touched; free space and restart the query, Spark re-runs the batch"
                 ) from e
             if isinstance(e, StorageError) and str(e).startswith("sink root"):
                 raise
+            store: StorageError | None = e if isinstance(e, _fs.ObjectStoreError) else None
+            if isinstance(e, OSError) and _fs.is_object_store(self.fs):
+                store = _fs.storage_error(e, self.fs, "a request", self.path)
+            if store is not None:
+                raise _fs.ObjectStoreError(
+                    f"sink root {self.name}: {store} (nothing committed was touched)"
+                ) from e
             raise StorageError(
-                f"sink root {self.uri} is not writable ({e}): pass a root this query can write "
+                f"sink root {self.name} is not writable ({e}): pass a root this query can write "
                 "to (nothing committed was touched)"
             ) from e
 
@@ -450,14 +462,14 @@ class ArrowSnapshotSink:
         for what, mine in (("output_mode", self.output_mode), ("key", list(self.key))):
             if have[what] != mine:
                 raise ConfigError(
-                    f"sink root {self.uri} was created with {what}={have[what]!r}; this sink "
+                    f"sink root {self.name} was created with {what}={have[what]!r}; this sink "
                     f"has {what}={mine!r}: use the same, or a new root (nothing in the root "
                     "was changed)"
                 )
         change = schema_change(have["arrow_schema"], schema)
         if change:
             raise ConfigError(
-                f"batch {batch_id}'s DataFrame does not have the schema of sink root {self.uri} "
+                f"batch {batch_id}'s DataFrame does not have the schema of sink root {self.name} "
                 f"(fixed by batch {have['first_batch']}): {change}. A root holds one schema so "
                 "that its readers see one table: select/cast to the root's schema, or write to "
                 "a new root (the committed batches are untouched)"
@@ -493,7 +505,7 @@ class ArrowSnapshotSink:
                 break
             if time.monotonic() >= deadline:
                 raise SnapshotError(
-                    f"batch {batch_id}: state partition(s) {missing} of state root {spec.uri} "
+                    f"batch {batch_id}: state partition(s) {missing} of state root {state.name} "
                     f"did not acknowledge version {batch_id} within {self.state_timeout:g} s "
                     "(a worker died after its task returned, or this query's plan does not "
                     "write that state root): batch not committed, Spark re-runs it when the "
@@ -504,13 +516,13 @@ class ArrowSnapshotSink:
         foreign = sorted({str(a["query_id"]) for a in acks.values() if a is not None} - {owner})
         if foreign:
             raise ConfigError(
-                f"batch {batch_id}: state root {spec.uri} holds version {batch_id} of query "
+                f"batch {batch_id}: state root {state.name} holds version {batch_id} of query "
                 f"{foreign}, not of this query {owner}: give each query its own state root"
             )
         manifest = state.committed(batch_id)
         if manifest is None:
             raise SnapshotError(
-                f"batch {batch_id}: every partition of state root {spec.uri} acknowledged, but "
+                f"batch {batch_id}: every partition of state root {state.name} acknowledged, but "
                 "its manifest could not be written"
             )
         chk = checkpoint_dir_name(batch_id)
@@ -521,7 +533,7 @@ class ArrowSnapshotSink:
             ref = {k: v for k, v in f.items() if k not in ("path", "role", "subtask", "vertex")}
             files.append({"path": f"{chk}/{f['path']}", "partition": f["subtask"], **ref})
         return {
-            "root": spec.uri,
+            "root": state.name,
             "vertex": spec.vertex,
             "partitions": spec.partitions,
             "key": list(spec.key),
@@ -567,7 +579,8 @@ class ArrowSnapshotSink:
             target = f"{pending_root}/{checkpoint_dir_name(batch_id)}"
         else:
             pending_root, target = self.path, final
-        self.fs.create_dir(target, recursive=True)
+        if not _fs.is_object_store(self.fs):
+            self.fs.create_dir(target, recursive=True)
         for f, e in zip(files, entries, strict=True):
             self.fs.move(f"{self.path}/{f['path']}", f"{target}/{e['path']}")
         SnapshotWriter(pending_root, filesystem=self.fs).commit(
@@ -723,9 +736,10 @@ def read_sink_meta(root: str | os.PathLike[str], filesystem: Any = None) -> dict
     fs, path = _fs.resolve(root, filesystem)
     meta_path = f"{path}/{SINK_META_FILE}"
     if not _fs.exists(fs, meta_path):
+        _fs.check_bucket(fs, path, f"reading sink root {_fs.redact(root)}")
         raise SnapshotError(
-            f"{root} is not a snapcut sink root: it has no {SINK_META_FILE} (is the path right? "
-            "the first batch a sink writes creates it)"
+            f"{_fs.redact(root)} is not a snapcut sink root: it has no {SINK_META_FILE} (is the "
+            "path right? the first batch a sink writes creates it)"
         )
     meta: dict[str, Any] = json.loads(_fs.read_bytes(fs, meta_path))
     if meta.get("format") != SINK_FORMAT:
@@ -749,7 +763,7 @@ def committed_output(
     if batch is not None:
         if batch not in ids:
             raise SnapshotError(
-                f"batch {batch} is not committed in sink root {root}; committed: {ids}"
+                f"batch {batch} is not committed in sink root {_fs.redact(root)}; committed: {ids}"
             )
         ids = [i for i in ids if i <= batch]
     if meta["output_mode"] == "complete":
@@ -791,13 +805,28 @@ def read_output_arrow(
     backend = _FsBackend(fs, path)
     manifests = committed_output(root, batch, filesystem)
     if not manifests:
-        raise SnapshotError(f"sink root {root} has no committed batch yet")
+        raise SnapshotError(f"sink root {_fs.redact(root)} has no committed batch yet")
     schema = meta["arrow_schema"]
     tables = [_read_file(backend, b, f) for b, f in _output_files(manifests)]
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     if meta["output_mode"] == "update":
         table = _newest_per_key(table, meta["key"])
     return table
+
+
+def read_batch_output_arrow(
+    root: str | os.PathLike[str], batch: int, filesystem: Any = None
+) -> pa.Table:
+    """The rows committed batch `batch` wrote, alone (not merged with other
+    batches whatever the output mode), every file checked."""
+    fs, path = _fs.resolve(root, filesystem)
+    meta = read_sink_meta(root, filesystem)
+    backend = _FsBackend(fs, path)
+    if batch not in backend.complete():
+        raise SnapshotError(f"batch {batch} is not committed in sink root {root}")
+    tables = [_read_file(backend, b, f) for b, f in _output_files([backend.manifest(batch)])]
+    schema: pa.Schema = meta["arrow_schema"]
+    return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 @dataclass(frozen=True)
@@ -819,7 +848,7 @@ def read_output(
     meta = read_sink_meta(root, filesystem)
     manifests = committed_output(root, batch, filesystem)
     if not manifests:
-        raise SnapshotError(f"sink root {root} has no committed batch yet")
+        raise SnapshotError(f"sink root {_fs.redact(root)} has no committed batch yet")
     schema: pa.Schema = meta["arrow_schema"]
     update = meta["output_mode"] == "update"
     files = [(i, b, f) for i, (b, f) in enumerate(_output_files(manifests))]

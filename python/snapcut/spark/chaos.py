@@ -1,0 +1,817 @@
+"""``snapcut chaos --engine spark``: exactly-once on Spark under SIGKILLs.
+
+Each run writes a few parquet files of generated ``(user, dwell_ms, ts)``
+events and runs the dwell-time query on them in a child process
+(``python -m snapcut.spark.dwell_job ... --sink arrow``: the ``keyed_state``
+aggregate per user, count/total/avg, into an ``ArrowSnapshotSink`` with
+``state=``; ``availableNow``; ``--files-per-batch`` files per micro-batch),
+kills it, and restarts it from its checkpointLocation until it finishes.
+One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
+
+- ``driver_sigkill``: the harness SIGKILLs the child's whole process tree
+  (Python driver, JVM, pyspark daemon and workers) at a random moment: a
+  random 0-1.5 s into the n-th progress step of the attempt (a batch planned
+  in Spark's offset log, or committed in its commit log; n from the seed),
+  or, for n = 0, a random 0-8 s after the start (JVM start-up);
+- ``driver_failpoint``: a driver crash point (``sink.before_commit``: output
+  staged and state acknowledged, no manifest; ``sink.after_commit``: manifest
+  published, Spark has not committed the batch) SIGKILLs the driver tree;
+- ``python_worker_failpoint``: a task crash point (``state.before_write``,
+  ``state.after_write``, ``state.after_ack``, ``sink.before_stage``,
+  ``sink.after_stage``) SIGKILLs the Python worker running one state
+  partition's task, attempt 0: the driver lives on and Spark retries the task;
+- ``executor_sigkill`` (``--master local-cluster[...]`` only): the harness
+  SIGKILLs one executor JVM with its Python workers at a random moment;
+  Spark re-runs its tasks elsewhere.
+
+Crash points are armed with ``SNAPCUT_SPARK_FAILPOINTS`` for one batch (not
+yet committed when the attempt starts) and partition; a point the attempt
+never reaches (its batch planned differently, the attempt finished first)
+kills nothing (``armed_not_hit``); likewise a timed kill whose moment comes
+after the attempt ended (``timed_not_reached``).
+
+The final committed output and state are then compared with pandas over the
+same events:
+
+- lost: (batch, user) update rows a failure-free run of the batches Spark
+  planned (its offset and file-source logs) commits and the sink did not,
+  plus the events of input files no batch read;
+- duplicated: committed rows beyond those (a (batch, user) row twice, a
+  batch Spark never planned), plus the events of files two batches read;
+- mismatched: users whose row in some batch, newest committed row
+  (``read_output_arrow``) or final state (``read_state_arrow``) differs from
+  pandas' count, total and average.
+
+Every choice comes from ``--seed`` and the run number (see
+:func:`snapcut.chaos.run_rng`), so a failing run replays its input and its
+kill plan; the moment a timed kill lands within its window is wall-clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from snapcut._core import ConfigError, SnapshotError
+from snapcut.chaos import (
+    ChaosError,
+    Check,
+    Summary,
+    cli_log,
+    finish,
+    record_error,
+    record_run,
+    run_rng,
+)
+from snapcut.spark import failpoints, procs
+from snapcut.spark.read import read_state_arrow
+from snapcut.spark.root import PROTOCOL
+from snapcut.spark.sink import (
+    SINK_META_FILE,
+    committed_output,
+    read_batch_output_arrow,
+    read_offsets,
+    read_output_arrow,
+)
+
+DRIVER_POINTS = ("sink.before_commit", "sink.after_commit")
+KILL_MODES = ("mixed", "timer", "failpoint", "executor")
+KILL_KINDS = (
+    "driver_sigkill",
+    "driver_failpoint",
+    "python_worker_failpoint",
+    "executor_sigkill",
+)
+
+#: Seconds a Spark child may take (a loaded machine, local-cluster start-up).
+ATTEMPT_TIMEOUT_S = 300.0
+#: Timed kills: the window within a progress step, and the start-up window.
+STEP_WINDOW_S = 1.5
+STARTUP_WINDOW_S = 8.0
+POLL_S = 0.05
+TREE_SCAN_S = 0.5
+
+Totals = tuple[int, int]
+"""(count, total) of one user."""
+Row = tuple[int, int, float]
+"""(count, total, avg) as committed."""
+
+
+# ---- options and summary ---------------------------------------------------------
+
+
+@dataclass
+class SparkOptions:
+    runs: int = 10
+    seed: int = 0
+    files: int = 5
+    records: int = 10_000
+    users: int = 200
+    partitions: int = 3
+    files_per_batch: int = 1
+    master: str = "local[2,4]"
+    max_kills: int = 2
+    kill_mode: str = "mixed"
+    failpoints: tuple[str, ...] = tuple(failpoints.POINTS)
+    workdir: str | None = None
+    keep: bool = False
+    attempt_timeout: float = ATTEMPT_TIMEOUT_S
+
+    def cluster(self) -> bool:
+        return self.master.startswith("local-cluster")
+
+    def batches(self) -> int:
+        """Micro-batches of a run that never fails."""
+        return math.ceil(self.files / self.files_per_batch)
+
+    def check(self) -> None:
+        for what, v, least in (
+            ("runs", self.runs, 1),
+            ("seed", self.seed, 0),
+            ("files", self.files, 1),
+            ("records", self.records, self.files),
+            ("users", self.users, 1),
+            ("partitions", self.partitions, 1),
+            ("files_per_batch", self.files_per_batch, 1),
+            ("max_kills", self.max_kills, 0),
+        ):
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
+        if self.kill_mode not in KILL_MODES:
+            raise ConfigError(
+                f"kill_mode must be one of {', '.join(KILL_MODES)}, got {self.kill_mode!r}"
+            )
+        if self.kill_mode == "executor" and not self.cluster():
+            raise ConfigError(
+                "executor kills need executor JVMs: use --master local-cluster[2,1,1024]"
+            )
+        unknown = set(self.failpoints) - set(failpoints.POINTS)
+        if unknown:
+            raise ConfigError(
+                f"unknown Spark failpoints {sorted(unknown)}; known: {', '.join(failpoints.POINTS)}"
+            )
+        if self.kill_mode in ("mixed", "failpoint") and not self.failpoints:
+            raise ConfigError("failpoint kills need at least one failpoint")
+        if self.attempt_timeout <= 0:
+            raise ConfigError(f"attempt_timeout must be positive, got {self.attempt_timeout!r}")
+
+
+@dataclass
+class SparkSummary(Summary):
+    """The local summary (same keys, same meaning) plus Spark's kill kinds.
+
+    ``kills`` counts every kill of any kind; ``recoveries`` the restarts of
+    the driver after a driver kill plus the kills of a worker or executor
+    that the attempt survived (Spark retried the tasks, the batch committed).
+    ``timer_kills`` are the harness's (driver tree, executor),
+    ``failpoint_kills`` the crash points' (driver tree, Python worker)."""
+
+    engine: str = "spark"
+    master: str = ""
+    files: int = 0
+    kill_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KILL_KINDS, 0))
+    armed_not_hit: int = 0
+    timed_not_reached: int = 0
+    attempts: int = 0
+    run_seconds: list[float] = field(default_factory=list)
+
+
+# ---- input and the failure-free reference ---------------------------------------
+
+
+def generate_events(files: int, records: int, users: int, seed: int) -> list[pd.DataFrame]:
+    """`records` events over `files` frames of (user, dwell_ms, ts); event
+    time grows file by file."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for i in range(files):
+        n = records // files + (1 if i < records % files else 0)
+        secs = i * 60 + rng.integers(0, 60, n)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "user": rng.integers(0, users, n),
+                    "dwell_ms": rng.integers(1, 10_000, n),
+                    "ts": pd.to_datetime(secs, unit="s", utc=True),
+                }
+            )
+        )
+    return frames
+
+
+def write_input(directory: Path, frames: list[pd.DataFrame]) -> list[str]:
+    """One parquet file per frame (µs timestamps: Spark 4 reads no nanos),
+    modification times a second apart so the file source takes them in
+    order; returns the file names, index = frame."""
+    directory.mkdir(parents=True, exist_ok=True)
+    names = []
+    base = time.time() - len(frames) - 10
+    for i, frame in enumerate(frames):
+        name = f"part-{i:05d}.parquet"
+        tmp = directory / f".{name}.tmp"
+        frame.to_parquet(tmp, index=False, coerce_timestamps="us", allow_truncated_timestamps=True)
+        os.utime(tmp, (base + i, base + i))
+        tmp.rename(directory / name)
+        names.append(name)
+    return names
+
+
+def totals(frame: pd.DataFrame) -> dict[int, Totals]:
+    """count and total dwell per user, in pandas."""
+    g = frame.groupby("user")["dwell_ms"].agg(["size", "sum"])
+    return {int(u): (int(c), int(t)) for u, c, t in zip(g.index, g["size"], g["sum"], strict=True)}
+
+
+def reference(frames: list[pd.DataFrame]) -> dict[int, Totals]:
+    """The failure-free final result: every event counted once."""
+    return totals(pd.concat(frames, ignore_index=True))
+
+
+def expected_updates(
+    frames: list[pd.DataFrame], plan: dict[int, list[int]]
+) -> dict[tuple[int, int], Totals]:
+    """(batch, user) → (count, total) that a failure-free run of `plan`
+    (batch → input files) commits in update mode: each batch, the users it
+    touched with their running totals."""
+    running: dict[int, Totals] = {}
+    out: dict[tuple[int, int], Totals] = {}
+    for batch in sorted(plan):
+        if not plan[batch]:
+            continue
+        rows = pd.concat([frames[i] for i in plan[batch]], ignore_index=True)
+        for user, (c, t) in totals(rows).items():
+            c0, t0 = running.get(user, (0, 0))
+            running[user] = (c0 + c, t0 + t)
+            out[(batch, user)] = running[user]
+    return out
+
+
+# ---- what a run left -------------------------------------------------------------
+
+
+@dataclass
+class RunOutput:
+    plan: dict[int, list[int]]
+    """Batch → input file indices, as Spark planned them (its logs)."""
+    batches: dict[int, pa.Table]
+    """Batch → the rows the sink committed for it."""
+    final: pa.Table | None
+    """``read_output_arrow``: the newest committed row per user."""
+    state: pa.Table | None
+    """``read_state_arrow``: the newest committed state."""
+    unreadable: list[str] = field(default_factory=list)
+
+
+def _log_entries(directory: Path) -> dict[int, Path]:
+    """Spark metadata log files (``N`` or ``N.compact``) by id."""
+    if not directory.is_dir():
+        return {}
+    out = {}
+    for p in directory.iterdir():
+        stem = p.name.removesuffix(".compact")
+        if stem.isdigit():
+            out[int(stem)] = p
+    return out
+
+
+def source_files(checkpoint: Path) -> dict[int, list[str]]:
+    """The file source's log (``sources/0``): its batch id → file names."""
+    out: dict[int, list[str]] = {}
+    for path in _log_entries(checkpoint / "sources" / "0").values():
+        for line in path.read_text().splitlines()[1:]:
+            entry = json.loads(line)
+            name = entry["path"].rsplit("/", 1)[-1]
+            files = out.setdefault(int(entry["batchId"]), [])
+            if name not in files:
+                files.append(name)
+    return out
+
+
+def read_plan(checkpoint: Path, names: list[str]) -> dict[int, list[int]]:
+    """Which input files each micro-batch read: batch N covers the file
+    source's log entries after batch N-1's ``logOffset`` up to its own."""
+    logged = source_files(checkpoint)
+    plan: dict[int, list[int]] = {}
+    prev = -1
+    for batch in sorted(_log_entries(checkpoint / "offsets")):
+        sources = read_offsets(str(checkpoint), batch)["sources"]
+        if len(sources) != 1 or not isinstance(sources[0], dict):
+            raise ChaosError(f"batch {batch}: expected one file source offset, got {sources}")
+        offset = int(sources[0]["logOffset"])
+        files = [f for b in range(prev + 1, offset + 1) for f in logged.get(b, [])]
+        unknown = [f for f in files if f not in names]
+        if unknown:
+            raise ChaosError(f"batch {batch} read files that are not inputs: {unknown}")
+        plan[batch] = [names.index(f) for f in files]
+        prev = offset
+    return plan
+
+
+def spark_commits(checkpoint: Path) -> int:
+    """Batches Spark committed (its ``commits`` log)."""
+    return len(_log_entries(checkpoint / "commits"))
+
+
+def progress(checkpoint: Path) -> int:
+    """Steps of a query so far: batches planned plus batches committed."""
+    return len(_log_entries(checkpoint / "offsets")) + spark_commits(checkpoint)
+
+
+def read_run(run_dir: Path, names: list[str]) -> RunOutput:
+    """Spark's plan, the sink's committed batches and the final state of a run."""
+    out = RunOutput(read_plan(run_dir / "chk", names), {}, None, None)
+    sink = run_dir / "out"
+    if (sink / SINK_META_FILE).exists():
+        for manifest in committed_output(str(sink)):
+            batch = int(manifest["checkpoint_id"])
+            try:
+                out.batches[batch] = read_batch_output_arrow(str(sink), batch)
+            except SnapshotError as e:
+                out.unreadable.append(f"output of batch {batch}: {e}")
+        try:
+            out.final = read_output_arrow(str(sink))
+        except SnapshotError as e:
+            out.unreadable.append(f"read_output_arrow: {e}")
+    try:
+        out.state = read_state_arrow(str(run_dir / "state"))
+    except SnapshotError as e:
+        out.unreadable.append(f"read_state_arrow: {e}")
+    return out
+
+
+# ---- the comparison --------------------------------------------------------------
+
+
+def _rows(table: pa.Table | None, avg: Callable[[dict[str, Any]], float]) -> dict[int, list[Row]]:
+    if table is None:
+        return {}
+    out: dict[int, list[Row]] = {}
+    for r in table.to_pylist():
+        out.setdefault(int(r["user"]), []).append((r["count"], r["total"], avg(r)))
+    return out
+
+
+def output_rows(table: pa.Table | None) -> dict[int, list[Row]]:
+    """user → its rows of an output table (user, count, total, avg)."""
+    return _rows(table, lambda r: float(r["avg"]))
+
+
+def state_rows(table: pa.Table | None) -> dict[int, list[Row]]:
+    """user → its state rows (user, count, total, avg__sum, avg__count)."""
+    return _rows(table, lambda r: r["avg__sum"] / r["avg__count"])
+
+
+def same(row: Row, want: Totals) -> bool:
+    count, total, avg = row
+    if (count, total) != want:
+        return False
+    return abs(avg - want[1] / want[0]) <= 1e-9 * max(1.0, abs(avg))
+
+
+def check_plan(frames: list[pd.DataFrame], plan: dict[int, list[int]], check: Check) -> None:
+    """Every input file read by exactly one batch; else its events count as
+    lost (no batch) or duplicated (each extra batch)."""
+    reads = Counter(i for files in plan.values() for i in files)
+    for i, frame in enumerate(frames):
+        if reads[i] == 0:
+            check.lost += len(frame)
+            check.problems.append(f"input file {i} was read by no batch")
+        elif reads[i] > 1:
+            check.duplicated += (reads[i] - 1) * len(frame)
+            check.problems.append(f"input file {i} was read by {reads[i]} batches")
+
+
+def check_updates(
+    want: dict[tuple[int, int], Totals], batches: dict[int, pa.Table], check: Check
+) -> set[int]:
+    """The committed rows of every batch against `want`; the users with a wrong row."""
+    got: dict[tuple[int, int], list[Row]] = {}
+    for batch, table in batches.items():
+        for user, rows in output_rows(table).items():
+            got.setdefault((batch, user), []).extend(rows)
+    lost = sorted(want.keys() - got.keys())
+    extra = {k: len(v) - (k in want) for k, v in got.items() if len(v) > (k in want)}
+    check.lost += len(lost)
+    check.duplicated += sum(extra.values())
+    if lost:
+        check.problems.append(f"{len(lost)} (batch, user) rows lost, e.g. {lost[0]}")
+    if extra:
+        k = min(extra)
+        check.problems.append(f"{sum(extra.values())} rows extra, e.g. {k}: {got[k]}")
+    wrong = sorted(k for k, rows in got.items() if k in want and not same(rows[0], want[k]))
+    if wrong:
+        k = wrong[0]
+        check.problems.append(
+            f"{len(wrong)} committed rows differ from a failure-free run, e.g. (batch, user) "
+            f"{k}: {got[k]}, expected {want[k]}"
+        )
+    return {u for _, u in wrong}
+
+
+def check_final(
+    what: str, rows: dict[int, list[Row]], ref: dict[int, Totals], check: Check
+) -> set[int]:
+    """One row per user equal to the reference; the users for which not."""
+    bad = {
+        u
+        for u in ref.keys() | rows.keys()
+        if u not in ref or len(rows.get(u, [])) != 1 or not same(rows[u][0], ref[u])
+    }
+    if bad:
+        u = min(bad)
+        check.problems.append(
+            f"{what}: {len(bad)} users differ from pandas, e.g. user {u}: got {rows.get(u, [])}, "
+            f"expected {ref.get(u)}"
+        )
+    return bad
+
+
+def compare(frames: list[pd.DataFrame], out: RunOutput) -> Check:
+    """A run's committed output and state against pandas over its events."""
+    check = Check(corrupt_files=list(out.unreadable))
+    check_plan(frames, out.plan, check)
+    bad = check_updates(expected_updates(frames, out.plan), out.batches, check)
+    ref = reference(frames)
+    bad |= check_final("newest committed output", output_rows(out.final), ref, check)
+    bad |= check_final("final state", state_rows(out.state), ref, check)
+    check.mismatched = len(bad)
+    if out.unreadable:
+        check.problems.append(f"unreadable committed data: {out.unreadable}")
+    return check
+
+
+# ---- kills -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KillPlan:
+    """The kill of one attempt."""
+
+    kind: str
+    """"driver" or "executor" (timed, by the harness) or "failpoint"."""
+    failpoint: str | None = None
+    """``SNAPCUT_SPARK_FAILPOINTS`` for a failpoint kill."""
+    after_steps: int = 0
+    """Timed kills: progress steps of the attempt before the window opens."""
+    delay: float = 0.0
+    """Timed kills: seconds into the window."""
+    pick: float = 0.0
+    """Executor kills: which executor, as a fraction of the sorted list."""
+
+
+def kill_kinds(opts: SparkOptions) -> list[str]:
+    if opts.kill_mode == "timer":
+        return ["driver"]
+    if opts.kill_mode == "failpoint":
+        return ["failpoint"]
+    if opts.kill_mode == "executor":
+        return ["executor"]
+    return ["driver", "failpoint", *(["executor"] if opts.cluster() else [])]
+
+
+def plan_kill(rng: random.Random, opts: SparkOptions, committed: int) -> KillPlan:
+    """One attempt's kill, drawn from `rng` (seven draws whatever the kind,
+    so a replay stays in step). `committed`: batches Spark committed before
+    the attempt; crash points aim at a batch after those."""
+    u_kind, u_point, u_batch, u_part, u_steps, u_delay, u_pick = (rng.random() for _ in range(7))
+    kinds = kill_kinds(opts)
+    kind = kinds[int(u_kind * len(kinds))]
+    remaining = max(1, opts.batches() - committed)
+    if kind == "failpoint":
+        point = opts.failpoints[int(u_point * len(opts.failpoints))]
+        batch = committed + int(u_batch * remaining)
+        partition = 0 if point in DRIVER_POINTS else int(u_part * opts.partitions)
+        return KillPlan(kind, failpoint=f"{point}:{batch}:{partition}:kill:0")
+    steps = int(u_steps * 2 * remaining)
+    if kind == "executor":
+        steps = max(1, steps)  # executors register after the driver is up
+    window = STARTUP_WINDOW_S if steps == 0 else STEP_WINDOW_S
+    return KillPlan(kind, after_steps=steps, delay=u_delay * window, pick=u_pick)
+
+
+# ---- one child attempt -----------------------------------------------------------
+
+
+@dataclass
+class Attempt:
+    returncode: int
+    killed_by: str | None
+    """"driver" or "executor" when the harness killed, else None."""
+    hits: list[dict[str, Any]]
+    """Crash points hit during the attempt (the failpoint log)."""
+    seconds: float
+
+
+def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "snapcut.spark.dwell_job",
+        str(run_dir / "input"),
+        str(run_dir / "state"),
+        str(run_dir / "chk"),
+        str(run_dir / "out"),
+        "--sink",
+        "arrow",
+        "--partitions",
+        str(opts.partitions),
+        "--files-per-batch",
+        str(opts.files_per_batch),
+        "--master",
+        opts.master,
+    ]
+
+
+def child_env(kill: KillPlan | None, hit_log: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.pop(failpoints.ENV, None)
+    env[failpoints.LOG_ENV] = str(hit_log)
+    if kill is not None and kill.failpoint is not None:
+        env[failpoints.ENV] = kill.failpoint
+    return env
+
+
+def read_hits(hit_log: Path, skip: int) -> list[dict[str, Any]]:
+    """Crash points logged after the first `skip` lines."""
+    if not hit_log.exists():
+        return []
+    lines = hit_log.read_text().splitlines()[skip:]
+    return [json.loads(ln) for ln in lines if ln.strip()]
+
+
+class _Child:
+    """A running child and every process it started (remembered, so that
+    what outlives a killed driver can be killed too)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], stderr: Path) -> None:
+        with stderr.open("wb") as err:  # a file: an unread pipe blocks Spark's logging
+            self.proc = subprocess.Popen(
+                cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+            )
+        self.started = time.monotonic()
+        self.seen: dict[tuple[int, int], procs.Proc] = {}
+        self._scanned = 0.0
+
+    def scan(self) -> None:
+        now = time.monotonic()
+        if now - self._scanned >= TREE_SCAN_S:
+            self.seen.update({(p.pid, p.start): p for p in procs.tree(self.proc.pid)})
+            self._scanned = now
+
+    def kill_driver(self) -> None:
+        self.scan()
+        procs.kill_tree(self.proc.pid)
+
+    def kill_executor(self, pick: float) -> bool:
+        execs = sorted(procs.executors(self.proc.pid), key=lambda p: p.pid)
+        if not execs:
+            return False
+        victim = execs[int(pick * len(execs))]
+        procs.kill(procs.tree(victim.pid))
+        return True
+
+    def reap(self) -> None:
+        """Kills whatever of the child's processes outlived it."""
+        left = [p for p in self.seen.values() if procs.alive(p)]
+        procs.kill(left)
+        procs.wait_gone(left)
+
+
+def run_attempt(
+    cmd: list[str],
+    env: dict[str, str],
+    kill: KillPlan | None,
+    checkpoint: Path,
+    stderr: Path,
+    timeout: float,
+) -> Attempt:
+    """Runs the query once; a timed `kill` is done here, a failpoint kill by the child."""
+    base = progress(checkpoint)
+    child = _Child(cmd, env, stderr)
+    timed = kill is not None and kill.kind in ("driver", "executor")
+    window: float | None = None
+    killed_by = None
+    try:
+        while child.proc.poll() is None:
+            now = time.monotonic()
+            if now - child.started > timeout:
+                child.kill_driver()
+                child.proc.wait()
+                tail = stderr.read_text(errors="replace")[-2000:]
+                raise ChaosError(f"the Spark child hung for {timeout:.0f} s; killed:\n{tail}")
+            child.scan()
+            if timed and killed_by is None and kill is not None:
+                if window is None and progress(checkpoint) - base >= kill.after_steps:
+                    window = now
+                if window is not None and now - window >= kill.delay:
+                    if kill.kind == "driver":
+                        child.kill_driver()
+                        killed_by = "driver"
+                    elif child.kill_executor(kill.pick):
+                        killed_by = "executor"
+            time.sleep(POLL_S)
+    finally:
+        child.reap()
+    return Attempt(child.proc.returncode, killed_by, [], time.monotonic() - child.started)
+
+
+# ---- the harness -----------------------------------------------------------------
+
+
+def _count_kill(summary: SparkSummary, kind: str, point: str | None = None) -> None:
+    summary.kills += 1
+    summary.kill_kinds[kind] += 1
+    if point is None:
+        summary.timer_kills += 1
+    else:
+        summary.failpoint_kills += 1
+        summary.failpoints[point] = summary.failpoints.get(point, 0) + 1
+
+
+def describe(kill: KillPlan | None) -> str:
+    if kill is None:
+        return "no kill"
+    if kill.failpoint is not None:
+        return f"armed {kill.failpoint}"
+    return f"{kill.kind} kill {kill.delay:.1f} s into progress step {kill.after_steps}"
+
+
+def classify(
+    a: Attempt, kill: KillPlan | None, summary: SparkSummary, stderr: Path
+) -> tuple[bool, str]:
+    """Counts what happened to one attempt: (whether the driver was killed,
+    so the query must be restarted; what happened, for the log)."""
+    killers = [h for h in a.hits if h["action"] == "kill"]
+    if a.returncode == -signal.SIGKILL:
+        if a.killed_by == "driver":
+            _count_kill(summary, "driver_sigkill")
+            return True, "driver tree SIGKILLed"
+        driver_hits = [h for h in killers if h["where"] == "driver"]
+        if driver_hits:
+            _count_kill(summary, "driver_failpoint", driver_hits[0]["point"])
+            return True, f"driver killed itself at {driver_hits[0]['point']}"
+        raise ChaosError(f"the Spark child was SIGKILLed by no one of ours; see {stderr}")
+    if a.returncode != 0:
+        tail = stderr.read_text(errors="replace")[-3000:]
+        raise ChaosError(f"the Spark child exited with {a.returncode}:\n{tail}")
+    notes = []
+    for h in killers:
+        _count_kill(summary, "python_worker_failpoint", h["point"])
+        summary.recoveries += 1
+        notes.append(f"Python worker killed at {h['point']} (task retried)")
+    if a.killed_by == "executor":
+        _count_kill(summary, "executor_sigkill")
+        summary.recoveries += 1
+        notes.append("an executor SIGKILLed (its tasks re-ran)")
+    if kill is not None and kill.kind == "failpoint" and not killers:
+        summary.armed_not_hit += 1
+        notes.append("the crash point was not reached")
+    if kill is not None and kill.kind in ("driver", "executor") and a.killed_by != "executor":
+        summary.timed_not_reached += 1  # (or the driver finished as it was killed)
+        notes.append("finished before the kill")
+    return False, "finished" + (f": {'; '.join(notes)}" if notes else "")
+
+
+def run_one(
+    opts: SparkOptions,
+    run: int,
+    run_dir: Path,
+    summary: SparkSummary,
+    log: Callable[[str], None] = lambda _: None,
+) -> Check:
+    """One run: input, 1..max_kills killed attempts, restarts until the query
+    finishes; then the comparison."""
+    rng = run_rng(opts.seed, run)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    frames = generate_events(opts.files, opts.records, opts.users, rng.randrange(2**32))
+    names = write_input(run_dir / "input", frames)
+    planned = rng.randint(1, opts.max_kills) if opts.max_kills else 0
+    hit_log = run_dir / "failpoints.jsonl"
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        if attempt > planned + 3:
+            raise ChaosError(f"the query did not finish after {attempt} attempts")
+        committed = spark_commits(run_dir / "chk")
+        kill = plan_kill(rng, opts, committed) if attempt < planned else None
+        skip = len(read_hits(hit_log, 0))
+        stderr = run_dir / f"stderr-{attempt}.txt"
+        a = run_attempt(
+            child_cmd(opts, run_dir),
+            child_env(kill, hit_log),
+            kill,
+            run_dir / "chk",
+            stderr,
+            opts.attempt_timeout,
+        )
+        a.hits = read_hits(hit_log, skip)
+        summary.attempts += 1
+        if attempt > 0:
+            summary.recoveries += 1  # this attempt restarted a killed driver
+        attempt += 1
+        restart, what = classify(a, kill, summary, stderr)
+        log(f"run {run} attempt {attempt - 1} ({describe(kill)}): {what} after {a.seconds:.1f} s")
+        if not restart:
+            break
+    if attempt > 1 and committed > 0:
+        summary.restored += 1
+    summary.run_seconds.append(round(time.monotonic() - started, 1))
+    return compare(frames, read_run(run_dir, names))
+
+
+def run_spark_chaos(
+    opts: SparkOptions, log: Callable[[str], None] = lambda _: None
+) -> SparkSummary:
+    """Runs `opts.runs` chaos runs on Spark; a child failure counts as an
+    error and its run as failed (never raised)."""
+    opts.check()
+    started = time.monotonic()
+    summary = SparkSummary(
+        protocol=PROTOCOL,
+        records=opts.records,
+        seed=opts.seed,
+        master=opts.master,
+        files=opts.files,
+    )
+    owned = opts.workdir is None
+    root = Path(opts.workdir or tempfile.mkdtemp(prefix="snapcut-spark-chaos-"))
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        for run in range(opts.runs):
+            run_dir = root / f"spark-run-{run:04d}"
+            try:
+                check = run_one(opts, run, run_dir, summary, log)
+            except (ChaosError, SnapshotError) as e:
+                record_error(summary, run, e, run_dir, log)
+                continue
+            record_run(summary, run, check, run_dir, opts.keep, log)
+    finally:
+        if owned and not opts.keep and not summary.failed_runs:
+            shutil.rmtree(root, ignore_errors=True)
+    summary.seconds = round(time.monotonic() - started, 2)
+    return summary
+
+
+# ---- CLI (the arguments are snapcut.chaos.add_parser's) ---------------------------
+
+
+def options(args: argparse.Namespace) -> SparkOptions:
+    """The Spark engine's options; local-only flags are refused."""
+    if args.protocol is not None:
+        raise ConfigError(
+            f"--protocol applies to --engine local; on Spark each micro-batch is the "
+            f"snapshot ({PROTOCOL})"
+        )
+    if args.job_seconds is not None or args.unsafe_sink:
+        raise ConfigError("--job-seconds and --unsafe-sink apply to --engine local only")
+    defaults = SparkOptions()
+    points = (
+        defaults.failpoints
+        if args.failpoints is None
+        else tuple(f.strip() for f in args.failpoints.split(",") if f.strip())
+    )
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return SparkOptions(
+        runs=args.runs,
+        seed=args.seed,
+        files=pick(args.files, defaults.files),
+        records=pick(args.records, defaults.records),
+        users=args.users,
+        partitions=pick(args.partitions, defaults.partitions),
+        files_per_batch=pick(args.files_per_batch, defaults.files_per_batch),
+        master=pick(args.master, defaults.master),
+        max_kills=pick(args.max_kills, defaults.max_kills),
+        kill_mode=args.kill_mode,
+        failpoints=points,
+        workdir=args.workdir,
+        keep=args.keep,
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """``snapcut chaos --engine spark``; ConfigError reaches the caller."""
+    summary = run_spark_chaos(options(args), cli_log(args))
+    return finish(summary)

@@ -1,0 +1,180 @@
+"""Rescaling a state root to another number of partitions.
+
+Spark cannot change the number of state partitions of a streaming query.
+:func:`rescale` copies a committed version of a root into a new root with M
+partitions: a Spark job reads the state (each old partition by an executor),
+hash-partitions it with Spark's own ``repartition(M, *key)`` — exactly how
+the stream's rows will be placed — and writes each new partition's rows as a
+full state file of the same batch id, acknowledged and committed with a
+manifest as the query itself would. The query then restarts from its
+checkpointLocation with ``root=<new root>, partitions=M`` and continues from
+that batch. The old root is only read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from snapcut import _fs
+from snapcut._core import ConfigError, TaskError
+from snapcut.spark.initial import state_rows
+from snapcut.spark.partition import NO_EVENT_TIME
+from snapcut.spark.read import _resolve_batch, read_state
+from snapcut.spark.root import (
+    OWNER_FILE,
+    ROOT_META_FILE,
+    RootSpec,
+    StateRoot,
+    claim_root,
+    read_root_meta,
+    spec_of,
+)
+
+__all__ = ["RescaleReport", "rescale"]
+
+_RESULT = pa.schema([("partition", pa.int64()), ("rows", pa.int64()), ("bytes", pa.int64())])
+
+
+@dataclass(frozen=True)
+class RescaleReport:
+    """What :func:`rescale` wrote."""
+
+    batch: int
+    source: str
+    target: str
+    partitions_before: int
+    partitions_after: int
+    rows: int
+    rows_per_partition: list[int]
+    bytes: int
+
+
+def rescale(
+    spark: Any,
+    root: str,
+    to: str,
+    partitions: int,
+    *,
+    batch: int | None = None,
+    filesystem: Any = None,
+    to_filesystem: Any = None,
+) -> RescaleReport:
+    """Writes committed batch ``batch`` (default: the newest) of state root
+    ``root`` into the new root ``to`` with ``partitions`` partitions."""
+    if partitions < 1:
+        raise ConfigError(f"partitions must be at least 1, got {partitions}")
+    meta = read_root_meta(root, filesystem)
+    spec = spec_of(root, filesystem)
+    old = StateRoot(spec)
+    manifest = _resolve_batch(old, batch)
+    version = int(manifest["checkpoint_id"])
+    new_spec = dataclasses.replace(spec, uri=to, partitions=partitions, filesystem=to_filesystem)
+    new = StateRoot(new_spec)
+    _refuse_existing(new, to)
+    new.init(meta["operator"])
+    owner_path = f"{old.path}/{OWNER_FILE}"
+    if _fs.exists(old.fs, owner_path):
+        owner = json.loads(_fs.read_bytes(old.fs, owner_path))["query_id"]
+        claim_root(new.fs, new.path, to, owner, "state root")
+    else:
+        owner = manifest.get("spark", {}).get("query_id", "batch")
+    record = dict(manifest.get("spark", {}))
+    write = _partition_writer(new_spec, version, owner, record)
+    from pyspark.sql import functions as F
+
+    rows = read_state(spark, root, version, filesystem)
+    parted = rows.repartition(partitions, *[F.col(k) for k in spec.key])
+    written = {r["partition"]: r for r in parted.mapInArrow(write, _spark_type()).collect()}
+    # A partition Spark ran no task for (none today; cheap to be sure) gets an empty full.
+    for p in range(partitions):
+        if p not in written:
+            done = _write_one(new_spec, version, owner, record, p, iter([]))
+            written[p] = next(done).to_pylist()[0]
+    committed = new.finalize(version)
+    if committed is None:
+        raise TaskError(
+            f"rescale wrote batch {version} into {to} but a partition's acknowledgement is "
+            "missing; run it again on an empty target"
+        )
+    counts = [int(written[p]["rows"]) for p in range(partitions)]
+    return RescaleReport(
+        batch=version,
+        source=root,
+        target=to,
+        partitions_before=spec.partitions,
+        partitions_after=partitions,
+        rows=sum(counts),
+        rows_per_partition=counts,
+        bytes=sum(int(written[p]["bytes"]) for p in range(partitions)),
+    )
+
+
+def _refuse_existing(new: StateRoot, to: str) -> None:
+    """Nothing is overwritten: the target must hold no root yet."""
+    if _fs.exists(new.fs, f"{new.path}/{ROOT_META_FILE}"):
+        raise ConfigError(
+            f"rescale target {to} already holds a state root; pass a new, empty location "
+            "(nothing was changed)"
+        )
+
+
+def _spark_type() -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(_RESULT)
+
+
+def _partition_writer(spec: RootSpec, version: int, owner: str, record: dict[str, Any]) -> Any:
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise TaskError("rescale writes partitions inside a Spark task")
+        yield from _write_one(spec, version, owner, record, ctx.partitionId(), batches)
+
+    return write
+
+
+def _write_one(
+    spec: RootSpec,
+    version: int,
+    owner: str,
+    record: dict[str, Any],
+    partition: int,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Partition ``partition`` of the new root at ``version``: a full state
+    file and the acknowledgement the query's own task would have written."""
+    started = int(time.time() * 1000)
+    t0 = time.perf_counter()
+    table = state_rows(batches, spec.schema, spec.state_key, spec.key, "rescaled state")
+    root = StateRoot(spec)
+    entry = root.write_state(version, partition, table, "full", [version])
+    ack = {
+        "query_id": owner,
+        "file": entry,
+        "watermark_ms": int(record.get("watermark_ms", 0)),
+        "max_event_time_ms": int(record.get("max_event_time_ms", NO_EVENT_TIME)),
+        "batch_timestamp_ms": int(record.get("batch_timestamp_ms", started)),
+        "rows_in": 0,
+        "rows_out": 0,
+        "late_rows": 0,
+        "state_keys": table.num_rows,
+        "write_ms": round((time.perf_counter() - t0) * 1000, 3),
+        "from_cache": False,
+        "started_ms": started,
+        "finished_ms": int(time.time() * 1000),
+    }
+    root.write_ack(version, partition, ack)
+    yield pa.RecordBatch.from_pylist(
+        [{"partition": partition, "rows": table.num_rows, "bytes": int(entry["bytes"])}],
+        schema=_RESULT,
+    )
