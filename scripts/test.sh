@@ -25,14 +25,42 @@ ruff check python tests bench
 ruff format --check python tests bench
 step "mypy"
 mypy python/
-step "wheel installs into another venv"
+step "manylinux_2_28 abi3 wheel (zig as the linker), installs into another venv"
 rm -rf target/wheels-ci target/venv-wheel
-maturin build --release -q -o target/wheels-ci
+started=$SECONDS
+maturin build --release --zig --compatibility manylinux_2_28 -q -o target/wheels-ci
+echo "wheel built in $((SECONDS - started)) s"
+wheels=(target/wheels-ci/snapcut-*.whl)
+[ "${#wheels[@]}" -eq 1 ] || { echo "expected one wheel, got: ${wheels[*]}"; exit 1; }
+wheel=${wheels[0]}
+python - "$wheel" <<'PY'
+"""The wheel's tag is cp311-abi3-manylinux_2_28_x86_64 (stable ABI, CPython >= 3.11) and
+its extension asks for no glibc symbol version newer than 2.28 (what auditwheel checks)."""
+import re
+import sys
+import zipfile
+
+want = "cp311-abi3-manylinux_2_28_x86_64"
+path = sys.argv[1]
+assert path.endswith(f"-{want}.whl"), f"{path}: not a {want} wheel"
+with zipfile.ZipFile(path) as z:
+    meta = next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))
+    tags = [v.strip() for k, _, v in
+            (line.partition(":") for line in z.read(meta).decode().splitlines()) if k == "Tag"]
+    assert tags == [want], f"{meta}: Tag {tags}, want [{want!r}]"
+    libs = [n for n in z.namelist() if n.endswith(".so")]
+    assert libs == ["snapcut/_core.abi3.so"], f"extension modules: {libs}"
+    needed = {tuple(map(int, m)) for m in re.findall(rb"GLIBC_(\d+)\.(\d+)", z.read(libs[0]))}
+assert needed and max(needed) <= (2, 28), f"needs glibc {max(needed)}"
+print(f"{path}: Tag {tags[0]}, glibc symbol versions up to {'.'.join(map(str, max(needed)))}")
+PY
 python -m venv target/venv-wheel
-target/venv-wheel/bin/python -m pip install -q target/wheels-ci/snapcut-*.whl
+target/venv-wheel/bin/python -m pip install -q "$wheel"
 target/venv-wheel/bin/snapcut --version
 target/venv-wheel/bin/python -c "import snapcut, snapcut._core as c; tx, rx = c.channel(2); tx.send(1); assert rx.recv() == 1"
 
 step "pytest (Spark tests: local[2] and local-cluster[2,1,1024], one session per module)"
 export PYSPARK_PYTHON="$(command -v python)"
+# tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
+export SNAPCUT_WHEEL="$PWD/$wheel"
 python -m pytest -q tests
