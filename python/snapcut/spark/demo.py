@@ -30,13 +30,15 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from snapcut._core import ConfigError, SnapcutError
+
+if TYPE_CHECKING:
+    import pandas as pd  # the `spark` extra: imported where used, so `snapcut --help` works without
 
 #: The child's query (see dwell_job): 3 state partitions, a full every 3 batches.
 PARTITIONS = 3
@@ -82,6 +84,8 @@ class Phases:
 
 def event_frames(files: int, rows: int, users: int, seed: int) -> list[pd.DataFrame]:
     """`files` frames of (user, dwell_ms, ts); event time grows file by file."""
+    import pandas as pd
+
     rng = np.random.default_rng(seed)
     out = []
     for i in range(files):
@@ -165,6 +169,8 @@ def kill_group(child: subprocess.Popen[bytes]) -> None:
 
 
 def expected_per_user(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    import pandas as pd
+
     events = pd.concat(frames, ignore_index=True)
     g = events.groupby("user")["dwell_ms"].agg(["count", "sum", "mean"])
     return g.rename(columns={"sum": "total", "mean": "avg"})
