@@ -124,6 +124,13 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default="bench/results/spark_sink.json")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=list(variants()),
+        default=list(variants()),
+        help="run only these (e.g. the two state-snapshot variants, for more rounds)",
+    )
     args = parser.parse_args()
     spark = (
         SparkSession.builder.master("local[2]")
@@ -139,12 +146,12 @@ def main() -> int:
         "args": vars(args),
         "runs": {},
     }
-    names = list(variants())
+    names = list(args.variants)
     with tempfile.TemporaryDirectory() as d:
         warm = Path(d)
         write_input(warm / "in", 1000, 10_000, 2)
-        for name, start in variants().items():  # warm-up, not recorded
-            run(spark, name, start, warm / "in", warm)
+        for name in names:  # warm-up, not recorded
+            run(spark, name, variants()[name], warm / "in", warm)
     for keys in args.keys:
         with tempfile.TemporaryDirectory() as d:
             work = Path(d)
@@ -161,12 +168,26 @@ def main() -> int:
                     "batch_min_s": min(later),
                     "batch_max_s": max(later),
                     "add_batch_s": statistics.median(add),
+                    "round_medians_s": [statistics.median(x["trigger_s"][1:]) for x in per[name]],
                     "later_s": later,
                 }
                 results["runs"][f"{keys}|{name}"] = res
                 print(
                     f"{keys:>8} keys  {name:<42} {res['batch_s']:7.3f} s/batch"
                     f"  [{res['batch_min_s']:.3f}-{res['batch_max_s']:.3f}]",
+                    flush=True,
+                )
+            on, off = "ArrowSnapshotSink (state=)", "ArrowSnapshotSink, state snapshots off"
+            if on in per and off in per:
+                ratios = [
+                    statistics.median(a["trigger_s"][1:]) / statistics.median(b["trigger_s"][1:])
+                    for a, b in zip(per[on], per[off], strict=True)
+                ]
+                results["runs"][f"{keys}|snapshots on/off per round"] = ratios
+                print(
+                    f"{keys:>8} keys  state snapshots on/off, per round: "
+                    + ", ".join(f"{x:.3f}" for x in ratios)
+                    + f"  (median {statistics.median(ratios):.3f})",
                     flush=True,
                 )
     results["load_after"] = os.getloadavg()
