@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 BATCH = 4096
 DEFAULT_EPOCH = timedelta(seconds=10)
@@ -98,7 +98,9 @@ def build(args: Any, counts: dict[str, int]) -> Any:
         keyed = op.key_on("by_user", events, lambda e: str(e[0]))
         out = op.stateful_map("stage", keyed, count_sum)
     else:
-        s1 = op.stateful_map("stage1", op.key_on("k1", events, lambda e: str(e[0])), forward_count_sum)
+        s1 = op.stateful_map(
+            "stage1", op.key_on("k1", events, lambda e: str(e[0])), forward_count_sum
+        )
         s1 = op.key_rm("u1", s1)
         s2 = op.stateful_map("stage2", op.key_on("k2", s1, lambda e: str(e[1])), forward_count_max)
         s2 = op.key_rm("u2", s2)

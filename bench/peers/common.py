@@ -16,6 +16,7 @@ bytes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -125,10 +126,8 @@ class DirWatcher:
                     if m:
                         self.max_id = max(self.max_id, int(m.group(1)))
             for f in filenames:
-                try:
+                with contextlib.suppress(OSError):
                     total += os.path.getsize(os.path.join(dirpath, f))
-                except OSError:
-                    pass
         self.max_bytes = max(self.max_bytes, total)
 
 
@@ -136,10 +135,8 @@ def dir_bytes(root: Path) -> int:
     total = 0
     for dirpath, _, filenames in os.walk(root):
         for f in filenames:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.path.getsize(os.path.join(dirpath, f))
-            except OSError:
-                pass
     return total
 
 

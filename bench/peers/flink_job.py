@@ -38,7 +38,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 MODES = ("aligned", "unaligned", "aligned-minibatch")
 
@@ -62,18 +62,23 @@ def source_ddl(records: int, keys: int) -> str:
         )"""
 
 
-DWELL = """
+DWELL = (
+    """
     CREATE TEMPORARY TABLE sink (`user` BIGINT, cnt BIGINT, total BIGINT)
     WITH ('connector' = 'blackhole')
-""", """
+""",
+    """
     INSERT INTO sink SELECT `user`, COUNT(*), SUM(dwell_ms) FROM events GROUP BY `user`
-"""
+""",
+)
 
-THREE_SHUFFLE = """
+THREE_SHUFFLE = (
+    """
     CREATE TEMPORARY TABLE sink (
         `user` BIGINT, cnt BIGINT, avg_dwell BIGINT, c1 BIGINT, c2 BIGINT
     ) WITH ('connector' = 'blackhole')
-""", """
+""",
+    """
     INSERT INTO sink
     SELECT `user`, COUNT(*), AVG(dwell_ms), MAX(c1 + t1), MAX(c2 + u2)
     FROM (
@@ -90,7 +95,8 @@ THREE_SHUFFLE = """
                       ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
     )
     GROUP BY `user`
-"""
+""",
+)
 
 
 def main(argv: list[str] | None = None) -> None:

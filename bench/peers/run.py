@@ -119,14 +119,21 @@ class Config:
         script = HERE / f"{self.system}_job.py"
         return [
             str(script),
-            "--job", self.job,
-            "--keys", str(self.keys),
-            "--records", str(self.records),
-            "--checkpointing", self.checkpointing,
-            "--mode", self.mode,
-            "--parallelism", str(self.parallelism),
-            "--workdir", str(workdir),
-        ]  # fmt: skip
+            "--job",
+            self.job,
+            "--keys",
+            str(self.keys),
+            "--records",
+            str(self.records),
+            "--checkpointing",
+            self.checkpointing,
+            "--mode",
+            self.mode,
+            "--parallelism",
+            str(self.parallelism),
+            "--workdir",
+            str(workdir),
+        ]
 
     def estimate_s(self) -> float:
         rate = RATE[self.size_key()]
@@ -233,9 +240,7 @@ def run_one(cfg: Config, python: Path, workdir: Path, timeout: float) -> dict[st
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s", "load1_before": load1}
     elapsed = time.time() - started
-    line = next(
-        (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None
-    )
+    line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
     if proc.returncode != 0 or line is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         return {"error": f"exit {proc.returncode}: " + "\n".join(tail), "load1_before": load1}
@@ -310,6 +315,7 @@ def _median(values: Any) -> float | None:
 
 def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The issue's targets, from this run's medians."""
+
     def rps(system: str, job: str, keys: int, ck: str, pred: Any = None) -> list[dict[str, Any]]:
         return [
             r
@@ -337,10 +343,10 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             ratio = s / best["records_per_s"]
             out.append(
                 {
-                    "target": f"snapcut ≥ {need}× {name}, checkpoints every 1 s",
+                    "target": f"snapcut ≥ {need}x {name}, checkpoints every 1 s",
                     "job": job,
                     "keys": keys,
-                    "value": f"{ratio:,.0f}× (snapcut aligned {_fmt_rps(s)} vs "
+                    "value": f"{ratio:,.0f}x (snapcut aligned {_fmt_rps(s)} vs "
                     f"{best['variant']} {_fmt_rps(best['records_per_s'])})",
                     "met": ratio >= need,
                 }
@@ -404,7 +410,7 @@ CHECKPOINT_MEANING = {
     "off = recovery off (default 10 s epochs)",
     "spark": "a micro-batch: each commits its offsets and state (HDFS-backed state "
     "store; snapcut: Arrow state files in its root) to the checkpoint location; micro-"
-    "batches of rate × interval rows with trigger(processingTime=interval); off = the "
+    "batches of rate x interval rows with trigger(processingTime=interval); off = the "
     "whole input as one micro-batch (stateful streaming cannot run without a checkpoint)",
 }
 
@@ -435,14 +441,12 @@ def write_report(
         "",
         "Records/s is records over the timed part of each run (per system: "
         "`bench/peers/README.md`). Overhead = (records/s off) / (records/s with "
-        "checkpoints) − 1, per round, median.",
+        "checkpoints) - 1, per round, median.",
         "",
         "| job | keys | system | off | every 1 s | every 100 ms |",
         "|---|---|---|---|---|---|",
     ]
-    index = {
-        (r["job"], r["keys"], r["variant"], r["checkpointing"]): r for r in rows
-    }
+    index = {(r["job"], r["keys"], r["variant"], r["checkpointing"]): r for r in rows}
     seen = []
     for r in rows:
         k = (r["job"], r["keys"], r["variant"])
@@ -456,12 +460,18 @@ def write_report(
             (
                 r
                 for r in rows
-                if (r["system"], r["job"], r["keys"], r["checkpointing"], r["mode"],
-                    r["parallelism"])
+                if (
+                    r["system"],
+                    r["job"],
+                    r["keys"],
+                    r["checkpointing"],
+                    r["mode"],
+                    r["parallelism"],
+                )
                 == (cfg["system"], job, keys, "off", off_mode, cfg["parallelism"])
             ),
             None,
-        )  # fmt: skip
+        )
         lines.append(
             f"| {job} | {keys:,} | {variant} | {_cell(off)} | "
             f"{_cell(index.get((job, keys, variant, '1s')))} | "
@@ -482,14 +492,17 @@ def write_report(
     lines += [
         "",
         "Figures measured before on a machine like this one (issue 10): PyFlink SQL "
-        "0.75–1.4 M rec/s, bytewax ~0.46 M rec/s, snapcut's runtime 50–120 M rec/s, "
-        "bytewax ~18× slower at 100 ms epochs with 100k keys. This run (no checkpoints, "
+        "0.75-1.4 M rec/s, bytewax ~0.46 M rec/s, snapcut's runtime 50-120 M rec/s, "
+        "bytewax ~18x slower at 100 ms epochs with 100k keys. This run (no checkpoints, "
         "median):",
         "",
     ]
     for system in SYSTEMS:
-        offs = [r for r in rows if r["system"] == system and r["checkpointing"] == "off"
-                and r["records_per_s"]]  # fmt: skip
+        offs = [
+            r
+            for r in rows
+            if r["system"] == system and r["checkpointing"] == "off" and r["records_per_s"]
+        ]
         if offs:
             lo = min(offs, key=lambda r: r["records_per_s"])
             hi = max(offs, key=lambda r: r["records_per_s"])
@@ -498,12 +511,15 @@ def write_report(
                 f"{lo['keys']:,} keys, {lo['variant']}) to {_fmt_rps(hi['records_per_s'])} "
                 f"({hi['job']}, {hi['keys']:,} keys, {hi['variant']})"
             )
-    bw = [r for r in rows if r["system"] == "bytewax" and r["checkpointing"] == "100ms"
-          and r["overhead"] is not None]  # fmt: skip
+    bw = [
+        r
+        for r in rows
+        if r["system"] == "bytewax" and r["checkpointing"] == "100ms" and r["overhead"] is not None
+    ]
     for r in bw:
         lines.append(
             f"- bytewax at 100 ms epochs, {r['job']}, {r['keys']:,} keys, "
-            f"p={r['parallelism']}: {1 + r['overhead']:.1f}× slower than without recovery"
+            f"p={r['parallelism']}: {1 + r['overhead']:.1f}x slower than without recovery"
         )
     lines += [
         "",
@@ -560,28 +576,44 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
     # 1. records/s per system (log scale), one panel per job and key count.
     fig, axes = plt.subplots(len(panels), 1, figsize=(10, 3.2 * len(panels)), squeeze=False)
     for ax, (job, keys) in zip(axes[:, 0], panels, strict=True):
-        variants = list(dict.fromkeys(
-            r["variant"] for r in rows if (r["job"], r["keys"]) == (job, keys)
-        ))  # fmt: skip
+        variants = list(
+            dict.fromkeys(r["variant"] for r in rows if (r["job"], r["keys"]) == (job, keys))
+        )
         width = 0.27
         for j, ck in enumerate(("off", *INTERVALS)):
             vals = []
             for v in variants:
                 r = next(
-                    (x for x in rows if (x["job"], x["keys"], x["variant"], x["checkpointing"])
-                     == (job, keys, v, ck)), None,
-                )  # fmt: skip
+                    (
+                        x
+                        for x in rows
+                        if (x["job"], x["keys"], x["variant"], x["checkpointing"])
+                        == (job, keys, v, ck)
+                    ),
+                    None,
+                )
                 if r is None and ck == "off":
                     # unaligned/... share the off run of their family
-                    base = next(x for x in rows if (x["job"], x["keys"], x["variant"])
-                                == (job, keys, v))  # fmt: skip
+                    base = next(
+                        x for x in rows if (x["job"], x["keys"], x["variant"]) == (job, keys, v)
+                    )
                     cfg = Config(**{f: base[f] for f in Config.__dataclass_fields__})
                     r = next(
-                        (x for x in rows if (x["system"], x["job"], x["keys"],
-                         x["checkpointing"], x["mode"], x["parallelism"])
-                         == (cfg.system, job, keys, "off", _off_mode(cfg), cfg.parallelism)),
+                        (
+                            x
+                            for x in rows
+                            if (
+                                x["system"],
+                                x["job"],
+                                x["keys"],
+                                x["checkpointing"],
+                                x["mode"],
+                                x["parallelism"],
+                            )
+                            == (cfg.system, job, keys, "off", _off_mode(cfg), cfg.parallelism)
+                        ),
                         None,
-                    )  # fmt: skip
+                    )
                 vals.append((r or {}).get("records_per_s") or 0)
             ys = [i + (j - 1) * width for i in range(len(variants))]
             ax.barh(ys, vals, height=width, label=f"checkpoints {ck}")
@@ -636,13 +668,22 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=None, help="default 3 (--quick: 1)")
     p.add_argument("--quick", action="store_true", help="small sizes, 1k keys: minutes")
     p.add_argument("--dry-run", action="store_true", help="list the grid and the time estimate")
-    p.add_argument("--out", type=Path, default=None,
-                   help="default bench/results (--quick: bench/out/peers)")  # fmt: skip
-    p.add_argument("--venv-dir", type=Path, default=HERE,
-                   help="where .venv-flink and .venv-bytewax are (default bench/peers)")  # fmt: skip
+    p.add_argument(
+        "--out", type=Path, default=None, help="default bench/results (--quick: bench/out/peers)"
+    )
+    p.add_argument(
+        "--venv-dir",
+        type=Path,
+        default=HERE,
+        help="where .venv-flink and .venv-bytewax are (default bench/peers)",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
-    p.add_argument("--workdir", type=Path, default=None,
-                   help="scratch dir for checkpoints (default: the system temp dir)")  # fmt: skip
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="scratch dir for checkpoints (default: the system temp dir)",
+    )
     return p.parse_args(argv)
 
 
@@ -654,12 +695,16 @@ def main(argv: list[str] | None = None) -> int:
     configs = grid(systems, tuple(args.jobs), keys, args.quick)
     order = schedule(configs, rounds)
     total_est = sum(c.estimate_s() for _, c in order)
-    out = args.out or (REPO / "bench" / "out" / "peers" if args.quick else REPO / "bench" / "results")
+    out = args.out or (
+        REPO / "bench" / "out" / "peers" if args.quick else REPO / "bench" / "results"
+    )
     problems = check_venvs(systems, args.venv_dir)
 
     if args.dry_run:
-        print(f"{len(configs)} configurations x {rounds} rounds = {len(order)} runs, "
-              f"estimated {total_est / 60:.0f} min on a quiet 2-core machine")  # fmt: skip
+        print(
+            f"{len(configs)} configurations x {rounds} rounds = {len(order)} runs, "
+            f"estimated {total_est / 60:.0f} min on a quiet 2-core machine"
+        )
         for c in configs:
             print(f"  {c.label():<70} records={c.records:>11,}  ~{c.estimate_s():6.0f} s")
         for msg in problems:
@@ -707,8 +752,9 @@ def main(argv: list[str] | None = None) -> int:
             progress.update(task, description=f"[{i + 1}/{len(order)}] r{rnd} {cfg.label()}")
             result = run_one(cfg, python_for(cfg.system, args.venv_dir), workdir, args.timeout)
             if "error" in result:
-                progress.console.print(f"[red]failed[/] {cfg.label()}: "
-                                       f"{result['error'].splitlines()[-1][:200]}")  # fmt: skip
+                progress.console.print(
+                    f"[red]failed[/] {cfg.label()}: {result['error'].splitlines()[-1][:200]}"
+                )
             else:
                 progress.console.print(
                     f"{cfg.label()}: {_fmt_rps(result['records_per_s'])}, "

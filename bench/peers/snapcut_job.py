@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -37,9 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         events = flow.generate_dwell_events(
             users=args.keys, count=args.records, seed=common.SEED, name="source"
         )
-        events.key_by("user").aggregate(count="count", total=("sum", "dwell_ms")).collect(
-            "result"
-        )
+        events.key_by("user").aggregate(count="count", total=("sum", "dwell_ms")).collect("result")
     else:
         flow = build(args.records, args.keys, args.parallelism, seed=common.SEED)
 

@@ -45,7 +45,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common  # noqa: E402
+import common
 
 MODES = ("native", "pandas", "snapcut")
 OUT = "user long, count long, total long"
@@ -68,7 +68,13 @@ def _ts(progress: dict[str, Any]) -> float:
 
 
 def run_query(
-    spark: Any, args: Any, work: Path, tag: str, rows_per_batch: int, batches: int, interval: float | None
+    spark: Any,
+    args: Any,
+    work: Path,
+    tag: str,
+    rows_per_batch: int,
+    batches: int,
+    interval: float | None,
 ) -> dict[str, Any]:
     """Runs `batches` micro-batches of `rows_per_batch` rows; their progress."""
     from pyspark.sql import functions as F
@@ -86,7 +92,9 @@ def run_query(
     )
     state_root = work / f"{tag}-state"
     if args.mode == "native":
-        out = events.groupBy("user").agg(F.count("*").alias("count"), F.sum("dwell_ms").alias("total"))
+        out = events.groupBy("user").agg(
+            F.count("*").alias("count"), F.sum("dwell_ms").alias("total")
+        )
     elif args.mode == "pandas":
         out = events.groupBy("user").applyInPandasWithState(
             dwell_func, OUT, STATE, "update", GroupStateTimeout.NoTimeout
