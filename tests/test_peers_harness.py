@@ -115,3 +115,16 @@ def test_shared_generator_is_snapcuts() -> None:
     assert users == expected["user"].to_pylist()
     assert dwell == expected["dwell_ms"].to_pylist()
     assert common.dwell_record(common.SEED, 2999, 100_000) == (users[-1], dwell[-1])
+
+
+def test_extras_pin_what_setup_installs() -> None:
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    setup = (PEERS / "setup.sh").read_text()
+    flink = next(p for p in extras["peers-flink"] if p.startswith("apache-flink=="))
+    bytewax = next(p for p in extras["peers-bytewax"] if p.startswith("bytewax=="))
+    assert f"FLINK_VERSION={flink.split('==')[1]}" in setup
+    assert f"BYTEWAX_VERSION={bytewax.split('==')[1]}" in setup
