@@ -62,7 +62,8 @@ RATE: dict[tuple[str, str], float] = {
     ("spark", "snapcut"): 0.5e6,
     ("spark", "pandas"): 0.1e6,
 }
-STARTUP_S = {"snapcut": 1.0, "flink": 20.0, "bytewax": 1.0, "spark": 40.0}
+STARTUP_S = {"snapcut": 1.5, "flink": 20.0, "bytewax": 1.0, "spark": 40.0}
+SPARK_BATCH_FLOOR_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,10 @@ class Config:
                 slow = 18.0 if self.keys >= 100_000 else 3.0
         run = self.records / rate * slow
         if self.system == "spark":
+            interval = {"1s": 1.0, "100ms": 0.1}.get(self.checkpointing)
+            if interval is not None:
+                # micro-batches of rate x interval rows, each >= ~0.25 s
+                run = max(run, self.records / (rate * interval) * SPARK_BATCH_FLOOR_S)
             run += 2 * (self.records / 5) / rate  # the warm-up query
         return STARTUP_S[self.system] + run
 

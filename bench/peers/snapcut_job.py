@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         seconds=report.duration_s,
         timed="RunReport.duration_s: the runtime's clock, first task start to job end",
         wall_s=wall,
+        wall_records_per_s=args.records / wall,
         startup_s=max(wall - report.duration_s, 0.0),
         checkpoints=len(periodic),
         checkpoints_note="periodic checkpoints completed (the final one not counted)",
