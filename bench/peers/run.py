@@ -373,6 +373,51 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------- report
 
+PRIOR: list[tuple[str, str, float, float]] = [
+    # (figure, system, low, high): issue 10's figures, dwell job, records/s or slowdown
+    ("PyFlink SQL records/s", "flink", 0.75e6, 1.4e6),
+    ("bytewax records/s", "bytewax", 0.46e6, 0.46e6),
+    ("snapcut runtime records/s", "snapcut", 50e6, 120e6),
+    ("bytewax slowdown, 100 ms epochs, 100k keys", "bytewax-100ms", 18.0, 18.0),
+]
+
+
+def _confirm(rows: list[dict[str, Any]], figure: str, what: str, lo: float, hi: float) -> str:
+    """One row: the figure before, this run's range, and whether they agree (within 25%)."""
+    if what == "bytewax-100ms":
+        vals = [
+            1 + r["overhead"]
+            for r in rows
+            if r["system"] == "bytewax"
+            and r["job"] == "dwell"
+            and r["keys"] >= 100_000
+            and r["checkpointing"] == "100ms"
+            and r["overhead"] is not None
+        ]
+        fmt = "{:.1f}x".format
+    else:
+        vals = [
+            r["records_per_s"]
+            for r in rows
+            if r["system"] == what
+            and r["job"] == "dwell"
+            and r["checkpointing"] == "off"
+            and r["records_per_s"]
+        ]
+        fmt = _fmt_rps
+    before = fmt(lo) if lo == hi else f"{fmt(lo)} to {fmt(hi)}"
+    if not vals:
+        return f"| {figure} | {before} | not measured | |"
+    got_lo, got_hi = min(vals), max(vals)
+    got = fmt(got_lo) if got_lo == got_hi else f"{fmt(got_lo)} to {fmt(got_hi)}"
+    if got_hi < lo * 0.75:
+        verdict = "**corrected: lower**"
+    elif got_lo > hi * 1.25:
+        verdict = "**corrected: higher**"
+    else:
+        verdict = "confirmed (overlap, ±25%)"
+    return f"| {figure} | {before} | {got} | {verdict} |"
+
 
 def _fmt_rps(v: float | None) -> str:
     if v is None:
@@ -438,6 +483,14 @@ def write_report(
         "",
         data["machine_md"],
         "",
+        *(
+            [
+                "**A `--quick` run: sizes that check the harness; these figures are not results.**",
+                "",
+            ]
+            if data.get("quick")
+            else []
+        ),
         f"Command: `{data['command']}`  ",
         f"Rounds: {data['rounds']} (each round every configuration once, order rotated); "
         f"figures are medians over rounds. Wall time of the run: {data['wall_s'] / 60:.1f} min.",
@@ -496,36 +549,16 @@ def write_report(
         )
     lines += [
         "",
-        "Figures measured before on a machine like this one (issue 10): PyFlink SQL "
-        "0.75-1.4 M rec/s, bytewax ~0.46 M rec/s, snapcut's runtime 50-120 M rec/s, "
-        "bytewax ~18x slower at 100 ms epochs with 100k keys. This run (no checkpoints, "
-        "median):",
+        "## The figures measured before, confirmed or corrected",
         "",
+        "Issue 10 quotes figures measured before on a machine like this one. This run's "
+        "dwell job without checkpoints (median; range over 1k and 100k keys and the "
+        "system's variants), and bytewax's slowdown at 100 ms epochs with 100k keys:",
+        "",
+        "| figure | before | this run | |",
+        "|---|---|---|---|",
     ]
-    for system in SYSTEMS:
-        offs = [
-            r
-            for r in rows
-            if r["system"] == system and r["checkpointing"] == "off" and r["records_per_s"]
-        ]
-        if offs:
-            lo = min(offs, key=lambda r: r["records_per_s"])
-            hi = max(offs, key=lambda r: r["records_per_s"])
-            lines.append(
-                f"- {system}: {_fmt_rps(lo['records_per_s'])} ({lo['job']}, "
-                f"{lo['keys']:,} keys, {lo['variant']}) to {_fmt_rps(hi['records_per_s'])} "
-                f"({hi['job']}, {hi['keys']:,} keys, {hi['variant']})"
-            )
-    bw = [
-        r
-        for r in rows
-        if r["system"] == "bytewax" and r["checkpointing"] == "100ms" and r["overhead"] is not None
-    ]
-    for r in bw:
-        lines.append(
-            f"- bytewax at 100 ms epochs, {r['job']}, {r['keys']:,} keys, "
-            f"p={r['parallelism']}: {1 + r['overhead']:.1f}x slower than without recovery"
-        )
+    lines += [_confirm(rows, *prior) for prior in PRIOR]
     lines += [
         "",
         "## Checkpoints taken and their size",
@@ -682,6 +715,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=HERE,
         help="where .venv-flink and .venv-bytewax are (default bench/peers)",
     )
+    p.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        help="write the report again from an earlier run's peers.json (runs nothing)",
+    )
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     p.add_argument(
         "--workdir",
@@ -715,6 +754,17 @@ def main(argv: list[str] | None = None) -> int:
         for msg in problems:
             print(f"warning: {msg}")
         print(f"results would go to {out}")
+        return 0
+    if args.from_json is not None:
+        data = json.loads(args.from_json.read_text())
+        configs = [Config(**c) for c in data["configs"]]
+        rows = summarize(configs, data["runs"])
+        data["summary"], data["targets"] = rows, targets(rows)
+        out = args.out or args.from_json.parent
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "peers.json").write_text(json.dumps(data, indent=1, default=str))
+        for f in write_report(out, data, rows, data["targets"]):
+            print(f"wrote {f}")
         return 0
     if problems:
         for msg in problems:
