@@ -773,7 +773,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.progress import (
         BarColumn,
-        MofNCompleteColumn,
         Progress,
         TextColumn,
         TimeElapsedColumn,
@@ -797,7 +796,6 @@ def main(argv: list[str] | None = None) -> int:
     with Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
-        MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("left"),
         TimeRemainingColumn(),
