@@ -64,6 +64,8 @@ RATE: dict[tuple[str, str], float] = {
 }
 STARTUP_S = {"snapcut": 1.5, "flink": 20.0, "bytewax": 1.0, "spark": 40.0}
 SPARK_BATCH_FLOOR_S = 0.25
+PANDAS_S_PER_KEY = 1.3e-3
+"""applyInPandasWithState: Python per key and batch (bench/results/spark_state.md)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,10 @@ class Config:
             interval = {"1s": 1.0, "100ms": 0.1}.get(self.checkpointing)
             if interval is not None:
                 # micro-batches of rate x interval rows, each >= ~0.25 s
-                run = max(run, self.records / (rate * interval) * SPARK_BATCH_FLOOR_S)
+                floor = SPARK_BATCH_FLOOR_S
+                if self.mode == "pandas":
+                    floor += self.keys * PANDAS_S_PER_KEY  # every batch touches ~every key
+                run = max(run, self.records / (rate * interval) * floor)
             run += 2 * (self.records / 5) / rate  # the warm-up query
         return STARTUP_S[self.system] + run
 
