@@ -105,11 +105,12 @@ def test_missing_peer_venv_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_shared_generator_is_snapcuts() -> None:
-    sys.path.insert(0, str(PEERS))
-    try:
-        import common
-    finally:
-        sys.path.remove(str(PEERS))
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("peers_common", PEERS / "common.py")
+    assert spec is not None and spec.loader is not None
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
     expected = dwell_events(100_000, 3000, common.SEED)
     users, dwell = common.dwell_batch(common.SEED, 0, 3000, 100_000)
     assert users == expected["user"].to_pylist()
