@@ -1,0 +1,131 @@
+"""bench/peers without the peers installed (what CI can check): the grid of
+run.py --dry-run, the snapcut job's JSON line, the generator the peers share,
+and the message for a missing peer virtualenv."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from snapcut.dataflow import dwell_events
+
+REPO = Path(__file__).resolve().parent.parent
+PEERS = REPO / "bench" / "peers"
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(REPO / "python"), env.get("PYTHONPATH", "")) if p
+    )
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
+
+
+def test_dry_run_lists_the_grid() -> None:
+    out = run(str(PEERS / "run.py"), "--dry-run", "--venv-dir", "/nonexistent")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "configurations x 3 rounds" in text
+    assert "estimated" in text
+    for system in ("snapcut", "flink", "bytewax", "spark"):
+        for ck in ("off", "1s", "100ms"):
+            assert any(
+                line.split()[0] == system and f"ckpt={ck}" in line
+                for line in text.splitlines()
+                if line.startswith("  ")
+            ), (system, ck)
+    assert "three-shuffle" in text and "100,000 keys" in text
+    assert "unaligned" in text and "aligned-minibatch" in text
+    assert not any(
+        line.split()[:2] == ["spark", "three-shuffle"] for line in map(str.strip, text.splitlines())
+    ), "Spark cannot express the three-shuffle job"
+    # dry-run only warns about the missing venvs
+    assert "warning: flink:" in text and "bench/peers/setup.sh" in text
+
+
+def test_dry_run_filters_systems() -> None:
+    out = run(str(PEERS / "run.py"), "--dry-run", "--quick", "--systems", "snapcut")
+    assert out.returncode == 0, out.stderr
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("  ")]
+    assert lines and all(ln.split()[0] == "snapcut" for ln in lines)
+    assert "x 1 rounds" in out.stdout
+    # 2 jobs x 1k keys x (off + aligned/unaligned at 1 s and 100 ms)
+    assert len(lines) == 10
+
+
+@pytest.mark.parametrize(
+    ("job", "checkpointing", "mode"),
+    [("dwell", "off", "aligned"), ("three-shuffle", "100ms", "unaligned")],
+)
+def test_snapcut_job_prints_one_json_line(
+    tmp_path: Path, job: str, checkpointing: str, mode: str
+) -> None:
+    out = run(
+        str(PEERS / "snapcut_job.py"),
+        *("--job", job, "--keys", "50", "--records", "20000"),
+        *("--checkpointing", checkpointing, "--mode", mode, "--workdir", str(tmp_path)),
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1
+    line = json.loads(lines[0])
+    assert line["system"] == "snapcut"
+    assert line["job"] == job and line["checkpointing"] == checkpointing
+    assert line["records"] == 20000 and line["keys"] == 50 and line["parallelism"] == 2
+    assert line["seconds"] > 0 and line["records_per_s"] > 0
+    assert "versions" in line and "snapcut" in line["versions"]
+    assert isinstance(line["checkpoints"], int)
+    assert (line["checkpoint_bytes"] > 0) == (checkpointing != "off")
+    assert list(tmp_path.iterdir()) == []  # checkpoints removed after the run
+
+
+def test_missing_peer_venv_is_a_clear_error(tmp_path: Path) -> None:
+    out = run(
+        str(PEERS / "run.py"),
+        *("--systems", "bytewax", "flink", "--quick", "--venv-dir", str(tmp_path)),
+        *("--out", str(tmp_path / "out")),
+    )
+    assert out.returncode == 2
+    assert "bench/peers/setup.sh" in out.stderr
+    assert str(tmp_path / ".venv-flink" / "bin" / "python") in out.stderr
+    assert str(tmp_path / ".venv-bytewax" / "bin" / "python") in out.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_shared_generator_is_snapcuts() -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("peers_common", PEERS / "common.py")
+    assert spec is not None and spec.loader is not None
+    common = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(common)
+    expected = dwell_events(100_000, 3000, common.SEED)
+    users, dwell = common.dwell_batch(common.SEED, 0, 3000, 100_000)
+    assert users == expected["user"].to_pylist()
+    assert dwell == expected["dwell_ms"].to_pylist()
+    assert common.dwell_record(common.SEED, 2999, 100_000) == (users[-1], dwell[-1])
+
+
+def test_extras_pin_what_setup_installs() -> None:
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    setup = (PEERS / "setup.sh").read_text()
+    flink = next(p for p in extras["peers-flink"] if p.startswith("apache-flink=="))
+    bytewax = next(p for p in extras["peers-bytewax"] if p.startswith("bytewax=="))
+    assert f"FLINK_VERSION={flink.split('==')[1]}" in setup
+    assert f"BYTEWAX_VERSION={bytewax.split('==')[1]}" in setup
