@@ -47,10 +47,13 @@ def baseline(benches: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def modes(data: list[float], min_share: float = 0.15, min_gap: float = 1.5) -> str | None:
-    """Two modes if the sorted rounds have a gap of at least ``min_gap`` times
-    with at least ``min_share`` of the rounds on each side, else None."""
+    """Two modes if the sorted rounds (10 or more) have a gap of at least
+    ``min_gap`` times with at least ``min_share`` of the rounds on each side,
+    else None."""
     xs = sorted(data)
     n = len(xs)
+    if n < 10:
+        return None
     lo = max(1, int(n * min_share))
     best, at = 0.0, 0
     for i in range(lo, n - lo + 1):

@@ -49,6 +49,24 @@ def _cores() -> dict[str, Any]:
     }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--bench-reverse",
+        action="store_true",
+        help="run each bench file's benchmarks in reverse order (a second run with the "
+        "order rotated: compare the two with bench/compare.py)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("bench_reverse"):
+        return
+    by_file: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        by_file.setdefault(str(item.path), []).append(item)
+    items[:] = [item for group in by_file.values() for item in reversed(group)]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "spark: needs a SparkSession (Java 17, pyspark); deselect with -m 'not spark'"
@@ -70,6 +88,7 @@ def pytest_benchmark_update_machine_info(
         "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
         "node": platform.node(),
         "argv": sys.argv[1:],
+        "order": "reverse" if config.getoption("bench_reverse") else "forward",
     }
 
 
@@ -88,9 +107,12 @@ def _load_around_benchmark(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local[2] SparkSession for every Spark benchmark of the run."""
+    import snapcut
+
     # Python workers unpickle the bench's functions (bench/spark_state.py) by
-    # module name: they need bench/ and the snapcut sources on their path.
-    paths = [str(BENCH), str(REPO / "python")]
+    # module name: they need bench/ on their path, and the snapcut the driver
+    # imported (a source tree on PYTHONPATH, an editable or a wheel install).
+    paths = [str(BENCH), str(Path(snapcut.__file__).resolve().parent.parent)]
     inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([*paths, *inherited]))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

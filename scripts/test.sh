@@ -64,3 +64,8 @@ export PYSPARK_PYTHON="$(command -v python)"
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
 export SNAPCUT_WHEEL="$PWD/$wheel"
 python -m pytest -q tests
+
+step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
+# ~55 s on a busy 2-vCPU machine, ~45 s of it Spark (session start + 9 queries).
+# If that grows, run the others only: add -m "not spark" (bench/README.md).
+python -m pytest bench --benchmark-disable -q -x
