@@ -76,7 +76,7 @@ def human(seconds: float) -> str:
 
 
 def describe(path: str, data: dict[str, Any]) -> str:
-    snap = data.get("machine_info", {}).get("snapcut", {})
+    snap = data.get("snapcut", {})
     commit = data.get("commit_info", {})
     load = [f"{x:.2f}" for k in ("load_before", "load_after") for x in (snap.get(k) or [])[:1]]
     dirty = " (dirty)" if commit.get("dirty") else ""

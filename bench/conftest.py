@@ -4,10 +4,12 @@
   side-by-side comparison, read as ratios within the group (bench/README.md).
   The test marked ``baseline`` in ``extra_info`` is the group's denominator for
   ``bench/compare.py``.
-- Machine and load go into the benchmark JSON: ``machine_info["snapcut"]`` has
-  the cores, the load average when the session started and when the JSON was
-  written, the git commit; every benchmark's ``extra_info`` has the load average
-  before and after it.
+- Machine and load go into the benchmark JSON: a top-level ``"snapcut"`` object
+  has the cores, the load average when the session started and when the JSON
+  was written, the git commit and the order; ``machine_info["snapcut_cores"]``
+  the cores (only stable facts there: --benchmark-compare warns when a saved
+  run's machine_info differs); every benchmark's ``extra_info`` has the 1-minute
+  load average before and after it.
 - ``spark``: one SparkSession for the whole run (local[2], UI off, 2 shuffle
   partitions), started by the first Spark benchmark. The Spark benchmarks carry
   the ``spark`` marker: ``-m "not spark"`` runs the others only.
@@ -77,9 +79,18 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_benchmark_update_machine_info(
     config: pytest.Config, machine_info: dict[str, Any]
 ) -> None:
-    """Called when the JSON is written (after the benchmarks): the load then is
+    """Only what stays the same between runs on one machine: pytest-benchmark
+    warns on --benchmark-compare when a saved run's machine_info differs."""
+    machine_info["snapcut_cores"] = _cores()
+
+
+def pytest_benchmark_update_json(
+    config: pytest.Config, benchmarks: Any, output_json: dict[str, Any]
+) -> None:
+    """The run's facts, top-level ``"snapcut"`` of the JSON (--benchmark-json and
+    --benchmark-autosave alike). Called after the benchmarks: the load then is
     the load "after"; the load "before" is the session's start."""
-    machine_info["snapcut"] = {
+    output_json["snapcut"] = {
         **_cores(),
         "load_before": _SESSION_START.get("load"),
         "load_after": os.getloadavg(),
