@@ -66,6 +66,7 @@ export SNAPCUT_WHEEL="$PWD/$wheel"
 python -m pytest -q tests
 
 step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
-# ~55 s on a busy 2-vCPU machine, ~45 s of it Spark (session start + 9 queries).
-# If that grows, run the others only: add -m "not spark" (bench/README.md).
+# 54-58 s measured on the busy 2-vCPU machine (load 5), ~50 s of it Spark (session
+# start ~17 s, the first query ~16 s, 8 more one-batch queries). If that grows,
+# run the others only (~6 s): add -m "not spark" (bench/README.md).
 python -m pytest bench --benchmark-disable -q -x
