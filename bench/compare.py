@@ -92,6 +92,14 @@ def main() -> int:
     parser.add_argument("json", nargs="+", help="pytest-benchmark JSON files")
     parser.add_argument("--group", help="only groups whose name contains this")
     parser.add_argument("--modes", action="store_true", help="print two modes where found")
+    parser.add_argument(
+        "--extra",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="also a numeric extra_info field and its ratio to the baseline's "
+        "(e.g. addBatch_median_s, bytes); repeatable",
+    )
     args = parser.parse_args()
     runs = [(p, load(p)) for p in args.json]
     for i, (p, d) in enumerate(runs):
@@ -109,6 +117,8 @@ def main() -> int:
         head = ["test"]
         for i in range(len(runs)):
             head += [f"[{i}] median", f"[{i}] IQR/median", f"[{i}] rounds", f"[{i}] ratio"]
+            for key in args.extra:
+                head += [f"[{i}] {key}", f"[{i}] ratio"]
         rows = [head]
         notes = []
         for name in tests:
@@ -117,7 +127,7 @@ def main() -> int:
                 benches = groups(d).get(g, [])
                 b = next((x for x in benches if x["name"] == name), None)
                 if b is None:
-                    row += ["-"] * 4
+                    row += ["-"] * (4 + 2 * len(args.extra))
                     continue
                 s, base = b["stats"], baseline(benches)["stats"]
                 row += [
@@ -128,6 +138,13 @@ def main() -> int:
                 ]
                 if b is baseline(benches):
                     row[-1] += " (baseline)"
+                for key in args.extra:
+                    v, bv = b["extra_info"].get(key), baseline(benches)["extra_info"].get(key)
+                    if isinstance(v, int | float):
+                        ok = isinstance(bv, int | float) and bv
+                        row += [f"{v:.4g}", f"{v / bv:.2f}" if ok else "-"]
+                    else:
+                        row += ["-", "-"]
                 if args.modes and s.get("data"):
                     m = modes(s["data"])
                     if m:
