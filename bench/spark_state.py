@@ -249,6 +249,23 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def start_session(driver_memory: str = "6g", **conf: str) -> SparkSession:
+    """The session of these benchmarks (also bench/conftest.py's): local[2],
+    2 shuffle partitions, UI and console progress off."""
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", driver_memory)
+    )
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -259,15 +276,7 @@ def main() -> int:
     args = parser.parse_args()
     slow_max = int(os.environ.get("SLOW_MAX_KEYS", "100000"))
     tws_max = int(os.environ.get("TWS_MAX_KEYS", "10000"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "6g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = start_session()
     results: dict[str, Any] = {
         "machine": f"{platform.node()} {os.cpu_count()} cpus, load {os.getloadavg()}",
         "python": sys.version.split()[0],

@@ -1,13 +1,27 @@
-"""snapcut's Python channel vs queue.Queue moving 10k objects between two threads.
+"""Group ``channel``: moving 10k Python ints from one thread to another through
+snapcut's channel (one by one, and in batches of 64), ``queue.Queue`` (the
+baseline: what Python code uses) and ``collections.deque``.
 
-Run: python -m pytest bench/test_channel_py.py --benchmark-only
+The channel and the queue are bounded (64) and block with the GIL released
+(the channel) or on a condition variable (the queue). A deque cannot block:
+the producer appends without bound (no backpressure) and the consumer polls,
+yielding the GIL with ``time.sleep(0)`` when it finds the deque empty.
+
+On a 2-vCPU guest the two threads sometimes share one core, so the figures are
+bimodal: read both modes (bench/README.md, ``bench/compare.py --modes``).
+
+Run: pytest bench/test_channel_py.py --benchmark-only
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
+from collections import deque
 from typing import Any
+
+import pytest
 
 from snapcut._core import channel
 
@@ -69,7 +83,33 @@ def _queue_queue() -> int:
     return total
 
 
+def _deque() -> int:
+    d: deque[Any] = deque()
+    done = object()
+
+    def produce() -> None:
+        for i in range(N):
+            d.append(i)
+        d.append(done)
+
+    t = threading.Thread(target=produce)
+    t.start()
+    total = 0
+    while True:
+        try:
+            item = d.popleft()
+        except IndexError:
+            time.sleep(0)
+            continue
+        if item is done:
+            break
+        total += item
+    t.join()
+    return total
+
+
 EXPECTED = N * (N - 1) // 2
+pytestmark = pytest.mark.benchmark(group="channel")
 
 
 def test_snapcut_channel_one_by_one(benchmark: Any) -> None:
@@ -81,4 +121,9 @@ def test_snapcut_channel_batched(benchmark: Any) -> None:
 
 
 def test_queue_queue(benchmark: Any) -> None:
+    benchmark.extra_info["baseline"] = True
     assert benchmark(_queue_queue) == EXPECTED
+
+
+def test_deque_polling(benchmark: Any) -> None:
+    assert benchmark(_deque) == EXPECTED

@@ -64,3 +64,9 @@ export PYSPARK_PYTHON="$(command -v python)"
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
 export SNAPCUT_WHEEL="$PWD/$wheel"
 python -m pytest -q tests
+
+step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
+# 54-58 s measured on the busy 2-vCPU machine (load 5), ~50 s of it Spark (session
+# start ~17 s, the first query ~16 s, 8 more one-batch queries). If that grows,
+# run the others only (~6 s): add -m "not spark" (bench/README.md).
+python -m pytest bench --benchmark-disable -q -x
