@@ -218,6 +218,45 @@ fn aggregate_state_round_trips_through_restore() {
 }
 
 #[test]
+fn aggregate_captured_before_its_first_batch_stays_consistent() {
+    use snapcut_core::snapshot::StateKind;
+    // A checkpoint can reach an aggregate before any record does; its
+    // capture then has placeholder int64 columns. The next capture must be
+    // full (a utf8 diff on an int64 base cannot merge), and a restore from
+    // the empty capture must still accept utf8 keys.
+    let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
+    a.set_full_every(10);
+    let empty = a.snapshot(1).unwrap().unwrap();
+    assert_eq!(empty.kind, StateKind::Full);
+    a.commit(1).unwrap();
+    let mut out = Sink(Vec::new());
+    a.process(0, kv(&["p"], &[1.0]), &mut out).unwrap();
+    let second = a.snapshot(2).unwrap().unwrap();
+    assert_eq!(
+        second.kind,
+        StateKind::Full,
+        "first capture with real types"
+    );
+    assert_eq!(second.batch.schema().field(0).data_type(), &DataType::Utf8);
+    a.commit(2).unwrap();
+    a.process(0, kv(&["q"], &[2.0]), &mut out).unwrap();
+    let third = a.snapshot(3).unwrap().unwrap();
+    assert_eq!(third.kind, StateKind::Diff { base: 2 }, "diffs resume");
+
+    let mut b = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
+    b.restore(&[empty]).unwrap();
+    b.process(0, kv(&["p", "p"], &[1.0, 2.0]), &mut out)
+        .unwrap();
+    let mut rb = Sink(Vec::new());
+    b.finish(&mut rb).unwrap();
+    let sums = rb.0[0]
+        .column_by_name("s")
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    assert_eq!(sums.value(0), 3.0);
+}
+
+#[test]
 fn aggregate_rejects_null_keys_and_bad_types_clearly() {
     let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
     let schema = Arc::new(Schema::new(vec![

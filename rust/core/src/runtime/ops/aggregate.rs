@@ -290,6 +290,9 @@ impl KeyedAggregate {
             accs.push(Acc::new(spec.func, float));
         }
         self.accs = accs;
+        // Captures taken before now held placeholder (int64) key and value
+        // columns; a diff of the real types on top of one would not merge.
+        self.force_full = true;
         Ok(())
     }
 
@@ -495,6 +498,13 @@ impl KeyedAggregate {
 
     fn restore_full(&mut self, batch: &RecordBatch) -> Result<()> {
         let bad = |what: String| Error::Snapshot(format!("aggregate state: {what}"));
+        if batch.num_rows() == 0 {
+            // Captured before the first batch: its column types are
+            // placeholders, so the first batch after restore fixes them.
+            self.keys = Keys::Unknown;
+            self.accs = Vec::new();
+            return Ok(());
+        }
         let key_col = batch
             .column_by_name(&self.key)
             .ok_or_else(|| bad(format!("no key column {:?}", self.key)))?;
