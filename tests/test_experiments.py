@@ -175,6 +175,28 @@ def test_schedule_rotates_each_round_and_runs_every_cell_once_per_round() -> Non
     assert len(set(firsts)) == 3
 
 
+def test_estimate_charges_sync_stalls_and_their_runaway_when_they_outlast_the_interval() -> None:
+    from snapcut.experiments.runner import Plan
+
+    plan = Plan([], PRESETS["quick"], 1, [], rate=5e6)
+    none = plan.estimate(Cell("state-size", "none", None, 1_000_000, 2, 4_000_000))
+    aligned = plan.estimate(Cell("state-size", "aligned", 0.1, 1_000_000, 2, 4_000_000))
+    sync_1s = plan.estimate(Cell("state-size", "sync", 1.0, 1_000_000, 2, 4_000_000))
+    sync_100ms = plan.estimate(Cell("state-size", "sync", 0.1, 1_000_000, 2, 4_000_000))
+    assert none == aligned
+    assert none < sync_1s < sync_100ms
+    # Measured: this cell ran 123 s, 918 back-to-back checkpoints.
+    assert sync_100ms > 30 * (none - 0.15)
+
+
+def test_quick_preset_keeps_sync_stalls_shorter_than_its_intervals() -> None:
+    from snapcut.experiments.runner import STATE_BYTES_PER_KEY, WRITE_BYTES_PER_S
+
+    quick = PRESETS["quick"]
+    stall = 2 * max(quick.state_keys) * STATE_BYTES_PER_KEY / WRITE_BYTES_PER_S
+    assert stall < 0.5 * min(quick.state_intervals)
+
+
 def test_longest_stall_counts_empty_buckets_inside_the_run() -> None:
     assert longest_stall([0, 0, 5, 0, 0, 0, 3, 0, 4, 0, 0], 0.05) == pytest.approx(0.15)
     assert longest_stall([1, 2, 3], 0.05) == 0.0
