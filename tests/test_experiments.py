@@ -91,7 +91,19 @@ def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
         "state_size_overhead.png",
         "parallelism_throughput.png",
         "backpressure.png",
+        "scaling_sim.png",
     } <= names
+    # Experiment 6 says it is a simulation, how it was calibrated, and how
+    # far the model is from experiment 5 where they overlap.
+    assert "**This is a simulation**" in report
+    assert "calibrated from experiments 1 and 2 of this run" in report
+    check = report.split("Model check against experiment 5")[1].split("\n\n")[1]
+    assert {line.split("|")[1].strip() for line in check.splitlines()[2:]} == {
+        "none",
+        "aligned",
+        "sync",
+    }
+    assert "Not in this harness yet" not in report
     for p in pngs:
         w, h = _png_size(p)
         assert w > 100 and h > 100
@@ -206,8 +218,9 @@ def test_longest_stall_counts_empty_buckets_inside_the_run() -> None:
 def test_unknown_names_are_typed_errors(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(ConfigError, match="unknown experiment 'speed'"):
         resolve(["speed"])
-    with pytest.raises(ConfigError, match="not implemented yet"):
-        resolve(["6"])
+    assert [e.name for e in resolve(["6"])] == ["scaling-sim"]
+    with pytest.raises(ConfigError, match="unknown experiment '7'"):
+        resolve(["7"])
     assert [e.name for e in resolve(["3,interval"])] == ["interval", "timeline"]
     assert main(["experiment", "--tiny", "--experiments", "nope", "--dry-run"]) == 2
     assert "unknown experiment 'nope'" in capsys.readouterr().err

@@ -73,6 +73,17 @@ def simulate_dataflow(
     aligned_first: bool = False,
     abort_one_in: int = 0,
 ) -> dict[str, object]: ...
+def default_cost_model() -> dict[str, float]: ...
+def simulate_scaling(
+    protocol: str,
+    nodes: int,
+    records_per_node: int,
+    keys_per_node: int,
+    interval_s: float | None = None,
+    *,
+    seed: int = 0,
+    cost: dict[str, float] | None = None,
+) -> dict[str, object]: ...
 
 # --- dataflow (pyflow) ---
 

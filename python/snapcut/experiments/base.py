@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from snapcut.experiments.analysis import Summary
+from snapcut.experiments.analysis import Row, Summary
 from snapcut.experiments.grid import Cell, Preset
 from snapcut.experiments.job import Measurement
 
@@ -22,3 +22,9 @@ class Experiment:
     question: str
     cells: Callable[[Preset, tuple[str, ...] | None], list[Cell]]
     plot: Callable[[list[Summary], Timelines, Path], list[Path]]
+    simulate: Callable[[Cell, list[Row], Preset, Path], Measurement] | None = None
+    """Runs a cell in a model instead of a real job (sees the rows so far)."""
+    notes: Callable[[list[Row], list[Summary]], str] | None = None
+    """Extra report text for this experiment."""
+    estimate: Callable[[Cell], float] | None = None
+    """Seconds a run of a cell takes, when not records / rate."""

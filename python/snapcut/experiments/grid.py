@@ -71,6 +71,10 @@ class Preset:
     backpressure_records: int = 1_000_000
     backpressure_interval: float = 0.1
     slow_ms_per_batch: float = 2.0
+    sim_nodes: tuple[int, ...] = (1, 4, 16)
+    sim_interval: float = 0.1
+    sim_records_per_node: int = 4_000_000
+    sim_keys_per_node: int = 10_000
     smoke: bool = field(default=True)
     """Figures from this preset are a smoke test, not results."""
 
@@ -113,6 +117,10 @@ PRESETS: dict[str, Preset] = {
         parallel_interval=0.5,
         parallel_records=4_000_000,
         backpressure_records=2_000_000,
+        sim_nodes=(5, 10, 20, 40, 100),
+        sim_interval=1.0,
+        sim_records_per_node=100_000_000,
+        sim_keys_per_node=100_000,
     ),
     "full": Preset(
         name="full",
@@ -131,6 +139,10 @@ PRESETS: dict[str, Preset] = {
         parallel_records=200_000_000,
         backpressure_records=20_000_000,
         backpressure_interval=1.0,
+        sim_nodes=(5, 10, 20, 40, 100, 1000),
+        sim_interval=3.0,
+        sim_records_per_node=600_000_000,
+        sim_keys_per_node=1_000_000,
         smoke=False,
     ),
 }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from snapcut.experiments import NOT_YET
 from snapcut.experiments.analysis import Summary, write_csv
 from snapcut.experiments.base import Experiment, Timelines
 from snapcut.experiments.grid import Preset
@@ -157,12 +156,11 @@ def markdown(
         mine = [s for s in outcome.summaries if s.cell.experiment == e.name]
         parts.append(f"## {e.number}. {e.title}\n")
         parts.append(f"Question: {e.question}\n")
+        if e.notes is not None:
+            parts.append(e.notes(outcome.rows, outcome.summaries))
         parts.append(table(mine) if mine else "(no runs)\n")
         for p in plots.get(e.name, []):
             parts.append(f"![{p.stem}]({p.name})\n")
-    missing = [f"{n}. {what}" for n, what in sorted(NOT_YET.items())]
-    parts.append("## Not in this harness yet\n")
-    parts.append("\n".join(f"- experiment {m}" for m in missing) + "\n")
     return "\n".join(parts)
 
 

@@ -54,6 +54,9 @@ class Plan:
 
     def estimate(self, cell: Cell) -> float:
         """Seconds one run of `cell` should take on this machine."""
+        custom = self._experiment(cell).estimate
+        if custom is not None:
+            return custom(cell)
         work = cell.records / max(self.rate, 1.0)
         if cell.protocol == "sync" and cell.interval_s:
             # Every checkpoint writes all state (two stages keyed by user)
@@ -65,8 +68,25 @@ class Plan:
             work /= max(1.0 - stall / cell.interval_s, MIN_WORKING_SHARE)
         return work + SETUP_S
 
+    def _experiment(self, cell: Cell) -> Experiment:
+        for e in self.experiments:
+            if e.name == cell.experiment:
+                return e
+        return _REAL_JOB
+
     def total_estimate(self) -> float:
         return sum(self.estimate(c) for _, c in self.runs)
+
+
+_REAL_JOB = Experiment(
+    name="",
+    number=0,
+    title="a real job",
+    question="",
+    cells=lambda _p, _protocols: [],
+    plot=lambda _s, _t, _o: [],
+)
+"""What a cell of no listed experiment runs as (calibration cells)."""
 
 
 @dataclass
@@ -115,7 +135,11 @@ def execute(
             for i, (rep, cell) in enumerate(runs):
                 step = f"{i + 1}/{len(runs)}"
                 progress.update(task, description=f"{cell.label()} (round {rep + 1})", step=step)
-                m = run(cell, workdir)
+                simulate = plan._experiment(cell).simulate
+                if simulate is not None:
+                    m = simulate(cell, out.rows, plan.preset, workdir)
+                else:
+                    m = run(cell, workdir)
                 row = Row(
                     experiment=cell.experiment,
                     scenario=cell.scenario,
@@ -140,7 +164,7 @@ def execute(
                 out.rows.append(row)
                 if cell.timeline and cell not in out.timelines:
                     out.timelines[cell] = m
-                if cell.protocol == "none":
+                if cell.protocol == "none" and simulate is None:
                     measured_rates.append(cell.records / max(m.runtime_s, 1e-3))
                 progress.advance(task, plan.estimate(cell))
                 if not console.is_terminal:

@@ -6,6 +6,7 @@ use pyo3::types::PyDict;
 use snapcut_core::protocol::{InputKind, ProtocolKind};
 use snapcut_core::sim::bank::{Bank, Message, ProcId, RandomBank, Topology};
 use snapcut_core::sim::dataflow::{self, DataflowConfig};
+use snapcut_core::sim::timed::{self, CostModel, TimedConfig};
 
 use crate::errors::IntoPyResult;
 
@@ -259,7 +260,106 @@ fn simulate_dataflow<'py>(
     Ok(d)
 }
 
+/// The cost model's fields by name, each with a getter and a setter, so the
+/// dict form and the struct cannot drift apart.
+macro_rules! cost_fields {
+    ($($name:ident),* $(,)?) => {
+        const COST_FIELDS: &[&str] = &[$(stringify!($name)),*];
+
+        fn cost_to_dict<'py>(py: Python<'py>, c: &CostModel) -> PyResult<Bound<'py, PyDict>> {
+            let d = PyDict::new(py);
+            $(d.set_item(stringify!($name), c.$name)?;)*
+            Ok(d)
+        }
+
+        fn set_cost(c: &mut CostModel, name: &str, value: f64) -> bool {
+            match name {
+                $(stringify!($name) => c.$name = value,)*
+                _ => return false,
+            }
+            true
+        }
+    };
+}
+
+cost_fields!(
+    record_s,
+    jitter,
+    chunk_records,
+    buffer_records,
+    net_latency_s,
+    channel_latency_s,
+    net_bytes_per_s,
+    record_bytes,
+    state_bytes_per_key,
+    write_bytes_per_s,
+    write_latency_s,
+    capture_s_per_key,
+    background_slowdown,
+    ack_s,
+    commit_s,
+);
+
+/// The timed simulator's default cost model, as a dict of floats.
+#[pyfunction]
+fn default_cost_model(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    cost_to_dict(py, &CostModel::default())
+}
+
+/// Runs the timed simulator (the experiments' job on `nodes` machines, in
+/// simulated time) and returns its report as a dict of plain values.
+#[pyfunction]
+#[pyo3(signature = (protocol, nodes, records_per_node, keys_per_node, interval_s=None, *, seed=0, cost=None))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_scaling<'py>(
+    py: Python<'py>,
+    protocol: &str,
+    nodes: usize,
+    records_per_node: u64,
+    keys_per_node: u64,
+    interval_s: Option<f64>,
+    seed: u64,
+    cost: Option<std::collections::HashMap<String, f64>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let protocol: ProtocolKind = protocol.parse().map_py()?;
+    let mut model = CostModel::default();
+    for (name, value) in cost.unwrap_or_default() {
+        if !set_cost(&mut model, &name, value) {
+            return Err(snapcut_core::Error::Config(format!(
+                "unknown cost model field {name:?}; use any of: {}",
+                COST_FIELDS.join(", ")
+            )))
+            .map_py();
+        }
+    }
+    let cfg = TimedConfig {
+        protocol,
+        nodes,
+        records_per_node,
+        keys_per_node,
+        interval_s,
+        seed,
+        cost: model,
+    };
+    let r = py.detach(|| timed::run(&cfg)).map_py()?;
+    let d = PyDict::new(py);
+    d.set_item("runtime_s", r.runtime_s)?;
+    d.set_item("records", r.records)?;
+    d.set_item("throughput_rps", r.throughput_rps)?;
+    d.set_item("checkpoints", r.checkpoints)?;
+    d.set_item("checkpoint_s", r.checkpoint_s)?;
+    d.set_item("paused_s", r.paused_s)?;
+    d.set_item("max_pause_s", r.max_pause_s)?;
+    d.set_item("alignment_max_s", r.alignment_max_s)?;
+    d.set_item("state_bytes_max", r.state_bytes_max)?;
+    d.set_item("events", r.events)?;
+    d.set_item("cost", cost_to_dict(py, &cfg.cost)?)?;
+    Ok(d)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BankSim>()?;
+    m.add_function(wrap_pyfunction!(default_cost_model, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_scaling, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_dataflow, m)?)
 }

@@ -7,9 +7,13 @@
 //! - [`dataflow`]: sources, tasks and channels (DAGs or cycles) run under any
 //!   [`crate::protocol::ProtocolKind`]; every checkpoint is checked to be a
 //!   consistent cut channel by channel.
+//! - [`timed`]: the experiments' job at cluster scale in simulated time,
+//!   with a cost model (per-record cost, network, state writes, the
+//!   coordinator), for ABS vs the synchronous baseline beyond one machine.
 
 pub mod bank;
 pub mod dataflow;
 pub mod rng;
+pub mod timed;
 
 pub use rng::SplitMix64;

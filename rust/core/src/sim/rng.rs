@@ -32,6 +32,22 @@ impl SplitMix64 {
         self.below(den as usize) < num as usize
     }
 
+    /// Uniform in `[0, 1)` (53 random bits).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    /// Log-normal with mean 1 and log-spread `sigma` (Box–Muller): a
+    /// multiplicative jitter on a duration. `sigma == 0` gives exactly 1.
+    pub fn lognormal(&mut self, sigma: f64) -> f64 {
+        if sigma == 0.0 {
+            return 1.0;
+        }
+        let (u1, u2) = (1.0 - self.unit(), self.unit());
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        (sigma * z - sigma * sigma / 2.0).exp()
+    }
+
     /// A uniformly chosen element of a non-empty slice.
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len())]
@@ -48,6 +64,14 @@ mod tests {
         let mut r = SplitMix64::new(0);
         assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
         assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
+        let mut j = SplitMix64::new(9);
+        let n = 20_000;
+        let mean = (0..n).map(|_| j.lognormal(0.3)).sum::<f64>() / n as f64;
+        assert!(
+            (mean - 1.0).abs() < 0.02,
+            "log-normal jitter has mean 1: {mean}"
+        );
+        assert_eq!(j.lognormal(0.0), 1.0);
         let mut a = SplitMix64::new(42);
         let mut b = SplitMix64::new(42);
         for _ in 0..100 {
