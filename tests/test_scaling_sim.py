@@ -145,7 +145,10 @@ def test_model_check_pairs_one_node_with_experiment_5_at_two_tasks() -> None:
                 )
             )
     got = model_check(summarize(rows))
-    assert sorted(p for p, *_ in got) == ["aligned", "none", "sync"]
-    for _, measured, simulated, err in got:
-        assert (measured, simulated) == (1.0, 1.1)
-        assert err == pytest.approx(0.1)
+    assert sorted(k.protocol for k in got) == ["aligned", "none", "sync"]
+    for k in got:
+        assert (k.measured_s, k.simulated_s) == (1.0, 1.1)
+        assert k.error == pytest.approx(0.1)
+        assert (
+            k.measured_overhead == k.simulated_overhead == (None if k.protocol == "none" else 0.0)
+        )

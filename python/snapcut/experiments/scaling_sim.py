@@ -270,9 +270,24 @@ def estimate_s(cell: Cell) -> float:
     return 0.05 + 4 * chunks * 1.5e-6
 
 
-def model_check(summaries: list[Summary]) -> list[tuple[str, float, float, float]]:
-    """(protocol, measured s, simulated s, relative error) where experiment 5
-    ran the configuration one simulated node stands for."""
+@dataclass(frozen=True)
+class Check:
+    """One protocol of the model check: runtimes (medians) and overheads
+    (paired with `none` of the same round / seed, medians)."""
+
+    protocol: str
+    measured_s: float
+    simulated_s: float
+    measured_overhead: float | None
+    simulated_overhead: float | None
+
+    @property
+    def error(self) -> float:
+        return self.simulated_s / self.measured_s - 1.0
+
+
+def model_check(summaries: list[Summary]) -> list[Check]:
+    """Where experiment 5 ran the configuration one simulated node stands for."""
     measured = {
         (s.cell.protocol, s.cell.interval_s, s.cell.keys, s.cell.records): s
         for s in summaries
@@ -285,9 +300,20 @@ def model_check(summaries: list[Summary]) -> list[tuple[str, float, float, float
             continue
         m = measured.get((c.protocol, c.interval_s, c.keys, c.records))
         if m is not None:
-            err = s.runtime_median / m.runtime_median - 1.0
-            out.append((c.protocol, m.runtime_median, s.runtime_median, err))
+            out.append(
+                Check(
+                    c.protocol,
+                    m.runtime_median,
+                    s.runtime_median,
+                    m.overhead_median,
+                    s.overhead_median,
+                )
+            )
     return out
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:+.1f} %"
 
 
 def notes(rows: list[Row], summaries: list[Summary]) -> str:
@@ -332,12 +358,19 @@ def notes(rows: list[Row], summaries: list[Summary]) -> str:
             "final checkpoint at end of input, which the model leaves out):\n"
         )
         parts.append(
-            "| protocol | measured runtime s | simulated runtime s | relative error |\n"
-            "|---|---|---|---|"
+            "| protocol | measured runtime s | simulated runtime s | relative error "
+            "| measured overhead | simulated overhead |\n|---|---|---|---|---|---|"
         )
-        for proto, meas, simd, err in check:
-            parts.append(f"| {proto} | {meas:.3f} | {simd:.3f} | {100 * err:+.1f} % |")
-        parts.append("")
+        for row in check:
+            parts.append(
+                f"| {row.protocol} | {row.measured_s:.3f} | {row.simulated_s:.3f} "
+                f"| {100 * row.error:+.1f} % | {_pct(row.measured_overhead)} "
+                f"| {_pct(row.simulated_overhead)} |"
+            )
+        parts.append(
+            "\nRuntimes carry this machine's run-to-run spread (two modes on a 2-vCPU guest); "
+            "overheads are paired with `none` of the same round and cancel most of it.\n"
+        )
     else:
         parts.append(
             "Model check: experiment 5 was not in this run (run it with "
