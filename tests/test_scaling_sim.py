@@ -149,6 +149,5 @@ def test_model_check_pairs_one_node_with_experiment_5_at_two_tasks() -> None:
     for k in got:
         assert (k.measured_s, k.simulated_s) == (1.0, 1.1)
         assert k.error == pytest.approx(0.1)
-        assert (
-            k.measured_overhead == k.simulated_overhead == (None if k.protocol == "none" else 0.0)
-        )
+        # 1.1 s simulated and 1.0 s measured for every protocol: no overheads.
+        assert k.measured_overhead == k.simulated_overhead == 0.0
