@@ -11,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from tests.experiment_support import make_row
 
 from snapcut._core import ConfigError
 from snapcut.cli import main
@@ -119,27 +120,7 @@ def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
 
 
 def _row(protocol: str, interval: float | None, rep: int, runtime: float, **kw: int) -> Row:
-    return Row(
-        experiment="interval",
-        scenario="",
-        protocol=protocol,
-        interval_s=interval,
-        keys=kw.get("keys", 100),
-        parallelism=kw.get("parallelism", 2),
-        records=1000,
-        repetition=rep,
-        order=0,
-        runtime_s=runtime,
-        wall_s=runtime + 0.1,
-        throughput_rps=1000 / runtime,
-        checkpoints=0 if interval is None else 3,
-        checkpoint_ms_median=1.0,
-        checkpoint_ms_max=2.0,
-        state_bytes_max=0,
-        stall_s=0.0,
-        alignment_ms_max=0.5,
-        logged_records_max=0,
-    )
+    return make_row(protocol, interval, rep, runtime, **kw)
 
 
 def test_overhead_is_paired_with_none_of_the_same_round_and_group() -> None:

@@ -3,9 +3,8 @@ calibration from measured rows, and the model check's pairing."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
+from tests.experiment_support import make_row
 
 from snapcut._core import ConfigError, default_cost_model, simulate_scaling
 from snapcut.experiments.analysis import Row, summarize
@@ -61,28 +60,9 @@ def test_cost_overrides_apply_and_bad_ones_are_typed_errors() -> None:
 
 
 def _row(experiment: str, protocol: str, **kw: object) -> Row:
-    base = Row(
-        experiment=experiment,
-        scenario="",
-        protocol=protocol,
-        interval_s=None if protocol == "none" else 1.0,
-        keys=1000,
-        parallelism=2,
-        records=1_000_000,
-        repetition=0,
-        order=0,
-        runtime_s=0.1,
-        wall_s=0.2,
-        throughput_rps=1e7,
-        checkpoints=0 if protocol == "none" else 2,
-        checkpoint_ms_median=0.0 if protocol == "none" else 4.0,
-        checkpoint_ms_max=0.0,
-        state_bytes_max=0,
-        stall_s=0.0,
-        alignment_ms_max=0.0,
-        logged_records_max=0,
-    )
-    return dataclasses.replace(base, **kw)
+    fields: dict[str, object] = {"keys": 1000, "records": 1_000_000, **kw}
+    interval = fields.pop("interval_s", None if protocol == "none" else 1.0)
+    return make_row(protocol, interval, experiment=experiment, **fields)
 
 
 def test_calibration_reads_experiments_1_and_2_first_round_only() -> None:

@@ -15,8 +15,12 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from snapcut.experiments.grid import Cell
+
+if TYPE_CHECKING:
+    from snapcut.experiments.job import Measurement
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,31 @@ class Row:
             self.records,
             self.scenario,
         )
+
+
+def row_of(cell: Cell, m: Measurement, *, repetition: int, order: int) -> Row:
+    """The results.csv line of one run of `cell`."""
+    return Row(
+        experiment=cell.experiment,
+        scenario=cell.scenario,
+        protocol=cell.protocol,
+        interval_s=cell.interval_s,
+        keys=cell.keys,
+        parallelism=cell.parallelism,
+        records=cell.records,
+        repetition=repetition,
+        order=order,
+        runtime_s=m.runtime_s,
+        wall_s=m.wall_s,
+        throughput_rps=m.throughput_rps,
+        checkpoints=m.checkpoints,
+        checkpoint_ms_median=m.checkpoint_ms_median,
+        checkpoint_ms_max=m.checkpoint_ms_max,
+        state_bytes_max=m.state_bytes_max,
+        stall_s=m.stall_s,
+        alignment_ms_max=m.alignment_ms_max,
+        logged_records_max=m.logged_records_max,
+    )
 
 
 COLUMNS = [f.name for f in fields(Row)]

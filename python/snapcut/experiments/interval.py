@@ -55,15 +55,7 @@ def plot(summaries: list[Summary], _timelines: Timelines, outdir: Path) -> list[
         ax,
         with_iv,
         lambda s: s.cell.interval_s or 0.0,
-        lambda s: (
-            None
-            if s.overhead_median is None
-            else (
-                100 * s.overhead_median,
-                100 * (s.overhead_min or 0.0),
-                100 * (s.overhead_max or 0.0),
-            )
-        ),
+        plots.overhead_pct,
     )
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xscale("log")

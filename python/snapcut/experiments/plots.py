@@ -61,6 +61,13 @@ def lines(
         )
 
 
+def overhead_pct(s: Summary) -> tuple[float, float, float] | None:
+    """A summary's overhead in % as (median, min, max) for `lines`, if it has one."""
+    if s.overhead_median is None:
+        return None
+    return (100 * s.overhead_median, 100 * (s.overhead_min or 0.0), 100 * (s.overhead_max or 0.0))
+
+
 def save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -19,7 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from snapcut.experiments.analysis import Row, Summary, summarize, write_csv
+from snapcut.experiments.analysis import Row, Summary, row_of, summarize, write_csv
 from snapcut.experiments.base import Experiment, Timelines
 from snapcut.experiments.grid import Cell, Preset, schedule
 from snapcut.experiments.job import Measurement, run_cell
@@ -140,27 +140,7 @@ def execute(
                     m = simulate(cell, out.rows, plan.preset, workdir)
                 else:
                     m = run(cell, workdir)
-                row = Row(
-                    experiment=cell.experiment,
-                    scenario=cell.scenario,
-                    protocol=cell.protocol,
-                    interval_s=cell.interval_s,
-                    keys=cell.keys,
-                    parallelism=cell.parallelism,
-                    records=cell.records,
-                    repetition=rep,
-                    order=i,
-                    runtime_s=m.runtime_s,
-                    wall_s=m.wall_s,
-                    throughput_rps=m.throughput_rps,
-                    checkpoints=m.checkpoints,
-                    checkpoint_ms_median=m.checkpoint_ms_median,
-                    checkpoint_ms_max=m.checkpoint_ms_max,
-                    state_bytes_max=m.state_bytes_max,
-                    stall_s=m.stall_s,
-                    alignment_ms_max=m.alignment_ms_max,
-                    logged_records_max=m.logged_records_max,
-                )
+                row = row_of(cell, m, repetition=rep, order=i)
                 out.rows.append(row)
                 if cell.timeline and cell not in out.timelines:
                     out.timelines[cell] = m

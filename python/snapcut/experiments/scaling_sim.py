@@ -33,7 +33,7 @@ from pathlib import Path
 
 from snapcut._core import simulate_scaling
 from snapcut.experiments import plots
-from snapcut.experiments.analysis import Row, Summary
+from snapcut.experiments.analysis import Row, Summary, row_of
 from snapcut.experiments.base import Experiment, Timelines
 from snapcut.experiments.grid import Cell, Preset, sweep
 from snapcut.experiments.job import Measurement, run_cell
@@ -154,7 +154,7 @@ def _measure(p: Preset, workdir: Path) -> Calibration:
     keys = min(max(p.state_keys), 300_000)
     none = run_cell(Cell("calibration", "none", None, p.keys, 2, records), workdir)
     sync_cell = Cell("calibration", "sync", 0.05, keys, 2, records)
-    sync = _row(sync_cell, run_cell(sync_cell, workdir), 0)
+    sync = row_of(sync_cell, run_cell(sync_cell, workdir), repetition=0, order=0)
     if sync.checkpoints == 0:
         raise RuntimeError(
             f"calibrating experiment 6: {records:,} records gave no periodic checkpoint to "
@@ -164,30 +164,6 @@ def _measure(p: Preset, workdir: Path) -> Calibration:
         none.runtime_s / records,
         [sync],
         "two short calibration runs (experiments 1 and 2 were not in this run)",
-    )
-
-
-def _row(cell: Cell, m: Measurement, rep: int) -> Row:
-    return Row(
-        experiment=cell.experiment,
-        scenario=cell.scenario,
-        protocol=cell.protocol,
-        interval_s=cell.interval_s,
-        keys=cell.keys,
-        parallelism=cell.parallelism,
-        records=cell.records,
-        repetition=rep,
-        order=0,
-        runtime_s=m.runtime_s,
-        wall_s=m.wall_s,
-        throughput_rps=m.throughput_rps,
-        checkpoints=m.checkpoints,
-        checkpoint_ms_median=m.checkpoint_ms_median,
-        checkpoint_ms_max=m.checkpoint_ms_max,
-        state_bytes_max=m.state_bytes_max,
-        stall_s=m.stall_s,
-        alignment_ms_max=m.alignment_ms_max,
-        logged_records_max=m.logged_records_max,
     )
 
 
@@ -404,15 +380,7 @@ def plot(summaries: list[Summary], _timelines: Timelines, outdir: Path) -> list[
         right,
         [s for s in mine if s.cell.protocol != "none"],
         lambda s: float(s.cell.parallelism),
-        lambda s: (
-            None
-            if s.overhead_median is None
-            else (
-                100 * s.overhead_median,
-                100 * (s.overhead_min or 0.0),
-                100 * (s.overhead_max or 0.0),
-            )
-        ),
+        plots.overhead_pct,
     )
     right.axhline(0, color="black", linewidth=0.8)
     right.set_xscale("log")

@@ -42,15 +42,7 @@ def plot(summaries: list[Summary], _timelines: Timelines, outdir: Path) -> list[
         ax,
         mine,
         lambda s: float(s.cell.keys),
-        lambda s: (
-            None
-            if s.overhead_median is None
-            else (
-                100 * s.overhead_median,
-                100 * (s.overhead_min or 0.0),
-                100 * (s.overhead_max or 0.0),
-            )
-        ),
+        plots.overhead_pct,
         label=lambda s: f"{s.cell.protocol} @ {s.cell.interval_s:g} s",
     )
     ax.axhline(0, color="black", linewidth=0.8)
