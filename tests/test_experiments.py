@@ -4,6 +4,7 @@ pieces that turn measurements into figures (rotation, overheads, stalls)."""
 from __future__ import annotations
 
 import csv
+import re
 import struct
 import subprocess
 import sys
@@ -97,7 +98,10 @@ def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
     # Experiment 6 says it is a simulation, how it was calibrated, and how
     # far the model is from experiment 5 where they overlap.
     assert "**This is a simulation**" in report
-    assert "calibrated from experiments 1 and 2 of this run" in report
+    # From experiments 1 and 2 when their sync runs took periodic checkpoints
+    # (timing-dependent at this size), else from two short calibration runs.
+    assert re.search(r"Cost model \(calibrated from (experiments 1 and 2|two short)", report)
+    assert "| record_s |" in report and "| write_bytes_per_s |" in report
     check = report.split("Model check against experiment 5")[1].split("\n\n")[1]
     assert {line.split("|")[1].strip() for line in check.splitlines()[2:]} == {
         "none",
