@@ -3,6 +3,8 @@ calibration from measured rows, and the model check's pairing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tests.experiment_support import make_row
 
@@ -131,3 +133,18 @@ def test_model_check_pairs_one_node_with_experiment_5_at_two_tasks() -> None:
         assert k.error == pytest.approx(0.1)
         # 1.1 s simulated and 1.0 s measured for every protocol: no overheads.
         assert k.measured_overhead == k.simulated_overhead == 0.0
+
+
+def test_calibration_runs_without_a_periodic_checkpoint_say_what_to_run_instead(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from snapcut.experiments import scaling_sim
+    from snapcut.experiments.job import Measurement
+
+    def no_checkpoints(_cell: object, _workdir: Path) -> Measurement:
+        return Measurement(0.5, 0.6, 8e6, 0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.05, [], [], [])
+
+    monkeypatch.setattr(scaling_sim, "run_cell", no_checkpoints)
+    monkeypatch.setattr(scaling_sim, "_measured", {})
+    with pytest.raises(RuntimeError, match=r"no periodic checkpoint.*--experiments 1,2,6"):
+        scaling_sim.calibrate([], PRESETS["tiny"], tmp_path)

@@ -54,9 +54,9 @@ class Plan:
 
     def estimate(self, cell: Cell) -> float:
         """Seconds one run of `cell` should take on this machine."""
-        custom = self._experiment(cell).estimate
-        if custom is not None:
-            return custom(cell)
+        e = self._experiment(cell)
+        if e is not None and e.estimate is not None:
+            return e.estimate(cell)
         work = cell.records / max(self.rate, 1.0)
         if cell.protocol == "sync" and cell.interval_s:
             # Every checkpoint writes all state (two stages keyed by user)
@@ -68,25 +68,12 @@ class Plan:
             work /= max(1.0 - stall / cell.interval_s, MIN_WORKING_SHARE)
         return work + SETUP_S
 
-    def _experiment(self, cell: Cell) -> Experiment:
-        for e in self.experiments:
-            if e.name == cell.experiment:
-                return e
-        return _REAL_JOB
+    def _experiment(self, cell: Cell) -> Experiment | None:
+        """The experiment `cell` belongs to (None: a calibration cell)."""
+        return next((e for e in self.experiments if e.name == cell.experiment), None)
 
     def total_estimate(self) -> float:
         return sum(self.estimate(c) for _, c in self.runs)
-
-
-_REAL_JOB = Experiment(
-    name="",
-    number=0,
-    title="a real job",
-    question="",
-    cells=lambda _p, _protocols: [],
-    plot=lambda _s, _t, _o: [],
-)
-"""What a cell of no listed experiment runs as (calibration cells)."""
 
 
 @dataclass
@@ -135,7 +122,8 @@ def execute(
             for i, (rep, cell) in enumerate(runs):
                 step = f"{i + 1}/{len(runs)}"
                 progress.update(task, description=f"{cell.label()} (round {rep + 1})", step=step)
-                simulate = plan._experiment(cell).simulate
+                e = plan._experiment(cell)
+                simulate = None if e is None else e.simulate
                 if simulate is not None:
                     m = simulate(cell, out.rows, plan.preset, workdir)
                 else:

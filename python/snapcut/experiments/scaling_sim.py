@@ -9,12 +9,13 @@ and a cost model charges per-record work, the network, state captures and
 writes, and the coordinator's handling of acknowledgements.
 
 The cost model is **calibrated on this machine** from experiments 1 and 2
-of the same run (or, when they were not run, from three short real jobs):
+of the same run (or, when they were not run, from two short real jobs):
 a node processes records at the rate `none` reached in experiment 1; a
 stop-the-world checkpoint of experiment 2 gives the bytes per key and the
-effective durable write rate; ABS checkpoints of experiment 1 bound the
-commit cost. What cannot be measured here (the network between nodes, the
-spread of a task's speed) is an assumption, named in the report.
+effective durable write rate. The commit cost comes from
+bench/results/state.md; what cannot be measured here (the network between
+nodes, the spread of a task's speed) is an assumption. The report names
+every figure and where it came from.
 
 Scaling is weak: each node's source emits the same number of records and
 each node holds the same keys, so a perfectly scaling job takes the same
@@ -86,11 +87,15 @@ class Calibration:
             record_s=self.record_s,
             state_bytes_per_key=self.state_bytes_per_key,
             write_bytes_per_s=self.write_bytes_per_s,
-            # Short runs still get a few hundred work items per task.
-            chunk_records=float(max(1, min(CHUNK_RECORDS, records_per_node // 200))),
+            chunk_records=float(chunk_records(records_per_node)),
         )
         c["buffer_records"] = float(max(BUFFER_RECORDS, 4 * c["chunk_records"]))
         return c
+
+
+def chunk_records(records_per_node: int) -> int:
+    """Records per work item; short runs still get a few hundred per task."""
+    return max(1, min(CHUNK_RECORDS, records_per_node // 200))
 
 
 _measured: dict[tuple[int, int], Calibration] = {}
@@ -242,7 +247,7 @@ def _number(report: dict[str, object], key: str) -> float:
 
 def estimate_s(cell: Cell) -> float:
     """Seconds of real time to simulate `cell` (events grow with nodes)."""
-    chunks = cell.records / min(CHUNK_RECORDS, max(1, cell.records // cell.parallelism // 200))
+    chunks = cell.records / chunk_records(cell.records // cell.parallelism)
     return 0.05 + 4 * chunks * 1.5e-6
 
 

@@ -695,10 +695,12 @@ impl Sim {
                     break;
                 }
                 let head = queue[0];
-                let head_post = self.coord.open != 0 && self.tasks[head].epoch == self.coord.open;
+                let head_post = self.post_sender(head);
+                let s = &self.shuffles[g];
                 if s.full(head_post, n, limit) {
                     break;
                 }
+                let s = &mut self.shuffles[g];
                 let u = if post {
                     s.blocked_post.pop_front()
                 } else {
