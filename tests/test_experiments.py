@@ -59,6 +59,7 @@ def test_tiny_grid_writes_every_cell_of_every_experiment(tiny_run: tuple[Path, s
         "sync",
     }
     for r in rows:
+        assert r.completed == 1.0  # tiny runs finish well inside their budgets
         assert r.runtime_s > 0 and r.throughput_rps > 0
         assert r.throughput_rps == pytest.approx(r.records / r.runtime_s, rel=0.05)
         if r.protocol == "none":
@@ -184,6 +185,64 @@ def test_estimate_charges_sync_stalls_and_their_runaway_when_they_outlast_the_in
     assert none < sync_1s < sync_100ms
     # Measured: this cell ran 123 s, 918 back-to-back checkpoints.
     assert sync_100ms > 30 * (none - 0.15)
+
+
+def test_runs_with_checkpoints_get_a_budget_of_twenty_times_their_job_without() -> None:
+    from snapcut.experiments.runner import BUDGET_FACTOR, BUDGET_FLOOR_S, SETUP_S, Plan
+
+    plan = Plan([], PRESETS["quick"], 1, [], rate=5e6)
+    none = Cell("state-size", "none", None, 1_000_000, 2, 100_000_000)
+    sync = Cell("state-size", "sync", 0.1, 1_000_000, 2, 100_000_000)
+    assert plan.budget(none) is None
+    budget = plan.budget(sync)
+    assert budget == pytest.approx(BUDGET_FACTOR * (100_000_000 / 5e6 + SETUP_S))
+    # The stall outlasts the interval: the estimate is the budget, not 50x.
+    assert plan.estimate(sync) == budget
+    small = Cell("state-size", "sync", 1.0, 10_000, 2, 1_000_000)
+    assert plan.budget(small) == BUDGET_FLOOR_S
+
+
+def test_a_runaway_sync_run_is_stopped_at_its_budget_and_projected_from_its_progress(
+    tmp_path: Path,
+) -> None:
+    from snapcut.experiments.analysis import row_of
+    from snapcut.experiments.job import run_cell
+    from snapcut.experiments.report import table
+
+    # 300k keys in three stages: every 10 ms the job stops to write ~20 MiB.
+    cell = Cell("state-size", "sync", 0.01, 300_000, 2, 50_000_000)
+    m = run_cell(cell, tmp_path, budget_s=4.0)
+    assert 0.0 < m.completed < 1.0
+    assert m.wall_s >= 4.0
+    assert m.runtime_s == pytest.approx(m.wall_s / m.completed)
+    assert m.throughput_rps == pytest.approx(m.completed * cell.records / m.wall_s)
+    assert m.checkpoints >= 1 and m.state_bytes_max > 0
+    assert not (tmp_path / "checkpoints").exists()
+    row = row_of(cell, m, repetition=0, order=0)
+    write_csv([row], tmp_path / "r.csv")
+    assert read_csv(tmp_path / "r.csv") == [row]
+    (summary,) = summarize([row])
+    assert summary.stopped == 1 and summary.completed_min == m.completed
+    line = table([summary]).splitlines()[-1]
+    assert "1 (1 stopped" in line and "projected" in line
+
+
+def test_a_run_stopped_before_any_checkpoint_has_no_known_progress(tmp_path: Path) -> None:
+    from snapcut.experiments.job import stopped_at_budget
+
+    cell = Cell("state-size", "sync", 0.1, 10, 2, 1000)
+    m = stopped_at_budget(cell, tmp_path / "never-written", 2.0)
+    assert m.completed == 0.0 and m.runtime_s == float("inf") and m.checkpoints == 0
+
+
+def test_results_written_before_budgets_read_as_finished(tmp_path: Path) -> None:
+    rows = [_row("none", None, 0, 2.0), _row("sync", 0.25, 0, 3.5)]
+    write_csv(rows, tmp_path / "r.csv")
+    lines = (tmp_path / "r.csv").read_text().splitlines()
+    old = [",".join(line.split(",")[:-1]) for line in lines]  # drop `completed`
+    assert lines[0].endswith(",completed") and "completed" not in old[0]
+    (tmp_path / "old.csv").write_text("\n".join(old) + "\n")
+    assert read_csv(tmp_path / "old.csv") == rows
 
 
 def test_quick_preset_keeps_sync_stalls_shorter_than_its_intervals() -> None:

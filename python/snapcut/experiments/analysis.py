@@ -46,6 +46,9 @@ class Row:
     stall_s: float
     alignment_ms_max: float
     logged_records_max: int
+    completed: float = 1.0
+    """Share of the records emitted; below 1: stopped at its time budget,
+    `runtime_s` projected from its progress (`job.stopped_at_budget`)."""
 
     @property
     def cell(self) -> Cell:
@@ -82,6 +85,7 @@ def row_of(cell: Cell, m: Measurement, *, repetition: int, order: int) -> Row:
         stall_s=m.stall_s,
         alignment_ms_max=m.alignment_ms_max,
         logged_records_max=m.logged_records_max,
+        completed=m.completed,
     )
 
 
@@ -115,6 +119,8 @@ def read_csv(path: Path) -> list[Row]:
         for d in csv.DictReader(f):
             vals: dict[str, object] = {}
             for k in COLUMNS:
+                if k == "completed" and k not in d:
+                    continue  # written before runs had a time budget: all finished
                 v = d[k]
                 if k in _STRS:
                     vals[k] = v
@@ -148,6 +154,9 @@ class Summary:
     state_bytes_max: int
     alignment_ms_max: float
     logged_records_max: int
+    stopped: int = 0
+    """Runs stopped at their time budget (their runtimes are projections)."""
+    completed_min: float = 1.0
 
 
 def overheads(rows: list[Row]) -> dict[Cell, list[float]]:
@@ -193,6 +202,8 @@ def summarize(rows: list[Row]) -> list[Summary]:
                 state_bytes_max=max(r.state_bytes_max for r in rs),
                 alignment_ms_max=max(r.alignment_ms_max for r in rs),
                 logged_records_max=max(r.logged_records_max for r in rs),
+                stopped=sum(1 for r in rs if r.completed < 1.0),
+                completed_min=min(r.completed for r in rs),
             )
         )
     return out

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import shutil
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.compute as pc
 
+from snapcut import snapshots
+from snapcut._core import TaskError
 from snapcut.checkpointing import Checkpointing
-from snapcut.dataflow import Dataflow, RunReport
+from snapcut.dataflow import Dataflow, JobControl, RunReport
 from snapcut.experiments.grid import ALIGNED_TIMEOUT, ALIGNMENT_TIMEOUT_S, Cell
 
 SOURCE = "source"
@@ -65,6 +68,9 @@ class Measurement:
     source_timeline: list[int]
     last_stage_timeline: list[int]
     checkpoint_windows: list[tuple[float, float]]
+    completed: float = 1.0
+    """Share of the records the sources had emitted when the run ended: below
+    1 only for a run stopped at its time budget (`runtime_s` then projected)."""
 
 
 def longest_stall(counts: list[int], bucket_s: float) -> float:
@@ -114,8 +120,43 @@ def checkpointing(cell: Cell) -> Checkpointing:
     return Checkpointing(protocol=cell.protocol, interval=cell.interval_s)
 
 
-def run_cell(cell: Cell, workdir: Path) -> Measurement:
-    """Runs `cell` once, checkpoints durable under `workdir` (removed after)."""
+def stopped_at_budget(cell: Cell, root: Path, elapsed_s: float) -> Measurement:
+    """A run cancelled at its budget, measured from its last committed
+    checkpoint: the records its sources had emitted by then (their offsets
+    in `sources.arrow`), and a runtime projected at that rate. No
+    checkpoint at all: no progress known, the projected runtime is infinite."""
+    snaps = snapshots.open(root) if root.exists() else None
+    latest = snaps.latest() if snaps is not None and len(snaps) else None
+    done = sum(latest.source_offsets().values()) if latest is not None else 0
+    meta = latest.meta if latest is not None else {}
+    duration_ms = float(meta.get("finished_ms", 0) - meta.get("started_ms", 0))
+    return Measurement(
+        runtime_s=elapsed_s * cell.records / done if done else float("inf"),
+        wall_s=elapsed_s,
+        throughput_rps=done / elapsed_s,
+        # Ids count every checkpoint triggered (retention keeps only the last).
+        checkpoints=latest.id if latest is not None else 0,
+        checkpoint_ms_median=duration_ms,
+        checkpoint_ms_max=duration_ms,
+        state_bytes_max=sum(int(f.get("bytes", 0)) for f in latest.files) if latest else 0,
+        stall_s=0.0,
+        alignment_ms_max=0.0,
+        logged_records_max=0,
+        bucket_s=0.0,
+        source_timeline=[],
+        last_stage_timeline=[],
+        checkpoint_windows=[],
+        completed=done / cell.records,
+    )
+
+
+def run_cell(cell: Cell, workdir: Path, budget_s: float | None = None) -> Measurement:
+    """Runs `cell` once, checkpoints durable under `workdir` (removed after).
+
+    `budget_s`: a run with checkpoints still going after this long is
+    cancelled and measured by `stopped_at_budget` (a stop-the-world
+    protocol whose stall outlasts the interval barely moves: the next
+    checkpoint is due the moment the last one commits)."""
     if cell.scenario:
         from snapcut.experiments.backpressure import build_scenario
 
@@ -126,9 +167,30 @@ def run_cell(cell: Cell, workdir: Path) -> Measurement:
     shutil.rmtree(chk, ignore_errors=True)
     cp = checkpointing(cell)
     root = None if cell.protocol == "none" else chk
+    control = JobControl()
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        control.cancel()
+
+    timer = None
+    if budget_s is not None and root is not None:
+        timer = threading.Timer(budget_s, stop)
+        timer.daemon = True
     started = time.perf_counter()
     try:
-        report = flow.run(cp, checkpoint_dir=root)
+        if timer is not None:
+            timer.start()
+        try:
+            report = flow.run(cp, checkpoint_dir=root, control=control)
+        except TaskError:
+            if root is None or not fired.is_set():
+                raise
+            return stopped_at_budget(cell, root, time.perf_counter() - started)
+        finally:
+            if timer is not None:
+                timer.cancel()
     finally:
         shutil.rmtree(chk, ignore_errors=True)
     wall = time.perf_counter() - started

@@ -9,7 +9,7 @@ from snapcut.experiments.analysis import Summary, write_csv
 from snapcut.experiments.base import Experiment, Timelines
 from snapcut.experiments.grid import Preset
 from snapcut.experiments.machine import Machine
-from snapcut.experiments.runner import Outcome
+from snapcut.experiments.runner import BUDGET_FACTOR, BUDGET_FLOOR_S, Outcome
 
 PROTOCOLS = (
     ("none", "nothing (the baseline)"),
@@ -108,10 +108,15 @@ def table(summaries: list[Summary]) -> str:
             )
         )
         proto = f"{c.protocol} ({c.scenario})" if c.scenario else c.protocol
+        runs, projected = str(s.runs), ""
+        if s.stopped:
+            runs += f" ({s.stopped} stopped, >= {100 * s.completed_min:.2f} % done)"
+            projected = "projected "
         lines.append(
             f"| {proto} | {'-' if c.interval_s is None else f'{c.interval_s:g} s'} "
-            f"| {c.keys:,} | {c.parallelism} | {s.runs} "
-            f"| {_range(s.runtime_median, s.runtime_min, s.runtime_max, '.3f')} | {ovh} "
+            f"| {c.keys:,} | {c.parallelism} | {runs} "
+            f"| {projected}{_range(s.runtime_median, s.runtime_min, s.runtime_max, '.3f')} "
+            f"| {ovh} "
             f"| {s.throughput_median / 1e6:.2f} | {s.checkpoints_median:g} "
             f"| {s.checkpoint_ms_median:.1f} / {s.checkpoint_ms_max:.1f} "
             f"| {s.alignment_ms_max:.1f} | {s.logged_records_max:,} "
@@ -147,7 +152,12 @@ def markdown(
         "*overhead* is runtime / runtime of `none` in the same round "
         "and group (same experiment, keys, tasks, records) - 1, computed per round; the table "
         "gives the median and [min-max] over rounds. *longest stall*: the longest run of empty "
-        "50 ms buckets at the source. Raw data: `results.csv` (one line per run), "
+        "50 ms buckets at the source. *stopped*: a run with checkpoints is cancelled once it "
+        f"has taken {BUDGET_FACTOR:g}x the estimate of its job without checkpoints (at least "
+        f"{BUDGET_FLOOR_S:g} s); its runtime is then projected from the records its sources "
+        "had emitted by its last committed checkpoint (elapsed x records / records done; "
+        "`completed` in results.csv), and its other columns describe that last checkpoint "
+        "(*checkpoints*: the last one's id). Raw data: `results.csv` (one line per run), "
         "`timeline.csv` (records per bucket).\n",
         'What each protocol does at a checkpoint (README, "Protocols"):\n',
         PROTOCOLS_TEXT,

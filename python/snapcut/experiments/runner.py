@@ -3,12 +3,14 @@ progress bar (cell, runs done, time left), then writes the results."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import statistics
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 from rich.progress import (
@@ -35,9 +37,19 @@ STATE_BYTES_PER_KEY = 26
 IPC). Both measured: a sync checkpoint of 1M keys wrote 52 MiB in ~0.13 s."""
 MIN_WORKING_SHARE = 0.02
 """Share of time a sync job still works when its stall outlasts the
-interval (measured: 1M keys at 100 ms spent ~98% of the run stalled)."""
+interval. In practice it is less (1M keys at 100 ms: the sources got one
+batch out per checkpoint, ~0.1 %); the run's budget bounds the estimate."""
 
-RunFn = Callable[[Cell, Path], Measurement]
+BUDGET_FACTOR = 20.0
+BUDGET_FLOOR_S = 60.0
+"""A run with checkpoints is stopped once it has taken BUDGET_FACTOR times
+the estimate of the same job without checkpoints, and at least
+BUDGET_FLOOR_S (a sync job whose stall outlasts its interval would
+otherwise take hours); its runtime is then projected from its progress."""
+
+
+class RunFn(Protocol):
+    def __call__(self, cell: Cell, workdir: Path, budget_s: float | None = None) -> Measurement: ...
 
 
 @dataclass
@@ -53,7 +65,19 @@ class Plan:
         return schedule(self.cells, self.repetitions)
 
     def estimate(self, cell: Cell) -> float:
-        """Seconds one run of `cell` should take on this machine."""
+        """Seconds one run of `cell` should take on this machine (at most its budget)."""
+        budget = self.budget(cell)
+        unbounded = self._unbounded_estimate(cell)
+        return unbounded if budget is None else min(unbounded, budget)
+
+    def budget(self, cell: Cell) -> float | None:
+        """Seconds after which a run of `cell` is stopped (None: never)."""
+        if cell.protocol == "none":
+            return None
+        baseline = dataclasses.replace(cell, protocol="none", interval_s=None)
+        return max(BUDGET_FLOOR_S, BUDGET_FACTOR * self._unbounded_estimate(baseline))
+
+    def _unbounded_estimate(self, cell: Cell) -> float:
         e = self._experiment(cell)
         if e is not None and e.estimate is not None:
             return e.estimate(cell)
@@ -127,7 +151,7 @@ def execute(
                 if simulate is not None:
                     m = simulate(cell, out.rows, plan.preset, workdir)
                 else:
-                    m = run(cell, workdir)
+                    m = run(cell, workdir, budget_s=plan.budget(cell))
                 row = row_of(cell, m, repetition=rep, order=i)
                 out.rows.append(row)
                 if cell.timeline and cell not in out.timelines:
@@ -136,9 +160,15 @@ def execute(
                     measured_rates.append(cell.records / max(m.runtime_s, 1e-3))
                 progress.advance(task, plan.estimate(cell))
                 if not console.is_terminal:
+                    stopped = (
+                        ""
+                        if m.completed >= 1.0
+                        else f" (stopped at its budget after {m.wall_s:.0f} s, "
+                        f"{100 * m.completed:.1f} % done: runtime projected)"
+                    )
                     console.print(
                         f"[{step}] {cell.label()} round {rep + 1}: {m.runtime_s:.3f} s, "
-                        f"{m.checkpoints} checkpoints"
+                        f"{m.checkpoints} checkpoints{stopped}"
                     )
                 if on_row is not None:
                     on_row(out)
