@@ -179,19 +179,18 @@ def run_cell(cell: Cell, workdir: Path, budget_s: float | None = None) -> Measur
         timer = threading.Timer(budget_s, stop)
         timer.daemon = True
     started = time.perf_counter()
+    if timer is not None:
+        timer.start()
     try:
-        if timer is not None:
-            timer.start()
-        try:
-            report = flow.run(cp, checkpoint_dir=root, control=control)
-        except TaskError:
-            if root is None or not fired.is_set():
-                raise
-            return stopped_at_budget(cell, root, time.perf_counter() - started)
-        finally:
-            if timer is not None:
-                timer.cancel()
+        report = flow.run(cp, checkpoint_dir=root, control=control)
+    except TaskError:
+        # Only a run with a checkpoint root has a timer that can fire.
+        if not fired.is_set():
+            raise
+        return stopped_at_budget(cell, chk, time.perf_counter() - started)
     finally:
+        if timer is not None:
+            timer.cancel()
         shutil.rmtree(chk, ignore_errors=True)
     wall = time.perf_counter() - started
     result = report.results["result"]
