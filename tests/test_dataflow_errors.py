@@ -143,13 +143,32 @@ def test_tuples_need_column_names() -> None:
         flow.run()
 
 
-def test_ctrl_c_cancels_a_running_job() -> None:
-    # An endless source: without cancellation on Ctrl-C, run() would never return.
+@pytest.fixture
+def sigint_raises_keyboard_interrupt() -> Any:
+    # A process started in the background by a shell without job control
+    # inherits SIGINT ignored, and Python then leaves it ignored: Ctrl-C (and
+    # `_thread.interrupt_main`) would do nothing. The test needs the default.
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_cancels_a_running_job(sigint_raises_keyboard_interrupt: None) -> None:
+    # Without cancellation on Ctrl-C, run() would never return: the source is
+    # endless in practice, and stops after a minute only so that a regression
+    # fails this test instead of hanging the suite.
     import _thread
     import itertools
+    import time
+
+    deadline = time.monotonic() + 60
 
     def endless() -> Any:
         for i in itertools.count():
+            if i % 1000 == 0 and time.monotonic() > deadline:
+                return
             yield {"x": i}
 
     def interrupt_once(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -161,6 +180,7 @@ def test_ctrl_c_cancels_a_running_job() -> None:
     flow.from_iterable(endless, batch_size=10).map(interrupt_once).collect("r")
     with pytest.raises(KeyboardInterrupt):
         flow.run(Checkpointing(protocol="aligned", interval=0.01))
+    assert time.monotonic() < deadline, "cancelled only when the source ran out"
 
 
 def test_iterate_feedback_must_come_from_the_loop() -> None:
