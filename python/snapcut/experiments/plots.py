@@ -42,13 +42,16 @@ def lines(
     y: Callable[[Summary], tuple[float, float, float] | None],
     *,
     label: Callable[[Summary], str] = lambda s: s.cell.protocol,
+    linestyle: Callable[[Summary], str] = lambda s: "-",
 ) -> None:
     """One line per label: y = (median, min, max) drawn with min-max error bars."""
     series: dict[str, list[tuple[float, float, float, float]]] = {}
+    styles: dict[str, str] = {}
     for s in summaries:
         v = y(s)
         if v is not None:
             series.setdefault(label(s), []).append((x(s), *v))
+            styles.setdefault(label(s), linestyle(s))
     for name, pts in series.items():
         pts.sort()
         xs = [p[0] for p in pts]
@@ -57,7 +60,14 @@ def lines(
         hi = [p[3] - p[1] for p in pts]
         proto = name.split(" ")[0]
         ax.errorbar(
-            xs, med, yerr=[lo, hi], marker="o", capsize=3, label=name, color=COLORS.get(proto)
+            xs,
+            med,
+            yerr=[lo, hi],
+            marker="o",
+            capsize=3,
+            label=name,
+            color=COLORS.get(proto),
+            linestyle=styles[name],
         )
 
 
@@ -66,6 +76,15 @@ def overhead_pct(s: Summary) -> tuple[float, float, float] | None:
     if s.overhead_median is None:
         return None
     return (100 * s.overhead_median, 100 * (s.overhead_min or 0.0), 100 * (s.overhead_max or 0.0))
+
+
+def slowdown(s: Summary) -> tuple[float, float, float] | None:
+    """A summary's runtime relative to `none` (1 + overhead) as (median, min, max):
+    a ratio, so that a log axis can show +5 % and x200 on one plot."""
+    v = overhead_pct(s)
+    if v is None:
+        return None
+    return (1 + v[0] / 100, 1 + v[1] / 100, 1 + v[2] / 100)
 
 
 def save(fig: Any, path: Path) -> Path:
