@@ -1,5 +1,6 @@
 """Bad jobs fail with a typed error naming the problem, before or while running; never a hang."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -144,7 +145,7 @@ def test_tuples_need_column_names() -> None:
 
 
 @pytest.fixture
-def sigint_raises_keyboard_interrupt() -> Any:
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
     # A process started in the background by a shell without job control
     # inherits SIGINT ignored, and Python then leaves it ignored: Ctrl-C (and
     # `_thread.interrupt_main`) would do nothing. The test needs the default.

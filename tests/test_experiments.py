@@ -157,6 +157,23 @@ def test_overhead_is_paired_with_none_of_the_same_round_and_group() -> None:
     assert by_cell[Cell("interval", "none", None, 100, 2, 1000)].overhead_median == 0.0
 
 
+def test_slowdown_is_runtime_over_the_paired_none() -> None:
+    from snapcut.experiments.plots import slowdown
+
+    rows = [
+        _row("none", None, 0, 2.0),
+        _row("none", None, 1, 4.0),
+        _row("sync", 0.1, 0, 3.0),
+        _row("sync", 0.1, 1, 5.0),
+        _row("sync", 0.1, 0, 1.0, keys=7),  # no baseline in its group
+    ]
+    by_cell = {s.cell: s for s in summarize(rows)}
+    assert slowdown(by_cell[Cell("interval", "sync", 0.1, 100, 2, 1000)]) == pytest.approx(
+        (1.375, 1.25, 1.5)
+    )
+    assert slowdown(by_cell[Cell("interval", "sync", 0.1, 7, 2, 1000)]) is None
+
+
 def test_results_csv_round_trips(tmp_path: Path) -> None:
     rows = [_row("none", None, 0, 2.0), _row("sync", 0.25, 1, 3.5, keys=5)]
     write_csv(rows, tmp_path / "r.csv")

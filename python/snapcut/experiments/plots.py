@@ -50,8 +50,9 @@ def lines(
     for s in summaries:
         v = y(s)
         if v is not None:
-            series.setdefault(label(s), []).append((x(s), *v))
-            styles.setdefault(label(s), linestyle(s))
+            name = label(s)
+            series.setdefault(name, []).append((x(s), *v))
+            styles.setdefault(name, linestyle(s))
     for name, pts in series.items():
         pts.sort()
         xs = [p[0] for p in pts]
@@ -81,10 +82,9 @@ def overhead_pct(s: Summary) -> tuple[float, float, float] | None:
 def slowdown(s: Summary) -> tuple[float, float, float] | None:
     """A summary's runtime relative to `none` (1 + overhead) as (median, min, max):
     a ratio, so that a log axis can show +5 % and x200 on one plot."""
-    v = overhead_pct(s)
-    if v is None:
+    if s.overhead_median is None:
         return None
-    return (1 + v[0] / 100, 1 + v[1] / 100, 1 + v[2] / 100)
+    return (1 + s.overhead_median, 1 + (s.overhead_min or 0.0), 1 + (s.overhead_max or 0.0))
 
 
 def save(fig: Any, path: Path) -> Path:
