@@ -69,6 +69,10 @@ def build_local_root(path: Path, n: int = 6, full_every: int = 3) -> Root:
     for cid in range(1, n + 1):
         for s, table in tables.items():
             keys = [k for k in range(cid * 3, cid * 3 + 6) if k % 2 == s]
+            if cid == 1:
+                # A key never changed again, so no later checkpoint rewrites
+                # every key (that one would be stored full, not as a diff).
+                keys.append(1_000_000 + s)
             # Some updates change only v, some only blob: a diff must look at each column.
             values = [(k + cid // 2 * 100, bytes([k % 256, cid * (k % 3 == 0)])) for k in keys]
             table.update(

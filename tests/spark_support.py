@@ -53,15 +53,17 @@ def start_session(master: str = "local[2,4]", **conf: str) -> SparkSession:
 
 
 def dwell_frames(
-    files: int, rows: int, users: int, seed: int = 7, start_s: int = 0
+    files: int, rows: int, users: int, seed: int = 7, start_s: int = 0, drift: int = 0
 ) -> list[pd.DataFrame]:
-    """`files` frames of (user, dwell_ms, ts): event time grows file by file."""
+    """`files` frames of (user, dwell_ms, ts): event time grows file by file.
+    `drift` moves file i's users up by i * drift, so a later batch leaves
+    some keys untouched (its state is then a diff, not the whole table)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     out = []
     for i in range(files):
-        user = rng.integers(0, users, rows)
+        user = rng.integers(0, users, rows) + i * drift
         dwell = rng.integers(1, 10_000, rows)
         secs = start_s + i * 60 + rng.integers(0, 60, rows)
         ts = pd.to_datetime(secs, unit="s", utc=True)

@@ -79,7 +79,7 @@ def spark(s3: S3Server, points: Path) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def dwell(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
-    frames = dwell_frames(files=FILES, rows=ROWS, users=40, seed=13)
+    frames = dwell_frames(files=FILES, rows=ROWS, users=40, seed=13, drift=20)
     directory = write_inputs(tmp_path_factory.mktemp("dwell") / "events", frames)
     return directory, pd.concat(frames, ignore_index=True)
 

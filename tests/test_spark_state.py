@@ -346,9 +346,11 @@ def test_batch_dataframe_is_one_epoch(
 
 
 def test_composite_keys_and_state_reads_back_with_and_without_spark(
-    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+    spark: Any, tmp_path: Path
 ) -> None:
-    directory, events = dwell
+    frames = dwell_frames(files=FILES, rows=3000, users=300, drift=100)
+    directory = write_inputs(tmp_path / "events", frames)
+    events = pd.concat(frames, ignore_index=True)
     root = tmp_path / "state"
     df = stream(spark, directory).withColumn("day", F.to_date("ts"))
     out = keyed_state(df, ["user", "day"], str(root), 3, full_every=2).aggregate(

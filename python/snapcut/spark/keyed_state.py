@@ -437,7 +437,8 @@ def keyed_state(
     (Arrow IPC + manifest, readable with ``snapcut.snapshots.open``);
     ``partitions``: the number of state partitions (fixed for the root's
     life); ``full_every``: a full state file every so many batches, diffs
-    between; ``retain``: committed batches kept (and every base they need);
+    between (a batch that changed every key writes a full file anyway);
+    ``retain``: committed batches kept (and every base they need);
     ``event_time``/``watermark``: the event-time column and the watermark
     delay (Spark's rule: max event time of earlier batches minus the delay);
     ``initial_state``: a DataFrame of key columns + state columns, or

@@ -152,7 +152,8 @@ fn diff_holds_only_changed_keys_and_tombstones() {
 #[test]
 fn upsert_after_delete_is_not_a_tombstone() {
     let mut t = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
-    t.upsert(&batch(&[(1, Some(1), None)])).unwrap();
+    t.upsert(&batch(&[(1, Some(1), None), (2, Some(2), None)]))
+        .unwrap();
     t.checkpoint(1).unwrap();
     t.delete(&Int64Array::from(vec![1])).unwrap();
     t.upsert(&batch(&[(1, Some(2), None)])).unwrap();
@@ -164,6 +165,39 @@ fn upsert_after_delete_is_not_a_tombstone() {
         .unwrap()
         .as_boolean()
         .value(0));
+}
+
+#[test]
+fn a_diff_covering_every_key_is_taken_as_full() {
+    let mut t = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    t.upsert(&batch(&[
+        (1, Some(1), None),
+        (2, Some(2), None),
+        (3, Some(3), None),
+    ]))
+    .unwrap();
+    assert_eq!(t.checkpoint(1).unwrap().kind, StateKind::Full);
+    // Every key but one rewritten: a diff.
+    t.upsert(&batch(&[(1, Some(10), None), (2, Some(20), None)]))
+        .unwrap();
+    assert_eq!(t.checkpoint(2).unwrap().kind, StateKind::Diff { base: 1 });
+    // Every live key rewritten, one deleted: the whole table, without tombstones.
+    t.delete(&Int64Array::from(vec![3])).unwrap();
+    t.upsert(&batch(&[
+        (2, Some(200), None),
+        (1, Some(100), Some("a".into())),
+    ]))
+    .unwrap();
+    let cap = t.checkpoint(3).unwrap();
+    assert_eq!(cap.kind, StateKind::Full);
+    assert!(cap.batch.column_by_name(DELETED_COLUMN).is_none());
+    let mut restored = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    restored.restore(&[(3, cap)]).unwrap();
+    assert_eq!(contents(&restored), contents(&t));
+    assert_eq!(contents(&t).len(), 2);
+    // The chain starts again: the next partial change is a diff on 3.
+    t.upsert(&batch(&[(1, Some(1000), None)])).unwrap();
+    assert_eq!(t.checkpoint(4).unwrap().kind, StateKind::Diff { base: 3 });
 }
 
 #[test]
@@ -206,7 +240,8 @@ fn string_keys_round_trip() {
         .unwrap()
     };
     let mut t = StateTable::new(schema.clone(), "user", StatePolicy { full_every: 3 }).unwrap();
-    t.upsert(&mk(vec!["ann", "bob"], vec![1, 2])).unwrap();
+    t.upsert(&mk(vec!["ann", "bob", "dan"], vec![1, 2, 3]))
+        .unwrap();
     let c1 = t.checkpoint(10).unwrap();
     t.upsert(&mk(vec!["bob", "cy"], vec![5, 6])).unwrap();
     t.delete(&StringArray::from(vec!["ann"])).unwrap();
@@ -217,8 +252,9 @@ fn string_keys_round_trip() {
     assert_eq!(got.num_rows(), 2);
     assert_eq!(got.column(0).as_string::<i32>().value(0), "cy");
     let mut r = StateTable::new(schema, "user", StatePolicy { full_every: 3 }).unwrap();
+    assert_eq!(c2.kind, StateKind::Diff { base: 10 });
     r.restore(&[(10, c1), (11, c2)]).unwrap();
-    assert_eq!(r.len(), 2);
+    assert_eq!(r.len(), 3);
     let bob = r.get(&StringArray::from(vec!["bob"])).unwrap();
     assert_eq!(
         bob.column(1)

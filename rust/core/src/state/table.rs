@@ -28,7 +28,8 @@ pub const KEY_METADATA: &str = "snapcut.key";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatePolicy {
     /// Every `full_every`-th checkpoint is full (1 = always full). Restore
-    /// then reads at most `full_every` files per task.
+    /// then reads at most `full_every` files per task. A checkpoint in which
+    /// every key changed is full as well, whatever its position.
     pub full_every: u32,
 }
 
@@ -382,6 +383,8 @@ impl StateTable {
                 kind: StateKind::Full,
                 batch: self.to_batch(),
             }
+        } else if self.changed_every_key() {
+            self.full_from_log()
         } else {
             StateCapture {
                 kind: StateKind::Diff {
@@ -391,10 +394,35 @@ impl StateTable {
             }
         };
         self.reset_tracking();
-        self.diffs_since_full = if full { 0 } else { self.diffs_since_full + 1 };
+        self.diffs_since_full = match capture.kind {
+            StateKind::Full => 0,
+            StateKind::Diff { .. } => self.diffs_since_full + 1,
+        };
         self.force_full = false;
         self.last_checkpoint = Some(id);
         Ok(capture)
+    }
+
+    /// Whether something changed and every live key was written since the
+    /// last checkpoint (so the change log holds the whole table). Deleted
+    /// keys need no tombstones then: a full capture replaces the state
+    /// instead of patching it.
+    fn changed_every_key(&self) -> bool {
+        self.logging() && self.changed_len() > 0 && self.log.len() == self.len()
+    }
+
+    /// The whole table, read from the change log when it covers every live
+    /// key: as cheap as the diff, and it ends the diff chain, so the store
+    /// never has to rebuild a full state from it (hot keyed state at short
+    /// intervals rewrites every key between two checkpoints).
+    fn full_from_log(&self) -> StateCapture {
+        let live = self.log.live();
+        let arrays: Vec<ArrayRef> = self.log.columns.iter().map(|c| c.gather(&live)).collect();
+        StateCapture {
+            kind: StateKind::Full,
+            batch: RecordBatch::try_new(self.schema.clone(), arrays)
+                .expect("the change log has the table's schema"),
+        }
     }
 
     /// A checkpoint taken from this table was aborted: its changes were never
@@ -447,6 +475,7 @@ impl StateTable {
             _ => None,
         };
         let (capture, diffs) = match base {
+            Some(_) if self.changed_every_key() => (self.full_from_log(), 0),
             None => (
                 StateCapture {
                     kind: StateKind::Full,
