@@ -24,7 +24,9 @@ from snapcut import (
 )
 from snapcut.dataflow import dwell_events
 
-USERS, COUNT, SEED = 30, 40_000, 5
+# More users than a checkpoint interval touches: captures are diffs (one of
+# every key would be stored full).
+USERS, COUNT, SEED = 20_000, 40_000, 5
 
 
 def failing_once(marker: Path, root: Path) -> Callable[[pa.RecordBatch], pa.RecordBatch]:

@@ -23,7 +23,9 @@ use snapcut_core::runtime::{
 };
 use snapcut_core::store::{FileKind, FileRole, SnapshotReader, SnapshotStore, StoreOptions};
 
-const USERS: u64 = 40;
+// More users than an interval touches, so captures are diffs (a capture of
+// every key is stored full).
+const USERS: u64 = 20_000;
 const COUNT: u64 = 60_000;
 const BATCH: usize = 100;
 

@@ -257,6 +257,52 @@ fn aggregate_captured_before_its_first_batch_stays_consistent() {
 }
 
 #[test]
+fn aggregate_capture_of_every_key_is_full() {
+    use snapcut_core::snapshot::StateKind;
+    let specs = vec![AggSpec::sum("v", "s")];
+    let mut a = KeyedAggregate::new("k", specs.clone());
+    a.set_full_every(100);
+    let mut out = Sink(Vec::new());
+    a.process(0, kv(&["p", "q"], &[1.0, 2.0]), &mut out)
+        .unwrap();
+    assert_eq!(a.snapshot(1).unwrap().unwrap().kind, StateKind::Full);
+    a.commit(1).unwrap();
+    a.process(0, kv(&["p"], &[1.0]), &mut out).unwrap();
+    assert_eq!(
+        a.snapshot(2).unwrap().unwrap().kind,
+        StateKind::Diff { base: 1 }
+    );
+    a.commit(2).unwrap();
+    // Every key changed in the interval: the whole table, ending the chain.
+    a.process(0, kv(&["q", "p"], &[3.0, 4.0]), &mut out)
+        .unwrap();
+    let third = a.snapshot(3).unwrap().unwrap();
+    assert_eq!(third.kind, StateKind::Full);
+    assert_eq!(third.batch.num_rows(), 2);
+    a.commit(3).unwrap();
+    a.process(0, kv(&["p"], &[5.0]), &mut out).unwrap();
+    assert_eq!(
+        a.snapshot(4).unwrap().unwrap().kind,
+        StateKind::Diff { base: 3 }
+    );
+    // 4 not confirmed yet: 5's diff on 3 would carry p (from 4) and q, every key.
+    a.process(0, kv(&["q"], &[6.0]), &mut out).unwrap();
+    let fifth = a.snapshot(5).unwrap().unwrap();
+    assert_eq!(fifth.kind, StateKind::Full);
+    let mut b = KeyedAggregate::new("k", specs);
+    b.restore(&[fifth]).unwrap();
+    let (mut ra, mut rb) = (Sink(Vec::new()), Sink(Vec::new()));
+    a.finish(&mut ra).unwrap();
+    b.finish(&mut rb).unwrap();
+    assert_eq!(ra.0, rb.0);
+    let sums = ra.0[0]
+        .column_by_name("s")
+        .unwrap()
+        .as_primitive::<Float64Type>();
+    assert_eq!(sums.values().iter().sum::<f64>(), 22.0);
+}
+
+#[test]
 fn aggregate_rejects_null_keys_and_bad_types_clearly() {
     let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
     let schema = Arc::new(Schema::new(vec![

@@ -4,8 +4,8 @@
 //! row plus tight loops. Final results are emitted in `finish`; a snapshot
 //! is incremental: the keys touched since the last *confirmed* checkpoint
 //! as a diff based on it (`StateKind::Diff`, O(changed keys)), and every
-//! `full_every`-th time (or while no capture was confirmed yet) the whole
-//! table (`StateKind::Full`).
+//! `full_every`-th time (or while no capture was confirmed yet, or when
+//! every key changed) the whole table (`StateKind::Full`).
 //!
 //! Why the last confirmed one, not the last captured one: with
 //! `max_concurrent > 1` checkpoint n+1 is captured before n is known to
@@ -257,6 +257,18 @@ impl KeyedAggregate {
         slots.sort_unstable();
         slots.dedup();
         slots
+    }
+
+    /// The slots changed since the confirmed capture, or `None` if that is
+    /// every key (keys are never removed). Checks the open interval first:
+    /// with hot keys it covers them all, and no sort is needed.
+    fn changed_unless_every_key(&self) -> Option<Vec<u32>> {
+        let every = |n: usize| self.len() > 0 && n == self.len();
+        if every(self.dirty_list.len()) {
+            return None;
+        }
+        let changed = self.changed_since_confirmed();
+        (!every(changed.len())).then_some(changed)
     }
 
     fn len(&self) -> usize {
@@ -647,13 +659,25 @@ impl Operator for KeyedAggregate {
                 },
                 0,
             ),
-            Some((base, diffs)) => (
-                StateCapture {
-                    kind: StateKind::Diff { base },
-                    batch: self.state(Some(&self.changed_since_confirmed()))?,
-                },
-                diffs + 1,
-            ),
+            Some((base, diffs)) => match self.changed_unless_every_key() {
+                Some(changed) => (
+                    StateCapture {
+                        kind: StateKind::Diff { base },
+                        batch: self.state(Some(&changed))?,
+                    },
+                    diffs + 1,
+                ),
+                // Every key changed: the diff would be the whole table, so
+                // store it as such. Same cost, and it ends the chain (the
+                // store never rebuilds a full table from it).
+                None => (
+                    StateCapture {
+                        kind: StateKind::Full,
+                        batch: self.state(None)?,
+                    },
+                    0,
+                ),
+            },
         };
         for &s in &self.dirty_list {
             self.dirty[s as usize] = false;
