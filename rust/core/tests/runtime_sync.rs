@@ -26,6 +26,9 @@ use snapcut_core::store::{FileKind, FileRole, SnapshotStore, StoreOptions, MANIF
 /// How long the probe's store takes to commit a checkpoint.
 const SLOW_COMMIT: Duration = Duration::from_millis(120);
 const RECORDS: u64 = 2_000_000;
+// More users than a checkpoint interval touches, so captures after the first
+// are diffs (a capture of every key is stored full).
+const USERS: u64 = 500_000;
 
 /// Counts the records it passes on, and takes at least 50 µs per batch, so
 /// that the job lasts long enough (≥ 0.2 s) for checkpoints to overlap it
@@ -129,7 +132,7 @@ impl SnapshotSink for SlowStore {
 fn run(protocol: ProtocolKind, root: &Path) -> (JobReport, Vec<Window>, u64) {
     let processed = Arc::new(AtomicU64::new(0));
     let mut g = LogicalGraph::new();
-    let src = g.add_source("src", 1, dwell_source(RECORDS, 1000, 3, 512).unwrap());
+    let src = g.add_source("src", 1, dwell_source(RECORDS, USERS, 3, 512).unwrap());
     let p = processed.clone();
     let count = g.add_operator(
         "count",

@@ -108,7 +108,9 @@ fn drive(sink: &dyn SnapshotSink) -> Vec<(CheckpointId, StateKind, Agg)> {
         out.push((id, c.kind, model.clone()));
         sink.task_snapshot(id, snap(c)).unwrap();
     };
-    feed(op.as_mut(), &mut model, &[(1, 10), (2, 20)]);
+    // Key 100 never changes again: no capture holds every key (that one
+    // would be stored full, not as a diff).
+    feed(op.as_mut(), &mut model, &[(1, 10), (2, 20), (100, 1)]);
     capture(&mut op, 1, &model);
     sink.commit(meta(1, false)).unwrap();
     op.commit(1).unwrap();
@@ -212,7 +214,7 @@ fn a_diff_staged_on_an_old_base_keeps_that_base_through_retention() {
     .unwrap();
     let mut op = agg_op();
     let mut model = Agg::new();
-    feed(op.as_mut(), &mut model, &[(1, 1)]);
+    feed(op.as_mut(), &mut model, &[(1, 1), (100, 1)]);
     store
         .task_snapshot(1, snap(op.snapshot(1).unwrap().unwrap()))
         .unwrap();
@@ -260,7 +262,7 @@ fn a_diff_whose_base_retention_removed_before_staging_is_rebased() {
     .unwrap();
     let mut op = agg_op();
     let mut model = Agg::new();
-    feed(op.as_mut(), &mut model, &[(1, 1), (2, 2)]);
+    feed(op.as_mut(), &mut model, &[(1, 1), (2, 2), (100, 1)]);
     store
         .task_snapshot(1, snap(op.snapshot(1).unwrap().unwrap()))
         .unwrap();
@@ -359,7 +361,8 @@ fn a_checkpoint_kept_as_one_tasks_base_stays_whole_for_the_others() {
 
 // ---- the runtime with several checkpoints in flight ----------------------------
 
-const USERS: u64 = 30;
+// More users than an interval touches, so captures can be diffs.
+const USERS: u64 = 5_000;
 const COUNT: u64 = 20_000;
 const BATCH: usize = 40;
 

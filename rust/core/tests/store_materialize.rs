@@ -20,7 +20,9 @@ use snapcut_core::snapshot::{
 };
 use snapcut_core::store::{FileKind, FileRole, SnapshotReader, SnapshotStore, StoreOptions};
 
-const USERS: u64 = 50;
+// More users than an interval touches: a capture of every key would be
+// stored full by the task, and this tests the store's materialization.
+const USERS: u64 = 20_000;
 const COUNT: u64 = 200_000;
 
 /// Slow source batches so that many checkpoints fall inside the run.
