@@ -70,11 +70,11 @@ class Checkpointing:
     full_every: keyed state is checkpointed incrementally (changed keys and
         tombstones); every full_every-th checkpoint of a chain holds the full
         state, so a restore reads at most full_every files (1 = always full).
-        A checkpoint in which every key changed is stored as full state by
-        itself (it costs the same as the diff and ends the chain).
         The snapshot store (or the in-memory sink) rebuilds that full state
         from the chain at commit, off the tasks' threads: a task only ever
         captures what changed since its last checkpoint, after its first.
+        A capture in which every key changed is stored as full state as it
+        is (it costs the same as the diff, and nothing needs rebuilding).
         A diff is relative to the last checkpoint known to have completed,
         so with max_concurrent > 1 an aborted checkpoint never breaks a
         later one.
