@@ -129,3 +129,31 @@ def test_extras_pin_what_setup_installs() -> None:
     bytewax = next(p for p in extras["peers-bytewax"] if p.startswith("bytewax=="))
     assert f"FLINK_VERSION={flink.split('==')[1]}" in setup
     assert f"BYTEWAX_VERSION={bytewax.split('==')[1]}" in setup
+
+
+def test_overheads_pair_each_round_in_wall_and_cpu_time() -> None:
+    sys.path.insert(0, str(PEERS))
+    try:
+        import run as harness
+    finally:
+        sys.path.remove(str(PEERS))
+    off = harness.Config("snapcut", "dwell", 1000, "off", "aligned", 2, 100)
+    on = harness.Config("snapcut", "dwell", 1000, "100ms", "aligned", 2, 100)
+
+    def result(rps: float, cpu_s: float) -> dict[str, object]:
+        return {"records_per_s": rps, "records": 100, "process_cpu_s": cpu_s}
+
+    # Round 0 runs fast, round 1 at half speed: pairing within a round keeps
+    # the guest's slow mode out of the overhead.
+    runs = [
+        {"config_key": list(off.key()), "round": 0, "result": result(100.0, 2.0)},
+        {"config_key": list(on.key()), "round": 0, "result": result(80.0, 2.2)},
+        {"config_key": list(off.key()), "round": 1, "result": result(50.0, 4.0)},
+        {"config_key": list(on.key()), "round": 1, "result": result(40.0, 5.0)},
+    ]
+    row = next(r for r in harness.summarize([off, on], runs) if r["checkpointing"] == "100ms")
+    assert row["overhead"] == pytest.approx(0.25)
+    assert row["cpu_overhead"] == pytest.approx((0.10 + 0.25) / 2)
+    assert (row["cpu_overhead_min"], row["cpu_overhead_max"]) == pytest.approx((0.10, 0.25))
+    md = harness._overhead_spread([row])
+    assert "+25.0% [+25%, +25%] | +17.5% [+10%, +25%]" in md[-1]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -238,6 +239,9 @@ def run_one(cfg: Config, python: Path, workdir: Path, timeout: float) -> dict[st
         env.pop("PYTHONPATH", None)  # the peers' venvs must not see snapcut's
     started = time.time()
     load1 = os.getloadavg()[0]
+    # CPU seconds of the run's process tree (every thread; descendants once
+    # reaped): steadier than wall time when the guest lends a core away.
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         proc = subprocess.run(
             [str(python), *cfg.argv(workdir)],
@@ -250,12 +254,15 @@ def run_one(cfg: Config, python: Path, workdir: Path, timeout: float) -> dict[st
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s", "load1_before": load1}
     elapsed = time.time() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("{")), None)
     if proc.returncode != 0 or line is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-15:]
         return {"error": f"exit {proc.returncode}: " + "\n".join(tail), "load1_before": load1}
     out: dict[str, Any] = json.loads(line)
     out["process_s"] = elapsed
+    out["process_cpu_s"] = cpu_s
     out["load1_before"] = load1
     return out
 
@@ -281,6 +288,15 @@ def summarize(configs: list[Config], runs: list[dict[str, Any]]) -> list[dict[st
             for rnd, m in mine.items()
             if rnd in base and cfg.checkpointing != "off"
         ]
+        # Same pairing for CPU time per record (process CPU, start-up included).
+        cpu_overheads = [
+            _cpu_per_record(m) / _cpu_per_record(base[rnd]) - 1
+            for rnd, m in mine.items()
+            if rnd in base
+            and cfg.checkpointing != "off"
+            and m.get("process_cpu_s")
+            and base[rnd].get("process_cpu_s")
+        ]
         errors = [
             r["result"]["error"]
             for r in runs
@@ -298,6 +314,9 @@ def summarize(configs: list[Config], runs: list[dict[str, Any]]) -> list[dict[st
                 "overhead": statistics.median(overheads) if overheads else None,
                 "overhead_min": min(overheads, default=None),
                 "overhead_max": max(overheads, default=None),
+                "cpu_overhead": statistics.median(cpu_overheads) if cpu_overheads else None,
+                "cpu_overhead_min": min(cpu_overheads, default=None),
+                "cpu_overhead_max": max(cpu_overheads, default=None),
                 "checkpoints": _median(m.get("checkpoints") for m in mine.values()),
                 "checkpoint_bytes": _median(m.get("checkpoint_bytes") for m in mine.values()),
                 "seconds": _median(m.get("seconds") for m in mine.values()),
@@ -307,6 +326,10 @@ def summarize(configs: list[Config], runs: list[dict[str, Any]]) -> list[dict[st
             }
         )
     return rows
+
+
+def _cpu_per_record(result: dict[str, Any]) -> float:
+    return float(result["process_cpu_s"]) / float(result["records"])
 
 
 def _off_mode(cfg: Config) -> str:
@@ -470,6 +493,39 @@ CHECKPOINT_MEANING = {
 }
 
 
+def _pct_range(mid: float | None, lo: float | None, hi: float | None) -> str:
+    if mid is None:
+        return "—"
+    return f"{mid:+.1%} [{lo:+.0%}, {hi:+.0%}]"
+
+
+def _overhead_spread(rows: list[dict[str, Any]]) -> list[str]:
+    """Overhead per round in wall time and in CPU time: the median and the
+    range over rounds. On a guest whose cores come and go, the spread says
+    how far one round's figure can be trusted."""
+    lines = [
+        "",
+        "## Overhead per round: wall time and CPU time",
+        "",
+        "Median over rounds [range]. Wall: records/s off / records/s with checkpoints "
+        "- 1. CPU: CPU seconds per record of the whole process (every thread, start-up "
+        "included) with checkpoints / off - 1.",
+        "",
+        "| job | keys | system | interval | rounds | wall overhead | CPU overhead |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["checkpointing"] == "off" or r["overhead"] is None:
+            continue
+        wall = _pct_range(r["overhead"], r["overhead_min"], r["overhead_max"])
+        cpu = _pct_range(*(r.get(f"cpu_overhead{s}") for s in ("", "_min", "_max")))
+        lines.append(
+            f"| {r['job']} | {r['keys']:,} | {r['variant']} | {r['checkpointing']} | "
+            f"{r['runs']} | {wall} | {cpu} |"
+        )
+    return lines
+
+
 def write_report(
     out: Path, data: dict[str, Any], rows: list[dict[str, Any]], tgts: list[dict[str, Any]]
 ) -> list[Path]:
@@ -540,6 +596,7 @@ def write_report(
             f"{_cell(index.get((job, keys, variant, '1s')))} | "
             f"{_cell(index.get((job, keys, variant, '100ms')))} |"
         )
+    lines += _overhead_spread(rows)
     lines += [
         "",
         "## Against the targets",
