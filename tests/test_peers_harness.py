@@ -4,11 +4,13 @@ and the message for a missing peer virtualenv."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -104,13 +106,18 @@ def test_missing_peer_venv_is_a_clear_error(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
-def test_shared_generator_is_snapcuts() -> None:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("peers_common", PEERS / "common.py")
+def peers_module(name: str) -> ModuleType:
+    """bench/peers/<name>.py as a module (bench/peers is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"peers_{name}", PEERS / f"{name}.py")
     assert spec is not None and spec.loader is not None
-    common = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(common)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_shared_generator_is_snapcuts() -> None:
+    common = peers_module("common")
     expected = dwell_events(100_000, 3000, common.SEED)
     users, dwell = common.dwell_batch(common.SEED, 0, 3000, 100_000)
     assert users == expected["user"].to_pylist()
@@ -132,11 +139,7 @@ def test_extras_pin_what_setup_installs() -> None:
 
 
 def test_overheads_pair_each_round_in_wall_and_cpu_time() -> None:
-    sys.path.insert(0, str(PEERS))
-    try:
-        import run as harness
-    finally:
-        sys.path.remove(str(PEERS))
+    harness = peers_module("run")
     off = harness.Config("snapcut", "dwell", 1000, "off", "aligned", 2, 100)
     on = harness.Config("snapcut", "dwell", 1000, "100ms", "aligned", 2, 100)
 

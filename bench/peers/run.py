@@ -283,19 +283,17 @@ def summarize(configs: list[Config], runs: list[dict[str, Any]]) -> list[dict[st
         rps = [m["records_per_s"] for m in mine.values()]
         base_key = (cfg.system, cfg.job, cfg.keys, "off", _off_mode(cfg), cfg.parallelism)
         base = by_round.get(base_key, {})
-        overheads = [
-            base[rnd]["records_per_s"] / m["records_per_s"] - 1
-            for rnd, m in mine.items()
-            if rnd in base and cfg.checkpointing != "off"
-        ]
-        # Same pairing for CPU time per record (process CPU, start-up included).
+        paired = (
+            []
+            if cfg.checkpointing == "off"
+            else [(m, base[r]) for r, m in mine.items() if r in base]
+        )
+        overheads = [b["records_per_s"] / m["records_per_s"] - 1 for m, b in paired]
+        # CPU time per record of the whole process (start-up included).
         cpu_overheads = [
-            _cpu_per_record(m) / _cpu_per_record(base[rnd]) - 1
-            for rnd, m in mine.items()
-            if rnd in base
-            and cfg.checkpointing != "off"
-            and m.get("process_cpu_s")
-            and base[rnd].get("process_cpu_s")
+            _cpu_per_record(m) / _cpu_per_record(b) - 1
+            for m, b in paired
+            if m.get("process_cpu_s") and b.get("process_cpu_s")
         ]
         errors = [
             r["result"]["error"]
@@ -311,12 +309,8 @@ def summarize(configs: list[Config], runs: list[dict[str, Any]]) -> list[dict[st
                 "records_per_s": statistics.median(rps) if rps else None,
                 "records_per_s_min": min(rps, default=None),
                 "records_per_s_max": max(rps, default=None),
-                "overhead": statistics.median(overheads) if overheads else None,
-                "overhead_min": min(overheads, default=None),
-                "overhead_max": max(overheads, default=None),
-                "cpu_overhead": statistics.median(cpu_overheads) if cpu_overheads else None,
-                "cpu_overhead_min": min(cpu_overheads, default=None),
-                "cpu_overhead_max": max(cpu_overheads, default=None),
+                **_spread("overhead", overheads),
+                **_spread("cpu_overhead", cpu_overheads),
                 "checkpoints": _median(m.get("checkpoints") for m in mine.values()),
                 "checkpoint_bytes": _median(m.get("checkpoint_bytes") for m in mine.values()),
                 "seconds": _median(m.get("seconds") for m in mine.values()),
@@ -326,6 +320,15 @@ def summarize(configs: list[Config], runs: list[dict[str, Any]]) -> list[dict[st
             }
         )
     return rows
+
+
+def _spread(name: str, values: list[float]) -> dict[str, float | None]:
+    """`name` (the median), `name_min` and `name_max` over rounds."""
+    return {
+        name: statistics.median(values) if values else None,
+        f"{name}_min": min(values, default=None),
+        f"{name}_max": max(values, default=None),
+    }
 
 
 def _cpu_per_record(result: dict[str, Any]) -> float:
@@ -517,8 +520,10 @@ def _overhead_spread(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         if r["checkpointing"] == "off" or r["overhead"] is None:
             continue
-        wall = _pct_range(r["overhead"], r["overhead_min"], r["overhead_max"])
-        cpu = _pct_range(*(r.get(f"cpu_overhead{s}") for s in ("", "_min", "_max")))
+        wall, cpu = (
+            _pct_range(*(r.get(f"{n}{s}") for s in ("", "_min", "_max")))
+            for n in ("overhead", "cpu_overhead")
+        )
         lines.append(
             f"| {r['job']} | {r['keys']:,} | {r['variant']} | {r['checkpointing']} | "
             f"{r['runs']} | {wall} | {cpu} |"
