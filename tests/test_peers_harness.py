@@ -160,3 +160,29 @@ def test_overheads_pair_each_round_in_wall_and_cpu_time() -> None:
     assert (row["cpu_overhead_min"], row["cpu_overhead_max"]) == pytest.approx((0.10, 0.25))
     md = harness._overhead_spread([row])
     assert "+25.0% [+25%, +25%] | +17.5% [+10%, +25%]" in md[-1]
+
+
+def test_schedule_runs_each_config_next_to_its_baseline_and_rotates() -> None:
+    harness = peers_module("run")
+    configs = harness.grid(("snapcut",), ("dwell", "three-shuffle"), (1000, 100_000), quick=True)
+    rounds = 3
+    order = harness.schedule(configs, rounds)
+    for r in range(rounds):
+        ran = [c for rnd, c in order if rnd == r]
+        assert sorted(c.key() for c in ran) == sorted(c.key() for c in configs)
+        # Blocks: every run sits within one block of its baseline (5 runs here:
+        # off, aligned 1s/100ms, unaligned 1s/100ms).
+        position = {c.key(): i for i, c in enumerate(ran)}
+        for i, c in enumerate(ran):
+            assert abs(i - position[c.baseline_key()]) < 5, (r, c.label())
+    firsts = [next(c for rnd, c in order if rnd == r) for r in range(rounds)]
+    assert len({c.key() for c in firsts}) == rounds  # each round starts elsewhere
+    unaligned = next(c for c in configs if c.mode == "unaligned")
+    assert unaligned.baseline_key() == (
+        "snapcut",
+        unaligned.job,
+        unaligned.keys,
+        "off",
+        "aligned",
+        2,
+    )

@@ -3,7 +3,9 @@
 Every configuration runs in its own subprocess with its system's Python
 (snapcut and Spark: the Python running this script; PyFlink and bytewax:
 their own virtualenvs, made by `bash bench/peers/setup.sh`), prints one
-JSON line, and is repeated for R rounds, each round in a rotated order.
+JSON line, and is repeated for R rounds. A round runs each configuration
+once, next to the run without checkpoints it is compared with (see
+`schedule`), in an order rotated from round to round.
 Figures are medians over rounds; the overhead of checkpointing is computed
 per round against the same round's run without checkpoints, then the median.
 
@@ -80,15 +82,6 @@ class Config:
     records: int
 
     @property
-    def family(self) -> str:
-        """What the run without checkpoints is shared by (the overhead baseline)."""
-        if self.system == "spark":
-            return self.mode
-        if self.system == "flink" and self.mode == "aligned-minibatch":
-            return "minibatch"
-        return ""
-
-    @property
     def variant(self) -> str:
         """A row of the table: the system with its mode/API and parallelism."""
         name = {
@@ -114,7 +107,9 @@ class Config:
         return (self.system, self.job, self.keys, self.checkpointing, self.mode, self.parallelism)
 
     def baseline_key(self) -> tuple[Any, ...]:
-        return (self.system, self.job, self.keys, self.family, self.parallelism)
+        """Key of the run without checkpoints this one is compared with (its
+        own key when it is that run)."""
+        return (self.system, self.job, self.keys, "off", _off_mode(self), self.parallelism)
 
     def size_key(self) -> tuple[str, str]:
         return (self.system, self.mode if self.system == "spark" else self.job)
@@ -198,13 +193,25 @@ def grid(
 
 
 def schedule(configs: list[Config], rounds: int) -> list[tuple[int, Config]]:
-    """(round, config) in run order: round r is every config, rotated by r."""
+    """(round, config) in run order. A round runs every config once, in blocks:
+    each run without checkpoints next to the runs compared with it, so a pair
+    is minutes closer than across a whole round (this guest changes speed
+    from one minute to the next). Round r rotates the blocks' order and the
+    order inside each block by r, so no config always runs first or last."""
+    blocks: dict[tuple[Any, ...], list[Config]] = {}
+    for c in configs:
+        blocks.setdefault(c.baseline_key(), []).append(c)
+    cells = list(blocks.values())
     order: list[tuple[int, Config]] = []
-    n = len(configs)
     for r in range(rounds):
-        k = (r * max(1, n // rounds)) % n if n else 0
-        order.extend((r, c) for c in configs[k:] + configs[:k])
+        for block in _rotated(cells, r):
+            order.extend((r, c) for c in _rotated(block, r))
     return order
+
+
+def _rotated(items: list[Any], r: int) -> list[Any]:
+    k = r % len(items) if items else 0
+    return items[k:] + items[:k]
 
 
 def python_for(system: str, venv_dir: Path) -> Path:
@@ -281,8 +288,7 @@ def summarize(configs: list[Config], runs: list[dict[str, Any]]) -> list[dict[st
     for cfg in configs:
         mine = by_round.get(cfg.key(), {})
         rps = [m["records_per_s"] for m in mine.values()]
-        base_key = (cfg.system, cfg.job, cfg.keys, "off", _off_mode(cfg), cfg.parallelism)
-        base = by_round.get(base_key, {})
+        base = by_round.get(cfg.baseline_key(), {})
         paired = (
             []
             if cfg.checkpointing == "off"
@@ -333,6 +339,16 @@ def _spread(name: str, values: list[float]) -> dict[str, float | None]:
 
 def _cpu_per_record(result: dict[str, Any]) -> float:
     return float(result["process_cpu_s"]) / float(result["records"])
+
+
+def _baseline_row(rows: list[dict[str, Any]], row: dict[str, Any]) -> dict[str, Any] | None:
+    """The summary row of the run without checkpoints that `row` is compared with."""
+    key = _config_of(row).baseline_key()
+    return next((r for r in rows if _config_of(r).key() == key), None)
+
+
+def _config_of(row: dict[str, Any]) -> Config:
+    return Config(**{f: row[f] for f in Config.__dataclass_fields__})
 
 
 def _off_mode(cfg: Config) -> str:
@@ -531,10 +547,18 @@ def _overhead_spread(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+SCHEDULES = {
+    # Runs before the blocked schedule have no "schedule" in their JSON.
+    None: "order rotated",
+    "blocked": "each run without checkpoints next to the runs compared with it, order rotated",
+}
+
+
 def write_report(
     out: Path, data: dict[str, Any], rows: list[dict[str, Any]], tgts: list[dict[str, Any]]
 ) -> list[Path]:
     files = [out / "peers.json", out / "peers.md"]
+    order = SCHEDULES[data.get("schedule")]
     lines = [
         "# snapcut side by side with PyFlink, bytewax and Spark",
         "",
@@ -558,7 +582,7 @@ def write_report(
             else []
         ),
         f"Command: `{data['command']}`  ",
-        f"Rounds: {data['rounds']} (each round every configuration once, order rotated); "
+        f"Rounds: {data['rounds']} (each round every configuration once, {order}); "
         f"figures are medians over rounds. Wall time of the run: {data['wall_s'] / 60:.1f} min.",
         "",
         "## Records per second (overhead of checkpointing vs the same round's run without)",
@@ -578,24 +602,7 @@ def write_report(
             seen.append(k)
     for job, keys, variant in seen:
         cfg = next(r for r in rows if (r["job"], r["keys"], r["variant"]) == (job, keys, variant))
-        off_variant = Config(**{f: cfg[f] for f in Config.__dataclass_fields__})
-        off_mode = _off_mode(off_variant)
-        off = next(
-            (
-                r
-                for r in rows
-                if (
-                    r["system"],
-                    r["job"],
-                    r["keys"],
-                    r["checkpointing"],
-                    r["mode"],
-                    r["parallelism"],
-                )
-                == (cfg["system"], job, keys, "off", off_mode, cfg["parallelism"])
-            ),
-            None,
-        )
+        off = _baseline_row(rows, cfg)
         lines.append(
             f"| {job} | {keys:,} | {variant} | {_cell(off)} | "
             f"{_cell(index.get((job, keys, variant, '1s')))} | "
@@ -699,25 +706,11 @@ def plot(out: Path, rows: list[dict[str, Any]]) -> list[Path]:
                 )
                 if r is None and ck == "off":
                     # unaligned/... share the off run of their family
-                    base = next(
-                        x for x in rows if (x["job"], x["keys"], x["variant"]) == (job, keys, v)
-                    )
-                    cfg = Config(**{f: base[f] for f in Config.__dataclass_fields__})
-                    r = next(
-                        (
-                            x
-                            for x in rows
-                            if (
-                                x["system"],
-                                x["job"],
-                                x["keys"],
-                                x["checkpointing"],
-                                x["mode"],
-                                x["parallelism"],
-                            )
-                            == (cfg.system, job, keys, "off", _off_mode(cfg), cfg.parallelism)
+                    r = _baseline_row(
+                        rows,
+                        next(
+                            x for x in rows if (x["job"], x["keys"], x["variant"]) == (job, keys, v)
                         ),
-                        None,
                     )
                 vals.append((r or {}).get("records_per_s") or 0)
             ys = [i + (j - 1) * width for i in range(len(variants))]
@@ -891,6 +884,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "rounds": rounds,
+        "schedule": "blocked",
         "quick": args.quick,
         "wall_s": time.time() - started,
         "machine": asdict(machine),
