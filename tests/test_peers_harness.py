@@ -186,3 +186,47 @@ def test_schedule_runs_each_config_next_to_its_baseline_and_rotates() -> None:
         "aligned",
         2,
     )
+
+
+def test_store_memory_runs_the_protocol_without_a_checkpoint_dir(tmp_path: Path) -> None:
+    out = run(
+        str(PEERS / "snapcut_job.py"),
+        *("--keys", "50", "--records", "20000", "--checkpointing", "100ms"),
+        *("--store", "memory", "--workdir", str(tmp_path)),
+    )
+    assert out.returncode == 0, out.stderr
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["store"] == "memory" and line["checkpoint_bytes"] == 0
+    bad = run(str(PEERS / "snapcut_job.py"), "--store", "tape")
+    assert bad.returncode == 2 and "invalid choice: 'tape'" in bad.stderr
+
+
+def test_store_cost_pairs_each_variant_with_its_rounds_off_run() -> None:
+    store_cost = peers_module("store_cost")
+
+    def result(r: int, variant: str, rps: float, cpu_s: float) -> dict[str, object]:
+        return {
+            "round": r,
+            "job": "dwell",
+            "keys": 1000,
+            "variant": variant,
+            "records": 100,
+            "records_per_s": rps,
+            "process_cpu_s": cpu_s,
+            "checkpoints": 10,
+        }
+
+    runs = [
+        result(0, "off", 100.0, 1.0),
+        result(0, "aligned, disk", 80.0, 1.1),
+        result(1, "off", 50.0, 2.0),
+        result(1, "aligned, disk", 25.0, 3.0),
+        result(2, "aligned, disk", 10.0, 9.0),  # no off run in round 2: not paired
+    ]
+    rows = store_cost.summarize(runs, [("dwell", 1000)])
+    disk = next(r for r in rows if r["variant"] == "aligned, disk")
+    assert disk["rounds"] == 2
+    assert disk["overhead"] == pytest.approx((0.25 + 1.0) / 2)
+    assert (disk["cpu_overhead_min"], disk["cpu_overhead_max"]) == pytest.approx((0.1, 0.5))
+    memory = next(r for r in rows if r["variant"] == "aligned, memory")
+    assert memory["rounds"] == 0 and memory["overhead"] is None

@@ -235,7 +235,11 @@ def check_venvs(systems: tuple[str, ...], venv_dir: Path) -> list[str]:
     return problems
 
 
-def run_one(cfg: Config, python: Path, workdir: Path, timeout: float) -> dict[str, Any]:
+def run_one(
+    cfg: Config, python: Path, workdir: Path, timeout: float, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Runs `cfg` (plus the job's `extra` arguments) in a subprocess: its JSON
+    line, with the process's wall and CPU seconds, or {"error": ...}."""
     env = dict(os.environ)
     if cfg.system in ("snapcut", "spark"):
         env["PYTHONPATH"] = os.pathsep.join(
@@ -251,7 +255,7 @@ def run_one(cfg: Config, python: Path, workdir: Path, timeout: float) -> dict[st
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         proc = subprocess.run(
-            [str(python), *cfg.argv(workdir)],
+            [str(python), *cfg.argv(workdir), *extra],
             capture_output=True,
             text=True,
             timeout=timeout,

@@ -25,7 +25,15 @@ import common
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = common.parser("snapcut", ("aligned", "unaligned"), "aligned").parse_args(argv)
+    p = common.parser("snapcut", ("aligned", "unaligned"), "aligned")
+    p.add_argument(
+        "--store",
+        choices=("disk", "memory"),
+        default="disk",
+        help="where checkpoints go: a checkpoint_dir (Arrow IPC + manifest, fsynced; the "
+        "default) or memory (no checkpoint_dir: the protocol without the durable store)",
+    )
+    args = p.parse_args(argv)
     import pyarrow.compute as pc
 
     import snapcut
@@ -48,7 +56,8 @@ def main(argv: list[str] | None = None) -> None:
         if interval is None:
             cp, chk_dir = Checkpointing(protocol="none"), None
         else:
-            cp, chk_dir = Checkpointing(protocol=args.mode, interval=interval), root
+            cp = Checkpointing(protocol=args.mode, interval=interval)
+            chk_dir = root if args.store == "disk" else None
         started = time.perf_counter()
         report = flow.run(cp, checkpoint_dir=chk_dir)
         wall = time.perf_counter() - started
@@ -59,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
     if counted != args.records:
         common.fail(f"the job counted {counted} records, expected {args.records}")
     periodic = [c for c in report.completed_checkpoints if not c.is_final]
+    durations = sorted(c.duration_s for c in periodic)
+    alignments = sorted(c.max_alignment_ms for c in periodic)
     common.emit(
         args,
         "snapcut",
@@ -71,6 +82,11 @@ def main(argv: list[str] | None = None) -> None:
         checkpoints_note="periodic checkpoints completed (the final one not counted)",
         checkpoint_bytes=chk_bytes,
         checkpoint_bytes_note="checkpoint_dir at the end (retained=1: the last checkpoint)",
+        store=args.store if interval is not None else None,
+        checkpoint_ms=durations[len(durations) // 2] * 1e3 if durations else None,
+        alignment_ms=alignments[len(alignments) // 2] if alignments else None,
+        checkpoint_ms_note="median over periodic checkpoints: trigger to completion, and "
+        "the longest barrier alignment of any task",
         versions={"snapcut": snapcut.__version__},
     )
 
