@@ -230,3 +230,16 @@ def test_store_cost_pairs_each_variant_with_its_rounds_off_run() -> None:
     assert (disk["cpu_overhead_min"], disk["cpu_overhead_max"]) == pytest.approx((0.1, 0.5))
     memory = next(r for r in rows if r["variant"] == "aligned, memory")
     assert memory["rounds"] == 0 and memory["overhead"] is None
+    failed = {"round": 2, "job": "dwell", "keys": 1000, "variant": "off", "error": "exit 2: boom"}
+    md = store_cost.report(
+        {
+            "machine_md": "- machine",
+            "command": "python store_cost.py",
+            "rounds": 3,
+            "wall_s": 60.0,
+            "runs": [*runs, failed],
+            "summary": rows,
+        }
+    )
+    assert "| dwell | 1,000 | aligned, disk | 2 | +62.5% [+25%, +100%] |" in md
+    assert "1 run(s) failed" in md and "- r2 dwell 1,000 off: exit 2: boom" in md

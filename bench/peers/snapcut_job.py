@@ -14,6 +14,7 @@ a few ms); `wall_s` is `Dataflow.run` as a whole.
 from __future__ import annotations
 
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -68,8 +69,8 @@ def main(argv: list[str] | None = None) -> None:
     if counted != args.records:
         common.fail(f"the job counted {counted} records, expected {args.records}")
     periodic = [c for c in report.completed_checkpoints if not c.is_final]
-    durations = sorted(c.duration_s for c in periodic)
-    alignments = sorted(c.max_alignment_ms for c in periodic)
+    durations = [c.duration_s * 1e3 for c in periodic]
+    alignments = [c.max_alignment_ms for c in periodic]
     common.emit(
         args,
         "snapcut",
@@ -83,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         checkpoint_bytes=chk_bytes,
         checkpoint_bytes_note="checkpoint_dir at the end (retained=1: the last checkpoint)",
         store=args.store if interval is not None else None,
-        checkpoint_ms=durations[len(durations) // 2] * 1e3 if durations else None,
-        alignment_ms=alignments[len(alignments) // 2] if alignments else None,
+        checkpoint_ms=statistics.median(durations) if durations else None,
+        alignment_ms=statistics.median(alignments) if alignments else None,
         checkpoint_ms_note="median over periodic checkpoints: trigger to completion, and "
         "the longest barrier alignment of any task",
         versions={"snapcut": snapcut.__version__},

@@ -104,10 +104,7 @@ def summarize(runs: list[dict[str, Any]], cells: list[tuple[str, int]]) -> list[
                 (m, base[(m["round"], job, keys)]) for m in mine if (m["round"], job, keys) in base
             ]
             wall = [b["records_per_s"] / m["records_per_s"] - 1 for m, b in pairs]
-            cpu = [
-                (m["process_cpu_s"] / m["records"]) / (b["process_cpu_s"] / b["records"]) - 1
-                for m, b in pairs
-            ]
+            cpu = [run._cpu_per_record(m) / run._cpu_per_record(b) - 1 for m, b in pairs]
             rows.append(
                 {
                     "job": job,
