@@ -117,6 +117,18 @@ def test_exactly_once_under_kills(protocol: str, tmp_path: Path) -> None:
     assert s.runs == 2 and s.kills >= 1 and s.recoveries >= 1, s
 
 
+def test_exactly_once_under_kills_without_fsync(tmp_path: Path) -> None:
+    # Unsynced checkpoints live in the page cache, which a SIGKILL keeps.
+    opts = chaos.Options(
+        runs=2, seed=12, records=RECORDS, users=USERS, workdir=str(tmp_path), fsync=False
+    )
+    assert "--no-fsync" in chaos._child_cmd(opts, tmp_path, 0.02, resume=False)
+    s = chaos.run_chaos(opts)
+    assert s.errors == 0, s
+    assert (s.lost, s.duplicated, s.mismatched) == (0, 0, 0), s
+    assert s.runs == 2 and s.kills >= 1 and s.recoveries >= 1, s
+
+
 def test_cli_prints_the_summary_last(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     argv = ["chaos", "--protocol", "aligned", "--runs", "1", "--seed", "5"]
     argv += ["--records", str(RECORDS), "--users", str(USERS), "--workdir", str(tmp_path)]

@@ -188,7 +188,7 @@ def test_schedule_runs_each_config_next_to_its_baseline_and_rotates() -> None:
     )
 
 
-def test_store_memory_runs_the_protocol_without_a_checkpoint_dir(tmp_path: Path) -> None:
+def test_store_memory_has_no_checkpoint_dir_and_disk_nofsync_writes_one(tmp_path: Path) -> None:
     out = run(
         str(PEERS / "snapcut_job.py"),
         *("--keys", "50", "--records", "20000", "--checkpointing", "100ms"),
@@ -197,6 +197,14 @@ def test_store_memory_runs_the_protocol_without_a_checkpoint_dir(tmp_path: Path)
     assert out.returncode == 0, out.stderr
     line = json.loads(out.stdout.strip().splitlines()[-1])
     assert line["store"] == "memory" and line["checkpoint_bytes"] == 0
+    unsynced = run(
+        str(PEERS / "snapcut_job.py"),
+        *("--keys", "50", "--records", "20000", "--checkpointing", "100ms"),
+        *("--store", "disk-nofsync", "--workdir", str(tmp_path)),
+    )
+    assert unsynced.returncode == 0, unsynced.stderr
+    line = json.loads(unsynced.stdout.strip().splitlines()[-1])
+    assert line["store"] == "disk-nofsync" and line["checkpoint_bytes"] > 0
     bad = run(str(PEERS / "snapcut_job.py"), "--store", "tape")
     assert bad.returncode == 2 and "invalid choice: 'tape'" in bad.stderr
 
@@ -223,7 +231,15 @@ def test_store_cost_pairs_each_variant_with_its_rounds_off_run() -> None:
         result(1, "aligned, disk", 25.0, 3.0),
         result(2, "aligned, disk", 10.0, 9.0),  # no off run in round 2: not paired
     ]
-    rows = store_cost.summarize(runs, [("dwell", 1000)])
+    plan = store_cost.variants(["memory", "disk"])
+    assert [label for label, _, _ in plan] == [
+        "off",
+        "aligned, memory",
+        "aligned, disk",
+        "unaligned, memory",
+        "unaligned, disk",
+    ]
+    rows = store_cost.summarize(runs, [("dwell", 1000)], plan)
     disk = next(r for r in rows if r["variant"] == "aligned, disk")
     assert disk["rounds"] == 2
     assert disk["overhead"] == pytest.approx((0.25 + 1.0) / 2)

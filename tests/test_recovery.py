@@ -187,6 +187,21 @@ def test_bad_recovery_arguments_are_config_errors(tmp_path: Path) -> None:
         Checkpointing(restart_attempts=-1)
     with pytest.raises(ConfigError, match="full_every"):
         Checkpointing(full_every=0)
+    with pytest.raises(ConfigError, match="fsync must be a bool"):
+        build(marker).run(CFG, checkpoint_dir=tmp_path / "c", fsync="no")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="fsync=False applies to checkpoint_dir"):
+        build(marker).run(CFG, fsync=False)
+    assert not (tmp_path / "c").exists()
+
+
+def test_unsynced_checkpoints_resume_like_synced_ones(tmp_path: Path) -> None:
+    marker, root = tmp_path / "marker", tmp_path / "chk"
+    with pytest.raises(TaskError, match="injected UDF failure"):
+        build(marker).run(CFG, checkpoint_dir=root, fsync=False)
+    assert list(root.glob("chk-*/manifest.json"))
+    report = build(marker).run(CFG, checkpoint_dir=root, resume=True, fsync=False)
+    assert report.restored_from is not None
+    assert got(report.results["r"]) == expected()
 
 
 def test_unwritable_checkpoint_dir_is_a_clear_error(tmp_path: Path) -> None:

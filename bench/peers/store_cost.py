@@ -1,9 +1,11 @@
 """What a 100 ms checkpoint costs snapcut, split into the protocol and the
 durable store: each snapcut peer cell every 100 ms with checkpoints in memory
-(no checkpoint_dir) and on disk (Arrow IPC + manifest, fsynced), against the
-same round's run without checkpoints.
+(no checkpoint_dir), on disk (Arrow IPC + manifest, fsynced) and on disk
+without fsync (`run(fsync=False)`, what Flink does on a local directory),
+against the same round's run without checkpoints.
 
     python bench/peers/store_cost.py --rounds 8 --out bench/results/peers-snapcut-store
+    python bench/peers/store_cost.py --rounds 8 --stores disk disk-nofsync
 
 A round runs every variant of a cell back to back, in an order rotated from
 round to round (the blocked schedule of run.py). Writes store_cost.json and
@@ -36,14 +38,17 @@ def _harness() -> Any:
 
 run = _harness()
 
-# (label, protocol, store); the first is the baseline.
-VARIANTS = (
-    ("off", "aligned", None),
-    ("aligned, memory", "aligned", "memory"),
-    ("aligned, disk", "aligned", "disk"),
-    ("unaligned, memory", "unaligned", "memory"),
-    ("unaligned, disk", "unaligned", "disk"),
-)
+STORES = ("memory", "disk", "disk-nofsync")
+
+
+def variants(stores: tuple[str, ...] | list[str]) -> list[tuple[str, str, str | None]]:
+    """(label, protocol, store) of each run of a cell; the first is the baseline."""
+    return [("off", "aligned", None)] + [
+        (f"{mode}, {store}", mode, store)
+        for mode in ("aligned", "unaligned")
+        for store in STORES
+        if store in stores
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", nargs="+", choices=run.JOBS, default=list(run.JOBS))
     p.add_argument("--keys", nargs="+", type=int, default=list(run.KEYS))
     p.add_argument("--records-scale", type=float, default=1.0, help="x run.py's record counts")
+    p.add_argument("--stores", nargs="+", choices=STORES, default=list(STORES))
     p.add_argument("--out", type=Path, default=run.REPO / "bench" / "out" / "store-cost")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -62,11 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     runs: list[dict[str, Any]] = []
     cells = [(job, keys) for job in args.jobs for keys in args.keys]
+    plan = variants(args.stores)
     with tempfile.TemporaryDirectory(prefix="store-cost-") as work:
         for r in range(args.rounds):
             for job, keys in run._rotated(cells, r):
                 records = int(run.RECORDS[("snapcut", job)][0] * args.records_scale)
-                for label, mode, store in run._rotated(list(VARIANTS), r):
+                for label, mode, store in run._rotated(plan, r):
                     cfg = run.Config(
                         "snapcut", job, keys, "off" if store is None else "100ms", mode, 2, records
                     )
@@ -77,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                     shown = f"{rate / 1e6:.1f}M/s" if rate else res.get("error", "?")
                     print(f"r{r} {job} {keys:,} {label}: {shown}", flush=True)
     machine.finish()
-    rows = summarize(runs, cells)
+    rows = summarize(runs, cells, plan)
     data = {
         "command": " ".join(["python", *sys.argv]),
         "wall_s": time.time() - started,
@@ -92,13 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def summarize(runs: list[dict[str, Any]], cells: list[tuple[str, int]]) -> list[dict[str, Any]]:
+def summarize(
+    runs: list[dict[str, Any]],
+    cells: list[tuple[str, int]],
+    plan: list[tuple[str, str, str | None]],
+) -> list[dict[str, Any]]:
     """Per cell and variant: overheads against the same round's `off` run."""
     ok = [r for r in runs if "error" not in r]
     base = {(r["round"], r["job"], r["keys"]): r for r in ok if r["variant"] == "off"}
     rows = []
     for job, keys in cells:
-        for label, _, _ in VARIANTS[1:]:
+        for label, _, _ in plan[1:]:
             mine = [r for r in ok if (r["job"], r["keys"], r["variant"]) == (job, keys, label)]
             pairs = [
                 (m, base[(m["round"], job, keys)]) for m in mine if (m["round"], job, keys) in base
@@ -123,7 +134,8 @@ def summarize(runs: list[dict[str, Any]], cells: list[tuple[str, int]]) -> list[
 
 def report(data: dict[str, Any]) -> str:
     lines = [
-        "# A 100 ms checkpoint in snapcut: the protocol (memory) and the durable store (disk)",
+        "# A 100 ms checkpoint in snapcut: the protocol (memory) and the durable store "
+        "(disk, fsynced or not)",
         "",
         data["machine_md"],
         "",

@@ -105,6 +105,9 @@ class Options:
     #: 10-50 ms) and kills fall inside it whatever the record count.
     job_seconds: float = 0.4
     unsafe_sink: bool = False
+    #: False: the job's checkpoints are not fsynced (`Dataflow.run(fsync=)`);
+    #: a SIGKILL keeps the page cache, so exactly-once must still hold.
+    fsync: bool = True
     keep: bool = False
     failpoints: tuple[str, ...] = FAILPOINTS
     #: "mixed" (random per kill), "timer" (random moments) or "failpoint" (crash points).
@@ -329,6 +332,8 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
         cmd.append("--resume")
     if opts.unsafe_sink:
         cmd.append("--unsafe-sink")
+    if not opts.fsync:
+        cmd.append("--no-fsync")
     return cmd
 
 
@@ -552,6 +557,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="local: write events non-transactionally (shows the checker catching duplicates)",
     )
+    p.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="local: checkpoints are not fsynced (they survive kills, not an OS crash)",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     spark = p.add_argument_group("--engine spark")
     spark.add_argument("--files", type=int, default=None, help="input parquet files (default 5)")
@@ -609,6 +619,7 @@ def local_options(args: argparse.Namespace) -> Options:
         max_kills=DEFAULT_MAX_KILLS if args.max_kills is None else args.max_kills,
         job_seconds=DEFAULT_JOB_SECONDS if args.job_seconds is None else args.job_seconds,
         unsafe_sink=args.unsafe_sink,
+        fsync=not args.no_fsync,
         keep=args.keep,
         kill_mode=args.kill_mode,
         failpoints=tuple(f.strip() for f in failpoints if f.strip()),

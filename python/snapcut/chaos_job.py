@@ -49,6 +49,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--output-dir", required=True)
     p.add_argument("--resume", action="store_true")
     p.add_argument("--unsafe-sink", action="store_true")
+    p.add_argument("--no-fsync", action="store_true", help="checkpoints are not fsynced")
     return p.parse_args(argv)
 
 
@@ -112,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     kwargs: dict[str, Any] = {}
     if supports_recovery():
         kwargs = {"checkpoint_dir": args.checkpoint_dir, "resume": args.resume}
+        if args.no_fsync:
+            kwargs["fsync"] = False
     print("running", flush=True)
     report = flow.run(checkpointing, **kwargs)
     restored = getattr(report, "restored_from", None)

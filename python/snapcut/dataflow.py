@@ -262,6 +262,7 @@ class Dataflow:
         resume: bool = False,
         restore_from: Snapshot | None = None,
         control: JobControl | None = None,
+        fsync: bool = True,
     ) -> RunReport:
         """Runs the job to completion (bounded sources); the GIL is released
         while it runs. Raises TaskError if an operator fails.
@@ -274,6 +275,14 @@ class Dataflow:
         `Checkpointing.restart_attempts` restarts failed tasks (their region,
         or the whole job: `Checkpointing.failover`) from the last completed
         checkpoint, durable there or in memory without `checkpoint_dir`.
+
+        fsync: a checkpoint in `checkpoint_dir` counts once its files and
+        directories are fsynced, so it survives an OS crash or power loss.
+        fsync=False leaves writing them back to the OS: a checkpoint then
+        survives the job's process being killed, not the machine going down.
+        That is what Flink gives when it checkpoints to a local directory,
+        and on a slow disk it is much cheaper at short intervals
+        (bench/results/peers-snapcut-store/).
 
         control: a `JobControl` to trigger savepoints/checkpoints or cancel
         the job from another thread while it runs.
@@ -293,11 +302,18 @@ class Dataflow:
             raise GraphError("the job has no sink; add .collect(name) or .write_arrow(path)")
         if not isinstance(resume, bool):
             raise ConfigError(f"resume must be a bool, got {resume!r}")
+        if not isinstance(fsync, bool):
+            raise ConfigError(f"fsync must be a bool, got {fsync!r}")
         root = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
         if root is None and resume:
             raise ConfigError(
                 "resume=True needs checkpoint_dir= "
                 "(the directory checkpoints are written to and restored from)"
+            )
+        if root is None and not fsync:
+            raise ConfigError(
+                "fsync=False applies to checkpoint_dir= (how checkpoints written there are "
+                "made durable); without it checkpoints stay in memory"
             )
         if root is not None and not checkpointing.enabled:
             raise ConfigError(
@@ -329,6 +345,7 @@ class Dataflow:
             delay_s,
             checkpointing.failover,
             None if control is None else control._inner,
+            fsync,
         )
         report = RunReport.from_raw(raw)
         if report.skipped:

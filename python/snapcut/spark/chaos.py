@@ -782,8 +782,10 @@ def options(args: argparse.Namespace) -> SparkOptions:
             f"--protocol applies to --engine local; on Spark each micro-batch is the "
             f"snapshot ({PROTOCOL})"
         )
-    if args.job_seconds is not None or args.unsafe_sink:
-        raise ConfigError("--job-seconds and --unsafe-sink apply to --engine local only")
+    if args.job_seconds is not None or args.unsafe_sink or args.no_fsync:
+        raise ConfigError(
+            "--job-seconds, --unsafe-sink and --no-fsync apply to --engine local only"
+        )
     defaults = SparkOptions()
     points = (
         defaults.failpoints

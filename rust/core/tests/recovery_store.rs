@@ -143,8 +143,8 @@ fn config(protocol: ProtocolKind) -> CheckpointConfig {
 
 fn durable(root: &Path, resume: bool) -> DurableOptions {
     DurableOptions {
-        root: root.to_path_buf(),
         resume,
+        ..DurableOptions::new(root)
     }
 }
 

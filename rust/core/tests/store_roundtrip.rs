@@ -398,3 +398,36 @@ fn store_materializes_full_state_so_tables_send_only_diffs() {
     );
     assert_eq!(store.completed(), vec![7, 8]);
 }
+
+#[test]
+fn fsync_off_writes_the_same_checkpoints_without_syncing() {
+    let run = |fsync: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(
+            dir.path(),
+            StoreOptions {
+                retain: 10,
+                fsync,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut t = table(3);
+        let mut states = Vec::new();
+        for id in 1..=3u64 {
+            t.upsert(&rows(0..(id as i64 * 4), id as i64)).unwrap();
+            checkpoint(&store, &mut t, id, false);
+            let reader = SnapshotReader::open(dir.path()).unwrap();
+            reader.verify(id).unwrap();
+            states.push(as_map(&reader.state(id, &task("agg", 0)).unwrap().unwrap()));
+        }
+        (states, store.fsync_calls())
+    };
+    let (synced, synced_calls) = run(true);
+    let (unsynced, unsynced_calls) = run(false);
+    assert_eq!(synced, unsynced);
+    // Per checkpoint: the state file, the channel file, sources.arrow, the
+    // manifest, the checkpoint's directory and the root.
+    assert_eq!(synced_calls, 3 * 6);
+    assert_eq!(unsynced_calls, 0);
+}

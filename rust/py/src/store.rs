@@ -135,18 +135,20 @@ pub struct SnapshotStore {
 #[pymethods]
 impl SnapshotStore {
     #[new]
-    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None))]
+    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = true))]
     fn new(
         py: Python<'_>,
         root: std::path::PathBuf,
         retain: usize,
         cleanup_partial_on_open: bool,
         materialize_every: Option<usize>,
+        fsync: bool,
     ) -> PyResult<Self> {
         let options = StoreOptions {
             retain,
             cleanup_partial_on_open,
             materialize_every,
+            fsync,
         };
         let inner = py.detach(|| CoreStore::open(root, options)).map_py()?;
         Ok(Self { inner })

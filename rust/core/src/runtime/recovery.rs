@@ -22,6 +22,8 @@ pub struct DurableOptions {
     pub root: PathBuf,
     /// Start from the newest intact checkpoint under `root`, if any.
     pub resume: bool,
+    /// fsync each checkpoint before it counts (`StoreOptions::fsync`).
+    pub fsync: bool,
 }
 
 impl DurableOptions {
@@ -29,6 +31,7 @@ impl DurableOptions {
         Self {
             root: root.into(),
             resume: false,
+            fsync: true,
         }
     }
 }
@@ -49,10 +52,11 @@ pub struct DurableReport {
 /// The store a durable run writes to: it keeps `retained` checkpoints and
 /// rebuilds full state every `full_every` checkpoints of a diff chain, so
 /// the tasks themselves only ever capture what changed.
-fn store_options(config: &CheckpointConfig) -> StoreOptions {
+fn store_options(config: &CheckpointConfig, fsync: bool) -> StoreOptions {
     StoreOptions {
         retain: config.retained,
         materialize_every: Some(config.full_every.max(1) as usize),
+        fsync,
         ..Default::default()
     }
 }
@@ -82,7 +86,7 @@ pub fn run_durable(
 ) -> Result<DurableReport> {
     config.validate()?;
     options.validate()?;
-    let store = SnapshotStore::open(&durable.root, store_options(&config))?;
+    let store = SnapshotStore::open(&durable.root, store_options(&config, durable.fsync))?;
     let log = Arc::new(RestartLog::new(options.restart.attempts));
     let mut restored_from = None;
     let mut skipped = Vec::new();
@@ -147,7 +151,7 @@ pub fn job_from_store(
     root: impl Into<PathBuf>,
     id: Option<CheckpointId>,
 ) -> Result<(Job, Arc<SnapshotStore>)> {
-    let store = SnapshotStore::open(root.into(), store_options(&config))?;
+    let store = SnapshotStore::open(root.into(), store_options(&config, true))?;
     let checkpoint = match id {
         Some(id) => store.reader().load(id)?,
         None => store.reader().load_latest_intact()?.0,

@@ -4,6 +4,7 @@
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -45,8 +46,58 @@ impl<W: Write> Write for Checksummed<W> {
     }
 }
 
-/// Writes `batches` as one Arrow IPC file at `path` and fsyncs it.
-pub fn write_ipc(path: &Path, schema: &Schema, batches: &[RecordBatch]) -> Result<Written> {
+/// Whether a store fsyncs what it writes, and how many fsyncs it has made.
+///
+/// Without fsync a checkpoint lives in the OS page cache until the kernel
+/// writes it back: it survives the process being killed, not an OS crash or
+/// a power loss (what Flink gives when it checkpoints to a local directory:
+/// it closes its files without syncing them).
+#[derive(Debug)]
+pub struct Fsync {
+    enabled: bool,
+    calls: AtomicU64,
+}
+
+impl Fsync {
+    pub fn new(enabled: bool) -> Self {
+        Self {
+            enabled,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// fsync calls made so far (files and directories).
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::Relaxed)
+    }
+
+    fn file(&self, f: &File) -> std::io::Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        f.sync_all()
+    }
+
+    /// Makes a directory's entries (renames, new files) durable.
+    pub fn dir(&self, dir: &Path) -> Result<()> {
+        if !self.enabled {
+            return Ok(());
+        }
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(format!("fsyncing directory {}", dir.display()), e))
+    }
+}
+
+/// Writes `batches` as one Arrow IPC file at `path`, fsynced if `fsync` says so.
+pub fn write_ipc(
+    path: &Path,
+    schema: &Schema,
+    batches: &[RecordBatch],
+    fsync: &Fsync,
+) -> Result<Written> {
     let io = |e: std::io::Error| Error::io(format!("writing {}", path.display()), e);
     let arrow =
         |e: arrow_schema::ArrowError| Error::Snapshot(format!("encoding {}: {e}", path.display()));
@@ -68,7 +119,7 @@ pub fn write_ipc(path: &Path, schema: &Schema, batches: &[RecordBatch]) -> Resul
     }
     let buffered = writer.into_inner().map_err(arrow)?;
     let sink = buffered.into_inner().map_err(|e| io(e.into_error()))?;
-    sink.inner.sync_all().map_err(io)?;
+    fsync.file(&sink.inner).map_err(io)?;
     Ok(Written {
         rows,
         bytes: sink.bytes,
@@ -159,22 +210,21 @@ pub fn decode_ipc(bytes: Vec<u8>, what: &str) -> Result<(SchemaRef, Vec<RecordBa
 }
 
 /// Writes `bytes` to `dir/name` atomically: a reader sees either no file or
-/// the whole file, also across a crash.
-pub fn write_atomic(dir: &Path, name: &str, tmp_name: &str, bytes: &[u8]) -> Result<()> {
+/// the whole file, also across a crash (an OS crash only with `fsync` on).
+pub fn write_atomic(
+    dir: &Path,
+    name: &str,
+    tmp_name: &str,
+    bytes: &[u8],
+    fsync: &Fsync,
+) -> Result<()> {
     let tmp = dir.join(tmp_name);
     let target = dir.join(name);
     let io = |what: &str, p: &Path, e| Error::io(format!("{what} {}", p.display()), e);
     let mut f = File::create(&tmp).map_err(|e| io("writing", &tmp, e))?;
     f.write_all(bytes).map_err(|e| io("writing", &tmp, e))?;
-    f.sync_all().map_err(|e| io("fsyncing", &tmp, e))?;
+    fsync.file(&f).map_err(|e| io("fsyncing", &tmp, e))?;
     drop(f);
     fs::rename(&tmp, &target).map_err(|e| io("renaming into", &target, e))?;
-    sync_dir(dir)
-}
-
-/// Makes a directory's entries (renames, new files) durable.
-pub fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("fsyncing directory {}", dir.display()), e))
+    fsync.dir(dir)
 }

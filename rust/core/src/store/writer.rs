@@ -4,13 +4,13 @@
 
 use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::files::{write_ipc, Written};
+use super::files::{write_ipc, Fsync, Written};
 use crate::error::{Error, Result};
 
 /// One file to write.
@@ -29,11 +29,11 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub(crate) fn start() -> Result<Self> {
+    pub(crate) fn start(fsync: Arc<Fsync>) -> Result<Self> {
         let (tx, rx) = channel::<Job>();
         let thread = std::thread::Builder::new()
             .name("snapcut-store-writer".into())
-            .spawn(move || run(rx))
+            .spawn(move || run(rx, &fsync))
             .map_err(|e| Error::io("starting the snapshot writer thread", e))?;
         Ok(Self {
             queue: Mutex::new(Some(tx)),
@@ -73,11 +73,11 @@ fn stopped() -> Error {
     Error::Snapshot("the snapshot writer thread has stopped".into())
 }
 
-fn run(rx: Receiver<Job>) {
+fn run(rx: Receiver<Job>, fsync: &Fsync) {
     for job in rx {
         let outcome = std::fs::create_dir_all(&job.dir)
             .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))
-            .and_then(|()| write_ipc(&job.dir.join(&job.name), &job.schema, &job.batches));
+            .and_then(|()| write_ipc(&job.dir.join(&job.name), &job.schema, &job.batches, fsync));
         crate::failpoint::hit("store.after_state_file");
         // The stager may have given up (abort); nobody to tell then.
         let _ = job.done.send(outcome);
