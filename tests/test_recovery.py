@@ -187,8 +187,8 @@ def test_bad_recovery_arguments_are_config_errors(tmp_path: Path) -> None:
         Checkpointing(restart_attempts=-1)
     with pytest.raises(ConfigError, match="full_every"):
         Checkpointing(full_every=0)
-    with pytest.raises(ConfigError, match="fsync must be a bool"):
-        build(marker).run(CFG, checkpoint_dir=tmp_path / "c", fsync="no")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="fsync must be True, False or one of 'per-file'"):
+        build(marker).run(CFG, checkpoint_dir=tmp_path / "c", fsync="no")
     with pytest.raises(ConfigError, match="fsync=False applies to checkpoint_dir"):
         build(marker).run(CFG, fsync=False)
     assert not (tmp_path / "c").exists()

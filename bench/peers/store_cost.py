@@ -6,6 +6,7 @@ against the same round's run without checkpoints.
 
     python bench/peers/store_cost.py --rounds 8 --out bench/results/peers-snapcut-store
     python bench/peers/store_cost.py --rounds 8 --stores disk disk-nofsync
+    python bench/peers/store_cost.py --rounds 8 --modes aligned --stores disk disk-syncfs
 
 A round runs every variant of a cell back to back, in an order rotated from
 round to round (the blocked schedule of run.py). Writes store_cost.json and
@@ -38,14 +39,20 @@ def _harness() -> Any:
 
 run = _harness()
 
-STORES = ("memory", "disk", "disk-nofsync")
+STORES = ("memory", "disk", "disk-syncfs", "disk-nofsync")
 
 
-def variants(stores: tuple[str, ...] | list[str]) -> list[tuple[str, str, str | None]]:
+MODES = ("aligned", "unaligned")
+
+
+def variants(
+    stores: tuple[str, ...] | list[str], modes: tuple[str, ...] | list[str] = MODES
+) -> list[tuple[str, str, str | None]]:
     """(label, protocol, store) of each run of a cell; the first is the baseline."""
     return [("off", "aligned", None)] + [
         (f"{mode}, {store}", mode, store)
-        for mode in ("aligned", "unaligned")
+        for mode in MODES
+        if mode in modes
         for store in STORES
         if store in stores
     ]
@@ -58,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keys", nargs="+", type=int, default=list(run.KEYS))
     p.add_argument("--records-scale", type=float, default=1.0, help="x run.py's record counts")
     p.add_argument("--stores", nargs="+", choices=STORES, default=list(STORES))
+    p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     p.add_argument("--out", type=Path, default=run.REPO / "bench" / "out" / "store-cost")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -68,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     runs: list[dict[str, Any]] = []
     cells = [(job, keys) for job in args.jobs for keys in args.keys]
-    plan = variants(args.stores)
+    plan = variants(args.stores, args.modes)
     with tempfile.TemporaryDirectory(prefix="store-cost-") as work:
         for r in range(args.rounds):
             for job, keys in run._rotated(cells, r):

@@ -69,6 +69,22 @@ def _check_parallelism(value: object) -> int:
     return value
 
 
+FSYNC_MODES = ("per-file", "syncfs", "off")
+
+
+def _fsync_mode(fsync: object) -> str:
+    """`run(fsync=)` as the store's mode: True is "per-file", False "off"."""
+    if fsync is True:
+        return "per-file"
+    if fsync is False:
+        return "off"
+    if isinstance(fsync, str) and fsync in FSYNC_MODES:
+        return fsync
+    raise ConfigError(
+        f"fsync must be True, False or one of {', '.join(map(repr, FSYNC_MODES))}, got {fsync!r}"
+    )
+
+
 def _check_callable(what: str, fn: object) -> None:
     if not callable(fn):
         raise TypeError(f"{what} needs a callable, got {type(fn).__name__}")
@@ -262,7 +278,7 @@ class Dataflow:
         resume: bool = False,
         restore_from: Snapshot | None = None,
         control: JobControl | None = None,
-        fsync: bool = True,
+        fsync: bool | str = True,
     ) -> RunReport:
         """Runs the job to completion (bounded sources); the GIL is released
         while it runs. Raises TaskError if an operator fails.
@@ -277,12 +293,15 @@ class Dataflow:
         checkpoint, durable there or in memory without `checkpoint_dir`.
 
         fsync: a checkpoint in `checkpoint_dir` counts once its files and
-        directories are fsynced, so it survives an OS crash or power loss.
-        fsync=False leaves writing them back to the OS: a checkpoint then
-        survives the job's process being killed, not the machine going down.
-        That is what Flink gives when it checkpoints to a local directory,
-        and on a slow disk it is much cheaper at short intervals
-        (bench/results/peers-snapcut-store/).
+        directories are durable, so it survives an OS crash or power loss.
+        True (= "per-file") fsyncs every file and directory; "syncfs"
+        (Linux) makes them durable with one syncfs of the filesystem and one
+        directory fsync, whatever the number of files, but also writes back
+        other processes' dirty files there. False (= "off") leaves writing
+        them back to the OS: a checkpoint then survives the job's process
+        being killed, not the machine going down. That is what Flink gives
+        when it checkpoints to a local directory, and on a slow disk it is
+        much cheaper at short intervals (bench/results/peers-snapcut-nofsync/).
 
         control: a `JobControl` to trigger savepoints/checkpoints or cancel
         the job from another thread while it runs.
@@ -302,18 +321,17 @@ class Dataflow:
             raise GraphError("the job has no sink; add .collect(name) or .write_arrow(path)")
         if not isinstance(resume, bool):
             raise ConfigError(f"resume must be a bool, got {resume!r}")
-        if not isinstance(fsync, bool):
-            raise ConfigError(f"fsync must be a bool, got {fsync!r}")
+        fsync_mode = _fsync_mode(fsync)
         root = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
         if root is None and resume:
             raise ConfigError(
                 "resume=True needs checkpoint_dir= "
                 "(the directory checkpoints are written to and restored from)"
             )
-        if root is None and not fsync:
+        if root is None and fsync is not True:
             raise ConfigError(
-                "fsync=False applies to checkpoint_dir= (how checkpoints written there are "
-                "made durable); without it checkpoints stay in memory"
+                f"fsync={fsync!r} applies to checkpoint_dir= (how checkpoints written there "
+                "are made durable); without it checkpoints stay in memory"
             )
         if root is not None and not checkpointing.enabled:
             raise ConfigError(
@@ -345,7 +363,7 @@ class Dataflow:
             delay_s,
             checkpointing.failover,
             None if control is None else control._inner,
-            fsync,
+            fsync_mode,
         )
         report = RunReport.from_raw(raw)
         if report.skipped:

@@ -9,7 +9,7 @@ use arrow_array::types::Int64Type;
 use arrow_array::Int64Array;
 use snapcut_core::snapshot::SnapshotSink;
 use snapcut_core::store::{
-    FileKind, FileRole, SnapshotReader, SnapshotStore, StoreOptions, MANIFEST_FILE,
+    FileKind, FileRole, FsyncMode, SnapshotReader, SnapshotStore, StoreOptions, MANIFEST_FILE,
 };
 use snapcut_core::Error;
 use store_common::*;
@@ -400,8 +400,8 @@ fn store_materializes_full_state_so_tables_send_only_diffs() {
 }
 
 #[test]
-fn fsync_off_writes_the_same_checkpoints_without_syncing() {
-    let run = |fsync: bool| {
+fn every_fsync_mode_writes_the_same_checkpoints() {
+    let run = |fsync: FsyncMode| {
         let dir = tempfile::tempdir().unwrap();
         let store = SnapshotStore::open(
             dir.path(),
@@ -423,11 +423,22 @@ fn fsync_off_writes_the_same_checkpoints_without_syncing() {
         }
         (states, store.fsync_calls())
     };
-    let (synced, synced_calls) = run(true);
-    let (unsynced, unsynced_calls) = run(false);
-    assert_eq!(synced, unsynced);
+    let (per_file, per_file_calls) = run(FsyncMode::PerFile);
     // Per checkpoint: the state file, the channel file, sources.arrow, the
     // manifest, the checkpoint's directory and the root.
-    assert_eq!(synced_calls, 3 * 6);
-    assert_eq!(unsynced_calls, 0);
+    assert_eq!(per_file_calls, 3 * 6);
+    let (syncfs, syncfs_calls) = run(FsyncMode::Syncfs);
+    assert_eq!(syncfs, per_file);
+    // Per checkpoint: one syncfs before the manifest's rename, one directory
+    // fsync after it (elsewhere than Linux: as per-file).
+    let expected = if cfg!(target_os = "linux") { 2 } else { 6 };
+    assert_eq!(syncfs_calls, 3 * expected);
+    let (off, off_calls) = run(FsyncMode::Off);
+    assert_eq!(off, per_file);
+    assert_eq!(off_calls, 0);
+    assert!("sometimes"
+        .parse::<FsyncMode>()
+        .unwrap_err()
+        .to_string()
+        .contains("'per-file', 'syncfs', 'off'"));
 }

@@ -135,20 +135,20 @@ pub struct SnapshotStore {
 #[pymethods]
 impl SnapshotStore {
     #[new]
-    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = true))]
+    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = "per-file"))]
     fn new(
         py: Python<'_>,
         root: std::path::PathBuf,
         retain: usize,
         cleanup_partial_on_open: bool,
         materialize_every: Option<usize>,
-        fsync: bool,
+        fsync: &str,
     ) -> PyResult<Self> {
         let options = StoreOptions {
             retain,
             cleanup_partial_on_open,
             materialize_every,
-            fsync,
+            fsync: fsync.parse().map_py()?,
         };
         let inner = py.detach(|| CoreStore::open(root, options)).map_py()?;
         Ok(Self { inner })
@@ -243,6 +243,12 @@ impl SnapshotStore {
     /// Ids of completed checkpoints still held.
     fn completed(&self) -> Vec<u64> {
         self.inner.completed()
+    }
+
+    /// Sync calls (fsync, syncfs) this store has made.
+    #[getter]
+    fn fsync_calls(&self) -> u64 {
+        self.inner.fsync_calls()
     }
 
     #[getter]

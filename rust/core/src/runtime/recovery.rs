@@ -12,7 +12,7 @@ use crate::runtime::config::CheckpointConfig;
 use crate::runtime::failover::{Restart, RestartLog, RestartScope};
 use crate::runtime::job::{Job, JobHandle, JobOptions};
 use crate::runtime::metrics::JobReport;
-use crate::store::{Skipped, SnapshotStore, StoreOptions};
+use crate::store::{FsyncMode, Skipped, SnapshotStore, StoreOptions};
 
 /// Where and how a durable run keeps its checkpoints. Restarts follow
 /// [`JobOptions::restart`] and [`JobOptions::failover`].
@@ -22,8 +22,8 @@ pub struct DurableOptions {
     pub root: PathBuf,
     /// Start from the newest intact checkpoint under `root`, if any.
     pub resume: bool,
-    /// fsync each checkpoint before it counts (`StoreOptions::fsync`).
-    pub fsync: bool,
+    /// How each checkpoint is made durable (`StoreOptions::fsync`).
+    pub fsync: FsyncMode,
 }
 
 impl DurableOptions {
@@ -31,7 +31,7 @@ impl DurableOptions {
         Self {
             root: root.into(),
             resume: false,
-            fsync: true,
+            fsync: FsyncMode::PerFile,
         }
     }
 }
@@ -52,7 +52,7 @@ pub struct DurableReport {
 /// The store a durable run writes to: it keeps `retained` checkpoints and
 /// rebuilds full state every `full_every` checkpoints of a diff chain, so
 /// the tasks themselves only ever capture what changed.
-fn store_options(config: &CheckpointConfig, fsync: bool) -> StoreOptions {
+fn store_options(config: &CheckpointConfig, fsync: FsyncMode) -> StoreOptions {
     StoreOptions {
         retain: config.retained,
         materialize_every: Some(config.full_every.max(1) as usize),
@@ -151,7 +151,7 @@ pub fn job_from_store(
     root: impl Into<PathBuf>,
     id: Option<CheckpointId>,
 ) -> Result<(Job, Arc<SnapshotStore>)> {
-    let store = SnapshotStore::open(root.into(), store_options(&config, true))?;
+    let store = SnapshotStore::open(root.into(), store_options(&config, FsyncMode::PerFile))?;
     let checkpoint = match id {
         Some(id) => store.reader().load(id)?,
         None => store.reader().load_latest_intact()?.0,

@@ -17,7 +17,7 @@ mod reader;
 mod sink;
 mod writer;
 
-pub use files::Written;
+pub use files::{FsyncMode, Written};
 pub use manifest::{
     channel_file_name, checkpoint_dir_name, file_component, parse_checkpoint_dir, state_file_name,
     FileEntry, FileKind, FileRole, Manifest, TaskEntry, CHECKPOINT_DIR_PREFIX, FORMAT_NAME,

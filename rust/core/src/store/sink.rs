@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use arrow_array::{RecordBatch, StringArray, UInt64Array};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::files::{decode_ipc, read_checked, write_atomic, write_ipc, Fsync, Written};
+use super::files::{decode_ipc, read_checked, write_atomic, write_ipc, Fsync, FsyncMode, Written};
 use super::manifest::{
     channel_file_name, state_file_name, FileEntry, FileKind, FileRole, Manifest, TaskEntry,
     FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
@@ -41,12 +41,10 @@ pub struct StoreOptions {
     /// capture; the cost moves to `commit` (the coordinator's thread).
     /// `None`: keep whatever the tables send.
     pub materialize_every: Option<usize>,
-    /// fsync every file and directory of a checkpoint before its manifest
-    /// counts, so a completed checkpoint survives an OS crash or power
-    /// loss. Off: the OS writes them back when it likes; a checkpoint then
-    /// survives the process being killed, not the machine going down
-    /// (what Flink gives when it checkpoints to a local directory).
-    pub fsync: bool,
+    /// How a checkpoint is made durable before its manifest counts: with
+    /// `PerFile` or `Syncfs` a completed checkpoint survives an OS crash or
+    /// power loss; with `Off` only the process being killed.
+    pub fsync: FsyncMode,
 }
 
 impl Default for StoreOptions {
@@ -55,7 +53,7 @@ impl Default for StoreOptions {
             retain: 3,
             cleanup_partial_on_open: true,
             materialize_every: None,
-            fsync: true,
+            fsync: FsyncMode::PerFile,
         }
     }
 }
@@ -138,7 +136,7 @@ impl SnapshotStore {
         &self.options
     }
 
-    /// fsync calls this store has made (0 with `StoreOptions::fsync` off).
+    /// Sync calls this store has made (0 with `FsyncMode::Off`).
     pub fn fsync_calls(&self) -> u64 {
         self.fsync.calls()
     }
@@ -332,7 +330,9 @@ impl SnapshotStore {
         // skips the checkpoint, and the one before it is still there:
         // retention only runs once this returns.
         write_atomic(&dir, MANIFEST_FILE, MANIFEST_TMP_FILE, &json, &self.fsync)?;
-        self.fsync.dir(self.root())?;
+        if !self.fsync.barrier_covers_entries() {
+            self.fsync.dir(self.root())?;
+        }
         crate::failpoint::hit("store.after_manifest");
         Ok(manifest)
     }

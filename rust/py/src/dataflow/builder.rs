@@ -227,7 +227,7 @@ impl GraphBuilder {
     /// `resume` starts from its newest intact checkpoint; failures restart
     /// the job from the last checkpoint up to `restart_attempts` times.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync=true))]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="per-file"))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -239,7 +239,7 @@ impl GraphBuilder {
         restart_delay: f64,
         failover: &str,
         control: Option<PyRef<'_, PyJobControl>>,
-        fsync: bool,
+        fsync: &str,
     ) -> PyResult<Bound<'py, PyDict>> {
         let current: Arc<std::sync::Mutex<Option<JobHandle>>> =
             control.map(|c| Arc::clone(&c.current)).unwrap_or_default();
@@ -274,7 +274,7 @@ impl GraphBuilder {
             }
             let durable = DurableOptions {
                 resume,
-                fsync,
+                fsync: fsync.parse().map_py()?,
                 ..DurableOptions::new(root)
             };
             let config = checkpointing.inner.clone();
