@@ -187,7 +187,7 @@ def test_bad_recovery_arguments_are_config_errors(tmp_path: Path) -> None:
         Checkpointing(restart_attempts=-1)
     with pytest.raises(ConfigError, match="full_every"):
         Checkpointing(full_every=0)
-    with pytest.raises(ConfigError, match="fsync must be True, False or one of 'per-file'"):
+    with pytest.raises(ConfigError, match="fsync must be True, False or one of 'syncfs'"):
         build(marker).run(CFG, checkpoint_dir=tmp_path / "c", fsync="no")
     with pytest.raises(ConfigError, match="fsync=False applies to checkpoint_dir"):
         build(marker).run(CFG, fsync=False)

@@ -29,11 +29,12 @@ def main(argv: list[str] | None = None) -> None:
     p = common.parser("snapcut", ("aligned", "unaligned"), "aligned")
     p.add_argument(
         "--store",
-        choices=("disk", "disk-syncfs", "disk-nofsync", "memory"),
+        choices=("disk", "disk-perfile", "disk-syncfs", "disk-nofsync", "memory"),
         default="disk",
-        help="where checkpoints go: a checkpoint_dir (Arrow IPC + manifest, fsynced; the "
-        "default), the same made durable with one syncfs (run(fsync='syncfs')), without fsync "
-        "(run(fsync=False): what Flink does on a local directory) or memory (no "
+        help="where checkpoints go: a checkpoint_dir (Arrow IPC + manifest, durable before "
+        "they count: run()'s default), the same made durable with fsync per file "
+        "(fsync='per-file') or with one syncfs (fsync='syncfs'; the default on Linux 5.8+), "
+        "without fsync (fsync=False: what Flink does on a local directory) or memory (no "
         "checkpoint_dir: the protocol without the durable store)",
     )
     args = p.parse_args(argv)
@@ -62,7 +63,9 @@ def main(argv: list[str] | None = None) -> None:
             cp = Checkpointing(protocol=args.mode, interval=interval)
             chk_dir = None if args.store == "memory" else root
         started = time.perf_counter()
-        fsync = {"disk-syncfs": "syncfs", "disk-nofsync": False}.get(args.store, True)
+        fsync = {"disk-perfile": "per-file", "disk-syncfs": "syncfs", "disk-nofsync": False}.get(
+            args.store, True
+        )
         report = flow.run(cp, checkpoint_dir=chk_dir, fsync=fsync)
         wall = time.perf_counter() - started
         chk_bytes = common.dir_bytes(root) if chk_dir is not None else 0

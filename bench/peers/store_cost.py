@@ -39,7 +39,7 @@ def _harness() -> Any:
 
 run = _harness()
 
-STORES = ("memory", "disk", "disk-syncfs", "disk-nofsync")
+STORES = ("memory", "disk", "disk-perfile", "disk-syncfs", "disk-nofsync")
 
 
 MODES = ("aligned", "unaligned")

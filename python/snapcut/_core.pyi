@@ -152,7 +152,7 @@ class _GraphBuilder:
         restart_delay: float = 1.0,
         failover: str = "region",
         control: _JobControl | None = None,
-        fsync: str = "per-file",
+        fsync: str = "syncfs",
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 
@@ -273,7 +273,7 @@ class SnapshotStore:
         retain: int = 3,
         cleanup_partial_on_open: bool = True,
         materialize_every: int | None = None,
-        fsync: str = "per-file",
+        fsync: str = "syncfs",
     ) -> None: ...
     @property
     def fsync_calls(self) -> int: ...

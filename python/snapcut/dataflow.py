@@ -69,13 +69,13 @@ def _check_parallelism(value: object) -> int:
     return value
 
 
-FSYNC_MODES = ("per-file", "syncfs", "off")
+FSYNC_MODES = ("syncfs", "per-file", "off")
 
 
 def _fsync_mode(fsync: object) -> str:
-    """`run(fsync=)` as the store's mode: True is "per-file", False "off"."""
+    """`run(fsync=)` as the store's mode: True is "syncfs", False "off"."""
     if fsync is True:
-        return "per-file"
+        return "syncfs"
     if fsync is False:
         return "off"
     if isinstance(fsync, str) and fsync in FSYNC_MODES:
@@ -294,14 +294,15 @@ class Dataflow:
 
         fsync: a checkpoint in `checkpoint_dir` counts once its files and
         directories are durable, so it survives an OS crash or power loss.
-        True (= "per-file") fsyncs every file and directory; "syncfs"
-        (Linux) makes them durable with one syncfs of the filesystem and one
-        directory fsync, whatever the number of files, but also writes back
-        other processes' dirty files there. False (= "off") leaves writing
-        them back to the OS: a checkpoint then survives the job's process
-        being killed, not the machine going down. That is what Flink gives
-        when it checkpoints to a local directory, and on a slow disk it is
-        much cheaper at short intervals (bench/results/peers-snapcut-nofsync/).
+        True (= "syncfs", on Linux 5.8+) makes them durable with one syncfs
+        of the filesystem and one directory fsync, whatever the number of
+        files; it also writes back other processes' dirty files there.
+        "per-file" (what "syncfs" falls back to elsewhere) fsyncs every file
+        and directory, one device flush each: on a slow disk, up to 10
+        points more overhead at 100 ms (bench/results/peers-snapcut-syncfs/).
+        False (= "off") leaves writing them back to the OS: a checkpoint
+        then survives the job's process being killed, not the machine going
+        down (what Flink gives when it checkpoints to a local directory).
 
         control: a `JobControl` to trigger savepoints/checkpoints or cancel
         the job from another thread while it runs.

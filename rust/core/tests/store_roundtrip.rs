@@ -429,9 +429,13 @@ fn every_fsync_mode_writes_the_same_checkpoints() {
     assert_eq!(per_file_calls, 3 * 6);
     let (syncfs, syncfs_calls) = run(FsyncMode::Syncfs);
     assert_eq!(syncfs, per_file);
+    assert_eq!(StoreOptions::default().fsync, FsyncMode::Syncfs);
+    let in_effect = SnapshotStore::open(tempfile::tempdir().unwrap().path(), Default::default())
+        .unwrap()
+        .fsync_mode();
     // Per checkpoint: one syncfs before the manifest's rename, one directory
-    // fsync after it (elsewhere than Linux: as per-file).
-    let expected = if cfg!(target_os = "linux") { 2 } else { 6 };
+    // fsync after it (where syncfs is not available: as per-file).
+    let expected = if in_effect == FsyncMode::Syncfs { 2 } else { 6 };
     assert_eq!(syncfs_calls, 3 * expected);
     let (off, off_calls) = run(FsyncMode::Off);
     assert_eq!(off, per_file);

@@ -135,7 +135,7 @@ pub struct SnapshotStore {
 #[pymethods]
 impl SnapshotStore {
     #[new]
-    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = "per-file"))]
+    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = "syncfs"))]
     fn new(
         py: Python<'_>,
         root: std::path::PathBuf,

@@ -31,7 +31,7 @@ impl DurableOptions {
         Self {
             root: root.into(),
             resume: false,
-            fsync: FsyncMode::PerFile,
+            fsync: FsyncMode::default(),
         }
     }
 }
@@ -151,7 +151,7 @@ pub fn job_from_store(
     root: impl Into<PathBuf>,
     id: Option<CheckpointId>,
 ) -> Result<(Job, Arc<SnapshotStore>)> {
-    let store = SnapshotStore::open(root.into(), store_options(&config, FsyncMode::PerFile))?;
+    let store = SnapshotStore::open(root.into(), store_options(&config, FsyncMode::default()))?;
     let checkpoint = match id {
         Some(id) => store.reader().load(id)?,
         None => store.reader().load_latest_intact()?.0,

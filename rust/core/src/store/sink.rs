@@ -53,7 +53,7 @@ impl Default for StoreOptions {
             retain: 3,
             cleanup_partial_on_open: true,
             materialize_every: None,
-            fsync: FsyncMode::PerFile,
+            fsync: FsyncMode::default(),
         }
     }
 }
@@ -139,6 +139,12 @@ impl SnapshotStore {
     /// Sync calls this store has made (0 with `FsyncMode::Off`).
     pub fn fsync_calls(&self) -> u64 {
         self.fsync.calls()
+    }
+
+    /// The fsync mode in effect (`StoreOptions::fsync`, or `PerFile` where
+    /// `Syncfs` is not available).
+    pub fn fsync_mode(&self) -> FsyncMode {
+        self.fsync.mode()
     }
 
     /// Ids of the completed checkpoints this store holds, oldest first.

@@ -227,7 +227,7 @@ impl GraphBuilder {
     /// `resume` starts from its newest intact checkpoint; failures restart
     /// the job from the last checkpoint up to `restart_attempts` times.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="per-file"))]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="syncfs"))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
