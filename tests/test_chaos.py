@@ -129,6 +129,11 @@ def test_exactly_once_under_kills_without_fsync(tmp_path: Path) -> None:
     assert s.runs == 2 and s.kills >= 1 and s.recoveries >= 1, s
 
 
+def test_cli_refuses_no_fsync_on_spark(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["chaos", "--engine", "spark", "--no-fsync", "--runs", "1"]) == 2
+    assert "--no-fsync apply to --engine local only" in capsys.readouterr().err
+
+
 def test_cli_prints_the_summary_last(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     argv = ["chaos", "--protocol", "aligned", "--runs", "1", "--seed", "5"]
     argv += ["--records", str(RECORDS), "--users", str(USERS), "--workdir", str(tmp_path)]
