@@ -194,12 +194,13 @@ def test_bad_recovery_arguments_are_config_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "c").exists()
 
 
-def test_unsynced_checkpoints_resume_like_synced_ones(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync", [False, "per-file"])
+def test_every_fsync_mode_resumes(fsync: bool | str, tmp_path: Path) -> None:
     marker, root = tmp_path / "marker", tmp_path / "chk"
     with pytest.raises(TaskError, match="injected UDF failure"):
-        build(marker).run(CFG, checkpoint_dir=root, fsync=False)
+        build(marker).run(CFG, checkpoint_dir=root, fsync=fsync)
     assert list(root.glob("chk-*/manifest.json"))
-    report = build(marker).run(CFG, checkpoint_dir=root, resume=True, fsync=False)
+    report = build(marker).run(CFG, checkpoint_dir=root, resume=True, fsync=fsync)
     assert report.restored_from is not None
     assert got(report.results["r"]) == expected()
 

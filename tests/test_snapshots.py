@@ -230,6 +230,9 @@ def test_missing_root_and_unwritable_root(tmp_path: Path) -> None:
     blocker.write_bytes(b"x")
     with pytest.raises(StorageError, match=str(blocker)):
         SnapshotStore(blocker / "root")
+    with pytest.raises(snapcut.ConfigError, match="'per-file', 'syncfs', 'off'"):
+        SnapshotStore(tmp_path / "never", fsync="sometimes")
+    assert not (tmp_path / "never").exists()
     w = snapshots.SnapshotWriter(blocker / "root")
     with pytest.raises(StorageError, match="root"):
         w.write_state(1, "a", 0, rows([1], 0), key="k")

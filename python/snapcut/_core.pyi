@@ -275,8 +275,6 @@ class SnapshotStore:
         materialize_every: int | None = None,
         fsync: str = "syncfs",
     ) -> None: ...
-    @property
-    def fsync_calls(self) -> int: ...
     def task_snapshot(
         self,
         id: int,

@@ -245,12 +245,6 @@ impl SnapshotStore {
         self.inner.completed()
     }
 
-    /// Sync calls (fsync, syncfs) this store has made.
-    #[getter]
-    fn fsync_calls(&self) -> u64 {
-        self.inner.fsync_calls()
-    }
-
     #[getter]
     fn root(&self) -> std::path::PathBuf {
         self.inner.root().to_path_buf()

@@ -336,9 +336,7 @@ impl SnapshotStore {
         // skips the checkpoint, and the one before it is still there:
         // retention only runs once this returns.
         write_atomic(&dir, MANIFEST_FILE, MANIFEST_TMP_FILE, &json, &self.fsync)?;
-        if !self.fsync.barrier_covers_entries() {
-            self.fsync.dir(self.root())?;
-        }
+        self.fsync.dir_before_barrier(self.root())?;
         crate::failpoint::hit("store.after_manifest");
         Ok(manifest)
     }
