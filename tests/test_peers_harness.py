@@ -259,3 +259,83 @@ def test_store_cost_pairs_each_variant_with_its_rounds_off_run() -> None:
     )
     assert "| dwell | 1,000 | aligned, disk | 2 | +62.5% [+25%, +100%] |" in md
     assert "1 run(s) failed" in md and "- r2 dwell 1,000 off: exit 2: boom" in md
+
+
+def test_interleaved_runs_abba_and_pairs_adjacent_runs() -> None:
+    il = peers_module("interleaved")
+    assert il.abba(3) == [(0, False), (0, True), (1, True), (1, False), (2, False), (2, True)]
+
+    def result(pair: int, on: bool, seconds: float, cpu_s: float) -> dict[str, object]:
+        return {
+            "job": "three-shuffle",
+            "keys": 1000,
+            "mode": "aligned",
+            "pair": pair,
+            "checkpointed": on,
+            "records": 100,
+            "seconds": seconds,
+            "cpu_s": cpu_s,
+            "checkpoints": 20 if on else 0,
+            "checkpoint_ms": 30.0 if on else None,
+            "alignment_ms": 5.0 if on else None,
+        }
+
+    # The guest halves its speed after pair 0: each pair still says +10 % or +20 %.
+    runs = [
+        result(0, False, 1.0, 2.0),
+        result(0, True, 1.1, 2.2),
+        result(1, True, 2.4, 4.4),
+        result(1, False, 2.0, 4.0),
+        result(2, False, 2.0, 4.0),
+        result(2, True, 2.2, 4.4),
+        result(3, True, 9.0, 9.0),  # its off run never came: not a pair
+    ]
+    (row,) = il.summarize(runs)
+    assert row["pairs"] == 3
+    assert row["overhead"] == pytest.approx(0.10)
+    assert row["overhead_range"] == pytest.approx([0.10, 0.20])
+    lo, hi = row["overhead_ci"]
+    assert 0.10 - 1e-9 <= lo <= row["overhead"] <= hi <= 0.20 + 1e-9
+    assert row["cpu_overhead"] == pytest.approx(0.10)
+    assert row["baseline_rps"] == pytest.approx(50.0)
+    assert row["verdict"] == il.verdict(lo, row["overhead"], hi)
+    md = il.report(
+        {
+            "machine_md": "- machine",
+            "command": "python interleaved.py",
+            "pairs": 3,
+            "store": "disk",
+            "records_scale": 0.4,
+            "wall_s": 60.0,
+            "summary": [row],
+        }
+    )
+    assert "| three-shuffle | 1,000 | aligned | 3 | **+10.0%** |" in md
+
+
+def test_interleaved_bootstrap_and_verdict() -> None:
+    il = peers_module("interleaved")
+    assert il.bootstrap_median_ci([0.05] * 7) == pytest.approx((0.05, 0.05))
+    lo, hi = il.bootstrap_median_ci([0.0, 0.02, 0.04, 0.06, 0.3, 0.5, 0.6])
+    assert 0.0 <= lo <= 0.06 <= hi <= 0.6 and lo < hi
+    assert il.verdict(0.01, 0.05, 0.09).startswith("met (")
+    assert il.verdict(0.11, 0.15, 0.2).startswith("missed (")
+    assert il.verdict(0.05, 0.08, 0.14).startswith("met at the median")
+    assert il.verdict(0.05, 0.12, 0.14).startswith("missed at the median")
+
+
+def test_interleaved_runs_a_cell_and_refuses_zero_pairs(tmp_path: Path) -> None:
+    out = run(
+        str(PEERS / "interleaved.py"),
+        *("--pairs", "1", "--records-scale", "0.0005", "--jobs", "dwell", "--keys", "50"),
+        *("--modes", "aligned", "--out", str(tmp_path)),
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "interleaved.json").read_text())
+    assert [(r["pair"], r["checkpointed"]) for r in data["runs"]] == [(0, False), (0, True)]
+    assert all(r["records"] == 200_000 for r in data["runs"])
+    (row,) = data["summary"]
+    assert row["pairs"] == 1 and "overhead" in row
+    assert "| dwell | 50 | aligned | 1 |" in (tmp_path / "interleaved.md").read_text()
+    bad = run(str(PEERS / "interleaved.py"), "--pairs", "0", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "--pairs must be at least 1" in bad.stderr

@@ -19,17 +19,43 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+
+if TYPE_CHECKING:
+    from snapcut import Dataflow
+
+#: `--store` -> `Dataflow.run(fsync=...)` (memory: no checkpoint_dir, fsync unused).
+FSYNC_OF_STORE: dict[str, bool | str] = {
+    "disk": True,
+    "disk-perfile": "per-file",
+    "disk-syncfs": "syncfs",
+    "disk-nofsync": False,
+    "memory": True,
+}
+
+
+def build_flow(job: str, keys: int, records: int, parallelism: int) -> Dataflow:
+    """The peers' `job` ("dwell" or "three-shuffle") as a snapcut Dataflow."""
+    from snapcut import Dataflow
+    from snapcut.experiments.job import build
+
+    if job == "three-shuffle":
+        return build(records, keys, parallelism, seed=common.SEED)
+    flow = Dataflow(parallelism=parallelism)
+    events = flow.generate_dwell_events(users=keys, count=records, seed=common.SEED, name="source")
+    events.key_by("user").aggregate(count="count", total=("sum", "dwell_ms")).collect("result")
+    return flow
 
 
 def main(argv: list[str] | None = None) -> None:
     p = common.parser("snapcut", ("aligned", "unaligned"), "aligned")
     p.add_argument(
         "--store",
-        choices=("disk", "disk-perfile", "disk-syncfs", "disk-nofsync", "memory"),
+        choices=tuple(FSYNC_OF_STORE),
         default="disk",
         help="where checkpoints go: a checkpoint_dir (Arrow IPC + manifest, durable before "
         "they count: run()'s default), the same made durable with fsync per file "
@@ -41,17 +67,9 @@ def main(argv: list[str] | None = None) -> None:
     import pyarrow.compute as pc
 
     import snapcut
-    from snapcut import Checkpointing, Dataflow
-    from snapcut.experiments.job import build
+    from snapcut import Checkpointing
 
-    if args.job == "dwell":
-        flow = Dataflow(parallelism=args.parallelism)
-        events = flow.generate_dwell_events(
-            users=args.keys, count=args.records, seed=common.SEED, name="source"
-        )
-        events.key_by("user").aggregate(count="count", total=("sum", "dwell_ms")).collect("result")
-    else:
-        flow = build(args.records, args.keys, args.parallelism, seed=common.SEED)
+    flow = build_flow(args.job, args.keys, args.records, args.parallelism)
 
     interval = common.INTERVAL_S[args.checkpointing]
     work = Path(tempfile.mkdtemp(prefix="peers-snapcut-", dir=args.workdir))
@@ -63,10 +81,7 @@ def main(argv: list[str] | None = None) -> None:
             cp = Checkpointing(protocol=args.mode, interval=interval)
             chk_dir = None if args.store == "memory" else root
         started = time.perf_counter()
-        fsync = {"disk-perfile": "per-file", "disk-syncfs": "syncfs", "disk-nofsync": False}.get(
-            args.store, True
-        )
-        report = flow.run(cp, checkpoint_dir=chk_dir, fsync=fsync)
+        report = flow.run(cp, checkpoint_dir=chk_dir, fsync=FSYNC_OF_STORE[args.store])
         wall = time.perf_counter() - started
         chk_bytes = common.dir_bytes(root) if chk_dir is not None else 0
     finally:
