@@ -298,6 +298,9 @@ def test_interleaved_runs_abba_and_pairs_adjacent_runs() -> None:
     assert 0.10 - 1e-9 <= lo <= row["overhead"] <= hi <= 0.20 + 1e-9
     assert row["cpu_overhead"] == pytest.approx(0.10)
     assert row["baseline_rps"] == pytest.approx(50.0)
+    # Slower half: pair 1 (50 records/s, +20 %); faster half: pair 0 (100/s, +10 %).
+    assert row["overhead_slow_half"] == pytest.approx(0.20)
+    assert row["overhead_fast_half"] == pytest.approx(0.10)
     assert row["verdict"] == il.verdict(lo, row["overhead"], hi)
     md = il.report(
         {
@@ -311,6 +314,7 @@ def test_interleaved_runs_abba_and_pairs_adjacent_runs() -> None:
         }
     )
     assert "| three-shuffle | 1,000 | aligned | 3 | **+10.0%** |" in md
+    assert "| +20.0% / +10.0% |" in md
 
 
 def test_interleaved_bootstrap_and_verdict() -> None:
@@ -337,5 +341,11 @@ def test_interleaved_runs_a_cell_and_refuses_zero_pairs(tmp_path: Path) -> None:
     (row,) = data["summary"]
     assert row["pairs"] == 1 and "overhead" in row
     assert "| dwell | 50 | aligned | 1 |" in (tmp_path / "interleaved.md").read_text()
+    (tmp_path / "interleaved.md").unlink()
+    again = run(str(PEERS / "interleaved.py"), "--regenerate", "--out", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert "| dwell | 50 | aligned | 1 |" in (tmp_path / "interleaved.md").read_text()
+    missing = run(str(PEERS / "interleaved.py"), "--regenerate", "--out", str(tmp_path / "x"))
+    assert missing.returncode != 0 and "run without --regenerate first" in missing.stderr
     bad = run(str(PEERS / "interleaved.py"), "--pairs", "0", "--out", str(tmp_path))
     assert bad.returncode == 2 and "--pairs must be at least 1" in bad.stderr
