@@ -74,6 +74,11 @@ def verdict(lo: float, mid: float, hi: float, target: float = TARGET) -> str:
     return f"{side} at the median; the interval spans {target:.0%}"
 
 
+def overhead(pair: dict[bool, dict[str, Any]]) -> float:
+    """(records/s off) / (records/s on) - 1; both sides ran the same records."""
+    return float(pair[True]["seconds"] / pair[False]["seconds"] - 1)
+
+
 def halves(pairs: list[dict[bool, dict[str, Any]]]) -> dict[str, float | None]:
     """Median overhead of the slower and of the faster half of the pairs, by
     the baseline's records/s: the guest's two speeds, reported apart (an odd
@@ -82,8 +87,7 @@ def halves(pairs: list[dict[bool, dict[str, Any]]]) -> dict[str, float | None]:
     half = len(by_speed) // 2
 
     def median(ps: list[dict[bool, dict[str, Any]]]) -> float | None:
-        vals = [p[True]["seconds"] / p[False]["seconds"] - 1 for p in ps]
-        return statistics.median(vals) if vals else None
+        return statistics.median(map(overhead, ps)) if ps else None
 
     return {
         "overhead_slow_half": median(by_speed[:half]),
@@ -100,7 +104,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for (job, keys, mode), pairs in cells.items():
         full = [p for p in pairs.values() if len(p) == 2]
-        wall = [p[True]["seconds"] / p[False]["seconds"] - 1 for p in full]
+        wall = [overhead(p) for p in full]
         cpu = [p[True]["cpu_s"] / p[False]["cpu_s"] - 1 for p in full]
         on = [p[True] for p in full]
         row: dict[str, Any] = {"job": job, "keys": keys, "mode": mode, "pairs": len(full)}
