@@ -141,8 +141,6 @@ def measure(
     checkpointed: bool,
 ) -> dict[str, Any]:
     """One run in this process, with `mode` checkpoints or without any."""
-    import pyarrow.compute as pc
-
     from snapcut import Checkpointing
 
     flow = snapcut_job.build_flow(job, keys, records, parallelism=2)
@@ -156,21 +154,11 @@ def measure(
     report = flow.run(cp, checkpoint_dir=where, fsync=snapcut_job.FSYNC_OF_STORE[store])
     cpu = time.process_time() - cpu0
     shutil.rmtree(chk_dir, ignore_errors=True)
-    counted = pc.sum(report.results["result"]["count"]).as_py() or 0
-    if counted != records:
-        raise SystemExit(f"{job} counted {counted} records, expected {records}")
-    periodic = [c for c in report.completed_checkpoints if not c.is_final]
     return {
         "records": records,
         "seconds": report.duration_s,
         "cpu_s": cpu,
-        "checkpoints": len(periodic),
-        "checkpoint_ms": statistics.median(c.duration_s * 1e3 for c in periodic)
-        if periodic
-        else None,
-        "alignment_ms": statistics.median(c.max_alignment_ms for c in periodic)
-        if periodic
-        else None,
+        **snapcut_job.checked_stats(report, records),
     }
 
 

@@ -27,6 +27,7 @@ import common
 
 if TYPE_CHECKING:
     from snapcut import Dataflow
+    from snapcut.dataflow import RunReport
 
 #: `--store` -> `Dataflow.run(fsync=...)` (memory: no checkpoint_dir, fsync unused).
 FSYNC_OF_STORE: dict[str, bool | str] = {
@@ -51,6 +52,25 @@ def build_flow(job: str, keys: int, records: int, parallelism: int) -> Dataflow:
     return flow
 
 
+def checked_stats(report: RunReport, records: int) -> dict[str, float | None]:
+    """Exits (status 2) unless the job counted `records` records; then the
+    periodic checkpoints (the final one not counted) and the medians of their
+    durations and of their longest barrier alignment, in ms."""
+    import pyarrow.compute as pc
+
+    counted = pc.sum(report.results["result"]["count"]).as_py() or 0
+    if counted != records:
+        common.fail(f"the job counted {counted} records, expected {records}")
+    periodic = [c for c in report.completed_checkpoints if not c.is_final]
+    durations = [c.duration_s * 1e3 for c in periodic]
+    alignments = [c.max_alignment_ms for c in periodic]
+    return {
+        "checkpoints": len(periodic),
+        "checkpoint_ms": statistics.median(durations) if durations else None,
+        "alignment_ms": statistics.median(alignments) if alignments else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     p = common.parser("snapcut", ("aligned", "unaligned"), "aligned")
     p.add_argument(
@@ -64,8 +84,6 @@ def main(argv: list[str] | None = None) -> None:
         "checkpoint_dir: the protocol without the durable store)",
     )
     args = p.parse_args(argv)
-    import pyarrow.compute as pc
-
     import snapcut
     from snapcut import Checkpointing
 
@@ -86,12 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         chk_bytes = common.dir_bytes(root) if chk_dir is not None else 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    counted = pc.sum(report.results["result"]["count"]).as_py() or 0
-    if counted != args.records:
-        common.fail(f"the job counted {counted} records, expected {args.records}")
-    periodic = [c for c in report.completed_checkpoints if not c.is_final]
-    durations = [c.duration_s * 1e3 for c in periodic]
-    alignments = [c.max_alignment_ms for c in periodic]
+    stats = checked_stats(report, args.records)
     common.emit(
         args,
         "snapcut",
@@ -100,13 +113,13 @@ def main(argv: list[str] | None = None) -> None:
         wall_s=wall,
         wall_records_per_s=args.records / wall,
         startup_s=max(wall - report.duration_s, 0.0),
-        checkpoints=len(periodic),
+        checkpoints=stats["checkpoints"],
         checkpoints_note="periodic checkpoints completed (the final one not counted)",
         checkpoint_bytes=chk_bytes,
         checkpoint_bytes_note="checkpoint_dir at the end (retained=1: the last checkpoint)",
         store=args.store if interval is not None else None,
-        checkpoint_ms=statistics.median(durations) if durations else None,
-        alignment_ms=statistics.median(alignments) if alignments else None,
+        checkpoint_ms=stats["checkpoint_ms"],
+        alignment_ms=stats["alignment_ms"],
         checkpoint_ms_note="median over periodic checkpoints: trigger to completion, and "
         "the longest barrier alignment of any task",
         versions={"snapcut": snapcut.__version__},

@@ -258,7 +258,8 @@ def run_demo(args: argparse.Namespace) -> int:
     frames = event_frames(args.files, args.rows, args.users, args.seed)
     out.line(
         f"dwell-time pipeline on Spark local[2]: {args.files} files x {args.rows:,} events, "
-        f"{args.users:,} users, one file per micro-batch, {PARTITIONS} state partitions"
+        f"{args.users:,} users, one file per micro-batch (the restart may fold two into one), "
+        f"{PARTITIONS} state partitions"
     )
     generator = Generator(paths.events, frames, args.every)
     generator.start()
