@@ -302,6 +302,53 @@ fn aggregate_capture_of_every_key_is_full() {
     assert_eq!(sums.values().iter().sum::<f64>(), 22.0);
 }
 
+/// A hot key space (every key written in two intervals in a row) stops
+/// per-row change tracking for a while: the captures stay full, restore to
+/// the same state, and diffs come back once an interval leaves keys alone.
+#[test]
+fn aggregate_hot_key_space_takes_full_captures_then_diffs_again() {
+    use snapcut_core::snapshot::StateKind;
+    let specs = vec![AggSpec::sum("v", "s")];
+    let mut a = KeyedAggregate::new("k", specs.clone());
+    a.set_full_every(100);
+    let mut out = Sink(Vec::new());
+    let mut kinds = Vec::new();
+    let mut last = None;
+    for id in 1..=4 {
+        a.process(0, kv(&["p", "q"], &[1.0, 2.0]), &mut out)
+            .unwrap();
+        let capture = a.snapshot(id).unwrap().unwrap();
+        kinds.push(capture.kind);
+        a.commit(id).unwrap();
+        last = Some(capture);
+    }
+    // Every key changes each time: 1 and 2 tracked, 3 untracked, 4 tracked
+    // again; all full.
+    assert_eq!(kinds, vec![StateKind::Full; 4]);
+    let mut b = KeyedAggregate::new("k", specs.clone());
+    b.restore(&[last.unwrap()]).unwrap();
+    let (mut ra, mut rb) = (Sink(Vec::new()), Sink(Vec::new()));
+    a.finish(&mut ra).unwrap();
+    b.finish(&mut rb).unwrap();
+    assert_eq!(ra.0, rb.0);
+    // 5, 6: untracked (the backoff doubled) though one key changes; 7 is
+    // tracked, finds only p, and is a diff on 6.
+    for id in 5..=7 {
+        a.process(0, kv(&["p"], &[1.0]), &mut out).unwrap();
+        let capture = a.snapshot(id).unwrap().unwrap();
+        let want = if id < 7 {
+            StateKind::Full
+        } else {
+            StateKind::Diff { base: 6 }
+        };
+        assert_eq!(capture.kind, want, "checkpoint {id}");
+        if id == 7 {
+            assert_eq!(capture.batch.num_rows(), 1);
+        }
+        a.commit(id).unwrap();
+    }
+}
+
 #[test]
 fn aggregate_rejects_null_keys_and_bad_types_clearly() {
     let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);

@@ -24,6 +24,7 @@ use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, String
 use arrow_schema::{DataType, Field, Schema};
 use rustc_hash::FxHashMap;
 
+use super::dirty::DirtySlots;
 use crate::error::{Error, Result};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
@@ -166,8 +167,7 @@ pub struct KeyedAggregate {
     accs: Vec<Acc>,
     slots: Vec<u32>,
     /// Slots touched since the last capture.
-    dirty: Vec<bool>,
-    dirty_list: Vec<u32>,
+    dirty: DirtySlots,
     /// Captures taken but not (yet) confirmed: the slots touched in the
     /// interval each one closed. A diff carries all of them.
     unconfirmed: BTreeMap<CheckpointId, Epoch>,
@@ -182,10 +182,11 @@ pub struct KeyedAggregate {
     forward: bool,
 }
 
-/// What one capture closed: the slots touched since the capture before it.
+/// What one capture closed: the slots touched since the capture before it
+/// (`None`: every slot).
 #[derive(Debug, Default)]
 struct Epoch {
-    slots: Vec<u32>,
+    slots: Option<Vec<u32>>,
     /// Diffs in this capture's chain (0: it was full).
     diffs: u32,
 }
@@ -209,8 +210,7 @@ impl KeyedAggregate {
             keys: Keys::Unknown,
             accs: Vec::new(),
             slots: Vec::new(),
-            dirty: Vec::new(),
-            dirty_list: Vec::new(),
+            dirty: DirtySlots::default(),
             unconfirmed: BTreeMap::new(),
             confirmed: None,
             force_full: false,
@@ -227,48 +227,29 @@ impl KeyedAggregate {
     }
 
     fn mark_dirty(&mut self) {
-        let slots = std::mem::take(&mut self.slots);
-        self.mark_slots_dirty(&slots);
-        self.slots = slots;
-    }
-
-    fn mark_slots_dirty(&mut self, slots: &[u32]) {
-        if self.dirty.len() < self.len() {
-            self.dirty.resize(self.len(), false);
-        }
-        for &s in slots {
-            let d = &mut self.dirty[s as usize];
-            if !*d {
-                *d = true;
-                self.dirty_list.push(s);
-            }
+        // Every capture is full: nothing to track.
+        if self.full_every > 1 {
+            let capacity = self.len();
+            self.dirty.mark(&self.slots, capacity);
         }
     }
 
-    /// Slots changed since the confirmed capture, ascending (a diff lists
-    /// keys in insertion order, like a full capture).
-    fn changed_since_confirmed(&self) -> Vec<u32> {
-        let mut slots: Vec<u32> = self
-            .unconfirmed
-            .values()
-            .flat_map(|e| e.slots.iter().copied())
-            .chain(self.dirty_list.iter().copied())
-            .collect();
-        slots.sort_unstable();
-        slots.dedup();
-        slots
-    }
-
-    /// The slots changed since the confirmed capture, or `None` if that is
-    /// every key (keys are never removed). Checks the open interval first:
-    /// with hot keys it covers them all, and no sort is needed.
+    /// The slots changed since the confirmed capture, ascending (a diff
+    /// lists keys in insertion order, like a full capture), or `None` if
+    /// that is every key (keys are never removed). Checks the open interval
+    /// first: with hot keys it covers them all, and no sort is needed.
     fn changed_unless_every_key(&self) -> Option<Vec<u32>> {
-        let every = |n: usize| self.len() > 0 && n == self.len();
-        if every(self.dirty_list.len()) {
+        if self.dirty.covers_all(self.len()) {
             return None;
         }
-        let changed = self.changed_since_confirmed();
-        (!every(changed.len())).then_some(changed)
+        let mut changed = self.dirty.members().to_vec();
+        for epoch in self.unconfirmed.values() {
+            changed.extend_from_slice(epoch.slots.as_deref()?);
+        }
+        changed.sort_unstable();
+        changed.dedup();
+        let every = self.len() > 0 && changed.len() == self.len();
+        (!every).then_some(changed)
     }
 
     fn len(&self) -> usize {
@@ -679,10 +660,7 @@ impl Operator for KeyedAggregate {
                 ),
             },
         };
-        for &s in &self.dirty_list {
-            self.dirty[s as usize] = false;
-        }
-        let slots = std::mem::take(&mut self.dirty_list);
+        let slots = self.dirty.take(self.len());
         self.unconfirmed.insert(id, Epoch { slots, diffs });
         self.force_full &= diffs > 0;
         Ok(Some(capture))
@@ -702,7 +680,11 @@ impl Operator for KeyedAggregate {
         // Its capture was never stored, so it can never be a base; its
         // changes still count as unconfirmed, now in the open interval.
         if let Some(epoch) = self.unconfirmed.remove(&id) {
-            self.mark_slots_dirty(&epoch.slots);
+            // An epoch of every slot needs no marks: the next capture is full.
+            if let Some(slots) = &epoch.slots {
+                let capacity = self.len();
+                self.dirty.mark(slots, capacity);
+            }
             // Diffs in flight stay valid (their base is confirmed). The next
             // capture is still full, as a safety net: the abort may have been
             // a sink refusing a diff whose confirmed base it no longer holds
@@ -722,8 +704,7 @@ impl Operator for KeyedAggregate {
             [] => Ok(()),
             [full] if full.kind == StateKind::Full => {
                 self.restore_full(&full.batch)?;
-                self.dirty = vec![false; self.len()];
-                self.dirty_list.clear();
+                self.dirty.reset(self.len());
                 // The restored checkpoint's id is not known here: the next
                 // capture is full.
                 self.unconfirmed.clear();

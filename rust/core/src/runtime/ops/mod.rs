@@ -3,6 +3,7 @@
 mod aggregate;
 mod basic;
 mod batches;
+mod dirty;
 mod generator;
 mod sinks;
 
