@@ -15,8 +15,11 @@ mod store;
 use errors::IntoPyResult;
 
 // Task threads allocate and free batches and checkpoint captures of similar
-// sizes all the time; glibc's malloc spent 2-6 % of a job's CPU on that
-// (`malloc_consolidate`, `unlink_chunk`), more with checkpoints on.
+// sizes all the time, often on another thread than the one that allocated;
+// glibc's malloc spent 2-6 % of a job's CPU on that (`malloc_consolidate`,
+// `unlink_chunk`), more with checkpoints on. Built without transparent huge
+// pages (`no_thp`): with them, a fresh page costs clearing 2 MiB, and the
+// kernel's `clear_page_erms` took 3-6 % of a job's CPU.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
