@@ -75,6 +75,9 @@ class Checkpointing:
         captures what changed since its last checkpoint, after its first.
         A capture in which every key changed is stored as full state as it
         is (it costs the same as the diff, and nothing needs rebuilding).
+        When that happens twice in a row, a keyed aggregate stops tracking
+        changed keys for 1, 2, 4, then up to 8 intervals, whose captures are
+        full: per-row tracking costs more than it saves on a hot key space.
         A diff is relative to the last checkpoint known to have completed,
         so with max_concurrent > 1 an aborted checkpoint never breaks a
         later one.
