@@ -349,6 +349,27 @@ fn aggregate_hot_key_space_takes_full_captures_then_diffs_again() {
     }
 }
 
+/// With `full_every` 1 nothing is tracked; raising it later makes the next
+/// capture full (no diff may rest on untracked changes), then diffs follow.
+#[test]
+fn aggregate_raising_full_every_starts_with_a_full_capture() {
+    use snapcut_core::snapshot::StateKind;
+    let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
+    let mut out = Sink(Vec::new());
+    a.process(0, kv(&["p", "q"], &[1.0, 2.0]), &mut out)
+        .unwrap();
+    assert_eq!(a.snapshot(1).unwrap().unwrap().kind, StateKind::Full);
+    a.commit(1).unwrap();
+    a.process(0, kv(&["q"], &[3.0]), &mut out).unwrap();
+    a.set_full_every(10);
+    assert_eq!(a.snapshot(2).unwrap().unwrap().kind, StateKind::Full);
+    a.commit(2).unwrap();
+    a.process(0, kv(&["p"], &[4.0]), &mut out).unwrap();
+    let third = a.snapshot(3).unwrap().unwrap();
+    assert_eq!(third.kind, StateKind::Diff { base: 2 });
+    assert_eq!(third.batch.num_rows(), 1);
+}
+
 #[test]
 fn aggregate_rejects_null_keys_and_bad_types_clearly() {
     let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);

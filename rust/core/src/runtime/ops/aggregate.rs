@@ -696,6 +696,8 @@ impl Operator for KeyedAggregate {
     }
 
     fn set_full_every(&mut self, full_every: u32) {
+        // With 1, `mark_dirty` tracked nothing: no diff may rest on that.
+        self.force_full |= self.full_every == 1 && full_every > 1;
         self.full_every = full_every.max(1);
     }
 
