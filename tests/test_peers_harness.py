@@ -349,3 +349,77 @@ def test_interleaved_runs_a_cell_and_refuses_zero_pairs(tmp_path: Path) -> None:
     assert missing.returncode != 0 and "run without --regenerate first" in missing.stderr
     bad = run(str(PEERS / "interleaved.py"), "--pairs", "0", "--out", str(tmp_path))
     assert bad.returncode == 2 and "--pairs must be at least 1" in bad.stderr
+
+
+def test_windowed_reads_window_rates_after_their_guard() -> None:
+    wd = peers_module("windowed")
+    # 0.1 s buckets, warm-up 0.2 s, windows of 0.4 s with a 0.1 s guard.
+    warm = [999, 999]
+    windows = [[50, 10, 10, 10], [50, 8, 8, 8], [50, 12, 12, 12], [50, 9, 9, 9]]
+    counts = warm + [n for w in windows for n in w] + [1, 1]
+    rates = wd.window_rates(counts, 0.1, 0.4, 0.1, 0.2)
+    # The last complete window is dropped (the sources may have run dry in it).
+    assert rates == pytest.approx([100.0, 80.0, 120.0])
+    # On window 1 against the mean of windows 0 and 2: 110 / 80 - 1.
+    assert wd.on_overheads(rates) == pytest.approx([110 / 80 - 1])
+    # CPU per record: higher is slower, so on / mean(off) - 1.
+    assert wd.on_overheads([1.0, 1.2, 1.0], higher_is_faster=False) == pytest.approx([0.2])
+    assert wd.on_overheads([100.0, 80.0]) == []
+
+
+def test_windowed_counters_pair_guard_and_end_marks() -> None:
+    wd = peers_module("windowed")
+    marks = [
+        (0, "guard", (1.0, 10.0, 100.0)),
+        (0, "end", (2.5, 15.0, 200.0)),
+        (1, "guard", (2.6, 15.0, 210.0)),
+        (1, "end", (4.0, 15.0, 410.0)),
+        (2, "guard", (4.1, 15.0, 420.0)),  # the job ended before window 2 did
+    ]
+    cpu, idle = wd.window_counters(marks, 3)
+    assert cpu == pytest.approx([1.5, 1.4])
+    assert idle == pytest.approx([0.05, 0.0])
+
+
+def test_windowed_trigger_fires_only_in_odd_windows() -> None:
+    wd = peers_module("windowed")
+    trigger = wd.Trigger(None, window_s=1.0, guard_s=0.2, interval_s=0.25, warmup_s=0.0)
+    events = trigger._events(0.0)
+    first = [next(events) for _ in range(10)]
+    assert [e for e in first if e[1] == "trigger"] == [
+        (1.0, "trigger", 1),
+        (1.25, "trigger", 1),
+        (1.5, "trigger", 1),
+        (1.75, "trigger", 1),
+    ]
+    # A window's end comes before the next window's first trigger at the same instant.
+    assert first[:4] == [
+        (0.2, "guard", 0),
+        (1.0, "end", 0),
+        (1.0, "trigger", 1),
+        (1.2, "guard", 1),
+    ]
+
+
+def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
+    out = run(
+        str(PEERS / "windowed.py"),
+        *("--seconds", "5", "--window", "0.5", "--guard", "0.1", "--jobs", "dwell"),
+        *("--keys", "50", "--modes", "aligned", "--out", str(tmp_path)),
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "windowed.json").read_text())
+    (r,) = data["runs"]
+    assert r["triggered"] >= 1 and r["checkpoints"] >= 1
+    assert len(r["rates"]) >= 3 and all(v > 0 for v in r["rates"])
+    (row,) = data["summary"]
+    assert row["windows"] >= 1 and "overhead" in row
+    assert "| dwell | 50 | aligned |" in (tmp_path / "windowed.md").read_text()
+    (tmp_path / "windowed.md").unlink()
+    again = run(str(PEERS / "windowed.py"), "--regenerate", "--out", str(tmp_path))
+    assert again.returncode == 0, again.stderr
+    assert "| dwell | 50 | aligned |" in (tmp_path / "windowed.md").read_text()
+    bad = run(str(PEERS / "windowed.py"), "--guard", "1", "--window", "1", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "--guard must be at least 0" in bad.stderr
+    short = run(str(PEERS / "windowed.py"), "--seconds", "2", "--out", str(tmp_path))
+    assert short.returncode == 2 and "--seconds must be at least" in short.stderr

@@ -1,0 +1,388 @@
+"""snapcut's checkpoint overhead from windows of one long run, checkpoints on and off.
+
+interleaved.py pairs whole runs a few seconds apart, and still its medians
+moved by 5-10 points from one window of the day to the next: on this guest
+the job's speed without checkpoints changes by a third from one run to the
+next. This script takes the pairing down to one second inside one run: the
+job runs for about a minute with its protocol set and no periodic interval,
+and a thread triggers a checkpoint every `--interval` (`JobControl.
+trigger_checkpoint`, which queues behind an unfinished one as the periodic
+trigger waits for it) during every other `--window` (on, off, on, off...).
+Per window, the last keyed stage's records/s come from the runtime's own
+50 ms timeline, skipping the window's first `--guard` seconds (the
+checkpoint still finishing from the window before, and the first
+alignment). An on window's overhead is (mean records/s of the off windows
+either side) / (its records/s) - 1: a linear drift cancels. Also per
+window: the process's CPU seconds per record and the machine's idle share,
+to tell extra work from stalls.
+
+    python bench/peers/windowed.py --out bench/results/peers-snapcut-windowed
+    python bench/peers/windowed.py --jobs three-shuffle --keys 100000 --modes aligned --seconds 90
+    python bench/peers/windowed.py --regenerate --out bench/results/peers-snapcut-windowed
+
+Writes windowed.json (every window) and windowed.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import interleaved  # noqa: E402
+import run as peers  # noqa: E402
+import snapcut_job  # noqa: E402
+
+#: The keyed stage whose input the overhead is read from, per job.
+MEASURED_STAGE = {"dwell": "aggregate", "three-shuffle": "stage3"}
+WARMUP_S = 1.0
+"""Time before the first window: threads start, every key is first inserted."""
+
+
+def machine_counters() -> tuple[float, float, float]:
+    """(process CPU seconds, machine idle ticks, machine ticks) now."""
+    t = os.times()
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:]]
+    return t.user + t.system, float(ticks[3] + ticks[4]), float(sum(ticks))
+
+
+class Trigger(threading.Thread):
+    """Triggers a checkpoint every `interval_s` in on windows (odd ones,
+    counted from `warmup_s` after the job started) and reads
+    `machine_counters` at each window's guard end and end."""
+
+    def __init__(
+        self, control: Any, window_s: float, guard_s: float, interval_s: float, warmup_s: float
+    ) -> None:
+        super().__init__(daemon=True)
+        self.control = control
+        self.window_s, self.guard_s, self.interval_s = window_s, guard_s, interval_s
+        self.warmup_s = warmup_s
+        self.stop = threading.Event()
+        self.marks: list[tuple[int, str, tuple[float, float, float]]] = []
+        self.triggered = 0
+
+    def run(self) -> None:
+        while not self.control.started and not self.stop.is_set():
+            time.sleep(0.001)
+        t0 = time.perf_counter() + self.warmup_s
+        events = self._events(t0)
+        while not self.stop.is_set():
+            at, kind, window = next(events)
+            delay = at - time.perf_counter()
+            if delay > 0 and self.stop.wait(delay):
+                return
+            if kind == "trigger":
+                try:
+                    self.control.trigger_checkpoint()
+                except Exception:  # the job has ended
+                    return
+                self.triggered += 1
+            else:
+                self.marks.append((window, kind, machine_counters()))
+
+    def _events(self, t0: float) -> Any:
+        """(time, "trigger" | "guard" | "end", window) in time order, forever."""
+        w = 0
+        per_window = round(self.window_s / self.interval_s)
+        while True:
+            start = t0 + w * self.window_s
+            ev = [(start + self.guard_s, "guard", w), (start + self.window_s, "end", w)]
+            if w % 2 == 1:
+                ev += [(start + k * self.interval_s, "trigger", w) for k in range(per_window)]
+            yield from sorted(ev, key=lambda e: (e[0], e[1] != "end"))
+            w += 1
+
+
+def window_rates(
+    counts: list[int], bucket_s: float, window_s: float, guard_s: float, warmup_s: float
+) -> list[float]:
+    """Records/s in each complete window after its guard, from a timeline of
+    per-bucket counts; the last complete window is dropped too (the sources
+    may have run dry in it)."""
+    per = round(window_s / bucket_s)
+    first = round(warmup_s / bucket_s)
+    guard = round(guard_s / bucket_s)
+    n = (len(counts) - first) // per - 1
+    out = []
+    for w in range(max(n, 0)):
+        seg = counts[first + w * per + guard : first + (w + 1) * per]
+        out.append(sum(seg) / (len(seg) * bucket_s))
+    return out
+
+
+def on_overheads(values: list[float], higher_is_faster: bool = True) -> list[float]:
+    """Per on window (odd index) with an off window either side: the
+    overhead against the mean of its neighbours."""
+    out = []
+    for w in range(1, len(values) - 1, 2):
+        base = (values[w - 1] + values[w + 1]) / 2
+        on = values[w]
+        if base > 0 and on > 0:
+            out.append(base / on - 1 if higher_is_faster else on / base - 1)
+    return out
+
+
+def window_counters(
+    marks: list[tuple[int, str, tuple[float, float, float]]], windows: int
+) -> tuple[list[float], list[float]]:
+    """Per window, between its guard end and its end: process CPU seconds
+    and the machine's idle share."""
+    by: dict[tuple[int, str], tuple[float, float, float]] = {(w, k): c for w, k, c in marks}
+    cpu, idle = [], []
+    for w in range(windows):
+        a, b = by.get((w, "guard")), by.get((w, "end"))
+        if a is None or b is None:
+            break
+        cpu.append(b[0] - a[0])
+        idle.append((b[1] - a[1]) / max(b[2] - a[2], 1.0))
+    return cpu, idle
+
+
+def calibrate(job: str, keys: int) -> float:
+    """Records/s of a short run without checkpoints: sizes the measured run
+    (and warms the process up)."""
+    from snapcut import Checkpointing
+
+    records = int(1.5 * peers.RATE[("snapcut", job)])
+    flow = snapcut_job.build_flow(job, keys, records, parallelism=2)
+    report = flow.run(Checkpointing(protocol="none"))
+    return records / report.duration_s
+
+
+def measure(
+    job: str, keys: int, mode: str, seconds: float, args: argparse.Namespace, work: Path
+) -> dict[str, Any]:
+    """One long run of a cell, checkpoints on in every other window."""
+    from snapcut import Checkpointing
+    from snapcut.dataflow import JobControl
+
+    records = int(seconds * calibrate(job, keys))
+    flow = snapcut_job.build_flow(job, keys, records, parallelism=2)
+    control = JobControl()
+    trigger = Trigger(control, args.window, args.guard, args.interval, WARMUP_S)
+    chk_dir = work / "checkpoints"
+    where = None if args.store == "memory" else chk_dir
+    trigger.start()
+    try:
+        report = flow.run(
+            Checkpointing(protocol=mode, interval=None),
+            checkpoint_dir=where,
+            fsync=snapcut_job.FSYNC_OF_STORE[args.store],
+            control=control,
+        )
+    finally:
+        trigger.stop.set()
+        trigger.join()
+        shutil.rmtree(chk_dir, ignore_errors=True)
+    stats = snapcut_job.checked_stats(report, records)
+    rates = window_rates(
+        report.timeline[MEASURED_STAGE[job]],
+        report.timeline_bucket_s,
+        args.window,
+        args.guard,
+        WARMUP_S,
+    )
+    cpu, idle = window_counters(trigger.marks, len(rates))
+    measured = args.window - args.guard
+    # 0 for a window without records: on_overheads skips it, and the windows keep their parity.
+    cpu_per_m = [
+        c / (r * measured) * 1e6 if r > 0 else 0.0 for c, r in zip(cpu, rates, strict=False)
+    ]
+    periodic = [c for c in report.completed_checkpoints if not c.is_final]
+    return {
+        "job": job,
+        "keys": keys,
+        "mode": mode,
+        "records": records,
+        "seconds": report.duration_s,
+        "rates": rates,
+        "cpu_s_per_m_records": cpu_per_m,
+        "idle_share": idle,
+        "triggered": trigger.triggered,
+        "checkpoints": stats["checkpoints"],
+        "checkpoint_ms": stats["checkpoint_ms"],
+        "alignment_ms": stats["alignment_ms"],
+        "logged_records": statistics.median(c.logged_records for c in periodic)
+        if periodic
+        else None,
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per cell (all its runs' on windows together)."""
+    cells: dict[tuple[str, int, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        cells.setdefault((r["job"], r["keys"], r["mode"]), []).append(r)
+    rows = []
+    for (job, keys, mode), rs in cells.items():
+        wall = [o for r in rs for o in on_overheads(r["rates"])]
+        cpu = [o for r in rs for o in on_overheads(r["cpu_s_per_m_records"], False)]
+        idle_on = [v for r in rs for v in r["idle_share"][1::2]]
+        idle_off = [v for r in rs for v in r["idle_share"][0::2]]
+        off_rates = [v for r in rs for v in r["rates"][0::2]]
+        on_rates = [v for r in rs for v in r["rates"][1::2]]
+        row: dict[str, Any] = {"job": job, "keys": keys, "mode": mode, "windows": len(wall)}
+        if wall:
+            lo, hi = interleaved.bootstrap_median_ci(wall)
+            mid = statistics.median(wall)
+            row |= {
+                "overhead": mid,
+                "overhead_ci": [lo, hi],
+                "overhead_mean": statistics.mean(wall),
+                "overhead_of_means": statistics.mean(off_rates) / statistics.mean(on_rates) - 1,
+                "cpu_overhead": statistics.median(cpu) if cpu else None,
+                "idle_on": statistics.mean(idle_on) if idle_on else None,
+                "idle_off": statistics.mean(idle_off) if idle_off else None,
+                "baseline_rps": statistics.median(off_rates),
+                "checkpoints": sum(r["checkpoints"] for r in rs),
+                "checkpoint_ms": peers._median(r["checkpoint_ms"] for r in rs),
+                "alignment_ms": peers._median(r["alignment_ms"] for r in rs),
+                "logged_records": peers._median(r["logged_records"] for r in rs),
+                "verdict": interleaved.verdict(lo, mid, hi),
+            }
+        rows.append(row)
+    return rows
+
+
+def report(data: dict[str, Any]) -> str:
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.1%}"
+
+    def num(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
+    lines = [
+        "# snapcut's checkpoint overhead every 100 ms, from on and off windows of one run",
+        "",
+        data["machine_md"],
+        "",
+        f"Command: `{data['command']}`  ",
+        f"Per cell: {data['runs_per_cell']} run(s) of about {data['seconds']:.0f} s; windows "
+        f"of {data['window_s']:g} s alternating off and on (a checkpoint every "
+        f"{data['interval_s'] * 1e3:.0f} ms in on windows), each measured after its first "
+        f"{data['guard_s']:g} s; store: {data['store']}; wall time "
+        f"{data['wall_s'] / 60:.1f} min. Overhead of an on window: (mean records/s of the off "
+        "windows either side) / (its records/s) - 1, at the last keyed stage's input; the "
+        "table gives the median over on windows, its bootstrap 95 % interval, the mean, and "
+        "the ratio of the mean off and on records/s. CPU: the same for the process's CPU "
+        "seconds per record. Idle: the machine's idle share in on / off windows. The target "
+        "(issue 10): at most +10 %.",
+        "",
+        "| job | keys | protocol | on windows | overhead | 95 % interval | mean | of means "
+        "| CPU per record | idle on / off | off | checkpoints | checkpoint ms | alignment ms "
+        "| logged records | target ≤ 10 % |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data["summary"]:
+        if "overhead" not in r:
+            lines.append(f"| {r['job']} | {r['keys']:,} | {r['mode']} | 0 | - |||||||||||| |")
+            continue
+        lo, hi = r["overhead_ci"]
+        idle = "-" if r["idle_on"] is None else f"{r['idle_on']:.1%} / {r['idle_off']:.1%}"
+        lines.append(
+            f"| {r['job']} | {r['keys']:,} | {r['mode']} | {r['windows']} | "
+            f"**{pct(r['overhead'])}** | [{pct(lo)}, {pct(hi)}] | {pct(r['overhead_mean'])} | "
+            f"{pct(r['overhead_of_means'])} | {pct(r['cpu_overhead'])} | {idle} | "
+            f"{r['baseline_rps'] / 1e6:.1f} M/s | {r['checkpoints']} | "
+            f"{num(r['checkpoint_ms'], '.1f')} | {num(r['alignment_ms'], '.2f')} | "
+            f"{num(r['logged_records'], ',.0f')} | {r['verdict']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", nargs="+", choices=peers.JOBS, default=list(peers.JOBS))
+    p.add_argument("--keys", nargs="+", type=int, default=list(peers.KEYS))
+    p.add_argument("--modes", nargs="+", choices=interleaved.MODES, default=list(interleaved.MODES))
+    p.add_argument("--store", choices=tuple(snapcut_job.FSYNC_OF_STORE), default="disk")
+    p.add_argument("--interval", type=float, default=0.1, help="checkpoint interval, seconds")
+    p.add_argument("--window", type=float, default=1.0, help="window length, seconds")
+    p.add_argument("--guard", type=float, default=0.2, help="unmeasured start of a window, s")
+    p.add_argument("--seconds", type=float, default=60.0, help="about how long a run lasts")
+    p.add_argument("--runs", type=int, default=1, help="runs per cell")
+    p.add_argument("--out", type=Path, default=peers.REPO / "bench" / "out" / "windowed")
+    p.add_argument(
+        "--regenerate",
+        action="store_true",
+        help="measure nothing: summarize --out's windowed.json again and rewrite its report",
+    )
+    args = p.parse_args(argv)
+    if args.runs < 1:
+        p.error("--runs must be at least 1")
+    if not 0 <= args.guard < args.window:
+        p.error("--guard must be at least 0 and shorter than --window")
+    if args.interval <= 0 or args.interval > args.window:
+        p.error("--interval must be positive and at most --window")
+    if args.seconds < WARMUP_S + 4 * args.window:
+        p.error(f"--seconds must be at least {WARMUP_S + 4 * args.window:g} (four windows)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    path = args.out / "windowed.json"
+    if args.regenerate:
+        if not path.is_file():
+            raise SystemExit(f"--regenerate: no {path}; run without --regenerate first")
+        data = json.loads(path.read_text())
+        data["summary"] = summarize(data["runs"])
+        path.write_text(json.dumps(data, indent=1))
+        (args.out / "windowed.md").write_text(report(data))
+        print(f"wrote {args.out / 'windowed.md'}")
+        return 0
+    from snapcut.experiments.machine import Machine
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    machine = Machine()
+    started = time.time()
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="windowed-") as tmp:
+        for job in args.jobs:
+            for keys in args.keys:
+                for mode in args.modes:
+                    for _ in range(args.runs):
+                        r = measure(job, keys, mode, args.seconds, args, Path(tmp))
+                        runs.append(r)
+                        ohs = on_overheads(r["rates"])
+                        mid = statistics.median(ohs) if ohs else float("nan")
+                        print(
+                            f"{job} {keys:,} {mode}: {len(ohs)} on windows, "
+                            f"median overhead {mid:+.1%}",
+                            flush=True,
+                        )
+    machine.finish()
+    data = {
+        "command": " ".join(["python", *sys.argv]),
+        "wall_s": time.time() - started,
+        "machine_md": machine.markdown(),
+        "runs_per_cell": args.runs,
+        "seconds": args.seconds,
+        "window_s": args.window,
+        "guard_s": args.guard,
+        "interval_s": args.interval,
+        "store": args.store,
+        "runs": runs,
+        "summary": summarize(runs),
+    }
+    path.write_text(json.dumps(data, indent=1))
+    (args.out / "windowed.md").write_text(report(data))
+    print(f"wrote {args.out / 'windowed.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
