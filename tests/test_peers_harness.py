@@ -423,3 +423,16 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--guard must be at least 0" in bad.stderr
     short = run(str(PEERS / "windowed.py"), "--seconds", "2", "--out", str(tmp_path))
     assert short.returncode == 2 and "--seconds must be at least" in short.stderr
+
+
+def test_windowed_interval_covers_the_spread_between_runs() -> None:
+    wd = peers_module("windowed")
+    one = wd.clustered_median_ci([[0.05] * 9])
+    assert one == pytest.approx((0.05, 0.05))
+    # Two runs that disagree: each run's windows agree, so a plain bootstrap
+    # over all windows would be narrow; resampling runs first is not.
+    lo, hi = wd.clustered_median_ci([[0.02] * 10, [0.12] * 10])
+    assert lo == pytest.approx(0.02) and hi == pytest.approx(0.12)
+    il = peers_module("interleaved")
+    plain_lo, plain_hi = il.bootstrap_median_ci([0.02] * 10 + [0.12] * 10)
+    assert plain_hi - plain_lo <= hi - lo
