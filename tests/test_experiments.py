@@ -328,3 +328,20 @@ def test_forward_must_be_a_bool() -> None:
     events = flow.generate_dwell_events(users=3, count=10)
     with pytest.raises(ConfigError, match="forward= must be a bool"):
         events.key_by("user").aggregate(forward="yes", n="count")  # type: ignore[arg-type]
+
+
+def test_machine_warns_on_cpus_busy_now_not_on_a_past_load() -> None:
+    from snapcut.experiments.machine import busy_share
+
+    assert busy_share((100, 1000), (150, 1100)) == pytest.approx(0.5)
+    assert busy_share((100, 1000), (200, 1100)) == pytest.approx(0.0)
+    assert busy_share((100, 1000), (100, 1000)) is None
+    # The benchmark that just ended left a 1-minute load of 9: no warning
+    # while the CPUs are idle now.
+    quiet = Machine(load_before=(9.0, 7.0, 5.0), busy_before=0.03).markdown()
+    assert "was busy" not in quiet and "before the run: 3%" in quiet
+    busy = Machine(load_before=(0.1, 0.1, 0.1), busy_before=0.6).markdown()
+    assert "**The machine was busy when the run started** (its CPUs were 60% busy" in busy
+    # Without /proc/stat, the load average decides.
+    no_proc = Machine(load_before=(3.0, 1.0, 1.0), busy_before=None, usable_cores=2).markdown()
+    assert "1-minute load 3.00 on 2 cores" in no_proc

@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +37,44 @@ def load() -> tuple[float, float, float] | None:
         return os.getloadavg()
     except OSError:
         return None
+
+
+BUSY_SAMPLE_S = 0.5
+BUSY_SHARE = 0.25
+"""Share of all CPUs busy just before a run above which its report warns."""
+
+
+def _cpu_ticks() -> tuple[int, int] | None:
+    """(idle + iowait, all) jiffies of every CPU since boot, from /proc/stat."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 5:
+        return None
+    return fields[3] + fields[4], sum(fields)
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
+    """Share of the CPUs' time between two `_cpu_ticks` readings that was not idle."""
+    total = after[1] - before[1]
+    if total <= 0:
+        return None
+    return max(0.0, min(1.0, 1 - (after[0] - before[0]) / total))
+
+
+def cpu_busy(sample_s: float = BUSY_SAMPLE_S) -> float | None:
+    """Share of all CPUs busy over the next `sample_s` seconds (None off Linux).
+
+    What a benchmark needs to know is whether something else is running now;
+    the 1-minute load average still carries the benchmark that just ended for
+    minutes after it did."""
+    before = _cpu_ticks()
+    if before is None:
+        return None
+    time.sleep(sample_s)
+    after = _cpu_ticks()
+    return None if after is None else busy_share(before, after)
 
 
 def _git_commit() -> str | None:
@@ -74,6 +113,8 @@ class Machine:
     )
     finished_utc: str | None = None
     load_before: tuple[float, float, float] | None = field(default_factory=load)
+    busy_before: float | None = field(default_factory=cpu_busy)
+    """Share of all CPUs busy in the half second before the run (`cpu_busy`)."""
     load_after: tuple[float, float, float] | None = None
 
     def finish(self) -> None:
@@ -86,18 +127,31 @@ class Machine:
 
         mem = "unknown" if self.memory_gib is None else f"{self.memory_gib:.1f} GiB"
         busy = ""
-        if self.load_before and self.load_before[0] > 0.5 * self.usable_cores:
+        if self.busy_before is not None:
+            if self.busy_before > BUSY_SHARE:
+                busy = (
+                    f"\n\n**The machine was busy when the run started** (its CPUs were "
+                    f"{self.busy_before:.0%} busy in the {BUSY_SAMPLE_S:g} s before it): other "
+                    "processes competed for the CPU, so absolute figures are low and noisy; "
+                    "compare protocols only through the same-round ratios."
+                )
+        elif self.load_before and self.load_before[0] > 0.5 * self.usable_cores:
             busy = (
                 f"\n\n**The machine was busy when the run started** (1-minute load "
                 f"{self.load_before[0]:.2f} on {self.usable_cores} cores): other processes "
                 "competed for the CPU, so absolute figures are low and noisy; compare "
                 "protocols only through the same-round ratios."
             )
+        idle_line = (
+            ""
+            if self.busy_before is None
+            else f"\n- CPUs busy in the {BUSY_SAMPLE_S:g} s before the run: {self.busy_before:.0%}"
+        )
         return (
             f"- CPU: {self.cpu_model}; {self.cores} cores ({self.usable_cores} usable)\n"
             f"- memory: {mem}; {self.system}; Python {self.python}\n"
             f"- snapcut commit: {self.commit or 'unknown'}\n"
             f"- run: {self.started_utc} → {self.finished_utc or '?'} UTC\n"
             f"- load average (1/5/15 min) before: {fmt(self.load_before)}; "
-            f"after: {fmt(self.load_after)}" + busy
+            f"after: {fmt(self.load_after)}" + idle_line + busy
         )
