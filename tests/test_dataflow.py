@@ -238,3 +238,33 @@ def test_run_releases_the_gil_for_other_python_threads() -> None:
     report = flow.run()
     helper.join(10)
     assert report.results["r"]["ok"].to_pylist() == [True, True]
+
+
+def test_channel_capacity_bounds_what_unaligned_checkpoints_log() -> None:
+    """Behind a slow operator every channel runs full; an unaligned barrier
+    overtakes what is queued and logs it, so the capacity bounds the log."""
+    import time
+
+    batch = 256
+
+    def logged(capacity: int) -> int:
+        flow = Dataflow(parallelism=1, channel_capacity=capacity)
+        src = flow.generate_dwell_events(users=50, count=120 * batch, seed=3, batch_size=batch)
+
+        def slow(b: pa.RecordBatch) -> pa.RecordBatch:
+            time.sleep(0.002)
+            return b
+
+        src.map(slow).key_by("user").aggregate(count="count").collect("r")
+        report = flow.run(Checkpointing(protocol="unaligned", interval=0.01))
+        counted = pc.sum(report.results["r"]["count"]).as_py()
+        assert counted == 120 * batch
+        periodic = [c for c in report.completed_checkpoints if not c.is_final]
+        assert periodic, "no checkpoint completed while the job ran"
+        return max(c.logged_records for c in periodic)
+
+    # One input channel per task here (parallelism 1): at most `capacity`
+    # batches queued ahead of a barrier (the barrier takes a slot itself).
+    small = logged(2)
+    assert small <= 2 * batch
+    assert logged(16) > 2 * batch

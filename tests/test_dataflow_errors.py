@@ -105,6 +105,12 @@ def test_bad_parallelism(parallelism: Any) -> None:
         src.map(lambda b: b, parallelism=parallelism)
 
 
+@pytest.mark.parametrize("capacity", [0, -3, 2.0, True, "16", None])
+def test_bad_channel_capacity(capacity: Any) -> None:
+    with pytest.raises(ConfigError, match=r"channel_capacity must be an int >= 1 \(batches"):
+        Dataflow(parallelism=2, channel_capacity=capacity)
+
+
 @pytest.mark.parametrize(
     "specs",
     [{"x": "median"}, {"x": ("avg", "v")}, {"x": ("sum",)}, {"x": ("sum", 3)}, {}],

@@ -405,9 +405,11 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     out = run(
         str(PEERS / "windowed.py"),
         *("--seconds", "5", "--window", "0.5", "--guard", "0.1", "--jobs", "dwell"),
-        *("--keys", "50", "--modes", "aligned", "--out", str(tmp_path)),
+        *("--keys", "50", "--modes", "aligned", "--channel-capacity", "8"),
+        *("--out", str(tmp_path)),
     )
     assert out.returncode == 0, out.stderr
+    assert "channels of 8 batches" in (tmp_path / "windowed.md").read_text()
     data = json.loads((tmp_path / "windowed.json").read_text())
     (r,) = data["runs"]
     assert r["triggered"] >= 1 and r["checkpoints"] >= 1
@@ -421,6 +423,8 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     assert "| dwell | 50 | aligned |" in (tmp_path / "windowed.md").read_text()
     bad = run(str(PEERS / "windowed.py"), "--guard", "1", "--window", "1", "--out", str(tmp_path))
     assert bad.returncode == 2 and "--guard must be at least 0" in bad.stderr
+    zero = run(str(PEERS / "windowed.py"), "--channel-capacity", "0", "--out", str(tmp_path))
+    assert zero.returncode == 2 and "--channel-capacity must be at least 1" in zero.stderr
     short = run(str(PEERS / "windowed.py"), "--seconds", "2", "--out", str(tmp_path))
     assert short.returncode == 2 and "--seconds must be at least" in short.stderr
 

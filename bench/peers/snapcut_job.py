@@ -39,14 +39,19 @@ FSYNC_OF_STORE: dict[str, bool | str] = {
 }
 
 
-def build_flow(job: str, keys: int, records: int, parallelism: int) -> Dataflow:
-    """The peers' `job` ("dwell" or "three-shuffle") as a snapcut Dataflow."""
+def build_flow(
+    job: str, keys: int, records: int, parallelism: int, channel_capacity: int | None = None
+) -> Dataflow:
+    """The peers' `job` ("dwell" or "three-shuffle") as a snapcut Dataflow;
+    `channel_capacity` None: the runtime's default."""
     from snapcut import Dataflow
+    from snapcut.dataflow import DEFAULT_CHANNEL_CAPACITY
     from snapcut.experiments.job import build
 
+    capacity = DEFAULT_CHANNEL_CAPACITY if channel_capacity is None else channel_capacity
     if job == "three-shuffle":
-        return build(records, keys, parallelism, seed=common.SEED)
-    flow = Dataflow(parallelism=parallelism)
+        return build(records, keys, parallelism, seed=common.SEED, channel_capacity=capacity)
+    flow = Dataflow(parallelism=parallelism, channel_capacity=capacity)
     events = flow.generate_dwell_events(users=keys, count=records, seed=common.SEED, name="source")
     events.key_by("user").aggregate(count="count", total=("sum", "dwell_ms")).collect("result")
     return flow

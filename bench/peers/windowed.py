@@ -152,13 +152,13 @@ def window_counters(
     return cpu, idle
 
 
-def calibrate(job: str, keys: int) -> float:
+def calibrate(job: str, keys: int, channel_capacity: int | None) -> float:
     """Records/s of a short run without checkpoints: sizes the measured run
     (and warms the process up)."""
     from snapcut import Checkpointing
 
     records = int(1.5 * peers.RATE[("snapcut", job)])
-    flow = snapcut_job.build_flow(job, keys, records, parallelism=2)
+    flow = snapcut_job.build_flow(job, keys, records, 2, channel_capacity)
     report = flow.run(Checkpointing(protocol="none"))
     return records / report.duration_s
 
@@ -170,8 +170,8 @@ def measure(
     from snapcut import Checkpointing
     from snapcut.dataflow import JobControl
 
-    records = int(seconds * calibrate(job, keys))
-    flow = snapcut_job.build_flow(job, keys, records, parallelism=2)
+    records = int(seconds * calibrate(job, keys, args.channel_capacity))
+    flow = snapcut_job.build_flow(job, keys, records, 2, args.channel_capacity)
     control = JobControl()
     trigger = Trigger(control, args.window, args.guard, args.interval, WARMUP_S)
     chk_dir = work / "checkpoints"
@@ -279,6 +279,12 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def capacity(batches: int | None) -> str:
+    return (
+        "channels of the default capacity" if batches is None else f"channels of {batches} batches"
+    )
+
+
 def report(data: dict[str, Any]) -> str:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:+.1%}"
@@ -295,7 +301,8 @@ def report(data: dict[str, Any]) -> str:
         f"Per cell: {data['runs_per_cell']} run(s) of about {data['seconds']:.0f} s; windows "
         f"of {data['window_s']:g} s alternating off and on (a checkpoint every "
         f"{data['interval_s'] * 1e3:.0f} ms in on windows), each measured after its first "
-        f"{data['guard_s']:g} s; store: {data['store']}; wall time "
+        f"{data['guard_s']:g} s; store: {data['store']}; "
+        f"{capacity(data.get('channel_capacity'))}; wall time "
         f"{data['wall_s'] / 60:.1f} min. Overhead of an on window: (mean records/s of the off "
         "windows either side) / (its records/s) - 1, at the last keyed stage's input; the "
         "table gives the median over on windows, its bootstrap 95 % interval (resampling "
@@ -340,6 +347,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--guard", type=float, default=0.2, help="unmeasured start of a window, s")
     p.add_argument("--seconds", type=float, default=60.0, help="about how long a run lasts")
     p.add_argument("--runs", type=int, default=1, help="runs per cell")
+    p.add_argument(
+        "--channel-capacity",
+        type=int,
+        default=None,
+        help="batches per channel (Dataflow(channel_capacity=...)); default: the runtime's",
+    )
     p.add_argument("--out", type=Path, default=peers.REPO / "bench" / "out" / "windowed")
     p.add_argument(
         "--regenerate",
@@ -349,6 +362,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
+    if args.channel_capacity is not None and args.channel_capacity < 1:
+        p.error("--channel-capacity must be at least 1")
     if not 0 <= args.guard < args.window:
         p.error("--guard must be at least 0 and shorter than --window")
     if args.interval <= 0 or args.interval > args.window:
@@ -401,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         "guard_s": args.guard,
         "interval_s": args.interval,
         "store": args.store,
+        "channel_capacity": args.channel_capacity,
         "runs": runs,
         "summary": summarize(runs),
     }

@@ -153,6 +153,7 @@ class _GraphBuilder:
         failover: str = "region",
         control: _JobControl | None = None,
         fsync: str = "syncfs",
+        channel_capacity: int = 64,
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 

@@ -90,11 +90,35 @@ def _check_callable(what: str, fn: object) -> None:
         raise TypeError(f"{what} needs a callable, got {type(fn).__name__}")
 
 
-class Dataflow:
-    """A dataflow job under construction. `parallelism` is the default of every operator."""
+DEFAULT_CHANNEL_CAPACITY = 64
+"""Batches a channel holds before its sender waits (`JobOptions::channel_capacity`)."""
 
-    def __init__(self, parallelism: int = 1) -> None:
+
+def _check_channel_capacity(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(
+            f"channel_capacity must be an int >= 1 (batches each channel holds before its "
+            f"sender waits; default {DEFAULT_CHANNEL_CAPACITY}), got {value!r}"
+        )
+    return value
+
+
+class Dataflow:
+    """A dataflow job under construction. `parallelism` is the default of every operator.
+
+    channel_capacity: batches each channel between two subtasks holds before
+    its sender waits (Flink's buffers per channel). In a job whose channels
+    run full, it bounds the data in flight: what an aligned barrier queues
+    behind, and what an unaligned checkpoint logs (about 380k records a
+    checkpoint in the three-shuffle benchmark at the default 64, 66k at 16:
+    `bench/results/peers-snapcut/README.md`). Fewer batches make those
+    smaller; more let each thread run longer between waits."""
+
+    def __init__(
+        self, parallelism: int = 1, channel_capacity: int = DEFAULT_CHANNEL_CAPACITY
+    ) -> None:
         self.parallelism = _check_parallelism(parallelism)
+        self.channel_capacity = _check_channel_capacity(channel_capacity)
         self._nodes: list[_Node] = []
         self._names: set[str] = set()
         self._results: set[str] = set()
@@ -365,6 +389,7 @@ class Dataflow:
             checkpointing.failover,
             None if control is None else control._inner,
             fsync_mode,
+            self.channel_capacity,
         )
         report = RunReport.from_raw(raw)
         if report.skipped:

@@ -29,15 +29,21 @@ import pyarrow.compute as pc
 from snapcut import snapshots
 from snapcut._core import TaskError
 from snapcut.checkpointing import Checkpointing
-from snapcut.dataflow import Dataflow, JobControl, RunReport
+from snapcut.dataflow import DEFAULT_CHANNEL_CAPACITY, Dataflow, JobControl, RunReport
 from snapcut.experiments.grid import ALIGNED_TIMEOUT, ALIGNMENT_TIMEOUT_S, Cell
 
 SOURCE = "source"
 LAST_STAGE = "stage3"
 
 
-def build(records: int, keys: int, parallelism: int, seed: int = 7) -> Dataflow:
-    flow = Dataflow(parallelism=parallelism)
+def build(
+    records: int,
+    keys: int,
+    parallelism: int,
+    seed: int = 7,
+    channel_capacity: int = DEFAULT_CHANNEL_CAPACITY,
+) -> Dataflow:
+    flow = Dataflow(parallelism=parallelism, channel_capacity=channel_capacity)
     src = flow.generate_dwell_events(users=keys, count=records, seed=seed, name=SOURCE)
     s1 = src.key_by("user").aggregate(
         name="stage1", forward=True, count="count", total=("sum", "dwell_ms")

@@ -227,7 +227,7 @@ impl GraphBuilder {
     /// `resume` starts from its newest intact checkpoint; failures restart
     /// the job from the last checkpoint up to `restart_attempts` times.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="syncfs"))]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="syncfs", channel_capacity=64))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -240,6 +240,7 @@ impl GraphBuilder {
         failover: &str,
         control: Option<PyRef<'_, PyJobControl>>,
         fsync: &str,
+        channel_capacity: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let current: Arc<std::sync::Mutex<Option<JobHandle>>> =
             control.map(|c| Arc::clone(&c.current)).unwrap_or_default();
@@ -250,6 +251,7 @@ impl GraphBuilder {
             .map_py();
         }
         let options = JobOptions {
+            channel_capacity,
             failover: failover.parse().map_py()?,
             restart: RestartStrategy {
                 attempts: restart_attempts,
