@@ -109,10 +109,11 @@ class Dataflow:
     channel_capacity: batches each channel between two subtasks holds before
     its sender waits (Flink's buffers per channel). In a job whose channels
     run full, it bounds the data in flight: what an aligned barrier queues
-    behind, and what an unaligned checkpoint logs (about 380k records a
-    checkpoint in the three-shuffle benchmark at the default 64, 66k at 16:
-    `bench/results/peers-snapcut/README.md`). Fewer batches make those
-    smaller; more let each thread run longer between waits."""
+    behind, and what an unaligned checkpoint logs. Fewer batches make those
+    smaller, but threads then wait on each other more: in the three-shuffle
+    benchmark, 8 batches logged 11x fewer records per unaligned checkpoint
+    than the default 64, and the job ran at half the speed
+    (`bench/results/peers-snapcut/README.md`)."""
 
     def __init__(
         self, parallelism: int = 1, channel_capacity: int = DEFAULT_CHANNEL_CAPACITY
