@@ -258,18 +258,28 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def regenerate(
+    out: Path,
+    stem: str,
+    summarize_runs: Callable[[list[dict[str, Any]]], list[dict[str, Any]]],
+    write_report: Callable[[dict[str, Any]], str],
+) -> int:
+    """--regenerate: summarize out/<stem>.json's runs again and rewrite it and out/<stem>.md."""
+    path = out / f"{stem}.json"
+    if not path.is_file():
+        raise SystemExit(f"--regenerate: no {path}; run without --regenerate first")
+    data = json.loads(path.read_text())
+    data["summary"] = summarize_runs(data["runs"])
+    path.write_text(json.dumps(data, indent=1))
+    (out / f"{stem}.md").write_text(write_report(data))
+    print(f"wrote {out / f'{stem}.md'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.regenerate:
-        path = args.out / "interleaved.json"
-        if not path.is_file():
-            raise SystemExit(f"--regenerate: no {path}; run without --regenerate first")
-        data = json.loads(path.read_text())
-        data["summary"] = summarize(data["runs"])
-        path.write_text(json.dumps(data, indent=1))
-        (args.out / "interleaved.md").write_text(report(data))
-        print(f"wrote {args.out / 'interleaved.md'}")
-        return 0
+        return regenerate(args.out, "interleaved", summarize, report)
     from snapcut.experiments.machine import Machine
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -375,16 +375,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    path = args.out / "windowed.json"
     if args.regenerate:
-        if not path.is_file():
-            raise SystemExit(f"--regenerate: no {path}; run without --regenerate first")
-        data = json.loads(path.read_text())
-        data["summary"] = summarize(data["runs"])
-        path.write_text(json.dumps(data, indent=1))
-        (args.out / "windowed.md").write_text(report(data))
-        print(f"wrote {args.out / 'windowed.md'}")
-        return 0
+        return interleaved.regenerate(args.out, "windowed", summarize, report)
     from snapcut.experiments.machine import Machine
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -420,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "summary": summarize(runs),
     }
-    path.write_text(json.dumps(data, indent=1))
+    (args.out / "windowed.json").write_text(json.dumps(data, indent=1))
     (args.out / "windowed.md").write_text(report(data))
     print(f"wrote {args.out / 'windowed.md'}")
     return 0
