@@ -243,6 +243,50 @@ def test_savepoint_survives_retention(tmp_path: Path) -> None:
     assert got(report.results["r"]) == expected()
 
 
+def test_triggered_checkpoints_without_an_interval(tmp_path: Path) -> None:
+    """`Checkpointing(interval=None)` takes no periodic checkpoints; each
+    `trigger_checkpoint` takes one (windowed.py's way to switch them on and off)."""
+    marker = tmp_path / "marker"
+    marker.write_text("never fail")
+    control = JobControl()
+    triggered: list[float] = []
+
+    def trigger() -> None:
+        while not control.started:
+            time.sleep(0.001)
+        for _ in range(3):
+            time.sleep(0.01)
+            control.trigger_checkpoint()
+            triggered.append(time.perf_counter())
+
+    t = threading.Thread(target=trigger)
+    t.start()
+    report = build(marker).run(
+        Checkpointing(protocol="aligned", interval=None),
+        checkpoint_dir=tmp_path / "chk",
+        control=control,
+    )
+    t.join()
+    assert len(triggered) == 3
+    periodic = [c for c in report.completed_checkpoints if not c.is_final]
+    assert len(periodic) == 3 and not any(c.savepoint for c in periodic)
+    assert got(report.results["r"]) == expected()
+    none = JobControl()
+
+    def trigger_disabled() -> None:
+        while not none.started:
+            time.sleep(0.001)
+        with pytest.raises(ConfigError, match="checkpoints are disabled"):
+            none.trigger_checkpoint()
+        triggered.append(0.0)
+
+    t = threading.Thread(target=trigger_disabled)
+    t.start()
+    build(marker).run(Checkpointing(protocol="none"), control=none)
+    t.join()
+    assert len(triggered) == 4
+
+
 def test_job_control_before_start_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not started"):
         JobControl().trigger_savepoint()

@@ -505,6 +505,9 @@ class JobControl:
         self._inner.trigger_savepoint()
 
     def trigger_checkpoint(self) -> None:
+        """Takes a checkpoint now, with or without a periodic `interval`; it
+        waits behind a checkpoint still in flight, as a periodic one does.
+        Raises ConfigError like `trigger_savepoint`."""
         self._inner.trigger_checkpoint()
 
     def cancel(self) -> None:
