@@ -49,6 +49,19 @@ def failing_once(marker: Path, root: Path) -> Callable[[pa.RecordBatch], pa.Reco
     return fn
 
 
+def once_started(control: JobControl, act: Callable[[], None]) -> threading.Thread:
+    """A running thread that waits for the job under `control` to start, then calls `act`."""
+
+    def run() -> None:
+        while not control.started:
+            time.sleep(0.001)
+        act()
+
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
 def build(
     marker: Path, out: Path | None = None, parallelism: int = 2, root: Path | None = None
 ) -> Dataflow:
@@ -221,14 +234,11 @@ def test_savepoint_survives_retention(tmp_path: Path) -> None:
     taken: list[bool] = []
 
     def take() -> None:
-        while not control.started:
-            time.sleep(0.001)
         time.sleep(0.02)
         control.trigger_savepoint()
         taken.append(True)
 
-    t = threading.Thread(target=take)
-    t.start()
+    t = once_started(control, take)
     cfg = Checkpointing(interval=0.005, retained=1)
     report = build(marker).run(cfg, checkpoint_dir=root, control=control)
     t.join()
@@ -252,15 +262,12 @@ def test_triggered_checkpoints_without_an_interval(tmp_path: Path) -> None:
     triggered: list[float] = []
 
     def trigger() -> None:
-        while not control.started:
-            time.sleep(0.001)
         for _ in range(3):
             time.sleep(0.01)
             control.trigger_checkpoint()
             triggered.append(time.perf_counter())
 
-    t = threading.Thread(target=trigger)
-    t.start()
+    t = once_started(control, trigger)
     report = build(marker).run(
         Checkpointing(protocol="aligned", interval=None),
         checkpoint_dir=tmp_path / "chk",
@@ -274,14 +281,11 @@ def test_triggered_checkpoints_without_an_interval(tmp_path: Path) -> None:
     none = JobControl()
 
     def trigger_disabled() -> None:
-        while not none.started:
-            time.sleep(0.001)
         with pytest.raises(ConfigError, match="checkpoints are disabled"):
             none.trigger_checkpoint()
         triggered.append(0.0)
 
-    t = threading.Thread(target=trigger_disabled)
-    t.start()
+    t = once_started(none, trigger_disabled)
     build(marker).run(Checkpointing(protocol="none"), control=none)
     t.join()
     assert len(triggered) == 4

@@ -270,7 +270,14 @@ def regenerate(
         raise SystemExit(f"--regenerate: no {path}; run without --regenerate first")
     data = json.loads(path.read_text())
     data["summary"] = summarize_runs(data["runs"])
-    path.write_text(json.dumps(data, indent=1))
+    return write_results(out, stem, data, write_report)
+
+
+def write_results(
+    out: Path, stem: str, data: dict[str, Any], write_report: Callable[[dict[str, Any]], str]
+) -> int:
+    """Writes out/<stem>.json (every run and the summary) and its report out/<stem>.md."""
+    (out / f"{stem}.json").write_text(json.dumps(data, indent=1))
     (out / f"{stem}.md").write_text(write_report(data))
     print(f"wrote {out / f'{stem}.md'}")
     return 0
@@ -307,10 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "summary": summarize(runs),
     }
-    (args.out / "interleaved.json").write_text(json.dumps(data, indent=1))
-    (args.out / "interleaved.md").write_text(report(data))
-    print(f"wrote {args.out / 'interleaved.md'}")
-    return 0
+    return write_results(args.out, "interleaved", data, report)
 
 
 if __name__ == "__main__":

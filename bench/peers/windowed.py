@@ -26,7 +26,6 @@ Writes windowed.json (every window) and windowed.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shutil
@@ -53,10 +52,11 @@ WARMUP_S = 1.0
 
 def machine_counters() -> tuple[float, float, float]:
     """(process CPU seconds, machine idle ticks, machine ticks) now."""
+    from snapcut.experiments.machine import cpu_ticks
+
     t = os.times()
-    with open("/proc/stat") as f:
-        ticks = [int(v) for v in f.readline().split()[1:]]
-    return t.user + t.system, float(ticks[3] + ticks[4]), float(sum(ticks))
+    idle, total = cpu_ticks() or (0, 0)
+    return t.user + t.system, float(idle), float(total)
 
 
 class Trigger(threading.Thread):
@@ -412,10 +412,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "summary": summarize(runs),
     }
-    (args.out / "windowed.json").write_text(json.dumps(data, indent=1))
-    (args.out / "windowed.md").write_text(report(data))
-    print(f"wrote {args.out / 'windowed.md'}")
-    return 0
+    return interleaved.write_results(args.out, "windowed", data, report)
 
 
 if __name__ == "__main__":

@@ -63,10 +63,15 @@ class _Node:
     inputs: list[_Input] = field(default_factory=list)
 
 
-def _check_parallelism(value: object) -> int:
+def _check_count(name: str, value: object, meaning: str = "") -> int:
+    """`value` as an int >= 1, else a ConfigError naming `name` (and what it means)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"parallelism must be an int >= 1, got {value!r}")
+        raise ConfigError(f"{name} must be an int >= 1{meaning}, got {value!r}")
     return value
+
+
+def _check_parallelism(value: object) -> int:
+    return _check_count("parallelism", value)
 
 
 FSYNC_MODES = ("syncfs", "per-file", "off")
@@ -94,15 +99,6 @@ DEFAULT_CHANNEL_CAPACITY = 64
 """Batches a channel holds before its sender waits (`JobOptions::channel_capacity`)."""
 
 
-def _check_channel_capacity(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(
-            f"channel_capacity must be an int >= 1 (batches each channel holds before its "
-            f"sender waits; default {DEFAULT_CHANNEL_CAPACITY}), got {value!r}"
-        )
-    return value
-
-
 class Dataflow:
     """A dataflow job under construction. `parallelism` is the default of every operator.
 
@@ -119,7 +115,12 @@ class Dataflow:
         self, parallelism: int = 1, channel_capacity: int = DEFAULT_CHANNEL_CAPACITY
     ) -> None:
         self.parallelism = _check_parallelism(parallelism)
-        self.channel_capacity = _check_channel_capacity(channel_capacity)
+        self.channel_capacity = _check_count(
+            "channel_capacity",
+            channel_capacity,
+            " (batches each channel holds before its sender waits; "
+            f"default {DEFAULT_CHANNEL_CAPACITY})",
+        )
         self._nodes: list[_Node] = []
         self._names: set[str] = set()
         self._results: set[str] = set()

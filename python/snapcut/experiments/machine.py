@@ -44,7 +44,7 @@ BUSY_SHARE = 0.25
 """Share of all CPUs busy just before a run above which its report warns."""
 
 
-def _cpu_ticks() -> tuple[int, int] | None:
+def cpu_ticks() -> tuple[int, int] | None:
     """(idle + iowait, all) jiffies of every CPU since boot, from /proc/stat."""
     try:
         fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -56,7 +56,7 @@ def _cpu_ticks() -> tuple[int, int] | None:
 
 
 def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
-    """Share of the CPUs' time between two `_cpu_ticks` readings that was not idle."""
+    """Share of the CPUs' time between two `cpu_ticks` readings that was not idle."""
     total = after[1] - before[1]
     if total <= 0:
         return None
@@ -69,11 +69,11 @@ def cpu_busy(sample_s: float = BUSY_SAMPLE_S) -> float | None:
     What a benchmark needs to know is whether something else is running now;
     the 1-minute load average still carries the benchmark that just ended for
     minutes after it did."""
-    before = _cpu_ticks()
+    before = cpu_ticks()
     if before is None:
         return None
     time.sleep(sample_s)
-    after = _cpu_ticks()
+    after = cpu_ticks()
     return None if after is None else busy_share(before, after)
 
 
