@@ -232,26 +232,36 @@ def report(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pairs", type=int, default=16)
+def add_cell_arguments(p: argparse.ArgumentParser) -> None:
+    """The cells to measure (jobs x keys x protocols), the store and the interval."""
     p.add_argument("--jobs", nargs="+", choices=peers.JOBS, default=list(peers.JOBS))
     p.add_argument("--keys", nargs="+", type=int, default=list(peers.KEYS))
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     p.add_argument("--store", choices=tuple(snapcut_job.FSYNC_OF_STORE), default="disk")
     p.add_argument("--interval", type=float, default=0.1, help="checkpoint interval, seconds")
+
+
+def add_output_arguments(p: argparse.ArgumentParser, stem: str) -> None:
+    """--out and --regenerate, for a script writing <stem>.json and <stem>.md."""
+    p.add_argument("--out", type=Path, default=peers.REPO / "bench" / "out" / stem)
+    p.add_argument(
+        "--regenerate",
+        action="store_true",
+        help=f"measure nothing: summarize --out's {stem}.json again and rewrite its report",
+    )
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pairs", type=int, default=16)
+    add_cell_arguments(p)
     p.add_argument(
         "--records-scale",
         type=float,
         default=0.4,
         help="x run.py's record counts (0.4: runs of 2-4 s on 2 cores)",
     )
-    p.add_argument("--out", type=Path, default=peers.REPO / "bench" / "out" / "interleaved")
-    p.add_argument(
-        "--regenerate",
-        action="store_true",
-        help="measure nothing: summarize --out's interleaved.json again and rewrite its report",
-    )
+    add_output_arguments(p, "interleaved")
     args = p.parse_args(argv)
     if args.pairs < 1:
         p.error("--pairs must be at least 1")

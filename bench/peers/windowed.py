@@ -338,11 +338,7 @@ def report(data: dict[str, Any]) -> str:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--jobs", nargs="+", choices=peers.JOBS, default=list(peers.JOBS))
-    p.add_argument("--keys", nargs="+", type=int, default=list(peers.KEYS))
-    p.add_argument("--modes", nargs="+", choices=interleaved.MODES, default=list(interleaved.MODES))
-    p.add_argument("--store", choices=tuple(snapcut_job.FSYNC_OF_STORE), default="disk")
-    p.add_argument("--interval", type=float, default=0.1, help="checkpoint interval, seconds")
+    interleaved.add_cell_arguments(p)
     p.add_argument("--window", type=float, default=1.0, help="window length, seconds")
     p.add_argument("--guard", type=float, default=0.2, help="unmeasured start of a window, s")
     p.add_argument("--seconds", type=float, default=60.0, help="about how long a run lasts")
@@ -353,12 +349,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="batches per channel (Dataflow(channel_capacity=...)); default: the runtime's",
     )
-    p.add_argument("--out", type=Path, default=peers.REPO / "bench" / "out" / "windowed")
-    p.add_argument(
-        "--regenerate",
-        action="store_true",
-        help="measure nothing: summarize --out's windowed.json again and rewrite its report",
-    )
+    interleaved.add_output_arguments(p, "windowed")
     args = p.parse_args(argv)
     if args.runs < 1:
         p.error("--runs must be at least 1")
