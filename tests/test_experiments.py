@@ -330,6 +330,37 @@ def test_forward_must_be_a_bool() -> None:
         events.key_by("user").aggregate(forward="yes", n="count")  # type: ignore[arg-type]
 
 
+def test_thread_cpu_reads_each_threads_user_and_system_time() -> None:
+    import threading
+    import time
+
+    from snapcut.experiments.machine import parse_task_stat, thread_cpu
+
+    # A name with spaces and parentheses: the fields count from the last ')'.
+    line = "4242 (snapcut-a) b) R 1 2 3 4 5 6 7 8 9 10 250 17 0 0 20 0 1 0"
+    assert parse_task_stat(line) == ("snapcut-a) b", 250, 17)
+    with pytest.raises(ValueError):
+        parse_task_stat("4242 no name here")
+    before = thread_cpu()
+    if not before:
+        pytest.skip("no /proc/self/task on this platform")
+
+    def spin() -> None:
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    # Read while the worker still runs: an ended thread is not counted.
+    time.sleep(0.25)
+    during = thread_cpu()
+    worker.join()
+    spent = sum(u + k for u, k in during.values()) - sum(u + k for u, k in before.values())
+    assert spent >= 0.1
+    assert all(u >= 0 and k >= 0 for u, k in during.values())
+
+
 def test_machine_warns_on_cpus_busy_now_not_on_a_past_load() -> None:
     from snapcut.experiments.machine import busy_share
 

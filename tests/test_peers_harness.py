@@ -369,16 +369,39 @@ def test_windowed_reads_window_rates_after_their_guard() -> None:
 
 def test_windowed_counters_pair_guard_and_end_marks() -> None:
     wd = peers_module("windowed")
+    w = {"writer": (0.0, 0.0), "tasks": (1.0, 0.1)}
     marks = [
-        (0, "guard", (1.0, 10.0, 100.0)),
-        (0, "end", (2.5, 15.0, 200.0)),
-        (1, "guard", (2.6, 15.0, 210.0)),
-        (1, "end", (4.0, 15.0, 410.0)),
-        (2, "guard", (4.1, 15.0, 420.0)),  # the job ended before window 2 did
+        (0, "guard", (1.0, 10.0, 100.0, w)),
+        (0, "end", (2.5, 15.0, 200.0, {"writer": (0.0, 0.0), "tasks": (2.4, 0.2)})),
+        (1, "guard", (2.6, 15.0, 210.0, {"writer": (0.0, 0.0), "tasks": (2.5, 0.2)})),
+        (1, "end", (4.0, 15.0, 410.0, {"writer": (0.1, 0.3), "tasks": (3.5, 0.3)})),
+        (2, "guard", (4.1, 15.0, 420.0, w)),  # the job ended before window 2 did
     ]
-    cpu, idle = wd.window_counters(marks, 3)
+    cpu, idle, roles = wd.window_counters(marks, 3)
     assert cpu == pytest.approx([1.5, 1.4])
     assert idle == pytest.approx([0.05, 0.0])
+    assert roles[0]["tasks"] == pytest.approx([1.4, 0.1])
+    assert roles[1]["writer"] == pytest.approx([0.1, 0.3])
+    assert "coordinator" not in roles[1]
+
+
+def test_windowed_names_thread_roles_and_their_extra_cpu() -> None:
+    wd = peers_module("windowed")
+    assert wd.thread_role("snapcut-store-w") == "writer"
+    assert wd.thread_role("snapcut-job") == "coordinator"
+    assert wd.thread_role("snapcut-stage1[0") == "tasks"
+    assert wd.thread_role("python") == "other"
+    # On windows 1 and 3 against the mean of their neighbours.
+    assert wd.on_differences([0.0, 0.3, 0.1, 0.5, 0.1]) == pytest.approx([0.25, 0.4])
+    runs = [
+        {"thread_cpu_share": {"writer system": [0.0, 0.04, 0.0], "tasks user": [1.9, 1.8, 1.9]}},
+        {"thread_cpu_share": {"writer system": [0.0, 0.06, 0.0]}},
+        {},  # recorded before threads were counted
+    ]
+    shift = wd.cpu_shift(runs)
+    assert shift["writer system"] == pytest.approx(0.05)
+    assert shift["tasks user"] == pytest.approx(-0.1)
+    assert "coordinator user" not in shift
 
 
 def test_windowed_trigger_fires_only_in_odd_windows() -> None:
@@ -416,7 +439,10 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     assert len(r["rates"]) >= 3 and all(v > 0 for v in r["rates"])
     (row,) = data["summary"]
     assert row["windows"] >= 1 and "overhead" in row
-    assert "| dwell | 50 | aligned |" in (tmp_path / "windowed.md").read_text()
+    # The tasks ran in every window: their CPU was counted.
+    assert all(v > 0 for v in r["thread_cpu_share"]["tasks user"])
+    md = (tmp_path / "windowed.md").read_text()
+    assert "| dwell | 50 | aligned |" in md and "## Where the CPU goes in on windows" in md
     (tmp_path / "windowed.md").unlink()
     again = run(str(PEERS / "windowed.py"), "--regenerate", "--out", str(tmp_path))
     assert again.returncode == 0, again.stderr

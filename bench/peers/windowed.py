@@ -50,13 +50,33 @@ WARMUP_S = 1.0
 """Time before the first window: threads start, every key is first inserted."""
 
 
-def machine_counters() -> tuple[float, float, float]:
-    """(process CPU seconds, machine idle ticks, machine ticks) now."""
-    from snapcut.experiments.machine import cpu_ticks
+ROLES = ("writer", "coordinator", "tasks", "other")
+"""Thread roles whose CPU a window reports (`thread_role`)."""
+
+Counters = tuple[float, float, float, dict[str, tuple[float, float]]]
+"""(process CPU seconds, machine idle ticks, machine ticks, role -> (user s, system s))."""
+
+
+def thread_role(name: str) -> str:
+    """Which part of snapcut a thread of this name is (Linux cuts names to 15 bytes)."""
+    if name.startswith("snapcut-store-w"):
+        return "writer"
+    if name == "snapcut-job":
+        return "coordinator"
+    return "tasks" if name.startswith("snapcut-") else "other"
+
+
+def machine_counters() -> Counters:
+    """`Counters` now."""
+    from snapcut.experiments.machine import cpu_ticks, thread_cpu
 
     t = os.times()
     idle, total = cpu_ticks() or (0, 0)
-    return t.user + t.system, float(idle), float(total)
+    roles: dict[str, tuple[float, float]] = {}
+    for name, (user, system) in thread_cpu().items():
+        u, k = roles.get(thread_role(name), (0.0, 0.0))
+        roles[thread_role(name)] = (u + user, k + system)
+    return t.user + t.system, float(idle), float(total), roles
 
 
 class Trigger(threading.Thread):
@@ -72,7 +92,7 @@ class Trigger(threading.Thread):
         self.window_s, self.guard_s, self.interval_s = window_s, guard_s, interval_s
         self.warmup_s = warmup_s
         self.stop = threading.Event()
-        self.marks: list[tuple[int, str, tuple[float, float, float]]] = []
+        self.marks: list[tuple[int, str, Counters]] = []
         self.triggered = 0
 
     def run(self) -> None:
@@ -136,20 +156,35 @@ def on_overheads(values: list[float], higher_is_faster: bool = True) -> list[flo
     return out
 
 
+def on_differences(values: list[float]) -> list[float]:
+    """Per on window (odd index) with an off window either side: its value
+    minus the mean of its neighbours'."""
+    return [values[w] - (values[w - 1] + values[w + 1]) / 2 for w in range(1, len(values) - 1, 2)]
+
+
 def window_counters(
-    marks: list[tuple[int, str, tuple[float, float, float]]], windows: int
-) -> tuple[list[float], list[float]]:
-    """Per window, between its guard end and its end: process CPU seconds
-    and the machine's idle share."""
-    by: dict[tuple[int, str], tuple[float, float, float]] = {(w, k): c for w, k, c in marks}
-    cpu, idle = [], []
+    marks: list[tuple[int, str, Counters]], windows: int
+) -> tuple[list[float], list[float], list[dict[str, list[float]]]]:
+    """Per window, between its guard end and its end: process CPU seconds,
+    the machine's idle share, and each thread role's [user, system] CPU
+    seconds (threads that ended within the window are not counted)."""
+    by: dict[tuple[int, str], Counters] = {(w, k): c for w, k, c in marks}
+    cpu, idle, roles = [], [], []
     for w in range(windows):
         a, b = by.get((w, "guard")), by.get((w, "end"))
         if a is None or b is None:
             break
         cpu.append(b[0] - a[0])
         idle.append((b[1] - a[1]) / max(b[2] - a[2], 1.0))
-    return cpu, idle
+        zero = (0.0, 0.0)
+        roles.append(
+            {
+                r: [b[3].get(r, zero)[i] - a[3].get(r, zero)[i] for i in (0, 1)]
+                for r in ROLES
+                if r in a[3] or r in b[3]
+            }
+        )
+    return cpu, idle, roles
 
 
 def calibrate(job: str, keys: int, channel_capacity: int | None) -> float:
@@ -196,8 +231,14 @@ def measure(
         args.guard,
         WARMUP_S,
     )
-    cpu, idle = window_counters(trigger.marks, len(rates))
+    cpu, idle, roles = window_counters(trigger.marks, len(rates))
     measured = args.window - args.guard
+    # Share of one CPU (1.0 = a whole core) per role, user and system apart.
+    thread_share = {
+        f"{role} {kind}": [w.get(role, [0.0, 0.0])[i] / measured for w in roles]
+        for role in ROLES
+        for i, kind in enumerate(("user", "system"))
+    }
     # 0 for a window without records: on_overheads skips it, and the windows keep their parity.
     cpu_per_m = [
         c / (r * measured) * 1e6 if r > 0 else 0.0 for c, r in zip(cpu, rates, strict=False)
@@ -212,6 +253,7 @@ def measure(
         "rates": rates,
         "cpu_s_per_m_records": cpu_per_m,
         "idle_share": idle,
+        "thread_cpu_share": thread_share,
         "triggered": trigger.triggered,
         "checkpoints": stats["checkpoints"],
         "checkpoint_ms": stats["checkpoint_ms"],
@@ -239,6 +281,21 @@ def clustered_median_ci(
         medians.append(statistics.median(values))
     medians.sort()
     return medians[int(0.025 * (len(medians) - 1))], medians[int(0.975 * (len(medians) - 1))]
+
+
+def cpu_shift(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Per "role kind" (e.g. "writer system"): the median over on windows of
+    the share of one CPU it used beyond the mean of the off windows either
+    side. Runs recorded before threads were counted have none."""
+    keys = [f"{r} {k}" for r in ROLES for k in ("user", "system")]
+    out = {}
+    for key in keys:
+        diffs = [
+            d for r in runs for d in on_differences(r.get("thread_cpu_share", {}).get(key, []))
+        ]
+        if diffs:
+            out[key] = statistics.median(diffs)
+    return out
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -274,6 +331,7 @@ def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "alignment_ms": peers._median(r["alignment_ms"] for r in rs),
                 "logged_records": peers._median(r["logged_records"] for r in rs),
                 "verdict": interleaved.verdict(lo, mid, hi),
+                "cpu_shift": cpu_shift(rs),
             }
         rows.append(row)
     return rows
@@ -333,6 +391,43 @@ def report(data: dict[str, Any]) -> str:
             f"{num(r['checkpoint_ms'], '.1f')} | {num(r['alignment_ms'], '.2f')} | "
             f"{num(r['logged_records'], ',.0f')} | {r['verdict']} |"
         )
+    shifts = [r for r in data["summary"] if r.get("cpu_shift")]
+    if shifts:
+        lines += [
+            "",
+            "## Where the CPU goes in on windows",
+            "",
+            "Per thread role, the share of one CPU it used in an on window beyond the mean of "
+            "the off windows either side (median over on windows; +1.0 points = 1 % of one "
+            "core; the machine has "
+            f"{os.cpu_count()} logical CPUs, and their time is full in every window). The "
+            "writer encodes and writes the snapshot files, the coordinator commits (manifest, "
+            "fsync, retention), the tasks run the job and capture their state; what the "
+            "writer and the coordinator take, the tasks lose, and CPU per record (above) says "
+            "whether the tasks' own work per record grew as well.",
+            "",
+            "| job | keys | protocol | writer user | writer kernel | coordinator user "
+            "| coordinator kernel | tasks user | tasks kernel | other |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in shifts:
+            c = r["cpu_shift"]
+            cells = [
+                f"{c[k] * 100:+.1f}" if k in c else "-"
+                for k in (
+                    "writer user",
+                    "writer system",
+                    "coordinator user",
+                    "coordinator system",
+                    "tasks user",
+                    "tasks system",
+                )
+            ]
+            other = sum(c.get(f"other {k}", 0.0) for k in ("user", "system"))
+            lines.append(
+                f"| {r['job']} | {r['keys']:,} | {r['mode']} | {' | '.join(cells)} "
+                f"| {other * 100:+.1f} |"
+            )
     return "\n".join(lines) + "\n"
 
 

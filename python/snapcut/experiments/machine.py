@@ -63,6 +63,37 @@ def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     return max(0.0, min(1.0, 1 - (after[0] - before[0]) / total))
 
 
+def parse_task_stat(text: str) -> tuple[str, int, int]:
+    """(thread name, user ticks, system ticks) of one `/proc/<pid>/task/<tid>/stat`.
+
+    The name sits in parentheses and may itself hold spaces and parentheses,
+    so the fields are counted from its last ')'."""
+    start, end = text.index("("), text.rindex(")")
+    fields = text[end + 2 :].split()
+    # Fields 14 and 15 of proc(5) (utime, stime); fields[0] is field 3 (state).
+    return text[start + 1 : end], int(fields[11]), int(fields[12])
+
+
+def thread_cpu(pid: int | str = "self") -> dict[str, tuple[float, float]]:
+    """CPU seconds (user, system) per thread name of process `pid` since each
+    thread started, threads of one name summed; {} off Linux. Threads that
+    have ended are not counted: compare readings of threads that outlive both."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, tuple[float, float]] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            name, user, system = parse_task_stat(Path(f"/proc/{pid}/task/{tid}/stat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended between the listing and the read
+        u, s = out.get(name, (0.0, 0.0))
+        out[name] = (u + user / tick, s + system / tick)
+    return out
+
+
 def cpu_busy(sample_s: float = BUSY_SAMPLE_S) -> float | None:
     """Share of all CPUs busy over the next `sample_s` seconds (None off Linux).
 
