@@ -399,7 +399,7 @@ def test_windowed_names_thread_roles_and_their_extra_cpu() -> None:
         {},  # recorded before threads were counted
     ]
     shift = wd.cpu_shift(runs)
-    assert shift["writer system"] == pytest.approx(0.05)
+    assert shift["writer system"] == pytest.approx(0.05)  # the mean of 0.04 and 0.06
     assert shift["tasks user"] == pytest.approx(-0.1)
     assert "coordinator user" not in shift
 
@@ -466,3 +466,21 @@ def test_windowed_interval_covers_the_spread_between_runs() -> None:
     il = peers_module("interleaved")
     plain_lo, plain_hi = il.bootstrap_median_ci([0.02] * 10 + [0.12] * 10)
     assert plain_hi - plain_lo <= hi - lo
+
+
+def test_file_churn_measures_per_file_and_per_mb_and_refuses_bad_input(tmp_path: Path) -> None:
+    out = run(str(PEERS / "file_churn.py"), "--rounds", "5", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "file_churn.json").read_text())
+    assert [(r["files"], r["mb"]) for r in data["rows"]][:2] == [(2, 0.0), (20, 0.0)]
+    assert all(r["wall_ms"] > 0 for r in data["rows"])
+    # Writing 12 MB a round takes the kernel longer than writing nothing.
+    rows = {(r["files"], r["mb"]): r for r in data["rows"]}
+    assert rows[(20, 12.0)]["wall_ms"] > rows[(20, 0.0)]["wall_ms"]
+    assert "Per file created and removed" in (tmp_path / "file_churn.md").read_text()
+    few = run(str(PEERS / "file_churn.py"), "--rounds", "2", "--out", str(tmp_path))
+    assert few.returncode == 2 and "--rounds must be at least 5" in few.stderr
+    nodir = run(
+        str(PEERS / "file_churn.py"), "--dir", str(tmp_path / "nope"), "--out", str(tmp_path)
+    )
+    assert nodir.returncode == 2 and "is not a directory" in nodir.stderr

@@ -284,9 +284,11 @@ def clustered_median_ci(
 
 
 def cpu_shift(runs: list[dict[str, Any]]) -> dict[str, float]:
-    """Per "role kind" (e.g. "writer system"): the median over on windows of
+    """Per "role kind" (e.g. "writer system"): the mean over on windows of
     the share of one CPU it used beyond the mean of the off windows either
-    side. Runs recorded before threads were counted have none."""
+    side. A mean, not a median: threads' CPU comes in 10 ms ticks, a few per
+    window, so a median would only say how many ticks. Runs recorded before
+    threads were counted have none."""
     keys = [f"{r} {k}" for r in ROLES for k in ("user", "system")]
     out = {}
     for key in keys:
@@ -294,7 +296,7 @@ def cpu_shift(runs: list[dict[str, Any]]) -> dict[str, float]:
             d for r in runs for d in on_differences(r.get("thread_cpu_share", {}).get(key, []))
         ]
         if diffs:
-            out[key] = statistics.median(diffs)
+            out[key] = statistics.mean(diffs)
     return out
 
 
@@ -398,7 +400,7 @@ def report(data: dict[str, Any]) -> str:
             "## Where the CPU goes in on windows",
             "",
             "Per thread role, the share of one CPU it used in an on window beyond the mean of "
-            "the off windows either side (median over on windows; +1.0 points = 1 % of one "
+            "the off windows either side (mean over on windows; +1.0 points = 1 % of one "
             "core; the machine has "
             f"{os.cpu_count()} logical CPUs, and their time is full in every window). The "
             "writer encodes and writes the snapshot files, the coordinator commits (manifest, "
