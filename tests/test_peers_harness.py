@@ -391,6 +391,8 @@ def test_windowed_names_thread_roles_and_their_extra_cpu() -> None:
     assert wd.thread_role("snapcut-job") == "coordinator"
     assert wd.thread_role("snapcut-stage1[0") == "tasks"
     assert wd.thread_role("python") == "other"
+    assert wd.protocol_label("unaligned", 0.02) == "unaligned, aligned first for 20 ms"
+    assert wd.protocol_label("unaligned", 0.0) == "unaligned"
     # On windows 1 and 3 against the mean of their neighbours.
     assert wd.on_differences([0.0, 0.3, 0.1, 0.5, 0.1]) == pytest.approx([0.25, 0.4])
     runs = [
@@ -428,21 +430,27 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     out = run(
         str(PEERS / "windowed.py"),
         *("--seconds", "5", "--window", "0.5", "--guard", "0.1", "--jobs", "dwell"),
-        *("--keys", "50", "--modes", "aligned", "--channel-capacity", "8"),
-        *("--out", str(tmp_path)),
+        *("--keys", "50", "--modes", "aligned", "unaligned", "--channel-capacity", "8"),
+        *("--alignment-timeout", "0.02", "--out", str(tmp_path)),
     )
     assert out.returncode == 0, out.stderr
     assert "channels of 8 batches" in (tmp_path / "windowed.md").read_text()
     data = json.loads((tmp_path / "windowed.json").read_text())
-    (r,) = data["runs"]
+    r, unaligned = data["runs"]
     assert r["triggered"] >= 1 and r["checkpoints"] >= 1
+    # The timeout applies to unaligned checkpoints only.
+    assert (r["protocol"], unaligned["protocol"]) == (
+        "aligned",
+        "unaligned, aligned first for 20 ms",
+    )
     assert len(r["rates"]) >= 3 and all(v > 0 for v in r["rates"])
-    (row,) = data["summary"]
+    row, _ = data["summary"]
     assert row["windows"] >= 1 and "overhead" in row
     # The tasks ran in every window: their CPU was counted.
     assert all(v > 0 for v in r["thread_cpu_share"]["tasks user"])
     md = (tmp_path / "windowed.md").read_text()
     assert "| dwell | 50 | aligned |" in md and "## Where the CPU goes in on windows" in md
+    assert "| dwell | 50 | unaligned, aligned first for 20 ms |" in md
     (tmp_path / "windowed.md").unlink()
     again = run(str(PEERS / "windowed.py"), "--regenerate", "--out", str(tmp_path))
     assert again.returncode == 0, again.stderr
@@ -453,6 +461,8 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     assert zero.returncode == 2 and "--channel-capacity must be at least 1" in zero.stderr
     short = run(str(PEERS / "windowed.py"), "--seconds", "2", "--out", str(tmp_path))
     assert short.returncode == 2 and "--seconds must be at least" in short.stderr
+    neg = run(str(PEERS / "windowed.py"), "--alignment-timeout", "-1", "--out", str(tmp_path))
+    assert neg.returncode == 2 and "--alignment-timeout must be at least 0" in neg.stderr
 
 
 def test_windowed_interval_covers_the_spread_between_runs() -> None:
