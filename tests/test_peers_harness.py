@@ -383,6 +383,9 @@ def test_windowed_counters_pair_guard_and_end_marks() -> None:
     assert roles[0]["tasks"] == pytest.approx([1.4, 0.1])
     assert roles[1]["writer"] == pytest.approx([0.1, 0.3])
     assert "coordinator" not in roles[1]
+    # Window 0: 95 busy ticks of the machine, 1.5 s of them this process's.
+    tick = os.sysconf("SC_CLK_TCK")
+    assert roles[0]["outside"] == pytest.approx([95 / tick - 1.5, 0.0])
 
 
 def test_windowed_names_thread_roles_and_their_extra_cpu() -> None:
@@ -448,6 +451,7 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     assert row["windows"] >= 1 and "overhead" in row
     # The tasks ran in every window: their CPU was counted.
     assert all(v > 0 for v in r["thread_cpu_share"]["tasks user"])
+    assert len(r["thread_cpu_share"]["outside"]) >= 3
     md = (tmp_path / "windowed.md").read_text()
     assert "| dwell | 50 | aligned |" in md and "## Where the CPU goes in on windows" in md
     assert "| dwell | 50 | unaligned, aligned first for 20 ms |" in md

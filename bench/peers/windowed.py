@@ -167,15 +167,18 @@ def window_counters(
 ) -> tuple[list[float], list[float], list[dict[str, list[float]]]]:
     """Per window, between its guard end and its end: process CPU seconds,
     the machine's idle share, and each thread role's [user, system] CPU
-    seconds (threads that ended within the window are not counted)."""
+    seconds (threads that ended within the window are not counted), with
+    "outside": [the machine's busy seconds that were not this process's, 0]."""
     by: dict[tuple[int, str], Counters] = {(w, k): c for w, k, c in marks}
     cpu, idle, roles = [], [], []
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
     for w in range(windows):
         a, b = by.get((w, "guard")), by.get((w, "end"))
         if a is None or b is None:
             break
         cpu.append(b[0] - a[0])
         idle.append((b[1] - a[1]) / max(b[2] - a[2], 1.0))
+        busy = ((b[2] - a[2]) - (b[1] - a[1])) / tick
         zero = (0.0, 0.0)
         roles.append(
             {
@@ -183,6 +186,9 @@ def window_counters(
                 for r in ROLES
                 if r in a[3] or r in b[3]
             }
+            # The machine's busy CPU seconds that were not this process's:
+            # write-back threads, interrupts, other programs.
+            | {"outside": [busy - cpu[-1], 0.0]}
         )
     return cpu, idle, roles
 
@@ -240,7 +246,7 @@ def measure(
         f"{role} {kind}": [w.get(role, [0.0, 0.0])[i] / measured for w in roles]
         for role in ROLES
         for i, kind in enumerate(("user", "system"))
-    }
+    } | {"outside": [w["outside"][0] / measured for w in roles]}
     # 0 for a window without records: on_overheads skips it, and the windows keep their parity.
     cpu_per_m = [
         c / (r * measured) * 1e6 if r > 0 else 0.0 for c, r in zip(cpu, rates, strict=False)
@@ -292,7 +298,7 @@ def cpu_shift(runs: list[dict[str, Any]]) -> dict[str, float]:
     side. A mean, not a median: threads' CPU comes in 10 ms ticks, a few per
     window, so a median would only say how many ticks. Runs recorded before
     threads were counted have none."""
-    keys = [f"{r} {k}" for r in ROLES for k in ("user", "system")]
+    keys = [f"{r} {k}" for r in ROLES for k in ("user", "system")] + ["outside"]
     out = {}
     for key in keys:
         diffs = [
@@ -417,11 +423,13 @@ def report(data: dict[str, Any]) -> str:
             "writer encodes and writes the snapshot files, the coordinator commits (manifest, "
             "fsync, retention), the tasks run the job and capture their state; what the "
             "writer and the coordinator take, the tasks lose, and CPU per record (above) says "
-            "whether the tasks' own work per record grew as well.",
+            "whether the tasks' own work per record grew as well. Outside the process: the "
+            "machine's busy CPU that was not this process's (the kernel's write-back "
+            "threads, interrupts, other programs).",
             "",
             "| job | keys | protocol | writer user | writer kernel | coordinator user "
-            "| coordinator kernel | tasks user | tasks kernel | other |",
-            "|---|---|---|---|---|---|---|---|---|---|",
+            "| coordinator kernel | tasks user | tasks kernel | other | outside the process |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in shifts:
             c = r["cpu_shift"]
@@ -437,9 +445,10 @@ def report(data: dict[str, Any]) -> str:
                 )
             ]
             other = sum(c.get(f"other {k}", 0.0) for k in ("user", "system"))
+            outside = f"{c['outside'] * 100:+.1f}" if "outside" in c else "-"
             lines.append(
                 f"| {r['job']} | {r['keys']:,} | {r['mode']} | {' | '.join(cells)} "
-                f"| {other * 100:+.1f} |"
+                f"| {other * 100:+.1f} | {outside} |"
             )
     return "\n".join(lines) + "\n"
 
