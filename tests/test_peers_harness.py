@@ -486,12 +486,17 @@ def test_file_churn_measures_per_file_and_per_mb_and_refuses_bad_input(tmp_path:
     out = run(str(PEERS / "file_churn.py"), "--rounds", "5", "--out", str(tmp_path))
     assert out.returncode == 0, out.stderr
     data = json.loads((tmp_path / "file_churn.json").read_text())
-    assert [(r["files"], r["mb"]) for r in data["rows"]][:2] == [(2, 0.0), (20, 0.0)]
-    assert all(r["wall_ms"] > 0 for r in data["rows"])
-    # Writing 12 MB a round takes the kernel longer than writing nothing.
-    rows = {(r["files"], r["mb"]): r for r in data["rows"]}
-    assert rows[(20, 12.0)]["wall_ms"] > rows[(20, 0.0)]["wall_ms"]
-    assert "Per file created and removed" in (tmp_path / "file_churn.md").read_text()
+    assert [(r["files"], r["mb"], r["fsync"]) for r in data["rows"]][:2] == [
+        (2, 0.0, False),
+        (20, 0.0, False),
+    ]
+    assert {r["fsync"] for r in data["rows"]} == {False, True}
+    assert all(r["wall_ms"] > 0 and r["outside_ms"] >= 0 for r in data["rows"])
+    # Writing 12 MB a round takes longer than writing nothing.
+    rows = {(r["files"], r["mb"], r["fsync"]): r for r in data["rows"]}
+    assert rows[(20, 12.0, False)]["wall_ms"] > rows[(20, 0.0, False)]["wall_ms"]
+    md = (tmp_path / "file_churn.md").read_text()
+    assert "- Without fsync, kernel and outside CPU" in md and "- With fsync" in md
     few = run(str(PEERS / "file_churn.py"), "--rounds", "2", "--out", str(tmp_path))
     assert few.returncode == 2 and "--rounds must be at least 5" in few.stderr
     nodir = run(

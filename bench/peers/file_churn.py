@@ -6,9 +6,9 @@ directory and its files at every checkpoint and removes the previous one. At
 without snapcut: per round it makes a directory, writes `files` files of
 `mb / files` MB each, and removes the previous round's directory; it reports
 the process's kernel and user CPU per round (getrusage) for a grid of file
-counts and sizes, and derives the kernel ms per file and per MB. No
-fsync (the store's fsync was not where its cost is:
-bench/results/peers-snapcut/README.md).
+counts and sizes, each without fsync and with an fsync per file, and derives
+the CPU ms per file and per MB. CPU the kernel spends outside the process
+(write-back threads, interrupts) is counted too.
 
     python bench/peers/file_churn.py --out bench/results/store-file-churn
     python bench/peers/file_churn.py --dir /mnt/other-disk --rounds 300
@@ -35,73 +35,102 @@ from typing import Any
 GRID = ((2, 0.0), (20, 0.0), (2, 12.0), (8, 12.0), (20, 12.0), (20, 6.0))
 
 
-def churn(root: Path, files: int, mb: float, rounds: int) -> dict[str, Any]:
-    """Kernel and user CPU ms per round of mkdir + `files` writes + removing
-    the round before, medians over 5 blocks of `rounds` / 5 rounds."""
+def write_file(path: Path, data: bytes, fsync: bool) -> None:
+    with path.open("wb") as f:
+        f.write(data)
+        if fsync:
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def churn(root: Path, files: int, mb: float, rounds: int, fsync: bool) -> dict[str, Any]:
+    """CPU ms per round of mkdir + `files` writes (each fsynced if `fsync`) +
+    removing the round before: this process's kernel and user time, and the
+    machine's busy time outside this process (write-back threads, interrupts);
+    medians over 5 blocks of `rounds` / 5 rounds."""
+    from snapcut.experiments.machine import cpu_ticks
+
+    tick = os.sysconf("SC_CLK_TCK")
     data = os.urandom(int(mb * 2**20 / files))
-    blocks: list[tuple[float, float, float]] = []
+    blocks: list[tuple[float, float, float, float]] = []
     prev: Path | None = None
     per_block = max(rounds // 5, 1)
     for b in range(5):
-        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        r0, t0, m0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), cpu_ticks()
         for i in range(per_block):
-            d = root / f"chk-{files}-{mb:g}-{b}-{i}"
+            d = root / f"chk-{files}-{mb:g}-{fsync}-{b}-{i}"
             d.mkdir()
             for f in range(files):
-                (d / f"part-{f}.arrow").write_bytes(data)
+                write_file(d / f"part-{f}.arrow", data, fsync)
             if prev is not None:
                 shutil.rmtree(prev)
             prev = d
-        r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        r1, t1, m1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), cpu_ticks()
+        own = (r1.ru_stime - r0.ru_stime) + (r1.ru_utime - r0.ru_utime)
+        busy = ((m1[1] - m0[1]) - (m1[0] - m0[0])) / tick if m0 and m1 else own
         blocks.append(
             (
                 (r1.ru_stime - r0.ru_stime) * 1e3 / per_block,
                 (r1.ru_utime - r0.ru_utime) * 1e3 / per_block,
+                max(busy - own, 0.0) * 1e3 / per_block,
                 (t1 - t0) * 1e3 / per_block,
             )
         )
     if prev is not None:
         shutil.rmtree(prev)
-    kernel, user, wall = (statistics.median(c) for c in zip(*blocks, strict=True))
-    return {"files": files, "mb": mb, "kernel_ms": kernel, "user_ms": user, "wall_ms": wall}
+    kernel, user, outside, wall = (statistics.median(c) for c in zip(*blocks, strict=True))
+    return {
+        "files": files,
+        "mb": mb,
+        "fsync": fsync,
+        "kernel_ms": kernel,
+        "user_ms": user,
+        "outside_ms": outside,
+        "wall_ms": wall,
+    }
 
 
-def fit(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """(kernel ms per file, kernel ms per MB): the first from the rounds of
-    empty files (20 against 2), the second from 20 files of 12 MB against 20
-    empty ones."""
-    k = {(r["files"], r["mb"]): r["kernel_ms"] for r in rows}
+def fit(rows: list[dict[str, Any]], fsync: bool) -> tuple[float, float]:
+    """(CPU ms per file, CPU ms per MB), kernel and outside the process
+    together: the first from the rounds of empty files (20 against 2), the
+    second from 20 files of 12 MB against 20 empty ones."""
+    k = {
+        (r["files"], r["mb"]): r["kernel_ms"] + r["outside_ms"] for r in rows if r["fsync"] == fsync
+    }
     return (k[(20, 0.0)] - k[(2, 0.0)]) / 18, (k[(20, 12.0)] - k[(20, 0.0)]) / 12
 
 
 def report(data: dict[str, Any]) -> str:
-    a, b = data["fit"]
     lines = [
         "# What a checkpoint's files cost the kernel",
         "",
         data["machine_md"],
         "",
         f"Command: `{data['command']}`  ",
-        f"Directory: {data['filesystem']}. Per round: mkdir, write the files, remove the "
-        f"previous round's directory (retention 1); {data['rounds']} rounds a row, "
-        "the median of 5 blocks. No fsync.",
+        f"Directory: {data['filesystem']}. Per round: mkdir, write the files (fsynced one by "
+        "one, or not), remove the previous round's directory (retention 1); "
+        f"{data['rounds']} rounds a row, the median of 5 blocks. Kernel and user: this "
+        "process's; outside: the machine's busy CPU that was not this process's (write-back "
+        "threads, interrupts).",
         "",
-        "| files | MB | kernel ms / round | user ms / round | wall ms / round |",
-        "|---|---|---|---|---|",
+        "| fsync | files | MB | kernel ms / round | user ms / round | outside ms / round "
+        "| wall ms / round |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in data["rows"]:
         lines.append(
-            f"| {r['files']} | {r['mb']:g} | {r['kernel_ms']:.2f} | {r['user_ms']:.2f} "
+            f"| {'yes' if r['fsync'] else 'no'} | {r['files']} | {r['mb']:g} "
+            f"| {r['kernel_ms']:.2f} | {r['user_ms']:.2f} | {r['outside_ms']:.2f} "
             f"| {r['wall_ms']:.2f} |"
         )
-    lines += [
-        "",
-        f"Per file created and removed: {a:.3f} kernel ms (20 empty files against 2); per "
-        f"MB written and removed: {b:.3f} kernel ms (20 files of 12 MB against 20 empty). "
-        "At ten "
-        f"checkpoints a second, each file a checkpoint costs {a:.1f} % of one CPU and "
-        f"each MB {b:.1f} %.",
-    ]
+    lines.append("")
+    for fsync, (a, b) in zip((False, True), data["fit"], strict=True):
+        lines.append(
+            f"- {'With' if fsync else 'Without'} fsync, kernel and outside CPU: {a:.3f} ms "
+            f"per file created and removed (20 empty files against 2), {b:.3f} ms per MB "
+            "written and removed (20 files of 12 MB against 20 empty). At ten checkpoints a "
+            f"second, each file a checkpoint costs {a:.1f} % of one CPU and each MB {b:.1f} %."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -127,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = Machine()
     root = Path(tempfile.mkdtemp(prefix="file-churn-", dir=args.dir))
     try:
-        rows = [churn(root, files, mb, args.rounds) for files, mb in GRID]
+        rows = [churn(root, f, mb, args.rounds, sync) for sync in (False, True) for f, mb in GRID]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     machine.finish()
@@ -137,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "filesystem": f"{root.parent} ({filesystem(root.parent)})",
         "rounds": args.rounds,
         "rows": rows,
-        "fit": fit(rows),
+        "fit": [fit(rows, False), fit(rows, True)],
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "file_churn.json").write_text(json.dumps(data, indent=1))
