@@ -418,8 +418,7 @@ def report(data: dict[str, Any]) -> str:
             "",
             "Per thread role, the share of one CPU it used in an on window beyond the mean of "
             "the off windows either side (mean over on windows; +1.0 points = 1 % of one "
-            "core; the machine has "
-            f"{os.cpu_count()} logical CPUs, and their time is full in every window). The "
+            "core; the machine above has its CPUs busy in every window). The "
             "writer encodes and writes the snapshot files, the coordinator commits (manifest, "
             "fsync, retention), the tasks run the job and capture their state; what the "
             "writer and the coordinator take, the tasks lose, and CPU per record (above) says "
