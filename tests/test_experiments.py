@@ -379,6 +379,10 @@ def test_machine_warns_on_cpus_busy_now_not_on_a_past_load() -> None:
     assert busy_share((100, 1000), (150, 1100)) == pytest.approx(0.5)
     assert busy_share((100, 1000), (200, 1100)) == pytest.approx(0.0)
     assert busy_share((100, 1000), (100, 1000)) is None
+    from snapcut.experiments.machine import CLOCK_TICKS_PER_S, busy_seconds
+
+    # 100 ticks passed, 50 of them idle: 50 busy ticks.
+    assert busy_seconds((100, 1000), (150, 1100)) == pytest.approx(50 / CLOCK_TICKS_PER_S)
     # The benchmark that just ended left a 1-minute load of 9: no warning
     # while the CPUs are idle now.
     quiet = Machine(load_before=(9.0, 7.0, 5.0), busy_before=0.03).markdown()

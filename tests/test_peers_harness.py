@@ -377,15 +377,15 @@ def test_windowed_counters_pair_guard_and_end_marks() -> None:
         (1, "end", (4.0, 15.0, 410.0, {"writer": (0.1, 0.3), "tasks": (3.5, 0.3)})),
         (2, "guard", (4.1, 15.0, 420.0, w)),  # the job ended before window 2 did
     ]
-    cpu, idle, roles = wd.window_counters(marks, 3)
-    assert cpu == pytest.approx([1.5, 1.4])
-    assert idle == pytest.approx([0.05, 0.0])
-    assert roles[0]["tasks"] == pytest.approx([1.4, 0.1])
-    assert roles[1]["writer"] == pytest.approx([0.1, 0.3])
-    assert "coordinator" not in roles[1]
+    windows = wd.window_counters(marks, 3)
+    assert [w.cpu_s for w in windows] == pytest.approx([1.5, 1.4])
+    assert [w.idle for w in windows] == pytest.approx([0.05, 0.0])
+    assert windows[0].roles["tasks"] == pytest.approx([1.4, 0.1])
+    assert windows[1].roles["writer"] == pytest.approx([0.1, 0.3])
+    assert "coordinator" not in windows[1].roles
     # Window 0: 95 busy ticks of the machine, 1.5 s of them this process's.
     tick = os.sysconf("SC_CLK_TCK")
-    assert roles[0]["outside"] == pytest.approx([95 / tick - 1.5, 0.0])
+    assert windows[0].outside_s == pytest.approx(95 / tick - 1.5)
 
 
 def test_windowed_names_thread_roles_and_their_extra_cpu() -> None:

@@ -48,9 +48,8 @@ def churn(root: Path, files: int, mb: float, rounds: int, fsync: bool) -> dict[s
     removing the round before: this process's kernel and user time, and the
     machine's busy time outside this process (write-back threads, interrupts);
     medians over 5 blocks of `rounds` / 5 rounds."""
-    from snapcut.experiments.machine import cpu_ticks
+    from snapcut.experiments.machine import busy_seconds, cpu_ticks
 
-    tick = os.sysconf("SC_CLK_TCK")
     data = os.urandom(int(mb * 2**20 / files))
     blocks: list[tuple[float, float, float, float]] = []
     prev: Path | None = None
@@ -67,7 +66,7 @@ def churn(root: Path, files: int, mb: float, rounds: int, fsync: bool) -> dict[s
             prev = d
         r1, t1, m1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), cpu_ticks()
         own = (r1.ru_stime - r0.ru_stime) + (r1.ru_utime - r0.ru_utime)
-        busy = ((m1[1] - m0[1]) - (m1[0] - m0[0])) / tick if m0 and m1 else own
+        busy = busy_seconds(m0, m1) if m0 and m1 else own
         blocks.append(
             (
                 (r1.ru_stime - r0.ru_stime) * 1e3 / per_block,

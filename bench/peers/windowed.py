@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +75,9 @@ def machine_counters() -> Counters:
     idle, total = cpu_ticks() or (0, 0)
     roles: dict[str, tuple[float, float]] = {}
     for name, (user, system) in thread_cpu().items():
-        u, k = roles.get(thread_role(name), (0.0, 0.0))
-        roles[thread_role(name)] = (u + user, k + system)
+        role = thread_role(name)
+        u, k = roles.get(role, (0.0, 0.0))
+        roles[role] = (u + user, k + system)
     return t.user + t.system, float(idle), float(total), roles
 
 
@@ -162,35 +164,47 @@ def on_differences(values: list[float]) -> list[float]:
     return [values[w] - (values[w - 1] + values[w + 1]) / 2 for w in range(1, len(values) - 1, 2)]
 
 
-def window_counters(
-    marks: list[tuple[int, str, Counters]], windows: int
-) -> tuple[list[float], list[float], list[dict[str, list[float]]]]:
-    """Per window, between its guard end and its end: process CPU seconds,
-    the machine's idle share, and each thread role's [user, system] CPU
-    seconds (threads that ended within the window are not counted), with
-    "outside": [the machine's busy seconds that were not this process's, 0]."""
+@dataclass
+class Window:
+    """What one window's counters say, between its guard end and its end."""
+
+    cpu_s: float
+    """The process's CPU seconds."""
+    idle: float
+    """The machine's idle share."""
+    roles: dict[str, list[float]]
+    """Per thread role, [user, system] CPU seconds (threads that ended within
+    the window are not counted)."""
+    outside_s: float
+    """The machine's busy CPU seconds that were not this process's: write-back
+    threads, interrupts, other programs."""
+
+
+def window_counters(marks: list[tuple[int, str, Counters]], windows: int) -> list[Window]:
+    """Per window with both its marks (the first without ends the list)."""
+    from snapcut.experiments.machine import busy_seconds
+
     by: dict[tuple[int, str], Counters] = {(w, k): c for w, k, c in marks}
-    cpu, idle, roles = [], [], []
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out = []
+    zero = (0.0, 0.0)
     for w in range(windows):
         a, b = by.get((w, "guard")), by.get((w, "end"))
         if a is None or b is None:
             break
-        cpu.append(b[0] - a[0])
-        idle.append((b[1] - a[1]) / max(b[2] - a[2], 1.0))
-        busy = ((b[2] - a[2]) - (b[1] - a[1])) / tick
-        zero = (0.0, 0.0)
-        roles.append(
-            {
-                r: [b[3].get(r, zero)[i] - a[3].get(r, zero)[i] for i in (0, 1)]
-                for r in ROLES
-                if r in a[3] or r in b[3]
-            }
-            # The machine's busy CPU seconds that were not this process's:
-            # write-back threads, interrupts, other programs.
-            | {"outside": [busy - cpu[-1], 0.0]}
+        cpu = b[0] - a[0]
+        out.append(
+            Window(
+                cpu_s=cpu,
+                idle=(b[1] - a[1]) / max(b[2] - a[2], 1.0),
+                roles={
+                    r: [b[3].get(r, zero)[i] - a[3].get(r, zero)[i] for i in (0, 1)]
+                    for r in ROLES
+                    if r in a[3] or r in b[3]
+                },
+                outside_s=busy_seconds((a[1], a[2]), (b[1], b[2])) - cpu,
+            )
         )
-    return cpu, idle, roles
+    return out
 
 
 def calibrate(job: str, keys: int, channel_capacity: int | None) -> float:
@@ -239,17 +253,18 @@ def measure(
         args.guard,
         WARMUP_S,
     )
-    cpu, idle, roles = window_counters(trigger.marks, len(rates))
+    windows = window_counters(trigger.marks, len(rates))
     measured = args.window - args.guard
     # Share of one CPU (1.0 = a whole core) per role, user and system apart.
     thread_share = {
-        f"{role} {kind}": [w.get(role, [0.0, 0.0])[i] / measured for w in roles]
+        f"{role} {kind}": [w.roles.get(role, [0.0, 0.0])[i] / measured for w in windows]
         for role in ROLES
         for i, kind in enumerate(("user", "system"))
-    } | {"outside": [w["outside"][0] / measured for w in roles]}
+    } | {"outside": [w.outside_s / measured for w in windows]}
     # 0 for a window without records: on_overheads skips it, and the windows keep their parity.
     cpu_per_m = [
-        c / (r * measured) * 1e6 if r > 0 else 0.0 for c, r in zip(cpu, rates, strict=False)
+        w.cpu_s / (r * measured) * 1e6 if r > 0 else 0.0
+        for w, r in zip(windows, rates, strict=False)
     ]
     periodic = [c for c in report.completed_checkpoints if not c.is_final]
     return {
@@ -261,7 +276,7 @@ def measure(
         "seconds": report.duration_s,
         "rates": rates,
         "cpu_s_per_m_records": cpu_per_m,
-        "idle_share": idle,
+        "idle_share": [w.idle for w in windows],
         "thread_cpu_share": thread_share,
         "triggered": trigger.triggered,
         "checkpoints": stats["checkpoints"],

@@ -55,6 +55,16 @@ def cpu_ticks() -> tuple[int, int] | None:
     return fields[3] + fields[4], sum(fields)
 
 
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+"""Jiffies a second: the unit of /proc/stat and of /proc/<pid>/task/<tid>/stat."""
+
+
+def busy_seconds(before: tuple[float, float], after: tuple[float, float]) -> float:
+    """CPU seconds, summed over every CPU, that were not idle between two
+    `cpu_ticks` readings."""
+    return ((after[1] - before[1]) - (after[0] - before[0])) / CLOCK_TICKS_PER_S
+
+
 def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float | None:
     """Share of the CPUs' time between two `cpu_ticks` readings that was not idle."""
     total = after[1] - before[1]
@@ -78,7 +88,7 @@ def thread_cpu(pid: int | str = "self") -> dict[str, tuple[float, float]]:
     """CPU seconds (user, system) per thread name of process `pid` since each
     thread started, threads of one name summed; {} off Linux. Threads that
     have ended are not counted: compare readings of threads that outlive both."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    tick = CLOCK_TICKS_PER_S
     out: dict[str, tuple[float, float]] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
