@@ -8,11 +8,14 @@ import re
 import struct
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from tests.experiment_support import make_row
+from tests.thread_support import named_thread
 
 from snapcut._core import ConfigError
 from snapcut.cli import main
@@ -331,9 +334,6 @@ def test_forward_must_be_a_bool() -> None:
 
 
 def test_thread_cpu_reads_each_threads_user_and_system_time() -> None:
-    import threading
-    import time
-
     from snapcut.experiments.machine import parse_task_stat, thread_cpu
 
     # A name with spaces and parentheses: the fields count from the last ')'.
@@ -343,34 +343,31 @@ def test_thread_cpu_reads_each_threads_user_and_system_time() -> None:
         parse_task_stat("4242 no name here")
     if not thread_cpu():
         pytest.skip("no /proc/self/task on this platform")
-    import ctypes
-
-    name = b"snapcut-tcpu"
-    spent, done = threading.Event(), threading.Event()
 
     def spin() -> None:
-        # PR_SET_NAME (15) names this OS thread, so its CPU is told apart from
-        # every other thread's, whatever else the test process runs.
-        ctypes.CDLL(None).prctl(15, name, 0, 0, 0)
         # Its own CPU clock, not the wall clock: on a busy machine it just takes longer.
         end = time.thread_time() + 0.3
         while time.thread_time() < end:
             pass
-        spent.set()
-        done.wait(30)  # alive while read: an ended thread is not counted
 
-    assert name.decode() not in thread_cpu()
-    worker = threading.Thread(target=spin)
-    worker.start()
-    try:
-        assert spent.wait(60)
+    assert "snapcut-tcpu" not in thread_cpu()
+    # Read while the thread is alive: an ended thread is not counted.
+    with named_thread("snapcut-tcpu", spin):
         during = thread_cpu()
-    finally:
-        done.set()
-        worker.join()
-    user, system = during[name.decode()]
+    user, system = during["snapcut-tcpu"]
     assert 0.2 <= user + system <= 5
     assert all(u >= 0 and k >= 0 for u, k in during.values())
+
+
+def test_thread_ids_name_each_live_thread() -> None:
+    from snapcut.experiments.machine import thread_ids
+
+    if not thread_ids():
+        pytest.skip("no /proc/self/task on this platform")
+    assert thread_ids()[threading.get_native_id()]  # this thread has a name
+    with named_thread("snapcut-tids") as tid:
+        assert thread_ids()[tid] == "snapcut-tids"
+    assert tid not in thread_ids()
 
 
 def test_machine_warns_on_cpus_busy_now_not_on_a_past_load() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from tests.thread_support import named_thread
 
 from snapcut.dataflow import dwell_events
 
@@ -409,6 +410,29 @@ def test_windowed_names_thread_roles_and_their_extra_cpu() -> None:
     assert "coordinator user" not in shift
 
 
+def test_windowed_pins_writer_and_coordinator_apart_from_the_tasks() -> None:
+    wd = peers_module("windowed")
+    usable = os.sched_getaffinity(0)
+    if len(usable) < 2:
+        pytest.skip("pinning needs two usable CPUs")
+    spare = max(usable)
+    with (
+        named_thread("snapcut-store-w") as writer,
+        named_thread("snapcut-job") as coordinator,
+        named_thread("snapcut-stage1[") as task,
+        named_thread("pytest-other") as other,
+    ):
+        # Only these: pytest's process may hold threads of other tests.
+        names = {writer: "snapcut-store-w", coordinator: "snapcut-job", task: "snapcut-stage1["}
+        pinned = wd.pin_threads(spare, names | {other: "pytest-other"})
+        assert os.sched_getaffinity(writer) == {spare}
+        assert os.sched_getaffinity(coordinator) == {spare}
+        assert os.sched_getaffinity(task) == usable - {spare}
+        assert os.sched_getaffinity(other) == usable
+    assert pinned == {"writer": 1, "coordinator": 1, "tasks": 1}
+    assert os.sched_getaffinity(0) == usable  # the test's own thread is not a task
+
+
 def test_windowed_trigger_fires_only_in_odd_windows() -> None:
     wd = peers_module("windowed")
     trigger = wd.Trigger(None, window_s=1.0, guard_s=0.2, interval_s=0.25, warmup_s=0.0)
@@ -434,13 +458,18 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
         str(PEERS / "windowed.py"),
         *("--seconds", "5", "--window", "0.5", "--guard", "0.1", "--jobs", "dwell"),
         *("--keys", "50", "--modes", "aligned", "unaligned", "--channel-capacity", "8"),
-        *("--alignment-timeout", "0.02", "--out", str(tmp_path)),
+        *("--alignment-timeout", "0.02", "--async-cpu", "1", "--out", str(tmp_path)),
     )
     assert out.returncode == 0, out.stderr
-    assert "channels of 8 batches" in (tmp_path / "windowed.md").read_text()
+    first = (tmp_path / "windowed.md").read_text()
+    assert "channels of 8 batches" in first
+    assert "the store's writer and the coordinator to CPU 1" in first
     data = json.loads((tmp_path / "windowed.json").read_text())
     r, unaligned = data["runs"]
     assert r["triggered"] >= 1 and r["checkpoints"] >= 1
+    # Pinned once warmed up: the writer, the coordinator and the dwell job's tasks.
+    assert r["pinned"]["writer"] == 1 and r["pinned"]["coordinator"] == 1
+    assert r["pinned"]["tasks"] >= 2
     # The timeout applies to unaligned checkpoints only.
     assert (r["protocol"], unaligned["protocol"]) == (
         "aligned",
@@ -467,6 +496,9 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     assert short.returncode == 2 and "--seconds must be at least" in short.stderr
     neg = run(str(PEERS / "windowed.py"), "--alignment-timeout", "-1", "--out", str(tmp_path))
     assert neg.returncode == 2 and "--alignment-timeout must be at least 0" in neg.stderr
+    cpu = run(str(PEERS / "windowed.py"), "--async-cpu", "4096", "--out", str(tmp_path))
+    assert cpu.returncode == 2
+    assert "--async-cpu 4096 is not a CPU this process may use" in cpu.stderr
 
 
 def test_windowed_interval_covers_the_spread_between_runs() -> None:

@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -445,7 +446,7 @@ def _confirm(rows: list[dict[str, Any]], figure: str, what: str, lo: float, hi: 
             and r["checkpointing"] == "100ms"
             and r["overhead"] is not None
         ]
-        fmt = "{:.1f}x".format
+        fmt: Callable[[float], str] = "{:.1f}x".format
     else:
         vals = [
             r["records_per_s"]

@@ -16,8 +16,16 @@ either side) / (its records/s) - 1: a linear drift cancels. Also per
 window: the process's CPU seconds per record and the machine's idle share,
 to tell extra work from stalls.
 
+With `--async-cpu N` the run is split: once the job's threads exist, the
+tasks are pinned to the other CPUs and the store's writer and the
+coordinator to CPU N, so the asynchronous phase of a checkpoint (encoding,
+writing, committing, retention) no longer takes CPU from the job. What is
+left is the overhead the tasks themselves pay (barriers, alignment, state
+capture, logging), against a job running on one CPU fewer.
+
     python bench/peers/windowed.py --out bench/results/peers-snapcut-windowed
     python bench/peers/windowed.py --jobs three-shuffle --keys 100000 --modes aligned --seconds 90
+    python bench/peers/windowed.py --jobs three-shuffle --keys 100000 --async-cpu 1
     python bench/peers/windowed.py --regenerate --out bench/results/peers-snapcut-windowed
 
 Writes windowed.json (every window) and windowed.md.
@@ -67,6 +75,28 @@ def thread_role(name: str) -> str:
     return "tasks" if name.startswith("snapcut-") else "other"
 
 
+def pin_threads(async_cpu: int, threads: dict[int, str] | None = None) -> dict[str, int]:
+    """Pins the writer and the coordinator to `async_cpu` and the tasks to
+    every other CPU this process may use; other threads keep theirs.
+    `threads`: thread id -> name, by default every live thread of this
+    process. Returns how many threads of each role were pinned."""
+    from snapcut.experiments.machine import thread_ids
+
+    others = os.sched_getaffinity(0) - {async_cpu}
+    pinned: dict[str, int] = {}
+    for tid, name in (thread_ids() if threads is None else threads).items():
+        role = thread_role(name)
+        cpus = {"writer": {async_cpu}, "coordinator": {async_cpu}, "tasks": others}.get(role)
+        if cpus is None:
+            continue
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except ProcessLookupError:
+            continue  # the thread ended
+        pinned[role] = pinned.get(role, 0) + 1
+    return pinned
+
+
 def machine_counters() -> Counters:
     """`Counters` now."""
     from snapcut.experiments.machine import cpu_ticks, thread_cpu
@@ -84,10 +114,17 @@ def machine_counters() -> Counters:
 class Trigger(threading.Thread):
     """Triggers a checkpoint every `interval_s` in on windows (odd ones,
     counted from `warmup_s` after the job started) and reads
-    `machine_counters` at each window's guard end and end."""
+    `machine_counters` at each window's guard end and end. With
+    `async_cpu`, pins the job's threads (`pin_threads`) when the warm-up ends."""
 
     def __init__(
-        self, control: Any, window_s: float, guard_s: float, interval_s: float, warmup_s: float
+        self,
+        control: Any,
+        window_s: float,
+        guard_s: float,
+        interval_s: float,
+        warmup_s: float,
+        async_cpu: int | None = None,
     ) -> None:
         super().__init__(daemon=True)
         self.control = control
@@ -96,11 +133,17 @@ class Trigger(threading.Thread):
         self.stop = threading.Event()
         self.marks: list[tuple[int, str, Counters]] = []
         self.triggered = 0
+        self.async_cpu = async_cpu
+        self.pinned: dict[str, int] = {}
 
     def run(self) -> None:
         while not self.control.started and not self.stop.is_set():
             time.sleep(0.001)
         t0 = time.perf_counter() + self.warmup_s
+        if self.async_cpu is not None:
+            if self.stop.wait(self.warmup_s):
+                return
+            self.pinned = pin_threads(self.async_cpu)
         events = self._events(t0)
         while not self.stop.is_set():
             at, kind, window = next(events)
@@ -227,10 +270,11 @@ def measure(
 
     # Flink's aligned-checkpoint timeout: unaligned checkpoints start aligned.
     timeout = args.alignment_timeout if mode == "unaligned" else 0.0
+    # Sized unpinned: pinned to one CPU fewer, the run lasts as long or longer.
     records = int(seconds * calibrate(job, keys, args.channel_capacity))
     flow = snapcut_job.build_flow(job, keys, records, 2, args.channel_capacity)
     control = JobControl()
-    trigger = Trigger(control, args.window, args.guard, args.interval, WARMUP_S)
+    trigger = Trigger(control, args.window, args.guard, args.interval, WARMUP_S, args.async_cpu)
     chk_dir = work / "checkpoints"
     where = None if args.store == "memory" else chk_dir
     trigger.start()
@@ -279,6 +323,7 @@ def measure(
         "idle_share": [w.idle for w in windows],
         "thread_cpu_share": thread_share,
         "triggered": trigger.triggered,
+        "pinned": trigger.pinned,
         "checkpoints": stats["checkpoints"],
         "checkpoint_ms": stats["checkpoint_ms"],
         "alignment_ms": stats["alignment_ms"],
@@ -377,6 +422,15 @@ def capacity(batches: int | None) -> str:
     )
 
 
+def pinning(async_cpu: int | None) -> str:
+    if async_cpu is None:
+        return "threads not pinned"
+    return (
+        f"tasks pinned to every CPU but {async_cpu}, the store's writer and the coordinator "
+        f"to CPU {async_cpu}, once warmed up"
+    )
+
+
 def report(data: dict[str, Any]) -> str:
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{v:+.1%}"
@@ -394,7 +448,8 @@ def report(data: dict[str, Any]) -> str:
         f"of {data['window_s']:g} s alternating off and on (a checkpoint every "
         f"{data['interval_s'] * 1e3:.0f} ms in on windows), each measured after its first "
         f"{data['guard_s']:g} s; store: {data['store']}; "
-        f"{capacity(data.get('channel_capacity'))}; wall time "
+        f"{capacity(data.get('channel_capacity'))}; {pinning(data.get('async_cpu'))}; "
+        "wall time "
         f"{data['wall_s'] / 60:.1f} min. Overhead of an on window: (mean records/s of the off "
         "windows either side) / (its records/s) - 1, at the last keyed stage's input; the "
         "table gives the median over on windows, its bootstrap 95 % interval (resampling "
@@ -488,6 +543,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="batches per channel (Dataflow(channel_capacity=...)); default: the runtime's",
     )
+    p.add_argument(
+        "--async-cpu",
+        type=int,
+        default=None,
+        help="CPU for the store's writer and the coordinator alone; the tasks get the others",
+    )
     interleaved.add_output_arguments(p, "windowed")
     args = p.parse_args(argv)
     if args.runs < 1:
@@ -496,6 +557,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error("--alignment-timeout must be at least 0 (0: unaligned from the start)")
     if args.channel_capacity is not None and args.channel_capacity < 1:
         p.error("--channel-capacity must be at least 1")
+    if args.async_cpu is not None:
+        usable = sorted(os.sched_getaffinity(0))
+        if args.async_cpu not in usable:
+            p.error(f"--async-cpu {args.async_cpu} is not a CPU this process may use: {usable}")
+        if len(usable) < 2:
+            p.error("--async-cpu needs at least two usable CPUs: the tasks keep the others")
     if not 0 <= args.guard < args.window:
         p.error("--guard must be at least 0 and shorter than --window")
     if args.interval <= 0 or args.interval > args.window:
@@ -542,6 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         "store": args.store,
         "channel_capacity": args.channel_capacity,
         "alignment_timeout_s": args.alignment_timeout,
+        "async_cpu": args.async_cpu,
         "runs": runs,
         "summary": summarize(runs),
     }

@@ -104,6 +104,22 @@ def thread_cpu(pid: int | str = "self") -> dict[str, tuple[float, float]]:
     return out
 
 
+def thread_ids(pid: int | str = "self") -> dict[int, str]:
+    """Thread id -> thread name of every live thread of process `pid`; {} off
+    Linux. Thread ids are what `os.sched_setaffinity` takes to pin one thread."""
+    out: dict[int, str] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            out[int(tid)] = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
+        except (OSError, ValueError):
+            continue  # the thread ended between the listing and the read
+    return out
+
+
 def cpu_busy(sample_s: float = BUSY_SAMPLE_S) -> float | None:
     """Share of all CPUs busy over the next `sample_s` seconds (None off Linux).
 
