@@ -237,18 +237,19 @@ impl KeyedAggregate {
     /// The slots changed since the confirmed capture, ascending (a diff
     /// lists keys in insertion order, like a full capture), or `None` if
     /// that is every key (keys are never removed). Checks the open interval
-    /// first: with hot keys it covers them all, and no sort is needed.
+    /// first: with hot keys it covers them all.
     fn changed_unless_every_key(&self) -> Option<Vec<u32>> {
-        if self.dirty.covers_all(self.len()) {
+        let len = self.len();
+        if self.dirty.covers_all(len) {
             return None;
         }
-        let mut changed = self.dirty.members().to_vec();
-        for epoch in self.unconfirmed.values() {
-            changed.extend_from_slice(epoch.slots.as_deref()?);
-        }
-        changed.sort_unstable();
-        changed.dedup();
-        let every = self.len() > 0 && changed.len() == self.len();
+        let earlier: Option<Vec<&[u32]>> = self
+            .unconfirmed
+            .values()
+            .map(|e| e.slots.as_deref())
+            .collect();
+        let changed = self.dirty.union(earlier?, len);
+        let every = len > 0 && changed.len() == len;
         (!every).then_some(changed)
     }
 
