@@ -7,6 +7,7 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,21 +85,31 @@ def parse_task_stat(text: str) -> tuple[str, int, int]:
     return text[start + 1 : end], int(fields[11]), int(fields[12])
 
 
+def _per_thread(pid: int | str, file: str) -> Iterator[tuple[int, str]]:
+    """(thread id, text of `/proc/<pid>/task/<tid>/<file>`) of every live
+    thread of process `pid`; nothing off Linux."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            yield int(tid), Path(f"/proc/{pid}/task/{tid}/{file}").read_text()
+        except (OSError, ValueError):
+            continue  # the thread ended between the listing and the read
+
+
 def thread_cpu(pid: int | str = "self") -> dict[str, tuple[float, float]]:
     """CPU seconds (user, system) per thread name of process `pid` since each
     thread started, threads of one name summed; {} off Linux. Threads that
     have ended are not counted: compare readings of threads that outlive both."""
     tick = CLOCK_TICKS_PER_S
     out: dict[str, tuple[float, float]] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for _, text in _per_thread(pid, "stat"):
         try:
-            name, user, system = parse_task_stat(Path(f"/proc/{pid}/task/{tid}/stat").read_text())
-        except (OSError, ValueError, IndexError):
-            continue  # the thread ended between the listing and the read
+            name, user, system = parse_task_stat(text)
+        except (ValueError, IndexError):
+            continue  # cut short: the thread ended while it was read
         u, s = out.get(name, (0.0, 0.0))
         out[name] = (u + user / tick, s + system / tick)
     return out
@@ -107,17 +118,7 @@ def thread_cpu(pid: int | str = "self") -> dict[str, tuple[float, float]]:
 def thread_ids(pid: int | str = "self") -> dict[int, str]:
     """Thread id -> thread name of every live thread of process `pid`; {} off
     Linux. Thread ids are what `os.sched_setaffinity` takes to pin one thread."""
-    out: dict[int, str] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            out[int(tid)] = Path(f"/proc/{pid}/task/{tid}/comm").read_text().rstrip("\n")
-        except (OSError, ValueError):
-            continue  # the thread ended between the listing and the read
-    return out
+    return {tid: name.rstrip("\n") for tid, name in _per_thread(pid, "comm")}
 
 
 def cpu_busy(sample_s: float = BUSY_SAMPLE_S) -> float | None:
