@@ -83,10 +83,11 @@ def pin_threads(async_cpu: int, threads: dict[int, str] | None = None) -> dict[s
     from snapcut.experiments.machine import thread_ids
 
     others = os.sched_getaffinity(0) - {async_cpu}
+    cpus_of = {"writer": {async_cpu}, "coordinator": {async_cpu}, "tasks": others}
     pinned: dict[str, int] = {}
     for tid, name in (thread_ids() if threads is None else threads).items():
         role = thread_role(name)
-        cpus = {"writer": {async_cpu}, "coordinator": {async_cpu}, "tasks": others}.get(role)
+        cpus = cpus_of.get(role)
         if cpus is None:
             continue
         try:
