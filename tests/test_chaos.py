@@ -15,8 +15,8 @@ import pyarrow.ipc as ipc
 import pytest
 
 import snapcut.snapshots
-from snapcut import chaos
 from snapcut._core import ConfigError
+from snapcut.chaos import local as chaos
 from snapcut.cli import main as cli_main
 from snapcut.dataflow import dwell_events
 
@@ -194,7 +194,7 @@ def test_a_bad_failpoint_spec_stops_the_job_with_a_clear_message(tmp_path: Path)
 
 def test_child_is_importable_as_a_module() -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "snapcut.chaos_job", "--help"], capture_output=True, text=True
+        [sys.executable, "-m", "snapcut.jobs.local_dwell", "--help"], capture_output=True, text=True
     )
     assert res.returncode == 0 and "--unsafe-sink" in res.stdout
 

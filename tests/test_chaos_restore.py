@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import snapcut.snapshots
-from snapcut import chaos
+from snapcut.chaos import local as chaos
 
 USERS, RECORDS, SEED = 50, 6_000, 3
 

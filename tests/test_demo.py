@@ -4,8 +4,8 @@ import sys
 import pyarrow as pa
 import pytest
 
-from snapcut import demo
 from snapcut.cli import main
+from snapcut.demo import local as demo
 
 
 def test_demo_runs_checks_and_prints_the_metrics_table() -> None:

@@ -1,7 +1,9 @@
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from tests.import_graph import cycles, import_graph
 
 import snapcut
 from snapcut import _core
@@ -37,3 +39,23 @@ def test_protocol_name_is_validated_in_rust() -> None:
     with pytest.raises(snapcut.ConfigError, match=r"unknown protocol \"bogus\""):
         _core.protocol_name("bogus")
     assert issubclass(snapcut.ConfigError, snapcut.SnapcutError)
+
+
+def test_no_import_cycles_in_the_package() -> None:
+    """Dependencies point down only (lazy and TYPE_CHECKING imports included)."""
+    src = Path(__file__).resolve().parents[1] / "python"
+    graph = import_graph(src, extra_modules=("snapcut._core",))
+    assert "snapcut.spark.keyed_state" in graph["snapcut.spark"]  # the graph was read
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_lazy_and_type_only_cycles(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from pkg import b\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n"
+    )
+    (pkg / "c.py").write_text("from pkg.a import f\n")
+    assert cycles(import_graph(tmp_path)) == [["pkg.a", "pkg.b"]]

@@ -139,7 +139,7 @@ def test_calibration_runs_without_a_periodic_checkpoint_say_what_to_run_instead(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from snapcut.experiments import scaling_sim
-    from snapcut.experiments.job import Measurement
+    from snapcut.experiments.measurement import Measurement
 
     def no_checkpoints(_cell: object, _workdir: Path) -> Measurement:
         return Measurement(0.5, 0.6, 8e6, 0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.05, [], [], [])

@@ -31,7 +31,7 @@ from conftest import Root, runtime_expected
 from snapcut import SnapshotError, snapshots
 from snapcut._core import SnapshotStore, crc32c
 from snapcut.cli import main
-from snapcut.snapshot_tables import EXPORT_MANIFEST, FORMATS, TaskDiff
+from snapcut.snapshots.tables import EXPORT_MANIFEST, FORMATS, TaskDiff
 
 KINDS = ["local", "uri", "subtree"]
 CLI_KINDS = ["local", "uri"]

@@ -18,8 +18,9 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from snapcut import _procs as procs
+from snapcut.chaos import spark as chaos
 from snapcut.cli import main as cli_main
-from snapcut.spark import chaos, procs
 from snapcut.spark import failpoints as fp
 
 FILES, RECORDS, USERS = 3, 900, 40

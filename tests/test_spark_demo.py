@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from snapcut.spark.demo import compare, event_frames, expected_per_user
+from snapcut.demo.spark import compare, event_frames, expected_per_user
 
 
 def test_demo_kills_restarts_and_verifies(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def job(directory: Path, run: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "snapcut.spark.dwell_job",
+        "snapcut.jobs.spark_dwell",
         str(directory),
         str(run / "state"),
         str(run / "chk"),

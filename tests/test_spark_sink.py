@@ -454,7 +454,7 @@ def test_a_sigkilled_driver_restarts_to_one_snapshot_per_batch(tmp_path: Path) -
     args = [
         sys.executable,
         "-m",
-        "snapcut.spark.dwell_job",
+        "snapcut.jobs.spark_dwell",
         str(directory),
         str(run_dir / "state"),
         str(run_dir / "chk"),

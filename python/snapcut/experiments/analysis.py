@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from snapcut.experiments.grid import Cell
 
 if TYPE_CHECKING:
-    from snapcut.experiments.job import Measurement
+    from snapcut.experiments.measurement import Measurement
 
 
 @dataclass(frozen=True)

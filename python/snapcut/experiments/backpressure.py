@@ -14,68 +14,16 @@ unaligned one overtakes them and logs what it overtook.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-
-from snapcut._core import ConfigError
-from snapcut.dataflow import Dataflow
 from snapcut.experiments import plots
 from snapcut.experiments.analysis import Summary
 from snapcut.experiments.base import Experiment, Timelines
+from snapcut.experiments.flows import SCENARIOS, scenario_name
 from snapcut.experiments.grid import ALIGNED_TIMEOUT, Cell, Preset, sweep
-from snapcut.experiments.job import LAST_STAGE, SOURCE
 
 PROTOCOLS = ("none", "aligned", "unaligned", ALIGNED_TIMEOUT)
-SCENARIOS = ("slow-operator", "hot-key")
-BATCH = 4096
-HOT_FRACTION = 0.5
-
-
-def scenario_name(kind: str, slow_ms: float) -> str:
-    return f"{kind}@{slow_ms:g}ms"
-
-
-def parse_scenario(name: str) -> tuple[str, float]:
-    kind, _, ms = name.partition("@")
-    if kind not in SCENARIOS or not ms.endswith("ms"):
-        raise ConfigError(f"unknown scenario {name!r}; use slow-operator@<ms>ms or hot-key@<ms>ms")
-    return kind, float(ms[:-2])
-
-
-def skewed_events(records: int, keys: int, seed: int = 7) -> pa.Table:
-    """`(user, dwell_ms)` with HOT_FRACTION of the records on user 0."""
-    rng = np.random.default_rng(seed)
-    hot = rng.random(records) < HOT_FRACTION
-    user = np.where(hot, 0, rng.integers(1, max(keys, 2), size=records))
-    dwell = rng.integers(0, 10_000, size=records)
-    return pa.table({"user": user.astype(np.int64), "dwell_ms": dwell.astype(np.int64)})
-
-
-def build_scenario(cell: Cell) -> Dataflow:
-    kind, slow_ms = parse_scenario(cell.scenario)
-    flow = Dataflow(parallelism=cell.parallelism)
-    if kind == "hot-key":
-        table = skewed_events(cell.records, cell.keys)
-        src = flow.from_batches(table.to_batches(max_chunksize=BATCH), name=SOURCE)
-    else:
-        src = flow.generate_dwell_events(
-            users=cell.keys, count=cell.records, seed=7, batch_size=BATCH, name=SOURCE
-        )
-    delay = slow_ms / 1e3
-
-    def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(delay)
-        return batch
-
-    s1 = src.key_by("user").aggregate(name="stage1", forward=True, count="count")
-    s2 = s1.map(slow, name="slow")
-    s3 = s2.key_by("user").aggregate(name=LAST_STAGE, count="count", avg=("mean", "dwell_ms"))
-    s3.collect("result")
-    return flow
 
 
 def cells(p: Preset, protocols: tuple[str, ...] | None) -> list[Cell]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from snapcut.experiments.analysis import Row, Summary
 from snapcut.experiments.grid import Cell, Preset
-from snapcut.experiments.job import Measurement
+from snapcut.experiments.measurement import Measurement
 
 Timelines = dict[Cell, Measurement]
 """The first repetition's measurement of every cell that records a timeline."""

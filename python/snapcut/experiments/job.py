@@ -1,19 +1,5 @@
-"""The ABS paper's job on snapcut's runtime, and one measured run of it.
-
-Topology (built with the `Dataflow` API): a generated source of
-`(user, dwell_ms)` events, then three keyed stateful stages, each behind a
-hash shuffle, each keeping per-key aggregates that every checkpoint
-captures:
-
-    source ─hash(user)→ stage1 ─hash(dwell_ms)→ stage2 ─hash(user)→ stage3 → collect
-
-stage1 and stage2 pass every record on after folding it into their state
-(`aggregate(forward=True)`); stage3 emits one row per user at the end.
-The keys change between shuffles, so every shuffle really moves records
-between subtasks. The paper's job has six operators and three shuffles;
-this one has four operators after the source (three keyed stages and the
-sink) and the same three shuffles, with keyed state at each stage.
-"""
+"""One measured run of an experiment cell on snapcut's runtime (the jobs are
+in :mod:`snapcut.experiments.flows`)."""
 
 from __future__ import annotations
 
@@ -21,7 +7,6 @@ import shutil
 import statistics
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -29,54 +14,10 @@ import pyarrow.compute as pc
 from snapcut import snapshots
 from snapcut._core import TaskError
 from snapcut.checkpointing import Checkpointing
-from snapcut.dataflow import DEFAULT_CHANNEL_CAPACITY, Dataflow, JobControl, RunReport
+from snapcut.dataflow import JobControl, RunReport
+from snapcut.experiments.flows import LAST_STAGE, SOURCE, build, build_scenario
 from snapcut.experiments.grid import ALIGNED_TIMEOUT, ALIGNMENT_TIMEOUT_S, Cell
-
-SOURCE = "source"
-LAST_STAGE = "stage3"
-
-
-def build(
-    records: int,
-    keys: int,
-    parallelism: int,
-    seed: int = 7,
-    channel_capacity: int = DEFAULT_CHANNEL_CAPACITY,
-) -> Dataflow:
-    flow = Dataflow(parallelism=parallelism, channel_capacity=channel_capacity)
-    src = flow.generate_dwell_events(users=keys, count=records, seed=seed, name=SOURCE)
-    s1 = src.key_by("user").aggregate(
-        name="stage1", forward=True, count="count", total=("sum", "dwell_ms")
-    )
-    s2 = s1.key_by("dwell_ms").aggregate(
-        name="stage2", forward=True, count="count", last_user=("max", "user")
-    )
-    s3 = s2.key_by("user").aggregate(name=LAST_STAGE, count="count", avg=("mean", "dwell_ms"))
-    s3.collect("result")
-    return flow
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One run of one cell: a row of results.csv, plus its timeline."""
-
-    runtime_s: float
-    wall_s: float
-    throughput_rps: float
-    checkpoints: int
-    checkpoint_ms_median: float
-    checkpoint_ms_max: float
-    state_bytes_max: int
-    stall_s: float
-    alignment_ms_max: float
-    logged_records_max: int
-    bucket_s: float
-    source_timeline: list[int]
-    last_stage_timeline: list[int]
-    checkpoint_windows: list[tuple[float, float]]
-    completed: float = 1.0
-    """Share of the records the sources had emitted when the run ended: below
-    1 only for a run stopped at its time budget (`runtime_s` then projected)."""
+from snapcut.experiments.measurement import Measurement
 
 
 def longest_stall(counts: list[int], bucket_s: float) -> float:
@@ -164,8 +105,6 @@ def run_cell(cell: Cell, workdir: Path, budget_s: float | None = None) -> Measur
     protocol whose stall outlasts the interval barely moves: the next
     checkpoint is due the moment the last one commits)."""
     if cell.scenario:
-        from snapcut.experiments.backpressure import build_scenario
-
         flow = build_scenario(cell)
     else:
         flow = build(cell.records, cell.keys, cell.parallelism)

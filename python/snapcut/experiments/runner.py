@@ -24,8 +24,9 @@ from rich.progress import (
 from snapcut.experiments.analysis import Row, Summary, row_of, summarize, write_csv
 from snapcut.experiments.base import Experiment, Timelines
 from snapcut.experiments.grid import Cell, Preset, schedule
-from snapcut.experiments.job import Measurement, run_cell
+from snapcut.experiments.job import run_cell
 from snapcut.experiments.machine import Machine
+from snapcut.experiments.measurement import Measurement
 
 SETUP_S = 0.15
 """Building and starting a job, roughly (added to every estimate)."""

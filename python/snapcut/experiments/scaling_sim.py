@@ -37,7 +37,8 @@ from snapcut.experiments import plots
 from snapcut.experiments.analysis import Row, Summary, row_of
 from snapcut.experiments.base import Experiment, Timelines
 from snapcut.experiments.grid import Cell, Preset, sweep
-from snapcut.experiments.job import Measurement, run_cell
+from snapcut.experiments.job import run_cell
+from snapcut.experiments.measurement import Measurement
 
 NAME = "scaling-sim"
 MODEL_CHECK = "model-check"

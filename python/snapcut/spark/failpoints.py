@@ -11,7 +11,7 @@
 task, of that Python worker only (as an external ``kill -9`` of the worker:
 the JVM sees the worker crash and Spark retries the task), hit on the driver
 (``sink.before_commit``, ``sink.after_commit``), of the whole driver: its
-Python process, its JVM and the Python workers (:func:`snapcut.spark.procs.kill_tree`),
+Python process, its JVM and the Python workers (:func:`snapcut._procs.kill_tree`),
 as a machine failure would; ``sleep`` stalls 3 s (a straggler, for
 speculation). ``*`` matches any batch or partition; the driver-side sink
 points (``sink.before_commit``, ``sink.after_commit``) hit with partition 0
@@ -116,7 +116,7 @@ def _announce(point: str, batch: int, partition: int, action: str, where: str) -
 def _kill(in_task: bool) -> None:
     """SIGKILL: the Python worker in a task, the whole driver otherwise."""
     if not in_task:
-        from snapcut.spark import procs
+        from snapcut import _procs as procs
 
         procs.kill_tree(os.getpid())
     os.kill(os.getpid(), signal.SIGKILL)

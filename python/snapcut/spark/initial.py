@@ -11,20 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from snapcut import _fs
 from snapcut._core import ConfigError
-from snapcut.snapshots import _FsBackend, file_component
+from snapcut.snapshots import FsBackend, file_component
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
 from snapcut.spark.processors import TIMEOUT_COLUMN, conform
 from snapcut.spark.root import RootSpec, StateRoot
-
-if TYPE_CHECKING:
-    from snapcut.spark.keyed_state import KeyedState
 
 INITIAL_DIR = "_initial"
 
@@ -70,12 +67,15 @@ def state_rows(
     ).sort_by(state_key)
 
 
-def write_initial_state(ks: KeyedState, root: StateRoot, schema: pa.Schema) -> InitialState | None:
-    """Writes the initial state unless the query already committed a batch."""
-    if _FsBackend(root.fs, root.path).complete():
+def write_initial_state(
+    initial: Any, stream: Any, key: tuple[str, ...], root: StateRoot, schema: pa.Schema
+) -> InitialState | None:
+    """Writes `initial` (a DataFrame, or ``(root, batch)`` of a state root) as
+    the state of the query reading `stream` grouped by `key`, unless the query
+    already committed a batch."""
+    if FsBackend(root.fs, root.path).complete():
         return None  # a restart: the root's own state wins, as in Spark
-    initial = ks.initial_state
-    spark = ks.df.sparkSession
+    spark = stream.sparkSession
     if isinstance(initial, tuple):
         from snapcut.spark.read import read_state
 
@@ -86,9 +86,9 @@ def write_initial_state(ks: KeyedState, root: StateRoot, schema: pa.Schema) -> I
             "initial_state must be a Spark DataFrame (key columns + state columns) or "
             f"(root, batch) of a state root; got {type(initial).__name__}"
         )
-    stream_types = {f.name: f.dataType for f in ks.df.schema.fields}
+    stream_types = {f.name: f.dataType for f in stream.schema.fields}
     have = {f.name: f.dataType for f in initial.schema.fields}
-    for k in ks.key:
+    for k in key:
         if k not in have or have[k] != stream_types[k]:
             raise ConfigError(
                 f"initial_state key column {k!r} must exist with the stream's type "
@@ -97,7 +97,6 @@ def write_initial_state(ks: KeyedState, root: StateRoot, schema: pa.Schema) -> I
             )
     spec = root.spec
     target = InitialState(spec)
-    key = ks.key
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from snapcut._core import ConfigError, KeyedAggregates, TaskError
 from snapcut.spark.group_state import GroupStateTimeout
+from snapcut.spark.initial import write_initial_state
 from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
 from snapcut.spark.partition import PartitionTask, Processor
 from snapcut.spark.processors import (
@@ -337,9 +338,7 @@ class KeyedState:
         root.init(operator)
         initial = None
         if self.initial_state is not None:
-            from snapcut.spark.initial import write_initial_state
-
-            initial = write_initial_state(self, root, schema)
+            initial = write_initial_state(self.initial_state, self.df, self.key, root, schema)
         src = self.df
         input_schema = self.input_schema
         if needs_batch_ts:

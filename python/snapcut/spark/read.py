@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from snapcut._core import SnapshotError, StateTable
-from snapcut.snapshots import _FsBackend
+from snapcut.snapshots import FsBackend
 from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.root import RootSpec, StateRoot, spec_of
 
@@ -21,11 +21,11 @@ __all__ = ["committed_batches", "read_partition", "read_state", "read_state_arro
 def committed_batches(root: str, filesystem: Any = None) -> list[int]:
     """Batch ids whose state is committed (a manifest), oldest first."""
     state = StateRoot(spec_of(root, filesystem))
-    return _FsBackend(state.fs, state.path).complete()
+    return FsBackend(state.fs, state.path).complete()
 
 
 def _resolve_batch(state: StateRoot, batch: int | None) -> dict[str, Any]:
-    batches = _FsBackend(state.fs, state.path).complete()
+    batches = FsBackend(state.fs, state.path).complete()
     if not batches:
         raise SnapshotError(f"state root {state.name} has no committed batch yet")
     wanted = batches[-1] if batch is None else batch

@@ -33,8 +33,8 @@ from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError
 from snapcut.snapshots import (
     MANIFEST_FILE,
+    FsBackend,
     SnapshotWriter,
-    _FsBackend,
     checkpoint_dir_name,
     file_component,
 )
@@ -190,7 +190,7 @@ class StateRoot:
     def manifest(self, batch: int) -> dict[str, Any] | None:
         if not _fs.exists(self.fs, f"{self._dir(batch)}/{MANIFEST_FILE}"):
             return None
-        return _FsBackend(self.fs, self.path).manifest(batch)
+        return FsBackend(self.fs, self.path).manifest(batch)
 
     def finalize(self, batch: int) -> dict[str, Any] | None:
         """Writes batch N's manifest if every partition acknowledged it (any
@@ -242,7 +242,7 @@ class StateRoot:
     ) -> list[tuple[int, str, pa.Table]]:
         """The (id, kind, table) files that rebuild a partition's state at a
         committed batch, each checked against its size and checksum."""
-        backend = _FsBackend(self.fs, self.path)
+        backend = FsBackend(self.fs, self.path)
         batch = int(manifest["checkpoint_id"])
         entry = _entry(manifest, self.spec.vertex, partition)
         if entry is None:

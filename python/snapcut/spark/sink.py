@@ -70,8 +70,8 @@ from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError, crc32c
 from snapcut.snapshots import (
     MANIFEST_FILE,
+    FsBackend,
     SnapshotWriter,
-    _FsBackend,
     checkpoint_dir_name,
 )
 from snapcut.spark import failpoints
@@ -758,7 +758,7 @@ def committed_output(
     append and update, the newest one for complete."""
     fs, path = _fs.resolve(root, filesystem)
     meta = read_sink_meta(root, filesystem)
-    backend = _FsBackend(fs, path)
+    backend = FsBackend(fs, path)
     ids = backend.complete()
     if batch is not None:
         if batch not in ids:
@@ -780,7 +780,7 @@ def _output_files(manifests: list[dict[str, Any]]) -> list[tuple[int, dict[str, 
     ]
 
 
-def _read_file(backend: _FsBackend, batch: int, entry: dict[str, Any]) -> pa.Table:
+def _read_file(backend: FsBackend, batch: int, entry: dict[str, Any]) -> pa.Table:
     data = backend.read_checked(batch, entry)
     return ipc.open_file(pa.BufferReader(data)).read_all()
 
@@ -802,7 +802,7 @@ def read_output_arrow(
     rows; update → the newest row per key; complete → the newest batch."""
     fs, path = _fs.resolve(root, filesystem)
     meta = read_sink_meta(root, filesystem)
-    backend = _FsBackend(fs, path)
+    backend = FsBackend(fs, path)
     manifests = committed_output(root, batch, filesystem)
     if not manifests:
         raise SnapshotError(f"sink root {_fs.redact(root)} has no committed batch yet")
@@ -821,7 +821,7 @@ def read_batch_output_arrow(
     batches whatever the output mode), every file checked."""
     fs, path = _fs.resolve(root, filesystem)
     meta = read_sink_meta(root, filesystem)
-    backend = _FsBackend(fs, path)
+    backend = FsBackend(fs, path)
     if batch not in backend.complete():
         raise SnapshotError(f"batch {batch} is not committed in sink root {root}")
     tables = [_read_file(backend, b, f) for b, f in _output_files([backend.manifest(batch)])]
@@ -857,7 +857,7 @@ def read_output(
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         fs, path = _fs.resolve(spec.uri, spec.filesystem)
-        backend = _FsBackend(fs, path)
+        backend = FsBackend(fs, path)
         for b in batches:
             for i in b.column(0).to_pylist():
                 index, batch_id, entry = spec.files[i]

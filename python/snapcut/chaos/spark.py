@@ -2,7 +2,7 @@
 
 Each run writes a few parquet files of generated ``(user, dwell_ms, ts)``
 events and runs the dwell-time query on them in a child process
-(``python -m snapcut.spark.dwell_job ... --sink arrow``: the ``keyed_state``
+(``python -m snapcut.jobs.spark_dwell ... --sink arrow``: the ``keyed_state``
 aggregate per user, count/total/avg, into an ``ArrowSnapshotSink`` with
 ``state=``; ``availableNow``; ``--files-per-batch`` files per micro-batch),
 kills it, and restarts it from its checkpointLocation until it finishes.
@@ -43,13 +43,12 @@ same events:
   pandas' count, total and average.
 
 Every choice comes from ``--seed`` and the run number (see
-:func:`snapcut.chaos.run_rng`), so a failing run replays its input and its
+:func:`snapcut.chaos.core.run_rng`), so a failing run replays its input and its
 kill plan; the moment a timed kill lands within its window is wall-clock.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -70,18 +69,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from snapcut import _procs as procs
 from snapcut._core import ConfigError, SnapshotError
-from snapcut.chaos import (
+from snapcut.chaos.core import (
     ChaosError,
     Check,
     Summary,
-    cli_log,
-    finish,
     record_error,
     record_run,
     run_rng,
 )
-from snapcut.spark import failpoints, procs
+from snapcut.spark import failpoints
 from snapcut.spark.read import read_state_arrow
 from snapcut.spark.root import PROTOCOL
 from snapcut.spark.sink import (
@@ -93,7 +91,11 @@ from snapcut.spark.sink import (
 )
 
 DRIVER_POINTS = ("sink.before_commit", "sink.after_commit")
+
+
 KILL_MODES = ("mixed", "timer", "failpoint", "executor")
+
+
 KILL_KINDS = (
     "driver_sigkill",
     "driver_failpoint",
@@ -101,21 +103,34 @@ KILL_KINDS = (
     "executor_sigkill",
 )
 
+
 #: Seconds a Spark child may take (a loaded machine, local-cluster start-up).
 ATTEMPT_TIMEOUT_S = 300.0
+
+
 #: Timed kills: the window within a progress step, and the start-up window.
 STEP_WINDOW_S = 1.5
+
+
 STARTUP_WINDOW_S = 8.0
+
+
 POLL_S = 0.05
+
+
 TREE_SCAN_S = 0.5
 
+
 Totals = tuple[int, int]
+
+
 """(count, total) of one user."""
+
+
 Row = tuple[int, int, float]
+
+
 """(count, total, avg) as committed."""
-
-
-# ---- options and summary ---------------------------------------------------------
 
 
 @dataclass
@@ -194,9 +209,6 @@ class SparkSummary(Summary):
     run_seconds: list[float] = field(default_factory=list)
 
 
-# ---- input and the failure-free reference ---------------------------------------
-
-
 def generate_events(files: int, records: int, users: int, seed: int) -> list[pd.DataFrame]:
     """`records` events over `files` frames of (user, dwell_ms, ts); event
     time grows file by file."""
@@ -262,9 +274,6 @@ def expected_updates(
             running[user] = (c0 + c, t0 + t)
             out[(batch, user)] = running[user]
     return out
-
-
-# ---- what a run left -------------------------------------------------------------
 
 
 @dataclass
@@ -355,9 +364,6 @@ def read_run(run_dir: Path, names: list[str]) -> RunOutput:
     except SnapshotError as e:
         out.unreadable.append(f"read_state_arrow: {e}")
     return out
-
-
-# ---- the comparison --------------------------------------------------------------
 
 
 def _rows(table: pa.Table | None, avg: Callable[[dict[str, Any]], float]) -> dict[int, list[Row]]:
@@ -458,9 +464,6 @@ def compare(frames: list[pd.DataFrame], out: RunOutput) -> Check:
     return check
 
 
-# ---- kills -----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class KillPlan:
     """The kill of one attempt."""
@@ -507,9 +510,6 @@ def plan_kill(rng: random.Random, opts: SparkOptions, committed: int) -> KillPla
     return KillPlan(kind, after_steps=steps, delay=u_delay * window, pick=u_pick)
 
 
-# ---- one child attempt -----------------------------------------------------------
-
-
 @dataclass
 class Attempt:
     returncode: int
@@ -524,7 +524,7 @@ def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "snapcut.spark.dwell_job",
+        "snapcut.jobs.spark_dwell",
         str(run_dir / "input"),
         str(run_dir / "state"),
         str(run_dir / "chk"),
@@ -632,9 +632,6 @@ def run_attempt(
     finally:
         child.reap()
     return Attempt(child.proc.returncode, killed_by, [], time.monotonic() - child.started)
-
-
-# ---- the harness -----------------------------------------------------------------
 
 
 def _count_kill(summary: SparkSummary, kind: str, point: str | None = None) -> None:
@@ -770,50 +767,3 @@ def run_spark_chaos(
             shutil.rmtree(root, ignore_errors=True)
     summary.seconds = round(time.monotonic() - started, 2)
     return summary
-
-
-# ---- CLI (the arguments are snapcut.chaos.add_parser's) ---------------------------
-
-
-def options(args: argparse.Namespace) -> SparkOptions:
-    """The Spark engine's options; local-only flags are refused."""
-    if args.protocol is not None:
-        raise ConfigError(
-            f"--protocol applies to --engine local; on Spark each micro-batch is the "
-            f"snapshot ({PROTOCOL})"
-        )
-    if args.job_seconds is not None or args.unsafe_sink or args.no_fsync:
-        raise ConfigError(
-            "--job-seconds, --unsafe-sink and --no-fsync apply to --engine local only"
-        )
-    defaults = SparkOptions()
-    points = (
-        defaults.failpoints
-        if args.failpoints is None
-        else tuple(f.strip() for f in args.failpoints.split(",") if f.strip())
-    )
-
-    def pick(value: Any, default: Any) -> Any:
-        return default if value is None else value
-
-    return SparkOptions(
-        runs=args.runs,
-        seed=args.seed,
-        files=pick(args.files, defaults.files),
-        records=pick(args.records, defaults.records),
-        users=args.users,
-        partitions=pick(args.partitions, defaults.partitions),
-        files_per_batch=pick(args.files_per_batch, defaults.files_per_batch),
-        master=pick(args.master, defaults.master),
-        max_kills=pick(args.max_kills, defaults.max_kills),
-        kill_mode=args.kill_mode,
-        failpoints=points,
-        workdir=args.workdir,
-        keep=args.keep,
-    )
-
-
-def main(args: argparse.Namespace) -> int:
-    """``snapcut chaos --engine spark``; ConfigError reaches the caller."""
-    summary = run_spark_chaos(options(args), cli_log(args))
-    return finish(summary)

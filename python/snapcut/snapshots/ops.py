@@ -2,7 +2,7 @@
 
 The Python API behind ``snapcut snapshots list|show|verify|prune``
 (re-exported by :mod:`snapcut.snapshots`; diff and export are in
-:mod:`snapcut.snapshot_tables`). Every root, a local path or any pyarrow.fs
+:mod:`snapcut.snapshots.tables`). Every root, a local path or any pyarrow.fs
 URI, is read through the existing reader over ``pyarrow.fs``, which keeps
 each manifest as written (a Spark root's ``"spark"`` object, file roles
 beyond state/channel/sources) and reads files one by one, so a broken file
@@ -27,16 +27,16 @@ import pyarrow.parquet as pq
 
 from snapcut import _fs
 from snapcut._core import SnapshotError
-from snapcut.snapshots import (
+from snapcut.snapshots.backend import FsBackend
+from snapcut.snapshots.layout import (
     DELETED_COLUMN,
     MANIFEST_FILE,
-    SnapshotWriter,
-    _FsBackend,
-    _needs,
-    _read_ipc,
-    _state_entry,
     checkpoint_dir_name,
+    needs,
+    read_ipc,
+    state_entry,
 )
+from snapcut.snapshots.writer import SnapshotWriter
 
 Root = str | os.PathLike[str]
 Progress = Callable[[int, int], None]
@@ -60,10 +60,10 @@ __all__ = [
 ]
 
 
-def open_root(root: Root, filesystem: Any = None) -> _FsBackend:
+def open_root(root: Root, filesystem: Any = None) -> FsBackend:
     """The reader over pyarrow.fs for `root` (a local path, a URI, or a path in `filesystem`)."""
     fs, path = _fs.resolve(root, filesystem)
-    return _FsBackend(fs, path)
+    return FsBackend(fs, path)
 
 
 def engine(manifest: dict[str, Any]) -> str:
@@ -71,7 +71,7 @@ def engine(manifest: dict[str, Any]) -> str:
     return "spark" if "spark" in manifest else "local"
 
 
-def resolve_id(backend: _FsBackend, checkpoint_id: int | None) -> int:
+def resolve_id(backend: FsBackend, checkpoint_id: int | None) -> int:
     """`checkpoint_id`, or the newest complete checkpoint when it is None."""
     if checkpoint_id is not None:
         return checkpoint_id
@@ -142,7 +142,7 @@ def _row(manifest: dict[str, Any]) -> CheckpointRow:
     )
 
 
-def _dir_files(backend: _FsBackend, checkpoint_id: int) -> list[Any]:
+def _dir_files(backend: FsBackend, checkpoint_id: int) -> list[Any]:
     from pyarrow.fs import FileSelector, FileType
 
     selector = FileSelector(f"{backend.root}/{checkpoint_dir_name(checkpoint_id)}")
@@ -313,7 +313,7 @@ def _structure(entry: dict[str, Any], data: bytes) -> str | None:
             rows = pq.read_metadata(pa.BufferReader(data)).num_rows
             columns: list[str] = []
         elif path.endswith(".arrow"):
-            table = _read_ipc(data)
+            table = read_ipc(data)
             rows, columns = table.num_rows, table.column_names
         else:
             return None  # a file type this reader does not know: checksum only
@@ -333,7 +333,7 @@ def _structure(entry: dict[str, Any], data: bytes) -> str | None:
 class _Verifier:
     """Checks each file once, however many checkpoints' chains name it."""
 
-    def __init__(self, backend: _FsBackend, progress: Progress | None) -> None:
+    def __init__(self, backend: FsBackend, progress: Progress | None) -> None:
         self.backend = backend
         self.progress = progress
         self.total = 0
@@ -374,7 +374,7 @@ class _Verifier:
         if isinstance(m, str):
             return []
         out = [(cid, f) for f in m["files"]]
-        for base in _needs(m):
+        for base in needs(m):
             bm = self.manifest(base)
             if base != cid and not isinstance(bm, str):
                 out += [(base, f) for f in _state_files(bm)]
@@ -396,7 +396,7 @@ class _Verifier:
             )
         files = [self.check(c, f) for c, f in self.plan(cid)]
         problems = []
-        for base in _needs(m):
+        for base in needs(m):
             bm = self.manifest(base)
             if base != cid and isinstance(bm, str):
                 problems.append(f"checkpoint {cid} needs base checkpoint {base}: {bm}")
@@ -414,7 +414,7 @@ class _Verifier:
             bm = self.manifest(base)
             if isinstance(bm, str):
                 continue  # reported above
-            f = _state_entry(bm, task)
+            f = state_entry(bm, task)
             if f is None:
                 return [
                     f"checkpoint {cid}: state of {label} needs checkpoint {base}, "
@@ -492,9 +492,9 @@ def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) 
     base_only = []
     for cid in kept:
         try:
-            needs = _needs(backend.manifest(cid))
+            needed = needs(backend.manifest(cid))
         except SnapshotError:
             continue  # unreadable: kept for inspection, reported by verify
-        if not set(needs) <= set(kept):
+        if not set(needed) <= set(kept):
             base_only.append(cid)
     return PruneResult(removed, kept, base_only, backend.partial(), dry_run)

@@ -31,89 +31,20 @@ from rich.progress import (
     TextColumn,
     TimeRemainingColumn,
 )
-from rich.table import Table
-from rich.text import Text
 
 from snapcut import _fs, snapshots
+from snapcut._console import Out
 from snapcut._core import SnapcutError
-from snapcut.snapshot_ops import CheckpointRow, TaskInfo
-from snapcut.snapshot_ops import Progress as ProgressFn
-from snapcut.snapshot_tables import FORMATS, TaskDiff, write_diff
+from snapcut.snapshots.ops import CheckpointRow, TaskInfo
+from snapcut.snapshots.ops import Progress as ProgressFn
+from snapcut.snapshots.tables import FORMATS, TaskDiff, write_diff
 
 Handler = Callable[[argparse.Namespace], int]
-
-_STYLES = {
-    "ok": "green",
-    "complete": "green",
-    "BROKEN": "bold red",
-    "partial": "yellow",
-    "unreadable": "bold red",
-}
-
-
-# --- output ---
-
-
-class _Out:
-    """Tables and lines on stdout: rich on a terminal, plain columns otherwise."""
-
-    def __init__(self) -> None:
-        self.console = Console(highlight=False)
-        self.rich = self.console.is_terminal
-
-    def line(self, text: str = "") -> None:
-        if self.rich:
-            self.console.print(Text(text))
-        else:
-            print(text)
-
-    def table(
-        self,
-        header: Sequence[str],
-        rows: Sequence[Sequence[str]],
-        right: Sequence[int] = (),
-        title: str | None = None,
-    ) -> None:
-        if self.rich:
-            table = Table(title=title, title_justify="left", header_style="bold")
-            for i, name in enumerate(header):
-                table.add_column(name, justify="right" if i in right else "left")
-            for row in rows:
-                table.add_row(*(Text(c, style=_STYLES.get(c, "")) for c in row))
-            self.console.print(table)
-            return
-        # The same plain layout as `snapcut demo`'s checkpoint table.
-        if title:
-            print(title)
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-        def fmt(r: Sequence[str]) -> str:
-            cells = [
-                c.rjust(w) if i in right else c.ljust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=True))
-            ]
-            return "  ".join(cells).rstrip()
-
-        print(fmt(header))
-        print("  ".join("-" * w for w in widths))
-        for r in rows:
-            print(fmt(r))
-
-    def json(self, value: Any) -> None:
-        print(json.dumps(value, indent=2, default=_json_default))
 
 
 def _shown(root: str) -> str:
     """A root as printed: a URI's credentials (s3://KEY:SECRET@...) masked."""
     return _fs.redact(root)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        import base64
-
-        return "base64:" + base64.b64encode(value).decode()
-    return str(value)
 
 
 @contextmanager
@@ -182,14 +113,11 @@ def _positive(text: str) -> int:
     return int(text)
 
 
-# --- commands ---
-
-
 def _status(row: CheckpointRow) -> str:
     return "complete (savepoint)" if row.savepoint else row.status
 
 
-def cmd_list(args: argparse.Namespace, out: _Out) -> int:
+def cmd_list(args: argparse.Namespace, out: Out) -> int:
     rows = snapshots.list_checkpoints(args.root)
     if args.json:
         out.json([r.to_dict() for r in rows])
@@ -241,7 +169,7 @@ def _task_row(t: TaskInfo) -> tuple[str, ...]:
     )
 
 
-def cmd_show(args: argparse.Namespace, out: _Out) -> int:
+def cmd_show(args: argparse.Namespace, out: Out) -> int:
     info = snapshots.show_checkpoint(args.root, args.id)
     if args.json:
         out.json(info.to_dict())
@@ -289,7 +217,7 @@ def cmd_show(args: argparse.Namespace, out: _Out) -> int:
     return 0
 
 
-def cmd_verify(args: argparse.Namespace, out: _Out) -> int:
+def cmd_verify(args: argparse.Namespace, out: Out) -> int:
     which: int | Literal["latest", "all"] = (
         "all" if args.all else "latest" if args.id is None else int(args.id)
     )
@@ -343,7 +271,7 @@ def _sample_lines(d: TaskDiff, n: int) -> list[str]:
     return lines
 
 
-def cmd_diff(args: argparse.Namespace, out: _Out) -> int:
+def cmd_diff(args: argparse.Namespace, out: Out) -> int:
     diffs = snapshots.diff_checkpoints(args.root, args.a, args.b, task=args.task)
     if args.arrow is not None:
         files = write_diff(diffs, args.arrow, overwrite=args.overwrite)
@@ -374,7 +302,7 @@ def cmd_diff(args: argparse.Namespace, out: _Out) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace, out: _Out) -> int:
+def cmd_export(args: argparse.Namespace, out: Out) -> int:
     with _progress("exporting", in_bytes=False) as progress:
         result = snapshots.export_checkpoint(
             args.root,
@@ -411,7 +339,7 @@ def cmd_export(args: argparse.Namespace, out: _Out) -> int:
     return 0
 
 
-def cmd_prune(args: argparse.Namespace, out: _Out) -> int:
+def cmd_prune(args: argparse.Namespace, out: Out) -> int:
     result = snapshots.prune(args.root, args.keep, dry_run=args.dry_run)
 
     def ids(values: Sequence[int]) -> str:
@@ -433,17 +361,14 @@ def cmd_prune(args: argparse.Namespace, out: _Out) -> int:
     return 0
 
 
-# --- wiring ---
-
-
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _handler(command: str, fn: Callable[[argparse.Namespace, _Out], int]) -> Handler:
+def _handler(command: str, fn: Callable[[argparse.Namespace, Out], int]) -> Handler:
     def run(args: argparse.Namespace) -> int:
         try:
-            return fn(args, _Out())
+            return fn(args, Out())
         except (SnapcutError, OSError, pa.ArrowException) as err:
             print(f"snapcut snapshots {command}: error: {_one_line(err)}", file=sys.stderr)
             return 2
@@ -463,7 +388,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     cmds = p.add_subparsers(dest="snapshots_command", metavar="COMMAND", required=True)
 
-    def command(name: str, fn: Callable[[argparse.Namespace, _Out], int], help: str) -> Any:
+    def command(name: str, fn: Callable[[argparse.Namespace, Out], int], help: str) -> Any:
         c = cmds.add_parser(name, help=help, description=help)
         c.add_argument("root", metavar="ROOT", help="local path or URI (file://, s3://, ...)")
         c.set_defaults(handler=_handler(name, fn))

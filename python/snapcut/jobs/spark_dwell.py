@@ -6,7 +6,7 @@ parquet file sink (``--sink parquet``) or snapcut's ``ArrowSnapshotSink``
 and offsets per batch). Run to the end of the input with an ``availableNow``
 trigger; re-running it with the same paths resumes from its checkpoint.
 
-    python -m snapcut.spark.dwell_job INPUT STATE_ROOT CHECKPOINT OUTPUT [--partitions 3]
+    python -m snapcut.jobs.spark_dwell INPUT STATE_ROOT CHECKPOINT OUTPUT [--partitions 3]
         [--sink parquet|arrow] [--trigger available-now|'1 second']
 """
 
@@ -20,7 +20,7 @@ EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m snapcut.spark.dwell_job")
+    parser = argparse.ArgumentParser(prog="python -m snapcut.jobs.spark_dwell")
     parser.add_argument("input")
     parser.add_argument("state_root")
     parser.add_argument("checkpoint")

@@ -1,7 +1,7 @@
 """`snapcut demo`: the dwell-time job, on Spark (default) or on snapcut's
 own runtime (``--engine local``).
 
-Spark: see ``snapcut.spark.demo`` — local[2], a generator writing event files
+Spark: see :mod:`snapcut.demo.spark` — local[2], a generator writing event files
 while the query runs, a SIGKILL of the driver midway and a restart from the
 checkpoint, the result checked against pandas.
 
@@ -16,45 +16,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from snapcut._core import SnapcutError
-from snapcut.checkpointing import PROTOCOLS, Checkpointing
+from snapcut.checkpointing import Checkpointing
 from snapcut.dataflow import Dataflow, RunReport, dwell_events
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="run the dwell-time job with snapshots (on Spark, killed and restarted midway; "
-        "or on the local runtime) and check it",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--engine",
-        choices=("spark", "local"),
-        default="spark",
-        help="spark: local Spark with a driver kill and restart (default); "
-        "local: snapcut's own runtime",
-    )
-    from snapcut.spark.demo import add_arguments
-
-    add_arguments(p)
-    g = p.add_argument_group("engine local")
-    g.add_argument("--records", type=int, default=5_000_000, help="events to generate")
-    p.add_argument("--users", type=int, default=1_000, help="distinct users")
-    p.add_argument("--seed", type=int, default=7)
-    g.add_argument("--protocol", default="aligned", choices=PROTOCOLS, help="snapshot protocol")
-    g.add_argument(
-        "--interval", type=float, default=0.02, help="seconds between checkpoints (default 0.02)"
-    )
-    g.add_argument("--parallelism", type=int, default=2)
-    g.add_argument("--top", type=int, default=5, help="users to show")
-    p.set_defaults(handler=main)
 
 
 def with_average(batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -118,14 +86,7 @@ def checkpoint_table(report: RunReport) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    if getattr(args, "engine", "local") == "spark":
-        from snapcut.spark.demo import run_demo
-
-        try:
-            return run_demo(args)
-        except SnapcutError as err:
-            print(f"snapcut demo: error: {err}", file=sys.stderr)
-            return 2
+    """Runs the local demo for `snapcut demo --engine local`; the exit code."""
     try:
         checkpointing = Checkpointing(
             protocol=args.protocol, interval=None if args.protocol == "none" else args.interval
@@ -167,10 +128,3 @@ def main(args: argparse.Namespace) -> int:
     if report.checkpoints:
         print(checkpoint_table(report))
     return 1 if problems else 0
-
-
-def run(argv: Sequence[str] | None = None) -> int:
-    """`python -m snapcut.demo` without the CLI."""
-    parser = argparse.ArgumentParser(prog="snapcut")
-    add_parser(parser.add_subparsers())
-    return main(parser.parse_args(["demo", "--engine", "local", *(argv or [])]))

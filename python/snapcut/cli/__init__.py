@@ -25,9 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_subcommands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Each subcommand module registers itself here; imports stay lazy so that
     `snapcut --version` does not load Spark or the runtime."""
-    from snapcut.cli_commands import register_all
+    from snapcut.cli import chaos, demo, snapshots, spark
+    from snapcut.experiments import cli as experiments
 
-    register_all(sub)
+    for command in (demo, chaos, snapshots, spark, experiments):
+        command.add_parser(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

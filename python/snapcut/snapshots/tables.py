@@ -29,13 +29,9 @@ import pyarrow.parquet as pq
 
 from snapcut import _fs
 from snapcut._core import SnapshotError
-from snapcut.snapshot_ops import Progress, Root, open_root, resolve_id
-from snapcut.snapshots import (
-    KEY_METADATA,
-    _FsBackend,
-    _read_ipc,
-    file_component,
-)
+from snapcut.snapshots.backend import FsBackend
+from snapcut.snapshots.layout import KEY_METADATA, file_component, read_ipc
+from snapcut.snapshots.ops import Progress, Root, open_root, resolve_id
 
 Task = tuple[str, int]
 
@@ -273,7 +269,7 @@ def _diff_rows(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
 
 
 def _diff_task(
-    backend: _FsBackend,
+    backend: FsBackend,
     a: tuple[int, dict[str, Any]],
     b: tuple[int, dict[str, Any]],
     task: Task,
@@ -398,7 +394,7 @@ def _plan(manifest: dict[str, Any]) -> list[_Part]:
     return sorted(parts, key=lambda p: (p.role != "state", p.table, p.index))
 
 
-def _read_part(backend: _FsBackend, checkpoint_id: int, part: _Part) -> pa.Table:
+def _read_part(backend: FsBackend, checkpoint_id: int, part: _Part) -> pa.Table:
     if part.task is not None:
         table = backend.state(checkpoint_id, part.task)
         assert table is not None
@@ -406,7 +402,7 @@ def _read_part(backend: _FsBackend, checkpoint_id: int, part: _Part) -> pa.Table
     data = backend.read_checked(checkpoint_id, part.entry)
     if str(part.entry["path"]).endswith(".parquet"):
         return pq.read_table(pa.BufferReader(data))
-    return _read_ipc(data)
+    return read_ipc(data)
 
 
 def _csv_ready(table: pa.Table) -> pa.Table:

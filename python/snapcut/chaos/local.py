@@ -1,6 +1,6 @@
 """`snapcut chaos`: proves exactly-once output under injected crashes.
 
-Each run starts the reference dwell-time job (`snapcut.chaos_job`) in a
+Each run starts the reference dwell-time job (`snapcut.jobs.local_dwell`) in a
 child process and kills it with SIGKILL, then restarts it with resume,
 until it finishes. Kills are either at a random moment of the run or at a
 deterministic crash point (``SNAPCUT_FAILPOINTS``: mid checkpoint write,
@@ -21,18 +21,16 @@ any of lost, duplicated, mismatched (or a child error, or a torn committed file)
 Protocol ``none`` is rejected: without checkpoints a killed job has nothing
 to resume from.
 
-``--engine spark`` runs the same proof on Spark (:mod:`snapcut.spark.chaos`:
+``--engine spark`` runs the same proof on Spark (:mod:`snapcut.chaos.spark`:
 the dwell-time query with the exactly-once Arrow sink, its driver, Python
 workers and executors killed), with the same seeding, summary and exit code.
 """
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import os
-import random
 import shutil
 import signal
 import subprocess
@@ -40,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,11 +46,11 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from snapcut._core import ConfigError
+from snapcut.chaos.core import ChaosError, Check, Summary, record_error, record_run, run_rng
 from snapcut.dataflow import dwell_events
 
 PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync")
 
-ENGINES = ("local", "spark")
 
 #: Crash points the harness arms (see `snapcut_core::failpoint::POINTS`).
 FAILPOINTS = (
@@ -65,28 +63,34 @@ FAILPOINTS = (
     "sink.during_restore",
 )
 
+
 #: Crash points on the restore path: only a resumed attempt reaches them.
 RESTORE_FAILPOINTS = ("restore.after_load", "sink.during_restore")
+
 
 #: Hits of a restore point per process (one restore, a few staged files):
 #: a larger N would never fire.
 RESTORE_MAX_HIT = {"restore.after_load": 1, "sink.during_restore": 2}
 
+
 #: Batches a runtime channel holds (`JobOptions::channel_capacity`).
 CHANNEL_BATCHES = 64
 
+
 KILL_MODES = ("mixed", "timer", "failpoint")
+
 
 #: Defaults of the local engine for the CLI options both engines share.
 DEFAULT_RECORDS = 20_000
+
+
 DEFAULT_MAX_KILLS = 3
+
+
 DEFAULT_JOB_SECONDS = 0.4
 
+
 CHILD_TIMEOUT_S = 120.0
-
-
-class ChaosError(RuntimeError):
-    """A child job failed other than by an injected kill."""
 
 
 @dataclass
@@ -159,39 +163,6 @@ class Options:
             )
 
 
-@dataclass
-class Summary:
-    protocol: str
-    runs: int = 0
-    kills: int = 0
-    recoveries: int = 0
-    lost: int = 0
-    duplicated: int = 0
-    mismatched: int = 0
-    timer_kills: int = 0
-    failpoint_kills: int = 0
-    failpoints: dict[str, int] = field(default_factory=dict)
-    restored: int = 0
-    skipped_checkpoints: int = 0
-    errors: int = 0
-    corrupt_files: int = 0
-    failed_runs: list[int] = field(default_factory=list)
-    records: int = 0
-    seed: int = 0
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        bad = self.lost + self.duplicated + self.mismatched + self.errors + self.corrupt_files
-        return bad == 0
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=False)
-
-
-# ---- reference and checker ---------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Reference:
     records: collections.Counter[tuple[int, int]]
@@ -230,15 +201,6 @@ def read_committed(directory: Path, corrupt: list[str] | None = None) -> pa.Tabl
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="default")
-
-
-@dataclass
-class Check:
-    lost: int = 0
-    duplicated: int = 0
-    mismatched: int = 0
-    corrupt_files: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
 
 
 def check_output(output_dir: Path, ref: Reference) -> Check:
@@ -290,9 +252,6 @@ def check_output(output_dir: Path, ref: Reference) -> Check:
     return out
 
 
-# ---- one child attempt -----------------------------------------------------------
-
-
 @dataclass
 class Attempt:
     """What one child process did."""
@@ -308,7 +267,7 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
     cmd = [
         sys.executable,
         "-m",
-        "snapcut.chaos_job",
+        "snapcut.jobs.local_dwell",
         "--protocol",
         opts.protocol,
         "--records",
@@ -376,48 +335,6 @@ def run_child(
     lines = [ln for ln in rest.splitlines() if ln.startswith("{")]
     finished = json.loads(lines[-1]) if lines else {}
     return Attempt(False, None, finished, 0, seconds)
-
-
-# ---- the harness ------------------------------------------------------------------
-
-
-def run_rng(seed: int, run: int) -> random.Random:
-    """Every random choice of run `run`: a failing run replays from ``--seed``
-    and its number alone."""
-    return random.Random(seed * 1_000_003 + run)
-
-
-def record_run(
-    summary: Summary,
-    run: int,
-    check: Check,
-    run_dir: Path,
-    keep: bool,
-    log: Callable[[str], None],
-) -> None:
-    """Adds one checked run to `summary`; a clean run's directory is removed
-    unless `keep`, a failed one's is kept and named."""
-    summary.runs += 1
-    summary.lost += check.lost
-    summary.duplicated += check.duplicated
-    summary.mismatched += check.mismatched
-    summary.corrupt_files += len(check.corrupt_files)
-    if check.problems:
-        summary.failed_runs.append(run)
-        log(f"run {run}: FAILED: {'; '.join(check.problems)} (kept in {run_dir})")
-    else:
-        log(f"run {run}: ok")
-        if not keep:
-            shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def record_error(
-    summary: Summary, run: int, error: Exception, run_dir: Path, log: Callable[[str], None]
-) -> None:
-    """Counts a run whose child failed other than by an injected kill."""
-    summary.errors += 1
-    summary.failed_runs.append(run)
-    log(f"run {run}: ERROR {error} (kept in {run_dir})")
 
 
 def run_one(
@@ -496,131 +413,3 @@ def run_chaos(opts: Options, log: Callable[[str], None] = lambda _: None) -> Sum
             shutil.rmtree(root, ignore_errors=True)
     summary.seconds = round(time.monotonic() - started, 2)
     return summary
-
-
-# ---- CLI ---------------------------------------------------------------------------
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "chaos",
-        help="kill the dwell-time job at random moments and crash points; check exactly-once",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--engine",
-        default="local",
-        choices=ENGINES,
-        help="the local runtime (default) or Spark (snapcut.spark.chaos)",
-    )
-    p.add_argument(
-        "--protocol", default=None, help=f"local: one of {', '.join(PROTOCOLS)} (default aligned)"
-    )
-    p.add_argument("--runs", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--records",
-        type=int,
-        default=None,
-        help=f"events per run (default: local {DEFAULT_RECORDS}, spark 10000 over --files files)",
-    )
-    p.add_argument("--users", type=int, default=200)
-    p.add_argument(
-        "--job-seconds",
-        type=float,
-        default=None,
-        help=f"local: throttle each job to about this long (default {DEFAULT_JOB_SECONDS})",
-    )
-    p.add_argument(
-        "--max-kills",
-        type=int,
-        default=None,
-        help=f"kills per run: 1..N from the seed (default: local {DEFAULT_MAX_KILLS}, spark 2)",
-    )
-    p.add_argument("--workdir", default=None, help="where runs write (default: a temp dir)")
-    p.add_argument(
-        "--failpoints",
-        default=None,
-        help="comma-separated crash points to choose from (default: every one of the engine)",
-    )
-    p.add_argument(
-        "--kill-mode",
-        default="mixed",
-        choices=(*KILL_MODES, "executor"),
-        help="random moments, crash points, or a seeded mix of both (default); spark: "
-        "'executor' kills executor JVMs (needs --master local-cluster[...])",
-    )
-    p.add_argument("--keep", action="store_true", help="keep every run's directory")
-    p.add_argument(
-        "--unsafe-sink",
-        action="store_true",
-        help="local: write events non-transactionally (shows the checker catching duplicates)",
-    )
-    p.add_argument(
-        "--no-fsync",
-        action="store_true",
-        help="local: checkpoints are not fsynced (they survive kills, not an OS crash)",
-    )
-    p.add_argument("--quiet", action="store_true", help="print only the summary")
-    spark = p.add_argument_group("--engine spark")
-    spark.add_argument("--files", type=int, default=None, help="input parquet files (default 5)")
-    spark.add_argument(
-        "--files-per-batch", type=int, default=None, help="maxFilesPerTrigger (default 1)"
-    )
-    spark.add_argument("--partitions", type=int, default=None, help="state partitions (default 3)")
-    spark.add_argument(
-        "--master",
-        default=None,
-        help="Spark master (default local[2,4]); local-cluster[2,1,1024] adds executor kills",
-    )
-    p.set_defaults(handler=main)
-
-
-def cli_log(args: argparse.Namespace) -> Callable[[str], None]:
-    """Progress lines on stdout, or nothing with ``--quiet``."""
-    return (lambda _: None) if args.quiet else (lambda m: print(m, flush=True))
-
-
-def finish(summary: Summary) -> int:
-    """Prints the summary as the last line of stdout; the exit code."""
-    print(summary.to_json(), flush=True)
-    return 0 if summary.ok else 1
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        if args.engine == "spark":
-            from snapcut.spark import chaos as spark_chaos
-
-            return spark_chaos.main(args)
-        summary = run_chaos(local_options(args), cli_log(args))
-    except ConfigError as e:
-        print(f"snapcut chaos: {e}", file=sys.stderr)
-        return 2
-    return finish(summary)
-
-
-def local_options(args: argparse.Namespace) -> Options:
-    """The local engine's options; Spark-only flags are refused."""
-    for flag in ("files", "files_per_batch", "partitions", "master"):
-        if getattr(args, flag) is not None:
-            raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
-    if args.kill_mode not in KILL_MODES:
-        raise ConfigError(f"--kill-mode {args.kill_mode} applies to --engine spark only")
-    failpoints = FAILPOINTS if args.failpoints is None else args.failpoints.split(",")
-    return Options(
-        protocol=args.protocol or "aligned",
-        runs=args.runs,
-        seed=args.seed,
-        records=DEFAULT_RECORDS if args.records is None else args.records,
-        users=args.users,
-        workdir=args.workdir,
-        max_kills=DEFAULT_MAX_KILLS if args.max_kills is None else args.max_kills,
-        job_seconds=DEFAULT_JOB_SECONDS if args.job_seconds is None else args.job_seconds,
-        unsafe_sink=args.unsafe_sink,
-        fsync=not args.no_fsync,
-        keep=args.keep,
-        kill_mode=args.kill_mode,
-        failpoints=tuple(f.strip() for f in failpoints if f.strip()),
-    )

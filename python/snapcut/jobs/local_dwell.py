@@ -1,4 +1,4 @@
-"""The job `snapcut chaos` kills and restarts: ``python -m snapcut.chaos_job ...``.
+"""The job `snapcut chaos` kills and restarts: ``python -m snapcut.jobs.local_dwell ...``.
 
 The reference dwell-time job at parallelism 2: generated ``(user, dwell_ms)``
 events → a throttle (so that checkpoints fall inside the run) → two
@@ -37,7 +37,7 @@ PARALLELISM = 2
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m snapcut.chaos_job", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m snapcut.jobs.local_dwell", description=__doc__)
     p.add_argument("--protocol", required=True)
     p.add_argument("--records", type=int, required=True)
     p.add_argument("--users", type=int, required=True)

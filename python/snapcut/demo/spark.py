@@ -3,7 +3,7 @@ killed midway and restarted, checked against pandas.
 
 1. A generator thread writes `(user, dwell_ms, ts)` parquet files into
    ``<dir>/events`` while the query runs.
-2. The query (``python -m snapcut.spark.dwell_job``, a child process: its
+2. The query (``python -m snapcut.jobs.spark_dwell``, a child process: its
    own driver JVM, ``local[2]``) reads them one file per micro-batch, keeps
    per-user count, total and average in ``keyed_state`` (Rust state,
    snapshotted per batch under ``<dir>/state``) and writes each batch with
@@ -40,7 +40,8 @@ from snapcut._core import ConfigError, SnapcutError
 if TYPE_CHECKING:
     import pandas as pd  # the `spark` extra: imported where used, so `snapcut --help` works without
 
-#: The child's query (see dwell_job): 3 state partitions, a full every 3 batches.
+
+#: The child's query (see snapcut.jobs.spark_dwell): 3 state partitions, a full every 3 batches.
 PARTITIONS = 3
 
 
@@ -131,7 +132,7 @@ def start_query(paths: DemoPaths, trigger: str, attempt: int) -> subprocess.Pope
     cmd = [
         sys.executable,
         "-m",
-        "snapcut.spark.dwell_job",
+        "snapcut.jobs.spark_dwell",
         str(paths.events),
         str(paths.state),
         str(paths.checkpoint),
@@ -232,11 +233,11 @@ def batch_rows(paths: DemoPaths, restart_ms: int) -> list[tuple[str, ...]]:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from snapcut.snapshots_cli import _Out
+    from snapcut._console import Out
     from snapcut.spark.read import read_state_arrow
     from snapcut.spark.sink import read_output_arrow
 
-    out = _Out()
+    out = Out()
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         raise ConfigError("Spark needs Java 17: install it (e.g. apt install openjdk-17-jre)")
     try:
@@ -339,17 +340,3 @@ def _state_as_output(state: pa.Table) -> pa.Table:
     avg = pa.compute.divide(pa.compute.cast(state["avg__sum"], pa.float64()), state["avg__count"])
     cols = {"user": state["user"], "count": state["count"], "total": state["total"]}
     return pa.table({**cols, "avg": avg})
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("engine spark")
-    g.add_argument("--dir", default="snapcut-demo", help="working directory (emptied first)")
-    g.add_argument("--files", type=int, default=8, help="event files = micro-batches")
-    g.add_argument("--rows", type=int, default=50_000, help="events per file")
-    g.add_argument("--every", type=float, default=1.0, help="seconds between event files")
-    g.add_argument(
-        "--kill-after",
-        type=int,
-        default=3,
-        help="SIGKILL the driver once this many batches are committed",
-    )

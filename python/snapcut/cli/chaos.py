@@ -1,0 +1,197 @@
+"""`snapcut chaos`: the command line of the two chaos harnesses
+(:mod:`snapcut.chaos.local`, :mod:`snapcut.chaos.spark`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from snapcut._core import ConfigError
+from snapcut.chaos import local
+from snapcut.chaos.core import Summary
+from snapcut.chaos.local import (
+    DEFAULT_JOB_SECONDS,
+    DEFAULT_MAX_KILLS,
+    DEFAULT_RECORDS,
+    FAILPOINTS,
+    KILL_MODES,
+    PROTOCOLS,
+    Options,
+    run_chaos,
+)
+
+if TYPE_CHECKING:
+    from snapcut.chaos.spark import SparkOptions
+
+ENGINES = ("local", "spark")
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "chaos",
+        help="kill the dwell-time job at random moments and crash points; check exactly-once",
+        description=local.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--engine",
+        default="local",
+        choices=ENGINES,
+        help="the local runtime (default) or Spark (snapcut.spark.chaos)",
+    )
+    p.add_argument(
+        "--protocol", default=None, help=f"local: one of {', '.join(PROTOCOLS)} (default aligned)"
+    )
+    p.add_argument("--runs", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help=f"events per run (default: local {DEFAULT_RECORDS}, spark 10000 over --files files)",
+    )
+    p.add_argument("--users", type=int, default=200)
+    p.add_argument(
+        "--job-seconds",
+        type=float,
+        default=None,
+        help=f"local: throttle each job to about this long (default {DEFAULT_JOB_SECONDS})",
+    )
+    p.add_argument(
+        "--max-kills",
+        type=int,
+        default=None,
+        help=f"kills per run: 1..N from the seed (default: local {DEFAULT_MAX_KILLS}, spark 2)",
+    )
+    p.add_argument("--workdir", default=None, help="where runs write (default: a temp dir)")
+    p.add_argument(
+        "--failpoints",
+        default=None,
+        help="comma-separated crash points to choose from (default: every one of the engine)",
+    )
+    p.add_argument(
+        "--kill-mode",
+        default="mixed",
+        choices=(*KILL_MODES, "executor"),
+        help="random moments, crash points, or a seeded mix of both (default); spark: "
+        "'executor' kills executor JVMs (needs --master local-cluster[...])",
+    )
+    p.add_argument("--keep", action="store_true", help="keep every run's directory")
+    p.add_argument(
+        "--unsafe-sink",
+        action="store_true",
+        help="local: write events non-transactionally (shows the checker catching duplicates)",
+    )
+    p.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="local: checkpoints are not fsynced (they survive kills, not an OS crash)",
+    )
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    spark = p.add_argument_group("--engine spark")
+    spark.add_argument("--files", type=int, default=None, help="input parquet files (default 5)")
+    spark.add_argument(
+        "--files-per-batch", type=int, default=None, help="maxFilesPerTrigger (default 1)"
+    )
+    spark.add_argument("--partitions", type=int, default=None, help="state partitions (default 3)")
+    spark.add_argument(
+        "--master",
+        default=None,
+        help="Spark master (default local[2,4]); local-cluster[2,1,1024] adds executor kills",
+    )
+    p.set_defaults(handler=main)
+
+
+def cli_log(args: argparse.Namespace) -> Callable[[str], None]:
+    """Progress lines on stdout, or nothing with ``--quiet``."""
+    return (lambda _: None) if args.quiet else (lambda m: print(m, flush=True))
+
+
+def finish(summary: Summary) -> int:
+    """Prints the summary as the last line of stdout; the exit code."""
+    print(summary.to_json(), flush=True)
+    return 0 if summary.ok else 1
+
+
+def main(args: argparse.Namespace) -> int:
+    summary: Summary
+    try:
+        if args.engine == "spark":
+            # Spark's harness imports pyspark and pandas (the `spark` extra): only when asked.
+            from snapcut.chaos import spark as spark_chaos
+
+            summary = spark_chaos.run_spark_chaos(spark_options(args), cli_log(args))
+        else:
+            summary = run_chaos(local_options(args), cli_log(args))
+    except ConfigError as e:
+        print(f"snapcut chaos: {e}", file=sys.stderr)
+        return 2
+    return finish(summary)
+
+
+def local_options(args: argparse.Namespace) -> Options:
+    """The local engine's options; Spark-only flags are refused."""
+    for flag in ("files", "files_per_batch", "partitions", "master"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
+    if args.kill_mode not in KILL_MODES:
+        raise ConfigError(f"--kill-mode {args.kill_mode} applies to --engine spark only")
+    failpoints = FAILPOINTS if args.failpoints is None else args.failpoints.split(",")
+    return Options(
+        protocol=args.protocol or "aligned",
+        runs=args.runs,
+        seed=args.seed,
+        records=DEFAULT_RECORDS if args.records is None else args.records,
+        users=args.users,
+        workdir=args.workdir,
+        max_kills=DEFAULT_MAX_KILLS if args.max_kills is None else args.max_kills,
+        job_seconds=DEFAULT_JOB_SECONDS if args.job_seconds is None else args.job_seconds,
+        unsafe_sink=args.unsafe_sink,
+        fsync=not args.no_fsync,
+        keep=args.keep,
+        kill_mode=args.kill_mode,
+        failpoints=tuple(f.strip() for f in failpoints if f.strip()),
+    )
+
+
+def spark_options(args: argparse.Namespace) -> SparkOptions:
+    """The Spark engine's options; local-only flags are refused."""
+    from snapcut.chaos.spark import SparkOptions
+    from snapcut.spark.root import PROTOCOL
+
+    if args.protocol is not None:
+        raise ConfigError(
+            f"--protocol applies to --engine local; on Spark each micro-batch is the "
+            f"snapshot ({PROTOCOL})"
+        )
+    if args.job_seconds is not None or args.unsafe_sink or args.no_fsync:
+        raise ConfigError(
+            "--job-seconds, --unsafe-sink and --no-fsync apply to --engine local only"
+        )
+    defaults = SparkOptions()
+    points = (
+        defaults.failpoints
+        if args.failpoints is None
+        else tuple(f.strip() for f in args.failpoints.split(",") if f.strip())
+    )
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return SparkOptions(
+        runs=args.runs,
+        seed=args.seed,
+        files=pick(args.files, defaults.files),
+        records=pick(args.records, defaults.records),
+        users=args.users,
+        partitions=pick(args.partitions, defaults.partitions),
+        files_per_batch=pick(args.files_per_batch, defaults.files_per_batch),
+        master=pick(args.master, defaults.master),
+        max_kills=pick(args.max_kills, defaults.max_kills),
+        kill_mode=args.kill_mode,
+        failpoints=points,
+        workdir=args.workdir,
+        keep=args.keep,
+    )
