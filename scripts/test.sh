@@ -1,13 +1,36 @@
 #!/usr/bin/env bash
 # Sets everything up (see setup.sh) and runs every check and test: Rust format,
 # lints, unit/property/stress tests, loom model checks, Python lints, types, pytest.
+#   bash scripts/test.sh          everything (what CI runs)
+#   bash scripts/test.sh --fast   the inner loop: Python lints and types, the Rust core's
+#                                 unit tests, pytest without Spark (-m "not spark")
 set -euo pipefail
 cd "$(dirname "$0")/.."
+fast=0
+case "${1:-}" in
+  "") ;;
+  --fast) fast=1 ;;
+  *) echo "usage: bash scripts/test.sh [--fast]" >&2; exit 2 ;;
+esac
 bash scripts/setup.sh
 # shellcheck disable=SC1091
 . "${SNAPCUT_VENV:-.venv}/bin/activate"
 
 step() { printf '\n== %s\n' "$*"; }
+
+if [ "$fast" = 1 ]; then
+  step "ruff"
+  ruff check python tests bench
+  ruff format --check python tests bench
+  step "mypy"
+  mypy python/
+  step "cargo test snapcut-core --lib (unit tests; the integration suites run in the full run)"
+  cargo test -p snapcut-core --release --lib -q
+  step "pytest without Spark"
+  export PYSPARK_PYTHON="$(command -v python)"
+  python -m pytest -q -m "not spark" tests
+  exit 0
+fi
 
 step "cargo fmt"
 cargo fmt --all -- --check
@@ -63,7 +86,7 @@ step "pytest (Spark tests: local[2] and local-cluster[2,1,1024], one session per
 export PYSPARK_PYTHON="$(command -v python)"
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
 export SNAPCUT_WHEEL="$PWD/$wheel"
-python -m pytest -q tests
+python -m pytest -q --durations=15 tests
 
 step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
 # 54-58 s measured on the busy 2-vCPU machine (load 5), ~50 s of it Spark (session

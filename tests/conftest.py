@@ -28,6 +28,17 @@ from tests.s3_support import S3Server, moto_server
 from snapcut import Checkpointing, Dataflow, StateTable, snapshots
 from snapcut._core import SnapshotStore
 
+SPARK_TESTS = Path(__file__).resolve().parent / "spark"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Everything under tests/spark/ starts Spark: marked ``spark``, so
+    ``-m "not spark"`` (``scripts/test.sh --fast``) leaves it out."""
+    for item in items:
+        if SPARK_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.spark)
+
+
 Task = tuple[str, int]
 Model = dict[int, dict[Task, dict[Any, Any]]]
 """checkpoint id → task → key → the row's other values (a tuple)."""

@@ -17,9 +17,14 @@ import pyarrow.fs as pafs
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Python workers unpickle the tests' functions by module name: they need the
-# test directory (pytest imports test modules from there) and the repository.
-_TESTS = str(Path(__file__).resolve().parent)
-_PATHS = [_TESTS, str(Path(_TESTS).parent)]
+# test directories (pytest imports test modules from there, tests/spark/ and
+# the other package folders) and the repository.
+_TESTS = Path(__file__).resolve().parent
+_PATHS = [
+    str(_TESTS),
+    *(str(d) for d in sorted(_TESTS.iterdir()) if d.is_dir() and any(d.glob("test_*.py"))),
+    str(_TESTS.parent),
+]
 os.environ["PYTHONPATH"] = os.pathsep.join(
     [
         *_PATHS,

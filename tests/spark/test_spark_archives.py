@@ -37,7 +37,7 @@ from tests.spark_support import (
 
 from snapcut.spark import keyed_state, read_state
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ENV_PYTHON = "./environment/bin/python"
 FILES = 2
 

@@ -17,7 +17,7 @@ from tests.thread_support import named_thread
 
 from snapcut.dataflow import dwell_events
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PEERS = REPO / "bench" / "peers"
 
 

@@ -430,6 +430,7 @@ def test_export_reads_through_checksums_and_guards_its_target(
         snapshots.export_checkpoint(local_root.path, tmp_path / "bad", 5, format="orc")
 
 
+@pytest.mark.spark
 def test_export_read_back_by_spark(local_root: Root, tmp_path: Path) -> None:
     pyspark = pytest.importorskip("pyspark.sql")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
