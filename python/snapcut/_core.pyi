@@ -178,6 +178,47 @@ def _keyed_roundtrip(
 
 SNAPSHOT_FORMAT: dict[str, Any]
 
+# The snapshot format's rules (rust/core/src/store/format.rs): manifests and
+# entries cross as JSON text, files as bytes.
+def format_check_file(data: bytes, entry: str, checkpoint: int, path: str) -> None: ...
+def format_missing_file(checkpoint: int, path: str) -> SnapshotError: ...
+def format_check_structure(data: bytes, entry: str) -> str | None: ...
+def format_check_manifest(data: bytes, what: str, checkpoint_id: int) -> None: ...
+def format_rebuild_state(chain: list[tuple[str, Any]]) -> Any: ...
+def format_encode_state(
+    vertex: str,
+    subtask: int,
+    batch: Any,
+    key: str,
+    kind: str = "full",
+    base: int | None = None,
+    sort: bool = False,
+) -> tuple[bytes, str]: ...
+def format_encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
+def format_build_manifest(
+    checkpoint_id: int,
+    files: str,
+    bases: list[tuple[int, bytes]],
+    tasks: list[tuple[str, int]],
+    offsets: list[tuple[str, int, int]],
+    protocol: str,
+    graph_fingerprint: str,
+    savepoint: bool,
+    started_ms: int,
+    finished_ms: int,
+    committed_ms: int,
+    extra: str,
+) -> tuple[bytes, bytes]: ...
+def format_retention(
+    manifests: list[tuple[int, bytes]], in_progress: list[int], retain: int
+) -> list[int]: ...
+def format_verify_plan(
+    checkpoint_id: int,
+    manifest: bytes,
+    bases: list[tuple[int, bytes]],
+    broken: list[tuple[int, str]],
+) -> tuple[list[tuple[int, int]], list[str]]: ...
+def format_needs(manifest: bytes, checkpoint_id: int) -> list[int]: ...
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli) of `data`: the checksum of every snapshot file."""
 

@@ -4,17 +4,23 @@
 
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
+use pyo3_arrow::input::AnyRecordBatch;
 use pyo3_arrow::{PyRecordBatch, PyTable};
 use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::snapshot::{
     ChannelLog, CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskId, TaskSnapshot,
 };
 use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
+use snapcut_core::store::format::{self, InProgress, ManifestMeta};
 use snapcut_core::store::{
-    self, SnapshotReader as CoreReader, SnapshotStore as CoreStore, StoreOptions,
+    self, FileEntry, FileKind, Manifest, SnapshotReader as CoreReader, SnapshotStore as CoreStore,
+    StoreOptions,
 };
+use snapcut_core::Error;
 
 use crate::errors::{ConfigError, IntoPyResult};
 
@@ -271,8 +277,317 @@ fn crc32c_of(py: Python<'_>, data: &[u8]) -> u32 {
     py.detach(|| ::crc32c::crc32c(data))
 }
 
+// --- the format's rules (rust/core/src/store/format.rs), for the Python
+// backend that moves the bytes of URI roots. Manifests and entries cross as
+// JSON text, files as bytes, tables through the PyCapsule interface.
+
+fn entry_of(json: &str) -> Result<FileEntry, Error> {
+    serde_json::from_str(json)
+        .map_err(|e| Error::Snapshot(format!("malformed manifest file entry: {e}")))
+}
+
+fn entry_json(entry: &FileEntry) -> String {
+    serde_json::to_string(entry).expect("entry serialises")
+}
+
+fn table<'py>(py: Python<'py>, batch: arrow_array::RecordBatch) -> PyResult<Bound<'py, PyAny>> {
+    let schema = batch.schema();
+    PyTable::try_new(vec![batch], schema)?.into_pyarrow(py)
+}
+
+/// Checks a file's bytes against its manifest entry (JSON): size and crc32c.
+#[pyfunction]
+fn format_check_file(
+    py: Python<'_>,
+    data: &[u8],
+    entry: &str,
+    checkpoint: u64,
+    path: &str,
+) -> PyResult<()> {
+    py.detach(|| format::check_file(&entry_of(entry)?, data, checkpoint, path))
+        .map_py()
+}
+
+/// The error of a file a manifest lists but the root does not hold.
+#[pyfunction]
+fn format_missing_file(checkpoint: u64, path: &str) -> PyErr {
+    crate::errors::to_py(format::missing_file(checkpoint, path))
+}
+
+/// Why a file that matches its checksum still cannot be read as listed, or None.
+#[pyfunction]
+fn format_check_structure(py: Python<'_>, data: &[u8], entry: &str) -> PyResult<Option<String>> {
+    py.detach(|| Ok(format::check_structure(&entry_of(entry)?, data)))
+        .map_py()
+}
+
+/// Checks a manifest's bytes (JSON, format name and version, checkpoint id).
+#[pyfunction]
+fn format_check_manifest(
+    py: Python<'_>,
+    data: &[u8],
+    what: &str,
+    checkpoint_id: u64,
+) -> PyResult<()> {
+    py.detach(|| format::parse_manifest(data, what, checkpoint_id).map(drop))
+        .map_py()
+}
+
+/// Full state from a chain of `(kind, table)`: one "full", then "diff"s.
+#[pyfunction]
+fn format_rebuild_state<'py>(
+    py: Python<'py>,
+    chain: Vec<(String, AnyRecordBatch)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut links = Vec::with_capacity(chain.len());
+    for (kind, batch) in chain {
+        let kind = match kind.as_str() {
+            "full" => FileKind::Full,
+            "diff" => FileKind::Diff,
+            other => {
+                return Err(crate::errors::SnapshotError::new_err(format!(
+                    "state chain continues with a '{other}' file, expected a diff"
+                )))
+            }
+        };
+        links.push((kind, crate::state::one_batch(batch)?));
+    }
+    let links = links
+        .into_iter()
+        .map(|(k, join)| Ok((k, join()?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    let out = py.detach(|| format::rebuild_state(&links)).map_py()?;
+    table(py, out)
+}
+
+/// A task's state file: `(bytes, entry JSON)`. `kind` "full", or "diff"
+/// against `base`; `sort` orders the rows by `key` (deterministic bytes).
+#[pyfunction]
+#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false))]
+#[allow(clippy::too_many_arguments)]
+fn format_encode_state<'py>(
+    py: Python<'py>,
+    vertex: &str,
+    subtask: usize,
+    batch: AnyRecordBatch,
+    key: &str,
+    kind: &str,
+    base: Option<u64>,
+    sort: bool,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let diff = match (kind, base) {
+        ("full", _) => false,
+        ("diff", Some(_)) => true,
+        ("diff", None) => {
+            return Err(crate::errors::SnapshotError::new_err(format!(
+                "a diff needs a base id and a boolean '{DELETED_COLUMN}' column"
+            )))
+        }
+        (other, _) => {
+            return Err(crate::errors::SnapshotError::new_err(format!(
+                "state kind must be 'full' or 'diff', got '{other}'"
+            )))
+        }
+    };
+    let join = crate::state::one_batch(batch)?;
+    let batch = join()?;
+    let t = task(vertex, subtask);
+    let (bytes, entry) = py
+        .detach(|| {
+            let batch = format::state_batch(&batch, key, diff)?;
+            let batch = if sort {
+                format::sort_by_key(&batch, key)?
+            } else {
+                batch
+            };
+            let mut entry = format::state_entry(
+                &t,
+                Some(key.into()),
+                base.filter(|_| diff),
+                format::Written {
+                    rows: 0,
+                    bytes: 0,
+                    crc32c: 0,
+                },
+            );
+            let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
+            (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+            Ok::<_, Error>((bytes, entry))
+        })
+        .map_py()?;
+    Ok((PyBytes::new(py, &bytes), entry_json(&entry)))
+}
+
+/// Any table as the bytes of an Arrow IPC file: `(bytes, rows, crc32c)`.
+#[pyfunction]
+fn format_encode_ipc<'py>(
+    py: Python<'py>,
+    batch: AnyRecordBatch,
+    what: &str,
+) -> PyResult<(Bound<'py, PyBytes>, u64, u32)> {
+    let schema = batch.schema()?;
+    let reader = batch.into_reader()?;
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| crate::errors::ConfigError::new_err(format!("{what}: {e}")))?;
+    let (bytes, w) = py
+        .detach(|| format::encode_ipc(&schema, &batches, what))
+        .map_py()?;
+    Ok((PyBytes::new(py, &bytes), w.rows, w.crc32c))
+}
+
+/// The manifest of checkpoint `checkpoint_id` and its `sources.arrow`:
+/// `(sources bytes, manifest bytes)`. `files`: JSON list of entries (the
+/// sources entry is added); a state diff without a chain gets it from its
+/// base's manifest in `bases` (`[(id, manifest bytes)]`).
+#[pyfunction]
+#[pyo3(signature = (checkpoint_id, files, bases, tasks, offsets, protocol, graph_fingerprint, savepoint, started_ms, finished_ms, committed_ms, extra))]
+#[allow(clippy::too_many_arguments)]
+fn format_build_manifest<'py>(
+    py: Python<'py>,
+    checkpoint_id: u64,
+    files: &str,
+    bases: Vec<(u64, Vec<u8>)>,
+    tasks: Vec<(String, usize)>,
+    offsets: Vec<(String, usize, u64)>,
+    protocol: &str,
+    graph_fingerprint: &str,
+    savepoint: bool,
+    started_ms: u64,
+    finished_ms: u64,
+    committed_ms: u64,
+    extra: &str,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let (sources, manifest) = py
+        .detach(|| {
+            let id = checkpoint_id;
+            let mut files: Vec<FileEntry> = serde_json::from_str(files)
+                .map_err(|e| Error::Snapshot(format!("malformed manifest file entries: {e}")))?;
+            let extra: serde_json::Map<String, serde_json::Value> = serde_json::from_str(extra)
+                .map_err(|e| Error::Snapshot(format!("malformed manifest fields: {e}")))?;
+            let bases = bases
+                .iter()
+                .map(|(b, data)| {
+                    format::parse_manifest(data, &format!("manifest of checkpoint {b}"), *b)
+                        .map(|m| (*b, m))
+                })
+                .collect::<Result<BTreeMap<u64, Manifest>, Error>>()?;
+            for f in files.iter_mut() {
+                if f.role != store::FileRole::State || !f.chain.is_empty() {
+                    continue;
+                }
+                f.chain = match (f.kind, f.base, f.task()) {
+                    (Some(FileKind::Diff), Some(base), Some(t)) => {
+                        format::diff_chain(id, &t, base, bases.get(&base), |_| true)?
+                    }
+                    _ => vec![id],
+                };
+            }
+            let offsets: BTreeMap<TaskId, u64> = offsets
+                .into_iter()
+                .map(|(v, s, o)| (task(&v, s), o))
+                .collect();
+            let tasks: Vec<TaskId> = tasks.into_iter().map(|(v, s)| task(&v, s)).collect();
+            let tasks = format::task_entries(&tasks, &offsets, &files);
+            let batch = format::sources_batch(&tasks);
+            let (sources, w) = format::encode_ipc(&batch.schema(), &[batch], store::SOURCES_FILE)?;
+            files.push(format::sources_entry(w));
+            let meta = ManifestMeta {
+                checkpoint_id: id,
+                protocol: protocol.into(),
+                started_ms,
+                finished_ms,
+                committed_ms,
+                graph_fingerprint: graph_fingerprint.into(),
+                savepoint,
+                extra,
+            };
+            let manifest = format::build_manifest(meta, tasks, files);
+            Ok::<_, Error>((sources, format::manifest_bytes(&manifest)))
+        })
+        .map_py()?;
+    Ok((PyBytes::new(py, &sources), PyBytes::new(py, &manifest)))
+}
+
+/// THE retention rule: the complete checkpoints (`manifests`: their bytes;
+/// unreadable ones are never a base) to delete, keeping the newest `retain`,
+/// savepoints, the base of each checkpoint `in_progress`, and what kept ones
+/// need, to a fixpoint.
+#[pyfunction]
+fn format_retention(
+    py: Python<'_>,
+    manifests: Vec<(u64, Vec<u8>)>,
+    in_progress: Vec<u64>,
+    retain: usize,
+) -> PyResult<Vec<u64>> {
+    if retain < 1 {
+        return Err(crate::errors::SnapshotError::new_err(
+            "retain must be at least 1 completed checkpoint",
+        ));
+    }
+    Ok(py.detach(|| {
+        let parsed: BTreeMap<u64, Manifest> = manifests
+            .iter()
+            .filter_map(|(id, data)| {
+                Some((*id, format::parse_manifest(data, "manifest", *id).ok()?))
+            })
+            .collect();
+        let in_progress: Vec<InProgress> = in_progress
+            .into_iter()
+            .map(|id| InProgress { id, bases: None })
+            .collect();
+        format::retention(&parsed, &in_progress, retain)
+    }))
+}
+
+/// `([(checkpoint, file index)], [problems])` of a verify plan.
+type VerifyPlanTuple = (Vec<(u64, usize)>, Vec<String>);
+
+/// What verifying checkpoint `checkpoint_id` reads: `([(checkpoint, index
+/// into its manifest's files)], [structural problems])`. `bases`: the
+/// manifests it needs, `broken`: `[(id, why unreadable)]`.
+#[pyfunction]
+fn format_verify_plan(
+    py: Python<'_>,
+    checkpoint_id: u64,
+    manifest: &[u8],
+    bases: Vec<(u64, Vec<u8>)>,
+    broken: Vec<(u64, String)>,
+) -> PyResult<VerifyPlanTuple> {
+    py.detach(|| {
+        let m = format::parse_manifest(manifest, "manifest", checkpoint_id)?;
+        let mut got: BTreeMap<u64, Result<Manifest, String>> =
+            broken.into_iter().map(|(id, why)| (id, Err(why))).collect();
+        for (id, data) in &bases {
+            let parsed = format::parse_manifest(data, "manifest", *id).map_err(|e| e.to_string());
+            got.insert(*id, parsed);
+        }
+        let plan = format::plan_verify(checkpoint_id, &m, &got);
+        Ok::<_, Error>((plan.files, plan.problems))
+    })
+    .map_py()
+}
+
+/// Every checkpoint a manifest's files need (itself included), ascending.
+#[pyfunction]
+fn format_needs(py: Python<'_>, manifest: &[u8], checkpoint_id: u64) -> PyResult<Vec<u64>> {
+    py.detach(|| format::parse_manifest(manifest, "manifest", checkpoint_id).map(|m| m.needs()))
+        .map_py()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
+    m.add_function(wrap_pyfunction!(format_check_file, m)?)?;
+    m.add_function(wrap_pyfunction!(format_missing_file, m)?)?;
+    m.add_function(wrap_pyfunction!(format_check_structure, m)?)?;
+    m.add_function(wrap_pyfunction!(format_check_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(format_rebuild_state, m)?)?;
+    m.add_function(wrap_pyfunction!(format_encode_state, m)?)?;
+    m.add_function(wrap_pyfunction!(format_encode_ipc, m)?)?;
+    m.add_function(wrap_pyfunction!(format_build_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(format_retention, m)?)?;
+    m.add_function(wrap_pyfunction!(format_verify_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(format_needs, m)?)?;
     m.add_class::<SnapshotReader>()?;
     m.add_class::<SnapshotStore>()?;
     m.add("SNAPSHOT_FORMAT", format_constants(m.py())?)?;

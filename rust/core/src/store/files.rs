@@ -1,50 +1,17 @@
-//! File-level I/O: Arrow IPC files with a running CRC-32C, checked reads,
-//! and the atomic write (temp + fsync + rename + directory fsync).
+//! File-level I/O (the rules are in [`super::format`]): writing an encoded
+//! Arrow IPC file, checked reads, and the atomic write (temp + fsync + rename + directory fsync).
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use arrow_buffer::Buffer;
-use arrow_ipc::convert::fb_to_schema;
-use arrow_ipc::reader::{read_footer_length, FileDecoder};
-use arrow_ipc::root_as_footer;
-use arrow_ipc::writer::FileWriter;
-use arrow_schema::{Schema, SchemaRef};
+use arrow_schema::Schema;
 
+use super::format::{check_file, encode_ipc_into, missing_file, EncodeError, Written};
 use super::manifest::FileEntry;
 use crate::error::{Error, Result};
-
-/// What writing one file produced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Written {
-    pub rows: u64,
-    pub bytes: u64,
-    pub crc32c: u32,
-}
-
-/// Counts bytes and updates the CRC as they stream to the file.
-struct Checksummed<W> {
-    inner: W,
-    crc: u32,
-    bytes: u64,
-}
-
-impl<W: Write> Write for Checksummed<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
-}
 
 /// How a store makes a checkpoint durable before its manifest counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -207,114 +174,36 @@ pub fn write_ipc(
     fsync: &Fsync,
 ) -> Result<Written> {
     let io = |e: std::io::Error| Error::io(format!("writing {}", path.display()), e);
-    let arrow =
-        |e: arrow_schema::ArrowError| Error::Snapshot(format!("encoding {}: {e}", path.display()));
     let file = File::create(path).map_err(io)?;
-    let sink = Checksummed {
-        inner: file,
-        crc: 0,
-        bytes: 0,
-    };
-    let mut writer =
-        FileWriter::try_new(BufWriter::with_capacity(1 << 20, sink), schema).map_err(arrow)?;
-    let mut rows = 0;
-    for batch in batches {
-        writer.write(batch).map_err(|e| match e {
-            arrow_schema::ArrowError::IoError(_, source) => io(source),
-            other => arrow(other),
-        })?;
-        rows += batch.num_rows() as u64;
-    }
-    let buffered = writer.into_inner().map_err(arrow)?;
-    let sink = buffered.into_inner().map_err(|e| io(e.into_error()))?;
-    fsync.file(&sink.inner).map_err(io)?;
-    Ok(Written {
-        rows,
-        bytes: sink.bytes,
-        crc32c: sink.crc,
-    })
+    let what = path.display().to_string();
+    let (buffered, written) = encode_ipc_into(
+        BufWriter::with_capacity(1 << 20, file),
+        schema,
+        batches,
+        &what,
+    )
+    .map_err(|e| match e {
+        EncodeError::Io(e) => io(e),
+        EncodeError::Format(e) => e,
+    })?;
+    let file = buffered.into_inner().map_err(|e| io(e.into_error()))?;
+    fsync.file(&file).map_err(io)?;
+    Ok(written)
 }
 
-/// Reads a file of a checkpoint, checking its size and checksum against the
-/// manifest first: a corrupt file is an error, never silently read.
+/// Reads a file of a checkpoint, checking it against its manifest entry
+/// first (size and checksum): a corrupt file is an error, never silently read.
 pub fn read_checked(dir: &Path, entry: &FileEntry, checkpoint: u64) -> Result<Vec<u8>> {
     let path = dir.join(&entry.path);
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(Error::Snapshot(format!(
-                "checkpoint {checkpoint}: file {} listed in the manifest is missing",
-                path.display()
-            )))
+            return Err(missing_file(checkpoint, &path.display().to_string()))
         }
         Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
     };
-    if bytes.len() as u64 != entry.bytes {
-        return Err(Error::Snapshot(format!(
-            "checkpoint {checkpoint}: file {} is {} bytes, the manifest says {}: truncated or overwritten",
-            path.display(),
-            bytes.len(),
-            entry.bytes
-        )));
-    }
-    let crc = crc32c::crc32c(&bytes);
-    if crc != entry.crc32c {
-        return Err(Error::Snapshot(format!(
-            "checkpoint {checkpoint}: file {} fails its checksum (crc32c {crc:#010x}, manifest says \
-             {:#010x}): corrupt",
-            path.display(),
-            entry.crc32c
-        )));
-    }
+    check_file(entry, &bytes, checkpoint, &path.display().to_string())?;
     Ok(bytes)
-}
-
-/// Decodes a checked Arrow IPC file without copying its buffers: the arrays
-/// are slices of `bytes` (a restore of a large state reads it only once).
-pub fn decode_ipc(bytes: Vec<u8>, what: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
-    let err = |e: String| Error::Snapshot(format!("{what} is not a readable Arrow IPC file: {e}"));
-    let buffer = Buffer::from_vec(bytes);
-    if buffer.len() < 16 {
-        return Err(err(format!("{} bytes is too short", buffer.len())));
-    }
-    let trailer = buffer.len() - 10;
-    let footer_len = read_footer_length(buffer[trailer..].try_into().expect("10 bytes"))
-        .map_err(|e| err(e.to_string()))?;
-    let footer_start = trailer
-        .checked_sub(footer_len)
-        .ok_or_else(|| err("footer longer than the file".into()))?;
-    let footer = root_as_footer(&buffer[footer_start..trailer]).map_err(|e| err(e.to_string()))?;
-    let schema = Arc::new(fb_to_schema(
-        footer
-            .schema()
-            .ok_or_else(|| err("no schema in the footer".into()))?,
-    ));
-    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
-    let block_data = |offset: i64, meta: i32, body: i64| -> Result<Buffer> {
-        let start = usize::try_from(offset).map_err(|_| err("negative block offset".into()))?;
-        let len = meta as usize + body as usize;
-        if start + len > buffer.len() {
-            return Err(err("block past the end of the file".into()));
-        }
-        Ok(buffer.slice_with_length(start, len))
-    };
-    for block in footer.dictionaries().iter().flatten() {
-        let data = block_data(block.offset(), block.metaDataLength(), block.bodyLength())?;
-        decoder
-            .read_dictionary(block, &data)
-            .map_err(|e| err(e.to_string()))?;
-    }
-    let mut batches = Vec::new();
-    for block in footer.recordBatches().iter().flatten() {
-        let data = block_data(block.offset(), block.metaDataLength(), block.bodyLength())?;
-        if let Some(batch) = decoder
-            .read_record_batch(block, &data)
-            .map_err(|e| err(e.to_string()))?
-        {
-            batches.push(batch);
-        }
-    }
-    Ok((schema, batches))
 }
 
 /// Writes `bytes` to `dir/name` atomically: a reader sees either no file or

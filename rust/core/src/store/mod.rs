@@ -1,6 +1,6 @@
 //! Snapshot store: Arrow IPC files + manifest, atomic commit, checksums, retention, verify.
 //!
-//! Layout (DESIGN.md §4), under a root directory:
+//! Layout (the spec: `docs/format.md`), under a root directory:
 //! ```text
 //! chk-00000042/
 //!   manifest.json                        written last, by atomic rename
@@ -8,16 +8,21 @@
 //!   <vertex>-<subtask>.channel-<edge>.<from>.arrow   recorded in-flight records
 //!   sources.arrow                         source offsets (vertex, subtask, offset)
 //! ```
-//! [`SnapshotStore`] is the durable [`crate::snapshot::SnapshotSink`];
-//! [`SnapshotReader`] lists, verifies and rebuilds state from manifests alone.
+//! [`format`] holds the format's rules with no I/O (encoding, checks,
+//! chains, state rebuild, manifests, retention, verify plans); everything
+//! else here is the `std::fs` side of them. [`SnapshotStore`] is the durable
+//! [`crate::snapshot::SnapshotSink`]; [`SnapshotReader`] lists, verifies and
+//! rebuilds state from manifests alone.
 
 mod files;
+pub mod format;
 mod manifest;
 mod reader;
 mod sink;
 mod writer;
 
-pub use files::{FsyncMode, Written};
+pub use files::FsyncMode;
+pub use format::Written;
 pub use manifest::{
     channel_file_name, checkpoint_dir_name, file_component, parse_checkpoint_dir, state_file_name,
     FileEntry, FileKind, FileRole, Manifest, TaskEntry, CHECKPOINT_DIR_PREFIX, FORMAT_NAME,

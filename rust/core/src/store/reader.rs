@@ -9,7 +9,8 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::Schema;
 
-use super::files::{decode_ipc, read_checked};
+use super::files::read_checked;
+use super::format::{self, decode_ipc};
 use super::manifest::{
     checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest,
     MANIFEST_FILE,
@@ -113,47 +114,40 @@ impl SnapshotReader {
             }
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
-        let manifest = Manifest::parse(&bytes, &format!("manifest {}", path.display()))?;
-        if manifest.checkpoint_id != id {
-            return Err(Error::Snapshot(format!(
-                "manifest {} names checkpoint {}, expected {id}",
-                path.display(),
-                manifest.checkpoint_id
-            )));
-        }
-        Ok(manifest)
+        format::parse_manifest(&bytes, &format!("manifest {}", path.display()), id)
     }
 
     /// Checks checkpoint `id` completely: its manifest, every file's presence,
     /// size and checksum, and the base checkpoints its state diffs need.
     pub fn verify(&self, id: CheckpointId) -> Result<Manifest> {
         let manifest = self.manifest(id)?;
-        for needed in manifest.needs() {
-            let m = if needed == id {
-                manifest.clone()
+        let wrap = |needed: CheckpointId, e: Error| {
+            if needed == id {
+                e
             } else {
-                self.manifest(needed).map_err(|e| {
-                    Error::Snapshot(format!(
-                        "checkpoint {id} needs base checkpoint {needed}: {e}"
-                    ))
-                })?
-            };
-            let dir = self.checkpoint_dir(needed);
-            for f in &m.files {
-                // Of a base, only the state files in a chain matter.
-                if needed != id && f.role != FileRole::State {
-                    continue;
-                }
-                read_checked(&dir, f, needed).map_err(|e| {
-                    if needed == id {
-                        e
-                    } else {
-                        Error::Snapshot(format!(
-                            "checkpoint {id} needs base checkpoint {needed}: {e}"
-                        ))
-                    }
-                })?;
+                Error::Snapshot(format!(
+                    "checkpoint {id} needs base checkpoint {needed}: {e}"
+                ))
             }
+        };
+        let mut bases = BTreeMap::new();
+        for needed in manifest.needs() {
+            if needed != id {
+                let m = self.manifest(needed).map_err(|e| wrap(needed, e))?;
+                bases.insert(needed, Ok(m));
+            }
+        }
+        let plan = format::plan_verify(id, &manifest, &bases);
+        for (cid, i) in plan.files {
+            let f = if cid == id {
+                &manifest.files[i]
+            } else {
+                match &bases[&cid] {
+                    Ok(m) => &m.files[i],
+                    Err(_) => unreachable!("every base manifest was read"),
+                }
+            };
+            read_checked(&self.checkpoint_dir(cid), f, cid).map_err(|e| wrap(cid, e))?;
         }
         Ok(manifest)
     }
@@ -214,11 +208,7 @@ impl SnapshotReader {
         let Some(entry) = manifest.state_file(task) else {
             return Ok(Vec::new());
         };
-        let chain = if entry.chain.is_empty() {
-            vec![id]
-        } else {
-            entry.chain.clone()
-        };
+        let chain = format::state_chain(id, entry);
         let mut out = Vec::with_capacity(chain.len());
         for cid in chain {
             let m = if cid == id {
@@ -226,13 +216,9 @@ impl SnapshotReader {
             } else {
                 self.manifest(cid)?
             };
-            let f = m.state_file(task).ok_or_else(|| {
-                Error::Snapshot(format!(
-                    "checkpoint {id}: state of {task} needs checkpoint {cid}, which has no state file for it"
-                ))
-            })?;
+            let f = format::chain_link(id, task, cid, &m)?;
             let (schema, batches) = self.read_file(cid, f)?;
-            let batch = concat(&schema, &batches)?;
+            let batch = format::concat(&schema, &batches)?;
             let kind = match (f.kind, f.base) {
                 (Some(FileKind::Diff), Some(base)) => StateKind::Diff { base },
                 (Some(FileKind::Full) | None, _) => StateKind::Full,
@@ -248,20 +234,24 @@ impl SnapshotReader {
         Ok(out)
     }
 
-    /// `task`'s full state at checkpoint `id`, rebuilt from its chain.
+    /// `task`'s full state at checkpoint `id`, rebuilt from its chain
+    /// ([`format::rebuild_state`]: any column types).
     pub fn state(&self, id: CheckpointId, task: &TaskId) -> Result<Option<RecordBatch>> {
         let chain = self.state_chain(id, task)?;
-        let Some((_, first)) = chain.first() else {
+        if chain.is_empty() {
             return Ok(None);
-        };
-        if let [(_, full)] = chain.as_slice() {
-            // A lone full capture is the state itself, whoever produced it
-            // (operators with their own state layout need no key metadata).
-            return Ok(Some(full.batch.clone()));
         }
-        let mut table = table_for(first.batch.schema_ref(), id, task)?;
-        table.restore(&chain)?;
-        Ok(Some(table.to_batch()))
+        let links: Vec<(FileKind, RecordBatch)> = chain
+            .into_iter()
+            .map(|(_, c)| {
+                let kind = match c.kind {
+                    StateKind::Full => FileKind::Full,
+                    StateKind::Diff { .. } => FileKind::Diff,
+                };
+                (kind, c.batch)
+            })
+            .collect();
+        format::rebuild_state(&links).map(Some)
     }
 
     /// Channel contents `task` recorded at checkpoint `id`.
@@ -384,12 +374,4 @@ pub(crate) fn table_for(
         },
     )
     .map_err(|e| Error::Snapshot(format!("checkpoint {id}: state file of {task}: {e}")))
-}
-
-fn concat(schema: &Arc<Schema>, batches: &[RecordBatch]) -> Result<RecordBatch> {
-    if let [one] = batches {
-        return Ok(one.clone());
-    }
-    arrow_select::concat::concat_batches(schema, batches)
-        .map_err(|e| Error::Snapshot(format!("state batches do not concatenate: {e}")))
 }

@@ -9,13 +9,13 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use arrow_array::{RecordBatch, StringArray, UInt64Array};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::Schema;
 
-use super::files::{decode_ipc, read_checked, write_atomic, write_ipc, Fsync, FsyncMode, Written};
+use super::files::{read_checked, write_atomic, write_ipc, Fsync, FsyncMode};
+use super::format::{self, decode_ipc, InProgress, ManifestMeta, Written};
 use super::manifest::{
-    channel_file_name, state_file_name, FileEntry, FileKind, FileRole, Manifest, TaskEntry,
-    FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
+    FileEntry, FileKind, FileRole, Manifest, TaskEntry, MANIFEST_FILE, MANIFEST_TMP_FILE,
+    SOURCES_FILE,
 };
 use super::reader::{table_for, SnapshotReader};
 use super::writer::Writer;
@@ -183,20 +183,15 @@ impl SnapshotStore {
         let mut files = Vec::new();
         if let Some(state) = snapshot.state {
             let schema = state.batch.schema();
-            let (kind, base) = match state.kind {
-                StateKind::Full => (FileKind::Full, None),
-                StateKind::Diff { base } => (FileKind::Diff, Some(base)),
+            let base = match state.kind {
+                StateKind::Full => None,
+                StateKind::Diff { base } => Some(base),
             };
-            let name = state_file_name(&task);
-            let entry = FileEntry {
-                key: schema.metadata().get(KEY_METADATA).cloned(),
-                kind: Some(kind),
-                base,
-                ..entry(&name, FileRole::State, &task)
-            };
-            let done = self
-                .writer
-                .submit(dir.clone(), name, schema, vec![state.batch]);
+            let key = schema.metadata().get(KEY_METADATA).cloned();
+            let entry = format::state_entry(&task, key, base, UNWRITTEN);
+            let done =
+                self.writer
+                    .submit(dir.clone(), entry.path.clone(), schema, vec![state.batch]);
             files.push((entry, done));
         }
         for log in snapshot.channels {
@@ -212,14 +207,11 @@ impl SnapshotStore {
                     schema
                 )));
             }
-            let name = channel_file_name(&task, &log.edge, log.from_subtask);
-            let entry = FileEntry {
-                edge: Some(log.edge.clone()),
-                input: Some(log.input),
-                from_subtask: Some(log.from_subtask),
-                ..entry(&name, FileRole::Channel, &task)
-            };
-            let done = self.writer.submit(dir.clone(), name, schema, log.records);
+            let entry =
+                format::channel_entry(&task, &log.edge, log.input, log.from_subtask, UNWRITTEN);
+            let done = self
+                .writer
+                .submit(dir.clone(), entry.path.clone(), schema, log.records);
             files.push((entry, done));
         }
         let mut staged = self.staged.lock().expect("store poisoned");
@@ -279,26 +271,9 @@ impl SnapshotStore {
                     let task = f.task().expect("state files name their task");
                     let base = self.resolve_base(id, base, &task, committed);
                     f.base = Some(base);
-                    let base_entry = committed.get(&base).and_then(|m| m.state_file(&task)).ok_or_else(|| {
-                        Error::Snapshot(format!(
-                            "checkpoint {id}: state diff of {task} is based on checkpoint {base}, which is \
-                             not a committed checkpoint holding its state; take a full capture instead"
-                        ))
-                    })?;
-                    let mut chain = if base_entry.chain.is_empty() {
-                        vec![base]
-                    } else {
-                        base_entry.chain.clone()
-                    };
-                    if let Some(lost) = chain.iter().find(|c| !committed.contains_key(c)) {
-                        return Err(Error::Snapshot(format!(
-                            "checkpoint {id}: state diff of {task} is based on checkpoint {base}, whose \
-                             chain needs checkpoint {lost}, which retention removed; take a full \
-                             capture instead"
-                        )));
-                    }
-                    chain.push(id);
-                    chain
+                    format::diff_chain(id, &task, base, committed.get(&base), |c| {
+                        committed.contains_key(&c)
+                    })?
                 }
             };
         }
@@ -314,21 +289,21 @@ impl SnapshotStore {
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         files.push(self.write_sources(&dir, &tasks)?);
-        let manifest = Manifest {
-            format: FORMAT_NAME.into(),
-            format_version: FORMAT_VERSION,
-            checkpoint_id: id,
-            protocol: meta.protocol.name().into(),
-            started_ms: meta.started_ms,
-            finished_ms: meta.finished_ms,
-            committed_ms: now_ms(),
-            graph_fingerprint: meta.graph_fingerprint.clone(),
-            savepoint: meta.savepoint,
+        let manifest = format::build_manifest(
+            ManifestMeta {
+                checkpoint_id: id,
+                protocol: meta.protocol.name().into(),
+                started_ms: meta.started_ms,
+                finished_ms: meta.finished_ms,
+                committed_ms: now_ms(),
+                graph_fingerprint: meta.graph_fingerprint.clone(),
+                savepoint: meta.savepoint,
+                extra: Default::default(),
+            },
             tasks,
             files,
-            extra: Default::default(),
-        };
-        let json = serde_json::to_vec_pretty(&manifest).expect("manifest serialises");
+        );
+        let json = format::manifest_bytes(&manifest);
         crate::failpoint::hit("store.before_manifest");
         // One directory fsync, after the rename, makes the data files' entries
         // and the manifest's durable together. Should a crash keep the
@@ -408,45 +383,14 @@ impl SnapshotStore {
     }
 
     fn write_sources(&self, dir: &Path, tasks: &[TaskEntry]) -> Result<FileEntry> {
-        let sources: Vec<&TaskEntry> = tasks.iter().filter(|t| t.source_offset.is_some()).collect();
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("vertex", DataType::Utf8, false),
-            Field::new("subtask", DataType::UInt64, false),
-            Field::new("offset", DataType::UInt64, false),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema.clone(),
-            vec![
-                Arc::new(StringArray::from_iter_values(
-                    sources.iter().map(|t| &t.vertex),
-                )),
-                Arc::new(UInt64Array::from_iter_values(
-                    sources.iter().map(|t| t.subtask as u64),
-                )),
-                Arc::new(UInt64Array::from_iter_values(
-                    sources.iter().map(|t| t.source_offset.unwrap_or_default()),
-                )),
-            ],
-        )
-        .expect("sources batch matches its schema");
-        let w = write_ipc(&dir.join(SOURCES_FILE), &schema, &[batch], &self.fsync)?;
-        Ok(FileEntry {
-            path: SOURCES_FILE.into(),
-            role: FileRole::Sources,
-            rows: w.rows,
-            bytes: w.bytes,
-            crc32c: w.crc32c,
-            vertex: None,
-            subtask: None,
-            kind: None,
-            base: None,
-            chain: Vec::new(),
-            key: None,
-            edge: None,
-            input: None,
-            from_subtask: None,
-            extra: Default::default(),
-        })
+        let batch = format::sources_batch(tasks);
+        let w = write_ipc(
+            &dir.join(SOURCES_FILE),
+            &batch.schema(),
+            &[batch],
+            &self.fsync,
+        )?;
+        Ok(format::sources_entry(w))
     }
 
     /// Deletes completed checkpoints beyond `retain` that are neither
@@ -458,49 +402,17 @@ impl SnapshotStore {
         &self,
         committed: &mut BTreeMap<CheckpointId, Manifest>,
     ) -> Result<Vec<CheckpointId>> {
-        let regular: Vec<CheckpointId> = committed
-            .values()
-            .filter(|m| !m.savepoint)
-            .map(|m| m.checkpoint_id)
-            .collect();
-        let mut keep: BTreeSet<CheckpointId> = regular
+        let in_progress: Vec<InProgress> = self
+            .staged
+            .lock()
+            .expect("store poisoned")
             .iter()
-            .rev()
-            .take(self.options.retain)
-            .copied()
+            .map(|(id, st)| InProgress {
+                id: *id,
+                bases: Some(st.files.iter().filter_map(|(f, _)| f.base).collect()),
+            })
             .collect();
-        keep.extend(
-            committed
-                .values()
-                .filter(|m| m.savepoint)
-                .map(|m| m.checkpoint_id),
-        );
-        keep.extend(
-            self.staged
-                .lock()
-                .expect("store poisoned")
-                .values()
-                .flat_map(|st| st.files.iter().filter_map(|(f, _)| f.base)),
-        );
-        // To a fixpoint: a checkpoint kept as one task's base must restore
-        // whole too (another task's diff may still be based on it).
-        loop {
-            let needed: Vec<CheckpointId> = keep
-                .iter()
-                .filter_map(|id| committed.get(id))
-                .flat_map(Manifest::needs)
-                .filter(|id| !keep.contains(id))
-                .collect();
-            if needed.is_empty() {
-                break;
-            }
-            keep.extend(needed);
-        }
-        let drop: Vec<CheckpointId> = committed
-            .keys()
-            .filter(|id| !keep.contains(id))
-            .copied()
-            .collect();
+        let drop = format::retention(committed, &in_progress, self.options.retain);
         for id in &drop {
             let dir = self.reader.checkpoint_dir(*id);
             // Manifest first: a crash midway leaves a partial directory, which
@@ -596,25 +508,12 @@ impl SnapshotSink for SnapshotStore {
     }
 }
 
-fn entry(name: &str, role: FileRole, task: &crate::snapshot::TaskId) -> FileEntry {
-    FileEntry {
-        path: name.into(),
-        role,
-        rows: 0,
-        bytes: 0,
-        crc32c: 0,
-        vertex: Some(task.vertex.clone()),
-        subtask: Some(task.subtask),
-        kind: None,
-        base: None,
-        chain: Vec::new(),
-        key: None,
-        edge: None,
-        input: None,
-        from_subtask: None,
-        extra: Default::default(),
-    }
-}
+/// The sizes of a file still being written (filled in at commit).
+const UNWRITTEN: Written = Written {
+    rows: 0,
+    bytes: 0,
+    crc32c: 0,
+};
 
 fn remove_dir(dir: &Path) -> Result<()> {
     match fs::remove_dir_all(dir) {

@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::files::{write_ipc, Fsync, Written};
+use super::files::{write_ipc, Fsync};
+use super::format::Written;
 use crate::error::{Error, Result};
 
 /// One file to write.
