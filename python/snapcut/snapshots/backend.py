@@ -11,18 +11,23 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import SnapshotError, SnapshotReader, crc32c
+from snapcut._core import (
+    SnapshotError,
+    SnapshotReader,
+    format_check_file,
+    format_check_manifest,
+    format_missing_file,
+    format_needs,
+    format_verify_plan,
+)
 from snapcut.snapshots.layout import (
     MANIFEST_FILE,
     Channel,
     Task,
     checkpoint_dir_name,
-    needs,
     parse_dir_name,
-    parse_manifest,
     read_ipc,
     rebuild_state,
-    state_entry,
 )
 
 
@@ -74,20 +79,31 @@ class RustBackend(Backend):
         return [Channel(*c) for c in self._reader.channels(checkpoint_id, task[0], task[1])]
 
 
-class FsBackend(Backend):
-    """The same reader over any pyarrow filesystem."""
+def state_file(manifest: dict[str, Any], task: Task) -> dict[str, Any] | None:
+    """The entry of `task`'s state file in a manifest, if any."""
+    for f in manifest["files"]:
+        if f["role"] == "state" and (f.get("vertex"), f.get("subtask")) == task:
+            return dict(f)
+    return None
 
-    def __init__(self, fs: Any, root: str) -> None:
+
+class FsBackend(Backend):
+    """The same reader over any pyarrow filesystem: it moves the bytes, the
+    Rust format rules (``snapcut._core.format_*``) check and read them."""
+
+    def __init__(self, fs: Any, root: str, check: bool = True) -> None:
         self.fs = fs
         self.root = root
-        if not _fs.exists(fs, root):
+        self._raw: dict[int, bytes] = {}
+        if check and not _fs.exists(fs, root):
             _fs.check_bucket(fs, root, f"opening snapshot root {root}")
             raise SnapshotError(f"snapshot root {root} does not exist")
 
     def _dir(self, checkpoint_id: int) -> str:
         return f"{self.root}/{checkpoint_dir_name(checkpoint_id)}"
 
-    def _scan(self) -> dict[int, bool]:
+    def scan(self) -> dict[int, bool]:
+        """Every checkpoint directory with whether it has a manifest."""
         from pyarrow.fs import FileSelector, FileType
 
         out: dict[int, bool] = {}
@@ -98,80 +114,105 @@ class FsBackend(Backend):
         return out
 
     def complete(self) -> builtins.list[int]:
-        return sorted(c for c, complete in self._scan().items() if complete)
+        return sorted(c for c, complete in self.scan().items() if complete)
 
     def partial(self) -> builtins.list[int]:
-        return sorted(c for c, complete in self._scan().items() if not complete)
+        return sorted(c for c, complete in self.scan().items() if not complete)
 
-    def manifest(self, checkpoint_id: int) -> dict[str, Any]:
+    def manifest_bytes(self, checkpoint_id: int) -> bytes:
+        """The bytes of a checkpoint's manifest, checked (format, version, id)."""
+        raw = self._raw.get(checkpoint_id)
+        if raw is not None:
+            return raw
         d = self._dir(checkpoint_id)
         path = f"{d}/{MANIFEST_FILE}"
-        if not _fs.exists(self.fs, path):
+        try:
+            raw = _fs.read_bytes(self.fs, path)
+        except OSError:
+            if _fs.exists(self.fs, path):
+                raise
             if _fs.exists(self.fs, d):
                 raise SnapshotError(
                     f"checkpoint {checkpoint_id} has no {MANIFEST_FILE} in {d}: it is partial "
                     "(crashed or aborted before commit) and cannot be restored"
-                )
-            raise SnapshotError(f"checkpoint {checkpoint_id} does not exist under {self.root}")
-        m = parse_manifest(_fs.read_bytes(self.fs, path), f"manifest {path}")
-        if m["checkpoint_id"] != checkpoint_id:
+                ) from None
             raise SnapshotError(
-                f"manifest {path} names checkpoint {m['checkpoint_id']}, expected {checkpoint_id}"
-            )
-        return m
+                f"checkpoint {checkpoint_id} does not exist under {self.root}"
+            ) from None
+        format_check_manifest(raw, f"manifest {path}", checkpoint_id)
+        self._raw[checkpoint_id] = raw
+        return raw
+
+    def manifest(self, checkpoint_id: int) -> dict[str, Any]:
+        manifest: dict[str, Any] = json.loads(self.manifest_bytes(checkpoint_id))
+        return manifest
 
     def read_checked(self, checkpoint_id: int, entry: dict[str, Any]) -> bytes:
         path = f"{self._dir(checkpoint_id)}/{entry['path']}"
-        if not _fs.exists(self.fs, path):
-            raise SnapshotError(
-                f"checkpoint {checkpoint_id}: file {path} listed in the manifest is missing"
-            )
-        data = _fs.read_bytes(self.fs, path)
-        if len(data) != entry["bytes"]:
-            raise SnapshotError(
-                f"checkpoint {checkpoint_id}: file {path} is {len(data)} bytes, the manifest "
-                f"says {entry['bytes']}: truncated or overwritten"
-            )
-        crc = crc32c(data)
-        if crc != entry["crc32c"]:
-            raise SnapshotError(
-                f"checkpoint {checkpoint_id}: file {path} fails its checksum (crc32c "
-                f"{crc:#010x}, manifest says {entry['crc32c']:#010x}): corrupt"
-            )
+        try:
+            data = _fs.read_bytes(self.fs, path)
+        except OSError:
+            if _fs.exists(self.fs, path):
+                raise
+            raise format_missing_file(checkpoint_id, path) from None
+        format_check_file(data, json.dumps(entry), checkpoint_id, path)
         return data
 
     def verify(self, checkpoint_id: int) -> dict[str, Any]:
-        manifest = self.manifest(checkpoint_id)
-        for needed in needs(manifest):
+        raw = self.manifest_bytes(checkpoint_id)
+        manifest: dict[str, Any] = json.loads(raw)
+        bases: dict[int, bytes] = {}
+        for needed in format_needs(raw, checkpoint_id):
+            if needed != checkpoint_id:
+                bases[needed] = self._base_manifest(checkpoint_id, needed)
+        files, _ = format_verify_plan(checkpoint_id, raw, list(bases.items()), [])
+        parsed = {c: json.loads(b) for c, b in bases.items()}
+        for cid, index in files:
+            m = manifest if cid == checkpoint_id else parsed[cid]
             try:
-                m = manifest if needed == checkpoint_id else self.manifest(needed)
-                for f in m["files"]:
-                    if needed == checkpoint_id or f["role"] == "state":
-                        self.read_checked(needed, f)
+                self.read_checked(cid, m["files"][index])
             except SnapshotError as e:
-                if needed == checkpoint_id:
+                if cid == checkpoint_id:
                     raise
                 raise SnapshotError(
-                    f"checkpoint {checkpoint_id} needs base checkpoint {needed}: {e}"
+                    f"checkpoint {checkpoint_id} needs base checkpoint {cid}: {e}"
                 ) from e
         return manifest
 
-    def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
-        manifest = self.manifest(checkpoint_id)
-        entry = state_entry(manifest, task)
+    def _base_manifest(self, checkpoint_id: int, base: int) -> bytes:
+        try:
+            return self.manifest_bytes(base)
+        except SnapshotError as e:
+            raise SnapshotError(
+                f"checkpoint {checkpoint_id} needs base checkpoint {base}: {e}"
+            ) from e
+
+    def chain(
+        self, checkpoint_id: int, task: Task, manifest: dict[str, Any] | None = None
+    ) -> builtins.list[tuple[int, str, pa.Table]] | None:
+        """The ``(id, kind, table)`` files that rebuild `task`'s state at a
+        checkpoint, each checked; None if the task has no state there."""
+        manifest = manifest if manifest is not None else self.manifest(checkpoint_id)
+        entry = state_file(manifest, task)
         if entry is None:
             return None
-        chain: list[tuple[str, pa.Table]] = []
+        out = []
         for cid in entry.get("chain") or [checkpoint_id]:
             m = manifest if cid == checkpoint_id else self.manifest(cid)
-            f = state_entry(m, task)
+            f = state_file(m, task)
             if f is None:
                 raise SnapshotError(
                     f"checkpoint {checkpoint_id}: state of {task[0]}-{task[1]} needs checkpoint "
                     f"{cid}, which has no state file for it"
                 )
-            chain.append((f.get("kind", "full"), read_ipc(self.read_checked(cid, f))))
-        return rebuild_state(chain)
+            out.append((cid, str(f.get("kind", "full")), read_ipc(self.read_checked(cid, f))))
+        return out
+
+    def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
+        chain = self.chain(checkpoint_id, task)
+        if chain is None:
+            return None
+        return rebuild_state([(kind, table) for _, kind, table in chain])
 
     def channels(self, checkpoint_id: int, task: Task) -> builtins.list[Channel]:
         manifest = self.manifest(checkpoint_id)

@@ -1,7 +1,7 @@
-"""The snapshot format's names and rules as Python reads them: file and
-directory names, manifest parsing, diff chains, and rebuilding state from a
-chain (the spec: docs/format.md; the Rust store in rust/core/src/store is
-the other reader of the same files)."""
+"""The snapshot format's names as Python uses them: constants, file and
+directory names. The rules (checks, chains, rebuild, manifests, retention,
+verify plans) live once, in rust/core/src/store/format.rs, called through
+``snapcut._core.format_*`` (the spec: docs/format.md)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from snapcut._core import SNAPSHOT_FORMAT, SnapshotError
+from snapcut._core import SNAPSHOT_FORMAT, format_check_manifest, format_rebuild_state
 
 FORMAT_NAME: str = SNAPSHOT_FORMAT["FORMAT_NAME"]
 FORMAT_VERSION: int = SNAPSHOT_FORMAT["FORMAT_VERSION"]
@@ -56,38 +55,11 @@ def file_component(name: str) -> str:
     return "".join(out)
 
 
-def parse_manifest(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        manifest = json.loads(data)
-    except ValueError as e:
-        raise SnapshotError(f"{what} is not valid JSON: {e}") from e
-    if not isinstance(manifest, dict) or "format_version" not in manifest:
-        raise SnapshotError(f"{what} has no format_version: not a snapcut manifest")
-    version = manifest["format_version"]
-    if not isinstance(version, int) or version > FORMAT_VERSION:
-        raise SnapshotError(
-            f"{what} has format_version {version}, newer than the {FORMAT_VERSION} this "
-            "snapcut reads: upgrade snapcut to read it"
-        )
-    if manifest.get("format") != FORMAT_NAME:
-        raise SnapshotError(
-            f"{what} has format {manifest.get('format')!r}, expected {FORMAT_NAME!r}"
-        )
+def parse_manifest(data: bytes, what: str, checkpoint_id: int) -> dict[str, Any]:
+    """The manifest of `checkpoint_id` as written, checked by the Rust rules."""
+    format_check_manifest(data, what, checkpoint_id)
+    manifest: dict[str, Any] = json.loads(data)
     return manifest
-
-
-def state_entry(manifest: dict[str, Any], task: Task) -> dict[str, Any] | None:
-    for f in manifest["files"]:
-        if f["role"] == "state" and (f.get("vertex"), f.get("subtask")) == task:
-            return dict(f)
-    return None
-
-
-def needs(manifest: dict[str, Any]) -> list[int]:
-    ids = {manifest["checkpoint_id"]}
-    for f in manifest["files"]:
-        ids.update(f.get("chain", []))
-    return sorted(ids)
 
 
 def read_ipc(data: bytes) -> pa.Table:
@@ -95,30 +67,11 @@ def read_ipc(data: bytes) -> pa.Table:
 
 
 def rebuild_state(chain: Sequence[tuple[str, pa.Table]]) -> pa.Table:
-    """Full state from a chain of ``(kind, table)``: one "full", then "diff"s.
-
-    A diff's rows replace the rows of their keys; rows with ``__deleted``
-    true remove them.
-    """
-    if not chain or chain[0][0] != "full":
-        raise SnapshotError("a state chain must start with a full state file")
-    state: pa.Table = chain[0][1]
-    if len(chain) == 1:
-        # A lone full state is the state itself, whatever its layout.
-        return state
-    key = (state.schema.metadata or {}).get(KEY_METADATA.encode(), b"").decode()
-    if not key:
-        raise SnapshotError(f"state file has no {KEY_METADATA!r} metadata naming its key")
-    for kind, diff in chain[1:]:
-        if kind != "diff":
-            raise SnapshotError(f"state chain continues with a {kind!r} file, expected a diff")
-        keep = pc.invert(pc.is_in(state[key], value_set=diff[key].combine_chunks()))
-        state = state.filter(keep)
-        deleted = pc.fill_null(diff[DELETED_COLUMN], False)
-        upserts = diff.filter(pc.invert(deleted)).drop_columns([DELETED_COLUMN])
-        upserts = pa.Table.from_arrays(upserts.columns, schema=state.schema)
-        state = pa.concat_tables([state, upserts])
-    return state
+    """Full state from a chain of ``(kind, table)``: one "full", then "diff"s
+    (the Rust rule: a diff's rows replace the rows of their keys; rows with
+    ``__deleted`` true remove them)."""
+    table: pa.Table = format_rebuild_state(list(chain))
+    return table
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ The Python API behind ``snapcut snapshots list|show|verify|prune``
 URI, is read through the existing reader over ``pyarrow.fs``, which keeps
 each manifest as written (a Spark root's ``"spark"`` object, file roles
 beyond state/channel/sources) and reads files one by one, so a broken file
-can be named. Pruning applies :meth:`SnapshotWriter.apply_retention`'s rule.
+can be named. The rules (file checks, verify plans, chains, retention) are
+the Rust ones (``snapcut._core.format_*``); this module moves bytes and
+shapes the results. Pruning applies :meth:`SnapshotWriter.apply_retention`.
 
     >>> rows = snapcut.snapshots.list_checkpoints("/tmp/ckpt")
     >>> info = snapcut.snapshots.show_checkpoint("/tmp/ckpt")      # the latest
@@ -17,25 +19,16 @@ can be named. Pruning applies :meth:`SnapshotWriter.apply_retention`'s rule.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from snapcut import _fs
-from snapcut._core import SnapshotError
+from snapcut._core import SnapshotError, format_check_structure, format_needs, format_verify_plan
 from snapcut.snapshots.backend import FsBackend
-from snapcut.snapshots.layout import (
-    DELETED_COLUMN,
-    MANIFEST_FILE,
-    checkpoint_dir_name,
-    needs,
-    read_ipc,
-    state_entry,
-)
+from snapcut.snapshots.layout import MANIFEST_FILE, checkpoint_dir_name
 from snapcut.snapshots.writer import SnapshotWriter
 
 Root = str | os.PathLike[str]
@@ -305,31 +298,6 @@ class CheckpointCheck:
         return {**asdict(self), "ok": self.ok, "reasons": self.reasons()}
 
 
-def _structure(entry: dict[str, Any], data: bytes) -> str | None:
-    """Why a file whose checksum matches still cannot be read as listed, or None."""
-    path = str(entry["path"])
-    try:
-        if path.endswith(".parquet"):
-            rows = pq.read_metadata(pa.BufferReader(data)).num_rows
-            columns: list[str] = []
-        elif path.endswith(".arrow"):
-            table = read_ipc(data)
-            rows, columns = table.num_rows, table.column_names
-        else:
-            return None  # a file type this reader does not know: checksum only
-    except (pa.ArrowException, OSError, ValueError) as e:
-        return f"does not open as {path.rsplit('.', 1)[-1]}: {e}"
-    if rows != entry["rows"]:
-        return f"holds {rows} rows, the manifest says {entry['rows']}"
-    if entry["role"] == "state" and path.endswith(".arrow"):
-        key = entry.get("key")
-        if key is not None and key not in columns:
-            return f"has no key column {key!r}"
-        if entry.get("kind") == "diff" and DELETED_COLUMN not in columns:
-            return f"is a diff without a {DELETED_COLUMN!r} column"
-    return None
-
-
 class _Verifier:
     """Checks each file once, however many checkpoints' chains name it."""
 
@@ -338,6 +306,7 @@ class _Verifier:
         self.progress = progress
         self.total = 0
         self.manifests: dict[int, dict[str, Any] | str] = {}
+        self.plans: dict[int, tuple[list[tuple[int, dict[str, Any]]], list[str]]] = {}
         self.done: dict[tuple[int, str], FileCheck] = {}
 
     def manifest(self, cid: int) -> dict[str, Any] | str:
@@ -355,7 +324,7 @@ class _Verifier:
         problem = None
         try:
             data = self.backend.read_checked(cid, entry)
-            why = _structure(entry, data)
+            why = format_check_structure(data, json.dumps(entry))
             if why is not None:
                 problem = f"checkpoint {cid}: file {self.backend.root}/{rel} {why}"
         except SnapshotError as e:
@@ -368,17 +337,32 @@ class _Verifier:
             self.progress(result.bytes, self.total)
         return result
 
-    def plan(self, cid: int) -> list[tuple[int, dict[str, Any]]]:
-        """The files checkpoint `cid` is read from: its own, its bases' state files."""
+    def plan(self, cid: int) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
+        """The files checkpoint `cid` is read from (its own, its bases' state
+        files) and its structural problems: the Rust verify plan."""
+        if cid in self.plans:
+            return self.plans[cid]
         m = self.manifest(cid)
         if isinstance(m, str):
-            return []
-        out = [(cid, f) for f in m["files"]]
-        for base in needs(m):
+            return [], []
+        raw = self.backend.manifest_bytes(cid)
+        bases, broken = [], []
+        for base in format_needs(raw, cid):
+            if base == cid:
+                continue
             bm = self.manifest(base)
-            if base != cid and not isinstance(bm, str):
-                out += [(base, f) for f in _state_files(bm)]
-        return out
+            if isinstance(bm, str):
+                broken.append((base, bm))
+            else:
+                bases.append((base, self.backend.manifest_bytes(base)))
+        files, problems = format_verify_plan(cid, raw, bases, broken)
+        out = []
+        for c, index in files:
+            owner = self.manifest(c)
+            assert not isinstance(owner, str)
+            out.append((c, owner["files"][index]))
+        self.plans[cid] = (out, problems)
+        return self.plans[cid]
 
     def verify(self, cid: int, complete: bool) -> CheckpointCheck:
         manifest_path = f"{checkpoint_dir_name(cid)}/{MANIFEST_FILE}"
@@ -394,39 +378,9 @@ class _Verifier:
             return CheckpointCheck(
                 cid, "unreadable", [FileCheck(cid, manifest_path, "manifest", 0, m)]
             )
-        files = [self.check(c, f) for c, f in self.plan(cid)]
-        problems = []
-        for base in needs(m):
-            bm = self.manifest(base)
-            if base != cid and isinstance(bm, str):
-                problems.append(f"checkpoint {cid} needs base checkpoint {base}: {bm}")
-        for entry in _state_files(m):
-            problems += self._chain_problems(cid, entry)
+        planned, problems = self.plan(cid)
+        files = [self.check(c, f) for c, f in planned]
         return CheckpointCheck(cid, "complete", files, problems)
-
-    def _chain_problems(self, cid: int, entry: dict[str, Any]) -> list[str]:
-        task = (str(entry["vertex"]), int(entry["subtask"]))
-        chain = list(entry.get("chain") or [cid])
-        label = f"{task[0]}-{task[1]}"
-        if chain[-1] != cid:
-            return [f"checkpoint {cid}: state of {label} has a chain {chain} not ending with {cid}"]
-        for i, base in enumerate(chain):
-            bm = self.manifest(base)
-            if isinstance(bm, str):
-                continue  # reported above
-            f = state_entry(bm, task)
-            if f is None:
-                return [
-                    f"checkpoint {cid}: state of {label} needs checkpoint {base}, "
-                    "which has no state file for it"
-                ]
-            want = "full" if i == 0 else "diff"
-            if f.get("kind", "full") != want:
-                return [
-                    f"checkpoint {cid}: state of {label} needs a {want} state at checkpoint "
-                    f"{base}, which holds a {f.get('kind')}"
-                ]
-        return []
 
 
 def verify_checkpoints(
@@ -454,7 +408,7 @@ def verify_checkpoints(
         if which not in complete and which not in backend.partial():
             raise SnapshotError(f"checkpoint {which} does not exist under {backend.root}")
     verifier = _Verifier(backend, progress)
-    planned = {(c, f["path"]): int(f["bytes"]) for cid in ids for c, f in verifier.plan(cid)}
+    planned = {(c, f["path"]): int(f["bytes"]) for cid in ids for c, f in verifier.plan(cid)[0]}
     verifier.total = sum(planned.values())
     if progress is not None:
         progress(0, verifier.total)
@@ -492,7 +446,7 @@ def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) 
     base_only = []
     for cid in kept:
         try:
-            needed = needs(backend.manifest(cid))
+            needed = format_needs(backend.manifest_bytes(cid), cid)
         except SnapshotError:
             continue  # unreadable: kept for inspection, reported by verify
         if not set(needed) <= set(kept):

@@ -1,9 +1,12 @@
 """Writing the snapshot format from Python over any pyarrow filesystem (e.g.
-from Spark workers: files per partition, then one manifest from the driver)."""
+from Spark workers: files per partition, then one manifest from the driver).
+Python moves the bytes; the Rust format rules (``snapcut._core.format_*``)
+encode the files, build the manifest and pick what retention deletes."""
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import time
@@ -12,25 +15,23 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from snapcut import _fs
-from snapcut._core import SnapshotError, crc32c
+from snapcut._core import (
+    SnapshotError,
+    format_build_manifest,
+    format_encode_ipc,
+    format_encode_state,
+    format_retention,
+)
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import (
-    DELETED_COLUMN,
-    FORMAT_NAME,
-    FORMAT_VERSION,
-    KEY_METADATA,
     MANIFEST_FILE,
     MANIFEST_TMP_FILE,
     SOURCES_FILE,
-    SOURCES_SCHEMA,
     Task,
     checkpoint_dir_name,
     file_component,
-    needs,
-    state_entry,
 )
 
 
@@ -48,16 +49,16 @@ class SnapshotWriter:
     def _dir(self, checkpoint_id: int) -> str:
         return f"{self.root}/{checkpoint_dir_name(checkpoint_id)}"
 
-    def _write(self, checkpoint_id: int, name: str, table: pa.Table) -> dict[str, Any]:
-        sink = pa.BufferOutputStream()
-        with ipc.new_file(sink, table.schema) as w:
-            w.write_table(table)
-        data = sink.getvalue().to_pybytes()
+    def _put(self, checkpoint_id: int, name: str, data: bytes) -> None:
         path = f"{self._dir(checkpoint_id)}/{name}"
         # Atomic with a temp name of its own: an idempotent rewrite (a Spark
         # task retry) never shows a reader a truncated file.
         _fs.write_atomic(self.fs, path, f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp", data)
-        return {"path": name, "rows": table.num_rows, "bytes": len(data), "crc32c": crc32c(data)}
+
+    def _write(self, checkpoint_id: int, name: str, table: pa.Table) -> dict[str, Any]:
+        data, rows, crc = format_encode_ipc(table, name)
+        self._put(checkpoint_id, name, data)
+        return {"path": name, "rows": rows, "bytes": len(data), "crc32c": crc}
 
     def write_state(
         self,
@@ -68,25 +69,14 @@ class SnapshotWriter:
         key: str,
         kind: str = "full",
         base: int | None = None,
+        sort: bool = False,
     ) -> dict[str, Any]:
-        """Writes a task's state: "full", or "diff" against `base` (needs `__deleted`)."""
-        if isinstance(table, pa.RecordBatch):
-            table = pa.Table.from_batches([table])
-        if key not in table.column_names:
-            raise SnapshotError(f"state table has no key column {key!r}")
-        if kind == "diff" and (base is None or DELETED_COLUMN not in table.column_names):
-            raise SnapshotError(f"a diff needs a base id and a boolean {DELETED_COLUMN!r} column")
-        if kind not in ("full", "diff"):
-            raise SnapshotError(f"state kind must be 'full' or 'diff', got {kind!r}")
-        metadata = dict(table.schema.metadata or {})
-        metadata[KEY_METADATA.encode()] = key.encode()
-        table = table.replace_schema_metadata(metadata)
-        name = f"{file_component(vertex)}-{subtask}.state.arrow"
-        entry = self._write(checkpoint_id, name, table)
-        entry.update(role="state", vertex=vertex, subtask=subtask, kind=kind, key=key)
-        if kind == "diff":
-            entry["base"] = base
-        return entry
+        """Writes a task's state: "full", or "diff" against `base` (needs
+        `__deleted`); `sort` orders the rows by `key` first."""
+        data, entry = format_encode_state(vertex, subtask, table, key, kind, base, sort)
+        written: dict[str, Any] = json.loads(entry)
+        self._put(checkpoint_id, written["path"], data)
+        return written
 
     def write_channel(
         self,
@@ -141,83 +131,55 @@ class SnapshotWriter:
                 f"checkpoint {checkpoint_id} is already committed under {self.root}; "
                 "refusing to overwrite it"
             )
+        backend = FsBackend(self.fs, self.root, check=False)
+        bases = []
+        for f in files:
+            if f["role"] == "state" and f.get("kind") == "diff" and not f.get("chain"):
+                # A missing base: the Rust rule names it.
+                with contextlib.suppress(SnapshotError):
+                    bases.append((int(f["base"]), backend.manifest_bytes(int(f["base"]))))
         offsets = dict(source_offsets or {})
-        entries = [dict(f) for f in files]
-        for f in entries:
-            if f["role"] != "state" or f.get("chain"):
-                continue
-            if f["kind"] == "full":
-                f["chain"] = [checkpoint_id]
-                continue
-            base = FsBackend(self.fs, self.root).manifest(f["base"])
-            base_entry = state_entry(base, (f["vertex"], f["subtask"]))
-            if base_entry is None:
-                raise SnapshotError(
-                    f"checkpoint {checkpoint_id}: state diff of {f['vertex']}-{f['subtask']} is "
-                    f"based on checkpoint {f['base']}, which holds no state for it"
-                )
-            f["chain"] = [*(base_entry.get("chain") or [f["base"]]), checkpoint_id]
-        all_tasks = sorted(
-            set(tasks)
-            | set(offsets)
-            | {(f["vertex"], f["subtask"]) for f in entries if "vertex" in f}
+        sources, manifest = format_build_manifest(
+            checkpoint_id,
+            json.dumps(list(files)),
+            bases,
+            list(tasks),
+            [(v, s, o) for (v, s), o in offsets.items()],
+            protocol,
+            graph_fingerprint,
+            savepoint,
+            started_ms,
+            finished_ms,
+            int(time.time() * 1000),
+            json.dumps(extra or {}),
         )
-        src = sorted(offsets.items())
-        sources = pa.table(
-            [
-                pa.array([t[0] for t, _ in src], pa.string()),
-                pa.array([t[1] for t, _ in src], pa.uint64()),
-                pa.array([o for _, o in src], pa.uint64()),
-            ],
-            schema=SOURCES_SCHEMA,
-        )
-        sources_entry = self._write(checkpoint_id, SOURCES_FILE, sources)
-        sources_entry["role"] = "sources"
-        manifest = {
-            "format": FORMAT_NAME,
-            "format_version": FORMAT_VERSION,
-            "checkpoint_id": checkpoint_id,
-            "protocol": protocol,
-            "started_ms": started_ms,
-            "finished_ms": finished_ms,
-            "committed_ms": int(time.time() * 1000),
-            "graph_fingerprint": graph_fingerprint,
-            "savepoint": savepoint,
-            "tasks": [
-                {"vertex": v, "subtask": s, "source_offset": offsets.get((v, s))}
-                for v, s in all_tasks
-            ],
-            "files": [*entries, sources_entry],
-            **(extra or {}),
-        }
-        data = json.dumps(manifest, indent=2).encode()
+        self._put(checkpoint_id, SOURCES_FILE, sources)
         tmp = (
             f"{MANIFEST_TMP_FILE}.{os.getpid()}.{uuid.uuid4().hex}"
             if replace
             else MANIFEST_TMP_FILE
         )
-        _fs.write_atomic(self.fs, f"{d}/{MANIFEST_FILE}", f"{d}/{tmp}", data)
-        return manifest
+        _fs.write_atomic(self.fs, f"{d}/{MANIFEST_FILE}", f"{d}/{tmp}", manifest)
+        written: dict[str, Any] = json.loads(manifest)
+        return written
 
     def apply_retention(self, retain: int, dry_run: bool = False) -> builtins.list[int]:
         """Deletes completed checkpoints beyond the newest `retain`, keeping
-        savepoints and every base a kept checkpoint's diff chain needs (the
-        same rule as the Rust store). Returns the removed ids (with `dry_run`,
-        the ids it would remove, deleting nothing)."""
-        if retain < 1:
-            raise SnapshotError("retain must be at least 1 completed checkpoint")
+        savepoints, the base of each checkpoint in progress (a directory
+        without a manifest: the newest complete one before it) and, to a
+        fixpoint, every base a kept checkpoint needs: the Rust store's rule,
+        ``format::retention``. Returns the removed ids (with `dry_run`, the
+        ids it would remove, deleting nothing)."""
         backend = FsBackend(self.fs, self.root)
-        manifests = {}
-        for cid in backend.complete():
+        scan = backend.scan()
+        manifests = []
+        for cid in sorted(c for c, complete in scan.items() if complete):
             try:
-                manifests[cid] = backend.manifest(cid)
+                manifests.append((cid, backend.manifest_bytes(cid)))
             except SnapshotError:
                 continue  # unreadable: never a base, left for inspection
-        regular = [c for c, m in manifests.items() if not m["savepoint"]]
-        keep = set(sorted(regular)[-retain:])
-        keep |= {c for c, m in manifests.items() if m["savepoint"]}
-        keep |= {n for c in list(keep) for n in needs(manifests[c])}
-        removed = sorted(set(manifests) - keep)
+        in_progress = sorted(c for c, complete in scan.items() if not complete)
+        removed: builtins.list[int] = format_retention(manifests, in_progress, retain)
         if dry_run:
             return removed
         for cid in removed:

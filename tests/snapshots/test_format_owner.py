@@ -1,0 +1,155 @@
+"""Issue 29: one implementation of the snapshot format (Rust).
+
+- The Rust store's retention and ``snapcut snapshots prune`` keep exactly the
+  same checkpoints of the same root (a chain whose base is shared, a
+  checkpoint in progress).
+- Roots written before the format moved to Rust (tests/snapshots/fixtures/)
+  read as they did, through the Rust reader (local paths) and the pyarrow.fs
+  backend (URIs) alike, and verify; writing the same inputs again gives the
+  same files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from tests.snapshots.fixtures import make_fixtures
+
+from snapcut import snapshots
+from snapcut._core import SnapshotStore
+from snapcut.cli import main
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+SCHEMA = pa.schema(
+    [pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())],
+    metadata={"snapcut.key": "k"},
+)
+DIFF = pa.schema([*SCHEMA, pa.field("__deleted", pa.bool_())], metadata=SCHEMA.metadata)
+
+# --- retention: one rule ---
+
+PLAN: list[tuple[int, dict[int, int | None]]] = [
+    # (checkpoint, {task: base of its diff, or None for a full})
+    (1, {0: None, 1: None}),
+    (2, {0: 1, 1: None}),
+    (3, {0: None, 1: 2}),
+    (4, {0: 3, 1: 3}),  # needs 2 and 3; 2 needs 1 (task 0): kept to a fixpoint
+    (5, {0: 4, 1: 4}),  # staged, never committed: in progress, based on 4
+    (6, {0: None, 1: None}),  # committed while 5 is in flight
+]
+
+
+def state(cid: int, base: int | None) -> tuple[str, int | None, pa.RecordBatch]:
+    if base is None:
+        return "full", None, pa.record_batch([[cid], [cid]], schema=SCHEMA)
+    return "diff", base, pa.record_batch([[cid], [cid], [False]], schema=DIFF)
+
+
+def write(root: Path, retain: int) -> SnapshotStore:
+    """Runs PLAN through a store; returns it with checkpoint 5 still staged."""
+    store = SnapshotStore(root, retain=retain, fsync="off")
+    for cid, tasks in PLAN:
+        for task, base in tasks.items():
+            store.task_snapshot(cid, "op", task, state=state(cid, base))
+        if cid != 5:
+            store.commit(cid)
+    return store
+
+
+def test_store_retention_and_prune_keep_the_same_checkpoints(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kept_by_store = write(tmp_path / "store", retain=1)
+    written = write(tmp_path / "prune", retain=1_000)
+    assert snapshots.open(tmp_path / "prune").partial() == [5]
+    assert main(["snapshots", "prune", str(tmp_path / "prune"), "--keep", "1"]) == 0
+    capsys.readouterr()
+    on_disk = snapshots.open(tmp_path / "store").list()
+    assert on_disk == kept_by_store.completed() == [1, 2, 3, 4, 6]
+    assert snapshots.open(tmp_path / "prune").list() == on_disk
+    for kind in ("local", "uri"):
+        root = tmp_path / "prune"
+        snaps = snapshots.open(root if kind == "local" else root.as_uri())
+        assert all(why is None for cid, why in snaps.verify().items() if cid != 5)
+    # Once 5 commits, both drop everything but the newest: the same again.
+    for store in (kept_by_store, written):
+        store.commit(5)
+    assert main(["snapshots", "prune", str(tmp_path / "prune"), "--keep", "1"]) == 0
+    assert snapshots.open(tmp_path / "prune").list() == snapshots.open(tmp_path / "store").list()
+
+
+def test_retention_rule_is_the_stores_on_a_uri_root(tmp_path: Path) -> None:
+    """SnapshotWriter.apply_retention (any pyarrow filesystem) is the same rule."""
+    write(tmp_path / "store", retain=1)
+    write(tmp_path / "w", retain=1_000)
+    removed = snapshots.SnapshotWriter((tmp_path / "w").as_uri()).apply_retention(1)
+    assert removed == []
+    assert snapshots.open(tmp_path / "w").list() == snapshots.open(tmp_path / "store").list()
+
+
+# --- fixture roots written before the change ---
+
+
+def normalized(rows: Any) -> Any:
+    """Rows as a sorted list (the row order of a rebuilt state is not part of
+    the format; the two readers before issue 29 disagreed on it)."""
+    if not isinstance(rows, dict) or "rows" not in rows:
+        return rows
+    return {**rows, "rows": sorted(rows["rows"], key=lambda r: json.dumps(r, sort_keys=True))}
+
+
+def states(read: dict[str, Any]) -> dict[tuple[str, str], Any]:
+    return {
+        (c, t): normalized(task["state"])
+        for c, chk in read["checkpoints"].items()
+        for t, task in chk["tasks"].items()
+    }
+
+
+@pytest.mark.parametrize("name", make_fixtures.ROOTS)
+def test_a_root_written_before_reads_as_it_did(name: str, tmp_path: Path) -> None:
+    root = tmp_path / name
+    shutil.copytree(FIXTURES / name, root)
+    expected = json.loads((FIXTURES / f"{name}.json").read_text())
+    got = json.loads(json.dumps(make_fixtures.expected(root, name)))
+    # Through pyarrow.fs: exactly as before.
+    assert got["uri"] == expected["uri"]
+    if "spark_state" in expected:
+        assert got["spark_state"] == expected["spark_state"]
+    # Through the Rust reader: the same rows (it failed on list columns in a
+    # diff chain before; now one rebuild serves both, in the same order).
+    want = states(expected["uri"])
+    assert states(got["local"]) == want
+    assert got["local"] == got["uri"]
+    for kind in ("local", "uri"):
+        checks = snapshots.verify_checkpoints(root if kind == "local" else root.as_uri())
+        assert [(c.id, c.ok) for c in checks] == [(int(i), True) for i in expected["uri"]["list"]]
+
+
+@pytest.mark.parametrize("name", make_fixtures.ROOTS)
+def test_the_same_inputs_write_the_same_files(name: str, tmp_path: Path) -> None:
+    """Every data file written again from the same inputs has the same
+    content (rows, schema, metadata) and every manifest the same fields;
+    files of the Rust store (the local runtime) the same bytes. Files that
+    pyarrow encoded before are now encoded by the Rust encoder (one
+    implementation): same content, other bytes, still deterministic."""
+    make_fixtures.WRITERS[name](tmp_path / name)
+    old, new = FIXTURES / name, tmp_path / name
+    files = sorted(p.relative_to(old) for p in old.rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(new) for p in new.rglob("*") if p.is_file())
+    for rel in files:
+        if rel.suffix == ".arrow":
+            a, b = (make_fixtures.read_ipc_file(d / rel) for d in (old, new))
+            assert a.equals(b, check_metadata=True), rel
+            if name == make_fixtures.RUNTIME:
+                assert (old / rel).read_bytes() == (new / rel).read_bytes(), rel
+        elif rel.name == "manifest.json":
+            same_bytes = name == make_fixtures.RUNTIME
+            a, b = (make_fixtures.manifest_content(d / rel, same_bytes) for d in (old, new))
+            assert a == b, rel
