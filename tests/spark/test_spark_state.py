@@ -268,11 +268,13 @@ def test_processing_time_timeout_matches_apply_in_pandas_with_state(
             expiring, out, "n long", "update", SparkTimeout.ProcessingTimeTimeout
         )
     )
-    got = run_to_end(ours, tmp_path / "chk")
+    # Both run a batch on every trigger from then on (Spark's no-data batches
+    # for processing-time timeouts): the three batches of data are compared.
+    got = run_to_end(ours, tmp_path / "chk", stop_after=3)
     want = run_to_end(theirs, tmp_path / "chk-spark", stop_after=3)
     for b in range(3):
         assert rows_of(got[b], ["user", "expired"]) == rows_of(want[b], ["user", "expired"]), b
-    expired = [r["user"] for r in concat(got).to_pylist() if r["expired"]]
+    expired = [r["user"] for r in concat(got, lambda b: b < 3).to_pylist() if r["expired"]]
     assert sorted(expired) == [1, 2, 3]
 
 
@@ -309,21 +311,27 @@ def expire_batch(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
 
 
 def test_map_batches_timeouts_flag_expired_keys(spark: Any, tmp_path: Path) -> None:
+    """Without Spark's no-data batches (switched off, as Spark allows), timeouts
+    fire in the batches that have data."""
     frames = [
         pd.DataFrame({"user": [1, 2, 3, 3], "dwell_ms": [1, 2, 3, 4]}),
         pd.DataFrame({"user": [2, 4], "dwell_ms": [5, 6]}),
         pd.DataFrame({"user": [4], "dwell_ms": [7]}),
     ]
     directory = write_inputs(tmp_path / "events", frames)
-    ours = keyed_state(
-        stream(spark, directory, "user long, dwell_ms long"), "user", str(tmp_path / "state"), 2
-    ).map_batches(
-        expire_batch,
-        state_schema="n long",
-        output_schema="user long, n long, expired boolean",
-        timeout=GroupStateTimeout.ProcessingTimeTimeout,
-    )
-    got = run_to_end(ours, tmp_path / "chk")
+    spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+    try:
+        ours = keyed_state(
+            stream(spark, directory, "user long, dwell_ms long"), "user", str(tmp_path / "state"), 2
+        ).map_batches(
+            expire_batch,
+            state_schema="n long",
+            output_schema="user long, n long, expired boolean",
+            timeout=GroupStateTimeout.ProcessingTimeTimeout,
+        )
+        got = run_to_end(ours, tmp_path / "chk")
+    finally:
+        spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
     expired = {b: sorted(r["user"] for r in t.to_pylist() if r["expired"]) for b, t in got.items()}
     assert expired == {0: [], 1: [1, 3], 2: [2]}
     assert {r["user"]: r["n"] for r in got[1].to_pylist() if r["expired"]} == {1: 1, 3: 2}

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from snapcut._core import ConfigError, KeyedAggregates, TaskError
+from snapcut.spark import metrics, no_data
 from snapcut.spark.group_state import GroupStateTimeout
 from snapcut.spark.initial import write_initial_state
 from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
 from snapcut.spark.partition import PartitionTask, Processor
 from snapcut.spark.processors import (
     BATCH_TS_COLUMN,
+    DEFINED_COLUMN,
     TIMEOUT_COLUMN,
     AggregateProcessor,
     BatchFunctionProcessor,
@@ -40,6 +42,7 @@ __all__ = ["KeyedState", "keyed_state", "parse_duration_ms"]
 
 AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
 OUTPUT_MODES = ("update", "append", "complete")
+ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 STATE_WRITES = ("background", "sync")
 _UNITS_MS = {
     "ms": 1,
@@ -163,6 +166,7 @@ class KeyedState:
         ``n="count"`` (rows) or ``("count", "col")`` (non-null values); funcs:
         count, sum, min, max, mean, first, last. ``output_mode``: "update"
         (the keys changed in the batch) or "complete" (every key)."""
+        output_mode = output_mode.lower() if isinstance(output_mode, str) else output_mode
         if output_mode not in ("update", "complete"):
             raise ConfigError(
                 f"aggregate output_mode must be 'update' or 'complete', got {output_mode!r}"
@@ -221,6 +225,7 @@ class KeyedState:
         *,
         timeout: str = GroupStateTimeout.NoTimeout,
         pandas: bool = False,
+        output_mode: str = "update",
     ) -> DataFrame:
         """``fn(rows, state, info)`` once per (micro-batch, partition).
 
@@ -231,7 +236,11 @@ class KeyedState:
         processing time. Returns ``StateUpdate(output, state, remove)`` (or
         that tuple): output rows of ``output_schema``, state rows to store
         (a ``__timeout_ms`` column sets each key's timeout; null = none),
-        keys to remove. Arrow tables, or pandas with ``pandas=True``."""
+        keys to remove. Arrow tables, or pandas with ``pandas=True``.
+        ``output_mode``: the query's output mode ("update" or "append"), which
+        Spark requires of the state operator that schedules the no-data batches
+        of a processing-time timeout (see :mod:`snapcut.spark.no_data`)."""
+        output_mode = _output_mode(output_mode, "output_mode")
         state_fields = self._state_fields(state_schema, "state_schema")
         processor = BatchFunctionProcessor(
             key=self.key,
@@ -244,7 +253,7 @@ class KeyedState:
             fn=fn,
             pandas=pandas,
         )
-        return self._build(processor, "map_batches", needs_batch_ts=True)
+        return self._build(processor, "map_batches", needs_batch_ts=True, output_mode=output_mode)
 
     # -- level 3 ---------------------------------------------------------------
 
@@ -257,22 +266,32 @@ class KeyedState:
         timeoutConf: str,
     ) -> DataFrame:
         """Drop-in for ``groupBy(key).applyInPandasWithState``: the same
-        ``func(key, Iterator[pd.DataFrame], GroupState)`` and arguments."""
-        if outputMode not in ("update", "append"):
-            raise ConfigError(f"outputMode must be 'update' or 'append', got {outputMode!r}")
+        ``func(key, Iterator[pd.DataFrame], GroupState)`` and arguments
+        (``outputMode`` "Update" or "Append" in any case, as Spark takes them)."""
+        output_mode = _output_mode(outputMode, "outputMode")
         state_fields = self._state_fields(stateStructType, "stateStructType")
+        state_schema = self._full_state_schema(state_fields, timeoutConf)
+        if TIMEOUT_COLUMN in state_schema.names:
+            state_schema = state_schema.insert(
+                state_schema.get_field_index(TIMEOUT_COLUMN),
+                pa.field(DEFINED_COLUMN, pa.bool_(), nullable=False),
+            )
+        records = self.df.sparkSession.conf.get(ARROW_BATCH_CONF, "10000")
         processor = PandasGroupProcessor(
             key=self.key,
             state_key=self.state_key,
-            state_schema=self._full_state_schema(state_fields, timeoutConf),
+            state_schema=state_schema,
             output_schema=self._arrow(outputStructType, "outputStructType"),
             event_time=self.event_time,
             timeout=self._timeout(timeoutConf),
             timezone=self.timezone,
             func=func,
             value_columns=tuple(f.name for f in state_fields),
+            max_records_per_batch=int(records or "10000"),
         )
-        return self._build(processor, "apply_in_pandas_with_state", needs_batch_ts=True)
+        return self._build(
+            processor, "apply_in_pandas_with_state", needs_batch_ts=True, output_mode=output_mode
+        )
 
     applyInPandasWithState = apply_in_pandas_with_state
 
@@ -318,7 +337,13 @@ class KeyedState:
             cols.append(pa.field(TIMEOUT_COLUMN, pa.int64()))
         return pa.schema(cols)
 
-    def _build(self, processor: Processor, operator: str, needs_batch_ts: bool) -> DataFrame:
+    def _build(
+        self,
+        processor: Processor,
+        operator: str,
+        needs_batch_ts: bool,
+        output_mode: str = "update",
+    ) -> DataFrame:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -344,12 +369,32 @@ class KeyedState:
         if needs_batch_ts:
             src = src.withColumn(BATCH_TS_COLUMN, F.current_timestamp())
             input_schema = input_schema.append(pa.field(BATCH_TS_COLUMN, pa.timestamp("us", "UTC")))
+        timeout = getattr(processor, "timeout", GroupStateTimeout.NoTimeout)
+        with_no_data = no_data.enabled(self.df, timeout)
+        if with_no_data:
+            src = no_data.keep_tasks_in_empty_batches(src, self.name)
         parted = src.repartition(self.partitions, *[F.col(k) for k in self.key])
+        output: pa.Schema = processor.output_schema  # type: ignore[attr-defined]
+        stage_schema = metrics.internal_schema(output)
         udf = make_task_function(
-            spec, processor, self.delay_ms, initial, input_schema, self.state_writes
+            spec, processor, self.delay_ms, initial, input_schema, stage_schema, self.state_writes
         )
-        out_type = from_arrow_schema(processor.output_schema, prefer_timestamp_ntz=False)  # type: ignore[attr-defined]
-        return parted.mapInArrow(udf, out_type)
+        stage_type = from_arrow_schema(stage_schema, prefer_timestamp_ntz=False)
+        out = metrics.observe_and_strip(parted.mapInArrow(udf, stage_type), self.name, output)
+        if with_no_data:
+            out_type = from_arrow_schema(output, prefer_timestamp_ntz=False)
+            out = out.unionByName(
+                no_data.companion(
+                    self.df,
+                    self.key,
+                    self.event_time,
+                    self.delay_ms,
+                    timeout,
+                    output_mode,
+                    out_type,
+                )
+            )
+        return out
 
 
 def make_task_function(
@@ -358,9 +403,12 @@ def make_task_function(
     delay_ms: int | None,
     initial: Any,
     input_schema: pa.Schema,
+    stage_schema: pa.Schema,
     state_writes: str = "background",
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function ``mapInArrow`` runs in each Python worker."""
+    """The function ``mapInArrow`` runs in each Python worker: the output in
+    `stage_schema` (:func:`snapcut.spark.metrics.internal_schema`), then the
+    task's metrics row."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -382,14 +430,17 @@ def make_task_function(
         out = task.apply(rows, processor, batch_ts)
         if state_writes == "sync":
             task.commit()
-            yield from out.to_batches()
-            return
-        # Version N is written while the output goes to Spark (the asynchronous
-        # phase, within the task); the task ends only once it is durable.
-        writer = _Committer(task)
-        writer.start()
-        yield from out.to_batches()
-        writer.finish()
+            for b in out.to_batches():
+                yield metrics.with_null_metrics(b, stage_schema)
+        else:
+            # Version N is written while the output goes to Spark (the asynchronous
+            # phase, within the task); the task ends only once it is durable.
+            writer = _Committer(task)
+            writer.start()
+            for b in out.to_batches():
+                yield metrics.with_null_metrics(b, stage_schema)
+            writer.finish()
+        yield metrics.metrics_batch(stage_schema, task.figures())
 
     return run
 
@@ -414,9 +465,46 @@ class _Committer(threading.Thread):
             raise self.error
 
 
+def _key_columns(df: DataFrame, key: Any) -> tuple[DataFrame, tuple[str, ...]]:
+    """What ``groupBy`` takes as keys — column names and Columns, alone or in
+    a list — as column names of `df` (a Column that is an expression becomes a
+    column of its own, named as Spark names it)."""
+    items = [key] if isinstance(key, str) or _is_column(key) else list(key)
+    if not items:
+        raise ConfigError("key must name at least one column")
+    names = []
+    for item in items:
+        if isinstance(item, str):
+            names.append(item)
+        elif _is_column(item):
+            name = df.select(item).columns[0]
+            if name not in df.columns:
+                df = df.withColumn(name, item)
+            names.append(name)
+        else:
+            raise ConfigError(
+                f"key must be column names or Columns (as groupBy takes), got {item!r}"
+            )
+    return df, tuple(names)
+
+
+def _is_column(value: Any) -> bool:
+    from pyspark.sql import Column
+
+    return isinstance(value, Column)
+
+
+def _output_mode(value: Any, what: str) -> str:
+    """Spark's output-mode spellings for a stateful step: "update" or "append", any case."""
+    mode = value.lower() if isinstance(value, str) else None
+    if mode not in ("update", "append"):
+        raise ConfigError(f"{what} must be 'Update' or 'Append' (any case), got {value!r}")
+    return mode
+
+
 def keyed_state(
     df: DataFrame,
-    key: str | Sequence[str],
+    key: Any,
     root: str,
     partitions: int,
     *,
@@ -431,7 +519,8 @@ def keyed_state(
 ) -> KeyedState:
     """Keys a streaming (or batch) DataFrame for stateful processing.
 
-    ``key``: one column or several; ``root``: a local path or any
+    ``key``: what ``groupBy`` takes — a column name or a Column, or a list of
+    them; ``root``: a local path or any
     pyarrow-filesystem URI where the state of every micro-batch is written
     (Arrow IPC + manifest, readable with ``snapcut.snapshots.open``);
     ``partitions``: the number of state partitions (fixed for the root's
@@ -446,9 +535,7 @@ def keyed_state(
     task's output goes to Spark, ``"sync"`` before the task emits any output
     (either way the task ends only once version N is durable).
     """
-    keys = (key,) if isinstance(key, str) else tuple(key)
-    if not keys:
-        raise ConfigError("key must name at least one column")
+    df, keys = _key_columns(df, key)
     return KeyedState(
         df,
         keys,

@@ -35,8 +35,13 @@ class BatchInfo:
     batch_id: int
     partition: int
     watermark_ms: int
+    """The watermark of this batch: decides event-time timeouts (Spark's
+    watermark for eviction)."""
     processing_time_ms: int
     watermark_present: bool
+    late_watermark_ms: int = 0
+    """The previous batch's watermark: rows at or before it are late (Spark's
+    watermark for late events, since Spark 3.4)."""
 
 
 class Processor(Protocol):
@@ -92,6 +97,7 @@ class Loaded:
     watermark_ms: int
     max_event_time_ms: int
     from_cache: bool
+    late_watermark_ms: int = 0
 
 
 class PartitionTask:
@@ -145,7 +151,7 @@ class PartitionTask:
         spark = prev.get("spark", {})
         delay = self.delay
         max_event = int(spark.get("max_event_time_ms", NO_EVENT_TIME))
-        watermark = int(spark.get("watermark_ms", 0))
+        late_watermark = watermark = int(spark.get("watermark_ms", 0))
         if delay is not None and max_event != NO_EVENT_TIME:
             watermark = max(watermark, max_event - delay)
         entry = next(
@@ -154,11 +160,11 @@ class PartitionTask:
         chain = list(entry.get("chain") or [n - 1])
         warm = self.cache.take(self.cache_key, n - 1)
         if warm is not None:
-            return Loaded(warm, chain, watermark, max_event, True)
+            return Loaded(warm, chain, watermark, max_event, True, late_watermark)
         table = self._new_table()
         files = self.root.read_chain(prev, self.partition)
         table.restore([(cid, kind, t) for cid, kind, t in files])
-        return Loaded(table, chain, watermark, max_event, False)
+        return Loaded(table, chain, watermark, max_event, False, late_watermark)
 
     def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
         """Applies the batch and makes version N durable; returns the output."""
@@ -179,12 +185,14 @@ class PartitionTask:
             watermark_ms=self._loaded.watermark_ms,
             processing_time_ms=batch_ts_ms if batch_ts_ms is not None else self._started,
             watermark_present=self.delay is not None,
+            late_watermark_ms=self._loaded.late_watermark_ms,
         )
         out = processor.process(self._loaded.table, rows, self._info)
         self._metrics = {
             "rows_in": rows.num_rows,
             "rows_out": out.num_rows,
             "late_rows": int(getattr(processor, "late_rows", 0)),
+            "timed_out_keys": int(getattr(processor, "timed_out_keys", 0)),
             "batch_max_event_ms": processor.max_event_time_ms(rows),
         }
         return out
@@ -220,10 +228,24 @@ class PartitionTask:
             "started_ms": self._started,
             "finished_ms": _now_ms(),
         }
+        self._ack = ack
         self.root.write_ack(self.batch_id, self.partition, ack)
         failpoints.hit("state.after_ack", self.batch_id, self.partition)
         self.root.finalize(self.batch_id)
         self.cache.put(self.cache_key, self.batch_id, table)
+
+    def figures(self) -> dict[str, int]:
+        """This task's part of the step's observed metrics (after :meth:`commit`)."""
+        ack = self._ack
+        return {
+            "rows_in": int(ack["rows_in"]),
+            "rows_out": int(ack["rows_out"]),
+            "late_rows_dropped": int(ack["late_rows"]),
+            "keys_timed_out": int(self._metrics["timed_out_keys"]),
+            "state_rows": int(ack["state_keys"]),
+            "state_bytes_written": int(ack["file"]["bytes"]),
+            "state_write_ms_max": round(float(ack["write_ms"])),
+        }
 
 
 def _now_ms() -> int:

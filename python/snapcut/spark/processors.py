@@ -12,6 +12,7 @@ build their Rust helpers lazily in the worker.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,9 +28,13 @@ from snapcut.spark.partition import NO_EVENT_TIME, BatchInfo
 TIMEOUT_COLUMN = "__timeout_ms"
 PRESENT_COLUMN = "__present"
 TIMED_OUT_COLUMN = "__timed_out"
+DEFINED_COLUMN = "__defined"
+"""Level 3 with a timeout: whether the key holds a value (Spark keeps a removed
+key whose function set a timeout, without a value, until the timeout fires)."""
 BATCH_TS_COLUMN = "__snapcut_batch_ts"
 
 __all__ = [
+    "DEFINED_COLUMN",
     "PRESENT_COLUMN",
     "TIMED_OUT_COLUMN",
     "TIMEOUT_COLUMN",
@@ -101,6 +106,7 @@ class _Base:
     timeout: str = GroupStateTimeout.NoTimeout
     timezone: str = "UTC"
     late_rows: int = field(default=0, init=False)
+    timed_out_keys: int = field(default=0, init=False)
 
     def to_pandas(self, table: pa.Table) -> Any:
         """As PySpark hands Arrow data to pandas functions: timestamps as naive
@@ -118,9 +124,12 @@ class _Base:
         return NO_EVENT_TIME if m is None else int(m)
 
     def _prepare(self, rows: pa.Table, info: BatchInfo) -> pa.Table:
-        """Keyed rows without the late ones (Spark drops rows at or before the
-        watermark before an event-time-timeout stateful step)."""
+        """Keyed rows without the late ones: before an event-time-timeout
+        stateful step Spark drops rows at or before the watermark for late
+        events, the previous batch's watermark (since Spark 3.4; the current
+        one decides evictions and timeouts)."""
         self.late_rows = 0
+        self.timed_out_keys = 0
         if BATCH_TS_COLUMN in rows.column_names:
             rows = rows.drop_columns([BATCH_TS_COLUMN])
         if (
@@ -129,7 +138,7 @@ class _Base:
             and self.event_time is not None
             and rows.num_rows
         ):
-            late = pc.less_equal(event_time_ms(rows[self.event_time]), info.watermark_ms)
+            late = pc.less_equal(event_time_ms(rows[self.event_time]), info.late_watermark_ms)
             self.late_rows = int(pc.sum(late).as_py() or 0)
             if self.late_rows:
                 rows = rows.filter(pc.invert(late))
@@ -149,8 +158,9 @@ class _Base:
         due = pc.fill_null(pc.less(state[TIMEOUT_COLUMN], threshold), False)
         if len(exclude):
             due = pc.and_(due, pc.invert(pc.is_in(state[self.state_key], value_set=exclude)))
-        keys = state[self.state_key].filter(due)
-        return distinct(keys)
+        keys = distinct(state[self.state_key].filter(due))
+        self.timed_out_keys = len(keys)
+        return keys
 
 
 @dataclass
@@ -254,7 +264,9 @@ class BatchFunctionProcessor(_Base):
         if len(expired) and TIMEOUT_COLUMN in self.state_schema.names:
             stale = expired
             if len(handled) or len(removed):
-                done = pa.concat_arrays([_plain_array(handled), _plain_array(removed)])
+                # An empty pandas frame gives untyped (null) keys: cast to the key's type.
+                key_type = self.state_schema.field(self.state_key).type
+                done = pa.concat_arrays([handled.cast(key_type), removed.cast(key_type)])
                 stale = expired.filter(pc.invert(pc.is_in(expired, value_set=done)))
             if len(stale):
                 rows = pa.Table.from_batches([table.lookup(stale)[0]])
@@ -271,84 +283,107 @@ class BatchFunctionProcessor(_Base):
 
 @dataclass
 class PandasGroupProcessor(BatchFunctionProcessor):
-    """Level 3: ``func(key, Iterator[pd.DataFrame], GroupState) -> Iterator[pd.DataFrame]``."""
+    """Level 3: ``func(key, Iterator[pd.DataFrame], GroupState) -> Iterator[pd.DataFrame]``,
+    with the rules of Spark's ``FlatMapGroupsInPandasWithStateExec``: groups in key
+    order; each group's rows in chunks of at most ``max_records_per_batch`` rows,
+    cut where Spark's Arrow writer cuts the partition's sorted rows; timed-out keys
+    after the keys with data, each called with one empty frame; and a key is stored
+    when the call updated, removed or re-timed it (a removed key with a timeout
+    stays, without a value, until the timeout fires)."""
 
     func: Callable[[tuple[Any, ...], Iterator[Any], GroupState], Iterator[Any]] | None = None
     value_columns: tuple[str, ...] = ()
+    max_records_per_batch: int = 10_000
+
+    def _chunks(self, frame: Any, start: int, end: int) -> list[Any]:
+        """Rows [start, end) of the partition's sorted rows, cut at Spark's
+        Arrow batch boundaries (every `max_records_per_batch` rows; none if <= 0)."""
+        size = self.max_records_per_batch
+        cuts = [start]
+        if size > 0:
+            cuts += range((start // size + 1) * size, end, size)
+        cuts.append(end)
+        return [frame.iloc[a:b].reset_index(drop=True) for a, b in itertools.pairwise(cuts)]
 
     def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
         rows = self._prepare(rows, info)
-        keys = (
-            distinct(rows[self.state_key])
-            if rows.num_rows
-            else pa.array([], self.state_schema.field(self.state_key).type)
-        )
+        key_type = self.state_schema.field(self.state_key).type
+        if rows.num_rows:
+            # Spark's order: groups sorted by the grouping columns, nulls first.
+            order = pc.sort_indices(
+                rows, sort_keys=[(k, "ascending") for k in self.key], null_placement="at_start"
+            )
+            rows = rows.take(order)
+        bounds = _run_bounds(rows[self.state_key]) if rows.num_rows else []
+        starts = pa.array([b[0] for b in bounds], pa.int64())
+        keys = _plain_array(rows[self.state_key].take(starts)) if bounds else pa.array([], key_type)
         expired = self._expired(table, info, keys)
         if len(keys) == 0 and len(expired) == 0:
             return self.output_schema.empty_table()
         assert self.func is not None
-        new_rows: list[dict[str, Any]] = []
-        removed: list[Any] = []
-        # Rows sorted by key, then one slice of one pandas frame per key.
-        order = pc.sort_indices(rows[self.state_key]) if rows.num_rows else None
-        sorted_rows = rows.take(order) if order is not None else rows
-        user_cols = [c for c in sorted_rows.column_names if c != KEY_COLUMN]
-        frame = self.to_pandas(sorted_rows.select(user_cols))
-        bounds = _run_bounds(sorted_rows[self.state_key]) if rows.num_rows else []
-        starts = pa.array([b[0] for b in bounds], pa.int64())
-        data_keys = sorted_rows.select(list(self.key)).take(starts).to_pylist()
+        user_cols = [c for c in rows.column_names if c != KEY_COLUMN]
+        frame = self.to_pandas(rows.select(user_cols))
+        empty_input = self.to_pandas(rows.select(user_cols).schema.empty_table())
+        data_keys = rows.select(list(self.key)).take(starts).to_pylist()
         calls: list[tuple[Any, int, int, bool]] = [
             (k, start, end, False) for k, (start, end) in zip(keys.to_pylist(), bounds, strict=True)
         ]
         calls += [(k, 0, 0, True) for k in expired.to_pylist()]
-        frames: list[Any] = []
-        all_keys = pa.concat_arrays([_plain_array(keys), _plain_array(expired)])
+        all_keys = pa.concat_arrays([keys, _plain_array(expired)])
         current, present = table.lookup(all_keys)
         current_rows = current.to_pylist()
         presence = present.to_pylist()
+        has_timeout = TIMEOUT_COLUMN in self.state_schema.names
+        frames: list[Any] = []
+        new_rows: list[dict[str, Any]] = []
+        removed: list[Any] = []
         for i, (skey, start, end, timed_out) in enumerate(calls):
             row = current_rows[i]
-            value = tuple(row[c] for c in self.value_columns) if presence[i] else None
-            old_timeout = row.get(TIMEOUT_COLUMN) if presence[i] else None
-            gs = GroupState(
+            stored = bool(presence[i])
+            defined = stored and (not has_timeout or bool(row[DEFINED_COLUMN]))
+            value = tuple(row[c] for c in self.value_columns) if defined else None
+            old_timeout = row.get(TIMEOUT_COLUMN) if stored else None
+            gs = GroupState.for_call(
                 value,
                 info.processing_time_ms,
                 info.watermark_ms,
                 self.timeout,
                 timed_out,
                 info.watermark_present,
-                GroupState.NO_TIMESTAMP if old_timeout is None else int(old_timeout),
             )
             if timed_out:
                 key_tuple = tuple(row[k] for k in self.key)
-                chunks: Iterator[Any] = iter(())
+                chunks: Iterator[Any] = iter([empty_input.copy()])
             else:
                 key_tuple = tuple(data_keys[i][k] for k in self.key)
-                chunks = iter([frame.iloc[start:end].reset_index(drop=True)])
+                chunks = iter(self._chunks(frame, start, end))
             result = self.func(key_tuple, chunks, gs)
             if result is not None:
-                frames.extend(result)
-            if gs._removed:
-                removed.append(skey)
-            elif gs._defined and (
-                gs._updated or gs._timeout_ms != GroupState.NO_TIMESTAMP or old_timeout is not None
-            ):
-                if gs._value is None:
-                    continue
-                if len(gs._value) != len(self.value_columns):
-                    raise ConfigError(
-                        f"state.update got {len(gs._value)} value(s) for key {key_tuple}, "
-                        f"stateStructType has {len(self.value_columns)} "
-                        f"({list(self.value_columns)}): pass one value per state field"
-                    )
-                new = dict(zip(self.value_columns, gs._value, strict=True))
-                new.update(zip(self.key, key_tuple, strict=True))
-                new[self.state_key] = skey
-                if TIMEOUT_COLUMN in self.state_schema.names:
-                    new[TIMEOUT_COLUMN] = (
-                        None if gs._timeout_ms == GroupState.NO_TIMESTAMP else gs._timeout_ms
-                    )
-                new_rows.append(new)
+                frames.extend(f for f in result if not _no_columns(f))
+            timeout = gs.timeout_after_call
+            if gs.was_removed and timeout == GroupState.NO_TIMESTAMP:
+                if stored:
+                    removed.append(skey)
+                continue
+            old = GroupState.NO_TIMESTAMP if old_timeout is None else int(old_timeout)
+            if not (gs.was_updated or gs.was_removed or timeout != old):
+                continue
+            new_value = gs.value_after_call
+            if new_value is not None and len(new_value) != len(self.value_columns):
+                raise ConfigError(
+                    f"state.update got {len(new_value)} value(s) for key {key_tuple}, "
+                    f"stateStructType has {len(self.value_columns)} "
+                    f"({list(self.value_columns)}): pass one value per state field"
+                )
+            new = dict.fromkeys(self.value_columns)
+            if new_value is not None:
+                new.update(zip(self.value_columns, new_value, strict=True))
+            new.update(zip(self.key, key_tuple, strict=True))
+            new[self.state_key] = skey
+            if has_timeout:
+                new[DEFINED_COLUMN] = new_value is not None
+                new[TIMEOUT_COLUMN] = None if timeout == GroupState.NO_TIMESTAMP else timeout
+            new_rows.append(new)
         if new_rows:
             try:
                 new_state = pa.Table.from_pylist(new_rows, schema=self.state_schema)
@@ -358,7 +393,7 @@ class PandasGroupProcessor(BatchFunctionProcessor):
                 ) from e
             table.update(new_state)
         if removed:
-            table.delete(pa.array(removed, self.state_schema.field(self.state_key).type))
+            table.delete(pa.array(removed, key_type))
         if not frames:
             return self.output_schema.empty_table()
         import pandas as pd
@@ -369,6 +404,11 @@ class PandasGroupProcessor(BatchFunctionProcessor):
             "the function's output",
             "yield pandas DataFrames with outputStructType's columns",
         )
+
+
+def _no_columns(frame: Any) -> bool:
+    """``pd.DataFrame()``: Spark takes a frame without columns as no rows."""
+    return hasattr(frame, "columns") and len(frame.columns) == 0 and len(frame) == 0
 
 
 def _as_update(result: Any) -> StateUpdate:

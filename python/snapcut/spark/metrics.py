@@ -1,0 +1,80 @@
+"""The stateful step's figures in Spark's query progress.
+
+snapcut's step is a ``mapInArrow`` stage, not a Spark state operator, so
+``StreamingQueryProgress.stateOperators`` does not list it. Each task ends
+its output with one metrics row (marked by :data:`FLAG`); the step sums them
+with ``DataFrame.observe`` under the name ``snapcut_<name>`` and drops them,
+so ``query.lastProgress["observedMetrics"]["snapcut_<name>"]`` holds, per
+micro-batch: rows in, rows out, late rows dropped, keys timed out, state rows
+(keys held after the batch), state bytes written and the slowest state write.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["FIELDS", "FLAG", "internal_schema", "metrics_batch", "observe_and_strip"]
+
+FLAG = "__snapcut_metrics"
+FIELDS = (
+    "rows_in",
+    "rows_out",
+    "late_rows_dropped",
+    "keys_timed_out",
+    "state_rows",
+    "state_bytes_written",
+    "state_write_ms_max",
+)
+_COLUMN = "__snapcut_m_"
+
+
+def observation_name(vertex: str) -> str:
+    return f"snapcut_{vertex}"
+
+
+def internal_schema(output: pa.Schema) -> pa.Schema:
+    """The stage's Arrow output: the user's columns (nullable: the metrics row
+    has none of them), the flag and one column per figure."""
+    fields = [f.with_nullable(True) for f in output]
+    fields.append(pa.field(FLAG, pa.bool_()))
+    fields += [pa.field(_COLUMN + name, pa.int64()) for name in FIELDS]
+    return pa.schema(fields)
+
+
+def metrics_batch(schema: pa.Schema, figures: dict[str, int]) -> pa.RecordBatch:
+    """The one metrics row a task emits after its output, in `schema`
+    (:func:`internal_schema`)."""
+    row: dict[str, Any] = {FLAG: True}
+    row.update({_COLUMN + name: int(figures[name]) for name in FIELDS})
+    return pa.RecordBatch.from_pylist([row], schema=schema)
+
+
+def with_null_metrics(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """An output batch with the flag and figure columns null."""
+    extra = schema.names[batch.num_columns :]
+    arrays = list(batch.columns) + [pa.nulls(batch.num_rows, schema.field(n).type) for n in extra]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def observe_and_strip(df: DataFrame, vertex: str, output: pa.Schema) -> DataFrame:
+    """Sums the metrics rows into the observation ``snapcut_<vertex>`` and
+    returns the user's rows and columns only."""
+    from pyspark.sql import functions as F
+
+    sums = [
+        F.coalesce(F.sum(F.col(_COLUMN + n)), F.lit(0)).alias(n)
+        for n in FIELDS
+        if n != "state_write_ms_max"
+    ]
+    sums.append(
+        F.coalesce(F.max(F.col(_COLUMN + "state_write_ms_max")), F.lit(0)).alias(
+            "state_write_ms_max"
+        )
+    )
+    observed = df.observe(observation_name(vertex), *sums)
+    return observed.where(F.col(FLAG).isNull()).select(*[F.col(n) for n in output.names])
