@@ -16,7 +16,8 @@ bash scripts/setup.sh
 # shellcheck disable=SC1091
 . "${SNAPCUT_VENV:-.venv}/bin/activate"
 
-step() { printf '\n== %s\n' "$*"; }
+# Each step's start, in seconds since the script began (where CI's time goes).
+step() { printf '\n== [%4d s] %s\n' "$SECONDS" "$*"; }
 
 if [ "$fast" = 1 ]; then
   step "ruff"
@@ -93,3 +94,4 @@ step "pytest bench (smoke: every benchmark runs once at a small size, as a test;
 # start ~17 s, the first query ~16 s, 8 more one-batch queries). If that grows,
 # run the others only (~6 s): add -m "not spark" (bench/README.md).
 python -m pytest bench --benchmark-disable -q -x
+step "done"
