@@ -39,8 +39,6 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets -q -- -D warnings
 step "cargo test (release: includes the stress tests)"
 cargo test -p snapcut-core --release
-step "cargo test snapcut-py (binding helpers that run Python in-process)"
-PYO3_PYTHON="$(command -v python)" cargo test -p snapcut-py --release --lib
 step "loom model checks"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
   cargo test -p snapcut-core --release --target-dir target/loom --test 'loom_*'

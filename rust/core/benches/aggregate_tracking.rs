@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
-use snapcut_core::runtime::operator::{Emitter, Operator};
+use snapcut_core::operator::{Emitter, Operator};
 use snapcut_core::runtime::ops::{keyed_aggregate_forwarding, AggSpec};
 
 const BATCH: usize = 1024;

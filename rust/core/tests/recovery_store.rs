@@ -13,8 +13,8 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::RecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Emitter, Operator};
 use snapcut_core::protocol::{CheckpointId, InputId, ProtocolKind};
-use snapcut_core::runtime::operator::{Batch, Emitter, Operator};
 use snapcut_core::runtime::ops::{
     collect_sink, dwell_record, dwell_source, ipc_file_sink, keyed_aggregate, AggSpec, Collected,
 };

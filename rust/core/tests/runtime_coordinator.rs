@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Source, SourceFactory};
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
 use snapcut_core::runtime::ops::{collect_sink, dwell_source, keyed_aggregate, AggSpec};
 use snapcut_core::runtime::{
     CheckpointConfig, CheckpointStatus, InMemorySnapshots, Job, JobOptions, JobReport,

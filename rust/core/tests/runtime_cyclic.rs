@@ -12,8 +12,8 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Source, SourceFactory};
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
 use snapcut_core::runtime::ops::{
     collect_sink, iterate, keyed_aggregate, AggSpec, BatchSource, ITERATE_FEEDBACK_PORT,
 };

@@ -10,8 +10,8 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::RecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Source, SourceFactory};
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
 use snapcut_core::runtime::ops::{
     collect_sink, dwell_record, keyed_aggregate, AggSpec, Collected, DwellSource,
 };

@@ -8,8 +8,8 @@ use std::time::Duration;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Source, SourceFactory};
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
 use snapcut_core::runtime::ops::{
     collect_sink, dwell_source, ipc_file_sink, keyed_aggregate, map_batches, union, AggSpec,
 };
@@ -18,7 +18,7 @@ use snapcut_core::Error;
 
 fn pipeline(
     total: u64,
-    middle: Arc<dyn snapcut_core::runtime::operator::OperatorFactory>,
+    middle: Arc<dyn snapcut_core::operator::OperatorFactory>,
     key: &str,
 ) -> LogicalGraph {
     let mut g = LogicalGraph::new();
@@ -268,12 +268,12 @@ fn ipc_file_sink_writes_one_readable_file_per_subtask() {
 /// Passes batches through; its snapshot takes 30 ms (longer than the
 /// checkpoint timeout used below).
 struct SlowSnapshot;
-impl snapcut_core::runtime::operator::Operator for SlowSnapshot {
+impl snapcut_core::operator::Operator for SlowSnapshot {
     fn process(
         &mut self,
         _input: usize,
         batch: Batch,
-        out: &mut dyn snapcut_core::runtime::operator::Emitter,
+        out: &mut dyn snapcut_core::operator::Emitter,
     ) -> snapcut_core::Result<()> {
         out.emit(batch)
     }
@@ -292,9 +292,13 @@ fn slow_snapshot_job(tolerable_failures: u32) -> (Job, snapcut_core::runtime::op
     let m = g.add_operator(
         "slow",
         2,
-        Arc::new(|_: usize, _: usize| -> snapcut_core::Result<Box<dyn snapcut_core::runtime::operator::Operator>> {
-            Ok(Box::new(SlowSnapshot))
-        }),
+        Arc::new(
+            |_: usize,
+             _: usize|
+             -> snapcut_core::Result<Box<dyn snapcut_core::operator::Operator>> {
+                Ok(Box::new(SlowSnapshot))
+            },
+        ),
     );
     let (sink, out) = collect_sink();
     let k = g.add_operator("sink", 1, sink);

@@ -11,8 +11,8 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::RecordBatch;
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Emitter, Operator, Source, SourceFactory};
 use snapcut_core::protocol::{CheckpointId, InputId, ProtocolKind};
-use snapcut_core::runtime::operator::{Batch, Emitter, Operator, Source, SourceFactory};
 use snapcut_core::runtime::ops::{
     collect_sink, dwell_record, dwell_source, keyed_aggregate, AggSpec, Collected,
 };
@@ -90,7 +90,7 @@ fn fail_once(
     armed: Arc<AtomicBool>,
     when: When,
     only_subtask: Option<usize>,
-) -> Arc<dyn snapcut_core::runtime::operator::OperatorFactory> {
+) -> Arc<dyn snapcut_core::operator::OperatorFactory> {
     Arc::new(
         move |subtask: usize, _: usize| -> snapcut_core::Result<Box<dyn Operator>> {
             Ok(Box::new(FailOnce {
@@ -110,7 +110,7 @@ fn pipeline(
     name: &str,
     seed: u64,
     par: usize,
-    fail: Option<Arc<dyn snapcut_core::runtime::operator::OperatorFactory>>,
+    fail: Option<Arc<dyn snapcut_core::operator::OperatorFactory>>,
 ) -> (Collected, Arc<AtomicUsize>) {
     let made = Arc::new(AtomicUsize::new(0));
     let src = g.add_source(

@@ -10,7 +10,7 @@ use arrow_array::types::{Float64Type, Int64Type};
 use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 use snapcut_core::graph::{LogicalGraph, Partitioning};
-use snapcut_core::runtime::operator::{Batch, Emitter, Operator, Source};
+use snapcut_core::operator::{Batch, Emitter, Operator, Source};
 use snapcut_core::runtime::ops::{
     batch_source, collect_sink, dwell_source, keyed_aggregate, map_batches, union, AggSpec,
     BatchSource, KeyedAggregate,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Source, SourceFactory};
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
 use snapcut_core::runtime::ops::{collect_sink, dwell_source, keyed_aggregate, union, AggSpec};
 use snapcut_core::runtime::{CheckpointConfig, InMemorySnapshots, Job, JobOptions};
 

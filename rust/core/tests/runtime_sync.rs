@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Emitter, Operator};
 use snapcut_core::protocol::{CheckpointId, InputId, ProtocolKind};
-use snapcut_core::runtime::operator::{Batch, Emitter, Operator};
 use snapcut_core::runtime::ops::{collect_sink, dwell_source, keyed_aggregate, AggSpec};
 use snapcut_core::runtime::{CheckpointConfig, Job, JobOptions, JobReport};
 use snapcut_core::snapshot::{CheckpointMeta, CompletedCheckpoint, SnapshotSink, TaskSnapshot};

@@ -15,8 +15,8 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use snapcut_core::graph::{LogicalGraph, Partitioning};
+use snapcut_core::operator::{Batch, Emitter, Operator};
 use snapcut_core::protocol::{CheckpointId, InputId, ProtocolKind};
-use snapcut_core::runtime::operator::{Batch, Emitter, Operator};
 use snapcut_core::runtime::ops::{
     collect_sink, dwell_record, dwell_source, keyed_aggregate, AggSpec,
 };

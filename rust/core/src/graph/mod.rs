@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::runtime::operator::{OperatorFactory, SourceFactory};
+use crate::operator::{OperatorFactory, SourceFactory};
 
 mod fingerprint;
 mod physical;

@@ -1,8 +1,8 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::operator::{Batch, OperatorFactory, Source, SourceFactory};
 use crate::protocol::InputKind;
-use crate::runtime::operator::{Batch, OperatorFactory, Source, SourceFactory};
 
 struct NoSource;
 impl Source for NoSource {

@@ -3,8 +3,8 @@
 
 use crate::channel::{channel_with_wakers, Receiver, Sender, TaskWaker, TryRecvError};
 use crate::error::Result;
+use crate::operator::Batch;
 use crate::protocol::CheckpointId;
-use crate::runtime::operator::Batch;
 
 /// What travels on a channel.
 #[derive(Clone, Debug)]

@@ -50,7 +50,8 @@ pub mod failover;
 mod job;
 mod launch;
 pub mod metrics;
-pub mod operator;
+/// The operator traits live below the graph and the runtime ([`crate::operator`]).
+pub use crate::operator;
 pub mod ops;
 mod output;
 pub mod partition;

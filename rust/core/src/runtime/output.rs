@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::graph::{OutputGroup, Partitioning};
+use crate::operator::{Batch, Emitter};
 use crate::protocol::CheckpointId;
 use crate::runtime::edge::{EdgeTx, Item, SignalRef};
-use crate::runtime::operator::{Batch, Emitter};
 use crate::runtime::partition::Partitioner;
 
 pub(crate) struct OutChannel {

@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::graph::TaskIndex;
+use crate::operator::{Batch, Operator, Source};
 use crate::protocol::{Action, CheckpointId, Event, InputId, Protocol, ProtocolKind};
 use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
 use crate::runtime::edge::{EdgeRx, Item, Recv, SignalRef};
-use crate::runtime::operator::{Batch, Operator, Source};
 use crate::runtime::output::{cancelled, Outputs};
 use crate::snapshot::{ChannelLog, SnapshotSink, StateCapture, TaskId, TaskSnapshot};
 
@@ -242,7 +242,7 @@ impl Task {
                             self.shared.started,
                             self.shared.timeline_bucket_nanos,
                         );
-                        crate::runtime::operator::Emitter::emit(&mut self.outputs, batch)?;
+                        crate::operator::Emitter::emit(&mut self.outputs, batch)?;
                         self.counters.records_out = self.outputs.records_out;
                     }
                     None => {

@@ -21,6 +21,7 @@ mod group;
 mod key;
 #[cfg(test)]
 mod lookup_tests;
+pub mod pickled;
 mod table;
 
 pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};

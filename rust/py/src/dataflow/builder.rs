@@ -108,7 +108,7 @@ impl GraphBuilder {
         func: Py<PyAny>,
     ) -> PyResult<VertexId> {
         // Refuse a key its state file could not hold now, not at run time.
-        super::keyed_state::PickledState::new(&key).map_py()?;
+        snapcut_core::state::pickled::PickledState::new(&key).map_py()?;
         let factory = KeyedProcessFactory {
             name: name.clone(),
             key,

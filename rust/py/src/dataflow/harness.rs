@@ -8,9 +8,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3_arrow::PyRecordBatch;
-use snapcut_core::runtime::operator::{
-    Batch, Emitter, Operator, OperatorFactory, Source, SourceFactory,
-};
+use snapcut_core::operator::{Batch, Emitter, Operator, OperatorFactory, Source, SourceFactory};
 use snapcut_core::snapshot::{StateCapture, StateKind};
 
 use super::convert::to_pyarrow;

@@ -5,7 +5,7 @@
 //! key column plus the pickled state of the keys whose function ran since the
 //! previous checkpoint, with `__deleted` tombstones for dropped keys
 //! (`StateKind::Diff`), and every `full_every`-th time every key
-//! (`StateKind::Full`); see [`super::keyed_state`].
+//! (`StateKind::Full`); see [`snapcut_core::state::pickled`].
 //!
 //! A key counts as changed when the function was called for it: a state
 //! object mutated in place by a call is re-pickled, one changed from outside
@@ -24,13 +24,13 @@ use arrow_select::take::take_record_batch;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
+use snapcut_core::operator::{Batch, Emitter, Operator, OperatorFactory};
 use snapcut_core::protocol::{CheckpointId, InputId};
-use snapcut_core::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 use snapcut_core::snapshot::StateCapture;
 use snapcut_core::{Error, Result};
 
 use super::convert::{batches_from_py, task_error, to_pyarrow};
-use super::keyed_state::{Changes, Key, Pickled, PickledState, STATE_COLUMN};
+use snapcut_core::state::pickled::{Changes, Key, Pickled, PickledState, STATE_COLUMN};
 
 fn key_to_py<'py>(key: &Key, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
     Ok(match key {

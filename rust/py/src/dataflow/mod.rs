@@ -9,7 +9,6 @@ mod control;
 mod convert;
 mod harness;
 mod keyed;
-mod keyed_state;
 mod report;
 mod source;
 mod udf;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use pyo3::intern;
 use pyo3::prelude::*;
-use snapcut_core::runtime::operator::{Batch, Source, SourceFactory};
+use snapcut_core::operator::{Batch, Source, SourceFactory};
 use snapcut_core::{Error, Result};
 
 use super::convert::{batches_from_py, task_error};

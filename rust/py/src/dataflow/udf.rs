@@ -8,8 +8,8 @@ use arrow_array::RecordBatch;
 use arrow_select::filter::filter_record_batch;
 use pyo3::prelude::*;
 use pyo3::types::PyIterator;
+use snapcut_core::operator::{Batch, Emitter, Operator, OperatorFactory};
 use snapcut_core::protocol::InputId;
-use snapcut_core::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 use snapcut_core::{Error, Result};
 
 use super::convert::{batches_from_py, mask_from_py, task_error, to_pyarrow};

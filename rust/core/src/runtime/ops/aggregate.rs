@@ -26,8 +26,8 @@ use rustc_hash::FxHashMap;
 
 use super::dirty::DirtySlots;
 use crate::error::{Error, Result};
+use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::{CheckpointId, InputId};
-use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::snapshot::{StateCapture, StateKind};
 use crate::state::{DELETED_COLUMN, KEY_METADATA};
 

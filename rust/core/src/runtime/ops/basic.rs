@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use crate::error::Result;
+use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::InputId;
-use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 
 struct Union;
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 
 use crate::error::{Error, Result};
-use crate::runtime::operator::{Batch, Source, SourceFactory};
+use crate::operator::{Batch, Source, SourceFactory};
 
 /// Emits its batches in order; the offset counts records, so a restore can
 /// resume in the middle of a batch.

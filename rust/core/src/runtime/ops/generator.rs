@@ -6,7 +6,7 @@ use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
-use crate::runtime::operator::{Batch, Source, SourceFactory};
+use crate::operator::{Batch, Source, SourceFactory};
 
 fn splitmix64(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);

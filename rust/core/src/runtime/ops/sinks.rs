@@ -10,8 +10,8 @@ use arrow_ipc::writer::FileWriter;
 use arrow_schema::{DataType, Field, Schema};
 
 use crate::error::{Error, Result};
+use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::{CheckpointId, InputId};
-use crate::runtime::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::snapshot::{StateCapture, StateKind};
 
 /// (subtask, checkpoint) → batches pre-committed, not yet published.

@@ -12,31 +12,31 @@
 
 use std::sync::Arc;
 
+use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::snapshot::{StateCapture, StateKind};
+use crate::state::{StatePolicy, StateTable, DELETED_COLUMN};
 use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
-use snapcut_core::protocol::CheckpointId;
-use snapcut_core::snapshot::{StateCapture, StateKind};
-use snapcut_core::state::{StatePolicy, StateTable, DELETED_COLUMN};
-use snapcut_core::{Error, Result};
 
 /// Name of the column holding each key's pickled state.
-pub(crate) const STATE_COLUMN: &str = "state";
+pub const STATE_COLUMN: &str = "state";
 
 /// A grouping key: integers and strings (what `key_by` columns hold).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Key {
+pub enum Key {
     Int(i64),
     Str(String),
 }
 
 /// A key and its pickled state.
-pub(crate) type Pickled = (Key, Vec<u8>);
+pub type Pickled = (Key, Vec<u8>);
 
 /// What changed since the last checkpoint: new pickles, and dropped keys.
-pub(crate) type Changes = (Vec<Pickled>, Vec<Key>);
+pub type Changes = (Vec<Pickled>, Vec<Key>);
 
 /// Pickled state per key, with the changes since the last checkpoint.
-pub(crate) struct PickledState {
+pub struct PickledState {
     key: String,
     full_every: u32,
     /// Created once the key type is known (first batch or a non-empty restore).
@@ -46,7 +46,7 @@ pub(crate) struct PickledState {
 impl PickledState {
     /// State keyed by column `key`; every checkpoint is full until
     /// [`Self::set_full_every`] says otherwise (as for the aggregates).
-    pub(crate) fn new(key: &str) -> Result<Self> {
+    pub fn new(key: &str) -> Result<Self> {
         if key == STATE_COLUMN || key == DELETED_COLUMN {
             return Err(Error::Config(format!(
                 "a keyed process cannot be keyed by a column named {key:?}: its state file \
@@ -60,7 +60,7 @@ impl PickledState {
         })
     }
 
-    pub(crate) fn set_full_every(&mut self, full_every: u32) -> Result<()> {
+    pub fn set_full_every(&mut self, full_every: u32) -> Result<()> {
         let full_every = full_every.max(1);
         if full_every == self.full_every {
             return Ok(());
@@ -77,12 +77,12 @@ impl PickledState {
     }
 
     /// Whether keys are strings; `None` until known.
-    pub(crate) fn string_keys(&self) -> Option<bool> {
+    pub fn string_keys(&self) -> Option<bool> {
         self.table.as_ref().map(Self::is_string)
     }
 
     /// Fixes the key type on first use; a later batch must keep it.
-    pub(crate) fn use_key_type(&mut self, string: bool) -> Result<()> {
+    pub fn use_key_type(&mut self, string: bool) -> Result<()> {
         match self.string_keys() {
             None => {
                 self.table = Some(self.new_table(string)?);
@@ -102,7 +102,7 @@ impl PickledState {
     /// The synchronous phase of checkpoint `id`: records the new pickles of
     /// the keys changed since the last checkpoint and the keys dropped, then
     /// captures a diff of just those (or the whole table when a full one is due).
-    pub(crate) fn checkpoint(
+    pub fn checkpoint(
         &mut self,
         id: CheckpointId,
         upserts: &[Pickled],
@@ -143,7 +143,7 @@ impl PickledState {
     }
 
     /// Checkpoint `id` completed: later diffs may be based on it.
-    pub(crate) fn committed(&mut self, id: CheckpointId) {
+    pub fn committed(&mut self, id: CheckpointId) {
         if let Some(t) = &mut self.table {
             t.checkpoint_committed(id);
         }
@@ -151,7 +151,7 @@ impl PickledState {
 
     /// A checkpoint was aborted: its diff was never stored, so the next
     /// capture must be full to stay restorable.
-    pub(crate) fn abort(&mut self) {
+    pub fn abort(&mut self) {
         if let Some(t) = &mut self.table {
             t.checkpoint_aborted();
         }
@@ -160,7 +160,7 @@ impl PickledState {
     /// Replaces the state with the end of `chain` (a full capture, then
     /// diffs oldest first); returns the rows `(key, state)` to unpickle, or
     /// `None` if there are none. The next checkpoint is full.
-    pub(crate) fn restore(&mut self, chain: &[StateCapture]) -> Result<Option<RecordBatch>> {
+    pub fn restore(&mut self, chain: &[StateCapture]) -> Result<Option<RecordBatch>> {
         let Some((first, rest)) = chain.split_first() else {
             self.table = None;
             return Ok(None);
@@ -289,11 +289,11 @@ fn keys_array(name: &str, string: bool, keys: &mut dyn Iterator<Item = &Key>) ->
 mod tests {
     use std::collections::BTreeMap;
 
+    use crate::protocol::ProtocolKind;
+    use crate::runtime::InMemorySnapshots;
+    use crate::snapshot::{CheckpointMeta, SnapshotSink, TaskId, TaskSnapshot};
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
-    use snapcut_core::protocol::ProtocolKind;
-    use snapcut_core::runtime::InMemorySnapshots;
-    use snapcut_core::snapshot::{CheckpointMeta, SnapshotSink, TaskId, TaskSnapshot};
 
     use super::*;
 
