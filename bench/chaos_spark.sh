@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Chaos figures on Spark for bench/results/chaos_spark.md: `snapcut chaos
+# Chaos figures on Spark for bench/results/chaos_spark/README.md: `snapcut chaos
 # --engine spark` in chunks of RUNS runs (seed = SEED + chunk) so partial
 # results survive a deadline; each chunk's summary JSON (stdout's last line)
-# is appended to bench/results/chaos-spark.jsonl (the per-attempt lines to
+# is appended to bench/results/chaos_spark/chaos-spark.jsonl (the per-attempt lines to
 # /tmp/snapcut-chaos-bench/spark.log). One Spark child at a time.
 # Usage: bash bench/chaos_spark.sh CHUNKS RUNS SEED [extra snapcut chaos args]
 set -u
 chunks=${1:-10}; runs=${2:-10}; seed=${3:-4000}; shift 3 2>/dev/null || shift $#
 export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$(command -v python)}
-out=bench/results/chaos-spark.jsonl
+out=bench/results/chaos_spark/chaos-spark.jsonl
 log=/tmp/snapcut-chaos-bench/spark.log
 mkdir -p /tmp/snapcut-chaos-bench
 for c in $(seq 0 $((chunks - 1))); do

@@ -15,7 +15,7 @@ def main(root: str = "bench/results") -> None:
     print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
     for p in ("aligned", "unaligned", "chandy-lamport", "sync", "spark"):
-        path = Path(root) / f"chaos-{p}.jsonl"
+        path = Path(root) / ("chaos_spark" if p == "spark" else "chaos") / f"chaos-{p}.jsonl"
         if not path.exists():
             continue
         chunks = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]

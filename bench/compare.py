@@ -16,7 +16,7 @@ rounds at the widest gap and print each mode's median and share of rounds.
 Needs the rounds' data: ``--benchmark-json`` has it; an autosaved run only
 with ``--benchmark-save-data``.
 
-    python bench/compare.py bench/results/pytest-bench.json [--group channel] [--modes]
+    python bench/compare.py bench/results/pytest_bench/pytest-bench.json [--group channel] [--modes]
     python bench/compare.py bench/results/benchmarks/*/0001_*.json \
         bench/results/benchmarks/*/0002_*.json
 """

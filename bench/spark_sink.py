@@ -123,7 +123,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default="bench/results/spark_sink.json")
+    parser.add_argument("--out", default="bench/results/spark_sink/spark_sink.json")
     parser.add_argument(
         "--variants",
         nargs="+",

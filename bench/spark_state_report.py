@@ -1,7 +1,7 @@
 """Renders bench/spark_state.py's JSON as the markdown tables of
-bench/results/spark_state.md (the prose around them is written by hand).
+bench/results/spark_state/README.md (the prose around them is written by hand).
 
-    python bench/spark_state_report.py bench/results/spark_state.json
+    python bench/spark_state_report.py bench/results/spark_state/spark_state.json
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ whole job; ``extra_info`` has records/s (of the median) and the number of
 completed checkpoints of the last round.
 
 Run: pytest bench/test_runtime_py.py --benchmark-only
-Earlier results and machine notes: bench/results/runtime_py.md
+Earlier results and machine notes: bench/results/runtime_py/README.md
 """
 
 from __future__ import annotations

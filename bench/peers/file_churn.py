@@ -10,7 +10,7 @@ counts and sizes, each without fsync and with an fsync per file, and derives
 the CPU ms per file and per MB. CPU the kernel spends outside the process
 (write-back threads, interrupts) is counted too.
 
-    python bench/peers/file_churn.py --out bench/results/store-file-churn
+    python bench/peers/file_churn.py --out bench/results/file_churn
     python bench/peers/file_churn.py --dir /mnt/other-disk --rounds 300
 
 Writes file_churn.json and file_churn.md.

@@ -13,9 +13,9 @@ overhead is the median over pairs of (records/s without checkpoints) /
 that median, in wall time (the runtime's own clock, `RunReport.duration_s`)
 and in CPU time of the process.
 
-    python bench/peers/interleaved.py --pairs 16 --out bench/results/peers-snapcut-interleaved
+    python bench/peers/interleaved.py --pairs 16 --out bench/results/interleaved/<run>
     python bench/peers/interleaved.py --jobs three-shuffle --keys 100000 --modes aligned
-    python bench/peers/interleaved.py --regenerate --out bench/results/peers-snapcut-interleaved
+    python bench/peers/interleaved.py --regenerate --out bench/results/interleaved/<run>
 
 Writes interleaved.json (every run) and interleaved.md.
 """

@@ -11,7 +11,7 @@ per round against the same round's run without checkpoints, then the median.
 
     python bench/peers/run.py --dry-run          # the grid and its estimated time
     python bench/peers/run.py --quick            # small sizes, into bench/out/peers
-    python bench/peers/run.py                    # the real run, into bench/results
+    python bench/peers/run.py                    # the real run, into bench/results/peers
     python bench/peers/run.py --systems snapcut bytewax --rounds 1
 
 Writes peers.json (every run + the summary), peers.md and two PNG plots.
@@ -69,7 +69,7 @@ RATE: dict[tuple[str, str], float] = {
 STARTUP_S = {"snapcut": 1.5, "flink": 20.0, "bytewax": 1.0, "spark": 40.0}
 SPARK_BATCH_FLOOR_S = 0.25
 PANDAS_S_PER_KEY = 1.3e-3
-"""applyInPandasWithState: Python per key and batch (bench/results/spark_state.md)."""
+"""applyInPandasWithState: Python per key and batch (bench/results/spark_state/README.md)."""
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ def grid(
                 add("spark", job, k, "native")
                 add("spark", job, k, "snapcut")
                 # applyInPandasWithState calls Python once per key and batch:
-                # ~1.3 ms a key (bench/results/spark_state.md), so at 100k keys
+                # ~1.3 ms a key (bench/results/spark_state/README.md), so at 100k keys
                 # one micro-batch takes minutes; only 1k keys.
                 if k <= 10_000 and not quick:
                     add("spark", job, k, "pandas")
@@ -772,7 +772,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small sizes, 1k keys: minutes")
     p.add_argument("--dry-run", action="store_true", help="list the grid and the time estimate")
     p.add_argument(
-        "--out", type=Path, default=None, help="default bench/results (--quick: bench/out/peers)"
+        "--out",
+        type=Path,
+        default=None,
+        help="default bench/results/peers (--quick: bench/out/peers)",
     )
     p.add_argument(
         "--venv-dir",
@@ -805,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     order = schedule(configs, rounds)
     total_est = sum(c.estimate_s() for _, c in order)
     out = args.out or (
-        REPO / "bench" / "out" / "peers" if args.quick else REPO / "bench" / "results"
+        REPO / "bench" / "out" / "peers" if args.quick else REPO / "bench" / "results" / "peers"
     )
     problems = check_venvs(systems, args.venv_dir)
 

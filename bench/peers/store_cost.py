@@ -4,7 +4,7 @@ durable store: each snapcut peer cell every 100 ms with checkpoints in memory
 without fsync (`run(fsync=False)`, what Flink does on a local directory),
 against the same round's run without checkpoints.
 
-    python bench/peers/store_cost.py --rounds 8 --out bench/results/peers-snapcut-store
+    python bench/peers/store_cost.py --rounds 8 --out bench/results/store_cost/memory-vs-disk
     python bench/peers/store_cost.py --rounds 8 --stores disk disk-nofsync
     python bench/peers/store_cost.py --rounds 8 --modes aligned --stores disk disk-syncfs
 

@@ -23,10 +23,10 @@ writing, committing, retention) no longer takes CPU from the job. What is
 left is the overhead the tasks themselves pay (barriers, alignment, state
 capture, logging), against a job running on one CPU fewer.
 
-    python bench/peers/windowed.py --out bench/results/peers-snapcut-windowed
+    python bench/peers/windowed.py --out bench/results/windowed/<run>
     python bench/peers/windowed.py --jobs three-shuffle --keys 100000 --modes aligned --seconds 90
     python bench/peers/windowed.py --jobs three-shuffle --keys 100000 --async-cpu 1
-    python bench/peers/windowed.py --regenerate --out bench/results/peers-snapcut-windowed
+    python bench/peers/windowed.py --regenerate --out bench/results/windowed/<run>
 
 Writes windowed.json (every window) and windowed.md.
 """
