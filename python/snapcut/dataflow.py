@@ -109,7 +109,7 @@ class Dataflow:
     smaller, but threads then wait on each other more: in the three-shuffle
     benchmark, 8 batches logged 11x fewer records per unaligned checkpoint
     than the default 64, and the job ran at half the speed
-    (`bench/results/peers-snapcut/README.md`)."""
+    (`bench/results/snapcut_overhead/README.md`)."""
 
     def __init__(
         self, parallelism: int = 1, channel_capacity: int = DEFAULT_CHANNEL_CAPACITY
@@ -325,7 +325,7 @@ class Dataflow:
         files; it also writes back other processes' dirty files there.
         "per-file" (what "syncfs" falls back to elsewhere) fsyncs every file
         and directory, one device flush each: on a slow disk, up to 10
-        points more overhead at 100 ms (bench/results/peers-snapcut-syncfs/).
+        points more overhead at 100 ms (bench/results/store_cost/syncfs/).
         False (= "off") leaves writing them back to the OS: a checkpoint
         then survives the job's process being killed, not the machine going
         down (what Flink gives when it checkpoints to a local directory).

@@ -13,7 +13,7 @@ of the same run (or, when they were not run, from two short real jobs):
 a node processes records at the rate `none` reached in experiment 1; a
 stop-the-world checkpoint of experiment 2 gives the bytes per key and the
 effective durable write rate. The commit cost comes from
-bench/results/state.md; what cannot be measured here (the network between
+bench/results/state/README.md; what cannot be measured here (the network between
 nodes, the spread of a task's speed) is an assumption. The report names
 every figure and where it came from.
 
@@ -66,7 +66,7 @@ FIXED = {
     ),
     "commit_s": (
         5e-3,
-        "bench/results/state.md: a small diff's write, fsync and manifest commit, 5-6 ms",
+        "bench/results/state/README.md: a small diff's write, fsync and manifest commit, 5-6 ms",
     ),
     "capture_s_per_key": (20e-9, "assumed: an Arrow column copy per key"),
 }
