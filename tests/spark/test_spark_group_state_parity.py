@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import calendar
 import datetime
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -621,3 +622,25 @@ def test_bad_output_modes_and_keys_are_refused(spark: SparkSession, tmp_path: Pa
         )
     with pytest.raises(ConfigError, match="key must be column names or Columns"):
         keyed_state(df, key=[3], root=str(tmp_path / "state2"), partitions=PARTITIONS)
+
+
+class _Context:
+    def __init__(self, **props: str) -> None:
+        self.props = props
+
+    def getLocalProperty(self, name: str) -> str | None:
+        return self.props.get(name)
+
+
+def test_a_streaming_task_without_its_batch_id_is_an_error_not_batch_0() -> None:
+    from snapcut._core import TaskError
+    from snapcut.spark.keyed_state import task_batch
+
+    props = {"streaming.sql.batchId": "7", "sql.streaming.queryId": "q-1"}
+    assert task_batch(_Context(**props), streaming=True) == (7, "q-1")
+    assert task_batch(_Context(), streaming=False) == (0, "batch")
+    no_batch = re.escape("lacks the local propert(ies) ['streaming.sql.batchId']")
+    with pytest.raises(TaskError, match=no_batch):
+        task_batch(_Context(**{"sql.streaming.queryId": "q-1"}), streaming=True)
+    with pytest.raises(TaskError, match=re.escape("['sql.streaming.queryId']")):
+        task_batch(_Context(**{"streaming.sql.batchId": "3"}), streaming=True)

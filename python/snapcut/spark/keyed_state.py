@@ -377,7 +377,14 @@ class KeyedState:
         output: pa.Schema = processor.output_schema  # type: ignore[attr-defined]
         stage_schema = metrics.internal_schema(output)
         udf = make_task_function(
-            spec, processor, self.delay_ms, initial, input_schema, stage_schema, self.state_writes
+            spec,
+            processor,
+            self.delay_ms,
+            initial,
+            input_schema,
+            stage_schema,
+            self.state_writes,
+            streaming=self.df.isStreaming,
         )
         stage_type = from_arrow_schema(stage_schema, prefer_timestamp_ntz=False)
         out = metrics.observe_and_strip(parted.mapInArrow(udf, stage_type), self.name, output)
@@ -405,10 +412,13 @@ def make_task_function(
     input_schema: pa.Schema,
     stage_schema: pa.Schema,
     state_writes: str = "background",
+    *,
+    streaming: bool,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs in each Python worker: the output in
     `stage_schema` (:func:`snapcut.spark.metrics.internal_schema`), then the
-    task's metrics row."""
+    task's metrics row. A batch DataFrame is one epoch, batch 0; in a
+    streaming query the micro-batch id must reach the task."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -417,9 +427,7 @@ def make_task_function(
         if ctx is None:
             raise TaskError("the keyed_state step runs only inside a Spark task")
         partition = ctx.partitionId()
-        raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
-        batch_id = int(raw_batch) if raw_batch is not None else 0
-        owner = ctx.getLocalProperty("sql.streaming.queryId") or BATCH_OWNER
+        batch_id, owner = task_batch(ctx, streaming)
         parts = list(batches)
         rows = pa.Table.from_batches(parts) if parts else input_schema.empty_table()
         batch_ts = None
@@ -443,6 +451,27 @@ def make_task_function(
         yield metrics.metrics_batch(stage_schema, task.figures())
 
     return run
+
+
+def task_batch(ctx: Any, streaming: bool) -> tuple[int, str]:
+    """(batch id, owner) of the running task. A batch DataFrame is batch 0 of
+    the batch owner; a streaming task without its micro-batch id is an error,
+    never batch 0 (state written under a wrong id breaks exactly-once)."""
+    if not streaming:
+        return 0, BATCH_OWNER
+    raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
+    query = ctx.getLocalProperty("sql.streaming.queryId")
+    if raw_batch is None or query is None:
+        props = {"streaming.sql.batchId": raw_batch, "sql.streaming.queryId": query}
+        missing = [name for name, value in props.items() if value is None]
+        raise TaskError(
+            f"the keyed_state step runs in a streaming query but its task lacks the local "
+            f"propert(ies) {missing} that Spark sets on the tasks of a micro-batch: start the "
+            "query with writeStream on a classic SparkSession (snapcut does not support Spark "
+            "Connect sessions yet, where these may not reach the tasks) and do not run the "
+            "step's plan from a thread of your own"
+        )
+    return int(raw_batch), str(query)
 
 
 class _Committer(threading.Thread):
