@@ -1,4 +1,4 @@
-"""A Spark state root: the §4 snapshot format, one checkpoint per micro-batch.
+"""A Spark state root: the snapshot format (docs/format.md), one checkpoint per micro-batch.
 
 Layout (any local path or pyarrow-filesystem URI)::
 

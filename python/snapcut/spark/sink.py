@@ -1,5 +1,5 @@
 """``ArrowSnapshotSink``: an exactly-once ``foreachBatch`` sink writing each
-micro-batch's output as Arrow IPC files plus a §4 manifest.
+micro-batch's output as Arrow IPC files plus a manifest (docs/format.md).
 
     >>> sink = ArrowSnapshotSink("/data/dwell-out", output_mode="update", key="user",
     ...                          state=averages_state)          # optional: one global snapshot
@@ -11,8 +11,8 @@ Layout of a sink root (a local path or any pyarrow-filesystem URI)::
     <root>/_snapcut_sink.json            output mode, key columns, schema (fixed for the root)
     <root>/_snapcut_owner.json           the streaming query that writes the root
     <root>/_staging/...                  files of batches not (yet) committed: never read
-    <root>/chk-<N>/manifest.json         the commit of batch N (§4 manifest)
-    <root>/chk-<N>/sources.arrow         (§4; Spark's offsets are in the manifest's "spark")
+    <root>/chk-<N>/manifest.json         the commit of batch N (docs/format.md)
+    <root>/chk-<N>/sources.arrow         (Spark's offsets are in the manifest's "spark")
     <root>/chk-<N>/part-<p>[-<k>].arrow  batch N's output rows of Spark partition p
 
 **Committed data.** Every ``chk-<N>/part-*.arrow`` file of a directory that

@@ -29,7 +29,7 @@ pub enum FsyncMode {
     /// temporary copy) durable at once, then the directory is fsynced after
     /// the manifest's rename: two device flushes a checkpoint whatever its
     /// number of files (a 100 ms interval on a virtio disk:
-    /// bench/results/peers-snapcut-syncfs/). `syncfs` also writes back other
+    /// bench/results/store_cost/syncfs/). `syncfs` also writes back other
     /// dirty files of that filesystem. Elsewhere, and before Linux 5.8
     /// (whose `syncfs` does not report write-back errors): as `PerFile`.
     #[default]
