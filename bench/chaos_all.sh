@@ -8,7 +8,7 @@ set -u
 chunks=${1:-4}; records=${2:-20000}; seed=${3:-2026}
 for p in aligned unaligned chandy-lamport sync; do
   (
-    out=bench/results/chaos/chaos-$p.jsonl
+    out=$(dirname "$0")/results/chaos/chaos-$p.jsonl
     : > "$out"
     for c in $(seq 0 $((chunks - 1))); do
       python -m snapcut chaos --protocol "$p" --runs 50 --records "$records" \

@@ -8,7 +8,7 @@
 set -u
 chunks=${1:-10}; runs=${2:-10}; seed=${3:-4000}; shift 3 2>/dev/null || shift $#
 export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$(command -v python)}
-out=bench/results/chaos_spark/chaos-spark.jsonl
+out=$(dirname "$0")/results/chaos_spark/chaos-spark.jsonl
 log=/tmp/snapcut-chaos-bench/spark.log
 mkdir -p /tmp/snapcut-chaos-bench
 for c in $(seq 0 $((chunks - 1))); do

@@ -11,7 +11,7 @@ KEYS = ("runs", "kills", "recoveries", "lost", "duplicated", "mismatched")
 EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files", "seconds")
 
 
-def main(root: str = "bench/results") -> None:
+def main(root: str = str(Path(__file__).resolve().parent / "results")) -> None:
     print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
     for p in ("aligned", "unaligned", "chandy-lamport", "sync", "spark"):

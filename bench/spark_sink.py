@@ -123,7 +123,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default="bench/results/spark_sink/spark_sink.json")
+    # Next to this file, not the working directory: the same file from any cwd.
+    default_out = Path(__file__).resolve().parent / "results" / "spark_sink" / "spark_sink.json"
+    parser.add_argument("--out", default=str(default_out))
     parser.add_argument(
         "--variants",
         nargs="+",

@@ -272,7 +272,9 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=6, help="micro-batches of a fast variant")
     parser.add_argument("--slow-batches", type=int, default=3, help="of a per-key Python variant")
     parser.add_argument("--rounds", type=int, default=2, help="fast variants, order rotated")
-    parser.add_argument("--out", default="bench/results/spark_state/spark_state.json")
+    # Next to this file, not the working directory: the same file from any cwd.
+    default_out = Path(__file__).resolve().parent / "results" / "spark_state" / "spark_state.json"
+    parser.add_argument("--out", default=str(default_out))
     args = parser.parse_args()
     slow_max = int(os.environ.get("SLOW_MAX_KEYS", "100000"))
     tws_max = int(os.environ.get("TWS_MAX_KEYS", "10000"))
