@@ -6,7 +6,7 @@ results.csv, timeline.csv, report.md and PNG plots to --out.
   --full   the real grid; says how long it will take before it starts
 
 Experiments: interval (1), timeline (3), state-size (2), parallelism (5),
-backpressure (4);
+backpressure (4), scaling-sim (6, a calibrated simulation of 5 to 1,000 nodes);
 --experiments picks some (names or numbers, comma-separated).
 """
 
@@ -41,8 +41,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--experiments",
         action="append",
         metavar="NAMES",
-        help="which experiments: interval,timeline,state-size,parallelism,backpressure "
-        "(or 1,3,2,5,4); "
+        help="which experiments: interval,timeline,state-size,parallelism,backpressure,"
+        "scaling-sim (or 1,3,2,5,4,6); "
         "default all",
     )
     p.add_argument(
