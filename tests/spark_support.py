@@ -77,12 +77,18 @@ def dwell_frames(
 
 
 def write_inputs(directory: Path, frames: list[pd.DataFrame]) -> Path:
-    """One parquet file per frame, named so the file source reads them in order."""
+    """One parquet file per frame, named and timed so the file source reads
+    them in order: it orders by modification time, and files written within
+    one tick of the kernel's coarse file clock would share it (then Spark may
+    read part 2 before part 1), so each file gets its own second."""
     directory.mkdir(parents=True, exist_ok=True)
+    first = time.time() - len(frames) - 1
     for i, frame in enumerate(frames):
         tmp = directory / f".part-{i:05d}.parquet.tmp"
         frame.to_parquet(tmp, index=False, coerce_timestamps="us", allow_truncated_timestamps=True)
-        tmp.rename(directory / f"part-{i:05d}.parquet")
+        path = directory / f"part-{i:05d}.parquet"
+        tmp.rename(path)
+        os.utime(path, (first + i, first + i))
     return directory
 
 
