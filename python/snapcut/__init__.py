@@ -24,7 +24,15 @@ from snapcut.checkpointing import (
     Snapshot,
     TaskState,
 )
-from snapcut.dataflow import Dataflow, JobControl, KeyedStream, Restart, RunReport, Stream
+from snapcut.dataflow import (
+    Dataflow,
+    JobControl,
+    KeyedStream,
+    Restart,
+    RunReport,
+    Stream,
+    TaskFailure,
+)
 
 __all__ = [
     "ChannelClosedError",
@@ -46,6 +54,7 @@ __all__ = [
     "StorageError",
     "Stream",
     "TaskError",
+    "TaskFailure",
     "TaskState",
     "__version__",
     "snapshots",

@@ -154,6 +154,7 @@ class _GraphBuilder:
         control: _JobControl | None = None,
         fsync: str = "syncfs",
         channel_capacity: int = 64,
+        failure: tuple[str, int, str, int] | None = None,
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 

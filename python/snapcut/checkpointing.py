@@ -17,7 +17,7 @@ from snapcut._core import ConfigError
 Seconds = float | int | timedelta
 
 PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync", "sync-capture", "none")
-FAILOVER_STRATEGIES = ("region", "full")
+FAILOVER_STRATEGIES = ("region", "full", "upstream")
 
 
 def _seconds(name: str, value: object) -> float:
@@ -89,7 +89,14 @@ class Checkpointing:
     failover: which tasks a failure restarts (Flink's failover strategy):
         "region" (the default) restarts only the failed task's region, the
         tasks connected to it by channels, so independent pipelines of one
-        job keep running; "full" restarts every task.
+        job keep running; "full" restarts every task; "upstream"
+        (SeaTunnel's regional failover) restarts the failed task and its
+        upstream only: the tasks downstream of that set, such as the other
+        sinks of a one-source, many-sink job, keep running and drop what the
+        restarted upstream replays by per-channel sequence number. It falls
+        back to "region", saying why in `Restart.fallback`, when the
+        upstream is the whole job or when a task on it merges several inputs
+        or deals batches round-robin (its replay order is not determined).
     """
 
     protocol: str = "aligned"
@@ -132,7 +139,8 @@ class Checkpointing:
         if self.failover not in FAILOVER_STRATEGIES:
             raise ConfigError(
                 f"failover must be one of {', '.join(map(repr, FAILOVER_STRATEGIES))} "
-                f"(restart the failed task's region, or every task), got {self.failover!r}"
+                "(restart the failed task's region, every task, or the failed task and its "
+                f"upstream), got {self.failover!r}"
             )
         object.__setattr__(self, "protocol", config.protocol)
         object.__setattr__(self, "_config", config)

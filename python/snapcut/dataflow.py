@@ -305,6 +305,7 @@ class Dataflow:
         restore_from: Snapshot | None = None,
         control: JobControl | None = None,
         fsync: bool | str = True,
+        inject_failure: TaskFailure | None = None,
     ) -> RunReport:
         """Runs the job to completion (bounded sources); the GIL is released
         while it runs. Raises TaskError if an operator fails.
@@ -337,7 +338,11 @@ class Dataflow:
         operators, names, parallelism): every operator restores its state,
         every source resumes at its offset and recorded in-flight records are
         replayed, so the job finishes as if it had never stopped. Results
-        collected here are those produced after the snapshot."""
+        collected here are those produced after the snapshot.
+
+        inject_failure: for chaos tests, a `TaskFailure` making one subtask
+        of an operator or sink fail once (a task error, not a process
+        kill), so that `Checkpointing.failover` restarts what it names."""
         if checkpointing is None:
             checkpointing = Checkpointing(protocol="none")
         if not isinstance(checkpointing, Checkpointing):
@@ -378,6 +383,14 @@ class Dataflow:
                     f"got {type(restore_from).__name__}"
                 )
             handle = restore_from._handle
+        failure = None
+        if inject_failure is not None:
+            if not isinstance(inject_failure, TaskFailure):
+                raise ConfigError(
+                    "inject_failure takes a snapcut.TaskFailure, "
+                    f"got {type(inject_failure).__name__}"
+                )
+            failure = inject_failure.checked()
         builder = self._build()
         delay = checkpointing.restart_delay
         delay_s = delay.total_seconds() if hasattr(delay, "total_seconds") else float(delay)
@@ -392,6 +405,7 @@ class Dataflow:
             None if control is None else control._inner,
             fsync_mode,
             self.channel_capacity,
+            failure,
         )
         report = RunReport.from_raw(raw)
         if report.skipped:
@@ -516,20 +530,60 @@ class JobControl:
         self._inner.cancel()
 
 
+FAILURE_POINTS = ("process", "checkpoint", "commit")
+
+
+class TaskFailure(NamedTuple):
+    """A failure to inject into a run (`Dataflow.run(inject_failure=...)`):
+    subtask `subtask` of operator (or sink) `operator` fails once, at its
+    `nth` call (from 1) of `at`: "process" (a batch), "checkpoint" (a state
+    capture was taken and staged, not acknowledged: mid-checkpoint) or
+    "commit" (a checkpoint completed, its output not yet published:
+    mid-commit)."""
+
+    operator: str
+    subtask: int
+    at: str
+    nth: int
+
+    def checked(self) -> tuple[str, int, str, int]:
+        if not isinstance(self.operator, str) or not self.operator:
+            raise ConfigError(f"TaskFailure.operator must be a name, got {self.operator!r}")
+        for what, v, least in (("subtask", self.subtask, 0), ("nth", self.nth, 1)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                raise ConfigError(f"TaskFailure.{what} must be an int >= {least}, got {v!r}")
+        if self.at not in FAILURE_POINTS:
+            raise ConfigError(
+                f"TaskFailure.at must be one of {', '.join(FAILURE_POINTS)}, got {self.at!r}"
+            )
+        return (self.operator, self.subtask, self.at, self.nth)
+
+
 class Restart(NamedTuple):
     """One restart after a failure.
 
     error: the failure (task and message). restored_from: the checkpoint
     restarted from, None = from the beginning. region: the failover region
-    restarted (`Checkpointing.failover`), None when the whole job was
-    rebuilt after a job-level failure. tasks: the restarted tasks,
-    "vertex-subtask"; empty for a whole-job rebuild.
+    restarted (`Checkpointing.failover` "region" or "full"), None for an
+    "upstream" restart or when the whole job was rebuilt after a job-level
+    failure. tasks: the restarted tasks, "vertex-subtask"; empty for a
+    whole-job rebuild. scope: "region", "upstream" or "job". failed: the task
+    whose failure caused it (None for a job-level failure). fallback: why an
+    "upstream" failover restarted the region instead (its upstream was the
+    whole job, or a task on it merges inputs), else None. at_s: when the
+    failure was reported, seconds since the job started; downtime_s: from
+    then to the relaunch (None for a job-level failure).
     """
 
     error: str
     restored_from: int | None
     region: int | None = None
     tasks: tuple[str, ...] = ()
+    scope: str = "region"
+    failed: str | None = None
+    fallback: str | None = None
+    at_s: float | None = None
+    downtime_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -547,7 +601,9 @@ class RunReport:
     operator (by name), the records it received (a source: emitted) in each
     `timeline_bucket_s` bucket since the job started, summed over its
     subtasks — throughput over time, where a stop-the-world pause shows as
-    empty buckets.
+    empty buckets. replayed_dropped: per task ("vertex-subtask"), the
+    records it dropped as replays of a restarted upstream
+    (`Checkpointing.failover="upstream"`).
     """
 
     results: dict[str, pa.Table]
@@ -562,6 +618,7 @@ class RunReport:
     restarts: list[Restart] = field(default_factory=list)
     timeline_bucket_s: float = 0.0
     timeline: dict[str, list[int]] = field(default_factory=dict)
+    replayed_dropped: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def from_raw(raw: dict[str, Any]) -> RunReport:
@@ -576,11 +633,12 @@ class RunReport:
             restored_from=raw.get("restored_from"),
             skipped=[(int(i), str(r)) for i, r in raw.get("skipped", [])],
             restarts=[
-                Restart(str(e), c, r, tuple(str(t) for t in tasks))
-                for e, c, r, tasks in raw.get("restarts", [])
+                Restart(str(e), c, r, tuple(str(t) for t in tasks), *rest)
+                for e, c, r, tasks, *rest in raw.get("restarts", [])
             ],
             timeline_bucket_s=float(raw.get("timeline_bucket_s", 0.0)),
             timeline={str(k): [int(n) for n in v] for k, v in raw.get("timeline", {}).items()},
+            replayed_dropped={str(k): int(n) for k, n in raw.get("replayed_dropped", {}).items()},
         )
 
     @property

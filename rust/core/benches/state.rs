@@ -136,6 +136,8 @@ fn main() {
                     channels: vec![],
                     source_offset: None,
                     alignment_nanos: 0,
+                    sent_seq: Vec::new(),
+                    taken_seq: Vec::new(),
                 },
             )
             .unwrap();

@@ -68,6 +68,14 @@ pub struct TaskSnapshot {
     pub source_offset: Option<u64>,
     /// Time the task spent aligning barriers for this checkpoint, in nanoseconds.
     pub alignment_nanos: u64,
+    /// Per output channel (in the task's output order): records sent on it
+    /// before the barrier — where a restored sender resumes numbering.
+    pub sent_seq: Vec<u64>,
+    /// Per input: the sequence number of the last record before the
+    /// barrier — a restored receiver's high-water mark, below which records
+    /// are replays. Empty (a checkpoint written before channels were
+    /// numbered): every channel starts from 0 on both ends.
+    pub taken_seq: Vec<u64>,
 }
 
 /// What the coordinator knows of a checkpoint once every task has reported.

@@ -237,7 +237,9 @@ fn assert_exact(a: &Collected, b: &Collected) {
 
 fn task_names(scope: &RestartScope) -> Vec<String> {
     match scope {
-        RestartScope::Region { tasks, .. } => tasks.iter().map(|t| t.to_string()).collect(),
+        RestartScope::Region { tasks, .. } | RestartScope::Upstream { tasks } => {
+            tasks.iter().map(|t| t.to_string()).collect()
+        }
         RestartScope::Job => vec!["<job>".into()],
     }
 }

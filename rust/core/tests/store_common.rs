@@ -70,6 +70,8 @@ pub fn checkpoint(store: &SnapshotStore, t: &mut StateTable, id: u64, savepoint:
                 }],
                 source_offset: None,
                 alignment_nanos: 5,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
             },
         )
         .unwrap();
@@ -82,6 +84,8 @@ pub fn checkpoint(store: &SnapshotStore, t: &mut StateTable, id: u64, savepoint:
                 channels: vec![],
                 source_offset: Some(id * 10),
                 alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
             },
         )
         .unwrap();

@@ -92,6 +92,8 @@ fn snap(state: StateCapture) -> TaskSnapshot {
         channels: vec![],
         source_offset: None,
         alignment_nanos: 0,
+        sent_seq: Vec::new(),
+        taken_seq: Vec::new(),
     }
 }
 

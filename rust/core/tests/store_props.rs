@@ -66,7 +66,7 @@ proptest! {
                     let state = t.checkpoint(id).unwrap();
                     store.task_snapshot(id, TaskSnapshot {
                         task: task("agg", 0), state: Some(state), channels: vec![],
-                        source_offset: None, alignment_nanos: 0,
+                        source_offset: None, alignment_nanos: 0, sent_seq: Vec::new(), taken_seq: Vec::new(),
                     }).unwrap();
                     store.abort(id).unwrap();
                     t.checkpoint_aborted();

@@ -134,6 +134,8 @@ fn abort_removes_partial_and_table_goes_full() {
                 channels: vec![],
                 source_offset: None,
                 alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
             },
         )
         .unwrap();
@@ -175,6 +177,8 @@ fn diff_on_uncommitted_base_is_refused() {
                 channels: vec![],
                 source_offset: None,
                 alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
             },
         )
         .unwrap();
@@ -204,6 +208,8 @@ fn committed_checkpoint_is_never_overwritten() {
                 channels: vec![],
                 source_offset: Some(1),
                 alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
             },
         )
         .unwrap_err();
@@ -255,6 +261,8 @@ fn write_failure_leaves_previous_checkpoints_untouched() {
                 channels: vec![],
                 source_offset: None,
                 alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
             },
         )
         .unwrap();
@@ -317,6 +325,8 @@ fn a_task_reports_once_per_checkpoint() {
         channels: vec![],
         source_offset: Some(1),
         alignment_nanos: 0,
+        sent_seq: Vec::new(),
+        taken_seq: Vec::new(),
     };
     store.task_snapshot(1, snap()).unwrap();
     let err = store.task_snapshot(1, snap()).unwrap_err();
@@ -343,6 +353,8 @@ fn operator_states_without_key_metadata_round_trip_as_full() {
         channels: vec![],
         source_offset: None,
         alignment_nanos: 0,
+        sent_seq: Vec::new(),
+        taken_seq: Vec::new(),
     };
     store.task_snapshot(1, snap(StateKind::Full)).unwrap();
     store.commit(meta(1, false)).unwrap();

@@ -212,6 +212,8 @@ impl SnapshotStore {
             channels: logs,
             source_offset,
             alignment_nanos,
+            sent_seq: Vec::new(),
+            taken_seq: Vec::new(),
         };
         py.detach(|| self.inner.task_snapshot(id, snapshot))
             .map_py()

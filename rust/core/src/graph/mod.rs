@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::operator::{OperatorFactory, SourceFactory};
 
+pub mod failover;
 mod fingerprint;
 mod physical;
 mod regions;
@@ -15,6 +16,7 @@ mod validate;
 #[cfg(test)]
 mod tests;
 
+pub use failover::{restart_set, FailoverStrategy, RestartSet, Topology};
 pub use physical::{
     ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex,
 };

@@ -63,6 +63,23 @@ pub struct PhysicalGraph {
 }
 
 impl PhysicalGraph {
+    /// The shape the failover rule works on.
+    pub fn topology(&self) -> super::failover::Topology {
+        super::failover::Topology {
+            channels: self.channels.iter().map(|c| (c.from, c.to)).collect(),
+            cycle: self.tasks.iter().map(|t| t.cycle).collect(),
+            round_robin: self
+                .tasks
+                .iter()
+                .map(|t| {
+                    t.outputs
+                        .iter()
+                        .any(|g| g.partitioning == super::Partitioning::RoundRobin)
+                })
+                .collect(),
+        }
+    }
+
     /// The task running `subtask` of vertex `name`.
     pub fn task(&self, name: &str, subtask: usize) -> Option<&PhysicalTask> {
         self.tasks

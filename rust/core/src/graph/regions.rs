@@ -9,6 +9,7 @@
 //! tracker, so they are kept in one region even when forward edges would
 //! split them.
 
+use super::failover::Topology;
 use super::physical::{PhysicalGraph, TaskIndex};
 
 /// Index of a region in [`Regions::members`].
@@ -26,19 +27,30 @@ pub struct Regions {
 impl Regions {
     /// One region per connected component of `graph`.
     pub fn of(graph: &PhysicalGraph) -> Self {
-        let n = graph.tasks.len();
+        Self::of_topology(&graph.topology())
+    }
+
+    /// One region per connected component of `topo`.
+    pub fn of_topology(topo: &Topology) -> Self {
+        let n = topo.tasks();
         let mut parent: Vec<usize> = (0..n).collect();
-        for ch in &graph.channels {
-            union(&mut parent, ch.from, ch.to);
+        for &(from, to) in &topo.channels {
+            union(&mut parent, from, to);
         }
         let mut first_on_cycle = std::collections::BTreeMap::new();
-        for (t, task) in graph.tasks.iter().enumerate() {
-            if let Some(c) = task.cycle {
+        for (t, cycle) in topo.cycle.iter().enumerate() {
+            if let Some(c) = *cycle {
                 let first = *first_on_cycle.entry(c).or_insert(t);
                 union(&mut parent, first, t);
             }
         }
         Self::from_roots((0..n).map(|t| find(&mut parent, t)).collect())
+    }
+
+    /// One region per task: the cancellation units of the `upstream`
+    /// strategy, whose restart sets are unions of them.
+    pub fn singletons(graph: &PhysicalGraph) -> Self {
+        Self::from_roots((0..graph.tasks.len()).collect())
     }
 
     /// A single region holding every task (Flink's `full` failover strategy).

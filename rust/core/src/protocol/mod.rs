@@ -25,6 +25,7 @@ use crate::error::Error;
 mod abs;
 mod aligned;
 mod chandy_lamport;
+pub mod sequence;
 mod unaligned;
 
 pub use aligned::Aligned;

@@ -5,10 +5,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use crate::graph::TaskIndex;
-use crate::protocol::CheckpointId;
+use crate::protocol::{CheckpointId, InputId};
+use crate::runtime::edge::EdgeRx;
 
 /// Coordinator → task.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Control {
     /// Start checkpoint `id` at this source; with `pause`, stop emitting
     /// until [`Control::Resume`] (synchronous checkpoints).
@@ -22,6 +23,12 @@ pub(crate) enum Control {
     Committed(CheckpointId),
     /// A source may send end-of-stream now (its final checkpoint is done).
     Finish,
+    /// `upstream` failover: the sender of `input` restarted; once the old
+    /// channel is drained, read from `rx` instead.
+    Reattach {
+        input: InputId,
+        rx: EdgeRx,
+    },
 }
 
 /// A task's inbox; the flag keeps the empty check off the lock.
@@ -68,6 +75,9 @@ pub(crate) struct AckStats {
 pub(crate) struct TaskCounters {
     pub records_in: u64,
     pub records_out: u64,
+    /// Records dropped as replays of a restarted upstream: taken before, or
+    /// sent to a receiver that had already ended.
+    pub replayed_dropped: u64,
     /// Records received (a source: emitted) per time bucket since the job
     /// started (`JobOptions::timeline_bucket`); empty when that is zero.
     pub timeline: Vec<u64>,

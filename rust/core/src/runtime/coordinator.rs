@@ -7,7 +7,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
-use crate::graph::{RegionIndex, Regions};
+use crate::graph::{restart_set, FailoverStrategy, Regions, TaskIndex, Topology};
 use crate::protocol::{CheckpointId, ProtocolKind};
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
@@ -21,16 +21,28 @@ use crate::snapshot::{CheckpointMeta, TaskId};
 /// Longest the coordinator sleeps between looks at its clocks.
 const TICK: Duration = Duration::from_millis(20);
 
-/// How the coordinator restarts failed regions.
+/// How the coordinator restarts failed tasks.
 pub(crate) struct Failover {
-    pub regions: Regions,
+    pub strategy: FailoverStrategy,
+    pub topology: Topology,
+    /// Cancellation units (regions; one per task under `upstream`).
+    pub units: Regions,
+    /// Connected components: the region numbers reported.
+    pub components: Regions,
     pub delay: Duration,
     pub log: Arc<RestartLog>,
 }
 
-/// A region whose tasks are stopping, to be relaunched once all have ended.
+/// Tasks that are stopping after a failure, to be relaunched once all have ended.
 struct Restarting {
+    /// Ascending task indices.
+    tasks: Vec<TaskIndex>,
+    failed: TaskIndex,
+    /// Whether they are the failed task's upstream (not its region).
+    upstream: bool,
+    fallback: Option<String>,
     error: String,
+    at: Instant,
     not_before: Instant,
 }
 
@@ -71,7 +83,7 @@ pub(crate) struct Coordinator {
     pub counters: Vec<TaskCounters>,
     error: Option<Error>,
     failover: Failover,
-    restarting: BTreeMap<RegionIndex, Restarting>,
+    restarting: Vec<Restarting>,
 }
 
 fn now_ms() -> u64 {
@@ -112,7 +124,7 @@ impl Coordinator {
             counters: vec![TaskCounters::default(); n],
             error: None,
             failover,
-            restarting: BTreeMap::new(),
+            restarting: Vec::new(),
         }
     }
 
@@ -175,7 +187,7 @@ impl Coordinator {
         for f in self.in_flight.values() {
             t = t.min(f.triggered + self.config.timeout);
         }
-        for r in self.restarting.values() {
+        for r in &self.restarting {
             t = t.min(r.not_before);
         }
         t
@@ -210,14 +222,13 @@ impl Coordinator {
             }
             CoordMsg::TaskFailed { task, error } => {
                 self.done[task] = true;
-                let region = self.failover.regions.of_task[task];
-                if self.restarting.contains_key(&region) {
-                    return; // a neighbour of the first failure, stopping with it
+                if self.restarting.iter().any(|r| r.tasks.contains(&task)) {
+                    return; // stopping with an earlier failure
                 }
                 let name = self.tasks[task].id.to_string();
                 let error = format!("{name}: {error}");
                 if self.error.is_none() && self.failover.log.has_budget(self.restarting.len()) {
-                    self.begin_restart(region, error);
+                    self.begin_restart(task, error);
                 } else {
                     self.fail(Error::Task(error));
                 }
@@ -243,30 +254,62 @@ impl Coordinator {
         }
     }
 
-    /// Stops `region` after one of its tasks failed; it is relaunched from
-    /// the newest completed checkpoint once all its tasks have ended.
-    /// Checkpoints in flight cannot complete without the region: aborted.
-    fn begin_restart(&mut self, region: RegionIndex, error: String) {
-        self.shared.region_cancel[region].store(true, Ordering::SeqCst);
-        for &t in &self.failover.regions.members[region] {
+    /// Stops the tasks that restart with `failed` (its region, or its
+    /// upstream: [`restart_set`]); they are relaunched from the newest
+    /// completed checkpoint once all have ended. A set that overlaps one
+    /// already stopping joins it. Checkpoints in flight cannot complete
+    /// without the stopped tasks: aborted.
+    fn begin_restart(&mut self, failed: TaskIndex, error: String) {
+        let names = |t: TaskIndex| self.tasks[t].id.to_string();
+        let set = restart_set(
+            self.failover.strategy,
+            &self.failover.topology,
+            failed,
+            &names,
+        );
+        let mut tasks = set.tasks;
+        let mut fallback = set.fallback;
+        let mut upstream =
+            self.failover.strategy == FailoverStrategy::Upstream && fallback.is_none();
+        let (mut first_failed, mut first_error, mut at) = (failed, error, Instant::now());
+        // Merge with overlapping sets still stopping (earliest failure first).
+        while let Some(k) = self
+            .restarting
+            .iter()
+            .position(|r| r.tasks.iter().any(|t| tasks.contains(t)))
+        {
+            let r = self.restarting.remove(k);
+            tasks.extend(r.tasks);
+            tasks.sort_unstable();
+            tasks.dedup();
+            upstream &= r.upstream;
+            fallback = fallback.or(r.fallback);
+            if r.at < at {
+                (first_failed, first_error, at) = (r.failed, r.error, r.at);
+            }
+        }
+        for &t in &tasks {
+            self.shared.region_cancel[self.failover.units.of_task[t]].store(true, Ordering::SeqCst);
             self.tasks[t].waker.notify();
         }
         let ids: Vec<CheckpointId> = self.in_flight.keys().copied().collect();
         for id in ids {
-            self.abort(id, format!("a task failed ({error})"), false);
+            self.abort(id, format!("a task failed ({first_error})"), false);
         }
         // The final checkpoint, if aborted, is taken again once the
         // relaunched sources are exhausted too.
         if self.final_id.is_some_and(|id| !self.completed_final(id)) {
             self.final_id = None;
         }
-        self.restarting.insert(
-            region,
-            Restarting {
-                error,
-                not_before: Instant::now() + self.failover.delay,
-            },
-        );
+        self.restarting.push(Restarting {
+            tasks,
+            failed: first_failed,
+            upstream,
+            fallback,
+            error: first_error,
+            at,
+            not_before: Instant::now() + self.failover.delay,
+        });
     }
 
     fn completed_final(&self, id: CheckpointId) -> bool {
@@ -275,25 +318,16 @@ impl Coordinator {
             .any(|m| m.id == id && m.status == CheckpointStatus::Completed)
     }
 
-    /// Relaunches each stopping region whose tasks have all ended and whose
+    /// Relaunches each stopping set whose tasks have all ended and whose
     /// restart delay has passed.
     fn maybe_relaunch(&mut self, relaunch: &mut dyn Relaunch) {
         let now = Instant::now();
-        let ready: Vec<RegionIndex> = self
+        while let Some(k) = self
             .restarting
             .iter()
-            .filter(|(&r, s)| {
-                now >= s.not_before
-                    && self.failover.regions.members[r]
-                        .iter()
-                        .all(|&t| self.done[t])
-            })
-            .map(|(&r, _)| r)
-            .collect();
-        for region in ready {
-            let Some(restarting) = self.restarting.remove(&region) else {
-                continue;
-            };
+            .position(|r| now >= r.not_before && r.tasks.iter().all(|&t| self.done[t]))
+        {
+            let restarting = self.restarting.remove(k);
             let from = match self.shared.sink.latest_completed() {
                 Ok(c) => c,
                 Err(e) => {
@@ -304,21 +338,30 @@ impl Coordinator {
                     return;
                 }
             };
-            let members = self.failover.regions.members[region].clone();
+            let members = restarting.tasks;
             for &t in &members {
                 self.done[t] = false;
                 self.exhausted[t] = false;
                 self.counters[t] = TaskCounters::default();
             }
+            let ids = members.iter().map(|&t| self.tasks[t].id.clone()).collect();
             self.failover.log.record(Restart {
-                scope: RestartScope::Region {
-                    region,
-                    tasks: members.iter().map(|&t| self.tasks[t].id.clone()).collect(),
+                scope: if restarting.upstream {
+                    RestartScope::Upstream { tasks: ids }
+                } else {
+                    RestartScope::Region {
+                        region: self.failover.components.of_task[restarting.failed],
+                        tasks: ids,
+                    }
                 },
                 error: restarting.error.clone(),
                 restored_from: from.as_ref().map(|c| c.meta.id),
+                failed: Some(self.tasks[restarting.failed].id.clone()),
+                fallback: restarting.fallback,
+                at: Some(restarting.at.duration_since(self.started)),
+                downtime: Some(restarting.at.elapsed()),
             });
-            if let Err(e) = relaunch.relaunch(region, from.as_ref()) {
+            if let Err(e) = relaunch.relaunch(&members, from.as_ref()) {
                 for &t in &members {
                     self.done[t] = true;
                 }

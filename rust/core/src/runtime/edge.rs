@@ -6,12 +6,17 @@ use crate::error::Result;
 use crate::operator::Batch;
 use crate::protocol::CheckpointId;
 
-/// What travels on a channel.
+/// What travels on a channel. A channel numbers its records 1, 2, … (the
+/// "channel data id" of SeaTunnel's regional failover): a receiver drops
+/// records numbered at or below the last one it took, which is how a
+/// healthy task skips what a restarted upstream replays.
 #[derive(Clone, Debug)]
 pub enum Item {
-    Data(Batch),
-    /// Barrier (or Chandy–Lamport marker) of checkpoint `id`.
-    Barrier(CheckpointId),
+    /// A batch whose last record is number `end` on this channel.
+    Data { batch: Batch, end: u64 },
+    /// Barrier (or Chandy–Lamport marker) of checkpoint `id`, after `seq`
+    /// records: the position a receiver's checkpoint records.
+    Barrier { id: CheckpointId, seq: u64 },
     /// No more items will follow on this channel.
     EndOfStream,
 }
@@ -31,6 +36,12 @@ pub struct EdgeTx {
 /// Receiving end of one channel.
 pub struct EdgeRx {
     rx: Receiver<Item>,
+}
+
+impl std::fmt::Debug for EdgeRx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EdgeRx")
+    }
 }
 
 /// A bounded FIFO of `capacity` items from the task owning `tx_signal` to
@@ -87,7 +98,7 @@ impl EdgeRx {
     /// checkpoints overtake the data in front of it).
     pub fn queued_barrier(&self) -> Option<CheckpointId> {
         self.rx.queued().find_map(|item| match item {
-            Item::Barrier(id) => Some(*id),
+            Item::Barrier { id, .. } => Some(*id),
             _ => None,
         })
     }

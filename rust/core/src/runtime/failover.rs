@@ -1,48 +1,13 @@
 //! What happens when a task fails: Flink's restart strategy (fixed delay)
-//! and failover strategy (restart the failed task's region, or the job).
+//! and failover strategy (which tasks restart: [`crate::graph::failover`]).
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+pub use crate::graph::FailoverStrategy;
 use crate::graph::RegionIndex;
 use crate::protocol::CheckpointId;
 use crate::snapshot::TaskId;
-
-/// Which tasks restart after a task fails (Flink's
-/// `jobmanager.execution.failover-strategy`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum FailoverStrategy {
-    /// Only the failed task's region: the tasks connected to it by channels
-    /// ([`crate::graph::Regions`]). Flink's default.
-    #[default]
-    Region,
-    /// Every task of the job.
-    Full,
-}
-
-impl FailoverStrategy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Region => "region",
-            Self::Full => "full",
-        }
-    }
-}
-
-impl std::str::FromStr for FailoverStrategy {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "region" => Ok(Self::Region),
-            "full" => Ok(Self::Full),
-            other => Err(Error::Config(format!(
-                "unknown failover strategy {other:?}; use \"region\" (restart only the failed \
-                 task's connected tasks) or \"full\" (restart the whole job)"
-            ))),
-        }
-    }
-}
 
 /// How often and how soon failed tasks restart (Flink's fixed-delay
 /// restart strategy). Every restart counts against `attempts`, whether of a
@@ -75,6 +40,9 @@ pub enum RestartScope {
         region: RegionIndex,
         tasks: Vec<TaskId>,
     },
+    /// The failed task and its upstream closure ([`FailoverStrategy::Upstream`]);
+    /// every other task kept running.
+    Upstream { tasks: Vec<TaskId> },
 }
 
 /// One restart: why, what, and from which checkpoint.
@@ -85,6 +53,16 @@ pub struct Restart {
     pub error: String,
     /// The checkpoint restored (`None`: restarted from the beginning).
     pub restored_from: Option<CheckpointId>,
+    /// The task whose failure caused it (`None` for a job-level failure).
+    pub failed: Option<TaskId>,
+    /// Why `upstream` failover restarted the region instead, if it did.
+    pub fallback: Option<String>,
+    /// When the failure was reported, since the job started (`None` for a
+    /// job-level failure, which rebuilds the job).
+    pub at: Option<Duration>,
+    /// From the failure to the relaunch of the restarted tasks (the restart
+    /// delay, the wait for the failed set's tasks to stop, and the restore).
+    pub downtime: Option<Duration>,
 }
 
 /// Restarts so far, shared by every attempt of a job so that one budget
@@ -131,18 +109,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn strategy_names_round_trip_and_a_bad_name_says_the_choices() {
-        for s in [FailoverStrategy::Region, FailoverStrategy::Full] {
-            assert_eq!(s.name().parse::<FailoverStrategy>().unwrap(), s);
-        }
-        let e = "regional"
-            .parse::<FailoverStrategy>()
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("\"region\"") && e.contains("\"full\""), "{e}");
-    }
-
-    #[test]
     fn the_log_allows_exactly_the_budgeted_restarts() {
         let log = RestartLog::new(2);
         for _ in 0..2 {
@@ -151,6 +117,10 @@ mod tests {
                 scope: RestartScope::Job,
                 error: "x".into(),
                 restored_from: None,
+                failed: None,
+                fallback: None,
+                at: None,
+                downtime: None,
             });
         }
         assert!(!log.has_budget(0));

@@ -210,9 +210,16 @@ impl Job {
             .ok_or_else(|| Error::Config("a job runs once".into()))?;
         let phys = &self.physical;
         let n = phys.tasks.len();
-        let regions = match self.options.failover {
+        // Cancellation units: a failure stops whole units. Under `upstream`
+        // each task is one, so a restart set can be any upstream closure.
+        let units = match self.options.failover {
             FailoverStrategy::Region => Regions::of(phys),
             FailoverStrategy::Full => Regions::whole(phys),
+            FailoverStrategy::Upstream => Regions::singletons(phys),
+        };
+        let components = match self.options.failover {
+            FailoverStrategy::Upstream => Regions::of(phys),
+            _ => units.clone(),
         };
         let wakers: Vec<SignalRef> = (0..n).map(|_| Signal::new()).collect();
         let mailboxes: Vec<Arc<Mailbox>> = (0..n).map(|_| Arc::new(Mailbox::default())).collect();
@@ -233,10 +240,14 @@ impl Job {
             .collect();
 
         let shared = Arc::new(JobShared {
-            region_cancel: (0..regions.len())
+            region_cancel: (0..units.len())
                 .map(|_| Arc::new(AtomicBool::new(false)))
                 .collect(),
-            region_of: regions.of_task.clone(),
+            region_of: units.of_task.clone(),
+            channel_ended: (0..phys.channels.len())
+                .map(|_| Arc::new(AtomicBool::new(false)))
+                .collect(),
+            reattach_inputs: self.options.failover == FailoverStrategy::Upstream,
             latest_triggered: AtomicU64::new(0),
             cycles,
             sink,
@@ -250,14 +261,14 @@ impl Job {
             phys,
             &self.config,
             self.options.channel_capacity,
-            &regions,
+            &units,
             wakers.clone(),
             mailboxes.clone(),
             shared.clone(),
             self.tx.clone(),
         );
         let all: Vec<usize> = (0..n).collect();
-        let tasks = launcher.build(&all, self.restore.as_ref())?;
+        let (tasks, _) = launcher.build(&all, self.restore.as_ref())?;
 
         let infos = phys
             .tasks
@@ -277,7 +288,10 @@ impl Job {
             rx,
             phys.fingerprint.clone(),
             Failover {
-                regions: regions.clone(),
+                strategy: self.options.failover,
+                topology: phys.topology(),
+                units: units.clone(),
+                components,
                 delay: self.options.restart.delay,
                 log: self.restarts.clone(),
             },
@@ -334,6 +348,7 @@ impl Job {
                 task: pt.id.clone(),
                 records_in: c.records_in,
                 records_out: c.records_out,
+                replayed_dropped: c.replayed_dropped,
             });
         }
         Ok(report)

@@ -7,20 +7,30 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
-use crate::graph::{LogicalGraph, PhysicalGraph, RegionIndex, Regions, TaskIndex, VertexKind};
+use crate::graph::{LogicalGraph, PhysicalGraph, Regions, TaskIndex, VertexKind};
 use crate::protocol::{for_task, ProtocolKind};
 use crate::runtime::config::CheckpointConfig;
-use crate::runtime::control::{CoordMsg, Mailbox};
+use crate::runtime::control::{Control, CoordMsg, Mailbox};
 use crate::runtime::edge::{edge, SignalRef};
 use crate::runtime::output::{OutChannel, Outputs};
 use crate::runtime::task::{Body, Input, JobShared, Task};
 use crate::snapshot::CompletedCheckpoint;
 
-/// Starts regions again after a failure (the coordinator's view of a [`Launcher`]).
+/// Starts tasks again after a failure (the coordinator's view of a [`Launcher`]).
 pub(crate) trait Relaunch {
-    /// Starts `region`'s tasks anew, restored from `from` (or from the
-    /// beginning); its old tasks must all have ended.
-    fn relaunch(&mut self, region: RegionIndex, from: Option<&CompletedCheckpoint>) -> Result<()>;
+    /// Starts `tasks` (a restart set: a union of cancellation units whose
+    /// inputs all come from inside it) anew, restored from `from` (or from
+    /// the beginning); their old tasks must all have ended.
+    fn relaunch(&mut self, tasks: &[TaskIndex], from: Option<&CompletedCheckpoint>) -> Result<()>;
+}
+
+/// A channel from a rebuilt task to a task that kept running: its
+/// receiving end, to be handed over.
+pub(crate) struct Boundary {
+    pub channel: usize,
+    pub to: TaskIndex,
+    pub input: usize,
+    pub rx: crate::runtime::edge::EdgeRx,
 }
 
 pub(crate) struct Launcher<'a> {
@@ -28,7 +38,8 @@ pub(crate) struct Launcher<'a> {
     pub physical: &'a PhysicalGraph,
     pub config: &'a CheckpointConfig,
     pub channel_capacity: usize,
-    pub regions: &'a Regions,
+    /// Cancellation units: a failure stops whole units.
+    pub units: &'a Regions,
     pub wakers: Vec<SignalRef>,
     pub mailboxes: Vec<Arc<Mailbox>>,
     pub shared: Arc<JobShared>,
@@ -43,7 +54,7 @@ impl<'a> Launcher<'a> {
         physical: &'a PhysicalGraph,
         config: &'a CheckpointConfig,
         channel_capacity: usize,
-        regions: &'a Regions,
+        units: &'a Regions,
         wakers: Vec<SignalRef>,
         mailboxes: Vec<Arc<Mailbox>>,
         shared: Arc<JobShared>,
@@ -55,7 +66,7 @@ impl<'a> Launcher<'a> {
             physical,
             config,
             channel_capacity,
-            regions,
+            units,
             wakers,
             mailboxes,
             shared,
@@ -64,13 +75,15 @@ impl<'a> Launcher<'a> {
         }
     }
 
-    /// Builds the tasks in `members` (a union of whole regions), wired to
-    /// each other by fresh channels, restored from `from` if given.
+    /// Builds the tasks in `members` (every input of a member comes from a
+    /// member), wired by fresh channels and restored from `from` if given.
+    /// Channels from a member to a task outside are returned as
+    /// [`Boundary`]s: that task keeps running and takes them over.
     pub fn build(
         &self,
         members: &[TaskIndex],
         from: Option<&CompletedCheckpoint>,
-    ) -> Result<Vec<Task>> {
+    ) -> Result<(Vec<Task>, Vec<Boundary>)> {
         let phys = self.physical;
         let mut in_set = vec![false; phys.tasks.len()];
         for &t in members {
@@ -78,20 +91,36 @@ impl<'a> Launcher<'a> {
         }
         let mut txs = Vec::with_capacity(phys.channels.len());
         let mut rxs = Vec::with_capacity(phys.channels.len());
-        for ch in &phys.channels {
-            // Regions are connected components: no channel leaves one.
-            debug_assert_eq!(in_set[ch.to], in_set[ch.from], "{}", ch.edge_name);
-            if in_set[ch.to] {
-                let (tx, rx) = edge(
-                    self.channel_capacity,
-                    self.wakers[ch.from].clone(),
-                    self.wakers[ch.to].clone(),
-                )?;
-                txs.push(Some(tx));
-                rxs.push(Some(rx));
-            } else {
+        let mut boundary = Vec::new();
+        for (c, ch) in phys.channels.iter().enumerate() {
+            if in_set[ch.to] && !in_set[ch.from] {
+                return Err(Error::Task(format!(
+                    "cannot restart {} without {}, which feeds it (channel {})",
+                    phys.tasks[ch.to].id, phys.tasks[ch.from].id, ch.edge_name
+                )));
+            }
+            if !in_set[ch.from] {
                 txs.push(None);
                 rxs.push(None);
+                continue;
+            }
+            let (tx, rx) = edge(
+                self.channel_capacity,
+                self.wakers[ch.from].clone(),
+                self.wakers[ch.to].clone(),
+            )?;
+            txs.push(Some(tx));
+            if in_set[ch.to] {
+                self.shared.channel_ended[c].store(false, Ordering::SeqCst);
+                rxs.push(Some(rx));
+            } else {
+                rxs.push(None);
+                boundary.push(Boundary {
+                    channel: c,
+                    to: ch.to,
+                    input: ch.to_input,
+                    rx,
+                });
             }
         }
         let loop_counter = |t: TaskIndex| {
@@ -110,6 +139,15 @@ impl<'a> Launcher<'a> {
                 VertexKind::Operator(f) => Body::Operator(f.create(pt.id.subtask, pt.parallelism)?),
             };
             let mut replay = Vec::new();
+            let snap = from.and_then(|c| c.tasks.get(&pt.id));
+            let n_out: usize = pt.outputs.iter().map(|g| g.channels.len()).sum();
+            let sent_seq = seqs(snap.map(|s| &s.sent_seq), n_out, &pt.id, "output channels")?;
+            let taken_seq = seqs(
+                snap.map(|s| &s.taken_seq),
+                pt.inputs.len(),
+                &pt.id,
+                "inputs",
+            )?;
             if let Body::Operator(op) = &mut body {
                 // The synchronous baseline writes every task's whole state at
                 // every checkpoint (Naiad); the others capture what changed.
@@ -121,7 +159,7 @@ impl<'a> Launcher<'a> {
                     self.config.full_every
                 });
             }
-            if let Some(snap) = from.and_then(|c| c.tasks.get(&pt.id)) {
+            if let Some(snap) = snap {
                 match &mut body {
                     Body::Source(src) => src.seek(snap.source_offset.unwrap_or(0))?,
                     Body::Operator(op) => {
@@ -145,7 +183,8 @@ impl<'a> Launcher<'a> {
             let inputs = pt
                 .inputs
                 .iter()
-                .map(|&c| {
+                .enumerate()
+                .map(|(i, &c)| {
                     let ch = &phys.channels[c];
                     Input {
                         rx: rxs[c].take().expect("each channel has one receiver"),
@@ -154,6 +193,10 @@ impl<'a> Launcher<'a> {
                         loop_counter: if ch.in_cycle { loop_counter(ti) } else { None },
                         ended: false,
                         queued_reported: 0,
+                        taken: taken_seq[i],
+                        ended_flag: self.shared.channel_ended[c].clone(),
+                        detached: false,
+                        reattach: Default::default(),
                     }
                 })
                 .collect();
@@ -164,23 +207,26 @@ impl<'a> Launcher<'a> {
                 .collect();
             let out_channels = out_ids
                 .iter()
-                .map(|&c| {
+                .enumerate()
+                .map(|(k, &c)| {
                     let ch = &phys.channels[c];
                     OutChannel {
                         tx: txs[c].take().expect("each channel has one sender"),
+                        sent: sent_seq[k],
+                        receiver_ended: self.shared.channel_ended[c].clone(),
                         unbounded: ch.kind == crate::protocol::InputKind::BackEdge,
                         loop_counter: if ch.in_cycle { loop_counter(ti) } else { None },
                         overflow: Default::default(),
                     }
                 })
                 .collect();
-            let region = self.regions.of_task[ti];
+            let unit = self.units.of_task[ti];
             let outputs = Outputs::new(
                 &pt.outputs,
                 out_channels,
                 &out_ids,
                 self.wakers[ti].clone(),
-                self.shared.region_cancel[region].clone(),
+                self.shared.region_cancel[unit].clone(),
             );
             let protocol = for_task(self.config.protocol, &pt.input_kinds, aligned_first);
             tasks.push(Task::new(
@@ -198,7 +244,7 @@ impl<'a> Launcher<'a> {
                 replay,
             ));
         }
-        Ok(tasks)
+        Ok((tasks, boundary))
     }
 
     /// Runs `tasks` on one thread each. On a spawn failure the tasks already
@@ -232,9 +278,12 @@ impl<'a> Launcher<'a> {
 }
 
 impl Relaunch for Launcher<'_> {
-    fn relaunch(&mut self, region: RegionIndex, from: Option<&CompletedCheckpoint>) -> Result<()> {
-        let members = self.regions.members[region].clone();
-        for &t in &members {
+    fn relaunch(
+        &mut self,
+        members: &[TaskIndex],
+        from: Option<&CompletedCheckpoint>,
+    ) -> Result<()> {
+        for &t in members {
             if let Some(h) = self.threads[t].take() {
                 let _ = h.join();
             }
@@ -253,8 +302,41 @@ impl Relaunch for Launcher<'_> {
             tracker.external_done.store(0, Ordering::SeqCst);
             tracker.done.store(false, Ordering::SeqCst);
         }
-        let tasks = self.build(&members, from)?;
-        self.shared.region_cancel[region].store(false, Ordering::SeqCst);
+        let (tasks, boundary) = self.build(members, from)?;
+        for &t in members {
+            self.shared.region_cancel[self.units.of_task[t]].store(false, Ordering::SeqCst);
+        }
+        for b in boundary {
+            // A receiver that took end-of-stream took everything: its
+            // sender drops the replay (OutChannel::receiver_ended).
+            if !self.shared.channel_ended[b.channel].load(Ordering::SeqCst) {
+                self.mailboxes[b.to].push(Control::Reattach {
+                    input: b.input,
+                    rx: b.rx,
+                });
+                self.wakers[b.to].notify();
+            }
+        }
         self.spawn(tasks)
+    }
+}
+
+/// A checkpoint's per-channel numbers for a task with `n` channels (all 0
+/// when the checkpoint predates them).
+fn seqs(
+    recorded: Option<&Vec<u64>>,
+    n: usize,
+    task: &crate::snapshot::TaskId,
+    what: &str,
+) -> Result<Vec<u64>> {
+    match recorded {
+        None => Ok(vec![0; n]),
+        Some(v) if v.is_empty() => Ok(vec![0; n]),
+        Some(v) if v.len() == n => Ok(v.clone()),
+        Some(v) => Err(Error::Snapshot(format!(
+            "the checkpoint numbers {} {what} of task {task}, which has {n}; restore into \
+             the graph it was taken from",
+            v.len()
+        ))),
     }
 }

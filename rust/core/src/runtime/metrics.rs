@@ -54,6 +54,8 @@ pub struct TaskReport {
     /// Records received (for a source: records emitted).
     pub records_in: u64,
     pub records_out: u64,
+    /// Records dropped as replays of a restarted upstream (`upstream` failover).
+    pub replayed_dropped: u64,
 }
 
 /// What [`crate::runtime::Job::run`] returns.
@@ -68,8 +70,8 @@ pub struct JobReport {
     /// Every checkpoint triggered, in id order.
     pub checkpoints: Vec<CheckpointMetrics>,
     pub tasks: Vec<TaskReport>,
-    /// Regions (or, with the `full` strategy, all tasks) restarted during
-    /// this run after a task failed.
+    /// Tasks restarted during this run after a task failed: its region,
+    /// every task (`full`), or its upstream (`upstream`).
     pub restarts: Vec<crate::runtime::failover::Restart>,
     /// Width of a [`JobReport::timeline`] bucket (zero: no timeline).
     pub timeline_bucket: Duration,

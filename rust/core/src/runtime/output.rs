@@ -16,6 +16,11 @@ use crate::runtime::partition::Partitioner;
 
 pub(crate) struct OutChannel {
     pub tx: EdgeTx,
+    /// Records sent on this channel so far: the last record's number.
+    pub sent: u64,
+    /// Set by the receiver when it took end-of-stream: a restarted sender
+    /// replaying to it drops what it sends (the receiver took it all).
+    pub receiver_ended: Arc<AtomicBool>,
     /// Back-edges never block the sender: items wait here instead.
     pub unbounded: bool,
     /// Data on this channel counts towards its cycle's in-flight total.
@@ -39,6 +44,8 @@ pub(crate) struct Outputs {
     signal: SignalRef,
     cancel: Arc<AtomicBool>,
     pub records_out: u64,
+    /// Records not sent because their receiver had already ended.
+    pub replayed_dropped: u64,
     /// Set once end-of-stream went out; later data is an operator bug.
     pub closed: bool,
 }
@@ -79,16 +86,35 @@ impl Outputs {
             signal,
             cancel,
             records_out: 0,
+            replayed_dropped: 0,
             closed: false,
         }
+    }
+
+    /// Records sent per output channel: what a checkpoint records.
+    pub fn sent_seqs(&self) -> Vec<u64> {
+        self.channels.iter().map(|c| c.sent).collect()
     }
 
     /// Barrier `id` on every output, behind everything emitted so far.
     pub fn barrier(&mut self, id: CheckpointId) -> Result<()> {
         for c in 0..self.channels.len() {
-            self.push(c, Item::Barrier(id))?;
+            let seq = self.channels[c].sent;
+            self.push(c, Item::Barrier { id, seq })?;
         }
         Ok(())
+    }
+
+    fn push_data(&mut self, c: usize, batch: Batch) -> Result<()> {
+        let ch = &mut self.channels[c];
+        let n = batch.num_rows() as u64;
+        if ch.receiver_ended.load(Ordering::Relaxed) {
+            self.replayed_dropped += n;
+            return Ok(());
+        }
+        ch.sent += n;
+        let end = ch.sent;
+        self.push(c, Item::Data { batch, end })
     }
 
     pub fn end_of_stream(&mut self) -> Result<()> {
@@ -117,7 +143,7 @@ impl Outputs {
 
     fn push(&mut self, c: usize, item: Item) -> Result<()> {
         let ch = &mut self.channels[c];
-        if let (Item::Data(_), Some(counter)) = (&item, &ch.loop_counter) {
+        if let (Item::Data { .. }, Some(counter)) = (&item, &ch.loop_counter) {
             counter.fetch_add(1, Ordering::SeqCst);
         }
         if !ch.overflow.is_empty() {
@@ -133,6 +159,9 @@ impl Outputs {
             return Ok(());
         }
         loop {
+            if self.channels[c].receiver_ended.load(Ordering::Relaxed) {
+                return Ok(()); // a replay to a receiver that took everything
+            }
             if self.cancel.load(Ordering::Relaxed) || self.channels[c].tx.is_disconnected() {
                 return Err(cancelled());
             }
@@ -153,12 +182,12 @@ impl Outputs {
         match &self.groups[g].partitioning {
             Partitioning::Forward => {
                 let c = self.groups[g].channels[0];
-                self.push(c, Item::Data(batch))
+                self.push_data(c, batch)
             }
             Partitioning::Broadcast => {
                 for i in 0..n {
                     let c = self.groups[g].channels[i];
-                    self.push(c, Item::Data(batch.clone()))?;
+                    self.push_data(c, batch.clone())?;
                 }
                 Ok(())
             }
@@ -166,7 +195,7 @@ impl Outputs {
                 let grp = &mut self.groups[g];
                 let c = grp.channels[grp.next % n];
                 grp.next = (grp.next + 1) % n;
-                self.push(c, Item::Data(batch))
+                self.push_data(c, batch)
             }
             Partitioning::Hash { .. } => {
                 // Borrow the key without cloning it per batch.
@@ -178,7 +207,7 @@ impl Outputs {
                 let mut partitioner = std::mem::take(&mut self.partitioner);
                 let res = partitioner.split(&batch, key, n, |p, sub| {
                     let c = self.groups[g].channels[p];
-                    self.push(c, Item::Data(sub))
+                    self.push_data(c, sub)
                 });
                 self.partitioner = partitioner;
                 self.groups[g].partitioning = part;

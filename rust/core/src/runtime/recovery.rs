@@ -133,6 +133,10 @@ pub fn run_durable(
                     scope: RestartScope::Job,
                     error: e.to_string(),
                     restored_from: next,
+                    failed: None,
+                    fallback: None,
+                    at: None,
+                    downtime: None,
                 });
                 restore_next = true;
                 std::thread::sleep(options.restart.delay);

@@ -1,7 +1,7 @@
 //! One task thread: pops items from its inputs, drives its protocol machine
 //! with them, and carries out the actions the machine returns.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, Result};
 use crate::graph::TaskIndex;
 use crate::operator::{Batch, Operator, Source};
+use crate::protocol::sequence::{seen, Seen};
 use crate::protocol::{Action, CheckpointId, Event, InputId, Protocol, ProtocolKind};
 use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
 use crate::runtime::edge::{EdgeRx, Item, Recv, SignalRef};
@@ -33,6 +34,11 @@ pub(crate) struct JobShared {
     pub alignment_timeout: Duration,
     /// When the job started: time zero of the throughput timeline.
     pub started: Instant,
+    /// Per physical channel: its receiver took end-of-stream.
+    pub channel_ended: Vec<Arc<AtomicBool>>,
+    /// `upstream` failover: an input whose sender stopped without
+    /// end-of-stream waits for the restarted sender instead of failing.
+    pub reattach_inputs: bool,
     /// Width of a timeline bucket in nanoseconds (0: no timeline).
     pub timeline_bucket_nanos: u64,
 }
@@ -56,6 +62,14 @@ pub(crate) struct Input {
     pub ended: bool,
     /// Newest barrier id already reported as queued on this input.
     pub queued_reported: CheckpointId,
+    /// The number of the last record taken from this channel.
+    pub taken: u64,
+    /// Set when this channel's receiver took end-of-stream (shared with the sender).
+    pub ended_flag: Arc<AtomicBool>,
+    /// The sender stopped without end-of-stream; waiting for its restart.
+    pub detached: bool,
+    /// Channels from restarted senders, read in turn once this one is drained.
+    pub reattach: VecDeque<EdgeRx>,
 }
 
 pub(crate) enum Body {
@@ -70,6 +84,10 @@ struct Pending {
     logs: BTreeMap<InputId, Vec<Batch>>,
     first_seen: Option<Instant>,
     alignment: Duration,
+    /// Per output channel, records sent when the state was captured.
+    sent: Vec<u64>,
+    /// Per input, the position of barrier `id` on it.
+    taken: BTreeMap<InputId, u64>,
 }
 
 pub(crate) struct Task {
@@ -155,6 +173,7 @@ impl Task {
             }
         }));
         let (index, coord) = (self.index, self.coord.clone());
+        self.counters.replayed_dropped += self.outputs.replayed_dropped;
         let msg = match result {
             Ok(Ok(())) => CoordMsg::TaskDone {
                 task: index,
@@ -283,7 +302,7 @@ impl Task {
             for k in 0..n {
                 let i = (rr + k) % n;
                 for _ in 0..BURST {
-                    if self.inputs[i].ended || self.is_blocked(i) {
+                    if self.inputs[i].ended || self.inputs[i].detached || self.is_blocked(i) {
                         break;
                     }
                     match self.inputs[i].rx.try_recv() {
@@ -294,10 +313,9 @@ impl Task {
                         Recv::Empty => break,
                         Recv::Closed => {
                             self.check_cancel()?;
-                            return Err(Error::Task(format!(
-                                "input {i} ({}) closed without end of stream",
-                                self.inputs[i].edge_name
-                            )));
+                            self.on_closed(i)?;
+                            progress = true;
+                            break;
                         }
                     }
                 }
@@ -337,6 +355,7 @@ impl Task {
                     || cancel.load(Ordering::Relaxed)
                     || inputs.iter().enumerate().any(|(i, inp)| {
                         !inp.ended
+                            && !inp.detached
                             && !protocol.is_some_and(|p| p.is_blocked(i))
                             && inp.rx.is_ready()
                     })
@@ -377,9 +396,80 @@ impl Task {
         false
     }
 
+    /// `input`'s sender stopped without end-of-stream: under `upstream`
+    /// failover it restarts, so read its next channel (or wait for it).
+    fn on_closed(&mut self, input: InputId) -> Result<()> {
+        if !self.shared.reattach_inputs {
+            return Err(Error::Task(format!(
+                "input {input} ({}) closed without end of stream",
+                self.inputs[input].edge_name
+            )));
+        }
+        let inp = &mut self.inputs[input];
+        match inp.reattach.pop_front() {
+            Some(rx) => inp.rx = rx,
+            None => inp.detached = true,
+        }
+        Ok(())
+    }
+
+    fn reattach(&mut self, input: InputId, rx: EdgeRx) -> Result<()> {
+        let Some(inp) = self.inputs.get_mut(input) else {
+            return Err(Error::Task(format!(
+                "a restarted sender was attached to input {input}, but the task has {}",
+                self.inputs.len()
+            )));
+        };
+        if inp.ended {
+            return Ok(()); // it took everything; the sender drops its replay
+        }
+        if inp.detached {
+            inp.rx = rx;
+            inp.detached = false;
+        } else {
+            inp.reattach.push_back(rx);
+        }
+        Ok(())
+    }
+
+    /// Drops the records of `batch` (numbered up to `end` on `input`) that
+    /// this task took before: replays of a restarted sender.
+    fn unseen(&mut self, input: InputId, batch: Batch, end: u64) -> Result<Option<Batch>> {
+        let n = batch.num_rows() as u64;
+        let inp = &mut self.inputs[input];
+        let taken = inp.taken;
+        match seen(taken, n, end) {
+            Seen::Gap { first } => Err(Error::Task(format!(
+                "input {input} ({}): records {} to {} never arrived (took up to {taken}, the \
+                 next batch starts at {first}); a restarted sender did not replay what it had sent",
+                inp.edge_name,
+                taken + 1,
+                first - 1
+            ))),
+            Seen::All => {
+                self.counters.replayed_dropped += n;
+                Ok(None)
+            }
+            Seen::Prefix(skip) => {
+                inp.taken = end;
+                if skip == 0 {
+                    return Ok(Some(batch));
+                }
+                self.counters.replayed_dropped += skip;
+                Ok(Some(batch.slice(skip as usize, (n - skip) as usize)))
+            }
+        }
+    }
+
     fn on_item(&mut self, input: InputId, item: Item) -> Result<()> {
         match item {
-            Item::Data(batch) => {
+            Item::Data { batch, end } => {
+                let Some(batch) = self.unseen(input, batch, end)? else {
+                    if let Some(c) = &self.inputs[input].loop_counter {
+                        c.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    return Ok(());
+                };
                 if self.finished {
                     return Err(Error::Task(format!(
                         "received data on {} after finishing; operators on a cycle must not emit from finish()",
@@ -400,7 +490,7 @@ impl Task {
                     c.fetch_sub(1, Ordering::SeqCst);
                 }
             }
-            Item::Barrier(id) => {
+            Item::Barrier { id, seq } => {
                 // The coordinator tells a task that checkpoint n committed
                 // before it triggers n+1: applying pending controls first
                 // lets operators base checkpoint n+1's diff on n.
@@ -408,16 +498,15 @@ impl Task {
                     self.common_control(c)?;
                 }
                 if self.protocol.is_some() {
-                    self.pending
-                        .entry(id)
-                        .or_default()
-                        .first_seen
-                        .get_or_insert_with(Instant::now);
+                    let p = self.pending.entry(id).or_default();
+                    p.first_seen.get_or_insert_with(Instant::now);
+                    p.taken.insert(input, seq);
                     self.event(Event::Barrier { input, id }, None)?;
                 }
             }
             Item::EndOfStream => {
                 self.inputs[input].ended = true;
+                self.inputs[input].ended_flag.store(true, Ordering::SeqCst);
                 if self.protocol.is_some() {
                     self.event(Event::EndOfInput { input }, None)?;
                 }
@@ -494,9 +583,11 @@ impl Task {
                     }
                     Body::Source(src) => (None, Some(src.offset())),
                 };
+                let sent = self.outputs.sent_seqs();
                 let p = self.pending.entry(id).or_default();
                 p.state = state;
                 p.source_offset = offset;
+                p.sent = sent;
                 p.alignment = p.first_seen.map(|t| t.elapsed()).unwrap_or_default();
             }
             Action::Forward { id } => self.outputs.barrier(id)?,
@@ -537,6 +628,10 @@ impl Task {
                 channels,
                 source_offset: p.source_offset,
                 alignment_nanos: stats.alignment_nanos,
+                sent_seq: p.sent,
+                taken_seq: (0..self.inputs.len())
+                    .map(|i| p.taken.get(&i).copied().unwrap_or(self.inputs[i].taken))
+                    .collect(),
             },
         )?;
         self.last_done = self.last_done.max(id);
@@ -563,6 +658,7 @@ impl Task {
                     op.commit(id)?;
                 }
             }
+            Control::Reattach { input, rx } => self.reattach(input, rx)?,
             Control::Trigger { .. } | Control::Resume | Control::Finish => {}
         }
         Ok(())

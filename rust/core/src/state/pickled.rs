@@ -506,6 +506,8 @@ mod tests {
                     channels: vec![],
                     source_offset: None,
                     alignment_nanos: 0,
+                    sent_seq: Vec::new(),
+                    taken_seq: Vec::new(),
                 },
             )
             .unwrap();

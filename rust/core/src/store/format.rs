@@ -352,6 +352,8 @@ pub fn task_entries(
                 vertex: task.vertex,
                 subtask: task.subtask,
                 alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
             }
         })
         .collect()
@@ -899,6 +901,8 @@ mod tests {
             subtask: 0,
             source_offset: Some(10),
             alignment_nanos: 0,
+            sent_seq: Vec::new(),
+            taken_seq: Vec::new(),
         }]);
         let (bytes, written) = encode_ipc(&batch.schema(), &[batch], "sources").unwrap();
         let entry = sources_entry(written);

@@ -168,6 +168,13 @@ pub struct TaskEntry {
     pub source_offset: Option<u64>,
     #[serde(default)]
     pub alignment_nanos: u64,
+    /// Per output channel: records sent before the barrier (see
+    /// [`crate::snapshot::TaskSnapshot::sent_seq`]); absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sent_seq: Vec<u64>,
+    /// Per input: the last sequence number before the barrier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taken_seq: Vec<u64>,
 }
 
 impl TaskEntry {

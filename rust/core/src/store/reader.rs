@@ -304,6 +304,8 @@ impl SnapshotReader {
                 channels: self.channels(id, &task)?,
                 source_offset: t.source_offset,
                 alignment_nanos: t.alignment_nanos,
+                sent_seq: t.sent_seq.clone(),
+                taken_seq: t.taken_seq.clone(),
             };
             tasks.insert(task, snapshot);
         }

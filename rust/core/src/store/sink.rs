@@ -230,6 +230,8 @@ impl SnapshotStore {
             subtask: task.subtask,
             source_offset: snapshot.source_offset,
             alignment_nanos: snapshot.alignment_nanos,
+            sent_seq: snapshot.sent_seq,
+            taken_seq: snapshot.taken_seq,
         });
         st.files.extend(files);
         Ok(())

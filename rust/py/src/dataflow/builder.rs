@@ -227,7 +227,7 @@ impl GraphBuilder {
     /// `resume` starts from its newest intact checkpoint; failures restart
     /// the job from the last checkpoint up to `restart_attempts` times.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="syncfs", channel_capacity=64))]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="syncfs", channel_capacity=64, failure=None))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -241,6 +241,7 @@ impl GraphBuilder {
         control: Option<PyRef<'_, PyJobControl>>,
         fsync: &str,
         channel_capacity: usize,
+        failure: Option<(String, usize, String, u64)>,
     ) -> PyResult<Bound<'py, PyDict>> {
         let current: Arc<std::sync::Mutex<Option<JobHandle>>> =
             control.map(|c| Arc::clone(&c.current)).unwrap_or_default();
@@ -264,7 +265,16 @@ impl GraphBuilder {
             ..Default::default()
         };
         self.ran = true;
-        let graph = std::mem::take(&mut self.graph);
+        let mut graph = std::mem::take(&mut self.graph);
+        if let Some((vertex, subtask, at, nth)) = failure {
+            let fault = snapcut_core::runtime::ops::Fault {
+                vertex,
+                subtask,
+                at: at.parse().map_py()?,
+                nth,
+            };
+            snapcut_core::runtime::ops::inject(&mut graph, &fault).map_py()?;
+        }
         if let Some(root) = checkpoint_dir {
             if restore_from.is_some() {
                 return Err(Error::Config(

@@ -110,24 +110,44 @@ fn snapshot<'py>(py: Python<'py>, c: &CompletedCheckpoint) -> PyResult<Bound<'py
     Ok(d)
 }
 
-/// Restarts as `(error, restored_from, region, [task, ...])`; `region` is
-/// `None` for a rebuild of the whole job.
+/// Restarts as `(error, restored_from, region, [task, ...], scope, failed,
+/// fallback, at_s, downtime_s)`: `region` is `None` for a rebuild of the
+/// whole job or an `upstream` restart; `scope` is "job", "region" or "upstream".
 pub fn restarts_to_py(restarts: &[Restart]) -> Vec<RawRestart> {
     restarts
         .iter()
-        .map(|r| match &r.scope {
-            RestartScope::Job => (r.error.clone(), r.restored_from, None, Vec::new()),
-            RestartScope::Region { region, tasks } => (
+        .map(|r| {
+            let (scope, region, tasks) = match &r.scope {
+                RestartScope::Job => ("job", None, Vec::new()),
+                RestartScope::Region { region, tasks } => ("region", Some(*region), tasks.clone()),
+                RestartScope::Upstream { tasks } => ("upstream", None, tasks.clone()),
+            };
+            (
                 r.error.clone(),
                 r.restored_from,
-                Some(*region),
+                region,
                 tasks.iter().map(|t| t.to_string()).collect(),
-            ),
+                scope,
+                r.failed.as_ref().map(|t| t.to_string()),
+                r.fallback.clone(),
+                r.at.map(|d| d.as_secs_f64()),
+                r.downtime.map(|d| d.as_secs_f64()),
+            )
         })
         .collect()
 }
 
-type RawRestart = (String, Option<u64>, Option<usize>, Vec<String>);
+type RawRestart = (
+    String,
+    Option<u64>,
+    Option<usize>,
+    Vec<String>,
+    &'static str,
+    Option<String>,
+    Option<String>,
+    Option<f64>,
+    Option<f64>,
+);
 
 /// The raw report: `results`, `checkpoints`, `snapshots`, counts and timings.
 pub fn to_py<'py>(
@@ -166,6 +186,11 @@ pub fn to_py<'py>(
     d.set_item("protocol", report.protocol.name())?;
     d.set_item("records_in", report.records_in)?;
     d.set_item("records_out", report.records_out)?;
+    let dropped = PyDict::new(py);
+    for t in &report.tasks {
+        dropped.set_item(t.task.to_string(), t.replayed_dropped)?;
+    }
+    d.set_item("replayed_dropped", dropped)?;
     d.set_item("duration_s", report.elapsed.as_secs_f64())?;
     d.set_item("timeline_bucket_s", report.timeline_bucket.as_secs_f64())?;
     let timeline = PyDict::new(py);
