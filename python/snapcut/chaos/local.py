@@ -47,6 +47,7 @@ import pyarrow.ipc as ipc
 
 from snapcut._core import ConfigError
 from snapcut.chaos.core import ChaosError, Check, Summary, record_error, record_run, run_rng
+from snapcut.checkpointing import FAILOVER_STRATEGIES
 from snapcut.dataflow import dwell_events
 
 PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync")
@@ -116,6 +117,8 @@ class Options:
     failpoints: tuple[str, ...] = FAILPOINTS
     #: "mixed" (random per kill), "timer" (random moments) or "failpoint" (crash points).
     kill_mode: str = "mixed"
+    #: Checkpointing.failover of the job (it matters once a task fails).
+    failover: str = "region"
 
     def batch(self) -> int:
         if self.batch_size is not None:
@@ -151,6 +154,10 @@ class Options:
         if self.kill_mode not in KILL_MODES:
             raise ConfigError(
                 f"kill_mode must be one of {', '.join(KILL_MODES)}, got {self.kill_mode!r}"
+            )
+        if self.failover not in FAILOVER_STRATEGIES:
+            raise ConfigError(
+                f"failover must be one of {', '.join(FAILOVER_STRATEGIES)}, got {self.failover!r}"
             )
         if self.kill_mode != "timer" and not self.failpoints:
             raise ConfigError("failpoint kills need at least one failpoint")
@@ -286,6 +293,8 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
         str(run_dir / "checkpoints"),
         "--output-dir",
         str(run_dir / "out"),
+        "--failover",
+        opts.failover,
     ]
     if resume:
         cmd.append("--resume")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from snapcut._core import ConfigError
 from snapcut.chaos import local
 from snapcut.chaos.core import Summary
+from snapcut.chaos.fan_out import FanOutOptions, run_fan_out_chaos
 from snapcut.chaos.local import (
     DEFAULT_JOB_SECONDS,
     DEFAULT_MAX_KILLS,
@@ -21,11 +22,13 @@ from snapcut.chaos.local import (
     Options,
     run_chaos,
 )
+from snapcut.checkpointing import FAILOVER_STRATEGIES
 
 if TYPE_CHECKING:
     from snapcut.chaos.spark import SparkOptions
 
 ENGINES = ("local", "spark")
+TOPOLOGIES = ("dwell", "fan-out")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,6 +93,25 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="local: checkpoints are not fsynced (they survive kills, not an OS crash)",
     )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.add_argument(
+        "--topology",
+        default="dwell",
+        choices=TOPOLOGIES,
+        help="local: the dwell-time job killed whole (default), or one source fanning out to "
+        "four sinks with one sink task failing per run (snapcut.chaos.fan_out)",
+    )
+    p.add_argument(
+        "--failover",
+        default=None,
+        choices=FAILOVER_STRATEGIES,
+        help="local: which tasks a task failure restarts (default: dwell region, fan-out upstream)",
+    )
+    p.add_argument(
+        "--process-kills",
+        action="store_true",
+        help="fan-out: also SIGKILL the job's process once per run (per --kill-mode) and "
+        "resume it from its checkpoint",
+    )
     spark = p.add_argument_group("--engine spark")
     spark.add_argument("--files", type=int, default=None, help="input parquet files (default 5)")
     spark.add_argument(
@@ -123,6 +145,8 @@ def main(args: argparse.Namespace) -> int:
             from snapcut.chaos import spark as spark_chaos
 
             summary = spark_chaos.run_spark_chaos(spark_options(args), cli_log(args))
+        elif args.topology == "fan-out":
+            summary = run_fan_out_chaos(fan_out_options(args), cli_log(args))
         else:
             summary = run_chaos(local_options(args), cli_log(args))
     except ConfigError as e:
@@ -131,13 +155,45 @@ def main(args: argparse.Namespace) -> int:
     return finish(summary)
 
 
-def local_options(args: argparse.Namespace) -> Options:
-    """The local engine's options; Spark-only flags are refused."""
+def refuse_spark_flags(args: argparse.Namespace) -> None:
     for flag in ("files", "files_per_batch", "partitions", "master"):
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
     if args.kill_mode not in KILL_MODES:
         raise ConfigError(f"--kill-mode {args.kill_mode} applies to --engine spark only")
+
+
+def fan_out_options(args: argparse.Namespace) -> FanOutOptions:
+    """The fan-out topology's options; flags of the other jobs are refused."""
+    refuse_spark_flags(args)
+    for flag, given in (
+        ("--max-kills", args.max_kills is not None),
+        ("--failpoints", args.failpoints is not None),
+        ("--unsafe-sink", args.unsafe_sink),
+        ("--no-fsync", args.no_fsync),
+    ):
+        if given:
+            raise ConfigError(f"{flag} applies to --topology dwell only")
+    return FanOutOptions(
+        protocol=args.protocol or "aligned",
+        failover=args.failover or "upstream",
+        runs=args.runs,
+        seed=args.seed,
+        records=DEFAULT_RECORDS if args.records is None else args.records,
+        users=args.users,
+        job_seconds=DEFAULT_JOB_SECONDS if args.job_seconds is None else args.job_seconds,
+        process_kills=args.process_kills,
+        kill_mode=args.kill_mode,
+        workdir=args.workdir,
+        keep=args.keep,
+    )
+
+
+def local_options(args: argparse.Namespace) -> Options:
+    """The local engine's options; Spark-only flags are refused."""
+    refuse_spark_flags(args)
+    if args.process_kills:
+        raise ConfigError("--process-kills applies to --topology fan-out (dwell always kills)")
     failpoints = FAILPOINTS if args.failpoints is None else args.failpoints.split(",")
     return Options(
         protocol=args.protocol or "aligned",
@@ -153,6 +209,7 @@ def local_options(args: argparse.Namespace) -> Options:
         keep=args.keep,
         kill_mode=args.kill_mode,
         failpoints=tuple(f.strip() for f in failpoints if f.strip()),
+        failover=args.failover or "region",
     )
 
 
@@ -166,6 +223,8 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
             f"--protocol applies to --engine local; on Spark each micro-batch is the "
             f"snapshot ({PROTOCOL})"
         )
+    if args.topology != "dwell" or args.failover is not None or args.process_kills:
+        raise ConfigError("--topology, --failover and --process-kills apply to --engine local only")
     if args.job_seconds is not None or args.unsafe_sink or args.no_fsync:
         raise ConfigError(
             "--job-seconds, --unsafe-sink and --no-fsync apply to --engine local only"

@@ -50,6 +50,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--unsafe-sink", action="store_true")
     p.add_argument("--no-fsync", action="store_true", help="checkpoints are not fsynced")
+    p.add_argument("--failover", default="region", help="Checkpointing.failover")
     return p.parse_args(argv)
 
 
@@ -109,7 +110,9 @@ def supports_recovery() -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     flow = build(args)
-    checkpointing = Checkpointing(protocol=args.protocol, interval=args.interval, retained=2)
+    checkpointing = Checkpointing(
+        protocol=args.protocol, interval=args.interval, retained=2, failover=args.failover
+    )
     kwargs: dict[str, Any] = {}
     if supports_recovery():
         kwargs = {"checkpoint_dir": args.checkpoint_dir, "resume": args.resume}

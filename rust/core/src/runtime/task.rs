@@ -498,9 +498,14 @@ impl Task {
                     self.common_control(c)?;
                 }
                 if self.protocol.is_some() {
+                    // While a restarted sender replays what this task took
+                    // before, its barrier's position lags this task's own:
+                    // the checkpoint keeps the higher one, which is what a
+                    // restore of both must skip.
+                    let taken = seq.max(self.inputs[input].taken);
                     let p = self.pending.entry(id).or_default();
                     p.first_seen.get_or_insert_with(Instant::now);
-                    p.taken.insert(input, seq);
+                    p.taken.insert(input, taken);
                     self.event(Event::Barrier { input, id }, None)?;
                 }
             }

@@ -36,8 +36,10 @@ pub struct FailoverConfig {
     /// (a merge; the rule then often falls back to the region).
     pub merge_percent: u32,
     pub tokens_per_source: u64,
-    /// Inject the failure (`true`), or run failure-free.
-    pub fail: bool,
+    /// Task failures to inject at random steps (0: a failure-free run). A
+    /// second failure can restore a checkpoint taken while healthy tasks
+    /// were still dropping the first one's replay.
+    pub failures: usize,
     /// Healthy tasks drop replays by sequence number (`false` only to show
     /// that the checks catch what that prevents).
     pub dedup: bool,
@@ -53,7 +55,7 @@ impl FailoverConfig {
             sources: 2,
             merge_percent: 20,
             tokens_per_source: 20,
-            fail: true,
+            failures: 2,
             dedup: true,
         }
     }
@@ -68,10 +70,9 @@ pub struct FailoverReport {
     pub published: BTreeMap<usize, Vec<u64>>,
     /// Every task's final count of tokens taken.
     pub counts: Vec<u64>,
-    /// The failed task, the tasks restarted, and why `upstream` fell back.
-    pub failed: Option<usize>,
-    pub restarted: Vec<usize>,
-    pub fallback: Option<String>,
+    /// Per failure: the failed task, the tasks restarted, and why
+    /// `upstream` fell back to the region (if it did).
+    pub failures: Vec<(usize, Vec<usize>, Option<String>)>,
     pub checkpoints_completed: u64,
     pub restored_from: Option<CheckpointId>,
     /// Tokens healthy tasks dropped as replays.
@@ -160,10 +161,9 @@ struct Sim {
     last_completed: Option<(CheckpointId, BTreeMap<usize, TaskSnap>)>,
     next_id: CheckpointId,
     completed: u64,
-    failed_at_step: Option<u64>,
-    report_failed: Option<usize>,
-    restarted: Vec<usize>,
-    fallback: Option<String>,
+    /// Steps at which a task fails, ascending.
+    fail_at: VecDeque<u64>,
+    failures: Vec<(usize, Vec<usize>, Option<String>)>,
     restored_from: Option<CheckpointId>,
     dropped: u64,
     actions: Vec<Action>,
@@ -236,7 +236,10 @@ pub fn run(cfg: &FailoverConfig) -> Result<FailoverReport> {
             restarts: 0,
         })
         .collect();
-    let failed_at_step = cfg.fail.then(|| 1 + rng.below(300) as u64);
+    let mut fail_at: Vec<u64> = (0..cfg.failures)
+        .map(|_| 1 + rng.below(300) as u64)
+        .collect();
+    fail_at.sort_unstable();
     let mut sim = Sim {
         cfg: cfg.clone(),
         rng,
@@ -246,10 +249,8 @@ pub fn run(cfg: &FailoverConfig) -> Result<FailoverReport> {
         last_completed: None,
         next_id: 1,
         completed: 0,
-        failed_at_step,
-        report_failed: None,
-        restarted: Vec::new(),
-        fallback: None,
+        fail_at: fail_at.into(),
+        failures: Vec::new(),
         restored_from: None,
         dropped: 0,
         actions: Vec::new(),
@@ -267,9 +268,7 @@ pub fn run(cfg: &FailoverConfig) -> Result<FailoverReport> {
         edges,
         published,
         counts: sim.tasks.iter().map(|t| t.count).collect(),
-        failed: sim.report_failed,
-        restarted: sim.restarted.clone(),
-        fallback: sim.fallback.clone(),
+        failures: sim.failures.clone(),
         checkpoints_completed: sim.completed,
         restored_from: sim.restored_from,
         replayed_dropped: sim.dropped,
@@ -332,13 +331,13 @@ impl Sim {
             if steps > 2_000_000 {
                 return Err("no end after 2,000,000 steps".into());
             }
-            if self.failed_at_step == Some(steps) {
+            while self.fail_at.front().is_some_and(|&s| s <= steps) {
+                self.fail_at.pop_front();
                 self.fail()?;
             }
             let mut moves = self.moves();
-            if moves.is_empty() && self.failed_at_step.is_some_and(|s| s > steps) {
+            while moves.is_empty() && self.fail_at.pop_front().is_some() {
                 // The run would end before the failure: fail now.
-                self.failed_at_step = Some(steps);
                 self.fail()?;
                 moves = self.moves();
             }
@@ -422,9 +421,13 @@ impl Sim {
                 while let Some(a) = self.tasks[v].mailbox.pop_front() {
                     self.feed(v, Event::Abort { id: a }, None)?;
                 }
+                // While a restarted sender replays what this task took
+                // before, its barrier's position lags the task's own: the
+                // checkpoint keeps the higher one (what a restore must skip).
+                let taken = seq.max(self.tasks[v].taken[i]);
                 if let Some((cur, ck)) = &mut self.in_flight {
                     if *cur == id {
-                        ck.tasks.entry(v).or_default().taken.insert(i, seq);
+                        ck.tasks.entry(v).or_default().taken.insert(i, taken);
                     }
                 }
                 self.feed(v, Event::Barrier { input: i, id }, None)
@@ -549,8 +552,6 @@ impl Sim {
             round_robin: vec![false; n],
         };
         let set = restart_set(self.cfg.strategy, &topo, failed, &|t| format!("task {t}"));
-        self.report_failed = Some(failed);
-        self.fallback = set.fallback;
         let mut in_set = vec![false; n];
         for &t in &set.tasks {
             in_set[t] = true;
@@ -596,7 +597,7 @@ impl Sim {
             }
             replays.extend(snap.logs.iter().map(|&(_, value)| (t, value)));
         }
-        self.restarted = set.tasks;
+        self.failures.push((failed, set.tasks, set.fallback));
         // Logged in-flight records are delivered first, as the runtime does.
         for (t, value) in replays {
             self.deliver(t, value);
@@ -612,7 +613,7 @@ mod tests {
     fn check(protocol: ProtocolKind, strategy: FailoverStrategy, seed: u64) -> FailoverReport {
         let cfg = FailoverConfig::new(protocol, strategy, seed);
         let clean = run(&FailoverConfig {
-            fail: false,
+            failures: 0,
             ..cfg.clone()
         })
         .unwrap();
@@ -634,17 +635,20 @@ mod tests {
             let mut upstream_only = 0;
             for seed in 0..150 {
                 let r = check(protocol, FailoverStrategy::Upstream, seed);
-                let failed = r.failed.expect("a failure was injected");
+                assert_eq!(r.failures.len(), 2, "{r:?}");
                 let topo = Topology {
                     channels: r.edges.clone(),
                     cycle: vec![None; r.counts.len()],
                     round_robin: vec![false; r.counts.len()],
                 };
-                let closure = crate::graph::failover::upstream_closure(&topo, failed);
-                if r.fallback.is_none() {
-                    upstream_only += 1;
-                    assert!(r.restarted.iter().all(|&t| closure[t]), "{r:?}");
-                    assert_eq!(r.restarted.len(), closure.iter().filter(|&&c| c).count());
+                for (failed, restarted, fallback) in &r.failures {
+                    let closure = crate::graph::failover::upstream_closure(&topo, *failed);
+                    if fallback.is_none() {
+                        upstream_only += 1;
+                        // Exactly the upstream closure restarted: no task outside it.
+                        assert!(restarted.iter().all(|&t| closure[t]), "{r:?}");
+                        assert_eq!(restarted.len(), closure.iter().filter(|&&c| c).count());
+                    }
                 }
             }
             assert!(
@@ -659,7 +663,7 @@ mod tests {
         for seed in 0..40 {
             check(ProtocolKind::Aligned, FailoverStrategy::Region, seed);
             let r = check(ProtocolKind::Unaligned, FailoverStrategy::Full, seed);
-            assert_eq!(r.restarted.len(), r.counts.len());
+            assert!(r.failures.iter().all(|f| f.1.len() == r.counts.len()));
         }
     }
 
@@ -680,7 +684,7 @@ mod tests {
                 ..FailoverConfig::new(ProtocolKind::Aligned, FailoverStrategy::Upstream, seed)
             };
             let clean = run(&FailoverConfig {
-                fail: false,
+                failures: 0,
                 ..cfg.clone()
             })
             .unwrap();
