@@ -16,6 +16,7 @@ import pytest
 
 import snapcut.snapshots
 from snapcut._core import ConfigError
+from snapcut.chaos import fan_out
 from snapcut.chaos import local as chaos
 from snapcut.cli import main as cli_main
 from snapcut.dataflow import dwell_events
@@ -205,3 +206,50 @@ def test_checker_reports_a_torn_committed_file(tmp_path: Path, ref: chaos.Refere
     check = chaos.check_output(tmp_path, ref)
     assert len(check.corrupt_files) == 1 and "torn.arrow" in check.corrupt_files[0]
     assert (check.lost, check.duplicated) == (0, 0)
+
+
+@pytest.mark.parametrize("protocol", fan_out.PROTOCOLS)
+def test_fan_out_upstream_failover_is_exact_and_restarts_no_healthy_sink(
+    protocol: str, tmp_path: Path
+) -> None:
+    opts = fan_out.FanOutOptions(
+        protocol=protocol, runs=3, seed=4, records=4_000, users=40, workdir=str(tmp_path)
+    )
+    s = fan_out.run_fan_out_chaos(opts)
+    assert s.errors == 0, s
+    assert (s.lost, s.duplicated, s.mismatched) == (0, 0, 0), s
+    assert s.task_failures >= 1 and s.healthy_sink_restarts == 0, s
+
+
+def test_fan_out_with_process_kills_composes(tmp_path: Path) -> None:
+    opts = fan_out.FanOutOptions(
+        runs=2, seed=5, records=4_000, users=40, workdir=str(tmp_path), process_kills=True
+    )
+    s = fan_out.run_fan_out_chaos(opts)
+    assert s.errors == 0, s
+    assert (s.lost, s.duplicated, s.mismatched) == (0, 0, 0), s
+    assert s.kills == 2 and s.recoveries >= 2, s
+
+
+def test_fan_out_region_failover_restarts_healthy_sinks(tmp_path: Path) -> None:
+    opts = fan_out.FanOutOptions(
+        failover="region", runs=2, seed=4, records=4_000, users=40, workdir=str(tmp_path)
+    )
+    s = fan_out.run_fan_out_chaos(opts)
+    assert (s.lost, s.duplicated, s.mismatched, s.errors) == (0, 0, 0, 0), s
+    assert s.healthy_sink_restarts > 0, s
+
+
+def test_cli_fan_out_prints_the_summary(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    args = ["chaos", "--topology", "fan-out", "--runs", "1", "--records", "2000", "--quiet"]
+    assert cli_main([*args, "--workdir", str(tmp_path)]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["topology"] == "fan-out" and summary["failover"] == "upstream"
+    assert {"healthy_sink_restarts", "replayed_dropped", "task_failures"} <= summary.keys()
+
+
+def test_cli_fan_out_refuses_dwell_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["chaos", "--topology", "fan-out", "--unsafe-sink", "--runs", "1"]) == 2
+    assert "--unsafe-sink applies to --topology dwell only" in capsys.readouterr().err
+    assert cli_main(["chaos", "--topology", "fan-out", "--protocol", "sync", "--runs", "1"]) == 2
+    assert "the fan-out job runs" in capsys.readouterr().err
