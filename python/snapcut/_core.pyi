@@ -73,6 +73,18 @@ def simulate_dataflow(
     aligned_first: bool = False,
     abort_one_in: int = 0,
 ) -> dict[str, object]: ...
+def simulate_failover(
+    protocol: str,
+    failover: str,
+    seed: int = 0,
+    *,
+    vertices: int = 7,
+    sources: int = 2,
+    merge_percent: int = 20,
+    tokens_per_source: int = 20,
+    failures: int = 2,
+    dedup: bool = True,
+) -> dict[str, object]: ...
 def default_cost_model() -> dict[str, float]: ...
 def simulate_scaling(
     protocol: str,

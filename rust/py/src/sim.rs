@@ -260,6 +260,53 @@ fn simulate_dataflow<'py>(
     Ok(d)
 }
 
+/// Runs the failover simulator: a random DAG with several two-phase-commit
+/// sinks, `failures` task failures at random steps, restarted by the
+/// runtime's failover rule; the report as a dict of plain values.
+#[pyfunction]
+#[pyo3(signature = (
+    protocol, failover, seed=0, *, vertices=7, sources=2, merge_percent=20,
+    tokens_per_source=20, failures=2, dedup=true,
+))]
+#[allow(clippy::too_many_arguments)]
+fn simulate_failover<'py>(
+    py: Python<'py>,
+    protocol: &str,
+    failover: &str,
+    seed: u64,
+    vertices: usize,
+    sources: usize,
+    merge_percent: u32,
+    tokens_per_source: u64,
+    failures: usize,
+    dedup: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = snapcut_core::sim::failover::FailoverConfig {
+        protocol: protocol.parse().map_py()?,
+        strategy: failover.parse().map_py()?,
+        seed,
+        vertices,
+        sources,
+        merge_percent,
+        tokens_per_source,
+        failures,
+        dedup,
+    };
+    let r = py
+        .detach(|| snapcut_core::sim::failover::run(&cfg))
+        .map_py()?;
+    let d = PyDict::new(py);
+    d.set_item("edges", r.edges)?;
+    d.set_item("published", r.published.into_iter().collect::<Vec<_>>())?;
+    d.set_item("counts", r.counts)?;
+    d.set_item("failures", r.failures)?;
+    d.set_item("checkpoints_completed", r.checkpoints_completed)?;
+    d.set_item("restored_from", r.restored_from)?;
+    d.set_item("replayed_dropped", r.replayed_dropped)?;
+    d.set_item("violation", r.violation)?;
+    Ok(d)
+}
+
 /// The cost model's fields by name, each with a getter and a setter, so the
 /// dict form and the struct cannot drift apart.
 macro_rules! cost_fields {
@@ -361,5 +408,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BankSim>()?;
     m.add_function(wrap_pyfunction!(default_cost_model, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_scaling, m)?)?;
+    m.add_function(wrap_pyfunction!(simulate_failover, m)?)?;
     m.add_function(wrap_pyfunction!(simulate_dataflow, m)?)
 }
