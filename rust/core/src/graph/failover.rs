@@ -72,8 +72,9 @@ pub struct Topology {
     pub channels: Vec<(TaskIndex, TaskIndex)>,
     /// Per task: the id of its cycle, if any.
     pub cycle: Vec<Option<usize>>,
-    /// Per task: whether it deals batches round-robin (which channel a
-    /// batch takes depends on where the dealing stood, not on the batch).
+    /// Per channel: whether it belongs to a round-robin group (which
+    /// channel a batch takes depends on where the dealing stood, not on the
+    /// batch, and the dealing restarts with its sender).
     pub round_robin: Vec<bool>,
 }
 
@@ -188,12 +189,17 @@ fn upstream_obstacle(
         }
         stack.extend(inputs[t].iter().copied().filter(|&u| !feeds_out[u]));
     }
-    if let Some(t) = (0..n).find(|&t| feeds_out[t] && topo.round_robin[t]) {
+    let dealt_out = topo
+        .channels
+        .iter()
+        .zip(&topo.round_robin)
+        .find(|&(&(from, to), &rr)| rr && set[from] && !set[to]);
+    if let Some((&(from, _), _)) = dealt_out {
         return Some(format!(
-            "{} deals batches round-robin and feeds tasks outside the upstream of {}: a replayed \
+            "{} deals batches round-robin to tasks outside the upstream of {}: a replayed \
              batch could take another channel, so healthy tasks could not tell replayed records \
              by sequence number; restarted the region instead",
-            name(t),
+            name(from),
             name(failed)
         ));
     }
@@ -219,7 +225,7 @@ mod tests {
     fn topo(channels: &[(usize, usize)], cycle: Vec<Option<usize>>) -> Topology {
         Topology {
             channels: channels.to_vec(),
-            round_robin: vec![false; cycle.len()],
+            round_robin: vec![false; channels.len()],
             cycle,
         }
     }
@@ -323,11 +329,17 @@ mod tests {
 
     #[test]
     fn round_robin_dealing_to_a_healthy_task_falls_back() {
+        // 0 deals round-robin to 1 and 2; 1 fails.
         let mut t = topo(&[(0, 1), (0, 2)], vec![None; 3]);
-        t.round_robin[0] = true;
+        t.round_robin = vec![true, true];
         let s = restart_set(FailoverStrategy::Upstream, &t, 1, &name);
         assert_eq!(s.tasks, vec![0, 1, 2]);
         assert!(s.fallback.unwrap().contains("t0 deals batches round-robin"));
+        // Dealing only inside the restarted set is replayed as it was.
+        let mut t = topo(&[(0, 1), (0, 2), (1, 3), (2, 3), (0, 4)], vec![None; 5]);
+        t.round_robin = vec![true, true, false, false, false];
+        let s = restart_set(FailoverStrategy::Upstream, &t, 3, &name);
+        assert_eq!((s.tasks, s.fallback), (vec![0, 1, 2, 3], None));
     }
 
     #[test]

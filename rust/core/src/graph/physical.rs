@@ -69,12 +69,12 @@ impl PhysicalGraph {
             channels: self.channels.iter().map(|c| (c.from, c.to)).collect(),
             cycle: self.tasks.iter().map(|t| t.cycle).collect(),
             round_robin: self
-                .tasks
+                .channels
                 .iter()
-                .map(|t| {
-                    t.outputs
-                        .iter()
-                        .any(|g| g.partitioning == super::Partitioning::RoundRobin)
+                .map(|c| {
+                    self.tasks[c.from].outputs.iter().any(|g| {
+                        g.edge == c.edge && g.partitioning == super::Partitioning::RoundRobin
+                    })
                 })
                 .collect(),
         }

@@ -84,6 +84,16 @@ pub(crate) struct TaskCounters {
 }
 
 impl TaskCounters {
+    /// Adds `other`'s buckets to `timeline` (an earlier incarnation's).
+    pub fn add_timeline(timeline: &mut Vec<u64>, other: &[u64]) {
+        if timeline.len() < other.len() {
+            timeline.resize(other.len(), 0);
+        }
+        for (t, n) in timeline.iter_mut().zip(other) {
+            *t += n;
+        }
+    }
+
     /// Counts `n` records in the bucket of the time `now - started`.
     #[inline]
     pub fn count_at(&mut self, n: u64, started: std::time::Instant, bucket_nanos: u64) {
@@ -116,6 +126,7 @@ pub(crate) enum CoordMsg {
     TaskFailed {
         task: TaskIndex,
         error: String,
+        counters: TaskCounters,
     },
     Trigger {
         savepoint: bool,

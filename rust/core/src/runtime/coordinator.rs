@@ -81,6 +81,8 @@ pub(crate) struct Coordinator {
     failures: u32,
     done: Vec<bool>,
     pub counters: Vec<TaskCounters>,
+    /// Per task, the timeline of its earlier incarnations (before restarts).
+    pub earlier_timeline: Vec<Vec<u64>>,
     error: Option<Error>,
     failover: Failover,
     restarting: Vec<Restarting>,
@@ -122,6 +124,7 @@ impl Coordinator {
             failures: 0,
             done: vec![false; n],
             counters: vec![TaskCounters::default(); n],
+            earlier_timeline: vec![Vec::new(); n],
             error: None,
             failover,
             restarting: Vec::new(),
@@ -220,8 +223,13 @@ impl Coordinator {
                 self.done[task] = true;
                 self.counters[task] = counters;
             }
-            CoordMsg::TaskFailed { task, error } => {
+            CoordMsg::TaskFailed {
+                task,
+                error,
+                counters,
+            } => {
                 self.done[task] = true;
+                self.counters[task] = counters;
                 if self.restarting.iter().any(|r| r.tasks.contains(&task)) {
                     return; // stopping with an earlier failure
                 }
@@ -342,7 +350,8 @@ impl Coordinator {
             for &t in &members {
                 self.done[t] = false;
                 self.exhausted[t] = false;
-                self.counters[t] = TaskCounters::default();
+                let old = std::mem::take(&mut self.counters[t]);
+                TaskCounters::add_timeline(&mut self.earlier_timeline[t], &old.timeline);
             }
             let ids = members.iter().map(|&t| self.tasks[t].id.clone()).collect();
             self.failover.log.record(Restart {

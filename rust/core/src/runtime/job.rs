@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::graph::{LogicalGraph, PhysicalGraph, Regions};
 use crate::protocol::ProtocolKind;
 use crate::runtime::config::CheckpointConfig;
-use crate::runtime::control::{CoordMsg, Mailbox};
+use crate::runtime::control::{CoordMsg, Mailbox, TaskCounters};
 use crate::runtime::coordinator::{Coordinator, Failover, TaskInfo};
 use crate::runtime::edge::{Signal, SignalRef};
 use crate::runtime::failover::{FailoverStrategy, RestartLog, RestartStrategy};
@@ -320,24 +320,30 @@ impl Job {
             timeline: Vec::new(),
         };
         report.checkpoints.sort_by_key(|c| c.id);
+        // Per task, every incarnation's buckets: a restart does not erase
+        // what the task did before it failed.
+        let timelines: Vec<Vec<u64>> = coordinator
+            .counters
+            .iter()
+            .zip(&coordinator.earlier_timeline)
+            .map(|(c, earlier)| {
+                let mut t = earlier.clone();
+                TaskCounters::add_timeline(&mut t, &c.timeline);
+                t
+            })
+            .collect();
         if !self.options.timeline_bucket.is_zero() {
             for (v, vertex) in self.graph.vertices.iter().enumerate() {
                 let mut sum: Vec<u64> = Vec::new();
-                for (pt, c) in phys.tasks.iter().zip(&coordinator.counters) {
-                    if pt.vertex != v {
-                        continue;
-                    }
-                    if sum.len() < c.timeline.len() {
-                        sum.resize(c.timeline.len(), 0);
-                    }
-                    for (s, n) in sum.iter_mut().zip(&c.timeline) {
-                        *s += n;
+                for (pt, t) in phys.tasks.iter().zip(&timelines) {
+                    if pt.vertex == v {
+                        TaskCounters::add_timeline(&mut sum, t);
                     }
                 }
                 report.timeline.push((vertex.name.clone(), sum));
             }
         }
-        for (pt, c) in phys.tasks.iter().zip(&coordinator.counters) {
+        for ((pt, c), timeline) in phys.tasks.iter().zip(&coordinator.counters).zip(timelines) {
             if pt.is_source {
                 report.records_in += c.records_in;
             }
@@ -349,6 +355,7 @@ impl Job {
                 records_in: c.records_in,
                 records_out: c.records_out,
                 replayed_dropped: c.replayed_dropped,
+                timeline,
             });
         }
         Ok(report)

@@ -56,6 +56,9 @@ pub struct TaskReport {
     pub records_out: u64,
     /// Records dropped as replays of a restarted upstream (`upstream` failover).
     pub replayed_dropped: u64,
+    /// Records received (a source: emitted) per timeline bucket, over all
+    /// its incarnations (empty without a timeline).
+    pub timeline: Vec<u64>,
 }
 
 /// What [`crate::runtime::Job::run`] returns.
@@ -78,7 +81,8 @@ pub struct JobReport {
     /// Per logical vertex (in graph order), records it received (a source:
     /// emitted) in each bucket since the job started, summed over its
     /// subtasks: the throughput over time, where a stop-the-world pause
-    /// shows as empty buckets. A restarted task's count starts again.
+    /// shows as empty buckets. A restarted task adds to what it counted
+    /// before it failed (a replay counts again).
     pub timeline: Vec<(String, Vec<u64>)>,
 }
 

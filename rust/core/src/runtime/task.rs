@@ -191,7 +191,11 @@ impl Task {
                     Error::Task(message) => message,
                     other => other.to_string(),
                 };
-                CoordMsg::TaskFailed { task: index, error }
+                CoordMsg::TaskFailed {
+                    task: index,
+                    error,
+                    counters: std::mem::take(&mut self.counters),
+                }
             }
             Err(panic) => {
                 self.cancel.store(true, Ordering::SeqCst);
@@ -203,6 +207,7 @@ impl Task {
                 CoordMsg::TaskFailed {
                     task: index,
                     error: format!("panicked: {what}"),
+                    counters: std::mem::take(&mut self.counters),
                 }
             }
         };

@@ -549,7 +549,7 @@ impl Sim {
         let topo = Topology {
             channels: self.chans.iter().map(|c| (c.from, c.to)).collect(),
             cycle: vec![None; n],
-            round_robin: vec![false; n],
+            round_robin: vec![false; self.chans.len()],
         };
         let set = restart_set(self.cfg.strategy, &topo, failed, &|t| format!("task {t}"));
         let mut in_set = vec![false; n];
@@ -639,7 +639,7 @@ mod tests {
                 let topo = Topology {
                     channels: r.edges.clone(),
                     cycle: vec![None; r.counts.len()],
-                    round_robin: vec![false; r.counts.len()],
+                    round_robin: vec![false; r.edges.len()],
                 };
                 for (failed, restarted, fallback) in &r.failures {
                     let closure = crate::graph::failover::upstream_closure(&topo, *failed);

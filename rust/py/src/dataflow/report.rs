@@ -191,6 +191,11 @@ pub fn to_py<'py>(
         dropped.set_item(t.task.to_string(), t.replayed_dropped)?;
     }
     d.set_item("replayed_dropped", dropped)?;
+    let task_timeline = PyDict::new(py);
+    for t in &report.tasks {
+        task_timeline.set_item(t.task.to_string(), t.timeline.clone())?;
+    }
+    d.set_item("task_timeline", task_timeline)?;
     d.set_item("duration_s", report.elapsed.as_secs_f64())?;
     d.set_item("timeline_bucket_s", report.timeline_bucket.as_secs_f64())?;
     let timeline = PyDict::new(py);
