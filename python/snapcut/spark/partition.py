@@ -2,10 +2,11 @@
 
 Per (batch N, partition p): load version N-1 (from this process's cache when
 it holds exactly N-1, else from the root: nearest full + diffs), let a
-processor apply the batch, write version N's diff (or full) sorted by key so
-its bytes are deterministic, acknowledge it, and finalize N's manifest when
-every partition has acknowledged. The Spark glue (``keyed_state``) only
-supplies the batch id, the partition and the rows.
+processor apply the batch, hand version N's diff (or full) to the Rust
+encoder (which sorts it by key, so its bytes are deterministic), acknowledge
+it, and finalize N's manifest if this task finds every partition's
+acknowledgement (``StateRoot.finalize_if_acked``). The Spark glue
+(``keyed_state``) only supplies the batch id, the partition and the rows.
 """
 
 from __future__ import annotations
@@ -139,9 +140,8 @@ class PartitionTask:
             return Loaded(table, [], 0, NO_EVENT_TIME, False)
         prev = self.root.committed(n - 1)
         if prev is None:
-            missing = [
-                p for p in range(self.root.spec.partitions) if self.root.read_ack(n - 1, p) is None
-            ]
+            acked = set(self.root.acked(n - 1))
+            missing = [p for p in range(self.root.spec.partitions) if p not in acked]
             raise SnapshotError(
                 f"batch {n} runs, so Spark committed batch {n - 1}, but state root "
                 f"{self.root.name} has no version {n - 1} of partition(s) {missing}: the root "
@@ -209,8 +209,7 @@ class PartitionTask:
             table.checkpoint_aborted()  # forces a full: bounds the restore chain
         _, kind, capture = table.checkpoint(self.batch_id)
         chain = [self.batch_id] if kind == "full" else [*loaded.chain, self.batch_id]
-        data = pa.Table.from_batches([capture]).sort_by(self.root.spec.state_key)
-        entry = self.root.write_state(self.batch_id, self.partition, data, kind, chain)
+        entry = self.root.write_state(self.batch_id, self.partition, capture, kind, chain)
         failpoints.hit("state.after_write", self.batch_id, self.partition)
         write_ms = (time.perf_counter() - t0) * 1000
         ack = {
@@ -231,7 +230,7 @@ class PartitionTask:
         self._ack = ack
         self.root.write_ack(self.batch_id, self.partition, ack)
         failpoints.hit("state.after_ack", self.batch_id, self.partition)
-        self.root.finalize(self.batch_id)
+        self.root.finalize_if_acked(self.batch_id)
         self.cache.put(self.cache_key, self.batch_id, table)
 
     def figures(self) -> dict[str, int]:
