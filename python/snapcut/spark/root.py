@@ -198,7 +198,11 @@ class StateRoot:
         path = self.ack_path(batch, partition)
         if not _fs.exists(self.fs, path):
             return None
-        ack: dict[str, Any] = json.loads(_fs.read_bytes(self.fs, path))
+        return self._listed_ack(batch, partition)
+
+    def _listed_ack(self, batch: int, partition: int) -> dict[str, Any]:
+        """An acknowledgement known to be there (no existence check)."""
+        ack: dict[str, Any] = json.loads(_fs.read_bytes(self.fs, self.ack_path(batch, partition)))
         return ack
 
     def acked(self, batch: int) -> list[int]:
@@ -272,7 +276,9 @@ class StateRoot:
         once (P reads), not by every task (P² reads)."""
         if len(self.acked(batch)) < self.spec.partitions:
             return None
-        return self.finalize(batch)
+        return self.finalize(
+            batch, [self._listed_ack(batch, p) for p in range(self.spec.partitions)]
+        )
 
     def committed(
         self, batch: int, acks: Sequence[dict[str, Any] | None] | None = None
