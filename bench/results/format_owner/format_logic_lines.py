@@ -59,7 +59,8 @@ SPANS: list[tuple[str, str | tuple[str, int], str]] = [
 # "output" and "state" objects, root metadata): docs/format.md "Spark roots",
 # written only by Python. Counted apart: not a copy of a Rust rule.
 SPARK_LAYER: list[tuple[str, str | tuple[str, int], str]] = [
-    ("spark/root.py", "StateRoot.ack_path", "acknowledgement name"),
+    ("spark/root.py", "StateRoot._ack_name", "acknowledgement name"),
+    ("spark/root.py", "StateRoot.ack_path", "acknowledgement path"),
     ("spark/root.py", "StateRoot.acked", "acknowledgement names"),
     ("spark/root.py", "StateRoot.finalize", 'the "spark" record'),
     ("spark/sink.py", "ArrowSnapshotSink._commit", "output entries"),

@@ -163,9 +163,11 @@ class StateRoot:
     def _dir(self, batch: int) -> str:
         return f"{self.path}/{checkpoint_dir_name(batch)}"
 
+    def _ack_name(self, partition: int) -> str:
+        return f"{file_component(self.spec.vertex)}-{partition}{ACK_SUFFIX}"
+
     def ack_path(self, batch: int, partition: int) -> str:
-        name = f"{file_component(self.spec.vertex)}-{partition}{ACK_SUFFIX}"
-        return f"{self._dir(batch)}/{name}"
+        return f"{self._dir(batch)}/{self._ack_name(partition)}"
 
     def write_state(
         self,
@@ -212,11 +214,7 @@ class StateRoot:
 
         infos = self.fs.get_file_info(FileSelector(self._dir(batch), allow_not_found=True))
         names = {info.base_name for info in infos}
-        return [
-            p
-            for p in range(self.spec.partitions)
-            if self.ack_path(batch, p).rsplit("/", 1)[1] in names
-        ]
+        return [p for p in range(self.spec.partitions) if self._ack_name(p) in names]
 
     def manifest(self, batch: int) -> dict[str, Any] | None:
         return self.backend.complete_manifest(batch)
