@@ -45,7 +45,6 @@ SPANS: list[tuple[str, str | tuple[str, int], str]] = [
     # -- chains (Rust: format::state_chain, chain_link)
     ("snapshots/ops.py", "_longest_chain", "chain"),
     ("snapshots/writer.py", ('if f["role"] == "state" and f.get("kind") == "diff"', 3), "chain"),
-    ("spark/partition.py", ("entry = next(", 4), "chain of the previous version"),
     # -- retention and verification (the rules are Rust's; the driving stays)
     ("snapshots/writer.py", "SnapshotWriter.apply_retention", "retention driving"),
     ("snapshots/backend.py", "FsBackend.verify", "verify driving"),
