@@ -12,6 +12,7 @@ partitions, 2 state partitions). snapcut's figures also give the time its
 tasks spent writing state (sync, in the task) and the bytes per batch.
 
 Rerun:  python bench/spark_state.py --keys 10000 100000 1000000
+        (--only "snapcut level 1": the variants whose name holds that text)
         (env SLOW_MAX_KEYS caps the per-key Python variants, default 100000;
         TWS_MAX_KEYS caps transformWithStateInPandas, default 10000: ~2 ms a key)
 """
@@ -272,6 +273,12 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=6, help="micro-batches of a fast variant")
     parser.add_argument("--slow-batches", type=int, default=3, help="of a per-key Python variant")
     parser.add_argument("--rounds", type=int, default=2, help="fast variants, order rotated")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="TEXT",
+        help="run only the variants whose name contains one of these (default: every variant)",
+    )
     # Next to this file, not the working directory: the same file from any cwd.
     default_out = Path(__file__).resolve().parent / "results" / "spark_state" / "spark_state.json"
     parser.add_argument("--out", default=str(default_out))
@@ -301,13 +308,14 @@ def main() -> int:
                 for name, build in variants(work / "state").items()
                 if not (keys > slow_max and any(s in name for s in SLOW))
                 and not (keys > tws_max and "transformWithState" in name)
+                and (args.only is None or any(text in name for text in args.only))
             }
             fast = [n for n in chosen if not any(s in n for s in SLOW)]
             slow = [n for n in chosen if n not in fast]
             fast_src = str(work / "in" / "*.parquet")
             slow_src = str(work / "in" / f"part-0000[0-{args.slow_batches - 1}].parquet")
             per: dict[str, list[dict[str, Any]]] = {n: [] for n in chosen}
-            for r in range(args.rounds):
+            for r in range(args.rounds if fast else 0):
                 order = fast[r % len(fast) :] + fast[: r % len(fast)]
                 for name in order:
                     per[name].append(run(spark, name, chosen[name], fast_src, work))

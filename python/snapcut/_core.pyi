@@ -232,6 +232,13 @@ def format_verify_plan(
     broken: list[tuple[int, str]],
 ) -> tuple[list[tuple[int, int]], list[str]]: ...
 def format_needs(manifest: bytes, checkpoint_id: int) -> list[int]: ...
+def format_state_chain(
+    checkpoint_id: int,
+    manifest: bytes,
+    vertex: str,
+    subtask: int,
+    manifest_of: Callable[[int], bytes],
+) -> list[tuple[int, str, str]] | None: ...
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli) of `data`: the checksum of every snapshot file."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -15,12 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapcut import ConfigError, SnapshotError, snapshots
+from snapcut import ConfigError, SnapshotError, _fs, snapshots
+from snapcut._core import format_encode_state
 from snapcut.spark.keyed_state import parse_duration_ms
 from snapcut.spark.partition import PartitionTask, StateCache
 from snapcut.spark.processors import AggregateProcessor
 from snapcut.spark.read import read_state_arrow
-from snapcut.spark.root import RootSpec, StateRoot, schema_bytes
+from snapcut.spark.root import ACK_SUFFIX, RootSpec, StateRoot, schema_bytes
 
 INPUT = pa.schema([("user", pa.int64()), ("v", pa.int64())])
 SPECS = [("count", None, "n"), ("sum", "v", "total")]
@@ -120,6 +122,71 @@ def test_next_batch_finalizes_a_manifest_its_last_task_never_wrote(tmp_path: Pat
     out = run(spec, 1, 0, rows([2, 2]))
     assert manifest.exists()
     assert out.to_pylist() == [{"user": 2, "n": 3, "total": 3}]
+
+
+def test_a_batch_reads_each_acknowledgement_once_not_once_per_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every task lists the batch's directory; only the one that finds every
+    # acknowledgement reads them (P reads per batch, not P² as when each
+    # task read them all); each later batch reads the previous manifest.
+    partitions = 4
+    spec = make_spec(tmp_path / "root", partitions=partitions)
+    StateRoot(spec).init("aggregate")
+    reads: list[str] = []
+    real_read = _fs.read_bytes
+
+    def counting(fs: Any, path: str) -> bytes:
+        if path.endswith(ACK_SUFFIX):
+            reads.append(path)
+        return real_read(fs, path)
+
+    monkeypatch.setattr(_fs, "read_bytes", counting)
+    users = list(range(24))
+    for b in range(3):
+        reads.clear()
+        for p, part in enumerate(split(users, partitions)):
+            run(spec, b, p, rows(part))
+        root = StateRoot(spec)
+        assert sorted(reads) == [root.ack_path(b, p) for p in range(partitions)]
+        assert root.manifest(b) is not None
+    state = read_state_arrow(str(tmp_path / "root"))
+    assert state["n"].to_pylist() == [3] * len(users)
+
+
+KEY_TYPES = [pa.int64(), pa.int32(), pa.string(), pa.large_string(), pa.binary(), pa.large_binary()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(KEY_TYPES),
+    st.lists(st.integers(-300, 300), unique=True, max_size=40),
+    st.booleans(),
+)
+def test_the_encoder_sorts_to_the_bytes_the_python_sort_gave(
+    key_type: pa.DataType, keys: list[int], diff: bool
+) -> None:
+    # A task hands its capture unsorted and the Rust encoder sorts it; the
+    # file must be the one written when Python sorted first (pyarrow's
+    # sort_by), byte for byte, for every native key type.
+    if pa.types.is_integer(key_type):
+        values: list[Any] = keys
+    else:
+        text = [f"{k}é" if k % 2 else str(k) for k in keys]
+        values = (
+            text
+            if pa.types.is_string(key_type) or pa.types.is_large_string(key_type)
+            else [t.encode() for t in text]
+        )
+    columns = {"k": pa.array(values, key_type), "n": pa.array(range(len(keys)), pa.int64())}
+    if diff:
+        columns[snapshots.DELETED_COLUMN] = pa.array([k % 3 == 0 for k in keys])
+    capture = pa.record_batch(columns)
+    kind, base = ("diff", 2) if diff else ("full", None)
+    python_sorted = pa.Table.from_batches([capture]).sort_by("k")
+    before = format_encode_state("state", 1, python_sorted, "k", kind, base)
+    after = format_encode_state("state", 1, capture, "k", kind, base, sort=True)
+    assert after == before
 
 
 def test_missing_previous_version_is_a_clear_error(tmp_path: Path) -> None:

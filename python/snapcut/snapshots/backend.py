@@ -18,6 +18,7 @@ from snapcut._core import (
     format_check_manifest,
     format_missing_file,
     format_needs,
+    format_state_chain,
     format_verify_plan,
 )
 from snapcut.snapshots.layout import (
@@ -77,14 +78,6 @@ class RustBackend(Backend):
 
     def channels(self, checkpoint_id: int, task: Task) -> builtins.list[Channel]:
         return [Channel(*c) for c in self._reader.channels(checkpoint_id, task[0], task[1])]
-
-
-def state_file(manifest: dict[str, Any], task: Task) -> dict[str, Any] | None:
-    """The entry of `task`'s state file in a manifest, if any."""
-    for f in manifest["files"]:
-        if f["role"] == "state" and (f.get("vertex"), f.get("subtask")) == task:
-            return dict(f)
-    return None
 
 
 class FsBackend(Backend):
@@ -147,6 +140,14 @@ class FsBackend(Backend):
         manifest: dict[str, Any] = json.loads(self.manifest_bytes(checkpoint_id))
         return manifest
 
+    def complete_manifest(self, checkpoint_id: int) -> dict[str, Any] | None:
+        """The manifest of a complete checkpoint, or None while it has none
+        (one existence check; none once this backend has read it)."""
+        path = f"{self._dir(checkpoint_id)}/{MANIFEST_FILE}"
+        if checkpoint_id not in self._raw and not _fs.exists(self.fs, path):
+            return None
+        return self.manifest(checkpoint_id)
+
     def read_checked(self, checkpoint_id: int, entry: dict[str, Any]) -> bytes:
         path = f"{self._dir(checkpoint_id)}/{entry['path']}"
         try:
@@ -191,22 +192,18 @@ class FsBackend(Backend):
         self, checkpoint_id: int, task: Task, manifest: dict[str, Any] | None = None
     ) -> builtins.list[tuple[int, str, pa.Table]] | None:
         """The ``(id, kind, table)`` files that rebuild `task`'s state at a
-        checkpoint, each checked; None if the task has no state there."""
-        manifest = manifest if manifest is not None else self.manifest(checkpoint_id)
-        entry = state_file(manifest, task)
-        if entry is None:
+        checkpoint, each checked; None if the task has no state there.
+        `manifest`: the checkpoint's manifest when the caller holds it (not
+        read again). Which files, in what order, is the Rust chain rule
+        (``format_state_chain``); this only reads the manifests and files."""
+        raw = self.manifest_bytes(checkpoint_id) if manifest is None else _json_bytes(manifest)
+        links = format_state_chain(checkpoint_id, raw, task[0], task[1], self.manifest_bytes)
+        if links is None:
             return None
-        out = []
-        for cid in entry.get("chain") or [checkpoint_id]:
-            m = manifest if cid == checkpoint_id else self.manifest(cid)
-            f = state_file(m, task)
-            if f is None:
-                raise SnapshotError(
-                    f"checkpoint {checkpoint_id}: state of {task[0]}-{task[1]} needs checkpoint "
-                    f"{cid}, which has no state file for it"
-                )
-            out.append((cid, str(f.get("kind", "full")), read_ipc(self.read_checked(cid, f))))
-        return out
+        return [
+            (cid, kind, read_ipc(self.read_checked(cid, json.loads(entry))))
+            for cid, kind, entry in links
+        ]
 
     def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
         chain = self.chain(checkpoint_id, task)
@@ -223,3 +220,7 @@ class FsBackend(Backend):
                 edge = f.get("edge", "")
                 out.append(Channel(f.get("input", 0), edge, f["from_subtask"], records))
         return out
+
+
+def _json_bytes(manifest: dict[str, Any]) -> bytes:
+    return json.dumps(manifest).encode()

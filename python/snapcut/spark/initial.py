@@ -18,7 +18,7 @@ import pyarrow.ipc as ipc
 
 from snapcut import _fs
 from snapcut._core import ConfigError
-from snapcut.snapshots import FsBackend, file_component
+from snapcut.snapshots import file_component
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
 from snapcut.spark.processors import TIMEOUT_COLUMN, conform
 from snapcut.spark.root import RootSpec, StateRoot
@@ -73,7 +73,7 @@ def write_initial_state(
     """Writes `initial` (a DataFrame, or ``(root, batch)`` of a state root) as
     the state of the query reading `stream` grouped by `key`, unless the query
     already committed a batch."""
-    if FsBackend(root.fs, root.path).complete():
+    if root.backend.complete():
         return None  # a restart: the root's own state wins, as in Spark
     spark = stream.sparkSession
     if isinstance(initial, tuple):

@@ -2,10 +2,11 @@
 
 Per (batch N, partition p): load version N-1 (from this process's cache when
 it holds exactly N-1, else from the root: nearest full + diffs), let a
-processor apply the batch, write version N's diff (or full) sorted by key so
-its bytes are deterministic, acknowledge it, and finalize N's manifest when
-every partition has acknowledged. The Spark glue (``keyed_state``) only
-supplies the batch id, the partition and the rows.
+processor apply the batch, hand version N's diff (or full) to the Rust
+encoder (which sorts it by key, so its bytes are deterministic), acknowledge
+it, and finalize N's manifest if this task finds every partition's
+acknowledgement (``StateRoot.finalize_if_acked``). The Spark glue
+(``keyed_state``) only supplies the batch id, the partition and the rows.
 """
 
 from __future__ import annotations
@@ -57,27 +58,35 @@ class Processor(Protocol):
 
 
 class StateCache:
-    """This process's warm state tables: (root, vertex, partition) → (version, table).
+    """This process's warm state tables: (root, vertex, partition) → (version,
+    the chain of checkpoints it was written as, table).
 
     A table is taken out while a task works on it and put back only when its
     version is durable, so a failed task never leaves a half-applied table.
+    The chain is the one its state file's entry holds (the task wrote both),
+    so a warm task reads nothing of the previous version but its manifest.
     """
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._tables: OrderedDict[tuple[str, str, int], tuple[int, StateTable]] = OrderedDict()
+        self._tables: OrderedDict[tuple[str, str, int], tuple[int, list[int], StateTable]] = (
+            OrderedDict()
+        )
 
-    def take(self, key: tuple[str, str, int], version: int) -> StateTable | None:
+    def take(self, key: tuple[str, str, int], version: int) -> tuple[StateTable, list[int]] | None:
+        """The table at `version` and its chain, or None (taken out either way)."""
         with self._lock:
             hit = self._tables.pop(key, None)
         if hit is None or hit[0] != version:
             return None
-        return hit[1]
+        return hit[2], hit[1]
 
-    def put(self, key: tuple[str, str, int], version: int, table: StateTable) -> None:
+    def put(
+        self, key: tuple[str, str, int], version: int, chain: list[int], table: StateTable
+    ) -> None:
         with self._lock:
-            self._tables[key] = (version, table)
+            self._tables[key] = (version, chain, table)
             self._tables.move_to_end(key)
             while len(self._tables) > self.capacity:
                 self._tables.popitem(last=False)
@@ -139,9 +148,8 @@ class PartitionTask:
             return Loaded(table, [], 0, NO_EVENT_TIME, False)
         prev = self.root.committed(n - 1)
         if prev is None:
-            missing = [
-                p for p in range(self.root.spec.partitions) if self.root.read_ack(n - 1, p) is None
-            ]
+            acked = set(self.root.acked(n - 1))
+            missing = [p for p in range(self.root.spec.partitions) if p not in acked]
             raise SnapshotError(
                 f"batch {n} runs, so Spark committed batch {n - 1}, but state root "
                 f"{self.root.name} has no version {n - 1} of partition(s) {missing}: the root "
@@ -154,16 +162,14 @@ class PartitionTask:
         late_watermark = watermark = int(spark.get("watermark_ms", 0))
         if delay is not None and max_event != NO_EVENT_TIME:
             watermark = max(watermark, max_event - delay)
-        entry = next(
-            f for f in prev["files"] if f["role"] == "state" and f.get("subtask") == self.partition
-        )
-        chain = list(entry.get("chain") or [n - 1])
         warm = self.cache.take(self.cache_key, n - 1)
         if warm is not None:
-            return Loaded(warm, chain, watermark, max_event, True, late_watermark)
+            table, chain = warm
+            return Loaded(table, chain, watermark, max_event, True, late_watermark)
         table = self._new_table()
         files = self.root.read_chain(prev, self.partition)
-        table.restore([(cid, kind, t) for cid, kind, t in files])
+        table.restore(files)
+        chain = [cid for cid, _, _ in files]
         return Loaded(table, chain, watermark, max_event, False, late_watermark)
 
     def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
@@ -209,8 +215,7 @@ class PartitionTask:
             table.checkpoint_aborted()  # forces a full: bounds the restore chain
         _, kind, capture = table.checkpoint(self.batch_id)
         chain = [self.batch_id] if kind == "full" else [*loaded.chain, self.batch_id]
-        data = pa.Table.from_batches([capture]).sort_by(self.root.spec.state_key)
-        entry = self.root.write_state(self.batch_id, self.partition, data, kind, chain)
+        entry = self.root.write_state(self.batch_id, self.partition, capture, kind, chain)
         failpoints.hit("state.after_write", self.batch_id, self.partition)
         write_ms = (time.perf_counter() - t0) * 1000
         ack = {
@@ -231,8 +236,8 @@ class PartitionTask:
         self._ack = ack
         self.root.write_ack(self.batch_id, self.partition, ack)
         failpoints.hit("state.after_ack", self.batch_id, self.partition)
-        self.root.finalize(self.batch_id)
-        self.cache.put(self.cache_key, self.batch_id, table)
+        self.root.finalize_if_acked(self.batch_id)
+        self.cache.put(self.cache_key, self.batch_id, chain, table)
 
     def figures(self) -> dict[str, int]:
         """This task's part of the step's observed metrics (after :meth:`commit`)."""

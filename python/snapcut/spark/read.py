@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from snapcut._core import SnapshotError, StateTable
-from snapcut.snapshots import FsBackend
 from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.root import RootSpec, StateRoot, spec_of
 
@@ -20,12 +19,11 @@ __all__ = ["committed_batches", "read_partition", "read_state", "read_state_arro
 
 def committed_batches(root: str, filesystem: Any = None) -> list[int]:
     """Batch ids whose state is committed (a manifest), oldest first."""
-    state = StateRoot(spec_of(root, filesystem))
-    return FsBackend(state.fs, state.path).complete()
+    return StateRoot(spec_of(root, filesystem)).backend.complete()
 
 
 def _resolve_batch(state: StateRoot, batch: int | None) -> dict[str, Any]:
-    batches = FsBackend(state.fs, state.path).complete()
+    batches = state.backend.complete()
     if not batches:
         raise SnapshotError(f"state root {state.name} has no committed batch yet")
     wanted = batches[-1] if batch is None else batch
@@ -40,7 +38,11 @@ def _resolve_batch(state: StateRoot, batch: int | None) -> dict[str, Any]:
 
 def read_partition(spec: RootSpec, manifest: dict[str, Any], partition: int) -> pa.Table:
     """One partition's full state at a committed batch (key columns first)."""
-    state = StateRoot(spec)
+    return _read_partition(StateRoot(spec), manifest, partition)
+
+
+def _read_partition(state: StateRoot, manifest: dict[str, Any], partition: int) -> pa.Table:
+    spec = state.spec
     table = StateTable(spec.schema, spec.state_key, full_every=spec.full_every)
     table.restore(state.read_chain(manifest, partition))
     rows = table.to_arrow()
@@ -52,8 +54,9 @@ def read_partition(spec: RootSpec, manifest: dict[str, Any], partition: int) -> 
 def read_state_arrow(root: str, batch: int | None = None, filesystem: Any = None) -> pa.Table:
     """The whole state at `batch` (default: the newest committed) as pyarrow."""
     spec = spec_of(root, filesystem)
-    manifest = _resolve_batch(StateRoot(spec), batch)
-    parts = [read_partition(spec, manifest, p) for p in range(spec.partitions)]
+    state = StateRoot(spec)
+    manifest = _resolve_batch(state, batch)
+    parts = [_read_partition(state, manifest, p) for p in range(spec.partitions)]
     return pa.concat_tables(parts)
 
 

@@ -10,9 +10,12 @@ Layout (any local path or pyarrow-filesystem URI)::
 
 Every file of batch N has a deterministic name and content, so a task retry,
 a speculative duplicate or a re-run of N after a driver restart rewrites the
-same bytes. Batch N+1 only runs after Spark committed N, so the tasks of N+1
-may finalize N's manifest from its acknowledgements if the last task of N
-died before writing it.
+same bytes. Acknowledgements are read once per batch, not once per task: a
+task that has acknowledged lists ``chk-N/`` (one request) and only the task
+that finds every acknowledgement there (the last one, or a few finishing at
+once) reads them and writes the manifest. Batch N+1 only runs after Spark
+committed N, so its tasks (and the sink's driver) finalize N's manifest the
+same way if the task that would have written it died first.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +36,6 @@ import pyarrow.ipc as ipc
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError
 from snapcut.snapshots import (
-    MANIFEST_FILE,
     FsBackend,
     SnapshotWriter,
     checkpoint_dir_name,
@@ -105,6 +108,9 @@ class StateRoot:
         # The root's URI without credentials, for messages and manifests.
         self.name = _fs.redact(spec.uri)
         self.writer = SnapshotWriter(self.path, filesystem=self.fs)
+        # One reader per root object (it keeps the manifests it read). No
+        # existence check: init() created the root, spec_of() read its meta.
+        self.backend = FsBackend(self.fs, self.path, check=False)
 
     # -- the root's identity -------------------------------------------------
 
@@ -157,13 +163,22 @@ class StateRoot:
     def _dir(self, batch: int) -> str:
         return f"{self.path}/{checkpoint_dir_name(batch)}"
 
+    def _ack_name(self, partition: int) -> str:
+        return f"{file_component(self.spec.vertex)}-{partition}{ACK_SUFFIX}"
+
     def ack_path(self, batch: int, partition: int) -> str:
-        name = f"{file_component(self.spec.vertex)}-{partition}{ACK_SUFFIX}"
-        return f"{self._dir(batch)}/{name}"
+        return f"{self._dir(batch)}/{self._ack_name(partition)}"
 
     def write_state(
-        self, batch: int, partition: int, table: pa.Table, kind: str, chain: list[int]
+        self,
+        batch: int,
+        partition: int,
+        table: pa.Table | pa.RecordBatch,
+        kind: str,
+        chain: list[int],
     ) -> dict[str, Any]:
+        """Writes a partition's version `batch`; the Rust encoder sorts the
+        rows by the state key, so the bytes are deterministic."""
         entry = self.writer.write_state(
             batch,
             self.spec.vertex,
@@ -172,6 +187,7 @@ class StateRoot:
             key=self.spec.state_key,
             kind=kind,
             base=chain[-2] if kind == "diff" else None,
+            sort=True,
         )
         entry["chain"] = chain
         return entry
@@ -184,20 +200,36 @@ class StateRoot:
         path = self.ack_path(batch, partition)
         if not _fs.exists(self.fs, path):
             return None
-        ack: dict[str, Any] = json.loads(_fs.read_bytes(self.fs, path))
+        return self._listed_ack(batch, partition)
+
+    def _listed_ack(self, batch: int, partition: int) -> dict[str, Any]:
+        """An acknowledgement known to be there (no existence check)."""
+        ack: dict[str, Any] = json.loads(_fs.read_bytes(self.fs, self.ack_path(batch, partition)))
         return ack
 
-    def manifest(self, batch: int) -> dict[str, Any] | None:
-        if not _fs.exists(self.fs, f"{self._dir(batch)}/{MANIFEST_FILE}"):
-            return None
-        return FsBackend(self.fs, self.path).manifest(batch)
+    def acked(self, batch: int) -> list[int]:
+        """The partitions whose acknowledgement of `batch` is there: one
+        listing of ``chk-N/``, whatever the number of partitions."""
+        from pyarrow.fs import FileSelector
 
-    def finalize(self, batch: int) -> dict[str, Any] | None:
+        infos = self.fs.get_file_info(FileSelector(self._dir(batch), allow_not_found=True))
+        names = {info.base_name for info in infos}
+        return [p for p in range(self.spec.partitions) if self._ack_name(p) in names]
+
+    def manifest(self, batch: int) -> dict[str, Any] | None:
+        return self.backend.complete_manifest(batch)
+
+    def finalize(
+        self, batch: int, acks: Sequence[dict[str, Any] | None] | None = None
+    ) -> dict[str, Any] | None:
         """Writes batch N's manifest if every partition acknowledged it (any
         process may, and several may at once: the content is the same).
-        Returns the manifest, or None while an acknowledgement is missing."""
-        acks = [self.read_ack(batch, p) for p in range(self.spec.partitions)]
-        if any(a is None for a in acks):
+        `acks`: every partition's acknowledgement, when the caller has read
+        them (else read here). Returns the manifest, or None while an
+        acknowledgement is missing."""
+        if acks is None:
+            acks = [self.read_ack(batch, p) for p in range(self.spec.partitions)]
+        if len(acks) != self.spec.partitions or any(a is None for a in acks):
             return None
         done = [a for a in acks if a is not None]
         entries = [a["file"] for a in done]
@@ -226,43 +258,50 @@ class StateRoot:
             extra={"spark": spark},
             replace=True,
         )
-        # Best effort: another partition's finalize may remove the same old
-        # batch first, and an object store may fail a request (the next
-        # batch's finalize retries).
+        # Best effort: another finalize may remove the same old batch first,
+        # and an object store may fail a request (the next batch's finalize
+        # retries).
         with contextlib.suppress(OSError, StorageError):
             self.writer.apply_retention(self.spec.retain)
         return manifest
 
-    def committed(self, batch: int) -> dict[str, Any] | None:
-        """Batch N's manifest, finalizing it from the acknowledgements if needed."""
-        return self.manifest(batch) or self.finalize(batch)
+    def finalize_if_acked(self, batch: int) -> dict[str, Any] | None:
+        """Task side, after this task's own acknowledgement: one listing; only
+        when every partition's acknowledgement is there are they read and the
+        manifest written. Listings see every write completed before them
+        (local filesystems, S3), so of P tasks at least the last to
+        acknowledge finds all P: each batch's acknowledgements are read about
+        once (P reads), not by every task (P² reads)."""
+        if len(self.acked(batch)) < self.spec.partitions:
+            return None
+        return self.finalize(
+            batch, [self._listed_ack(batch, p) for p in range(self.spec.partitions)]
+        )
+
+    def committed(
+        self, batch: int, acks: Sequence[dict[str, Any] | None] | None = None
+    ) -> dict[str, Any] | None:
+        """Batch N's manifest, finalizing it if needed: from `acks` when the
+        caller has read them, else from the acknowledgements if all are there."""
+        manifest = self.manifest(batch)
+        if manifest is not None:
+            return manifest
+        return self.finalize_if_acked(batch) if acks is None else self.finalize(batch, acks)
 
     def read_chain(
         self, manifest: dict[str, Any], partition: int
     ) -> list[tuple[int, str, pa.Table]]:
         """The (id, kind, table) files that rebuild a partition's state at a
-        committed batch, each checked against its size and checksum."""
-        backend = FsBackend(self.fs, self.path)
+        committed batch (`manifest`), each checked against its size and
+        checksum: the snapshot reader's chain (``FsBackend.chain``)."""
         batch = int(manifest["checkpoint_id"])
-        entry = _entry(manifest, self.spec.vertex, partition)
-        if entry is None:
+        chain = self.backend.chain(batch, (self.spec.vertex, partition), manifest)
+        if chain is None:
             raise SnapshotError(
                 f"batch {batch} of state root {self.name} has no state for partition "
                 f"{partition}: the root was written with other partitions or changed by hand"
             )
-        out = []
-        for cid in entry.get("chain") or [batch]:
-            m = manifest if cid == batch else backend.manifest(cid)
-            f = _entry(m, self.spec.vertex, partition)
-            if f is None:
-                raise SnapshotError(
-                    f"batch {batch}: the state of partition {partition} needs batch {cid}, "
-                    "which has no state file for it"
-                )
-            data = backend.read_checked(cid, f)
-            table = ipc.open_file(pa.BufferReader(data)).read_all()
-            out.append((cid, str(f.get("kind", "full")), table))
-        return out
+        return chain
 
 
 def claim_root(fs: Any, path: str, uri: str, owner: str, what: str) -> None:
@@ -310,13 +349,6 @@ def spec_of(uri: str, filesystem: Any = None, retain: int = 10) -> RootSpec:
         retain=retain,
         filesystem=filesystem,
     )
-
-
-def _entry(manifest: dict[str, Any], vertex: str, partition: int) -> dict[str, Any] | None:
-    for f in manifest["files"]:
-        if f["role"] == "state" and (f.get("vertex"), f.get("subtask")) == (vertex, partition):
-            return dict(f)
-    return None
 
 
 def _dump(obj: Any) -> bytes:

@@ -499,10 +499,14 @@ class ArrowSnapshotSink:
         deadline = time.monotonic() + self.state_timeout
         delay = 0.01
         while True:
-            acks = {p: state.read_ack(batch_id, p) for p in range(spec.partitions)}
-            missing = [p for p, a in acks.items() if a is None]
+            # One listing per poll; the acknowledgements are read once all are listed.
+            listed = set(state.acked(batch_id))
+            missing = [p for p in range(spec.partitions) if p not in listed]
             if not missing:
-                break
+                acks = {p: state.read_ack(batch_id, p) for p in range(spec.partitions)}
+                missing = [p for p, a in acks.items() if a is None]
+                if not missing:
+                    break
             if time.monotonic() >= deadline:
                 raise SnapshotError(
                     f"batch {batch_id}: state partition(s) {missing} of state root {state.name} "
@@ -519,7 +523,9 @@ class ArrowSnapshotSink:
                 f"batch {batch_id}: state root {state.name} holds version {batch_id} of query "
                 f"{foreign}, not of this query {owner}: give each query its own state root"
             )
-        manifest = state.committed(batch_id)
+        # The acknowledgements just read finalize the batch if no task did:
+        # not read a second time.
+        manifest = state.committed(batch_id, [acks[p] for p in range(spec.partitions)])
         if manifest is None:
             raise SnapshotError(
                 f"batch {batch_id}: every partition of state root {state.name} acknowledged, but "

@@ -577,6 +577,46 @@ fn format_needs(py: Python<'_>, manifest: &[u8], checkpoint_id: u64) -> PyResult
         .map_py()
 }
 
+/// The state files that rebuild `(vertex, subtask)`'s state at checkpoint
+/// `checkpoint_id` (`manifest`: its manifest bytes), oldest first, as
+/// `[(checkpoint, "full" | "diff", entry JSON)]`; None when the manifest holds
+/// no state for the task. `manifest_of(id)` returns a base checkpoint's
+/// manifest bytes: Python moves the bytes (its errors pass through), the
+/// chain rules are `format::state_chain`, `chain_link` and `link_kind`.
+#[pyfunction]
+fn format_state_chain(
+    checkpoint_id: u64,
+    manifest: &[u8],
+    vertex: &str,
+    subtask: usize,
+    manifest_of: &Bound<'_, PyAny>,
+) -> PyResult<Option<Vec<(u64, &'static str, String)>>> {
+    let t = task(vertex, subtask);
+    let top = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let Some(entry) = top.state_file(&t) else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for cid in format::state_chain(checkpoint_id, entry) {
+        let base;
+        let m = if cid == checkpoint_id {
+            &top
+        } else {
+            let bytes = manifest_of.call1((cid,))?;
+            let bytes = bytes.cast::<PyBytes>()?.as_bytes();
+            base = format::parse_manifest(bytes, "manifest", cid).map_py()?;
+            &base
+        };
+        let f = format::chain_link(checkpoint_id, &t, cid, m).map_py()?;
+        let kind = match format::link_kind(cid, f).map_py()? {
+            StateKind::Full => "full",
+            StateKind::Diff { .. } => "diff",
+        };
+        out.push((cid, kind, entry_json(f)));
+    }
+    Ok(Some(out))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
     m.add_function(wrap_pyfunction!(format_check_file, m)?)?;
@@ -590,6 +630,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_retention, m)?)?;
     m.add_function(wrap_pyfunction!(format_verify_plan, m)?)?;
     m.add_function(wrap_pyfunction!(format_needs, m)?)?;
+    m.add_function(wrap_pyfunction!(format_state_chain, m)?)?;
     m.add_class::<SnapshotReader>()?;
     m.add_class::<SnapshotStore>()?;
     m.add("SNAPSHOT_FORMAT", format_constants(m.py())?)?;

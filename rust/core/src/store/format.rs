@@ -27,7 +27,7 @@ use super::manifest::{
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::TaskId;
+use crate::snapshot::{StateKind, TaskId};
 use crate::state::{DELETED_COLUMN, KEY_METADATA};
 
 // --- encoding ---------------------------------------------------------------
@@ -470,6 +470,19 @@ pub fn chain_link<'m>(
             "checkpoint {id}: state of {task} needs checkpoint {cid}, which has no state file for it"
         ))
     })
+}
+
+/// What a link of a state chain holds: a full state, or a diff that names
+/// its base (`cid`: the link's checkpoint, for the error).
+pub fn link_kind(cid: CheckpointId, entry: &FileEntry) -> Result<StateKind> {
+    match (entry.kind, entry.base) {
+        (Some(FileKind::Diff), Some(base)) => Ok(StateKind::Diff { base }),
+        (Some(FileKind::Full) | None, _) => Ok(StateKind::Full),
+        (Some(FileKind::Diff), None) => Err(Error::Snapshot(format!(
+            "checkpoint {cid}: diff state file {} has no base",
+            entry.path
+        ))),
+    }
 }
 
 // --- rebuilding state -------------------------------------------------------

@@ -219,16 +219,7 @@ impl SnapshotReader {
             let f = format::chain_link(id, task, cid, &m)?;
             let (schema, batches) = self.read_file(cid, f)?;
             let batch = format::concat(&schema, &batches)?;
-            let kind = match (f.kind, f.base) {
-                (Some(FileKind::Diff), Some(base)) => StateKind::Diff { base },
-                (Some(FileKind::Full) | None, _) => StateKind::Full,
-                (Some(FileKind::Diff), None) => {
-                    return Err(Error::Snapshot(format!(
-                        "checkpoint {cid}: diff state file {} has no base",
-                        f.path
-                    )))
-                }
-            };
+            let kind = format::link_kind(cid, f)?;
             out.push((cid, StateCapture { kind, batch }));
         }
         Ok(out)
