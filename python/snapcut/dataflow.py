@@ -603,7 +603,10 @@ class RunReport:
     subtasks — throughput over time, where a stop-the-world pause shows as
     empty buckets. replayed_dropped: per task ("vertex-subtask"), the
     records it dropped as replays of a restarted upstream
-    (`Checkpointing.failover="upstream"`).
+    (`Checkpointing.failover="upstream"`). task_timeline: per task, the
+    records it received (a source: emitted) per `timeline_bucket_s` bucket,
+    over all its incarnations (a restarted task adds to what it counted
+    before it failed).
     """
 
     results: dict[str, pa.Table]
@@ -619,6 +622,7 @@ class RunReport:
     timeline_bucket_s: float = 0.0
     timeline: dict[str, list[int]] = field(default_factory=dict)
     replayed_dropped: dict[str, int] = field(default_factory=dict)
+    task_timeline: dict[str, list[int]] = field(default_factory=dict)
 
     @staticmethod
     def from_raw(raw: dict[str, Any]) -> RunReport:
@@ -639,6 +643,9 @@ class RunReport:
             timeline_bucket_s=float(raw.get("timeline_bucket_s", 0.0)),
             timeline={str(k): [int(n) for n in v] for k, v in raw.get("timeline", {}).items()},
             replayed_dropped={str(k): int(n) for k, n in raw.get("replayed_dropped", {}).items()},
+            task_timeline={
+                str(k): [int(n) for n in v] for k, v in raw.get("task_timeline", {}).items()
+            },
         )
 
     @property

@@ -42,6 +42,11 @@ from snapcut.dataflow import Dataflow, RunReport, TaskFailure, dwell_events
 
 PARALLELISM = 2
 
+#: Batches a channel holds: few, so that an aligned barrier queued behind a
+#: full channel waits a few throttled batches, not 64, and checkpoints
+#: complete within the run.
+CHANNEL_CAPACITY = 4
+
 #: The sinks by operator name (what a failure can be injected into), and
 #: the kind each stands for.
 SINKS = {
@@ -97,7 +102,7 @@ class Params:
 
 
 def build(p: Params) -> Dataflow:
-    flow = Dataflow(parallelism=PARALLELISM)
+    flow = Dataflow(parallelism=PARALLELISM, channel_capacity=CHANNEL_CAPACITY)
     table = events(p.records, p.users, p.seed)
     batches = table.to_batches(max_chunksize=p.batch_size)
     src = flow.from_batches(batches, name="events", parallelism=1)

@@ -583,6 +583,9 @@ fn format_needs(py: Python<'_>, manifest: &[u8], checkpoint_id: u64) -> PyResult
 /// no state for the task. `manifest_of(id)` returns a base checkpoint's
 /// manifest bytes: Python moves the bytes (its errors pass through), the
 /// chain rules are `format::state_chain`, `chain_link` and `link_kind`.
+/// `(checkpoint, "full" | "diff", entry JSON)`.
+type ChainLink = (u64, &'static str, String);
+
 #[pyfunction]
 fn format_state_chain(
     checkpoint_id: u64,
@@ -590,7 +593,7 @@ fn format_state_chain(
     vertex: &str,
     subtask: usize,
     manifest_of: &Bound<'_, PyAny>,
-) -> PyResult<Option<Vec<(u64, &'static str, String)>>> {
+) -> PyResult<Option<Vec<ChainLink>>> {
     let t = task(vertex, subtask);
     let top = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
     let Some(entry) = top.state_file(&t) else {
