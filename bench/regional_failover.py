@@ -4,9 +4,12 @@ One job, one injected failure, three strategies (`full`, `region`,
 `upstream`), interleaved round by round: a fast source feeds a keyed
 stateful stage (2 subtasks), which fans out to three sinks of 2 subtasks
 each, every sink writing slowly (a sleep per batch: the sinks are the
-bottleneck, as targets of a data-integration job usually are). Subtask 0 of
-the Arrow sink fails once, a third of the way in; restarts wait
-`--restart-delay` (Flink's default is 1 s).
+bottleneck, as targets of a data-integration job usually are; each channel
+holds 64 batches, so a sink has about 64 x `--sink-ms` of work queued).
+Subtask 0 of the Arrow sink fails once, a third of the way in; restarts
+wait `--restart-delay` (Flink's default is 1 s). Under `upstream` a healthy
+sink stalls only once its queue runs dry before the restarted source is
+back and has replayed (dropped quickly) up to where it stood.
 
 Per run, from the run report (`RunReport.task_timeline`, 50 ms buckets, and
 `RunReport.restarts`):
@@ -192,10 +195,10 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--records", type=int, default=100_000)
-    p.add_argument("--sink-ms", type=float, default=2.0, help="sleep per batch in every sink")
+    p.add_argument("--records", type=int, default=60_000)
+    p.add_argument("--sink-ms", type=float, default=4.0, help="sleep per batch in every sink")
     p.add_argument("--interval", type=float, default=0.2, help="checkpoint interval (s)")
-    p.add_argument("--restart-delay", type=float, default=0.5)
+    p.add_argument("--restart-delay", type=float, default=0.25)
     p.add_argument("--protocol", default="aligned")
     p.add_argument(
         "--out", type=Path, default=Path(__file__).parent / "results" / "regional_failover"
