@@ -22,13 +22,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 # (file, span, what it decides). span: "qualname" or ("first line text", lines).
 SPANS: list[tuple[str, str | tuple[str, int], str]] = [
-    # -- names and layout (Rust: manifest.rs checkpoint_dir_name, parse_checkpoint_dir,
-    #    file_component, sources_schema)
-    ("snapshots/layout.py", "checkpoint_dir_name", "directory name"),
-    ("snapshots/layout.py", "parse_dir_name", "directory name"),
-    ("snapshots/layout.py", "file_component", "file-name escaping"),
-    ("snapshots/layout.py", ("SOURCES_SCHEMA = pa.schema(", 7), "sources.arrow schema"),
-    ("cli/snapshots.py", "_checkpoint_id", "directory name"),
+    # -- names and layout: none left (snapshots/layout.py calls Rust's
+    #    checkpoint_dir_name, parse_checkpoint_dir, file_component,
+    #    channel_file_name and sources_schema; the CLI parses ids with them)
     # -- completeness (a directory without a manifest is partial)
     ("snapshots/backend.py", "FsBackend.scan", "complete / partial"),
     ("snapshots/backend.py", "FsBackend.manifest_bytes", "partial / missing errors"),
@@ -36,7 +32,7 @@ SPANS: list[tuple[str, str | tuple[str, int], str]] = [
     # -- manifest entries: which file is what
     ("snapshots/backend.py", "FsBackend.channels", "channel entries"),
     ("snapshots/writer.py", "SnapshotWriter._write", "entry fields"),
-    ("snapshots/writer.py", "SnapshotWriter.write_channel", "channel name and entry"),
+    ("snapshots/writer.py", "SnapshotWriter.write_channel", "channel entry fields"),
     ("snapshots/ops.py", "engine", "manifest reading"),
     ("snapshots/ops.py", "_state_files", "manifest reading"),
     ("snapshots/ops.py", "_row", "manifest reading (kind)"),

@@ -35,6 +35,7 @@ from rich.progress import (
 from snapcut import _fs, snapshots
 from snapcut._console import Out
 from snapcut._core import SnapcutError
+from snapcut.snapshots.layout import parse_dir_name
 from snapcut.snapshots.ops import CheckpointRow, TaskInfo
 from snapcut.snapshots.ops import Progress as ProgressFn
 from snapcut.snapshots.tables import FORMATS, TaskDiff, write_diff
@@ -101,10 +102,12 @@ def _short(value: Any, width: int = 32) -> str:
 
 def _checkpoint_id(text: str) -> int:
     """A checkpoint id: `5` or its directory name `chk-00000005`."""
-    digits = text.removeprefix(snapshots.CHECKPOINT_DIR_PREFIX)
-    if not digits.isdigit():
+    if text.isdigit():
+        return int(text)
+    cid = parse_dir_name(text)
+    if cid is None:
         raise argparse.ArgumentTypeError(f"not a checkpoint id: {text!r}")
-    return int(digits)
+    return cid
 
 
 def _positive(text: str) -> int:

@@ -13,7 +13,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from snapcut._core import SNAPSHOT_FORMAT, format_check_manifest, format_rebuild_state
+from snapcut._core import (
+    SNAPSHOT_FORMAT,
+    format_channel_file_name,
+    format_check_manifest,
+    format_checkpoint_dir_name,
+    format_file_component,
+    format_parse_checkpoint_dir,
+    format_rebuild_state,
+    format_sources_schema,
+)
 
 FORMAT_NAME: str = SNAPSHOT_FORMAT["FORMAT_NAME"]
 FORMAT_VERSION: int = SNAPSHOT_FORMAT["FORMAT_VERSION"]
@@ -24,35 +33,29 @@ CHECKPOINT_DIR_PREFIX: str = SNAPSHOT_FORMAT["CHECKPOINT_DIR_PREFIX"]
 DELETED_COLUMN: str = SNAPSHOT_FORMAT["DELETED_COLUMN"]
 KEY_METADATA: str = SNAPSHOT_FORMAT["KEY_METADATA"]
 
-SOURCES_SCHEMA = pa.schema(
-    [
-        pa.field("vertex", pa.string(), nullable=False),
-        pa.field("subtask", pa.uint64(), nullable=False),
-        pa.field("offset", pa.uint64(), nullable=False),
-    ]
-)
+SOURCES_SCHEMA: pa.Schema = format_sources_schema().schema
 
 Task = tuple[str, int]
 
 
 def checkpoint_dir_name(checkpoint_id: int) -> str:
-    return f"{CHECKPOINT_DIR_PREFIX}{checkpoint_id:08d}"
+    """``chk-NNNNNNNN`` (the Rust store's name)."""
+    return format_checkpoint_dir_name(checkpoint_id)
 
 
 def parse_dir_name(name: str) -> int | None:
-    digits = name.removeprefix(CHECKPOINT_DIR_PREFIX)
-    if digits == name or len(digits) < 8 or not digits.isdigit():
-        return None
-    return int(digits)
+    """The checkpoint id of a directory name, or None if it is not one."""
+    return format_parse_checkpoint_dir(name)
 
 
 def file_component(name: str) -> str:
-    """Same escaping as the Rust store: keep [A-Za-z0-9_-], %XX the rest."""
-    out = []
-    for b in name.encode():
-        c = chr(b)
-        out.append(c if (c.isascii() and (c.isalnum() or c in "_-")) else f"%{b:02X}")
-    return "".join(out)
+    """`name` as part of a file name: [A-Za-z0-9_-] stay, other bytes %XX."""
+    return format_file_component(name)
+
+
+def channel_file_name(vertex: str, subtask: int, edge: str, from_subtask: int) -> str:
+    """``<vertex>-<subtask>.channel-<edge>.<from_subtask>.arrow``."""
+    return format_channel_file_name(vertex, subtask, edge, from_subtask)
 
 
 def parse_manifest(data: bytes, what: str, checkpoint_id: int) -> dict[str, Any]:

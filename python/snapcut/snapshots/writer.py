@@ -30,8 +30,8 @@ from snapcut.snapshots.layout import (
     MANIFEST_TMP_FILE,
     SOURCES_FILE,
     Task,
+    channel_file_name,
     checkpoint_dir_name,
-    file_component,
 )
 
 
@@ -88,8 +88,7 @@ class SnapshotWriter:
         records: pa.Table,
         input: int = 0,
     ) -> dict[str, Any]:
-        task = f"{file_component(vertex)}-{subtask}"
-        name = f"{task}.channel-{file_component(edge)}.{from_subtask}.arrow"
+        name = channel_file_name(vertex, subtask, edge, from_subtask)
         entry = self._write(checkpoint_id, name, records)
         entry.update(
             role="channel",

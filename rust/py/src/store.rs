@@ -335,6 +335,41 @@ fn format_check_manifest(
         .map_py()
 }
 
+/// `chk-NNNNNNNN`: the directory name of checkpoint `checkpoint_id`.
+#[pyfunction]
+fn format_checkpoint_dir_name(checkpoint_id: u64) -> String {
+    store::checkpoint_dir_name(checkpoint_id)
+}
+
+/// The checkpoint id of a directory name, or None if it is not one.
+#[pyfunction]
+fn format_parse_checkpoint_dir(name: &str) -> Option<u64> {
+    store::parse_checkpoint_dir(name)
+}
+
+/// `name` as part of a file name: `[A-Za-z0-9_-]` stay, other bytes `%XX`.
+#[pyfunction]
+fn format_file_component(name: &str) -> String {
+    store::file_component(name)
+}
+
+/// `<vertex>-<subtask>.channel-<edge>.<from_subtask>.arrow`
+#[pyfunction]
+fn format_channel_file_name(
+    vertex: &str,
+    subtask: usize,
+    edge: &str,
+    from_subtask: usize,
+) -> String {
+    store::channel_file_name(&task(vertex, subtask), edge, from_subtask)
+}
+
+/// The schema of `sources.arrow`, as an empty pyarrow table.
+#[pyfunction]
+fn format_sources_schema(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    table(py, format::sources_batch(&[]))
+}
+
 /// Full state from a chain of `(kind, table)`: one "full", then "diff"s.
 #[pyfunction]
 fn format_rebuild_state<'py>(
@@ -634,6 +669,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_verify_plan, m)?)?;
     m.add_function(wrap_pyfunction!(format_needs, m)?)?;
     m.add_function(wrap_pyfunction!(format_state_chain, m)?)?;
+    m.add_function(wrap_pyfunction!(format_checkpoint_dir_name, m)?)?;
+    m.add_function(wrap_pyfunction!(format_parse_checkpoint_dir, m)?)?;
+    m.add_function(wrap_pyfunction!(format_file_component, m)?)?;
+    m.add_function(wrap_pyfunction!(format_channel_file_name, m)?)?;
+    m.add_function(wrap_pyfunction!(format_sources_schema, m)?)?;
     m.add_class::<SnapshotReader>()?;
     m.add_class::<SnapshotStore>()?;
     m.add("SNAPSHOT_FORMAT", format_constants(m.py())?)?;
