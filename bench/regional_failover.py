@@ -44,18 +44,11 @@ import pyarrow as pa
 
 from snapcut import Checkpointing, Dataflow, RunReport, TaskFailure
 from snapcut.dataflow import dwell_events
+from snapcut.jobs.local_dwell import throttle
 
 STRATEGIES = ("full", "region", "upstream")
 SINKS = ("arrow-sink", "idempotent-sink", "collect-memory")
 FAILED = "arrow-sink-0"
-
-
-def sleeper(ms: float) -> Any:
-    def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(ms / 1000)
-        return batch
-
-    return slow
 
 
 def build(records: int, sink_ms: float, out: Path) -> Dataflow:
@@ -64,7 +57,7 @@ def build(records: int, sink_ms: float, out: Path) -> Dataflow:
     table = table.append_column("id", pa.array(range(records), type=pa.int64()))
     events = flow.from_batches(table.to_batches(max_chunksize=100), name="events", parallelism=1)
     stage = events.key_by("user").aggregate(name="stage", forward=True, seen="count")
-    stage.map(sleeper(sink_ms), name="arrow-slow").write_arrow(out / "arrow", name="arrow-sink")
+    stage.map(throttle(sink_ms), name="arrow-slow").write_arrow(out / "arrow", name="arrow-sink")
     idem = out / "idempotent"
     idem.mkdir(parents=True, exist_ok=True)
 
@@ -76,7 +69,7 @@ def build(records: int, sink_ms: float, out: Path) -> Dataflow:
                 w.write_batch(batch)
 
     stage.map(upsert, name="idempotent-sink")
-    stage.map(sleeper(sink_ms), name="memory-slow").collect("memory")
+    stage.map(throttle(sink_ms), name="memory-slow").collect("memory")
     return flow
 
 

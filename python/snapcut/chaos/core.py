@@ -60,6 +60,17 @@ def run_rng(seed: int, run: int) -> random.Random:
     return random.Random(seed * 1_000_003 + run)
 
 
+def record_kill(summary: Summary, failpoint: str | None) -> None:
+    """Counts one SIGKILLed attempt: at crash point `failpoint`, or (None)
+    at a random moment."""
+    summary.kills += 1
+    if failpoint is None:
+        summary.timer_kills += 1
+        return
+    summary.failpoint_kills += 1
+    summary.failpoints[failpoint] = summary.failpoints.get(failpoint, 0) + 1
+
+
 def record_run(
     summary: Summary,
     run: int,

@@ -41,7 +41,15 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut._core import ConfigError
-from snapcut.chaos.core import ChaosError, Check, Summary, record_error, record_run, run_rng
+from snapcut.chaos.core import (
+    ChaosError,
+    Check,
+    Summary,
+    record_error,
+    record_kill,
+    record_run,
+    run_rng,
+)
 from snapcut.chaos.local import (
     FAILPOINTS,
     KILL_MODES,
@@ -321,12 +329,7 @@ def run_one(
         attempt += 1
         if a.killed:
             killed = True
-            summary.kills += 1
-            if a.failpoint is not None:
-                summary.failpoint_kills += 1
-                summary.failpoints[a.failpoint] = summary.failpoints.get(a.failpoint, 0) + 1
-            else:
-                summary.timer_kills += 1
+            record_kill(summary, a.failpoint)
             continue
         done = a.finished or {}
         account(summary, done)

@@ -46,7 +46,15 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from snapcut._core import ConfigError
-from snapcut.chaos.core import ChaosError, Check, Summary, record_error, record_run, run_rng
+from snapcut.chaos.core import (
+    ChaosError,
+    Check,
+    Summary,
+    record_error,
+    record_kill,
+    record_run,
+    run_rng,
+)
 from snapcut.checkpointing import FAILOVER_STRATEGIES
 from snapcut.dataflow import dwell_events
 
@@ -380,12 +388,7 @@ def run_one(
             summary.recoveries += 1
         attempt += 1
         if a.killed:
-            summary.kills += 1
-            if a.failpoint is not None:
-                summary.failpoint_kills += 1
-                summary.failpoints[a.failpoint] = summary.failpoints.get(a.failpoint, 0) + 1
-            else:
-                summary.timer_kills += 1
+            record_kill(summary, a.failpoint)
             continue
         # Timer kills aim at the job's whole length, learnt from finished runs.
         est[0] = max(est[0] * 0.8, a.seconds)

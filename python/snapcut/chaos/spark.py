@@ -76,6 +76,7 @@ from snapcut.chaos.core import (
     Check,
     Summary,
     record_error,
+    record_kill,
     record_run,
     run_rng,
 )
@@ -635,13 +636,8 @@ def run_attempt(
 
 
 def _count_kill(summary: SparkSummary, kind: str, point: str | None = None) -> None:
-    summary.kills += 1
+    record_kill(summary, point)
     summary.kill_kinds[kind] += 1
-    if point is None:
-        summary.timer_kills += 1
-    else:
-        summary.failpoint_kills += 1
-        summary.failpoints[point] = summary.failpoints.get(point, 0) + 1
 
 
 def describe(kill: KillPlan | None) -> str:

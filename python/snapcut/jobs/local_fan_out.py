@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +38,7 @@ import pyarrow.ipc as ipc
 
 from snapcut.checkpointing import Checkpointing
 from snapcut.dataflow import Dataflow, RunReport, TaskFailure, dwell_events
+from snapcut.jobs.local_dwell import throttle
 
 PARALLELISM = 2
 
@@ -61,14 +61,6 @@ def events(records: int, users: int, seed: int) -> pa.Table:
     """The job's input: the dwell generator's events with a unique ``id``."""
     table = dwell_events(users, records, seed)
     return table.append_column("id", pa.array(range(records), type=pa.int64()))
-
-
-def throttle(ms: float) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
-    def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(ms / 1000)
-        return batch
-
-    return slow
 
 
 def idempotent_writer(directory: str) -> Callable[[pa.RecordBatch], None]:
