@@ -367,6 +367,11 @@ def test_thread_ids_name_each_live_thread() -> None:
     assert thread_ids()[threading.get_native_id()]  # this thread has a name
     with named_thread("snapcut-tids") as tid:
         assert thread_ids()[tid] == "snapcut-tids"
+    # join() returns when Python's thread state is released, a moment before
+    # the OS thread leaves /proc/self/task: wait for it, at most 5 s.
+    deadline = time.monotonic() + 5.0
+    while tid in thread_ids() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert tid not in thread_ids()
 
 
