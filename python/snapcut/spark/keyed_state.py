@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from snapcut._core import ConfigError, KeyedAggregates, TaskError
 from snapcut.spark import metrics, no_data
+from snapcut.spark.batch_identity import conf_key, task_batch
 from snapcut.spark.group_state import GroupStateTimeout
 from snapcut.spark.initial import write_initial_state
 from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
@@ -33,7 +34,7 @@ from snapcut.spark.processors import (
     BatchFunctionProcessor,
     PandasGroupProcessor,
 )
-from snapcut.spark.root import BATCH_OWNER, RootSpec, StateRoot, schema_bytes
+from snapcut.spark.root import RootSpec, StateRoot, schema_bytes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -420,6 +421,8 @@ def make_task_function(
     task's metrics row. A batch DataFrame is one epoch, batch 0; in a
     streaming query the micro-batch id must reach the task."""
 
+    batch_key = conf_key(spec.uri, spec.filesystem)
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -427,7 +430,7 @@ def make_task_function(
         if ctx is None:
             raise TaskError("the keyed_state step runs only inside a Spark task")
         partition = ctx.partitionId()
-        batch_id, owner = task_batch(ctx, streaming)
+        batch_id, owner = task_batch(ctx, streaming, batch_key)
         parts = list(batches)
         rows = pa.Table.from_batches(parts) if parts else input_schema.empty_table()
         batch_ts = None
@@ -451,27 +454,6 @@ def make_task_function(
         yield metrics.metrics_batch(stage_schema, task.figures())
 
     return run
-
-
-def task_batch(ctx: Any, streaming: bool) -> tuple[int, str]:
-    """(batch id, owner) of the running task. A batch DataFrame is batch 0 of
-    the batch owner; a streaming task without its micro-batch id is an error,
-    never batch 0 (state written under a wrong id breaks exactly-once)."""
-    if not streaming:
-        return 0, BATCH_OWNER
-    raw_batch = ctx.getLocalProperty("streaming.sql.batchId")
-    query = ctx.getLocalProperty("sql.streaming.queryId")
-    if raw_batch is None or query is None:
-        props = {"streaming.sql.batchId": raw_batch, "sql.streaming.queryId": query}
-        missing = [name for name, value in props.items() if value is None]
-        raise TaskError(
-            f"the keyed_state step runs in a streaming query but its task lacks the local "
-            f"propert(ies) {missing} that Spark sets on the tasks of a micro-batch: start the "
-            "query with writeStream on a classic SparkSession (snapcut does not support Spark "
-            "Connect sessions yet, where these may not reach the tasks) and do not run the "
-            "step's plan from a thread of your own"
-        )
-    return int(raw_batch), str(query)
 
 
 class _Committer(threading.Thread):

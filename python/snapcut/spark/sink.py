@@ -75,6 +75,13 @@ from snapcut.snapshots import (
     checkpoint_dir_name,
 )
 from snapcut.spark import failpoints
+from snapcut.spark.batch_identity import (
+    SPARK_QUERY_PROP,
+    announced,
+    conf_key,
+    is_connect,
+    is_connect_batch,
+)
 from snapcut.spark.root import (
     BATCH_OWNER,
     PROTOCOL,
@@ -260,6 +267,10 @@ class _StateRef:
     uri: str
     filesystem: Any
 
+    @property
+    def batch_key(self) -> str:
+        return conf_key(self.uri, self.filesystem)
+
 
 class ArrowSnapshotSink:
     """An exactly-once ``foreachBatch`` sink: ``q = df.writeStream.foreachBatch(sink)``.
@@ -314,14 +325,22 @@ class ArrowSnapshotSink:
         self.fs, self.path = _fs.resolve(self.uri, filesystem)
         self.local = _fs.local_path(self.fs, self.path) is not None
         self.reports: list[BatchReport] = []
-        what = f"sink root {self.name} cannot be created"
-        _fs.check_bucket(self.fs, self.path, what)
-        if _fs.is_object_store(self.fs):
-            return  # no directories to create: a prefix exists once a file is under it
+        _fs.check_bucket(self.fs, self.path, f"sink root {self.name} cannot be created")
+        # The root is created by the first batch, where foreachBatch runs (the
+        # driver, or Spark Connect's server-side worker), not where the sink is
+        # built: a Connect client's local paths are not the server's.
+        self._root_ready = False
+
+    def _ensure_root(self) -> None:
+        if self._root_ready or _fs.is_object_store(self.fs):
+            return  # object stores: a prefix exists once a file is under it
         try:
             self.fs.create_dir(self.path, recursive=True)
         except OSError as e:
-            raise StorageError(f"{what}: {e}; pass a root you can write to") from e
+            raise StorageError(
+                f"sink root {self.name} cannot be created: {e}; pass a root you can write to"
+            ) from e
+        self._root_ready = True
 
     # -- the batch -----------------------------------------------------------
 
@@ -338,7 +357,8 @@ class ArrowSnapshotSink:
 
         t0 = time.perf_counter()
         started_ms = _now_ms()
-        owner = _query_id(batch_df)
+        self._ensure_root()
+        owner = self._owner(batch_df)
         tz = batch_df.sparkSession.conf.get("spark.sql.session.timeZone")
         schema = to_arrow_schema(batch_df.schema, timezone=tz)
         # Checks first: a refused batch touches nothing in the root.
@@ -358,9 +378,10 @@ class ArrowSnapshotSink:
         t1 = time.perf_counter()
         # The batch's one Spark action: executors write the data, the driver
         # gets their file descriptions.
-        files = [
-            r.asDict() for r in batch_df.mapInArrow(_stage_function(target), FILES_DDL).collect()
-        ]
+        announce = [] if self._state is None else [self._state.batch_key]
+        with announced(batch_df.sparkSession, announce, owner, batch_id):
+            staged = batch_df.mapInArrow(_stage_function(target), FILES_DDL).collect()
+        files = [r.asDict() for r in staged]
         t2 = time.perf_counter()
         state_record = None if state is None else self._await_state(state, batch_id, owner)
         t3 = time.perf_counter()
@@ -474,6 +495,34 @@ class ArrowSnapshotSink:
                 "that its readers see one table: select/cast to the root's schema, or write to "
                 "a new root (the committed batches are untouched)"
             )
+
+    def _owner(self, batch_df: DataFrame) -> str:
+        """The id of the streaming query writing this batch (stable across
+        restarts from one checkpointLocation), or the batch owner for a plain
+        DataFrame. Classic sessions tell it in a local property; under Spark
+        Connect it is read from the checkpointLocation's ``metadata``, so
+        there ``checkpoint_location=`` is needed: never guessed."""
+        spark_id = _local_query_id(batch_df)
+        in_query = spark_id is not None or is_connect_batch(batch_df)
+        if in_query and self.checkpoint_location is not None:
+            meta_id = read_query_id(self.checkpoint_location)
+            if spark_id is not None and spark_id != meta_id:
+                raise ConfigError(
+                    f"checkpoint_location={_fs.redact(self.checkpoint_location)} belongs to "
+                    f"query {meta_id}, but this batch is of query {spark_id}: pass the "
+                    "checkpointLocation of the query that writes this sink"
+                )
+            return meta_id
+        if spark_id is not None:
+            return spark_id
+        if in_query:
+            raise ConfigError(
+                f"sink root {self.name}: cannot determine the streaming query's id: under Spark "
+                "Connect, foreachBatch receives neither the query id nor its checkpointLocation. "
+                "Pass the query's checkpointLocation: ArrowSnapshotSink(..., "
+                "checkpoint_location=<the writeStream's checkpointLocation>)"
+            )
+        return BATCH_OWNER
 
     def _state_root(self) -> StateRoot | None:
         if self._state is None:
@@ -628,15 +677,31 @@ def _state_ref(state: Any) -> _StateRef | None:
     )
 
 
-def _query_id(batch_df: DataFrame) -> str:
-    """The streaming query's id (stable across restarts from one
-    checkpointLocation), from the local property Spark sets on the thread
-    that runs ``foreachBatch``; "batch" outside a streaming query."""
+def _local_query_id(batch_df: DataFrame) -> str | None:
+    """The local property a classic session sets on the thread that runs
+    ``foreachBatch``; None outside a streaming query and under Spark Connect
+    (no SparkContext on that side)."""
+    if is_connect_batch(batch_df) or is_connect(batch_df.sparkSession):
+        return None
+    qid = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_PROP)
+    return str(qid) if qid else None
+
+
+def read_query_id(checkpoint_location: str) -> str:
+    """The query id Spark keeps in ``<checkpointLocation>/metadata`` (written
+    when the query first starts, the same across restarts)."""
+    fs, path = _checkpoint_fs(checkpoint_location)
+    meta = f"{path}/metadata"
     try:
-        qid = batch_df.sparkSession.sparkContext.getLocalProperty("sql.streaming.queryId")
-    except Exception:  # Spark Connect: no SparkContext on this side
-        qid = None
-    return str(qid) if qid else BATCH_OWNER
+        qid = json.loads(_fs.read_bytes(fs, meta)).get("id")
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"cannot read the query id from {_fs.redact(checkpoint_location)}/metadata ({e}): "
+            "is checkpoint_location= the checkpointLocation the query was started with?"
+        ) from e
+    if not isinstance(qid, str) or not qid:
+        raise ConfigError(f"{_fs.redact(checkpoint_location)}/metadata names no query id")
+    return qid
 
 
 def _query_checkpoint(batch_df: DataFrame, query_id: str) -> str | None:
