@@ -34,15 +34,27 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402 (after PYTHONPATH)
 
+from snapcut.spark import foreach_batch  # noqa: E402
+
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
 
-def start_session(master: str = "local[2,4]", **conf: str) -> SparkSession:
+SESSION_KINDS = ("classic", "connect")
+"""A classic session holds a SparkContext in this process; a Connect session
+talks gRPC to a server (here a local one, ``remote("local[2]")``, started in
+this process's JVM: one of the two kinds at a time)."""
+
+
+def start_session(master: str = "local[2,4]", kind: str = "classic", **conf: str) -> SparkSession:
     """A session for one test module. ``local[2,4]``: two cores, and up to four
-    attempts per task so injected task failures are retried."""
+    attempts per task so injected task failures are retried. ``kind``:
+    "classic" or "connect" (the same master, behind a local Connect server)."""
+    if kind not in SESSION_KINDS:
+        raise ValueError(f"kind must be one of {SESSION_KINDS}, got {kind!r}")
+    builder = SparkSession.builder
+    builder = builder.remote(master) if kind == "connect" else builder.master(master)
     builder = (
-        SparkSession.builder.master(master)
-        .appName("snapcut-tests")
+        builder.appName("snapcut-tests")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
@@ -53,8 +65,13 @@ def start_session(master: str = "local[2,4]", **conf: str) -> SparkSession:
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if kind == "classic":
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def is_connect(spark: Any) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def dwell_frames(
@@ -104,27 +121,50 @@ def run_to_end(
 
     ``stop_after``: stop once that many batches ran (Spark's
     ``applyInPandasWithState`` with processing-time timeouts runs data-less
-    batches for ever, even under availableNow)."""
-    batches: dict[int, pa.Table] = {}
-
-    def collect(batch_df: DataFrame, batch_id: int) -> None:
-        batches[batch_id] = batch_df.toArrow()
-
+    batches for ever, even under availableNow). Each batch is written to a
+    file beside the checkpoint: under Spark Connect ``foreachBatch`` runs in
+    the server's Python worker, not in this process; ``foreach_batch`` gives
+    the keyed_state steps of the plan the batch's id there."""
+    out = checkpoint.parent / f"{checkpoint.name}-batches"
+    out.mkdir(parents=True, exist_ok=True)
     q = (
-        df.writeStream.foreachBatch(collect)
+        df.writeStream.foreachBatch(
+            foreach_batch(BatchFiles(str(out)), checkpoint_location=str(checkpoint))
+        )
         .outputMode(output_mode)
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
     if stop_after is not None:
-        while q.isActive and len(batches) < stop_after:
+        while q.isActive and len(list(out.glob("*.arrow"))) < stop_after:
             time.sleep(0.05)
         q.stop()
     q.awaitTermination()
     if q.exception() is not None:
         raise RuntimeError(str(q.exception()))
-    return batches
+    return read_batch_files(out)
+
+
+class BatchFiles:
+    """A ``foreachBatch`` function writing each batch to ``<dir>/<id>.arrow``."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        import pyarrow.feather as feather
+
+        path = Path(self.directory) / f"{batch_id:06d}.arrow"
+        tmp = path.with_suffix(".tmp")
+        feather.write_feather(batch_df.toArrow(), tmp, compression="uncompressed")
+        tmp.rename(path)
+
+
+def read_batch_files(directory: Path) -> dict[int, pa.Table]:
+    import pyarrow.feather as feather
+
+    return {int(p.stem): feather.read_table(p) for p in sorted(directory.glob("*.arrow"))}
 
 
 def rows_of(table: pa.Table, sort: list[str]) -> list[dict[str, Any]]:

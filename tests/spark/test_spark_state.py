@@ -36,11 +36,12 @@ from snapcut.spark import (
 )
 
 FILES = 3
+SESSION_KINDS = True  # tests/spark/conftest.py: both_sessions tests also run on Connect
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = start_session()
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    session = start_session(kind=request.param)
     yield session
     session.stop()
 
@@ -77,6 +78,7 @@ def dwell_batch(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
     return StateUpdate(output=new, state=new)
 
 
+@pytest.mark.both_sessions
 @pytest.mark.parametrize("state_writes", ["background", "sync"])
 def test_aggregate_matches_spark_native_batch_by_batch(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path, state_writes: str
@@ -130,6 +132,7 @@ def test_aggregate_matches_spark_native_batch_by_batch(
     assert have == model
 
 
+@pytest.mark.both_sessions
 def test_three_levels_and_apply_in_pandas_with_state_agree(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -193,6 +196,7 @@ SESSION_OUT = "user long, start_ms long, end_ms long, events long"
 SESSION_STATE = "start_ms long, end_ms long, events long"
 
 
+@pytest.mark.both_sessions
 def test_event_time_sessions_match_apply_in_pandas_with_state(spark: Any, tmp_path: Path) -> None:
     # Users come for two one-minute files and stay away for three, so the
     # watermark passes their sessions' timeouts mid-stream.
@@ -245,6 +249,7 @@ def expiring(
     yield pd.DataFrame({"user": [key[0]], "n": [n], "expired": [False]})
 
 
+@pytest.mark.both_sessions
 def test_processing_time_timeout_matches_apply_in_pandas_with_state(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -353,6 +358,7 @@ def test_batch_dataframe_is_one_epoch(
     assert snaps.list() == [0]
 
 
+@pytest.mark.both_sessions
 def test_composite_keys_and_state_reads_back_with_and_without_spark(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -387,6 +393,7 @@ def test_composite_keys_and_state_reads_back_with_and_without_spark(
     assert pc.sum(first["n"]).as_py() == 3000 < pc.sum(no_spark["n"]).as_py()
 
 
+@pytest.mark.both_sessions
 def test_initial_state_bootstraps_the_query(spark: Any, tmp_path: Path) -> None:
     frames = [pd.DataFrame({"user": [1, 2], "dwell_ms": [10, 20]})]
     directory = write_inputs(tmp_path / "events", frames)

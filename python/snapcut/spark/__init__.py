@@ -18,9 +18,13 @@ checkpoint.
 writing each batch as Arrow IPC files plus a manifest (with ``state=``, one
 global snapshot of output, state and Spark's offsets per batch);
 ``read_output(spark, root)`` and ``read_output_arrow(root)`` read the
-committed output back. Importing this module does not import pyspark.
+committed output back. ``foreach_batch(func, checkpoint_location=...)`` wraps
+a ``foreachBatch`` function of your own so the state it writes gets the
+micro-batch's id on Spark Connect too. Importing this module does not import
+pyspark.
 """
 
+from snapcut.spark.batch_identity import foreach_batch
 from snapcut.spark.group_state import GroupState, GroupStateTimeout
 from snapcut.spark.keyed_state import KeyedState, keyed_state
 from snapcut.spark.partition import BatchInfo
@@ -54,6 +58,7 @@ __all__ = [
     "StateUpdate",
     "committed_batches",
     "committed_output",
+    "foreach_batch",
     "keyed_state",
     "read_output",
     "read_output_arrow",

@@ -3,96 +3,77 @@ that write a state root's version N.
 
 On a classic session Spark sets the local properties ``sql.streaming.queryId``
 and ``streaming.sql.batchId`` on every task of a micro-batch. Under Spark
-Connect the batch DataFrame handed to ``foreachBatch`` is executed by the
-server's Connect thread, and its tasks carry neither. What both session kinds
-do carry is the session's SQL conf: every ``spark.*`` entry set on the
-session before an action becomes a local property of that action's tasks
-(``SQLExecution.withSQLConfPropagated``). So the sink, which knows the batch
-id (the ``foreachBatch`` argument) and the query id, announces them in one
-conf entry per state root just before its action and removes it afterwards;
-a task reads its root's entry first and Spark's streaming properties second.
-One code path for both session kinds, and no value is ever guessed.
+Connect the DataFrame handed to ``foreachBatch`` is executed by the server's
+Connect thread, and its tasks carry neither. What both session kinds carry is
+the session's SQL conf: every ``spark.*`` entry set on the session before an
+action becomes a local property of that action's tasks
+(``SQLExecution.withSQLConfPropagated``). So whoever runs the batch's actions
+inside ``foreachBatch`` — the sink, or :func:`foreach_batch` around a
+function of the user's — announces (batch id, query id) in one conf entry for
+the duration of the call and removes it afterwards; a task reads that entry
+first and Spark's streaming properties second. One code path for both
+session kinds, and no value is ever guessed.
+
+The query id (stable across restarts) comes from the local property a
+classic session sets on the ``foreachBatch`` thread, else from
+``<checkpointLocation>/metadata``, where Spark keeps it: under Connect
+``foreachBatch`` is told neither, so there the checkpointLocation must be
+passed.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-from collections.abc import Iterator
-from typing import Any
+import json
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from snapcut import _fs
-from snapcut._core import TaskError
+from snapcut._core import ConfigError, TaskError
 from snapcut.spark.root import BATCH_OWNER
 
-__all__ = ["announced", "conf_key", "is_connect", "is_connect_batch", "task_batch"]
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
-CONF_PREFIX = "spark.snapcut.batch."
+__all__ = [
+    "ForeachBatch",
+    "announced",
+    "checkpoint_fs",
+    "foreach_batch",
+    "is_connect",
+    "is_connect_batch",
+    "query_id",
+    "read_query_id",
+    "task_batch",
+]
+
+CONF_KEY = "spark.snapcut.microBatch"
 SPARK_BATCH_PROP = "streaming.sql.batchId"
 SPARK_QUERY_PROP = "sql.streaming.queryId"
 
 
-def conf_key(uri: str, filesystem: Any = None) -> str:
-    """The conf entry that names the batch writing the state root `uri`: one
-    per root, so two roots in one plan never read each other's; the resolved
-    path, so ``/x/state`` and ``/x/state/`` are one root."""
-    fs, path = _fs.resolve(uri, filesystem)
-    digest = hashlib.sha256(f"{fs.type_name}:{path}".encode()).hexdigest()[:20]
-    return CONF_PREFIX + digest
+# -- the task side -------------------------------------------------------------
 
 
-def encode(query_id: str, batch_id: int) -> str:
-    return f"{int(batch_id)}/{query_id}"
-
-
-def decode(value: str, key: str) -> tuple[int, str]:
-    batch, sep, query = value.partition("/")
-    if not sep or not query or not batch.isdigit():
-        raise TaskError(
-            f"conf entry {key}={value!r} is not '<batch id>/<query id>': it is set by "
-            "snapcut's ArrowSnapshotSink only; do not set spark.snapcut.batch.* yourself"
-        )
-    return int(batch), query
-
-
-@contextlib.contextmanager
-def announced(session: Any, keys: list[str], query_id: str, batch_id: int) -> Iterator[None]:
-    """Sets each of `keys` to (query id, batch id) on `session` for the
-    duration of the block, the sink's one action. Removed afterwards, so a
-    later action of the same session (the next batch's own ``count()``, say)
-    never writes state under this batch's id."""
-    value = encode(query_id, batch_id)
-    for key in keys:
-        session.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in keys:
-            with contextlib.suppress(Exception):  # a session already stopped
-                session.conf.unset(key)
-
-
-def task_batch(ctx: Any, streaming: bool, key: str | None = None) -> tuple[int, str]:
+def task_batch(ctx: Any, streaming: bool) -> tuple[int, str]:
     """(batch id, query id) of the running task. A batch DataFrame is batch 0
-    of the batch owner. In a streaming query: the sink's announcement for this
-    root (`key`) if there is one, else Spark's streaming local properties;
-    neither is an error, never batch 0 (state written under a wrong id breaks
-    exactly-once). Where both exist they must agree."""
+    of the batch owner. In a streaming query: the announced batch if there
+    is one, else Spark's streaming local properties; neither is an error,
+    never batch 0 (state written under a wrong id breaks exactly-once).
+    Where both exist they must agree."""
     if not streaming:
         return 0, BATCH_OWNER
-    announced_value = None if key is None else ctx.getLocalProperty(key)
+    announcement = ctx.getLocalProperty(CONF_KEY)
     raw_batch = ctx.getLocalProperty(SPARK_BATCH_PROP)
     query = ctx.getLocalProperty(SPARK_QUERY_PROP)
     spark_has = raw_batch is not None and query is not None
-    if announced_value is not None:
-        assert key is not None
-        batch_id, owner = decode(str(announced_value), key)
+    if announcement is not None:
+        batch_id, owner = _decode(str(announcement))
         if spark_has and (int(raw_batch), str(query)) != (batch_id, owner):
             raise TaskError(
-                f"the sink announced batch {batch_id} of query {owner} for this state root, "
-                f"but Spark runs this task for batch {raw_batch} of query {query}: the state "
-                "root is written by another query's plan than the sink's; give each query "
-                "its own state root and pass that query's KeyedState to its sink's state="
+                f"this task runs for batch {raw_batch} of query {query}, but batch {batch_id} "
+                f"of query {owner} was announced for it ({CONF_KEY}): the entry is left over "
+                "from another query; set spark.snapcut.* only through snapcut"
             )
         return batch_id, owner
     if spark_has:
@@ -100,12 +81,137 @@ def task_batch(ctx: Any, streaming: bool, key: str | None = None) -> tuple[int, 
     props = {SPARK_BATCH_PROP: raw_batch, SPARK_QUERY_PROP: query}
     missing = [name for name, value in props.items() if value is None]
     raise TaskError(
-        f"the keyed_state step runs in a streaming query but its task has no batch id: no "
-        f"ArrowSnapshotSink announced one for this state root, and the task lacks the local "
-        f"propert(ies) {missing} that a classic Spark session sets (Spark Connect does not). "
-        "Write the query with foreachBatch(ArrowSnapshotSink(..., state=<this KeyedState>)), "
+        f"the keyed_state step runs in a streaming query but its task has no batch id: it lacks "
+        f"the local propert(ies) {missing} that a classic Spark session sets (Spark Connect "
+        "does not), and no batch was announced. Under Spark Connect write the query with "
+        "foreachBatch(ArrowSnapshotSink(..., checkpoint_location=...)) or wrap your own "
+        "function: foreachBatch(snapcut.spark.foreach_batch(func, checkpoint_location=...)); "
         "and do not run the step's plan from a thread of your own"
     )
+
+
+def _encode(query: str, batch_id: int) -> str:
+    return f"{int(batch_id)}/{query}"
+
+
+def _decode(value: str) -> tuple[int, str]:
+    batch, sep, query = value.partition("/")
+    if not sep or not query or not batch.isdigit():
+        raise TaskError(
+            f"{CONF_KEY}={value!r} is not '<batch id>/<query id>': it is set by snapcut "
+            "(the sink, foreach_batch) only; unset it"
+        )
+    return int(batch), query
+
+
+# -- the foreachBatch side -----------------------------------------------------
+
+
+@contextlib.contextmanager
+def announced(session: Any, query: str, batch_id: int) -> Iterator[None]:
+    """Announces (batch id, query id) to the tasks of every action `session`
+    runs in the block. Removed afterwards, so an action run later on the
+    session never writes state under this batch's id."""
+    session.conf.set(CONF_KEY, _encode(query, batch_id))
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):  # a session already stopped
+            session.conf.unset(CONF_KEY)
+
+
+def query_id(batch_df: DataFrame, checkpoint_location: str | None, what: str) -> str:
+    """The id of the streaming query `batch_df` is a micro-batch of, or the
+    batch owner for a plain DataFrame. `what` names the caller in errors."""
+    spark_id = _local_query_id(batch_df)
+    in_query = spark_id is not None or is_connect_batch(batch_df)
+    if in_query and checkpoint_location is not None:
+        meta_id = read_query_id(checkpoint_location)
+        if spark_id is not None and spark_id != meta_id:
+            raise ConfigError(
+                f"{what}: checkpoint_location={_fs.redact(checkpoint_location)} belongs to "
+                f"query {meta_id}, but this batch is of query {spark_id}: pass the "
+                "checkpointLocation of the query that runs it"
+            )
+        return meta_id
+    if spark_id is not None:
+        return spark_id
+    if in_query:
+        raise ConfigError(
+            f"{what}: cannot determine the streaming query's id: under Spark Connect, "
+            "foreachBatch is told neither the query id nor its checkpointLocation. Pass the "
+            "writeStream's checkpointLocation as checkpoint_location="
+        )
+    return BATCH_OWNER
+
+
+def _local_query_id(batch_df: DataFrame) -> str | None:
+    if is_connect(batch_df.sparkSession):
+        return None  # no SparkContext on this side
+    qid = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_PROP)
+    return str(qid) if qid else None
+
+
+def checkpoint_fs(location: str) -> tuple[Any, str]:
+    """A Hadoop-style checkpoint URI as a pyarrow filesystem and path."""
+    if location.startswith("file:"):
+        rest = location[len("file:") :]
+        if rest.startswith("//"):
+            rest = rest[2:]
+        return _fs.resolve(rest)
+    for scheme in ("s3a://", "s3n://"):
+        if location.startswith(scheme):
+            location = "s3://" + location[len(scheme) :]
+    return _fs.resolve(location)
+
+
+def read_query_id(checkpoint_location: str) -> str:
+    """The query id Spark keeps in ``<checkpointLocation>/metadata`` (written
+    when the query first starts, the same across restarts)."""
+    fs, path = checkpoint_fs(checkpoint_location)
+    where = f"{_fs.redact(checkpoint_location)}/metadata"
+    try:
+        qid = json.loads(_fs.read_bytes(fs, f"{path}/metadata")).get("id")
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"cannot read the query id from {where} ({e}): is checkpoint_location= the "
+            "checkpointLocation the query was started with?"
+        ) from e
+    if not isinstance(qid, str) or not qid:
+        raise ConfigError(f"{where} names no query id: is it a Spark checkpointLocation?")
+    return qid
+
+
+class ForeachBatch:
+    """A ``foreachBatch`` function that runs `func` with its batch announced
+    (see the module's docstring); picklable, as Spark Connect ships it to the
+    server's worker."""
+
+    def __init__(
+        self, func: Callable[[DataFrame, int], Any], checkpoint_location: str | None
+    ) -> None:
+        if not callable(func):
+            raise ConfigError(f"foreach_batch takes a function (batch_df, batch_id), got {func!r}")
+        self.func = func
+        self.checkpoint_location = checkpoint_location
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> Any:
+        owner = query_id(batch_df, self.checkpoint_location, "foreach_batch")
+        with announced(batch_df.sparkSession, owner, int(batch_id)):
+            return self.func(batch_df, batch_id)
+
+
+def foreach_batch(
+    func: Callable[[DataFrame, int], Any], *, checkpoint_location: str | None = None
+) -> ForeachBatch:
+    """Wraps your own ``foreachBatch`` function so the ``keyed_state`` steps
+    its actions run write state under the micro-batch's id on Spark Connect
+    too: ``q = out.writeStream.foreachBatch(foreach_batch(func,
+    checkpoint_location=chk)).option("checkpointLocation", chk).start()``.
+    ``checkpoint_location``: the query's, needed under Connect (it holds the
+    query id); on a classic session it is checked against the running query.
+    :class:`ArrowSnapshotSink` does this itself."""
+    return ForeachBatch(func, checkpoint_location)
 
 
 def is_connect(session: Any) -> bool:
@@ -130,8 +236,7 @@ def is_connect_batch(df: Any) -> bool:
         seen.add(id(plan))
         if isinstance(plan, CachedRemoteRelation):
             return True
-        stack.extend(v for v in vars(plan).values() if isinstance(v, LogicalPlan))
-        for v in vars(plan).values():
-            if isinstance(v, list | tuple):
-                stack.extend(x for x in v if isinstance(x, LogicalPlan))
+        for value in vars(plan).values():
+            children = value if isinstance(value, list | tuple) else [value]
+            stack.extend(c for c in children if isinstance(c, LogicalPlan))
     return False

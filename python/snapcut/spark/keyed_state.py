@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from snapcut._core import ConfigError, KeyedAggregates, TaskError
 from snapcut.spark import metrics, no_data
-from snapcut.spark.batch_identity import conf_key, task_batch
+from snapcut.spark.batch_identity import task_batch
 from snapcut.spark.group_state import GroupStateTimeout
 from snapcut.spark.initial import write_initial_state
 from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
@@ -421,8 +421,6 @@ def make_task_function(
     task's metrics row. A batch DataFrame is one epoch, batch 0; in a
     streaming query the micro-batch id must reach the task."""
 
-    batch_key = conf_key(spec.uri, spec.filesystem)
-
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
@@ -430,7 +428,7 @@ def make_task_function(
         if ctx is None:
             raise TaskError("the keyed_state step runs only inside a Spark task")
         partition = ctx.partitionId()
-        batch_id, owner = task_batch(ctx, streaming, batch_key)
+        batch_id, owner = task_batch(ctx, streaming)
         parts = list(batches)
         rows = pa.Table.from_batches(parts) if parts else input_schema.empty_table()
         batch_ts = None

@@ -75,13 +75,7 @@ from snapcut.snapshots import (
     checkpoint_dir_name,
 )
 from snapcut.spark import failpoints
-from snapcut.spark.batch_identity import (
-    SPARK_QUERY_PROP,
-    announced,
-    conf_key,
-    is_connect,
-    is_connect_batch,
-)
+from snapcut.spark.batch_identity import announced, checkpoint_fs, is_connect, query_id
 from snapcut.spark.root import (
     BATCH_OWNER,
     PROTOCOL,
@@ -267,10 +261,6 @@ class _StateRef:
     uri: str
     filesystem: Any
 
-    @property
-    def batch_key(self) -> str:
-        return conf_key(self.uri, self.filesystem)
-
 
 class ArrowSnapshotSink:
     """An exactly-once ``foreachBatch`` sink: ``q = df.writeStream.foreachBatch(sink)``.
@@ -358,7 +348,7 @@ class ArrowSnapshotSink:
         t0 = time.perf_counter()
         started_ms = _now_ms()
         self._ensure_root()
-        owner = self._owner(batch_df)
+        owner = query_id(batch_df, self.checkpoint_location, f"sink root {self.name}")
         tz = batch_df.sparkSession.conf.get("spark.sql.session.timeZone")
         schema = to_arrow_schema(batch_df.schema, timezone=tz)
         # Checks first: a refused batch touches nothing in the root.
@@ -378,8 +368,7 @@ class ArrowSnapshotSink:
         t1 = time.perf_counter()
         # The batch's one Spark action: executors write the data, the driver
         # gets their file descriptions.
-        announce = [] if self._state is None else [self._state.batch_key]
-        with announced(batch_df.sparkSession, announce, owner, batch_id):
+        with announced(batch_df.sparkSession, owner, batch_id):
             staged = batch_df.mapInArrow(_stage_function(target), FILES_DDL).collect()
         files = [r.asDict() for r in staged]
         t2 = time.perf_counter()
@@ -495,34 +484,6 @@ class ArrowSnapshotSink:
                 "that its readers see one table: select/cast to the root's schema, or write to "
                 "a new root (the committed batches are untouched)"
             )
-
-    def _owner(self, batch_df: DataFrame) -> str:
-        """The id of the streaming query writing this batch (stable across
-        restarts from one checkpointLocation), or the batch owner for a plain
-        DataFrame. Classic sessions tell it in a local property; under Spark
-        Connect it is read from the checkpointLocation's ``metadata``, so
-        there ``checkpoint_location=`` is needed: never guessed."""
-        spark_id = _local_query_id(batch_df)
-        in_query = spark_id is not None or is_connect_batch(batch_df)
-        if in_query and self.checkpoint_location is not None:
-            meta_id = read_query_id(self.checkpoint_location)
-            if spark_id is not None and spark_id != meta_id:
-                raise ConfigError(
-                    f"checkpoint_location={_fs.redact(self.checkpoint_location)} belongs to "
-                    f"query {meta_id}, but this batch is of query {spark_id}: pass the "
-                    "checkpointLocation of the query that writes this sink"
-                )
-            return meta_id
-        if spark_id is not None:
-            return spark_id
-        if in_query:
-            raise ConfigError(
-                f"sink root {self.name}: cannot determine the streaming query's id: under Spark "
-                "Connect, foreachBatch receives neither the query id nor its checkpointLocation. "
-                "Pass the query's checkpointLocation: ArrowSnapshotSink(..., "
-                "checkpoint_location=<the writeStream's checkpointLocation>)"
-            )
-        return BATCH_OWNER
 
     def _state_root(self) -> StateRoot | None:
         if self._state is None:
@@ -677,42 +638,17 @@ def _state_ref(state: Any) -> _StateRef | None:
     )
 
 
-def _local_query_id(batch_df: DataFrame) -> str | None:
-    """The local property a classic session sets on the thread that runs
-    ``foreachBatch``; None outside a streaming query and under Spark Connect
-    (no SparkContext on that side)."""
-    if is_connect_batch(batch_df) or is_connect(batch_df.sparkSession):
-        return None
-    qid = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_PROP)
-    return str(qid) if qid else None
-
-
-def read_query_id(checkpoint_location: str) -> str:
-    """The query id Spark keeps in ``<checkpointLocation>/metadata`` (written
-    when the query first starts, the same across restarts)."""
-    fs, path = _checkpoint_fs(checkpoint_location)
-    meta = f"{path}/metadata"
-    try:
-        qid = json.loads(_fs.read_bytes(fs, meta)).get("id")
-    except (OSError, ValueError) as e:
-        raise ConfigError(
-            f"cannot read the query id from {_fs.redact(checkpoint_location)}/metadata ({e}): "
-            "is checkpoint_location= the checkpointLocation the query was started with?"
-        ) from e
-    if not isinstance(qid, str) or not qid:
-        raise ConfigError(f"{_fs.redact(checkpoint_location)}/metadata names no query id")
-    return qid
-
-
-def _query_checkpoint(batch_df: DataFrame, query_id: str) -> str | None:
+def _query_checkpoint(batch_df: DataFrame, qid: str) -> str | None:
     """The running query's resolved checkpointLocation (PySpark classic)."""
     from pyspark.sql import SparkSession
 
+    if is_connect(batch_df.sparkSession):
+        return None  # no py4j: checkpoint_location= is required there
     for session in (SparkSession.getActiveSession(), batch_df.sparkSession):
         if session is None:
             continue
         try:
-            query = session.streams.get(query_id)
+            query = session.streams.get(qid)
             if query is not None:
                 return str(query._jsq.streamingQuery().resolvedCheckpointRoot())
         except Exception:
@@ -723,7 +659,7 @@ def _query_checkpoint(batch_df: DataFrame, query_id: str) -> str | None:
             return None
         default = jvm.org.apache.spark.sql.SparkSession.getDefaultSession()
         if default.isDefined():
-            jquery = default.get().streams().get(query_id)
+            jquery = default.get().streams().get(qid)
             if jquery is not None:
                 return str(jquery.streamingQuery().resolvedCheckpointRoot())
     except Exception:
@@ -731,23 +667,10 @@ def _query_checkpoint(batch_df: DataFrame, query_id: str) -> str | None:
     return None
 
 
-def _checkpoint_fs(location: str) -> tuple[Any, str]:
-    """A Hadoop-style checkpoint URI as a pyarrow filesystem and path."""
-    if location.startswith("file:"):
-        rest = location[len("file:") :]
-        if rest.startswith("//"):
-            rest = rest[2:]
-        return _fs.resolve(rest)
-    for scheme in ("s3a://", "s3n://"):
-        if location.startswith(scheme):
-            location = "s3://" + location[len(scheme) :]
-    return _fs.resolve(location)
-
-
 def read_offsets(checkpoint_location: str, batch_id: int) -> dict[str, Any]:
     """Spark's offset log entry of `batch_id`: ``offsets/<N>`` of the query's
     checkpointLocation (version line, batch metadata, one line per source)."""
-    fs, path = _checkpoint_fs(checkpoint_location)
+    fs, path = checkpoint_fs(checkpoint_location)
     log = f"{path}/offsets/{batch_id}"
     try:
         text = _fs.read_bytes(fs, log).decode()
