@@ -70,6 +70,22 @@ def start_session(master: str = "local[2,4]", kind: str = "classic", **conf: str
     return spark
 
 
+CONNECT_ENV = (
+    "SPARK_CONNECT_MODE_ENABLED",
+    "SPARK_REMOTE",
+    "SPARK_LOCAL_REMOTE",
+    "SPARK_CONNECT_AUTHENTICATE_TOKEN",
+)
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a child that starts its own Spark:
+    without what a running local Connect server put there (a child seeing
+    SPARK_CONNECT_MODE_ENABLED would look for a Connect URL)."""
+    env = {k: v for k, v in os.environ.items() if k not in CONNECT_ENV}
+    return {**env, **extra}
+
+
 def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 

@@ -26,7 +26,15 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import functions as F
-from tests.spark_support import dwell_frames, object_store, start_session, stream, write_inputs
+from tests.spark_support import (
+    child_env,
+    dwell_frames,
+    is_connect,
+    object_store,
+    start_session,
+    stream,
+    write_inputs,
+)
 
 from snapcut import ConfigError, SnapshotError, StorageError, snapshots
 from snapcut.spark import (
@@ -50,10 +58,15 @@ def points(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+SESSION_KINDS = True  # tests/spark/conftest.py: both_sessions tests also run on Connect
+
+
 @pytest.fixture(scope="module")
-def spark(points: Path) -> Iterator[Any]:
+def spark(points: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     session = start_session(
-        "local[2,4]", **{"spark.executorEnv.SNAPCUT_SPARK_FAILPOINTS": f"@{points}"}
+        "local[2,4]",
+        kind=request.param,
+        **{"spark.executorEnv.SNAPCUT_SPARK_FAILPOINTS": f"@{points}"},
     )
     yield session
     session.stop()
@@ -87,6 +100,9 @@ def fail_driver_at(monkeypatch: pytest.MonkeyPatch, point: str, batch: int) -> N
 
 
 def run(df: Any, sink: Callable[[Any, int], None], checkpoint: Path, mode: str = "append") -> None:
+    if is_connect(df.sparkSession) and isinstance(sink, ArrowSnapshotSink):
+        # Under Connect the sink learns the query id from the checkpointLocation.
+        sink.checkpoint_location = sink.checkpoint_location or str(checkpoint)
     q = (
         df.writeStream.foreachBatch(sink)
         .outputMode(mode)
@@ -139,6 +155,7 @@ def manifest(root: Path, batch: int) -> dict[str, Any]:
 # --- round trips ------------------------------------------------------------
 
 
+@pytest.mark.both_sessions
 def test_append_round_trip_and_every_reader_sees_the_committed_rows(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -146,7 +163,11 @@ def test_append_round_trip_and_every_reader_sees_the_committed_rows(
     root = tmp_path / "out"
     sink = ArrowSnapshotSink(str(root))
     run(stream(spark, directory), sink, tmp_path / "chk")
-    assert [r.batch_id for r in sink.reports if r.committed] == list(range(FILES))
+    history = sink.history()
+    assert [h.batch_id for h in history] == list(range(FILES))
+    if not is_connect(spark):  # reports fill where foreachBatch runs: here on classic
+        assert [r.batch_id for r in sink.reports if r.committed] == list(range(FILES))
+        assert [(r.rows, r.files) for r in sink.reports] == [(h.rows, h.files) for h in history]
     want = event_rows(events)
     assert event_rows(read_output_arrow(str(root))) == want
     assert event_rows(read_output(spark, str(root)).toArrow()) == want
@@ -164,7 +185,7 @@ def test_append_round_trip_and_every_reader_sees_the_committed_rows(
     assert event_rows(read_output_arrow(str(root), batch=0)) == event_rows(first)
     # Plain readers: the committed files are chk-*/part-*.arrow.
     files = sorted(glob.glob(f"{root}/chk-*/part-*.arrow"))
-    assert len(files) == sum(r.files for r in sink.reports)
+    assert len(files) == sum(h.files for h in history)
     table = ds.dataset(files, format="ipc").to_table()
     assert event_rows(table) == want
     duckdb = pytest.importorskip("duckdb")
@@ -204,6 +225,7 @@ def test_rust_and_python_readers_list_and_verify_sink_checkpoints(
         read_output_arrow(str(root))
 
 
+@pytest.mark.both_sessions
 def test_update_mode_keeps_the_newest_row_per_key(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -226,6 +248,7 @@ def test_update_mode_keeps_the_newest_row_per_key(
     assert all(manifest(root, b)["output"]["rows"] <= 40 for b in range(FILES))
 
 
+@pytest.mark.both_sessions
 def test_complete_mode_reads_the_newest_batch(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -381,6 +404,7 @@ def dwell_averages(spark: Any, directory: Path, state_root: Path) -> Any:
     return ks, ks.aggregate(count="count", total=("sum", "dwell_ms"))
 
 
+@pytest.mark.both_sessions
 def test_state_output_and_offsets_commit_as_one_snapshot(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -462,7 +486,7 @@ def test_a_sigkilled_driver_restarts_to_one_snapshot_per_batch(tmp_path: Path) -
         "--sink",
         "arrow",
     ]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = child_env(PYSPARK_PYTHON=sys.executable)
     rng = random.Random(20261123)
     kills = 0
     log = tmp_path / "job.log"
@@ -515,6 +539,7 @@ def test_a_sigkilled_driver_restarts_to_one_snapshot_per_batch(tmp_path: Path) -
 # --- bad input --------------------------------------------------------------
 
 
+@pytest.mark.both_sessions
 def test_bad_options_are_refused(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="output_mode must be one of"):
         ArrowSnapshotSink(str(tmp_path / "a"), output_mode="upsert")
@@ -548,6 +573,7 @@ def test_a_schema_change_between_batches_is_refused(spark: Any, tmp_path: Path) 
     assert read_output_arrow(str(root)).column("n").to_pylist() == [3, 4, 6]
 
 
+@pytest.mark.both_sessions
 def test_a_root_of_another_query_is_refused(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -621,3 +647,70 @@ def test_a_full_disk_fails_the_batch_and_the_query_resumes_with_space(
     assert [r.batch_id for r in sink.reports] == [1]
     assert {k: v for k, v in committed_files(root).items() if k in before} == before
     assert event_rows(read_output_arrow(str(root))) == event_rows(pd.concat(frames))
+
+
+@pytest.mark.both_sessions
+def test_an_unknown_query_id_is_an_error_not_a_default(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """Under Connect foreachBatch is told neither the query id nor the
+    checkpointLocation: a sink without checkpoint_location= fails the batch
+    naming the fix; a classic session tells the sink the id itself. A
+    keyed_state step whose batch nobody announced fails its task the same way."""
+    directory, events = dwell
+    root, chk = tmp_path / "out", tmp_path / "chk"
+    q = (
+        stream(spark, directory)
+        .writeStream.foreachBatch(ArrowSnapshotSink(str(root)))
+        .option("checkpointLocation", str(chk))
+        .trigger(availableNow=True)
+        .start()
+    )
+    error = _failure(q)
+    if is_connect(spark):
+        assert "cannot determine the streaming query's id" in error
+        assert "checkpoint_location=" in error
+        assert not list(root.glob("chk-*"))
+    else:
+        assert error == ""
+        assert event_rows(read_output_arrow(str(root))) == event_rows(events)
+    # A checkpoint_location of another query is refused on both kinds.
+    other = tmp_path / "other"
+    run(stream(spark, directory), ArrowSnapshotSink(str(tmp_path / "o")), other)
+    # (Classic: the running query's id differs; Connect: its logs show that
+    # batch 0 is not running there.)
+    with pytest.raises(Exception, match=r"belongs to query|already committed batch 0"):
+        run(
+            stream(spark, directory),
+            ArrowSnapshotSink(str(tmp_path / "o2"), checkpoint_location=str(other)),
+            tmp_path / "chk2",
+        )
+    # keyed_state under a foreachBatch function that announces nothing.
+    ks = keyed_state(stream(spark, directory), key="user", root=str(tmp_path / "st"), partitions=2)
+    counts = ks.aggregate(n="count")
+    q = (
+        counts.writeStream.foreachBatch(_count_rows)
+        .outputMode("update")
+        .option("checkpointLocation", str(tmp_path / "chk3"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    error = _failure(q)
+    if is_connect(spark):
+        assert "its task has no batch id" in error
+        assert "foreach_batch(func, checkpoint_location=" in error
+    else:
+        assert error == ""
+
+
+def _failure(query: Any) -> str:
+    """The query's failure as text ("" if it ended well)."""
+    try:
+        query.awaitTermination()
+    except Exception as e:
+        return str(e)
+    return "" if query.exception() is None else str(query.exception())
+
+
+def _count_rows(batch_df: Any, batch_id: int) -> None:
+    batch_df.count()

@@ -39,6 +39,7 @@ from snapcut.spark.rescale import RescaleReport, rescale
 from snapcut.spark.sink import (
     ArrowSnapshotSink,
     BatchReport,
+    CommittedBatch,
     committed_output,
     read_output,
     read_output_arrow,
@@ -51,6 +52,7 @@ __all__ = [
     "ArrowSnapshotSink",
     "BatchInfo",
     "BatchReport",
+    "CommittedBatch",
     "GroupState",
     "GroupStateTimeout",
     "KeyedState",

@@ -120,9 +120,12 @@ def announced(session: Any, query: str, batch_id: int) -> Iterator[None]:
             session.conf.unset(CONF_KEY)
 
 
-def query_id(batch_df: DataFrame, checkpoint_location: str | None, what: str) -> str:
-    """The id of the streaming query `batch_df` is a micro-batch of, or the
-    batch owner for a plain DataFrame. `what` names the caller in errors."""
+def query_id(
+    batch_df: DataFrame, batch_id: int, checkpoint_location: str | None, what: str
+) -> str:
+    """The id of the streaming query `batch_df` (its batch `batch_id`) is a
+    micro-batch of, or the batch owner for a plain DataFrame. `what` names
+    the caller in errors."""
     spark_id = _local_query_id(batch_df)
     in_query = spark_id is not None or is_connect_batch(batch_df)
     if in_query and checkpoint_location is not None:
@@ -133,6 +136,8 @@ def query_id(batch_df: DataFrame, checkpoint_location: str | None, what: str) ->
                 f"query {meta_id}, but this batch is of query {spark_id}: pass the "
                 "checkpointLocation of the query that runs it"
             )
+        if spark_id is None:
+            _check_running_batch(checkpoint_location, batch_id, what)
         return meta_id
     if spark_id is not None:
         return spark_id
@@ -143,6 +148,27 @@ def query_id(batch_df: DataFrame, checkpoint_location: str | None, what: str) ->
             "writeStream's checkpointLocation as checkpoint_location="
         )
     return BATCH_OWNER
+
+
+def _check_running_batch(checkpoint_location: str, batch_id: int, what: str) -> None:
+    """Where nothing names the running query (Spark Connect), a checkpoint
+    location of another query is caught by its logs: while batch N runs,
+    its query has written ``offsets/N`` and not yet ``commits/N`` (a batch
+    re-run after a restart is one whose commit is missing)."""
+    fs, path = checkpoint_fs(checkpoint_location)
+    where = _fs.redact(checkpoint_location)
+    if not _fs.exists(fs, f"{path}/offsets/{batch_id}"):
+        raise ConfigError(
+            f"{what}: checkpoint_location={where} has no offsets/{batch_id}, so batch "
+            f"{batch_id} is not running there: pass the checkpointLocation of the query "
+            "that runs this foreachBatch"
+        )
+    if _fs.exists(fs, f"{path}/commits/{batch_id}"):
+        raise ConfigError(
+            f"{what}: checkpoint_location={where} has already committed batch {batch_id}, so "
+            "it is not the query running it: pass the checkpointLocation of the query that "
+            "runs this foreachBatch"
+        )
 
 
 def _local_query_id(batch_df: DataFrame) -> str | None:
@@ -196,7 +222,7 @@ class ForeachBatch:
         self.checkpoint_location = checkpoint_location
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> Any:
-        owner = query_id(batch_df, self.checkpoint_location, "foreach_batch")
+        owner = query_id(batch_df, batch_id, self.checkpoint_location, "foreach_batch")
         with announced(batch_df.sparkSession, owner, int(batch_id)):
             return self.func(batch_df, batch_id)
 

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from snapcut import _fs
@@ -94,6 +95,7 @@ __all__ = [
     "OUTPUT_ROLE",
     "ArrowSnapshotSink",
     "BatchReport",
+    "CommittedBatch",
     "committed_output",
     "read_batch_output_arrow",
     "read_output",
@@ -256,6 +258,41 @@ class BatchReport:
     total_ms: float = 0.0
 
 
+@dataclass(frozen=True)
+class CommittedBatch:
+    """One committed batch of a sink root, as its manifest records it
+    (``sink.history()``): readable from anywhere the root is, including a
+    Spark Connect client, whose copy of the sink never runs a batch."""
+
+    batch_id: int
+    query_id: str
+    rows: int
+    files: int
+    bytes: int
+    stage_ms: float
+    state_wait_ms: float
+    started_ms: int
+    finished_ms: int
+    state_batch: int | None
+    """The state root's version committed with it (``state=``), else None."""
+
+    @classmethod
+    def of(cls, manifest: dict[str, Any]) -> CommittedBatch:
+        spark, output, state = manifest["spark"], manifest["output"], manifest.get("state")
+        return cls(
+            batch_id=int(manifest["checkpoint_id"]),
+            query_id=str(spark["query_id"]),
+            rows=int(output["rows"]),
+            files=int(output["files"]),
+            bytes=int(output["bytes"]),
+            stage_ms=float(spark["stage_ms"]),
+            state_wait_ms=float(spark["state_wait_ms"]),
+            started_ms=int(manifest["started_ms"]),
+            finished_ms=int(manifest["finished_ms"]),
+            state_batch=None if state is None else int(state["batch"]),
+        )
+
+
 @dataclass
 class _StateRef:
     uri: str
@@ -315,7 +352,10 @@ class ArrowSnapshotSink:
         self.fs, self.path = _fs.resolve(self.uri, filesystem)
         self.local = _fs.local_path(self.fs, self.path) is not None
         self.reports: list[BatchReport] = []
-        _fs.check_bucket(self.fs, self.path, f"sink root {self.name} cannot be created")
+        what = f"sink root {self.name} cannot be created"
+        _fs.check_bucket(self.fs, self.path, what)
+        if not _fs.is_object_store(self.fs):
+            _refuse_below_a_file(self.fs, self.path, what)
         # The root is created by the first batch, where foreachBatch runs (the
         # driver, or Spark Connect's server-side worker), not where the sink is
         # built: a Connect client's local paths are not the server's.
@@ -337,6 +377,14 @@ class ArrowSnapshotSink:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         self.write_batch(batch_df, int(batch_id))
 
+    def history(self) -> list[CommittedBatch]:
+        """Every committed batch of this root, oldest first, from the
+        manifests. ``reports`` fills in the process that runs
+        ``foreachBatch`` (under Spark Connect, the server's worker), this
+        reads the root, so a Connect client sees what was committed."""
+        backend = FsBackend(self.fs, self.path)
+        return [CommittedBatch.of(backend.manifest(b)) for b in backend.complete()]
+
     def committed(self, batch_id: int) -> bool:
         """Whether batch `batch_id` is committed in this root."""
         return _fs.exists(self.fs, f"{self._chk(batch_id)}/{MANIFEST_FILE}")
@@ -348,7 +396,7 @@ class ArrowSnapshotSink:
         t0 = time.perf_counter()
         started_ms = _now_ms()
         self._ensure_root()
-        owner = query_id(batch_df, self.checkpoint_location, f"sink root {self.name}")
+        owner = query_id(batch_df, batch_id, self.checkpoint_location, f"sink root {self.name}")
         tz = batch_df.sparkSession.conf.get("spark.sql.session.timeZone")
         schema = to_arrow_schema(batch_df.schema, timezone=tz)
         # Checks first: a refused batch touches nothing in the root.
@@ -622,6 +670,22 @@ class ArrowSnapshotSink:
         _fsync_dir(os.path.dirname(local_final))
         with contextlib.suppress(OSError):
             self.fs.delete_dir(pending_root)
+
+
+def _refuse_below_a_file(fs: Any, path: str, what: str) -> None:
+    """Fails early, where the sink is built, if the root cannot ever be a
+    directory (an ancestor is a file); creates nothing there."""
+    parent = path
+    while True:
+        info = fs.get_file_info(parent)
+        if info.type == pafs.FileType.File:
+            raise StorageError(f"{what}: {parent} is a file; pass a root you can write to")
+        if info.type == pafs.FileType.Directory:
+            return
+        up = parent.rsplit("/", 1)[0]
+        if up in ("", parent):
+            return
+        parent = up
 
 
 def _state_ref(state: Any) -> _StateRef | None:
