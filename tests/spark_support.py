@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -141,8 +142,9 @@ def run_to_end(
     file beside the checkpoint: under Spark Connect ``foreachBatch`` runs in
     the server's Python worker, not in this process; ``foreach_batch`` gives
     the keyed_state steps of the plan the batch's id there."""
-    out = checkpoint.parent / f"{checkpoint.name}-batches"
-    out.mkdir(parents=True, exist_ok=True)
+    # A directory per run: a restart from the same checkpoint returns its own batches.
+    out = checkpoint.parent / f"{checkpoint.name}-batches-{uuid.uuid4().hex[:8]}"
+    out.mkdir(parents=True)
     q = (
         df.writeStream.foreachBatch(
             foreach_batch(BatchFiles(str(out)), checkpoint_location=str(checkpoint))

@@ -21,11 +21,12 @@ from snapcut import ConfigError, snapshots
 from snapcut.spark import committed_batches, keyed_state, read_state_arrow, rescale
 
 SCHEMA = "user long, dwell_ms long, ts timestamp"
+SESSION_KINDS = True  # tests/spark/conftest.py: both_sessions tests also run on Connect
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    session = start_session()
+def spark(request: pytest.FixtureRequest) -> Iterator[Any]:
+    session = start_session(kind=request.param)
     yield session
     session.stop()
 
@@ -50,6 +51,7 @@ def files_of(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in files}
 
 
+@pytest.mark.both_sessions
 def test_rescaled_root_continues_like_an_unchanged_query(spark: Any, tmp_path: Path) -> None:
     data = frames()
     full_dir = write_inputs(tmp_path / "all", data)
