@@ -80,6 +80,7 @@ from snapcut.chaos.core import (
     record_run,
     run_rng,
 )
+from snapcut.jobs.spark_session import check_remote
 from snapcut.spark import failpoints
 from snapcut.spark.read import read_state_arrow
 from snapcut.spark.root import PROTOCOL
@@ -144,6 +145,9 @@ class SparkOptions:
     partitions: int = 3
     files_per_batch: int = 1
     master: str = "local[2,4]"
+    remote: str | None = None
+    """A local Spark Connect server (``local[N]``) in the job's process tree
+    instead of a classic driver: killing the tree kills the server."""
     max_kills: int = 2
     kill_mode: str = "mixed"
     failpoints: tuple[str, ...] = tuple(failpoints.POINTS)
@@ -152,7 +156,7 @@ class SparkOptions:
     attempt_timeout: float = ATTEMPT_TIMEOUT_S
 
     def cluster(self) -> bool:
-        return self.master.startswith("local-cluster")
+        return (self.remote or self.master).startswith("local-cluster")
 
     def batches(self) -> int:
         """Micro-batches of a run that never fails."""
@@ -186,6 +190,8 @@ class SparkOptions:
             )
         if self.kill_mode in ("mixed", "failpoint") and not self.failpoints:
             raise ConfigError("failpoint kills need at least one failpoint")
+        if self.remote is not None:
+            check_remote(self.remote, "snapcut chaos --engine spark", local_only=True)
         if self.attempt_timeout <= 0:
             raise ConfigError(f"attempt_timeout must be positive, got {self.attempt_timeout!r}")
 
@@ -202,6 +208,7 @@ class SparkSummary(Summary):
 
     engine: str = "spark"
     master: str = ""
+    remote: str | None = None
     files: int = 0
     kill_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KILL_KINDS, 0))
     armed_not_hit: int = 0
@@ -536,8 +543,7 @@ def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
         str(opts.partitions),
         "--files-per-batch",
         str(opts.files_per_batch),
-        "--master",
-        opts.master,
+        *(["--master", opts.master] if opts.remote is None else ["--remote", opts.remote]),
     ]
 
 
@@ -744,6 +750,7 @@ def run_spark_chaos(
         records=opts.records,
         seed=opts.seed,
         master=opts.master,
+        remote=opts.remote,
         files=opts.files,
     )
     owned = opts.workdir is None

@@ -123,6 +123,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="Spark master (default local[2,4]); local-cluster[2,1,1024] adds executor kills",
     )
+    spark.add_argument(
+        "--remote",
+        default=None,
+        metavar="local[N]",
+        help="run the job on Spark Connect: a local Connect server in the job's process tree "
+        "(killed with it), instead of a classic driver on --master",
+    )
     p.set_defaults(handler=main)
 
 
@@ -156,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def refuse_spark_flags(args: argparse.Namespace) -> None:
-    for flag in ("files", "files_per_batch", "partitions", "master"):
+    for flag in ("files", "files_per_batch", "partitions", "master", "remote"):
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
     if args.kill_mode not in KILL_MODES:
@@ -248,6 +255,7 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         partitions=pick(args.partitions, defaults.partitions),
         files_per_batch=pick(args.files_per_batch, defaults.files_per_batch),
         master=pick(args.master, defaults.master),
+        remote=args.remote,
         max_kills=pick(args.max_kills, defaults.max_kills),
         kill_mode=args.kill_mode,
         failpoints=points,

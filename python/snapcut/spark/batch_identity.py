@@ -120,9 +120,7 @@ def announced(session: Any, query: str, batch_id: int) -> Iterator[None]:
             session.conf.unset(CONF_KEY)
 
 
-def query_id(
-    batch_df: DataFrame, batch_id: int, checkpoint_location: str | None, what: str
-) -> str:
+def query_id(batch_df: DataFrame, batch_id: int, checkpoint_location: str | None, what: str) -> str:
     """The id of the streaming query `batch_df` (its batch `batch_id`) is a
     micro-batch of, or the batch owner for a plain DataFrame. `what` names
     the caller in errors."""

@@ -11,7 +11,8 @@
 task, of that Python worker only (as an external ``kill -9`` of the worker:
 the JVM sees the worker crash and Spark retries the task), hit on the driver
 (``sink.before_commit``, ``sink.after_commit``), of the whole driver: its
-Python process, its JVM and the Python workers (:func:`snapcut._procs.kill_tree`),
+Python process, its JVM and the Python workers (:func:`snapcut._procs.kill_tree`;
+under Spark Connect, the process that started the local server, with it),
 as a machine failure would; ``sleep`` stalls 3 s (a straggler, for
 speculation). ``*`` matches any batch or partition; the driver-side sink
 points (``sink.before_commit``, ``sink.after_commit``) hit with partition 0
@@ -48,6 +49,7 @@ POINTS = {
     "sink.after_commit": "driver: batch N's manifest is published, Spark has not committed N",
 }
 ACTIONS = ("raise", "kill", "sleep")
+CONNECT_WORKER_ENV = "SPARK_CONNECT_MODE_ENABLED"  # set by Connect's foreachBatch worker
 
 
 class InjectedFailure(RuntimeError):
@@ -114,10 +116,18 @@ def _announce(point: str, batch: int, partition: int, action: str, where: str) -
 
 
 def _kill(in_task: bool) -> None:
-    """SIGKILL: the Python worker in a task, the whole driver otherwise."""
+    """SIGKILL: the Python worker in a task, the whole driver otherwise. Under
+    Spark Connect the driver-side points run in the server's foreachBatch
+    worker, a child of the server's JVM, whose parent is the Python process
+    that started a local server (``remote("local[N]")``): that process's
+    tree is the whole driver there."""
     if not in_task:
         from snapcut import _procs as procs
 
+        if os.environ.get(CONNECT_WORKER_ENV):
+            jvm = {p.pid: p.ppid for p in procs.processes()}.get(os.getppid())
+            if jvm is not None and jvm > 1:
+                procs.kill_tree(jvm)
         procs.kill_tree(os.getpid())
     os.kill(os.getpid(), signal.SIGKILL)
 
