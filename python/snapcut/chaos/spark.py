@@ -53,6 +53,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -192,6 +193,19 @@ class SparkOptions:
             raise ConfigError("failpoint kills need at least one failpoint")
         if self.remote is not None:
             check_remote(self.remote, "snapcut chaos --engine spark", local_only=True)
+        spark_master = self.remote or self.master
+        task_points = [p for p in self.failpoints if p not in DRIVER_POINTS]
+        if (
+            self.kill_mode in ("mixed", "failpoint")
+            and task_points
+            and re.fullmatch(r"local\[(\d+|\*)\]", spark_master)
+        ):
+            flag = "--remote" if self.remote else "--master"
+            raise ConfigError(
+                f"{flag} {spark_master} tries each task once, so a killed Python worker "
+                f"({', '.join(task_points)}) fails the query instead of being retried: use "
+                f"{flag} {spark_master[:-1]},4] (four attempts per task)"
+            )
         if self.attempt_timeout <= 0:
             raise ConfigError(f"attempt_timeout must be positive, got {self.attempt_timeout!r}")
 

@@ -126,9 +126,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     spark.add_argument(
         "--remote",
         default=None,
-        metavar="local[N]",
+        metavar="local[N,F]",
         help="run the job on Spark Connect: a local Connect server in the job's process tree "
-        "(killed with it), instead of a classic driver on --master",
+        "(killed with it), instead of a classic driver on --master; e.g. local[2,4]",
     )
     p.set_defaults(handler=main)
 

@@ -19,15 +19,15 @@ def check_remote(remote: str, what: str, *, local_only: bool = False) -> None:
     master; `local_only`: a tool that kills the server's process tree needs
     the server to be its own child (``local[...]``)."""
     local = remote.startswith(("local[", "local-cluster[")) or remote == "local"
-    if local_only and not local:
-        raise ConfigError(
-            f"{what} kills the Spark Connect server with the job's process tree, so the server "
-            f"must be the job's own: use --remote local[N] (a local server), not {remote!r}"
-        )
     if not local and not remote.startswith("sc://"):
         raise ConfigError(
             f"--remote {remote!r} is not a Spark Connect URL: write sc://host:15002 for a "
             "running server, or local[2] to start one locally"
+        )
+    if local_only and not local:
+        raise ConfigError(
+            f"{what} kills the Spark Connect server with the job's process tree, so the server "
+            f"must be the job's own: use --remote local[N] (a local server), not {remote!r}"
         )
 
 
