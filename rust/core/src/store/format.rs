@@ -23,7 +23,8 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::manifest::{
-    FileEntry, FileKind, FileRole, Manifest, TaskEntry, FORMAT_NAME, FORMAT_VERSION, SOURCES_FILE,
+    parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest, TaskEntry, FORMAT_NAME,
+    FORMAT_VERSION, MANIFEST_FILE, SOURCES_FILE,
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -193,6 +194,20 @@ fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
         input: None,
         from_subtask: None,
         extra: Default::default(),
+    }
+}
+
+/// The entry of a file of a role this format leaves to its writer (the
+/// Spark sink's `output`), with the writer's own `fields`.
+pub fn other_entry(
+    path: &str,
+    role: &str,
+    written: Written,
+    fields: serde_json::Map<String, serde_json::Value>,
+) -> FileEntry {
+    FileEntry {
+        extra: fields,
+        ..bare_entry(path, FileRole::from(role.to_string()), written)
     }
 }
 
@@ -410,6 +425,125 @@ pub fn parse_manifest(bytes: &[u8], what: &str, id: CheckpointId) -> Result<Mani
         )));
     }
     Ok(manifest)
+}
+
+// --- a root's checkpoints ------------------------------------------------------
+
+/// Every checkpoint a listing of a root shows, with whether it is complete
+/// (its manifest is there) or partial (a directory without one). `listing`:
+/// `(path relative to the root, '/'-separated; is a directory)`, from a
+/// recursive listing or from the root's entries plus each checkpoint's
+/// manifest. A checkpoint is a directory whose name parses
+/// ([`parse_checkpoint_dir`]); on object stores, where directories exist
+/// only as key prefixes, an entry under that name implies it.
+pub fn scan_listing<'a>(
+    listing: impl IntoIterator<Item = (&'a str, bool)>,
+) -> BTreeMap<CheckpointId, bool> {
+    let mut out = BTreeMap::new();
+    for (path, is_dir) in listing {
+        let (first, rest) = match path.split_once('/') {
+            Some((first, rest)) => (first, Some(rest)),
+            None => (path, None),
+        };
+        let Some(id) = parse_checkpoint_dir(first) else {
+            continue;
+        };
+        match rest {
+            None if !is_dir => {}
+            None => {
+                out.entry(id).or_insert(false);
+            }
+            Some(rest) => {
+                let complete = out.entry(id).or_insert(false);
+                *complete |= rest == MANIFEST_FILE && !is_dir;
+            }
+        }
+    }
+    out
+}
+
+/// The error of reading the manifest of checkpoint `id` that is not there:
+/// with its directory `dir` present the checkpoint is partial, else it does
+/// not exist under `root`.
+pub fn missing_manifest(id: CheckpointId, dir: &str, root: &str, dir_exists: bool) -> Error {
+    Error::Snapshot(if dir_exists {
+        format!(
+            "checkpoint {id} has no {MANIFEST_FILE} in {dir}: it is partial (crashed or \
+             aborted before commit) and cannot be restored"
+        )
+    } else {
+        format!("checkpoint {id} does not exist under {root}")
+    })
+}
+
+/// A complete checkpoint as a listing shows it (`snapcut snapshots list`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub id: CheckpointId,
+    pub committed_ms: u64,
+    /// `"spark"` when an engine's `"spark"` record is there (the Spark
+    /// helper and sink), else `"local"`.
+    pub engine: &'static str,
+    pub protocol: String,
+    /// `diff` when a state file is a diff (a restore reads a chain), `full`
+    /// when every one is full, none without state.
+    pub kind: Option<FileKind>,
+    pub files: usize,
+    pub bytes: u64,
+    /// Rows of every file but the source offsets.
+    pub records: u64,
+    /// The longest chain a state file is rebuilt from (the first of the
+    /// longest), or `[id]`.
+    pub chain: Vec<CheckpointId>,
+    pub savepoint: bool,
+}
+
+/// What [`Summary`] says of `manifest`.
+pub fn summarize(manifest: &Manifest) -> Summary {
+    let state: Vec<&FileEntry> = manifest
+        .files
+        .iter()
+        .filter(|f| f.role == FileRole::State)
+        .collect();
+    let kind = if state.iter().any(|f| f.kind == Some(FileKind::Diff)) {
+        Some(FileKind::Diff)
+    } else if state.is_empty() {
+        None
+    } else {
+        Some(FileKind::Full)
+    };
+    let longest = state
+        .iter()
+        .map(|f| &f.chain)
+        .fold(None, |best, c| match best {
+            Some(b) if Vec::len(b) >= c.len() => Some(b),
+            _ => Some(c),
+        });
+    let chain = match longest {
+        Some(c) if !c.is_empty() => c.clone(),
+        _ => vec![manifest.checkpoint_id],
+    };
+    Summary {
+        id: manifest.checkpoint_id,
+        committed_ms: manifest.committed_ms,
+        engine: if manifest.extra.contains_key("spark") {
+            "spark"
+        } else {
+            "local"
+        },
+        protocol: manifest.protocol.clone(),
+        kind,
+        files: manifest.files.len(),
+        bytes: manifest.files.iter().map(|f| f.bytes).sum(),
+        records: manifest
+            .files
+            .iter()
+            .filter(|f| f.role != FileRole::Sources)
+            .map(|f| f.rows)
+            .sum(),
+        chain,
+        savepoint: manifest.savepoint,
+    }
 }
 
 // --- diff chains ------------------------------------------------------------
@@ -736,6 +870,63 @@ pub fn plan_verify(
     plan
 }
 
+/// Plans the verification of checkpoint `id` reading the manifests it needs
+/// through `manifest_of` (the caller's I/O); one that fails to read is a
+/// problem of the plan, not an error. Returns the plan and the manifests.
+pub fn plan_verify_with(
+    id: CheckpointId,
+    manifest: &Manifest,
+    mut manifest_of: impl FnMut(CheckpointId) -> Result<Manifest>,
+) -> (
+    VerifyPlan,
+    BTreeMap<CheckpointId, std::result::Result<Manifest, String>>,
+) {
+    let bases: BTreeMap<_, _> = manifest
+        .needs()
+        .into_iter()
+        .filter(|&b| b != id)
+        .map(|b| (b, manifest_of(b).map_err(|e| e.to_string())))
+        .collect();
+    (plan_verify(id, manifest, &bases), bases)
+}
+
+/// Verifies checkpoint `id` as a restore relies on it: every manifest it
+/// needs, then every file of its plan, through the caller's I/O
+/// (`manifest_of`, `check`: read and check one file against its entry). The
+/// first failure is the error; one of a base names the base.
+pub fn verify_with(
+    id: CheckpointId,
+    manifest: &Manifest,
+    mut manifest_of: impl FnMut(CheckpointId) -> Result<Manifest>,
+    mut check: impl FnMut(CheckpointId, &FileEntry) -> Result<()>,
+) -> Result<()> {
+    let wrap = |needed: CheckpointId, e: Error| {
+        if needed == id {
+            e
+        } else {
+            Error::Snapshot(format!(
+                "checkpoint {id} needs base checkpoint {needed}: {e}"
+            ))
+        }
+    };
+    let mut bases = BTreeMap::new();
+    for needed in manifest.needs() {
+        if needed != id {
+            let m = manifest_of(needed).map_err(|e| wrap(needed, e))?;
+            bases.insert(needed, Ok(m));
+        }
+    }
+    let plan = plan_verify(id, manifest, &bases);
+    for (cid, i) in plan.files {
+        let f = match bases.get(&cid) {
+            Some(Ok(m)) => &m.files[i],
+            _ => &manifest.files[i],
+        };
+        check(cid, f).map_err(|e| wrap(cid, e))?;
+    }
+    Ok(())
+}
+
 // --- retention --------------------------------------------------------------
 
 /// A checkpoint being written while retention runs: the bases its state
@@ -795,6 +986,29 @@ pub fn retention(
         .filter(|id| !keep.contains(id))
         .copied()
         .collect()
+}
+
+/// [`retention`] over a root as a reader sees it (`scan`: every checkpoint
+/// and whether it is complete, [`scan_listing`]): the complete checkpoints'
+/// manifests read through `manifest_of` (one that fails to read is never a
+/// base and is kept for inspection), every partial one in progress with
+/// unknown bases.
+pub fn retention_of_root(
+    scan: &BTreeMap<CheckpointId, bool>,
+    mut manifest_of: impl FnMut(CheckpointId) -> Result<Manifest>,
+    retain: usize,
+) -> Vec<CheckpointId> {
+    let manifests: BTreeMap<CheckpointId, Manifest> = scan
+        .iter()
+        .filter(|(_, complete)| **complete)
+        .filter_map(|(&id, _)| Some((id, manifest_of(id).ok()?)))
+        .collect();
+    let in_progress: Vec<InProgress> = scan
+        .iter()
+        .filter(|(_, complete)| !**complete)
+        .map(|(&id, _)| InProgress { id, bases: None })
+        .collect();
+    retention(&manifests, &in_progress, retain)
 }
 
 #[cfg(test)]
@@ -863,6 +1077,93 @@ mod tests {
         let unknown = InProgress { id: 5, bases: None };
         // Unknown bases: the newest complete checkpoint before it, 4.
         assert_eq!(retention(&fewer, &[unknown], 1), Vec::<CheckpointId>::new());
+    }
+
+    #[test]
+    fn a_listing_classifies_checkpoints_by_their_manifest() {
+        let scan = scan_listing([
+            ("chk-00000001", true),
+            ("chk-00000001/manifest.json", false),
+            ("chk-00000002", true),
+            ("chk-00000002/manifest.json.tmp", false),
+            // an object store: the directory only as a key prefix
+            ("chk-00000003/manifest.json", false),
+            ("chk-00000004/a-0.state.arrow", false),
+            ("chk-00000005", false),              // a file, not a checkpoint
+            ("chk-00000006/manifest.json", true), // a directory, not a manifest
+            ("chk-7", true),
+            ("_staging/chk-00000008/manifest.json", false),
+        ]);
+        let want: BTreeMap<CheckpointId, bool> =
+            [(1, true), (2, false), (3, true), (4, false), (6, false)].into();
+        assert_eq!(scan, want);
+        let removed = retention_of_root(
+            &scan,
+            |id| {
+                if id == 3 {
+                    Err(Error::Snapshot("unreadable".into()))
+                } else {
+                    Ok(manifest(id, false, &[&[id]]))
+                }
+            },
+            1,
+        );
+        // 3 is unreadable (kept), 1 is the newest complete one: nothing to
+        // delete; in progress 2, 4 and 6 keep 1 too.
+        assert_eq!(removed, Vec::<CheckpointId>::new());
+        assert!(missing_manifest(2, "r/chk-00000002", "r", true)
+            .to_string()
+            .contains("is partial"));
+        assert!(missing_manifest(9, "r/chk-00000009", "r", false)
+            .to_string()
+            .contains("does not exist under r"));
+    }
+
+    #[test]
+    fn a_summary_takes_the_first_longest_chain() {
+        let m = manifest(4, true, &[&[2, 3, 4], &[1, 2, 4], &[4]]);
+        let s = summarize(&m);
+        assert_eq!(s.chain, vec![2, 3, 4]);
+        assert_eq!(
+            (s.kind, s.engine, s.savepoint),
+            (Some(FileKind::Diff), "local", true)
+        );
+        let empty = summarize(&manifest(5, false, &[]));
+        assert_eq!((empty.kind, empty.chain), (None, vec![5]));
+    }
+
+    #[test]
+    fn verify_names_the_base_a_failure_belongs_to() {
+        let top = manifest(3, false, &[&[1, 3]]);
+        let base = manifest(1, false, &[&[1]]);
+        let mut read = Vec::new();
+        verify_with(
+            3,
+            &top,
+            |_| Ok(base.clone()),
+            |cid, f| {
+                read.push((cid, f.path.clone()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(read.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 3]);
+        let err = verify_with(
+            3,
+            &top,
+            |_| Ok(base.clone()),
+            |cid, _| Err(missing_file(cid, "x")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("checkpoint 3 needs base checkpoint 1"),
+            "{err}"
+        );
+        let (plan, bases) = plan_verify_with(3, &top, |_| Err(Error::Snapshot("gone".into())));
+        assert_eq!(plan.files, vec![(3, 0)]);
+        assert!(plan.problems[0].contains("needs base checkpoint 1: snapshot error: gone"));
+        assert!(bases[&1].is_err());
     }
 
     #[test]
