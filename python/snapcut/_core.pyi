@@ -222,7 +222,7 @@ def format_encode_file(
 def format_build_manifest(
     checkpoint_id: int,
     files: str,
-    bases: list[tuple[int, bytes]],
+    manifest_of: Callable[[int], bytes],
     tasks: list[tuple[str, int]],
     offsets: list[tuple[str, int, int]],
     protocol: str,
@@ -251,6 +251,13 @@ def format_verify(
     check: Callable[[int, str], object],
 ) -> None: ...
 def format_needs(manifest: bytes, checkpoint_id: int) -> list[int]: ...
+def format_state_files(manifest: bytes, checkpoint_id: int) -> list[tuple[str, int, str]]: ...
+def format_channel_files(
+    manifest: bytes, checkpoint_id: int, vertex: str, subtask: int
+) -> list[tuple[int, str, int, str]]: ...
+def format_export_plan(
+    manifest: bytes, checkpoint_id: int
+) -> list[tuple[str, str, int, tuple[str, int] | None, str]]: ...
 def format_state_chain(
     checkpoint_id: int,
     manifest: bytes,

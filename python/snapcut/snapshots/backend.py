@@ -14,6 +14,7 @@ from snapcut import _fs
 from snapcut._core import (
     SnapshotError,
     SnapshotReader,
+    format_channel_files,
     format_check_file,
     format_check_manifest,
     format_missing_file,
@@ -207,14 +208,11 @@ class FsBackend(Backend):
         return rebuild_state([(kind, table) for _, kind, table in chain])
 
     def channels(self, checkpoint_id: int, task: Task) -> builtins.list[Channel]:
-        manifest = self.manifest(checkpoint_id)
-        out = []
-        for f in manifest["files"]:
-            if f["role"] == "channel" and (f.get("vertex"), f.get("subtask")) == task:
-                records = read_ipc(self.read_checked(checkpoint_id, f))
-                edge = f.get("edge", "")
-                out.append(Channel(f.get("input", 0), edge, f["from_subtask"], records))
-        return out
+        raw = self.manifest_bytes(checkpoint_id)
+        return [
+            Channel(i, edge, s, read_ipc(self.read_checked(checkpoint_id, json.loads(entry))))
+            for i, edge, s, entry in format_channel_files(raw, checkpoint_id, task[0], task[1])
+        ]
 
 
 def _json_bytes(manifest: dict[str, Any]) -> bytes:

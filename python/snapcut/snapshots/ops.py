@@ -29,6 +29,7 @@ from snapcut import _fs
 from snapcut._core import (
     SnapshotError,
     format_check_structure,
+    format_missing_manifest,
     format_needs,
     format_summary,
     format_verify_plan,
@@ -331,10 +332,8 @@ class _Verifier:
     def verify(self, cid: int, complete: bool) -> CheckpointCheck:
         manifest_path = f"{checkpoint_dir_name(cid)}/{MANIFEST_FILE}"
         if not complete:
-            why = (
-                f"checkpoint {cid} is partial: {self.backend.root}/{manifest_path} is missing "
-                "(crashed or aborted before commit), it cannot be restored"
-            )
+            d = f"{self.backend.root}/{checkpoint_dir_name(cid)}"
+            why = str(format_missing_manifest(cid, d, self.backend.root, True))
             missing = FileCheck(cid, manifest_path, "manifest", 0, why)
             return CheckpointCheck(cid, "partial", [missing])
         planned, problems = self.plan(cid)

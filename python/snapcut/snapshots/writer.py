@@ -6,7 +6,6 @@ encode the files, build the manifest and pick what retention deletes."""
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
 import os
 import time
@@ -129,17 +128,11 @@ class SnapshotWriter:
                 "refusing to overwrite it"
             )
         backend = FsBackend(self.fs, self.root, check=False)
-        bases = []
-        for f in files:
-            if f["role"] == "state" and f.get("kind") == "diff" and not f.get("chain"):
-                # A missing base: the Rust rule names it.
-                with contextlib.suppress(SnapshotError):
-                    bases.append((int(f["base"]), backend.manifest_bytes(int(f["base"]))))
         offsets = dict(source_offsets or {})
         sources, manifest = format_build_manifest(
             checkpoint_id,
             json.dumps(list(files)),
-            bases,
+            backend.manifest_bytes,
             list(tasks),
             [(v, s, o) for (v, s), o in offsets.items()],
             protocol,

@@ -529,15 +529,15 @@ fn format_encode_file<'py>(
 /// The manifest of checkpoint `checkpoint_id` and its `sources.arrow`:
 /// `(sources bytes, manifest bytes)`. `files`: JSON list of entries (the
 /// sources entry is added); a state diff without a chain gets it from its
-/// base's manifest in `bases` (`[(id, manifest bytes)]`).
+/// base's manifest, whose bytes `manifest_of(id)` gives.
 #[pyfunction]
-#[pyo3(signature = (checkpoint_id, files, bases, tasks, offsets, protocol, graph_fingerprint, savepoint, started_ms, finished_ms, committed_ms, extra))]
+#[pyo3(signature = (checkpoint_id, files, manifest_of, tasks, offsets, protocol, graph_fingerprint, savepoint, started_ms, finished_ms, committed_ms, extra))]
 #[allow(clippy::too_many_arguments)]
 fn format_build_manifest<'py>(
     py: Python<'py>,
     checkpoint_id: u64,
     files: &str,
-    bases: Vec<(u64, Vec<u8>)>,
+    manifest_of: &Bound<'py, PyAny>,
     tasks: Vec<(String, usize)>,
     offsets: Vec<(String, usize, u64)>,
     protocol: &str,
@@ -548,31 +548,18 @@ fn format_build_manifest<'py>(
     committed_ms: u64,
     extra: &str,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let id = checkpoint_id;
+    let mut files: Vec<FileEntry> = serde_json::from_str(files)
+        .map_err(|e| Error::Snapshot(format!("malformed manifest file entries: {e}")))
+        .map_py()?;
+    let extra: serde_json::Map<String, serde_json::Value> = serde_json::from_str(extra)
+        .map_err(|e| Error::Snapshot(format!("malformed manifest fields: {e}")))
+        .map_py()?;
+    let io = Io::new(manifest_of);
+    let resolved = format::resolve_chains(id, &mut files, |b| io.manifest(b).ok());
+    io.finish(resolved)?;
     let (sources, manifest) = py
         .detach(|| {
-            let id = checkpoint_id;
-            let mut files: Vec<FileEntry> = serde_json::from_str(files)
-                .map_err(|e| Error::Snapshot(format!("malformed manifest file entries: {e}")))?;
-            let extra: serde_json::Map<String, serde_json::Value> = serde_json::from_str(extra)
-                .map_err(|e| Error::Snapshot(format!("malformed manifest fields: {e}")))?;
-            let bases = bases
-                .iter()
-                .map(|(b, data)| {
-                    format::parse_manifest(data, &format!("manifest of checkpoint {b}"), *b)
-                        .map(|m| (*b, m))
-                })
-                .collect::<Result<BTreeMap<u64, Manifest>, Error>>()?;
-            for f in files.iter_mut() {
-                if f.role != store::FileRole::State || !f.chain.is_empty() {
-                    continue;
-                }
-                f.chain = match (f.kind, f.base, f.task()) {
-                    (Some(FileKind::Diff), Some(base), Some(t)) => {
-                        format::diff_chain(id, &t, base, bases.get(&base), |_| true)?
-                    }
-                    _ => vec![id],
-                };
-            }
             let offsets: BTreeMap<TaskId, u64> = offsets
                 .into_iter()
                 .map(|(v, s, o)| (task(&v, s), o))
@@ -814,6 +801,64 @@ fn format_state_chain(
     Ok(Some(out))
 }
 
+/// `[(vertex, subtask, entry JSON)]` of a checkpoint's state files.
+#[pyfunction]
+fn format_state_files(
+    manifest: &[u8],
+    checkpoint_id: u64,
+) -> PyResult<Vec<(String, usize, String)>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    Ok(format::state_files(&m)
+        .map(|(t, f)| (t.vertex, t.subtask, entry_json(f)))
+        .collect())
+}
+
+/// `[(input, edge, from_subtask, entry JSON)]` of the channel files
+/// `(vertex, subtask)` recorded at a checkpoint.
+#[pyfunction]
+fn format_channel_files(
+    manifest: &[u8],
+    checkpoint_id: u64,
+    vertex: &str,
+    subtask: usize,
+) -> PyResult<Vec<(usize, String, usize, String)>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let t = task(vertex, subtask);
+    Ok(format::channel_files(&m, &t)
+        .map(|f| {
+            (
+                f.input.unwrap_or_default(),
+                f.edge.clone().unwrap_or_default(),
+                f.from_subtask.unwrap_or_default(),
+                entry_json(f),
+            )
+        })
+        .collect())
+}
+
+/// `(table, role, index, (vertex, subtask) or None, entry JSON)` of a part.
+type ExportPartTuple = (String, String, u64, Option<(String, usize)>, String);
+
+/// Every part an export of a checkpoint writes (`format::export_plan`).
+#[pyfunction]
+fn format_export_plan(manifest: &[u8], checkpoint_id: u64) -> PyResult<Vec<ExportPartTuple>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let plan = format::export_plan(&m).map_py()?;
+    Ok(plan
+        .into_iter()
+        .map(|p| {
+            let entry = entry_json(&m.files[p.file]);
+            (
+                p.table,
+                p.role,
+                p.index,
+                p.task.map(|t| (t.vertex, t.subtask)),
+                entry,
+            )
+        })
+        .collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
     m.add_function(wrap_pyfunction!(format_check_file, m)?)?;
@@ -832,6 +877,9 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_summary, m)?)?;
     m.add_function(wrap_pyfunction!(format_encode_channel, m)?)?;
     m.add_function(wrap_pyfunction!(format_encode_file, m)?)?;
+    m.add_function(wrap_pyfunction!(format_state_files, m)?)?;
+    m.add_function(wrap_pyfunction!(format_channel_files, m)?)?;
+    m.add_function(wrap_pyfunction!(format_export_plan, m)?)?;
     m.add_function(wrap_pyfunction!(format_needs, m)?)?;
     m.add_function(wrap_pyfunction!(format_state_chain, m)?)?;
     m.add_function(wrap_pyfunction!(format_checkpoint_dir_name, m)?)?;

@@ -582,6 +582,31 @@ pub fn diff_chain(
     Ok(chain)
 }
 
+/// Gives each state entry of checkpoint `id` without a chain its chain: a
+/// full's is `[id]`, a diff's its base's chain then `id`, the base's
+/// manifest read through `manifest_of` (`None`: not there to be read, and
+/// the diff is refused).
+pub fn resolve_chains(
+    id: CheckpointId,
+    files: &mut [FileEntry],
+    mut manifest_of: impl FnMut(CheckpointId) -> Option<Manifest>,
+) -> Result<()> {
+    let mut bases: BTreeMap<CheckpointId, Option<Manifest>> = BTreeMap::new();
+    for f in files.iter_mut() {
+        if f.role != FileRole::State || !f.chain.is_empty() {
+            continue;
+        }
+        f.chain = match (f.kind, f.base, f.task()) {
+            (Some(FileKind::Diff), Some(base), Some(t)) => {
+                let m = bases.entry(base).or_insert_with(|| manifest_of(base));
+                diff_chain(id, &t, base, m.as_ref(), |_| true)?
+            }
+            _ => vec![id],
+        };
+    }
+    Ok(())
+}
+
 /// The checkpoints whose state files rebuild `task`'s state at `id`
 /// (`entry`: its state file there), oldest first.
 pub fn state_chain(id: CheckpointId, entry: &FileEntry) -> Vec<CheckpointId> {
@@ -707,6 +732,115 @@ fn kind_name(kind: FileKind) -> &'static str {
         FileKind::Full => "full",
         FileKind::Diff => "diff",
     }
+}
+
+// --- reading a manifest, for tools -------------------------------------------
+
+/// The state files of a checkpoint, per task, in manifest order.
+pub fn state_files(manifest: &Manifest) -> impl Iterator<Item = (TaskId, &FileEntry)> {
+    manifest
+        .files
+        .iter()
+        .filter(|f| f.role == FileRole::State)
+        .filter_map(|f| Some((f.task()?, f)))
+}
+
+/// The channel files `task` recorded at a checkpoint, in manifest order.
+pub fn channel_files<'m>(
+    manifest: &'m Manifest,
+    task: &'m TaskId,
+) -> impl Iterator<Item = &'m FileEntry> {
+    manifest
+        .files
+        .iter()
+        .filter(move |f| f.role == FileRole::Channel && f.task().as_ref() == Some(task))
+}
+
+/// One part of an export of a checkpoint (`snapcut snapshots export`): a
+/// task's state, rebuilt, as part `index` (its subtask) of the table named
+/// after its vertex; a file of a role the format leaves to its writer (the
+/// Spark sink's `output`) as part `index` (its subtask, its `partition`, or
+/// its rank) of the table named after the role (`<role>-<vertex>` when it
+/// belongs to a vertex). Source offsets and channel logs are not exported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportPart {
+    pub table: String,
+    pub role: String,
+    pub index: u64,
+    pub task: Option<TaskId>,
+    /// Index of its file in the manifest's `files`.
+    pub file: usize,
+}
+
+/// Every part an export of `manifest` writes, states first, then by table
+/// and index; two files that would be one part, or a table of two roles,
+/// are refused.
+pub fn export_plan(manifest: &Manifest) -> Result<Vec<ExportPart>> {
+    let mut parts = Vec::new();
+    let mut ranks: BTreeMap<String, u64> = BTreeMap::new();
+    for (file, f) in manifest.files.iter().enumerate() {
+        let role = String::from(f.role.clone());
+        match &f.role {
+            FileRole::State => {
+                let task = f.task().ok_or_else(|| {
+                    Error::Snapshot(format!(
+                        "cannot export: state file {} names no task",
+                        f.path
+                    ))
+                })?;
+                parts.push(ExportPart {
+                    table: task.vertex.clone(),
+                    role,
+                    index: task.subtask as u64,
+                    task: Some(task),
+                    file,
+                });
+            }
+            FileRole::Sources | FileRole::Channel => {}
+            FileRole::Other(_) => {
+                let table = match &f.vertex {
+                    Some(vertex) => format!("{role}-{vertex}"),
+                    None => role.clone(),
+                };
+                let rank = ranks.entry(table.clone()).or_default();
+                let index = f
+                    .subtask
+                    .map(|s| s as u64)
+                    .or_else(|| f.extra.get("partition").and_then(|p| p.as_u64()))
+                    .unwrap_or(*rank);
+                *rank += 1;
+                parts.push(ExportPart {
+                    table,
+                    role,
+                    index,
+                    task: None,
+                    file,
+                });
+            }
+        }
+    }
+    let mut roles: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut seen: BTreeMap<(&str, u64), &str> = BTreeMap::new();
+    for p in &parts {
+        let role = *roles.entry(&p.table).or_insert(&p.role);
+        if role != p.role {
+            return Err(Error::Snapshot(format!(
+                "cannot export: table '{}' would hold both {role} and {} files",
+                p.table, p.role
+            )));
+        }
+        let path = manifest.files[p.file].path.as_str();
+        if let Some(other) = seen.insert((&p.table, p.index), path) {
+            return Err(Error::Snapshot(format!(
+                "cannot export: files {other} and {path} would both be part {} of table '{}'",
+                p.index, p.table
+            )));
+        }
+    }
+    parts.sort_by(|a, b| {
+        (a.role != "state", &a.table, a.index).cmp(&(b.role != "state", &b.table, b.index))
+    });
+    Ok(parts)
 }
 
 // --- checking files ---------------------------------------------------------
@@ -1117,6 +1251,92 @@ mod tests {
         assert!(missing_manifest(9, "r/chk-00000009", "r", false)
             .to_string()
             .contains("does not exist under r"));
+    }
+
+    #[test]
+    fn an_export_plans_states_first_and_refuses_clashing_parts() {
+        let mut m = manifest(2, false, &[&[2], &[1, 2]]);
+        let written = Written {
+            rows: 0,
+            bytes: 0,
+            crc32c: 0,
+        };
+        let partition = |p: u64| [("partition".to_string(), p.into())].into_iter().collect();
+        m.files.insert(
+            0,
+            other_entry("part-00001.arrow", "output", written, partition(1)),
+        );
+        m.files.push(other_entry(
+            "part-00000.arrow",
+            "output",
+            written,
+            partition(0),
+        ));
+        m.files.push(sources_entry(written));
+        let plan = export_plan(&m).unwrap();
+        let got: Vec<(&str, u64, usize)> = plan
+            .iter()
+            .map(|p| (p.table.as_str(), p.index, p.file))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("a", 0, 1), ("a", 1, 2), ("output", 0, 3), ("output", 1, 0)]
+        );
+        m.files
+            .push(other_entry("again.arrow", "output", written, partition(0)));
+        let err = export_plan(&m).unwrap_err().to_string();
+        assert!(
+            err.contains("would both be part 0 of table 'output'"),
+            "{err}"
+        );
+        m.files.pop();
+        m.files
+            .push(other_entry("x.arrow", "a", written, partition(7)));
+        let err = export_plan(&m).unwrap_err().to_string();
+        assert!(
+            err.contains("table 'a' would hold both state and a files"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn chains_resolve_from_the_base_once() {
+        let task = TaskId {
+            vertex: "a".into(),
+            subtask: 0,
+        };
+        let written = Written {
+            rows: 0,
+            bytes: 0,
+            crc32c: 0,
+        };
+        let mut files = vec![
+            state_entry(&task, Some("k".into()), Some(4), written),
+            state_entry(
+                &TaskId {
+                    vertex: "b".into(),
+                    subtask: 0,
+                },
+                Some("k".into()),
+                None,
+                written,
+            ),
+        ];
+        let mut reads = 0;
+        resolve_chains(5, &mut files, |id| {
+            reads += 1;
+            Some(manifest(id, false, &[&[3, 4]]))
+        })
+        .unwrap();
+        assert_eq!(
+            (files[0].chain.clone(), files[1].chain.clone(), reads),
+            (vec![3, 4, 5], vec![5], 1)
+        );
+        let mut orphan = vec![state_entry(&task, Some("k".into()), Some(4), written)];
+        let err = resolve_chains(5, &mut orphan, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("take a full capture instead"), "{err}");
     }
 
     #[test]

@@ -12,8 +12,7 @@ use arrow_schema::Schema;
 use super::files::read_checked;
 use super::format::{self, decode_ipc};
 use super::manifest::{
-    checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest,
-    MANIFEST_FILE,
+    checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, Manifest, MANIFEST_FILE,
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -230,10 +229,7 @@ impl SnapshotReader {
     pub fn channels(&self, id: CheckpointId, task: &TaskId) -> Result<Vec<ChannelLog>> {
         let manifest = self.manifest(id)?;
         let mut out = Vec::new();
-        for f in &manifest.files {
-            if f.role != FileRole::Channel || f.task().as_ref() != Some(task) {
-                continue;
-            }
+        for f in format::channel_files(&manifest, task) {
             let (_, records) = self.read_file(id, f)?;
             out.push(ChannelLog {
                 input: f.input.unwrap_or_default(),
