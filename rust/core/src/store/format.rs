@@ -1149,6 +1149,12 @@ pub fn retention_of_root(
 mod tests {
     use super::*;
 
+    const NOTHING: Written = Written {
+        rows: 0,
+        bytes: 0,
+        crc32c: 0,
+    };
+
     fn manifest(id: CheckpointId, savepoint: bool, chains: &[&[CheckpointId]]) -> Manifest {
         let files = chains
             .iter()
@@ -1161,16 +1167,7 @@ mod tests {
                 let base = (chain.len() > 1).then(|| chain[chain.len() - 2]);
                 FileEntry {
                     chain: chain.to_vec(),
-                    ..state_entry(
-                        &task,
-                        Some("k".into()),
-                        base,
-                        Written {
-                            rows: 0,
-                            bytes: 0,
-                            crc32c: 0,
-                        },
-                    )
+                    ..state_entry(&task, Some("k".into()), base, NOTHING)
                 }
             })
             .collect();
@@ -1256,23 +1253,18 @@ mod tests {
     #[test]
     fn an_export_plans_states_first_and_refuses_clashing_parts() {
         let mut m = manifest(2, false, &[&[2], &[1, 2]]);
-        let written = Written {
-            rows: 0,
-            bytes: 0,
-            crc32c: 0,
-        };
         let partition = |p: u64| [("partition".to_string(), p.into())].into_iter().collect();
         m.files.insert(
             0,
-            other_entry("part-00001.arrow", "output", written, partition(1)),
+            other_entry("part-00001.arrow", "output", NOTHING, partition(1)),
         );
         m.files.push(other_entry(
             "part-00000.arrow",
             "output",
-            written,
+            NOTHING,
             partition(0),
         ));
-        m.files.push(sources_entry(written));
+        m.files.push(sources_entry(NOTHING));
         let plan = export_plan(&m).unwrap();
         let got: Vec<(&str, u64, usize)> = plan
             .iter()
@@ -1283,7 +1275,7 @@ mod tests {
             vec![("a", 0, 1), ("a", 1, 2), ("output", 0, 3), ("output", 1, 0)]
         );
         m.files
-            .push(other_entry("again.arrow", "output", written, partition(0)));
+            .push(other_entry("again.arrow", "output", NOTHING, partition(0)));
         let err = export_plan(&m).unwrap_err().to_string();
         assert!(
             err.contains("would both be part 0 of table 'output'"),
@@ -1291,7 +1283,7 @@ mod tests {
         );
         m.files.pop();
         m.files
-            .push(other_entry("x.arrow", "a", written, partition(7)));
+            .push(other_entry("x.arrow", "a", NOTHING, partition(7)));
         let err = export_plan(&m).unwrap_err().to_string();
         assert!(
             err.contains("table 'a' would hold both state and a files"),
@@ -1305,13 +1297,8 @@ mod tests {
             vertex: "a".into(),
             subtask: 0,
         };
-        let written = Written {
-            rows: 0,
-            bytes: 0,
-            crc32c: 0,
-        };
         let mut files = vec![
-            state_entry(&task, Some("k".into()), Some(4), written),
+            state_entry(&task, Some("k".into()), Some(4), NOTHING),
             state_entry(
                 &TaskId {
                     vertex: "b".into(),
@@ -1319,7 +1306,7 @@ mod tests {
                 },
                 Some("k".into()),
                 None,
-                written,
+                NOTHING,
             ),
         ];
         let mut reads = 0;
@@ -1332,7 +1319,7 @@ mod tests {
             (files[0].chain.clone(), files[1].chain.clone(), reads),
             (vec![3, 4, 5], vec![5], 1)
         );
-        let mut orphan = vec![state_entry(&task, Some("k".into()), Some(4), written)];
+        let mut orphan = vec![state_entry(&task, Some("k".into()), Some(4), NOTHING)];
         let err = resolve_chains(5, &mut orphan, |_| None)
             .unwrap_err()
             .to_string();
