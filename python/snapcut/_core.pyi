@@ -211,6 +211,7 @@ def format_encode_state(
     kind: str = "full",
     base: int | None = None,
     sort: bool = False,
+    chain_at: tuple[int, list[int]] | None = None,
 ) -> tuple[bytes, str]: ...
 def format_encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
 def format_encode_channel(

@@ -29,6 +29,14 @@ SPANS: list[tuple[str, str | tuple[str, int], str]] = [
     #    missing_manifest words the error; what is left is which paths a
     #    local listing probes (each checkpoint directory's manifest)
     ("snapshots/backend.py", ("probes = [", 7), "which manifests a local listing probes"),
+    # -- chains: a Spark partition's entry gets its chain from Rust
+    #    (format_encode_state's chain_at, format::chain_after); left: when a
+    #    partition writes a full (the chain bound, docs/format.md full_every)
+    (
+        "spark/partition.py",
+        ("if len(loaded.chain) + 1 > self.root.spec.full_every", 2),
+        "chain bound (full_every)",
+    ),
     # -- manifest entries, their reading, chains, the export plan: none left
     #    (format_encode_channel / _file / _state, format_summary,
     #    format_state_files, format_channel_files, format_export_plan,

@@ -74,10 +74,15 @@ class SnapshotWriter:
         kind: str = "full",
         base: int | None = None,
         sort: bool = False,
+        base_chain: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """Writes a task's state: "full", or "diff" against `base` (needs
-        `__deleted`); `sort` orders the rows by `key` first."""
-        data, entry = format_encode_state(vertex, subtask, table, key, kind, base, sort)
+        `__deleted`); `sort` orders the rows by `key` first. A writer that
+        keeps the chain of the state it diffs against passes it as
+        `base_chain`: the entry then carries its own chain (and a diff's
+        base is that chain's last); else :meth:`commit` resolves it."""
+        chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
+        data, entry = format_encode_state(vertex, subtask, table, key, kind, base, sort, chain_at)
         written: dict[str, Any] = json.loads(entry)
         self._put(checkpoint_id, written["path"], data)
         return written

@@ -399,8 +399,10 @@ fn format_rebuild_state<'py>(
 
 /// A task's state file: `(bytes, entry JSON)`. `kind` "full", or "diff"
 /// against `base`; `sort` orders the rows by `key` (deterministic bytes).
+/// With `chain_at` (`(checkpoint id, the base's chain)`, the chain a writer
+/// keeps) the entry carries its chain, and a diff's base is the chain's last.
 #[pyfunction]
-#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false))]
+#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
 #[allow(clippy::too_many_arguments)]
 fn format_encode_state<'py>(
     py: Python<'py>,
@@ -411,7 +413,9 @@ fn format_encode_state<'py>(
     kind: &str,
     base: Option<u64>,
     sort: bool,
+    chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
     let diff = match (kind, base) {
         ("full", _) => false,
         ("diff", Some(_)) => true,
@@ -447,6 +451,9 @@ fn format_encode_state<'py>(
                     crc32c: 0,
                 },
             );
+            if let Some((id, base_chain)) = &chain_at {
+                entry.chain = format::chain_after(*id, diff.then_some(base_chain.as_slice()));
+            }
             let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
             (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
             Ok::<_, Error>((bytes, entry))

@@ -566,20 +566,23 @@ pub fn diff_chain(
              not a committed checkpoint holding its state; take a full capture instead"
             ))
         })?;
-    let mut chain = if base_entry.chain.is_empty() {
-        vec![base]
-    } else {
-        base_entry.chain.clone()
-    };
-    if let Some(lost) = chain.iter().find(|c| !committed(**c)) {
+    let base_chain = state_chain(base, base_entry);
+    if let Some(lost) = base_chain.iter().find(|c| !committed(**c)) {
         return Err(Error::Snapshot(format!(
             "checkpoint {id}: state diff of {task} is based on checkpoint {base}, whose \
              chain needs checkpoint {lost}, which retention removed; take a full \
              capture instead"
         )));
     }
+    Ok(chain_after(id, Some(&base_chain)))
+}
+
+/// The chain of a state file written at `id`: `[id]` for a full (no
+/// `base_chain`), the base's chain then `id` for a diff.
+pub fn chain_after(id: CheckpointId, base_chain: Option<&[CheckpointId]>) -> Vec<CheckpointId> {
+    let mut chain = base_chain.map(<[_]>::to_vec).unwrap_or_default();
     chain.push(id);
-    Ok(chain)
+    chain
 }
 
 /// Gives each state entry of checkpoint `id` without a chain its chain: a
