@@ -211,12 +211,19 @@ def format_encode_state(
     kind: str = "full",
     base: int | None = None,
     sort: bool = False,
+    chain_at: tuple[int, list[int]] | None = None,
 ) -> tuple[bytes, str]: ...
 def format_encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
+def format_encode_channel(
+    vertex: str, subtask: int, edge: str, from_subtask: int, input: int, records: Any
+) -> tuple[bytes, str]: ...
+def format_encode_file(
+    table: Any, path: str, role: str, fields: str = "{}"
+) -> tuple[bytes, str]: ...
 def format_build_manifest(
     checkpoint_id: int,
     files: str,
-    bases: list[tuple[int, bytes]],
+    manifest_of: Callable[[int], bytes],
     tasks: list[tuple[str, int]],
     offsets: list[tuple[str, int, int]],
     protocol: str,
@@ -227,16 +234,31 @@ def format_build_manifest(
     committed_ms: int,
     extra: str,
 ) -> tuple[bytes, bytes]: ...
+def format_scan(listing: list[tuple[str, bool]]) -> tuple[list[int], list[int]]: ...
+def format_missing_manifest(
+    checkpoint_id: int, dir: str, root: str, dir_exists: bool
+) -> SnapshotError: ...
+def format_summary(manifest: bytes, checkpoint_id: int) -> str: ...
 def format_retention(
-    manifests: list[tuple[int, bytes]], in_progress: list[int], retain: int
+    listing: list[tuple[str, bool]], manifest_of: Callable[[int], bytes], retain: int
 ) -> list[int]: ...
 def format_verify_plan(
+    checkpoint_id: int, manifest: bytes, manifest_of: Callable[[int], bytes]
+) -> tuple[list[tuple[int, str]], list[str]]: ...
+def format_verify(
     checkpoint_id: int,
     manifest: bytes,
-    bases: list[tuple[int, bytes]],
-    broken: list[tuple[int, str]],
-) -> tuple[list[tuple[int, int]], list[str]]: ...
+    manifest_of: Callable[[int], bytes],
+    check: Callable[[int, str], object],
+) -> None: ...
 def format_needs(manifest: bytes, checkpoint_id: int) -> list[int]: ...
+def format_state_files(manifest: bytes, checkpoint_id: int) -> list[tuple[str, int, str]]: ...
+def format_channel_files(
+    manifest: bytes, checkpoint_id: int, vertex: str, subtask: int
+) -> list[tuple[int, str, int, str]]: ...
+def format_export_plan(
+    manifest: bytes, checkpoint_id: int
+) -> list[tuple[str, str, int, tuple[str, int] | None, str]]: ...
 def format_state_chain(
     checkpoint_id: int,
     manifest: bytes,

@@ -25,29 +25,27 @@ SPANS: list[tuple[str, str | tuple[str, int], str]] = [
     # -- names and layout: none left (snapshots/layout.py calls Rust's
     #    checkpoint_dir_name, parse_checkpoint_dir, file_component,
     #    channel_file_name and sources_schema; the CLI parses ids with them)
-    # -- completeness (a directory without a manifest is partial)
-    ("snapshots/backend.py", "FsBackend.scan", "complete / partial"),
-    ("snapshots/backend.py", "FsBackend.manifest_bytes", "partial / missing errors"),
-    ("snapshots/writer.py", "SnapshotWriter.cleanup_partial", "partial"),
-    # -- manifest entries: which file is what
-    ("snapshots/backend.py", "FsBackend.channels", "channel entries"),
-    ("snapshots/writer.py", "SnapshotWriter._write", "entry fields"),
-    ("snapshots/writer.py", "SnapshotWriter.write_channel", "channel entry fields"),
-    ("snapshots/ops.py", "engine", "manifest reading"),
-    ("snapshots/ops.py", "_state_files", "manifest reading"),
-    ("snapshots/ops.py", "_row", "manifest reading (kind)"),
-    ("snapshots/tables.py", "_state_tasks", "manifest reading"),
-    ("snapshots/tables.py", "_plan", "manifest reading (roles)"),
-    # -- chains (Rust: format::state_chain, chain_link)
-    ("snapshots/ops.py", "_longest_chain", "chain"),
-    ("snapshots/writer.py", ('if f["role"] == "state" and f.get("kind") == "diff"', 3), "chain"),
-    # -- retention and verification (the rules are Rust's; the driving stays)
-    ("snapshots/writer.py", "SnapshotWriter.apply_retention", "retention driving"),
-    ("snapshots/backend.py", "FsBackend.verify", "verify driving"),
-    ("snapshots/backend.py", "FsBackend._base_manifest", "verify driving"),
-    ("snapshots/ops.py", "_Verifier", "verify driving"),
-    # -- encoding done in Python (the sink's output files: pyarrow writer + crc32c)
-    ("spark/sink.py", "stage_partition", "output file encoding (with its staging I/O)"),
+    # -- completeness: Rust's scan_listing classifies a listing and
+    #    missing_manifest words the error; what is left is which paths a
+    #    local listing probes (each checkpoint directory's manifest)
+    ("snapshots/backend.py", ("probes = [", 7), "which manifests a local listing probes"),
+    # -- chains: a Spark partition's entry gets its chain from Rust
+    #    (format_encode_state's chain_at, format::chain_after); left: when a
+    #    partition writes a full (the chain bound, docs/format.md full_every)
+    (
+        "spark/partition.py",
+        ("if len(loaded.chain) + 1 > self.root.spec.full_every", 2),
+        "chain bound (full_every)",
+    ),
+    # -- manifest entries, their reading, chains, the export plan: none left
+    #    (format_encode_channel / _file / _state, format_summary,
+    #    format_state_files, format_channel_files, format_export_plan,
+    #    format_build_manifest resolving chains through manifest_of)
+    # -- retention and verification: the rules and their driving are Rust's
+    #    (retention_of_root, verify_with, plan_verify_with); left: the
+    #    deletion order, and the verifier's per-checkpoint status
+    ("snapshots/writer.py", ("# Manifest first: an interrupted removal", 3), "deletion order"),
+    ("snapshots/ops.py", "_Verifier.verify", "partial / unreadable / complete status"),
 ]
 
 # The Spark helper's own records (acknowledgements, the manifest's "spark",
@@ -60,6 +58,10 @@ SPARK_LAYER: list[tuple[str, str | tuple[str, int], str]] = [
     ("spark/root.py", "StateRoot.finalize", 'the "spark" record'),
     ("spark/sink.py", "ArrowSnapshotSink._commit", "output entries"),
     ("spark/sink.py", "_output_files", "output entries"),
+    # stage_partition: the Rust encoder writes the files; the staged name
+    # and where a file ends (max_file_bytes) are the sink's
+    ("spark/sink.py", ('rel = f"{STAGING_DIR}/{target.batch:08d}', 1), "staged file name"),
+    ("spark/sink.py", ("    size = 0", 9), "file split at max_file_bytes"),
 ]
 
 

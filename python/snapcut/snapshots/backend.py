@@ -14,12 +14,14 @@ from snapcut import _fs
 from snapcut._core import (
     SnapshotError,
     SnapshotReader,
+    format_channel_files,
     format_check_file,
     format_check_manifest,
     format_missing_file,
-    format_needs,
+    format_missing_manifest,
+    format_scan,
     format_state_chain,
-    format_verify_plan,
+    format_verify,
 )
 from snapcut.snapshots.layout import (
     MANIFEST_FILE,
@@ -95,22 +97,40 @@ class FsBackend(Backend):
     def _dir(self, checkpoint_id: int) -> str:
         return f"{self.root}/{checkpoint_dir_name(checkpoint_id)}"
 
-    def scan(self) -> dict[int, bool]:
-        """Every checkpoint directory with whether it has a manifest."""
+    def listing(self) -> builtins.list[tuple[str, bool]]:
+        """Paths under the root, relative to it, with whether each is a
+        directory: what ``format_scan`` and ``format_retention`` read. On
+        object stores one recursive listing (pages of keys) costs less than a
+        request per checkpoint; elsewhere the root's entries and the
+        manifests of the checkpoint directories among them."""
         from pyarrow.fs import FileSelector, FileType
 
-        out: dict[int, bool] = {}
-        for info in self.fs.get_file_info(FileSelector(self.root)):
-            cid = parse_dir_name(info.base_name)
-            if cid is not None and info.type == FileType.Directory:
-                out[cid] = _fs.exists(self.fs, f"{info.path}/{MANIFEST_FILE}")
-        return out
+        prefix = len(self.root.rstrip("/")) + 1
+        if _fs.is_object_store(self.fs):
+            infos = self.fs.get_file_info(FileSelector(self.root, recursive=True))
+            return [(i.path[prefix:], i.type == FileType.Directory) for i in infos]
+        out = [
+            (i.base_name, i.type == FileType.Directory)
+            for i in self.fs.get_file_info(FileSelector(self.root))
+        ]
+        probes = [
+            f"{self.root}/{name}/{MANIFEST_FILE}"
+            for name, is_dir in out
+            if is_dir and parse_dir_name(name) is not None
+        ]
+        found = self.fs.get_file_info(probes)
+        return out + [(i.path[prefix:], False) for i in found if i.type == FileType.File]
+
+    def scan(self) -> tuple[builtins.list[int], builtins.list[int]]:
+        """``(complete, partial)`` checkpoint ids, oldest first: the Rust rule
+        over the root's listing."""
+        return format_scan(self.listing())
 
     def complete(self) -> builtins.list[int]:
-        return sorted(c for c, complete in self.scan().items() if complete)
+        return self.scan()[0]
 
     def partial(self) -> builtins.list[int]:
-        return sorted(c for c, complete in self.scan().items() if not complete)
+        return self.scan()[1]
 
     def manifest_bytes(self, checkpoint_id: int) -> bytes:
         """The bytes of a checkpoint's manifest, checked (format, version, id)."""
@@ -124,14 +144,8 @@ class FsBackend(Backend):
         except OSError:
             if _fs.exists(self.fs, path):
                 raise
-            if _fs.exists(self.fs, d):
-                raise SnapshotError(
-                    f"checkpoint {checkpoint_id} has no {MANIFEST_FILE} in {d}: it is partial "
-                    "(crashed or aborted before commit) and cannot be restored"
-                ) from None
-            raise SnapshotError(
-                f"checkpoint {checkpoint_id} does not exist under {self.root}"
-            ) from None
+            missing = format_missing_manifest(checkpoint_id, d, self.root, _fs.exists(self.fs, d))
+            raise missing from None
         format_check_manifest(raw, f"manifest {path}", checkpoint_id)
         self._raw[checkpoint_id] = raw
         return raw
@@ -161,32 +175,14 @@ class FsBackend(Backend):
 
     def verify(self, checkpoint_id: int) -> dict[str, Any]:
         raw = self.manifest_bytes(checkpoint_id)
+        format_verify(
+            checkpoint_id,
+            raw,
+            self.manifest_bytes,
+            lambda cid, entry: self.read_checked(cid, json.loads(entry)),
+        )
         manifest: dict[str, Any] = json.loads(raw)
-        bases: dict[int, bytes] = {}
-        for needed in format_needs(raw, checkpoint_id):
-            if needed != checkpoint_id:
-                bases[needed] = self._base_manifest(checkpoint_id, needed)
-        files, _ = format_verify_plan(checkpoint_id, raw, list(bases.items()), [])
-        parsed = {c: json.loads(b) for c, b in bases.items()}
-        for cid, index in files:
-            m = manifest if cid == checkpoint_id else parsed[cid]
-            try:
-                self.read_checked(cid, m["files"][index])
-            except SnapshotError as e:
-                if cid == checkpoint_id:
-                    raise
-                raise SnapshotError(
-                    f"checkpoint {checkpoint_id} needs base checkpoint {cid}: {e}"
-                ) from e
         return manifest
-
-    def _base_manifest(self, checkpoint_id: int, base: int) -> bytes:
-        try:
-            return self.manifest_bytes(base)
-        except SnapshotError as e:
-            raise SnapshotError(
-                f"checkpoint {checkpoint_id} needs base checkpoint {base}: {e}"
-            ) from e
 
     def chain(
         self, checkpoint_id: int, task: Task, manifest: dict[str, Any] | None = None
@@ -212,14 +208,11 @@ class FsBackend(Backend):
         return rebuild_state([(kind, table) for _, kind, table in chain])
 
     def channels(self, checkpoint_id: int, task: Task) -> builtins.list[Channel]:
-        manifest = self.manifest(checkpoint_id)
-        out = []
-        for f in manifest["files"]:
-            if f["role"] == "channel" and (f.get("vertex"), f.get("subtask")) == task:
-                records = read_ipc(self.read_checked(checkpoint_id, f))
-                edge = f.get("edge", "")
-                out.append(Channel(f.get("input", 0), edge, f["from_subtask"], records))
-        return out
+        raw = self.manifest_bytes(checkpoint_id)
+        return [
+            Channel(i, edge, s, read_ipc(self.read_checked(checkpoint_id, json.loads(entry))))
+            for i, edge, s, entry in format_channel_files(raw, checkpoint_id, task[0], task[1])
+        ]
 
 
 def _json_bytes(manifest: dict[str, Any]) -> bytes:

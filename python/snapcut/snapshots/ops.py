@@ -26,7 +26,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from snapcut import _fs
-from snapcut._core import SnapshotError, format_check_structure, format_needs, format_verify_plan
+from snapcut._core import (
+    SnapshotError,
+    format_check_structure,
+    format_missing_manifest,
+    format_needs,
+    format_summary,
+    format_verify_plan,
+)
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import MANIFEST_FILE, checkpoint_dir_name
 from snapcut.snapshots.writer import SnapshotWriter
@@ -43,7 +50,6 @@ __all__ = [
     "Progress",
     "PruneResult",
     "TaskInfo",
-    "engine",
     "list_checkpoints",
     "open_root",
     "prune",
@@ -59,11 +65,6 @@ def open_root(root: Root, filesystem: Any = None) -> FsBackend:
     return FsBackend(fs, path)
 
 
-def engine(manifest: dict[str, Any]) -> str:
-    """ "spark" for a checkpoint written by snapcut's Spark helper, else "local"."""
-    return "spark" if "spark" in manifest else "local"
-
-
 def resolve_id(backend: FsBackend, checkpoint_id: int | None) -> int:
     """`checkpoint_id`, or the newest complete checkpoint when it is None."""
     if checkpoint_id is not None:
@@ -72,15 +73,6 @@ def resolve_id(backend: FsBackend, checkpoint_id: int | None) -> int:
     if not ids:
         raise SnapshotError(f"no complete checkpoint under {backend.root}")
     return ids[-1]
-
-
-def _state_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    return [f for f in manifest["files"] if f["role"] == "state"]
-
-
-def _longest_chain(manifest: dict[str, Any]) -> list[int]:
-    chains = [list(f.get("chain") or []) for f in _state_files(manifest)]
-    return max(chains, key=len, default=[]) or [int(manifest["checkpoint_id"])]
 
 
 # --- list ---
@@ -116,23 +108,9 @@ class CheckpointRow:
         return asdict(self)
 
 
-def _row(manifest: dict[str, Any]) -> CheckpointRow:
-    files = manifest["files"]
-    kinds = {f.get("kind", "full") for f in _state_files(manifest)}
-    kind = "diff" if "diff" in kinds else "full" if kinds else None
-    return CheckpointRow(
-        id=int(manifest["checkpoint_id"]),
-        status="complete",
-        committed_ms=manifest.get("committed_ms"),
-        engine=engine(manifest),
-        protocol=manifest.get("protocol"),
-        kind=kind,
-        files=len(files),
-        bytes=sum(int(f["bytes"]) for f in files),
-        records=sum(int(f["rows"]) for f in files if f["role"] != "sources"),
-        chain=_longest_chain(manifest),
-        savepoint=bool(manifest.get("savepoint", False)),
-    )
+def _row(backend: FsBackend, checkpoint_id: int) -> CheckpointRow:
+    summary = json.loads(format_summary(backend.manifest_bytes(checkpoint_id), checkpoint_id))
+    return CheckpointRow(status="complete", **summary)
 
 
 def _dir_files(backend: FsBackend, checkpoint_id: int) -> list[Any]:
@@ -150,7 +128,7 @@ def list_checkpoints(root: Root, filesystem: Any = None) -> list[CheckpointRow]:
     for cid in sorted(complete | set(backend.partial())):
         if cid in complete:
             try:
-                rows.append(_row(backend.manifest(cid)))
+                rows.append(_row(backend, cid))
                 continue
             except SnapshotError as e:
                 status, error = "unreadable", str(e)
@@ -220,7 +198,8 @@ def show_checkpoint(
 ) -> CheckpointInfo:
     """The manifest of `checkpoint_id` (default: the newest complete one), per task."""
     backend = open_root(root, filesystem)
-    manifest = backend.manifest(resolve_id(backend, checkpoint_id))
+    cid = resolve_id(backend, checkpoint_id)
+    manifest = backend.manifest(cid)
     entries = {(t["vertex"], int(t["subtask"])): t for t in manifest["tasks"]}
     files: dict[tuple[str, int], list[dict[str, Any]]] = {}
     loose = []
@@ -245,7 +224,7 @@ def show_checkpoint(
                 other=[f for f in own if f["role"] not in ("state", "channel")],
             )
         )
-    return CheckpointInfo(_row(manifest), manifest, tasks, loose)
+    return CheckpointInfo(_row(backend, cid), manifest, tasks, loose)
 
 
 # --- verify ---
@@ -305,17 +284,18 @@ class _Verifier:
         self.backend = backend
         self.progress = progress
         self.total = 0
-        self.manifests: dict[int, dict[str, Any] | str] = {}
+        self.broken: dict[int, str] = {}
         self.plans: dict[int, tuple[list[tuple[int, dict[str, Any]]], list[str]]] = {}
         self.done: dict[tuple[int, str], FileCheck] = {}
 
-    def manifest(self, cid: int) -> dict[str, Any] | str:
-        if cid not in self.manifests:
-            try:
-                self.manifests[cid] = self.backend.manifest(cid)
-            except SnapshotError as e:
-                self.manifests[cid] = str(e)
-        return self.manifests[cid]
+    def manifest_bytes(self, cid: int) -> bytes:
+        if cid in self.broken:
+            raise SnapshotError(self.broken[cid])
+        try:
+            return self.backend.manifest_bytes(cid)
+        except SnapshotError as e:
+            self.broken[cid] = str(e)
+            raise
 
     def check(self, cid: int, entry: dict[str, Any]) -> FileCheck:
         rel = f"{checkpoint_dir_name(cid)}/{entry['path']}"
@@ -338,47 +318,28 @@ class _Verifier:
         return result
 
     def plan(self, cid: int) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
-        """The files checkpoint `cid` is read from (its own, its bases' state
-        files) and its structural problems: the Rust verify plan."""
-        if cid in self.plans:
-            return self.plans[cid]
-        m = self.manifest(cid)
-        if isinstance(m, str):
-            return [], []
-        raw = self.backend.manifest_bytes(cid)
-        bases, broken = [], []
-        for base in format_needs(raw, cid):
-            if base == cid:
-                continue
-            bm = self.manifest(base)
-            if isinstance(bm, str):
-                broken.append((base, bm))
-            else:
-                bases.append((base, self.backend.manifest_bytes(base)))
-        files, problems = format_verify_plan(cid, raw, bases, broken)
-        out = []
-        for c, index in files:
-            owner = self.manifest(c)
-            assert not isinstance(owner, str)
-            out.append((c, owner["files"][index]))
-        self.plans[cid] = (out, problems)
+        """The Rust verify plan of checkpoint `cid` (none when its manifest
+        is unreadable), its entries parsed."""
+        if cid not in self.plans:
+            try:
+                raw = self.manifest_bytes(cid)
+            except SnapshotError:
+                return [], []
+            files, problems = format_verify_plan(cid, raw, self.manifest_bytes)
+            self.plans[cid] = ([(c, json.loads(e)) for c, e in files], problems)
         return self.plans[cid]
 
     def verify(self, cid: int, complete: bool) -> CheckpointCheck:
         manifest_path = f"{checkpoint_dir_name(cid)}/{MANIFEST_FILE}"
         if not complete:
-            why = (
-                f"checkpoint {cid} is partial: {self.backend.root}/{manifest_path} is missing "
-                "(crashed or aborted before commit), it cannot be restored"
-            )
+            d = f"{self.backend.root}/{checkpoint_dir_name(cid)}"
+            why = str(format_missing_manifest(cid, d, self.backend.root, True))
             missing = FileCheck(cid, manifest_path, "manifest", 0, why)
             return CheckpointCheck(cid, "partial", [missing])
-        m = self.manifest(cid)
-        if isinstance(m, str):
-            return CheckpointCheck(
-                cid, "unreadable", [FileCheck(cid, manifest_path, "manifest", 0, m)]
-            )
         planned, problems = self.plan(cid)
+        if cid in self.broken:
+            unreadable = FileCheck(cid, manifest_path, "manifest", 0, self.broken[cid])
+            return CheckpointCheck(cid, "unreadable", [unreadable])
         files = [self.check(c, f) for c, f in planned]
         return CheckpointCheck(cid, "complete", files, problems)
 

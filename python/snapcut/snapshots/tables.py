@@ -28,7 +28,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from snapcut import _fs
-from snapcut._core import SnapshotError
+from snapcut._core import SnapshotError, format_export_plan, format_state_files
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import KEY_METADATA, file_component, read_ipc
 from snapcut.snapshots.ops import Progress, Root, open_root, resolve_id
@@ -39,10 +39,6 @@ FORMATS = ("parquet", "arrow", "csv")
 EXPORT_MANIFEST = "_snapcut_export.json"
 """Marks a directory as an export ("complete" once every file is written);
 its leading `_` hides it from Spark's reader."""
-INTERNAL_ROLES = frozenset({"state", "sources", "channel"})
-"""Roles not exported as tables of their own: state is exported rebuilt, per
-task; source offsets and in-flight channel records are not tables of results."""
-
 __all__ = [
     "EXPORT_MANIFEST",
     "FORMATS",
@@ -56,10 +52,9 @@ __all__ = [
 ]
 
 
-def _state_tasks(manifest: dict[str, Any]) -> dict[Task, dict[str, Any]]:
-    return {
-        (str(f["vertex"]), int(f["subtask"])): f for f in manifest["files"] if f["role"] == "state"
-    }
+def _state_tasks(backend: FsBackend, checkpoint_id: int) -> dict[Task, dict[str, Any]]:
+    raw = backend.manifest_bytes(checkpoint_id)
+    return {(v, s): json.loads(e) for v, s, e in format_state_files(raw, checkpoint_id)}
 
 
 def select_tasks(tasks: Sequence[Task], spec: str | None) -> list[Task]:
@@ -270,12 +265,12 @@ def _diff_rows(a: pa.Table, b: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
 
 def _diff_task(
     backend: FsBackend,
-    a: tuple[int, dict[str, Any]],
-    b: tuple[int, dict[str, Any]],
+    a: tuple[int, dict[Task, dict[str, Any]]],
+    b: tuple[int, dict[Task, dict[str, Any]]],
     task: Task,
 ) -> TaskDiff:
-    (ida, ma), (idb, mb) = a, b
-    ea, eb = _state_tasks(ma).get(task), _state_tasks(mb).get(task)
+    (ida, sa), (idb, sb) = a, b
+    ea, eb = sa.get(task), sb.get(task)
     ta = backend.state(ida, task) if ea is not None else None
     tb = backend.state(idb, task) if eb is not None else None
     key = _key_of([tb, ta], [eb, ea])
@@ -301,9 +296,9 @@ def diff_checkpoints(
     :func:`select_tasks`): keys added, removed and changed from `a` to `b`,
     on the full states rebuilt from each checkpoint's chain."""
     backend = open_root(root, filesystem)
-    ma, mb = backend.manifest(a), backend.manifest(b)
-    tasks = select_tasks(list(_state_tasks(ma).keys() | _state_tasks(mb).keys()), task)
-    return [_diff_task(backend, (a, ma), (b, mb), t) for t in tasks]
+    sa, sb = _state_tasks(backend, a), _state_tasks(backend, b)
+    tasks = select_tasks(list(sa.keys() | sb.keys()), task)
+    return [_diff_task(backend, (a, sa), (b, sb), t) for t in tasks]
 
 
 # --- export ---
@@ -358,40 +353,13 @@ class _Part:
     entry: dict[str, Any]
 
 
-def _plan(manifest: dict[str, Any]) -> list[_Part]:
-    """Every part an export writes: each task's state under its vertex; each
-    file of another role (e.g. a Spark batch's "output") under the role
-    (``<role>-<vertex>`` when the file belongs to a vertex)."""
-    parts: list[_Part] = []
-    counters: Counter[str] = Counter()
-    for f in manifest["files"]:
-        role = str(f["role"])
-        vertex = f.get("vertex")
-        if role == "state":
-            task = (str(vertex), int(f["subtask"]))
-            parts.append(_Part(task[0], role, task[1], task, f))
-        elif role not in INTERNAL_ROLES:
-            name = role if vertex is None else f"{role}-{vertex}"
-            index = f.get("subtask", f.get("partition"))
-            if index is None:
-                index = counters[name]
-            counters[name] += 1
-            parts.append(_Part(name, role, int(index), None, f))
-    seen: dict[tuple[str, int], str] = {}
-    roles: dict[str, str] = {}
-    for p in parts:
-        if roles.setdefault(p.table, p.role) != p.role:
-            raise SnapshotError(
-                f"cannot export: table {p.table!r} would hold both {roles[p.table]} and "
-                f"{p.role} files"
-            )
-        if (p.table, p.index) in seen:
-            raise SnapshotError(
-                f"cannot export: files {seen[(p.table, p.index)]} and {p.entry['path']} "
-                f"would both be part {p.index} of table {p.table!r}"
-            )
-        seen[(p.table, p.index)] = str(p.entry["path"])
-    return sorted(parts, key=lambda p: (p.role != "state", p.table, p.index))
+def _plan(backend: FsBackend, checkpoint_id: int) -> list[_Part]:
+    """Every part an export writes (the Rust ``format::export_plan``)."""
+    raw = backend.manifest_bytes(checkpoint_id)
+    return [
+        _Part(table, role, index, task, json.loads(entry))
+        for table, role, index, task, entry in format_export_plan(raw, checkpoint_id)
+    ]
 
 
 def _read_part(backend: FsBackend, checkpoint_id: int, part: _Part) -> pa.Table:
@@ -491,8 +459,7 @@ def export_checkpoint(
         raise SnapshotError(f"export format must be one of {', '.join(FORMATS)}, got {format!r}")
     backend = open_root(root, filesystem)
     cid = resolve_id(backend, checkpoint_id)
-    manifest = backend.manifest(cid)
-    parts = _plan(manifest)
+    parts = _plan(backend, cid)
     out_fs, out_path = _fs.resolve(out, out_filesystem)
     if progress is not None:
         progress(0, len(parts))

@@ -6,7 +6,6 @@ encode the files, build the manifest and pick what retention deletes."""
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
 import os
 import time
@@ -20,7 +19,8 @@ from snapcut import _fs
 from snapcut._core import (
     SnapshotError,
     format_build_manifest,
-    format_encode_ipc,
+    format_encode_channel,
+    format_encode_file,
     format_encode_state,
     format_retention,
 )
@@ -30,7 +30,6 @@ from snapcut.snapshots.layout import (
     MANIFEST_TMP_FILE,
     SOURCES_FILE,
     Task,
-    channel_file_name,
     checkpoint_dir_name,
 )
 
@@ -55,10 +54,15 @@ class SnapshotWriter:
         # task retry) never shows a reader a truncated file.
         _fs.write_atomic(self.fs, path, f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp", data)
 
-    def _write(self, checkpoint_id: int, name: str, table: pa.Table) -> dict[str, Any]:
-        data, rows, crc = format_encode_ipc(table, name)
+    def _write(
+        self, checkpoint_id: int, name: str, table: pa.Table, role: str = "output"
+    ) -> dict[str, Any]:
+        """Writes a file of a role the format leaves to its writer (e.g. the
+        Spark sink's "output"); returns its entry."""
+        data, entry = format_encode_file(table, name, role)
         self._put(checkpoint_id, name, data)
-        return {"path": name, "rows": rows, "bytes": len(data), "crc32c": crc}
+        written: dict[str, Any] = json.loads(entry)
+        return written
 
     def write_state(
         self,
@@ -70,10 +74,15 @@ class SnapshotWriter:
         kind: str = "full",
         base: int | None = None,
         sort: bool = False,
+        base_chain: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """Writes a task's state: "full", or "diff" against `base` (needs
-        `__deleted`); `sort` orders the rows by `key` first."""
-        data, entry = format_encode_state(vertex, subtask, table, key, kind, base, sort)
+        `__deleted`); `sort` orders the rows by `key` first. A writer that
+        keeps the chain of the state it diffs against passes it as
+        `base_chain`: the entry then carries its own chain (and a diff's
+        base is that chain's last); else :meth:`commit` resolves it."""
+        chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
+        data, entry = format_encode_state(vertex, subtask, table, key, kind, base, sort, chain_at)
         written: dict[str, Any] = json.loads(entry)
         self._put(checkpoint_id, written["path"], data)
         return written
@@ -88,17 +97,10 @@ class SnapshotWriter:
         records: pa.Table,
         input: int = 0,
     ) -> dict[str, Any]:
-        name = channel_file_name(vertex, subtask, edge, from_subtask)
-        entry = self._write(checkpoint_id, name, records)
-        entry.update(
-            role="channel",
-            vertex=vertex,
-            subtask=subtask,
-            edge=edge,
-            input=input,
-            from_subtask=from_subtask,
-        )
-        return entry
+        data, entry = format_encode_channel(vertex, subtask, edge, from_subtask, input, records)
+        written: dict[str, Any] = json.loads(entry)
+        self._put(checkpoint_id, written["path"], data)
+        return written
 
     def commit(
         self,
@@ -131,17 +133,11 @@ class SnapshotWriter:
                 "refusing to overwrite it"
             )
         backend = FsBackend(self.fs, self.root, check=False)
-        bases = []
-        for f in files:
-            if f["role"] == "state" and f.get("kind") == "diff" and not f.get("chain"):
-                # A missing base: the Rust rule names it.
-                with contextlib.suppress(SnapshotError):
-                    bases.append((int(f["base"]), backend.manifest_bytes(int(f["base"]))))
         offsets = dict(source_offsets or {})
         sources, manifest = format_build_manifest(
             checkpoint_id,
             json.dumps(list(files)),
-            bases,
+            backend.manifest_bytes,
             list(tasks),
             [(v, s, o) for (v, s), o in offsets.items()],
             protocol,
@@ -170,15 +166,9 @@ class SnapshotWriter:
         ``format::retention``. Returns the removed ids (with `dry_run`, the
         ids it would remove, deleting nothing)."""
         backend = FsBackend(self.fs, self.root)
-        scan = backend.scan()
-        manifests = []
-        for cid in sorted(c for c, complete in scan.items() if complete):
-            try:
-                manifests.append((cid, backend.manifest_bytes(cid)))
-            except SnapshotError:
-                continue  # unreadable: never a base, left for inspection
-        in_progress = sorted(c for c, complete in scan.items() if not complete)
-        removed: builtins.list[int] = format_retention(manifests, in_progress, retain)
+        removed: builtins.list[int] = format_retention(
+            backend.listing(), backend.manifest_bytes, retain
+        )
         if dry_run:
             return removed
         for cid in removed:

@@ -214,8 +214,8 @@ class PartitionTask:
         if len(loaded.chain) + 1 > self.root.spec.full_every:
             table.checkpoint_aborted()  # forces a full: bounds the restore chain
         _, kind, capture = table.checkpoint(self.batch_id)
-        chain = [self.batch_id] if kind == "full" else [*loaded.chain, self.batch_id]
-        entry = self.root.write_state(self.batch_id, self.partition, capture, kind, chain)
+        entry = self.root.write_state(self.batch_id, self.partition, capture, kind, loaded.chain)
+        chain: list[int] = entry["chain"]
         failpoints.hit("state.after_write", self.batch_id, self.partition)
         write_ms = (time.perf_counter() - t0) * 1000
         ack = {

@@ -157,7 +157,7 @@ def _write_one(
     t0 = time.perf_counter()
     table = state_rows(batches, spec.schema, spec.state_key, spec.key, "rescaled state")
     root = StateRoot(spec)
-    entry = root.write_state(version, partition, table, "full", [version])
+    entry = root.write_state(version, partition, table, "full", [])
     ack = {
         "query_id": owner,
         "file": entry,

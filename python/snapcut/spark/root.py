@@ -175,22 +175,22 @@ class StateRoot:
         partition: int,
         table: pa.Table | pa.RecordBatch,
         kind: str,
-        chain: list[int],
+        base_chain: list[int],
     ) -> dict[str, Any]:
-        """Writes a partition's version `batch`; the Rust encoder sorts the
-        rows by the state key, so the bytes are deterministic."""
-        entry = self.writer.write_state(
+        """Writes a partition's version `batch`, a "full" or a "diff" on the
+        version whose chain is `base_chain`; the entry carries its chain
+        (the Rust rule). The Rust encoder sorts the rows by the state key,
+        so the bytes are deterministic."""
+        return self.writer.write_state(
             batch,
             self.spec.vertex,
             partition,
             table,
             key=self.spec.state_key,
             kind=kind,
-            base=chain[-2] if kind == "diff" else None,
             sort=True,
+            base_chain=base_chain,
         )
-        entry["chain"] = chain
-        return entry
 
     def write_ack(self, batch: int, partition: int, ack: dict[str, Any]) -> None:
         path = self.ack_path(batch, partition)

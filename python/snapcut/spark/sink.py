@@ -68,7 +68,7 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from snapcut import _fs
-from snapcut._core import ConfigError, SnapshotError, StorageError, crc32c
+from snapcut._core import ConfigError, SnapshotError, StorageError, format_encode_ipc
 from snapcut.snapshots import (
     MANIFEST_FILE,
     FsBackend,
@@ -166,23 +166,21 @@ def stage_partition(
     target: _Target, partition: int, attempt: int, batches: Iterator[pa.RecordBatch]
 ) -> pa.RecordBatch:
     """Writes one partition's rows of batch N as Arrow IPC file(s) under
-    ``_staging/`` and returns their descriptions (free of Spark, for tests)."""
+    ``_staging/`` and returns their descriptions (free of Spark, for tests).
+    The Rust encoder writes each file and its crc32c; a new file starts once
+    the rows held reach ``max_file_bytes`` of Arrow buffers."""
     failpoints.hit("sink.before_stage", target.batch, partition)
     fs, root = _fs.resolve(target.uri, target.filesystem)
     schema = schema_from_bytes(target.schema_ipc)
     token = uuid.uuid4().hex[:12]
     out: list[dict[str, Any]] = []
-    buf: pa.BufferOutputStream | None = None
-    writer: Any = None
-    rows = 0
+    held: list[pa.RecordBatch] = []
 
     def finish() -> None:
-        nonlocal buf, writer, rows
-        assert buf is not None and writer is not None
-        writer.close()
-        data = buf.getvalue().to_pybytes()
         k = len(out)
         rel = f"{STAGING_DIR}/{target.batch:08d}/part-{partition:05d}-{k}-a{attempt}-{token}.arrow"
+        data, rows, crc = format_encode_ipc(pa.Table.from_batches(held, schema), rel)
+        held.clear()
         path = f"{root}/{rel}"
         try:
             _fs.write_bytes(fs, path, data)
@@ -205,24 +203,20 @@ def stage_partition(
                 "path": rel,
                 "rows": rows,
                 "bytes": len(data),
-                "crc32c": crc32c(data),
+                "crc32c": crc,
             }
         )
-        buf, writer, rows = None, None, 0
 
+    size = 0
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        batch = _conform(batch, schema)
-        if writer is None:
-            buf = pa.BufferOutputStream()
-            writer = ipc.new_file(buf, schema)
-        writer.write_batch(batch)
-        rows += batch.num_rows
-        assert buf is not None
-        if buf.tell() >= target.max_file_bytes:
+        held.append(_conform(batch, schema))
+        size += held[-1].nbytes
+        if size >= target.max_file_bytes:
             finish()
-    if writer is not None:
+            size = 0
+    if held:
         finish()
     failpoints.hit("sink.after_stage", target.batch, partition)
     return pa.RecordBatch.from_pylist(out, schema=_FILES_SCHEMA)

@@ -15,7 +15,7 @@ use snapcut_core::snapshot::{
     ChannelLog, CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskId, TaskSnapshot,
 };
 use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
-use snapcut_core::store::format::{self, InProgress, ManifestMeta};
+use snapcut_core::store::format::{self, ManifestMeta};
 use snapcut_core::store::{
     self, FileEntry, FileKind, Manifest, SnapshotReader as CoreReader, SnapshotStore as CoreStore,
     StoreOptions,
@@ -399,8 +399,10 @@ fn format_rebuild_state<'py>(
 
 /// A task's state file: `(bytes, entry JSON)`. `kind` "full", or "diff"
 /// against `base`; `sort` orders the rows by `key` (deterministic bytes).
+/// With `chain_at` (`(checkpoint id, the base's chain)`, the chain a writer
+/// keeps) the entry carries its chain, and a diff's base is the chain's last.
 #[pyfunction]
-#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false))]
+#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
 #[allow(clippy::too_many_arguments)]
 fn format_encode_state<'py>(
     py: Python<'py>,
@@ -411,7 +413,9 @@ fn format_encode_state<'py>(
     kind: &str,
     base: Option<u64>,
     sort: bool,
+    chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
     let diff = match (kind, base) {
         ("full", _) => false,
         ("diff", Some(_)) => true,
@@ -447,6 +451,9 @@ fn format_encode_state<'py>(
                     crc32c: 0,
                 },
             );
+            if let Some((id, base_chain)) = &chain_at {
+                entry.chain = format::chain_after(*id, diff.then_some(base_chain.as_slice()));
+            }
             let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
             (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
             Ok::<_, Error>((bytes, entry))
@@ -462,29 +469,82 @@ fn format_encode_ipc<'py>(
     batch: AnyRecordBatch,
     what: &str,
 ) -> PyResult<(Bound<'py, PyBytes>, u64, u32)> {
-    let schema = batch.schema()?;
-    let reader = batch.into_reader()?;
-    let batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| crate::errors::ConfigError::new_err(format!("{what}: {e}")))?;
+    let (schema, batches) = batches_of(batch, what)?;
     let (bytes, w) = py
         .detach(|| format::encode_ipc(&schema, &batches, what))
         .map_py()?;
     Ok((PyBytes::new(py, &bytes), w.rows, w.crc32c))
 }
 
+fn batches_of(
+    batch: AnyRecordBatch,
+    what: &str,
+) -> PyResult<(arrow_schema::SchemaRef, Vec<arrow_array::RecordBatch>)> {
+    let schema = batch.schema()?;
+    let batches = batch
+        .into_reader()?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| crate::errors::ConfigError::new_err(format!("{what}: {e}")))?;
+    Ok((schema, batches))
+}
+
+/// A channel file of `(vertex, subtask)`, logged from `edge`'s
+/// `from_subtask` on input `input`: `(bytes, entry JSON)`.
+#[pyfunction]
+fn format_encode_channel<'py>(
+    py: Python<'py>,
+    vertex: &str,
+    subtask: usize,
+    edge: &str,
+    from_subtask: usize,
+    input: usize,
+    records: AnyRecordBatch,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let t = task(vertex, subtask);
+    let name = store::channel_file_name(&t, edge, from_subtask);
+    let (schema, batches) = batches_of(records, &name)?;
+    let (bytes, w) = py
+        .detach(|| format::encode_ipc(&schema, &batches, &name))
+        .map_py()?;
+    let entry = format::channel_entry(&t, edge, input, from_subtask, w);
+    Ok((PyBytes::new(py, &bytes), entry_json(&entry)))
+}
+
+/// A file of a role the format leaves to its writer (e.g. `"output"`), named
+/// `path`, with the writer's own entry `fields` (a JSON object):
+/// `(bytes, entry JSON)`.
+#[pyfunction]
+#[pyo3(signature = (table, path, role, fields = "{}"))]
+fn format_encode_file<'py>(
+    py: Python<'py>,
+    table: AnyRecordBatch,
+    path: &str,
+    role: &str,
+    fields: &str,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let fields = serde_json::from_str(fields)
+        .map_err(|e| Error::Snapshot(format!("malformed manifest entry fields: {e}")))
+        .map_py()?;
+    let (schema, batches) = batches_of(table, path)?;
+    let (bytes, w) = py
+        .detach(|| format::encode_ipc(&schema, &batches, path))
+        .map_py()?;
+    let entry = format::other_entry(path, role, w, fields);
+    Ok((PyBytes::new(py, &bytes), entry_json(&entry)))
+}
+
 /// The manifest of checkpoint `checkpoint_id` and its `sources.arrow`:
 /// `(sources bytes, manifest bytes)`. `files`: JSON list of entries (the
 /// sources entry is added); a state diff without a chain gets it from its
-/// base's manifest in `bases` (`[(id, manifest bytes)]`).
+/// base's manifest, whose bytes `manifest_of(id)` gives.
 #[pyfunction]
-#[pyo3(signature = (checkpoint_id, files, bases, tasks, offsets, protocol, graph_fingerprint, savepoint, started_ms, finished_ms, committed_ms, extra))]
+#[pyo3(signature = (checkpoint_id, files, manifest_of, tasks, offsets, protocol, graph_fingerprint, savepoint, started_ms, finished_ms, committed_ms, extra))]
 #[allow(clippy::too_many_arguments)]
 fn format_build_manifest<'py>(
     py: Python<'py>,
     checkpoint_id: u64,
     files: &str,
-    bases: Vec<(u64, Vec<u8>)>,
+    manifest_of: &Bound<'py, PyAny>,
     tasks: Vec<(String, usize)>,
     offsets: Vec<(String, usize, u64)>,
     protocol: &str,
@@ -495,31 +555,18 @@ fn format_build_manifest<'py>(
     committed_ms: u64,
     extra: &str,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let id = checkpoint_id;
+    let mut files: Vec<FileEntry> = serde_json::from_str(files)
+        .map_err(|e| Error::Snapshot(format!("malformed manifest file entries: {e}")))
+        .map_py()?;
+    let extra: serde_json::Map<String, serde_json::Value> = serde_json::from_str(extra)
+        .map_err(|e| Error::Snapshot(format!("malformed manifest fields: {e}")))
+        .map_py()?;
+    let io = Io::new(manifest_of);
+    let resolved = format::resolve_chains(id, &mut files, |b| io.manifest(b).ok());
+    io.finish(resolved)?;
     let (sources, manifest) = py
         .detach(|| {
-            let id = checkpoint_id;
-            let mut files: Vec<FileEntry> = serde_json::from_str(files)
-                .map_err(|e| Error::Snapshot(format!("malformed manifest file entries: {e}")))?;
-            let extra: serde_json::Map<String, serde_json::Value> = serde_json::from_str(extra)
-                .map_err(|e| Error::Snapshot(format!("malformed manifest fields: {e}")))?;
-            let bases = bases
-                .iter()
-                .map(|(b, data)| {
-                    format::parse_manifest(data, &format!("manifest of checkpoint {b}"), *b)
-                        .map(|m| (*b, m))
-                })
-                .collect::<Result<BTreeMap<u64, Manifest>, Error>>()?;
-            for f in files.iter_mut() {
-                if f.role != store::FileRole::State || !f.chain.is_empty() {
-                    continue;
-                }
-                f.chain = match (f.kind, f.base, f.task()) {
-                    (Some(FileKind::Diff), Some(base), Some(t)) => {
-                        format::diff_chain(id, &t, base, bases.get(&base), |_| true)?
-                    }
-                    _ => vec![id],
-                };
-            }
             let offsets: BTreeMap<TaskId, u64> = offsets
                 .into_iter()
                 .map(|(v, s, o)| (task(&v, s), o))
@@ -546,15 +593,99 @@ fn format_build_manifest<'py>(
     Ok((PyBytes::new(py, &sources), PyBytes::new(py, &manifest)))
 }
 
-/// THE retention rule: the complete checkpoints (`manifests`: their bytes;
-/// unreadable ones are never a base) to delete, keeping the newest `retain`,
-/// savepoints, the base of each checkpoint `in_progress`, and what kept ones
-/// need, to a fixpoint.
+/// A Python callable a driver of the format calls for bytes (the caller's
+/// I/O). A `SnapshotError` it raises is the format's business (a missing or
+/// broken file: the rule decides what it means); any other exception stops
+/// the driver and is raised as it was.
+struct Io<'a, 'py> {
+    call: &'a Bound<'py, PyAny>,
+    failed: std::cell::RefCell<Option<PyErr>>,
+}
+
+impl<'a, 'py> Io<'a, 'py> {
+    fn new(call: &'a Bound<'py, PyAny>) -> Self {
+        Self {
+            call,
+            failed: Default::default(),
+        }
+    }
+
+    fn stopped() -> Error {
+        Error::Snapshot("stopped by an I/O error".into())
+    }
+
+    fn outcome<T>(&self, r: PyResult<T>) -> Result<T, Error> {
+        if self.failed.borrow().is_some() {
+            return Err(Self::stopped());
+        }
+        r.map_err(|e| {
+            let py = self.call.py();
+            if e.is_instance_of::<crate::errors::SnapshotError>(py) {
+                let msg = e.value(py).to_string();
+                let prefix = Error::Snapshot(String::new()).to_string();
+                Error::Snapshot(msg.strip_prefix(&prefix).unwrap_or(&msg).to_string())
+            } else {
+                *self.failed.borrow_mut() = Some(e);
+                Self::stopped()
+            }
+        })
+    }
+
+    /// The manifest of checkpoint `id`, from the bytes the callable returns.
+    fn manifest(&self, id: u64) -> Result<Manifest, Error> {
+        let bytes = self.outcome(
+            self.call
+                .call1((id,))
+                .and_then(|b| Ok(b.cast::<PyBytes>()?.as_bytes().to_vec())),
+        )?;
+        format::parse_manifest(&bytes, "manifest", id)
+    }
+
+    /// Calls the callable with `(checkpoint, entry JSON)`.
+    fn check(&self, id: u64, entry: &FileEntry) -> Result<(), Error> {
+        self.outcome(self.call.call1((id, entry_json(entry))).map(drop))
+    }
+
+    /// `r`, unless the callable raised something else: then that.
+    fn finish<T>(self, r: Result<T, Error>) -> PyResult<T> {
+        match self.failed.into_inner() {
+            Some(e) => Err(e),
+            None => r.map_py(),
+        }
+    }
+}
+
+/// `(complete ids, partial ids)` of a root's listing: `[(path relative to
+/// the root, is a directory)]` (`format::scan_listing`).
+#[pyfunction]
+fn format_scan(listing: Vec<(String, bool)>) -> (Vec<u64>, Vec<u64>) {
+    let scan = format::scan_listing(listing.iter().map(|(p, d)| (p.as_str(), *d)));
+    let (complete, partial): (Vec<_>, Vec<_>) = scan.into_iter().partition(|(_, c)| *c);
+    (
+        complete.into_iter().map(|(id, _)| id).collect(),
+        partial.into_iter().map(|(id, _)| id).collect(),
+    )
+}
+
+/// The error of a manifest that is not there: partial when its directory
+/// exists, else a checkpoint that does not exist.
+#[pyfunction]
+fn format_missing_manifest(checkpoint_id: u64, dir: &str, root: &str, dir_exists: bool) -> PyErr {
+    crate::errors::to_py(format::missing_manifest(
+        checkpoint_id,
+        dir,
+        root,
+        dir_exists,
+    ))
+}
+
+/// THE retention rule over a root (`format::retention_of_root`): the
+/// complete checkpoints to delete, from the root's listing (as
+/// [`format_scan`]) and `manifest_of(id)`, their manifests' bytes.
 #[pyfunction]
 fn format_retention(
-    py: Python<'_>,
-    manifests: Vec<(u64, Vec<u8>)>,
-    in_progress: Vec<u64>,
+    listing: Vec<(String, bool)>,
+    manifest_of: &Bound<'_, PyAny>,
     retain: usize,
 ) -> PyResult<Vec<u64>> {
     if retain < 1 {
@@ -562,47 +693,69 @@ fn format_retention(
             "retain must be at least 1 completed checkpoint",
         ));
     }
-    Ok(py.detach(|| {
-        let parsed: BTreeMap<u64, Manifest> = manifests
-            .iter()
-            .filter_map(|(id, data)| {
-                Some((*id, format::parse_manifest(data, "manifest", *id).ok()?))
-            })
-            .collect();
-        let in_progress: Vec<InProgress> = in_progress
-            .into_iter()
-            .map(|id| InProgress { id, bases: None })
-            .collect();
-        format::retention(&parsed, &in_progress, retain)
-    }))
+    let scan = format::scan_listing(listing.iter().map(|(p, d)| (p.as_str(), *d)));
+    let io = Io::new(manifest_of);
+    let removed = format::retention_of_root(&scan, |id| io.manifest(id), retain);
+    io.finish(Ok(removed))
 }
 
-/// `([(checkpoint, file index)], [problems])` of a verify plan.
-type VerifyPlanTuple = (Vec<(u64, usize)>, Vec<String>);
+/// `([(checkpoint, file entry JSON)], [problems])` of a verify plan.
+type VerifyPlanTuple = (Vec<(u64, String)>, Vec<String>);
 
-/// What verifying checkpoint `checkpoint_id` reads: `([(checkpoint, index
-/// into its manifest's files)], [structural problems])`. `bases`: the
-/// manifests it needs, `broken`: `[(id, why unreadable)]`.
+/// What verifying checkpoint `checkpoint_id` reads (`format::plan_verify`):
+/// every file of it and the state files of the bases its chains need, and
+/// its structural problems (a base whose manifest `manifest_of(id)` cannot
+/// give is one).
 #[pyfunction]
 fn format_verify_plan(
-    py: Python<'_>,
     checkpoint_id: u64,
     manifest: &[u8],
-    bases: Vec<(u64, Vec<u8>)>,
-    broken: Vec<(u64, String)>,
+    manifest_of: &Bound<'_, PyAny>,
 ) -> PyResult<VerifyPlanTuple> {
-    py.detach(|| {
-        let m = format::parse_manifest(manifest, "manifest", checkpoint_id)?;
-        let mut got: BTreeMap<u64, Result<Manifest, String>> =
-            broken.into_iter().map(|(id, why)| (id, Err(why))).collect();
-        for (id, data) in &bases {
-            let parsed = format::parse_manifest(data, "manifest", *id).map_err(|e| e.to_string());
-            got.insert(*id, parsed);
-        }
-        let plan = format::plan_verify(checkpoint_id, &m, &got);
-        Ok::<_, Error>((plan.files, plan.problems))
-    })
-    .map_py()
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let io = Io::new(manifest_of);
+    let (plan, bases) = format::plan_verify_with(checkpoint_id, &m, |id| io.manifest(id));
+    let files = plan
+        .files
+        .iter()
+        .map(|&(cid, i)| {
+            let owner = match bases.get(&cid) {
+                Some(Ok(b)) => b,
+                _ => &m,
+            };
+            (cid, entry_json(&owner.files[i]))
+        })
+        .collect();
+    io.finish(Ok((files, plan.problems)))
+}
+
+/// Verifies checkpoint `checkpoint_id` as a restore relies on it
+/// (`format::verify_with`): `manifest_of(id)` gives a base's manifest
+/// bytes, `check(id, entry JSON)` reads and checks one file.
+#[pyfunction]
+fn format_verify(
+    checkpoint_id: u64,
+    manifest: &[u8],
+    manifest_of: &Bound<'_, PyAny>,
+    check: &Bound<'_, PyAny>,
+) -> PyResult<()> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let (bases, files) = (Io::new(manifest_of), Io::new(check));
+    let r = format::verify_with(
+        checkpoint_id,
+        &m,
+        |id| bases.manifest(id),
+        |id, f| files.check(id, f),
+    );
+    let r = files.finish(Ok(r))?;
+    bases.finish(r)
+}
+
+/// A complete checkpoint's summary (`format::summarize`) as JSON.
+#[pyfunction]
+fn format_summary(manifest: &[u8], checkpoint_id: u64) -> PyResult<String> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    Ok(serde_json::to_string(&format::summarize(&m)).expect("summary serialises"))
 }
 
 /// Every checkpoint a manifest's files need (itself included), ascending.
@@ -655,6 +808,64 @@ fn format_state_chain(
     Ok(Some(out))
 }
 
+/// `[(vertex, subtask, entry JSON)]` of a checkpoint's state files.
+#[pyfunction]
+fn format_state_files(
+    manifest: &[u8],
+    checkpoint_id: u64,
+) -> PyResult<Vec<(String, usize, String)>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    Ok(format::state_files(&m)
+        .map(|(t, f)| (t.vertex, t.subtask, entry_json(f)))
+        .collect())
+}
+
+/// `[(input, edge, from_subtask, entry JSON)]` of the channel files
+/// `(vertex, subtask)` recorded at a checkpoint.
+#[pyfunction]
+fn format_channel_files(
+    manifest: &[u8],
+    checkpoint_id: u64,
+    vertex: &str,
+    subtask: usize,
+) -> PyResult<Vec<(usize, String, usize, String)>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let t = task(vertex, subtask);
+    Ok(format::channel_files(&m, &t)
+        .map(|f| {
+            (
+                f.input.unwrap_or_default(),
+                f.edge.clone().unwrap_or_default(),
+                f.from_subtask.unwrap_or_default(),
+                entry_json(f),
+            )
+        })
+        .collect())
+}
+
+/// `(table, role, index, (vertex, subtask) or None, entry JSON)` of a part.
+type ExportPartTuple = (String, String, u64, Option<(String, usize)>, String);
+
+/// Every part an export of a checkpoint writes (`format::export_plan`).
+#[pyfunction]
+fn format_export_plan(manifest: &[u8], checkpoint_id: u64) -> PyResult<Vec<ExportPartTuple>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let plan = format::export_plan(&m).map_py()?;
+    Ok(plan
+        .into_iter()
+        .map(|p| {
+            let entry = entry_json(&m.files[p.file]);
+            (
+                p.table,
+                p.role,
+                p.index,
+                p.task.map(|t| (t.vertex, t.subtask)),
+                entry,
+            )
+        })
+        .collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crc32c_of, m)?)?;
     m.add_function(wrap_pyfunction!(format_check_file, m)?)?;
@@ -667,6 +878,15 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_build_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(format_retention, m)?)?;
     m.add_function(wrap_pyfunction!(format_verify_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(format_verify, m)?)?;
+    m.add_function(wrap_pyfunction!(format_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(format_missing_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(format_summary, m)?)?;
+    m.add_function(wrap_pyfunction!(format_encode_channel, m)?)?;
+    m.add_function(wrap_pyfunction!(format_encode_file, m)?)?;
+    m.add_function(wrap_pyfunction!(format_state_files, m)?)?;
+    m.add_function(wrap_pyfunction!(format_channel_files, m)?)?;
+    m.add_function(wrap_pyfunction!(format_export_plan, m)?)?;
     m.add_function(wrap_pyfunction!(format_needs, m)?)?;
     m.add_function(wrap_pyfunction!(format_state_chain, m)?)?;
     m.add_function(wrap_pyfunction!(format_checkpoint_dir_name, m)?)?;

@@ -23,7 +23,8 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::manifest::{
-    FileEntry, FileKind, FileRole, Manifest, TaskEntry, FORMAT_NAME, FORMAT_VERSION, SOURCES_FILE,
+    parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest, TaskEntry, FORMAT_NAME,
+    FORMAT_VERSION, MANIFEST_FILE, SOURCES_FILE,
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -193,6 +194,20 @@ fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
         input: None,
         from_subtask: None,
         extra: Default::default(),
+    }
+}
+
+/// The entry of a file of a role this format leaves to its writer (the
+/// Spark sink's `output`), with the writer's own `fields`.
+pub fn other_entry(
+    path: &str,
+    role: &str,
+    written: Written,
+    fields: serde_json::Map<String, serde_json::Value>,
+) -> FileEntry {
+    FileEntry {
+        extra: fields,
+        ..bare_entry(path, FileRole::from(role.to_string()), written)
     }
 }
 
@@ -412,6 +427,125 @@ pub fn parse_manifest(bytes: &[u8], what: &str, id: CheckpointId) -> Result<Mani
     Ok(manifest)
 }
 
+// --- a root's checkpoints ------------------------------------------------------
+
+/// Every checkpoint a listing of a root shows, with whether it is complete
+/// (its manifest is there) or partial (a directory without one). `listing`:
+/// `(path relative to the root, '/'-separated; is a directory)`, from a
+/// recursive listing or from the root's entries plus each checkpoint's
+/// manifest. A checkpoint is a directory whose name parses
+/// ([`parse_checkpoint_dir`]); on object stores, where directories exist
+/// only as key prefixes, an entry under that name implies it.
+pub fn scan_listing<'a>(
+    listing: impl IntoIterator<Item = (&'a str, bool)>,
+) -> BTreeMap<CheckpointId, bool> {
+    let mut out = BTreeMap::new();
+    for (path, is_dir) in listing {
+        let (first, rest) = match path.split_once('/') {
+            Some((first, rest)) => (first, Some(rest)),
+            None => (path, None),
+        };
+        let Some(id) = parse_checkpoint_dir(first) else {
+            continue;
+        };
+        match rest {
+            None if !is_dir => {}
+            None => {
+                out.entry(id).or_insert(false);
+            }
+            Some(rest) => {
+                let complete = out.entry(id).or_insert(false);
+                *complete |= rest == MANIFEST_FILE && !is_dir;
+            }
+        }
+    }
+    out
+}
+
+/// The error of reading the manifest of checkpoint `id` that is not there:
+/// with its directory `dir` present the checkpoint is partial, else it does
+/// not exist under `root`.
+pub fn missing_manifest(id: CheckpointId, dir: &str, root: &str, dir_exists: bool) -> Error {
+    Error::Snapshot(if dir_exists {
+        format!(
+            "checkpoint {id} has no {MANIFEST_FILE} in {dir}: it is partial (crashed or \
+             aborted before commit) and cannot be restored"
+        )
+    } else {
+        format!("checkpoint {id} does not exist under {root}")
+    })
+}
+
+/// A complete checkpoint as a listing shows it (`snapcut snapshots list`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub id: CheckpointId,
+    pub committed_ms: u64,
+    /// `"spark"` when an engine's `"spark"` record is there (the Spark
+    /// helper and sink), else `"local"`.
+    pub engine: &'static str,
+    pub protocol: String,
+    /// `diff` when a state file is a diff (a restore reads a chain), `full`
+    /// when every one is full, none without state.
+    pub kind: Option<FileKind>,
+    pub files: usize,
+    pub bytes: u64,
+    /// Rows of every file but the source offsets.
+    pub records: u64,
+    /// The longest chain a state file is rebuilt from (the first of the
+    /// longest), or `[id]`.
+    pub chain: Vec<CheckpointId>,
+    pub savepoint: bool,
+}
+
+/// What [`Summary`] says of `manifest`.
+pub fn summarize(manifest: &Manifest) -> Summary {
+    let state: Vec<&FileEntry> = manifest
+        .files
+        .iter()
+        .filter(|f| f.role == FileRole::State)
+        .collect();
+    let kind = if state.iter().any(|f| f.kind == Some(FileKind::Diff)) {
+        Some(FileKind::Diff)
+    } else if state.is_empty() {
+        None
+    } else {
+        Some(FileKind::Full)
+    };
+    let longest = state
+        .iter()
+        .map(|f| &f.chain)
+        .fold(None, |best, c| match best {
+            Some(b) if Vec::len(b) >= c.len() => Some(b),
+            _ => Some(c),
+        });
+    let chain = match longest {
+        Some(c) if !c.is_empty() => c.clone(),
+        _ => vec![manifest.checkpoint_id],
+    };
+    Summary {
+        id: manifest.checkpoint_id,
+        committed_ms: manifest.committed_ms,
+        engine: if manifest.extra.contains_key("spark") {
+            "spark"
+        } else {
+            "local"
+        },
+        protocol: manifest.protocol.clone(),
+        kind,
+        files: manifest.files.len(),
+        bytes: manifest.files.iter().map(|f| f.bytes).sum(),
+        records: manifest
+            .files
+            .iter()
+            .filter(|f| f.role != FileRole::Sources)
+            .map(|f| f.rows)
+            .sum(),
+        chain,
+        savepoint: manifest.savepoint,
+    }
+}
+
 // --- diff chains ------------------------------------------------------------
 
 /// The chain of a state diff of `task` at `id` based on `base`: the chain of
@@ -432,20 +566,48 @@ pub fn diff_chain(
              not a committed checkpoint holding its state; take a full capture instead"
             ))
         })?;
-    let mut chain = if base_entry.chain.is_empty() {
-        vec![base]
-    } else {
-        base_entry.chain.clone()
-    };
-    if let Some(lost) = chain.iter().find(|c| !committed(**c)) {
+    let base_chain = state_chain(base, base_entry);
+    if let Some(lost) = base_chain.iter().find(|c| !committed(**c)) {
         return Err(Error::Snapshot(format!(
             "checkpoint {id}: state diff of {task} is based on checkpoint {base}, whose \
              chain needs checkpoint {lost}, which retention removed; take a full \
              capture instead"
         )));
     }
+    Ok(chain_after(id, Some(&base_chain)))
+}
+
+/// The chain of a state file written at `id`: `[id]` for a full (no
+/// `base_chain`), the base's chain then `id` for a diff.
+pub fn chain_after(id: CheckpointId, base_chain: Option<&[CheckpointId]>) -> Vec<CheckpointId> {
+    let mut chain = base_chain.map(<[_]>::to_vec).unwrap_or_default();
     chain.push(id);
-    Ok(chain)
+    chain
+}
+
+/// Gives each state entry of checkpoint `id` without a chain its chain: a
+/// full's is `[id]`, a diff's its base's chain then `id`, the base's
+/// manifest read through `manifest_of` (`None`: not there to be read, and
+/// the diff is refused).
+pub fn resolve_chains(
+    id: CheckpointId,
+    files: &mut [FileEntry],
+    mut manifest_of: impl FnMut(CheckpointId) -> Option<Manifest>,
+) -> Result<()> {
+    let mut bases: BTreeMap<CheckpointId, Option<Manifest>> = BTreeMap::new();
+    for f in files.iter_mut() {
+        if f.role != FileRole::State || !f.chain.is_empty() {
+            continue;
+        }
+        f.chain = match (f.kind, f.base, f.task()) {
+            (Some(FileKind::Diff), Some(base), Some(t)) => {
+                let m = bases.entry(base).or_insert_with(|| manifest_of(base));
+                diff_chain(id, &t, base, m.as_ref(), |_| true)?
+            }
+            _ => vec![id],
+        };
+    }
+    Ok(())
 }
 
 /// The checkpoints whose state files rebuild `task`'s state at `id`
@@ -573,6 +735,115 @@ fn kind_name(kind: FileKind) -> &'static str {
         FileKind::Full => "full",
         FileKind::Diff => "diff",
     }
+}
+
+// --- reading a manifest, for tools -------------------------------------------
+
+/// The state files of a checkpoint, per task, in manifest order.
+pub fn state_files(manifest: &Manifest) -> impl Iterator<Item = (TaskId, &FileEntry)> {
+    manifest
+        .files
+        .iter()
+        .filter(|f| f.role == FileRole::State)
+        .filter_map(|f| Some((f.task()?, f)))
+}
+
+/// The channel files `task` recorded at a checkpoint, in manifest order.
+pub fn channel_files<'m>(
+    manifest: &'m Manifest,
+    task: &'m TaskId,
+) -> impl Iterator<Item = &'m FileEntry> {
+    manifest
+        .files
+        .iter()
+        .filter(move |f| f.role == FileRole::Channel && f.task().as_ref() == Some(task))
+}
+
+/// One part of an export of a checkpoint (`snapcut snapshots export`): a
+/// task's state, rebuilt, as part `index` (its subtask) of the table named
+/// after its vertex; a file of a role the format leaves to its writer (the
+/// Spark sink's `output`) as part `index` (its subtask, its `partition`, or
+/// its rank) of the table named after the role (`<role>-<vertex>` when it
+/// belongs to a vertex). Source offsets and channel logs are not exported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportPart {
+    pub table: String,
+    pub role: String,
+    pub index: u64,
+    pub task: Option<TaskId>,
+    /// Index of its file in the manifest's `files`.
+    pub file: usize,
+}
+
+/// Every part an export of `manifest` writes, states first, then by table
+/// and index; two files that would be one part, or a table of two roles,
+/// are refused.
+pub fn export_plan(manifest: &Manifest) -> Result<Vec<ExportPart>> {
+    let mut parts = Vec::new();
+    let mut ranks: BTreeMap<String, u64> = BTreeMap::new();
+    for (file, f) in manifest.files.iter().enumerate() {
+        let role = String::from(f.role.clone());
+        match &f.role {
+            FileRole::State => {
+                let task = f.task().ok_or_else(|| {
+                    Error::Snapshot(format!(
+                        "cannot export: state file {} names no task",
+                        f.path
+                    ))
+                })?;
+                parts.push(ExportPart {
+                    table: task.vertex.clone(),
+                    role,
+                    index: task.subtask as u64,
+                    task: Some(task),
+                    file,
+                });
+            }
+            FileRole::Sources | FileRole::Channel => {}
+            FileRole::Other(_) => {
+                let table = match &f.vertex {
+                    Some(vertex) => format!("{role}-{vertex}"),
+                    None => role.clone(),
+                };
+                let rank = ranks.entry(table.clone()).or_default();
+                let index = f
+                    .subtask
+                    .map(|s| s as u64)
+                    .or_else(|| f.extra.get("partition").and_then(|p| p.as_u64()))
+                    .unwrap_or(*rank);
+                *rank += 1;
+                parts.push(ExportPart {
+                    table,
+                    role,
+                    index,
+                    task: None,
+                    file,
+                });
+            }
+        }
+    }
+    let mut roles: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut seen: BTreeMap<(&str, u64), &str> = BTreeMap::new();
+    for p in &parts {
+        let role = *roles.entry(&p.table).or_insert(&p.role);
+        if role != p.role {
+            return Err(Error::Snapshot(format!(
+                "cannot export: table '{}' would hold both {role} and {} files",
+                p.table, p.role
+            )));
+        }
+        let path = manifest.files[p.file].path.as_str();
+        if let Some(other) = seen.insert((&p.table, p.index), path) {
+            return Err(Error::Snapshot(format!(
+                "cannot export: files {other} and {path} would both be part {} of table '{}'",
+                p.index, p.table
+            )));
+        }
+    }
+    parts.sort_by(|a, b| {
+        (a.role != "state", &a.table, a.index).cmp(&(b.role != "state", &b.table, b.index))
+    });
+    Ok(parts)
 }
 
 // --- checking files ---------------------------------------------------------
@@ -736,6 +1007,63 @@ pub fn plan_verify(
     plan
 }
 
+/// Plans the verification of checkpoint `id` reading the manifests it needs
+/// through `manifest_of` (the caller's I/O); one that fails to read is a
+/// problem of the plan, not an error. Returns the plan and the manifests.
+pub fn plan_verify_with(
+    id: CheckpointId,
+    manifest: &Manifest,
+    mut manifest_of: impl FnMut(CheckpointId) -> Result<Manifest>,
+) -> (
+    VerifyPlan,
+    BTreeMap<CheckpointId, std::result::Result<Manifest, String>>,
+) {
+    let bases: BTreeMap<_, _> = manifest
+        .needs()
+        .into_iter()
+        .filter(|&b| b != id)
+        .map(|b| (b, manifest_of(b).map_err(|e| e.to_string())))
+        .collect();
+    (plan_verify(id, manifest, &bases), bases)
+}
+
+/// Verifies checkpoint `id` as a restore relies on it: every manifest it
+/// needs, then every file of its plan, through the caller's I/O
+/// (`manifest_of`, `check`: read and check one file against its entry). The
+/// first failure is the error; one of a base names the base.
+pub fn verify_with(
+    id: CheckpointId,
+    manifest: &Manifest,
+    mut manifest_of: impl FnMut(CheckpointId) -> Result<Manifest>,
+    mut check: impl FnMut(CheckpointId, &FileEntry) -> Result<()>,
+) -> Result<()> {
+    let wrap = |needed: CheckpointId, e: Error| {
+        if needed == id {
+            e
+        } else {
+            Error::Snapshot(format!(
+                "checkpoint {id} needs base checkpoint {needed}: {e}"
+            ))
+        }
+    };
+    let mut bases = BTreeMap::new();
+    for needed in manifest.needs() {
+        if needed != id {
+            let m = manifest_of(needed).map_err(|e| wrap(needed, e))?;
+            bases.insert(needed, Ok(m));
+        }
+    }
+    let plan = plan_verify(id, manifest, &bases);
+    for (cid, i) in plan.files {
+        let f = match bases.get(&cid) {
+            Some(Ok(m)) => &m.files[i],
+            _ => &manifest.files[i],
+        };
+        check(cid, f).map_err(|e| wrap(cid, e))?;
+    }
+    Ok(())
+}
+
 // --- retention --------------------------------------------------------------
 
 /// A checkpoint being written while retention runs: the bases its state
@@ -797,9 +1125,38 @@ pub fn retention(
         .collect()
 }
 
+/// [`retention`] over a root as a reader sees it (`scan`: every checkpoint
+/// and whether it is complete, [`scan_listing`]): the complete checkpoints'
+/// manifests read through `manifest_of` (one that fails to read is never a
+/// base and is kept for inspection), every partial one in progress with
+/// unknown bases.
+pub fn retention_of_root(
+    scan: &BTreeMap<CheckpointId, bool>,
+    mut manifest_of: impl FnMut(CheckpointId) -> Result<Manifest>,
+    retain: usize,
+) -> Vec<CheckpointId> {
+    let manifests: BTreeMap<CheckpointId, Manifest> = scan
+        .iter()
+        .filter(|(_, complete)| **complete)
+        .filter_map(|(&id, _)| Some((id, manifest_of(id).ok()?)))
+        .collect();
+    let in_progress: Vec<InProgress> = scan
+        .iter()
+        .filter(|(_, complete)| !**complete)
+        .map(|(&id, _)| InProgress { id, bases: None })
+        .collect();
+    retention(&manifests, &in_progress, retain)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const NOTHING: Written = Written {
+        rows: 0,
+        bytes: 0,
+        crc32c: 0,
+    };
 
     fn manifest(id: CheckpointId, savepoint: bool, chains: &[&[CheckpointId]]) -> Manifest {
         let files = chains
@@ -813,16 +1170,7 @@ mod tests {
                 let base = (chain.len() > 1).then(|| chain[chain.len() - 2]);
                 FileEntry {
                     chain: chain.to_vec(),
-                    ..state_entry(
-                        &task,
-                        Some("k".into()),
-                        base,
-                        Written {
-                            rows: 0,
-                            bytes: 0,
-                            crc32c: 0,
-                        },
-                    )
+                    ..state_entry(&task, Some("k".into()), base, NOTHING)
                 }
             })
             .collect();
@@ -863,6 +1211,169 @@ mod tests {
         let unknown = InProgress { id: 5, bases: None };
         // Unknown bases: the newest complete checkpoint before it, 4.
         assert_eq!(retention(&fewer, &[unknown], 1), Vec::<CheckpointId>::new());
+    }
+
+    #[test]
+    fn a_listing_classifies_checkpoints_by_their_manifest() {
+        let scan = scan_listing([
+            ("chk-00000001", true),
+            ("chk-00000001/manifest.json", false),
+            ("chk-00000002", true),
+            ("chk-00000002/manifest.json.tmp", false),
+            // an object store: the directory only as a key prefix
+            ("chk-00000003/manifest.json", false),
+            ("chk-00000004/a-0.state.arrow", false),
+            ("chk-00000005", false),              // a file, not a checkpoint
+            ("chk-00000006/manifest.json", true), // a directory, not a manifest
+            ("chk-7", true),
+            ("_staging/chk-00000008/manifest.json", false),
+        ]);
+        let want: BTreeMap<CheckpointId, bool> =
+            [(1, true), (2, false), (3, true), (4, false), (6, false)].into();
+        assert_eq!(scan, want);
+        let removed = retention_of_root(
+            &scan,
+            |id| {
+                if id == 3 {
+                    Err(Error::Snapshot("unreadable".into()))
+                } else {
+                    Ok(manifest(id, false, &[&[id]]))
+                }
+            },
+            1,
+        );
+        // 3 is unreadable (kept), 1 is the newest complete one: nothing to
+        // delete; in progress 2, 4 and 6 keep 1 too.
+        assert_eq!(removed, Vec::<CheckpointId>::new());
+        assert!(missing_manifest(2, "r/chk-00000002", "r", true)
+            .to_string()
+            .contains("is partial"));
+        assert!(missing_manifest(9, "r/chk-00000009", "r", false)
+            .to_string()
+            .contains("does not exist under r"));
+    }
+
+    #[test]
+    fn an_export_plans_states_first_and_refuses_clashing_parts() {
+        let mut m = manifest(2, false, &[&[2], &[1, 2]]);
+        let partition = |p: u64| [("partition".to_string(), p.into())].into_iter().collect();
+        m.files.insert(
+            0,
+            other_entry("part-00001.arrow", "output", NOTHING, partition(1)),
+        );
+        m.files.push(other_entry(
+            "part-00000.arrow",
+            "output",
+            NOTHING,
+            partition(0),
+        ));
+        m.files.push(sources_entry(NOTHING));
+        let plan = export_plan(&m).unwrap();
+        let got: Vec<(&str, u64, usize)> = plan
+            .iter()
+            .map(|p| (p.table.as_str(), p.index, p.file))
+            .collect();
+        assert_eq!(
+            got,
+            vec![("a", 0, 1), ("a", 1, 2), ("output", 0, 3), ("output", 1, 0)]
+        );
+        m.files
+            .push(other_entry("again.arrow", "output", NOTHING, partition(0)));
+        let err = export_plan(&m).unwrap_err().to_string();
+        assert!(
+            err.contains("would both be part 0 of table 'output'"),
+            "{err}"
+        );
+        m.files.pop();
+        m.files
+            .push(other_entry("x.arrow", "a", NOTHING, partition(7)));
+        let err = export_plan(&m).unwrap_err().to_string();
+        assert!(
+            err.contains("table 'a' would hold both state and a files"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn chains_resolve_from_the_base_once() {
+        let task = TaskId {
+            vertex: "a".into(),
+            subtask: 0,
+        };
+        let mut files = vec![
+            state_entry(&task, Some("k".into()), Some(4), NOTHING),
+            state_entry(
+                &TaskId {
+                    vertex: "b".into(),
+                    subtask: 0,
+                },
+                Some("k".into()),
+                None,
+                NOTHING,
+            ),
+        ];
+        let mut reads = 0;
+        resolve_chains(5, &mut files, |id| {
+            reads += 1;
+            Some(manifest(id, false, &[&[3, 4]]))
+        })
+        .unwrap();
+        assert_eq!(
+            (files[0].chain.clone(), files[1].chain.clone(), reads),
+            (vec![3, 4, 5], vec![5], 1)
+        );
+        let mut orphan = vec![state_entry(&task, Some("k".into()), Some(4), NOTHING)];
+        let err = resolve_chains(5, &mut orphan, |_| None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("take a full capture instead"), "{err}");
+    }
+
+    #[test]
+    fn a_summary_takes_the_first_longest_chain() {
+        let m = manifest(4, true, &[&[2, 3, 4], &[1, 2, 4], &[4]]);
+        let s = summarize(&m);
+        assert_eq!(s.chain, vec![2, 3, 4]);
+        assert_eq!(
+            (s.kind, s.engine, s.savepoint),
+            (Some(FileKind::Diff), "local", true)
+        );
+        let empty = summarize(&manifest(5, false, &[]));
+        assert_eq!((empty.kind, empty.chain), (None, vec![5]));
+    }
+
+    #[test]
+    fn verify_names_the_base_a_failure_belongs_to() {
+        let top = manifest(3, false, &[&[1, 3]]);
+        let base = manifest(1, false, &[&[1]]);
+        let mut read = Vec::new();
+        verify_with(
+            3,
+            &top,
+            |_| Ok(base.clone()),
+            |cid, f| {
+                read.push((cid, f.path.clone()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(read.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 3]);
+        let err = verify_with(
+            3,
+            &top,
+            |_| Ok(base.clone()),
+            |cid, _| Err(missing_file(cid, "x")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("checkpoint 3 needs base checkpoint 1"),
+            "{err}"
+        );
+        let (plan, bases) = plan_verify_with(3, &top, |_| Err(Error::Snapshot("gone".into())));
+        assert_eq!(plan.files, vec![(3, 0)]);
+        assert!(plan.problems[0].contains("needs base checkpoint 1: snapshot error: gone"));
+        assert!(bases[&1].is_err());
     }
 
     #[test]

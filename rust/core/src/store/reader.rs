@@ -12,8 +12,7 @@ use arrow_schema::Schema;
 use super::files::read_checked;
 use super::format::{self, decode_ipc};
 use super::manifest::{
-    checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest,
-    MANIFEST_FILE,
+    checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, Manifest, MANIFEST_FILE,
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -58,20 +57,29 @@ impl SnapshotReader {
         self.root.join(checkpoint_dir_name(id))
     }
 
-    /// Every checkpoint directory, complete or not, with whether it has a manifest.
+    /// Every checkpoint directory, complete or not, with whether it has a
+    /// manifest ([`format::scan_listing`] of the root's entries and each
+    /// checkpoint directory's manifest).
     pub fn scan(&self) -> Result<BTreeMap<CheckpointId, bool>> {
-        let entries = fs::read_dir(&self.root)
-            .map_err(|e| Error::io(format!("listing {}", self.root.display()), e))?;
-        let mut out = BTreeMap::new();
-        for entry in entries {
-            let entry =
-                entry.map_err(|e| Error::io(format!("listing {}", self.root.display()), e))?;
-            let name = entry.file_name();
-            if let Some(id) = name.to_str().and_then(parse_checkpoint_dir) {
-                out.insert(id, entry.path().join(MANIFEST_FILE).is_file());
+        let listing_err = |e| Error::io(format!("listing {}", self.root.display()), e);
+        let mut listing = Vec::new();
+        for entry in fs::read_dir(&self.root).map_err(listing_err)? {
+            let entry = entry.map_err(listing_err)?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let is_dir = entry.path().is_dir();
+            if is_dir
+                && parse_checkpoint_dir(&name).is_some()
+                && entry.path().join(MANIFEST_FILE).is_file()
+            {
+                listing.push((format!("{name}/{MANIFEST_FILE}"), false));
             }
+            listing.push((name, is_dir));
         }
-        Ok(out)
+        Ok(format::scan_listing(
+            listing.iter().map(|(p, d)| (p.as_str(), *d)),
+        ))
     }
 
     /// Ids of complete checkpoints (those with a manifest), oldest first.
@@ -99,18 +107,12 @@ impl SnapshotReader {
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(Error::Snapshot(if dir.is_dir() {
-                    format!(
-                        "checkpoint {id} has no {MANIFEST_FILE} in {}: it is partial (crashed or \
-                         aborted before commit) and cannot be restored",
-                        dir.display()
-                    )
-                } else {
-                    format!(
-                        "checkpoint {id} does not exist under {}",
-                        self.root.display()
-                    )
-                }));
+                return Err(format::missing_manifest(
+                    id,
+                    &dir.display().to_string(),
+                    &self.root.display().to_string(),
+                    dir.is_dir(),
+                ));
             }
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
         };
@@ -121,34 +123,12 @@ impl SnapshotReader {
     /// size and checksum, and the base checkpoints its state diffs need.
     pub fn verify(&self, id: CheckpointId) -> Result<Manifest> {
         let manifest = self.manifest(id)?;
-        let wrap = |needed: CheckpointId, e: Error| {
-            if needed == id {
-                e
-            } else {
-                Error::Snapshot(format!(
-                    "checkpoint {id} needs base checkpoint {needed}: {e}"
-                ))
-            }
-        };
-        let mut bases = BTreeMap::new();
-        for needed in manifest.needs() {
-            if needed != id {
-                let m = self.manifest(needed).map_err(|e| wrap(needed, e))?;
-                bases.insert(needed, Ok(m));
-            }
-        }
-        let plan = format::plan_verify(id, &manifest, &bases);
-        for (cid, i) in plan.files {
-            let f = if cid == id {
-                &manifest.files[i]
-            } else {
-                match &bases[&cid] {
-                    Ok(m) => &m.files[i],
-                    Err(_) => unreachable!("every base manifest was read"),
-                }
-            };
-            read_checked(&self.checkpoint_dir(cid), f, cid).map_err(|e| wrap(cid, e))?;
-        }
+        format::verify_with(
+            id,
+            &manifest,
+            |cid| self.manifest(cid),
+            |cid, f| read_checked(&self.checkpoint_dir(cid), f, cid).map(drop),
+        )?;
         Ok(manifest)
     }
 
@@ -249,10 +229,7 @@ impl SnapshotReader {
     pub fn channels(&self, id: CheckpointId, task: &TaskId) -> Result<Vec<ChannelLog>> {
         let manifest = self.manifest(id)?;
         let mut out = Vec::new();
-        for f in &manifest.files {
-            if f.role != FileRole::Channel || f.task().as_ref() != Some(task) {
-                continue;
-            }
+        for f in format::channel_files(&manifest, task) {
             let (_, records) = self.read_file(id, f)?;
             out.push(ChannelLog {
                 input: f.input.unwrap_or_default(),
