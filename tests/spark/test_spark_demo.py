@@ -11,18 +11,25 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pytest
+from tests.spark_support import child_env
 
 from snapcut.demo.spark import compare, event_frames, expected_per_user
 
 
-def test_demo_kills_restarts_and_verifies(tmp_path: Path) -> None:
+@pytest.mark.parametrize("remote", [None, "local[2,4]"], ids=["classic", "connect"])
+def test_demo_kills_restarts_and_verifies(tmp_path: Path, remote: str | None) -> None:
+    """The demo on a classic driver, and on Spark Connect (a local Connect
+    server in the query's process, SIGKILLed with it)."""
     work = tmp_path / "demo"
     done = subprocess.run(
         [
             *(sys.executable, "-m", "snapcut", "demo", "--dir", str(work)),
             *("--files", "4", "--rows", "4000", "--users", "200", "--kill-after", "2"),
             *("--every", "0.5"),
+            *(() if remote is None else ("--remote", remote)),
         ],
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -62,3 +69,16 @@ def test_the_check_catches_a_wrong_lost_or_doubled_user() -> None:
     extra = pd.concat([expected, expected.iloc[:1].rename(index=lambda _: 999)])
     extra_table = pa.Table.from_pandas(extra.reset_index())
     assert any("not in the events" in p for p in compare(extra_table, expected))
+
+
+def test_the_spark_tools_refuse_a_remote_they_cannot_use(tmp_path: Path) -> None:
+    demo = [sys.executable, "-m", "snapcut", "demo", "--dir", str(tmp_path / "d")]
+    done = subprocess.run(
+        [*demo, "--remote", "sc://elsewhere:15002"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2 and "use --remote local[N]" in done.stderr, done.stderr
+    assert not (tmp_path / "d").exists()
+    rescale = [sys.executable, "-m", "snapcut", "spark", "rescale", str(tmp_path / "a")]
+    rescale += ["--to", str(tmp_path / "b"), "--partitions", "2", "--remote", "yarn"]
+    done = subprocess.run(rescale, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "is not a Spark Connect URL" in done.stderr, done.stderr

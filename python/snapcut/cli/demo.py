@@ -60,6 +60,13 @@ def add_spark_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rows", type=int, default=50_000, help="events per file")
     g.add_argument("--every", type=float, default=1.0, help="seconds between event files")
     g.add_argument(
+        "--remote",
+        default=None,
+        metavar="local[N,F]",
+        help="run the query on Spark Connect: a local Connect server in the query's process "
+        "(killed with it), e.g. local[2,4]",
+    )
+    g.add_argument(
         "--kill-after",
         type=int,
         default=3,

@@ -2,7 +2,9 @@
 
     snapcut spark rescale ROOT --to NEW_ROOT --partitions M [--batch B]
 
-rescale runs a local Spark job (``--master``, default ``local[2]``) that
+rescale runs a Spark job (``--master``, default ``local[2]``; or on Spark
+Connect with ``--remote sc://host:15002``, or ``--remote local[2]`` for a
+local Connect server) that
 copies committed batch B (default: the newest) of ROOT into NEW_ROOT with M
 state partitions, placed by Spark's own hash of the key. Then restart the
 query from its checkpointLocation with ``root=NEW_ROOT, partitions=M``.
@@ -11,7 +13,6 @@ query from its checkpointLocation with ``root=NEW_ROOT, partitions=M``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import pyarrow as pa
@@ -20,25 +21,24 @@ from snapcut._core import SnapcutError
 
 
 def cmd_rescale(args: argparse.Namespace) -> int:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
-        from pyspark.sql import SparkSession
+        import pyspark  # noqa: F401
     except ImportError:
         print(
             "snapcut spark rescale: error: pyspark is not installed; pip install 'snapcut[spark]'",
             file=sys.stderr,
         )
         return 2
+    from snapcut.jobs.spark_session import build_session, check_remote
     from snapcut.spark.rescale import rescale
 
-    spark = (
-        SparkSession.builder.master(args.master)
-        .appName("snapcut-rescale")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        if args.remote is not None:
+            check_remote(args.remote, "snapcut spark rescale")
+    except SnapcutError as err:
+        print(f"snapcut spark rescale: error: {err}", file=sys.stderr)
+        return 2
+    spark = build_session("snapcut-rescale", master=args.master, remote=args.remote)
     try:
         report = rescale(spark, args.root, args.to, args.partitions, batch=args.batch)
     except (SnapcutError, OSError, pa.ArrowException) as err:
@@ -73,4 +73,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     c.add_argument("--partitions", required=True, type=int, metavar="M")
     c.add_argument("--batch", type=int, default=None, help="default: the newest committed")
     c.add_argument("--master", default="local[2]", help="Spark master for the job")
+    c.add_argument(
+        "--remote",
+        default=None,
+        metavar="URL",
+        help="run the job on Spark Connect instead: sc://host:15002, or local[2]",
+    )
     c.set_defaults(handler=cmd_rescale)

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from snapcut._core import ConfigError, SnapcutError
+from snapcut.jobs.spark_session import check_remote
 
 if TYPE_CHECKING:
     import pandas as pd  # the `spark` extra: imported where used, so `snapcut --help` works without
@@ -122,7 +123,9 @@ class Generator(threading.Thread):
             self.error = e
 
 
-def start_query(paths: DemoPaths, trigger: str, attempt: int) -> subprocess.Popen[bytes]:
+def start_query(
+    paths: DemoPaths, trigger: str, attempt: int, remote: str | None = None
+) -> subprocess.Popen[bytes]:
     """The query in its own process group, so one SIGKILL takes the driver
     JVM and its Python workers down together. Its output goes to a file (an
     unread pipe would block Spark's logging)."""
@@ -143,6 +146,7 @@ def start_query(paths: DemoPaths, trigger: str, attempt: int) -> subprocess.Pope
         str(PARTITIONS),
         "--trigger",
         trigger,
+        *([] if remote is None else ["--remote", remote]),
     ]
     return subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
 
@@ -249,6 +253,8 @@ def run_demo(args: argparse.Namespace) -> int:
         ) from e
     if args.kill_after >= args.files:
         raise ConfigError(f"--kill-after ({args.kill_after}) must be below --files ({args.files})")
+    if args.remote is not None:
+        check_remote(args.remote, "snapcut demo", local_only=True)
     paths = DemoPaths(Path(args.dir).resolve())
     if paths.base.exists():
         out.line(f"removing the previous demo's {paths.base}")
@@ -257,14 +263,15 @@ def run_demo(args: argparse.Namespace) -> int:
         d.mkdir(parents=True)
     phases = Phases()
     frames = event_frames(args.files, args.rows, args.users, args.seed)
+    where = "local[2]" if args.remote is None else f"Connect ({args.remote})"
     out.line(
-        f"dwell-time pipeline on Spark local[2]: {args.files} files x {args.rows:,} events, "
+        f"dwell-time pipeline on Spark {where}: {args.files} files x {args.rows:,} events, "
         f"{args.users:,} users, one file per micro-batch (the restart may fold two into one), "
         f"{PARTITIONS} state partitions"
     )
     generator = Generator(paths.events, frames, args.every)
     generator.start()
-    first = start_query(paths, "1 second", attempt=1)
+    first = start_query(paths, "1 second", attempt=1, remote=args.remote)
     out.line(f"query started (pid {first.pid}); Spark's start-up takes ~10 s of the run")
     try:
         wait_until(lambda: committed(paths), first, 180, "its first micro-batch")
@@ -286,7 +293,7 @@ def run_demo(args: argparse.Namespace) -> int:
         raise generator.error
     phases.mark("rest of the input arrives")
     restart_ms = int(time.time() * 1000)
-    second = start_query(paths, "available-now", attempt=2)
+    second = start_query(paths, "available-now", attempt=2, remote=args.remote)
     out.line("restarted the query from its checkpointLocation, to the end of the input")
     code = second.wait(timeout=300)
     if code != 0:
