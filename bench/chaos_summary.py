@@ -1,5 +1,6 @@
 """Sums the chunk summaries `bench/chaos_all.sh` (and `bench/chaos_spark.sh`,
-row "spark") wrote into one row per protocol."""
+rows "spark" and, for its --remote chunks, "spark-connect") wrote into one
+row per protocol."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files"
 def main(root: str = str(Path(__file__).resolve().parent / "results")) -> None:
     print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
-    for p in ("aligned", "unaligned", "chandy-lamport", "sync", "spark"):
-        path = Path(root) / ("chaos_spark" if p == "spark" else "chaos") / f"chaos-{p}.jsonl"
+    for p in ("aligned", "unaligned", "chandy-lamport", "sync", "spark", "spark-connect"):
+        folder = "chaos_spark" if p.startswith("spark") else "chaos"
+        path = Path(root) / folder / f"chaos-{p}.jsonl"
         if not path.exists():
             continue
         chunks = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]

@@ -38,8 +38,8 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from pyspark.sql import DataFrame, SparkSession
 
-from snapcut.spark import ArrowSnapshotSink, keyed_state
-from spark_state import InMemoryKeyedState, write_input
+from snapcut.spark import ArrowSnapshotSink, foreach_batch, keyed_state
+from spark_state import InMemoryKeyedState, start_session, write_input
 
 SCHEMA = "user long, dwell_ms long"
 AGGS: dict[str, Any] = {"count": "count", "total": ("sum", "dwell_ms"), "avg": ("mean", "dwell_ms")}
@@ -71,7 +71,11 @@ def variants() -> dict[str, Start]:
     def arrow_sink(df: DataFrame, work: Path, tag: str) -> Any:
         ks = keyed_state(df, "user", str(work / "state" / tag), 2)
         sink = ArrowSnapshotSink(
-            str(work / "out" / tag), output_mode="update", key="user", state=ks
+            str(work / "out" / tag),
+            output_mode="update",
+            key="user",
+            state=ks,
+            checkpoint_location=str(work / f"chk-{tag}"),  # Connect: the query id is there
         )
         return ks.aggregate(**AGGS).writeStream.foreachBatch(sink).outputMode("update")
 
@@ -85,10 +89,19 @@ def variants() -> dict[str, Start]:
                 w.write_table(table)
 
         out = keyed_state(df, "user", str(work / "state" / tag), 2).aggregate(**AGGS)
-        return out.writeStream.foreachBatch(write).outputMode("update")
+        # foreach_batch: the state's batch id on Spark Connect too.
+        chk = str(work / f"chk-{tag}")
+        return out.writeStream.foreachBatch(
+            foreach_batch(write, checkpoint_location=chk)
+        ).outputMode("update")
 
     def arrow_sink_off(df: DataFrame, work: Path, tag: str) -> Any:
-        sink = ArrowSnapshotSink(str(work / "out" / tag), output_mode="update", key="user")
+        sink = ArrowSnapshotSink(
+            str(work / "out" / tag),
+            output_mode="update",
+            key="user",
+            checkpoint_location=str(work / f"chk-{tag}"),
+        )
         out = in_memory(df, tag).aggregate(**AGGS)
         return out.writeStream.foreachBatch(sink).outputMode("update")
 
@@ -133,16 +146,11 @@ def main() -> int:
         default=list(variants()),
         help="run only these (e.g. the two state-snapshot variants, for more rounds)",
     )
-    args = parser.parse_args()
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
+    parser.add_argument(
+        "--remote", default=None, help="a Spark Connect URL (local[2]: a local server)"
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    args = parser.parse_args()
+    spark = start_session("4g", remote=args.remote)
     results: dict[str, Any] = {
         "machine": f"{platform.node()} {os.cpu_count()} cpus, load {os.getloadavg()}",
         "args": vars(args),

@@ -250,11 +250,15 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def start_session(driver_memory: str = "6g", **conf: str) -> SparkSession:
+def start_session(
+    driver_memory: str = "6g", remote: str | None = None, **conf: str
+) -> SparkSession:
     """The session of these benchmarks (also bench/conftest.py's): local[2],
-    2 shuffle partitions, UI and console progress off."""
+    2 shuffle partitions, UI and console progress off; `remote`: a Spark
+    Connect session instead (``local[2]``: a local server in this process)."""
+    base = SparkSession.builder
     builder = (
-        SparkSession.builder.master("local[2]")
+        (base.remote(remote) if remote is not None else base.master("local[2]"))
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -263,7 +267,8 @@ def start_session(driver_memory: str = "6g", **conf: str) -> SparkSession:
     for k, v in conf.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if remote is None:
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
@@ -282,10 +287,13 @@ def main() -> int:
     # Next to this file, not the working directory: the same file from any cwd.
     default_out = Path(__file__).resolve().parent / "results" / "spark_state" / "spark_state.json"
     parser.add_argument("--out", default=str(default_out))
+    parser.add_argument(
+        "--remote", default=None, help="a Spark Connect URL (local[2]: a local server)"
+    )
     args = parser.parse_args()
     slow_max = int(os.environ.get("SLOW_MAX_KEYS", "100000"))
     tws_max = int(os.environ.get("TWS_MAX_KEYS", "10000"))
-    spark = start_session()
+    spark = start_session(remote=args.remote)
     results: dict[str, Any] = {
         "machine": f"{platform.node()} {os.cpu_count()} cpus, load {os.getloadavg()}",
         "python": sys.version.split()[0],

@@ -69,12 +69,11 @@ def state_rows(
 
 def write_initial_state(
     initial: Any, stream: Any, key: tuple[str, ...], root: StateRoot, schema: pa.Schema
-) -> InitialState | None:
+) -> InitialState:
     """Writes `initial` (a DataFrame, or ``(root, batch)`` of a state root) as
-    the state of the query reading `stream` grouped by `key`, unless the query
-    already committed a batch."""
-    if root.backend.complete():
-        return None  # a restart: the root's own state wins, as in Spark
+    the state of the query reading `stream` grouped by `key`; the caller
+    skips it on a restart (a root with a committed batch keeps its own
+    state, as in Spark)."""
     spark = stream.sparkSession
     if isinstance(initial, tuple):
         from snapcut.spark.read import read_state

@@ -35,6 +35,7 @@ from snapcut.spark.processors import (
     PandasGroupProcessor,
 )
 from snapcut.spark.root import RootSpec, StateRoot, schema_bytes
+from snapcut.spark.root_setup import prepare_root
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -360,11 +361,13 @@ class KeyedState:
             retain=self.retain,
             filesystem=self.filesystem,
         )
-        root = StateRoot(spec)
-        root.init(operator)
+        committed = prepare_root(self.df.sparkSession, spec, operator)
         initial = None
-        if self.initial_state is not None:
-            initial = write_initial_state(self.initial_state, self.df, self.key, root, schema)
+        if self.initial_state is not None and not committed:
+            # (A restart keeps the root's own state, as Spark does.)
+            initial = write_initial_state(
+                self.initial_state, self.df, self.key, StateRoot(spec), schema
+            )
         src = self.df
         input_schema = self.input_schema
         if needs_batch_ts:
