@@ -123,7 +123,7 @@ def run(spark: SparkSession, name: str, start: Start, src: Path, work: Path) -> 
         .start()
     )
     q.awaitTermination()
-    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    progress = [p for p in q.recentProgress if p.numInputRows > 0]
     return {
         "trigger_s": [p["durationMs"]["triggerExecution"] / 1000 for p in progress],
         "add_batch_s": [p["durationMs"]["addBatch"] / 1000 for p in progress],

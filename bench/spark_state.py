@@ -213,7 +213,7 @@ def run(
             .start()
         )
         q.awaitTermination()
-        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+        progress = [p for p in q.recentProgress if p.numInputRows > 0]
     finally:
         if rocks:
             spark.conf.unset(provider)
