@@ -39,6 +39,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.spark)
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Session kinds for the Spark test modules: a module that sets
+    ``SESSION_KINDS = True`` and defines a module-scoped ``spark`` fixture
+    taking ``request.param`` gets every test run on a classic session, and
+    the tests marked ``both_sessions`` once more on Spark Connect (the same
+    assertions). Classic is always parameter 0, so pytest runs a module's
+    classic cases on one session, then its Connect cases on one Connect
+    server (one kind at a time per process)."""
+    if "spark" not in metafunc.fixturenames or not getattr(metafunc.module, "SESSION_KINDS", False):
+        return
+    kinds = ["classic", "connect"]
+    if metafunc.definition.get_closest_marker("both_sessions") is None:
+        kinds = kinds[:1]
+    metafunc.parametrize("spark", kinds, indirect=True, scope="module")
+
+
 Task = tuple[str, int]
 Model = dict[int, dict[Task, dict[Any, Any]]]
 """checkpoint id → task → key → the row's other values (a tuple)."""

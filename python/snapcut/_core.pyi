@@ -220,6 +220,9 @@ def format_encode_channel(
 def format_encode_file(
     table: Any, path: str, role: str, fields: str = "{}"
 ) -> tuple[bytes, str]: ...
+def format_file_entry(
+    path: str, role: str, rows: int, size: int, crc32c: int, fields: str = "{}"
+) -> str: ...
 def format_build_manifest(
     checkpoint_id: int,
     files: str,

@@ -21,7 +21,7 @@ from snapcut import ConfigError, snapshots
 from snapcut.spark import committed_batches, keyed_state, read_state_arrow, rescale
 
 SCHEMA = "user long, dwell_ms long, ts timestamp"
-SESSION_KINDS = True  # tests/spark/conftest.py: both_sessions tests also run on Connect
+SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
 
 
 @pytest.fixture(scope="module")

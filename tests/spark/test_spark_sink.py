@@ -58,7 +58,7 @@ def points(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-SESSION_KINDS = True  # tests/spark/conftest.py: both_sessions tests also run on Connect
+SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from snapcut.spark import (
 )
 
 FILES = 3
-SESSION_KINDS = True  # tests/spark/conftest.py: both_sessions tests also run on Connect
+SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,13 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from snapcut import _fs
-from snapcut._core import ConfigError, SnapshotError, StorageError, format_encode_ipc
+from snapcut._core import (
+    ConfigError,
+    SnapshotError,
+    StorageError,
+    format_encode_ipc,
+    format_file_entry,
+)
 from snapcut.snapshots import (
     MANIFEST_FILE,
     FsBackend,
@@ -617,20 +623,20 @@ class ArrowSnapshotSink:
     def _commit(
         self, batch_id: int, files: list[dict[str, Any]], extra: dict[str, Any], now: int
     ) -> None:
-        entries = []
-        for f in files:
-            entries.append(
-                {
-                    "path": output_file_name(f["partition"], f["file"]),
-                    "role": OUTPUT_ROLE,
-                    "partition": f["partition"],
-                    "file": f["file"],
-                    "attempt": f["attempt"],
-                    "rows": f["rows"],
-                    "bytes": f["bytes"],
-                    "crc32c": f["crc32c"],
-                }
+        # The entries' shape is the format's (Rust); the sink adds its own fields.
+        entries = [
+            json.loads(
+                format_file_entry(
+                    output_file_name(f["partition"], f["file"]),
+                    OUTPUT_ROLE,
+                    f["rows"],
+                    f["bytes"],
+                    f["crc32c"],
+                    json.dumps({k: f[k] for k in ("partition", "file", "attempt")}),
+                )
             )
+            for f in files
+        ]
         final = self._chk(batch_id)
         if self.local:
             pending_root = f"{self.path}/{STAGING_DIR}/commit-{batch_id:08d}-{uuid.uuid4().hex}"

@@ -533,6 +533,32 @@ fn format_encode_file<'py>(
     Ok((PyBytes::new(py, &bytes), entry_json(&entry)))
 }
 
+/// The entry of a file of a role the format leaves to its writer, encoded
+/// earlier (e.g. the Spark sink's output files, written by executors):
+/// `rows`, `bytes` and `crc32c` of those bytes, the writer's own `fields`.
+#[pyfunction]
+#[pyo3(signature = (path, role, rows, size, crc32c, fields = "{}"))]
+fn format_file_entry(
+    path: &str,
+    role: &str,
+    rows: u64,
+    size: u64,
+    crc32c: u32,
+    fields: &str,
+) -> PyResult<String> {
+    let fields = serde_json::from_str(fields)
+        .map_err(|e| Error::Snapshot(format!("malformed manifest entry fields: {e}")))
+        .map_py()?;
+    let written = format::Written {
+        rows,
+        bytes: size,
+        crc32c,
+    };
+    Ok(entry_json(&format::other_entry(
+        path, role, written, fields,
+    )))
+}
+
 /// The manifest of checkpoint `checkpoint_id` and its `sources.arrow`:
 /// `(sources bytes, manifest bytes)`. `files`: JSON list of entries (the
 /// sources entry is added); a state diff without a chain gets it from its
@@ -884,6 +910,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(format_summary, m)?)?;
     m.add_function(wrap_pyfunction!(format_encode_channel, m)?)?;
     m.add_function(wrap_pyfunction!(format_encode_file, m)?)?;
+    m.add_function(wrap_pyfunction!(format_file_entry, m)?)?;
     m.add_function(wrap_pyfunction!(format_state_files, m)?)?;
     m.add_function(wrap_pyfunction!(format_channel_files, m)?)?;
     m.add_function(wrap_pyfunction!(format_export_plan, m)?)?;
