@@ -36,6 +36,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402 (after PYTHONPATH)
 
 from snapcut.spark import foreach_batch  # noqa: E402
+from snapcut.spark.batch_identity import is_connect  # noqa: E402, F401 (the tests' import)
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
@@ -85,10 +86,6 @@ def child_env(**extra: str) -> dict[str, str]:
     SPARK_CONNECT_MODE_ENABLED would look for a Connect URL)."""
     env = {k: v for k, v in os.environ.items() if k not in CONNECT_ENV}
     return {**env, **extra}
-
-
-def is_connect(spark: Any) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def dwell_frames(
