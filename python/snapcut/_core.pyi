@@ -275,9 +275,18 @@ def crc32c(data: bytes) -> int:
 class StateTable:
     """Keyed state table with change tracking for incremental checkpoints."""
 
-    def __init__(self, schema: Any, key: str, full_every: int = 10) -> None: ...
+    def __init__(
+        self, schema: Any, key: str, full_every: int = 10, group: str | None = None
+    ) -> None: ...
     def update(self, batch: Any) -> None:
         """Upserts the rows of a pyarrow RecordBatch or Table by key."""
+    def lookup_groups(self, groups: Any) -> tuple[Any, Any]:
+        """(pyarrow.RecordBatch, pyarrow.UInt32Array): every row of the asked
+        groups and each row's group position among `groups`."""
+    def delete_groups(self, groups: Any) -> int:
+        """Deletes every row of the asked groups; returns how many rows went."""
+    @property
+    def group(self) -> str | None: ...
     def get(self, keys: Any) -> Any:
         """pyarrow Table of the present keys' rows, in the order asked."""
     def lookup(self, keys: Any) -> tuple[Any, Any]:

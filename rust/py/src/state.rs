@@ -95,12 +95,17 @@ pub fn one_array(chunks: Vec<ArrayRef>, data_type: &DataType) -> PyResult<ArrayR
 #[pymethods]
 impl StateTable {
     /// A table of `schema` (pyarrow.Schema) keyed by column `key`; every
-    /// `full_every`-th checkpoint is a full one.
+    /// `full_every`-th checkpoint is a full one. `group`: a key-typed column
+    /// whose rows can be read and deleted together (`lookup_groups`,
+    /// `delete_groups`), e.g. the grouping key of a composite key.
     #[new]
-    #[pyo3(signature = (schema, key, full_every = 10))]
-    fn new(schema: PySchema, key: &str, full_every: u32) -> PyResult<Self> {
-        let inner =
+    #[pyo3(signature = (schema, key, full_every = 10, group = None))]
+    fn new(schema: PySchema, key: &str, full_every: u32, group: Option<&str>) -> PyResult<Self> {
+        let mut inner =
             CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
+        if let Some(column) = group {
+            inner = inner.with_group(column).map_py()?;
+        }
         Ok(Self {
             inner,
             last_base: None,
@@ -155,6 +160,43 @@ impl StateTable {
             PyRecordBatch::new(batch).into_pyarrow(py)?,
             array_to_pyarrow(py, Arc::new(present))?,
         ))
+    }
+
+    /// Every row of the asked groups (any Arrow array, or a Python sequence,
+    /// of the group column's type): `(RecordBatch, UInt32Array)`, the rows
+    /// (groups in the order asked, a group's rows in the order written) and
+    /// each row's group position among `groups`.
+    fn lookup_groups<'py>(
+        &self,
+        py: Python<'py>,
+        groups: &Bound<'py, PyAny>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+        let (chunks, group_type) = self.group_arrays(py, groups)?;
+        let inner = &self.inner;
+        let (batch, which) = py.detach(|| -> PyResult<_> {
+            let groups = one_array(chunks, &group_type)?;
+            inner.lookup_groups(groups.as_ref()).map_py()
+        })?;
+        Ok((
+            PyRecordBatch::new(batch).into_pyarrow(py)?,
+            array_to_pyarrow(py, Arc::new(which))?,
+        ))
+    }
+
+    /// Deletes every row of the asked groups; returns how many rows went.
+    fn delete_groups(&mut self, py: Python<'_>, groups: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let (chunks, group_type) = self.group_arrays(py, groups)?;
+        let inner = &mut self.inner;
+        py.detach(|| -> PyResult<_> {
+            let groups = one_array(chunks, &group_type)?;
+            inner.delete_groups(groups.as_ref()).map_py()
+        })
+    }
+
+    /// The group column (None without one).
+    #[getter]
+    fn group(&self) -> Option<String> {
+        self.inner.group_column().map(str::to_string)
     }
 
     /// Deletes keys (absent ones ignored); returns how many were present.
@@ -301,6 +343,27 @@ impl StateTable {
             self.inner.changed_len(),
             self.inner.last_checkpoint()
         )
+    }
+}
+
+impl StateTable {
+    fn group_arrays(
+        &self,
+        py: Python<'_>,
+        groups: &Bound<'_, PyAny>,
+    ) -> PyResult<(Vec<ArrayRef>, DataType)> {
+        let schema = self.inner.schema();
+        let Some(column) = self.inner.group_column() else {
+            return Err(crate::errors::ConfigError::new_err(
+                "this state table has no group column: create it with StateTable(..., group=column)",
+            ));
+        };
+        let group_type = schema
+            .field_with_name(column)
+            .expect("group column in schema")
+            .data_type()
+            .clone();
+        Ok((key_arrays(py, &schema, column, groups)?, group_type))
     }
 }
 

@@ -18,6 +18,9 @@ mod changelog;
 mod column;
 mod encode;
 mod group;
+mod group_index;
+#[cfg(test)]
+mod group_tests;
 mod key;
 #[cfg(test)]
 mod lookup_tests;

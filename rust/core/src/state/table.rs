@@ -13,6 +13,7 @@ use arrow_select::filter::filter_record_batch;
 
 use super::changelog::ChangeLog;
 use super::column::{check_supported, new_column, Column};
+use super::group_index::GroupIndex;
 use super::key::{Key, KeyIndex, KeySet, KeyType};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -65,6 +66,8 @@ pub struct StateTable {
     /// `Some` once [`StateTable::confirm_bases`] was called: diffs are then
     /// based on the last confirmed checkpoint.
     confirm: Option<Confirm>,
+    /// Rows by a group column, if [`StateTable::with_group`] set one.
+    group: Option<GroupIndex>,
 }
 
 /// Bookkeeping of confirmed-base mode (several checkpoints in flight).
@@ -158,8 +161,47 @@ impl StateTable {
             force_full: false,
             restoring: false,
             confirm: None,
+            group: None,
             schema,
         })
+    }
+
+    /// Indexes the rows by `column` as well (a key-typed column, typically a
+    /// grouping key that prefixes a composite key), for
+    /// [`Self::lookup_groups`] and [`Self::delete_groups`].
+    pub fn with_group(mut self, column: &str) -> Result<Self> {
+        let col = self.schema.index_of(column).map_err(|_| {
+            Error::Config(format!(
+                "group column '{column}' is not in the state schema (columns: {})",
+                column_names(&self.schema)
+            ))
+        })?;
+        if self.schema.field(col).is_nullable() {
+            return Err(Error::Config(format!(
+                "group column '{column}' must be non-nullable: every row belongs to a group"
+            )));
+        }
+        let key_type = KeyType::new(column, self.schema.field(col).data_type())?;
+        let mut index = GroupIndex::new(col, key_type);
+        let live = self.live_slots();
+        if !live.is_empty() {
+            let groups = self.columns[col].gather(&live);
+            index.upserted(&live, index.key_type.keys(column, groups.as_ref())?);
+        }
+        self.group = Some(index);
+        Ok(self)
+    }
+
+    /// The group column, if the table has one.
+    pub fn group_column(&self) -> Option<&str> {
+        self.group
+            .as_ref()
+            .map(|g| self.schema.field(g.col).name().as_str())
+    }
+
+    /// Number of groups with at least one row (0 without a group column).
+    pub fn group_count(&self) -> usize {
+        self.group.as_ref().map_or(0, GroupIndex::len)
     }
 
     /// The table's schema (key column non-nullable; metadata names the key).
@@ -212,6 +254,14 @@ impl StateTable {
         let arrays = self.columns_of(batch)?;
         let key_array = arrays[self.key_col].as_ref();
         self.key_type.check(self.key_column(), key_array)?;
+        // Read (and check) the groups before anything changes.
+        let groups = match &self.group {
+            Some(g) => Some(
+                g.key_type
+                    .keys(self.schema.field(g.col).name(), arrays[g.col].as_ref())?,
+            ),
+            None => None,
+        };
         self.index.reserve(key_array.len());
         let mut len = self.occupied.len() as u32;
         let free = &mut self.free;
@@ -252,6 +302,9 @@ impl StateTable {
         for &slot in &slots {
             self.occupied[slot as usize] = true;
         }
+        if let (Some(index), Some(groups)) = (self.group.as_mut(), groups) {
+            index.upserted(&slots, groups);
+        }
         for (column, array) in self.columns.iter_mut().zip(arrays.iter()) {
             column.scatter(&slots, array.as_ref());
         }
@@ -271,6 +324,9 @@ impl StateTable {
         for key in keys {
             if let Some(slot) = self.index.remove(&key) {
                 self.occupied[slot as usize] = false;
+                if let Some(g) = self.group.as_mut() {
+                    g.removed(slot);
+                }
                 self.free.push(slot);
                 self.log.remove(slot);
                 if self.logging() {
@@ -332,6 +388,40 @@ impl StateTable {
         let batch = RecordBatch::try_new(self.lookup_schema.clone(), arrays)
             .expect("columns match the lookup schema");
         Ok((batch, present))
+    }
+
+    /// Every row of the asked groups (groups in the order asked, a group's
+    /// rows in the order they were first written), and for each row the
+    /// position of its group among `groups`.
+    pub fn lookup_groups(&self, groups: &dyn Array) -> Result<(RecordBatch, UInt32Array)> {
+        let index = self.group_index()?;
+        let name = self.schema.field(index.col).name();
+        let keys = index.key_type.keys(name, groups)?;
+        let (slots, which) = index.slots_of(&keys);
+        Ok((self.gather(&slots), UInt32Array::from(which)))
+    }
+
+    /// Deletes every row of the asked groups; returns how many rows went.
+    pub fn delete_groups(&mut self, groups: &dyn Array) -> Result<usize> {
+        let index = self.group_index()?;
+        let name = self.schema.field(index.col).name();
+        let keys = index.key_type.keys(name, groups)?;
+        let (slots, _) = index.slots_of(&keys);
+        if slots.is_empty() {
+            return Ok(0);
+        }
+        let doomed = self.columns[self.key_col].gather(&slots);
+        self.delete(doomed.as_ref())
+    }
+
+    fn group_index(&self) -> Result<&GroupIndex> {
+        self.group.as_ref().ok_or_else(|| {
+            Error::Config(
+                "this state table has no group column: create it with a group column to read \
+                 or delete rows by group"
+                    .into(),
+            )
+        })
     }
 
     /// Every live row (slot order, which is not key order).
@@ -622,6 +712,9 @@ impl StateTable {
         self.free.clear();
         self.log.reset();
         self.tombstones.drain();
+        if let Some(g) = self.group.as_mut() {
+            g.clear();
+        }
     }
 
     fn reset_tracking(&mut self) {
