@@ -34,7 +34,7 @@ from snapcut.spark.processors import (
     BatchFunctionProcessor,
     PandasGroupProcessor,
 )
-from snapcut.spark.root import RootSpec, StateRoot, schema_bytes
+from snapcut.spark.root import RootSpec, StateRoot, TableSpec, schema_bytes
 from snapcut.spark.root_setup import prepare_root
 
 if TYPE_CHECKING:
@@ -297,6 +297,137 @@ class KeyedState:
 
     applyInPandasWithState = apply_in_pandas_with_state
 
+    # -- transformWithState ------------------------------------------------------
+
+    def transform_with_state_in_pandas(
+        self,
+        statefulProcessor: Any,
+        outputStructType: Any,
+        outputMode: str,
+        timeMode: str,
+        initialState: Any = None,
+        eventTimeColumnName: str = "",
+    ) -> DataFrame:
+        """Drop-in for ``groupBy(key).transformWithStateInPandas``: the same
+        ``StatefulProcessor`` (pandas frames in, pandas frames out) and
+        arguments; each state variable is a table of the root."""
+        return self._transform_with_state(
+            statefulProcessor,
+            outputStructType,
+            outputMode,
+            timeMode,
+            initialState,
+            eventTimeColumnName,
+            pandas=True,
+        )
+
+    def transform_with_state(
+        self,
+        statefulProcessor: Any,
+        outputStructType: Any,
+        outputMode: str,
+        timeMode: str,
+        initialState: Any = None,
+        eventTimeColumnName: str = "",
+    ) -> DataFrame:
+        """Drop-in for ``groupBy(key).transformWithState``: the same
+        ``StatefulProcessor`` over ``Row`` objects, and arguments."""
+        return self._transform_with_state(
+            statefulProcessor,
+            outputStructType,
+            outputMode,
+            timeMode,
+            initialState,
+            eventTimeColumnName,
+            pandas=False,
+        )
+
+    transformWithStateInPandas = transform_with_state_in_pandas
+    transformWithState = transform_with_state
+
+    def _transform_with_state(
+        self,
+        processor: Any,
+        output_type: Any,
+        output_mode: str,
+        time_mode: str,
+        initial_state: Any,
+        event_time_column: str,
+        *,
+        pandas: bool,
+    ) -> DataFrame:
+        from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+        from snapcut.spark.tws.processor import TIME_MODES, TransformWithStateProcessor
+        from snapcut.spark.tws.variables import DeclaringHandle, table_specs
+
+        if not isinstance(processor, StatefulProcessor):
+            raise ConfigError(
+                "statefulProcessor must be an instance of a subclass of "
+                f"pyspark.sql.streaming.StatefulProcessor, got {type(processor).__name__}"
+            )
+        mode = _output_mode(output_mode, "outputMode")
+        tm = time_mode.lower() if isinstance(time_mode, str) else None
+        if tm not in TIME_MODES:
+            raise ConfigError(
+                f"timeMode must be 'None', 'ProcessingTime' or 'EventTime' (any case), "
+                f"got {time_mode!r}"
+            )
+        if tm == "eventtime" and self.delay_ms is None:
+            raise ConfigError(
+                "timeMode='EventTime' needs a watermark: pass event_time='ts', "
+                "watermark='10 seconds' to keyed_state"
+            )
+        if event_time_column and event_time_column != self.event_time:
+            raise ConfigError(
+                f"eventTimeColumnName={event_time_column!r} differs from keyed_state's "
+                f"event_time={self.event_time!r}: name the same column (or leave it out)"
+            )
+        if initial_state is not None and self.initial_state is not None:
+            raise ConfigError(
+                "pass the initial state once: initialState= here or initial_state= to "
+                "keyed_state, not both"
+            )
+        # Spark's pre-init: run init() on the driver with a handle that records
+        # the state variables (their names, schemas and TTLs), then close().
+        declaring = DeclaringHandle(tm)
+        processor.init(declaring)
+        processor.close()
+        key_fields = tuple(self.input_schema.field(k) for k in self.key)
+        tables = table_specs(
+            list(declaring.variables.values()), key_fields, self.state_key, tm != "none"
+        )
+        records = self.df.sparkSession.conf.get(ARROW_BATCH_CONF, "10000")
+        tws = TransformWithStateProcessor(
+            key=self.key,
+            state_key=self.state_key,
+            key_fields=key_fields,
+            vertex=self.name,
+            tables=tables,
+            variables=dict(declaring.variables),
+            output_schema=self._arrow(output_type, "outputStructType"),
+            stateful_processor=processor,
+            time_mode=tm,
+            pandas=pandas,
+            event_time=self.event_time,
+            timezone=self.timezone,
+            max_records_per_batch=int(records or "10000"),
+        )
+        timeout = {
+            "none": GroupStateTimeout.NoTimeout,
+            "processingtime": GroupStateTimeout.ProcessingTimeTimeout,
+            "eventtime": GroupStateTimeout.EventTimeTimeout,
+        }[tm]
+        return self._build(
+            tws,
+            "transform_with_state_in_pandas" if pandas else "transform_with_state",
+            needs_batch_ts=True,
+            output_mode=mode,
+            tables=tables,
+            timeout=timeout,
+            tws_initial=_grouped_frame(initial_state, self.key),
+        )
+
     # -- plumbing --------------------------------------------------------------
 
     def _timeout(self, timeout: str) -> str:
@@ -345,6 +476,9 @@ class KeyedState:
         operator: str,
         needs_batch_ts: bool,
         output_mode: str = "update",
+        tables: tuple[TableSpec, ...] = (),
+        timeout: str | None = None,
+        tws_initial: Any = None,
     ) -> DataFrame:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -360,10 +494,18 @@ class KeyedState:
             full_every=self.full_every,
             retain=self.retain,
             filesystem=self.filesystem,
+            tables=tables,
         )
         committed = prepare_root(self.df.sparkSession, spec, operator)
         initial = None
-        if self.initial_state is not None and not committed:
+        if tables:
+            # transformWithState: the initial rows go to handleInitialState in batch 0.
+            raw = tws_initial if tws_initial is not None else self.initial_state
+            if raw is not None and not committed:
+                processor.initial_rows = write_initial_state(  # type: ignore[attr-defined]
+                    raw, self.df, self.key, StateRoot(spec), _arrow_schema(raw)
+                )
+        elif self.initial_state is not None and not committed:
             # (A restart keeps the root's own state, as Spark does.)
             initial = write_initial_state(
                 self.initial_state, self.df, self.key, StateRoot(spec), schema
@@ -373,7 +515,8 @@ class KeyedState:
         if needs_batch_ts:
             src = src.withColumn(BATCH_TS_COLUMN, F.current_timestamp())
             input_schema = input_schema.append(pa.field(BATCH_TS_COLUMN, pa.timestamp("us", "UTC")))
-        timeout = getattr(processor, "timeout", GroupStateTimeout.NoTimeout)
+        if timeout is None:
+            timeout = getattr(processor, "timeout", GroupStateTimeout.NoTimeout)
         with_no_data = no_data.enabled(self.df, timeout)
         if with_no_data:
             src = no_data.keep_tasks_in_empty_batches(src, self.name)
@@ -437,7 +580,8 @@ def make_task_function(
         batch_ts = None
         if BATCH_TS_COLUMN in rows.column_names and rows.num_rows:
             ts = rows[BATCH_TS_COLUMN][0]
-            batch_ts = int(pa.compute.cast(ts, pa.timestamp("ms", "UTC")).value)
+            # (A streaming batch timestamp is whole ms; a batch query's is not.)
+            batch_ts = int(pa.compute.cast(ts, pa.timestamp("ms", "UTC"), safe=False).value)
         task = PartitionTask(StateRoot(spec), batch_id, partition, owner, delay_ms, initial=initial)
         out = task.apply(rows, processor, batch_ts)
         if state_writes == "sync":
@@ -475,6 +619,33 @@ class _Committer(threading.Thread):
         self.join()
         if self.error is not None:
             raise self.error
+
+
+def _grouped_frame(initial: Any, key: tuple[str, ...]) -> Any:
+    """The DataFrame behind ``initialState`` (Spark takes ``df.groupBy(key)``;
+    a plain DataFrame works too); its key columns must be named as the key."""
+    if initial is None:
+        return None
+    frame = getattr(initial, "_df", initial)
+    if not hasattr(frame, "mapInArrow"):
+        raise ConfigError(
+            "initialState must be a grouped DataFrame (initial_df.groupBy(key)) or a "
+            f"DataFrame; got {type(initial).__name__}"
+        )
+    missing = [k for k in key if k not in frame.columns]
+    if missing:
+        raise ConfigError(
+            f"initialState lacks the key column(s) {missing} (it has {frame.columns}): group it "
+            "by columns named as keyed_state's key"
+        )
+    return frame
+
+
+def _arrow_schema(frame: Any) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    tz = frame.sparkSession.conf.get("spark.sql.session.timeZone")
+    return to_arrow_schema(frame.schema, timezone=tz)
 
 
 def _key_columns(df: DataFrame, key: Any) -> tuple[DataFrame, tuple[str, ...]]:

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from snapcut._core import SnapshotError, StateTable
 from snapcut.spark import failpoints
-from snapcut.spark.root import StateRoot
+from snapcut.spark.root import StateRoot, TableLayout, schema_from_bytes
 
 __all__ = ["BatchInfo", "PartitionTask", "Processor", "StateCache"]
 
@@ -46,10 +46,11 @@ class BatchInfo:
 
 
 class Processor(Protocol):
-    """Applies one partition's rows of a batch to its state table."""
+    """Applies one partition's rows of a batch to its state: the root's one
+    table, or (a root of several tables) a dict of them by vertex."""
 
-    def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
-        """Updates `table` in place and returns the output rows."""
+    def process(self, table: Any, rows: pa.Table, info: BatchInfo) -> pa.Table:
+        """Updates the state in place and returns the output rows."""
         ...
 
     def max_event_time_ms(self, rows: pa.Table) -> int:
@@ -57,9 +58,14 @@ class Processor(Protocol):
         ...
 
 
+Tables = dict[str, StateTable]
+"""A partition's state tables by vertex (one, or one per state variable)."""
+Chains = dict[str, list[int]]
+
+
 class StateCache:
-    """This process's warm state tables: (root, vertex, partition) → (version,
-    the chain of checkpoints it was written as, table).
+    """This process's warm state: (root, vertex, partition) → (version, the
+    chain of checkpoints each table was written as, the tables).
 
     A table is taken out while a task works on it and put back only when its
     version is durable, so a failed task never leaves a half-applied table.
@@ -70,23 +76,19 @@ class StateCache:
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._tables: OrderedDict[tuple[str, str, int], tuple[int, list[int], StateTable]] = (
-            OrderedDict()
-        )
+        self._tables: OrderedDict[tuple[str, str, int], tuple[int, Chains, Tables]] = OrderedDict()
 
-    def take(self, key: tuple[str, str, int], version: int) -> tuple[StateTable, list[int]] | None:
-        """The table at `version` and its chain, or None (taken out either way)."""
+    def take(self, key: tuple[str, str, int], version: int) -> tuple[Tables, Chains] | None:
+        """The tables at `version` and their chains, or None (taken out either way)."""
         with self._lock:
             hit = self._tables.pop(key, None)
         if hit is None or hit[0] != version:
             return None
         return hit[2], hit[1]
 
-    def put(
-        self, key: tuple[str, str, int], version: int, chain: list[int], table: StateTable
-    ) -> None:
+    def put(self, key: tuple[str, str, int], version: int, chains: Chains, tables: Tables) -> None:
         with self._lock:
-            self._tables[key] = (version, chain, table)
+            self._tables[key] = (version, chains, tables)
             self._tables.move_to_end(key)
             while len(self._tables) > self.capacity:
                 self._tables.popitem(last=False)
@@ -101,8 +103,8 @@ CACHE = StateCache(int(os.environ.get("SNAPCUT_STATE_CACHE", "64")))
 
 @dataclass
 class Loaded:
-    table: StateTable
-    chain: list[int]
+    tables: Tables
+    chains: Chains
     watermark_ms: int
     max_event_time_ms: int
     from_cache: bool
@@ -132,20 +134,28 @@ class PartitionTask:
         spec = root.spec
         self.cache_key = (spec.uri, spec.vertex, partition)
 
-    def _new_table(self) -> StateTable:
-        spec = self.root.spec
-        return StateTable(spec.schema, spec.state_key, full_every=spec.full_every)
+    def _new_table(self, layout: TableLayout) -> StateTable:
+        return StateTable(
+            schema_of(layout),
+            layout.state_key,
+            full_every=self.root.spec.full_every,
+            group=layout.group,
+        )
+
+    def _new_tables(self) -> Tables:
+        return {layout.vertex: self._new_table(layout) for layout in self.root.spec.layouts()}
 
     def load(self) -> Loaded:
         """Version N-1 of this partition (or the initial state before batch 0)."""
         n = self.batch_id
+        layouts = self.root.spec.layouts()
         if n == 0:
-            table = self._new_table()
+            tables = self._new_tables()
             if self.initial is not None:
                 rows = self.initial(self.partition)
                 if rows is not None and rows.num_rows:
-                    table.update(rows)
-            return Loaded(table, [], 0, NO_EVENT_TIME, False)
+                    tables[layouts[0].vertex].update(rows)
+            return Loaded(tables, {v: [] for v in tables}, 0, NO_EVENT_TIME, False)
         prev = self.root.committed(n - 1)
         if prev is None:
             acked = set(self.root.acked(n - 1))
@@ -164,13 +174,16 @@ class PartitionTask:
             watermark = max(watermark, max_event - delay)
         warm = self.cache.take(self.cache_key, n - 1)
         if warm is not None:
-            table, chain = warm
-            return Loaded(table, chain, watermark, max_event, True, late_watermark)
-        table = self._new_table()
-        files = self.root.read_chain(prev, self.partition)
-        table.restore(files)
-        chain = [cid for cid, _, _ in files]
-        return Loaded(table, chain, watermark, max_event, False, late_watermark)
+            tables, chains = warm
+            return Loaded(tables, chains, watermark, max_event, True, late_watermark)
+        tables, chains = {}, {}
+        for layout in layouts:
+            table = self._new_table(layout)
+            files = self.root.read_chain(prev, self.partition, layout.vertex)
+            table.restore(files)
+            tables[layout.vertex] = table
+            chains[layout.vertex] = [cid for cid, _, _ in files]
+        return Loaded(tables, chains, watermark, max_event, False, late_watermark)
 
     def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
         """Applies the batch and makes version N durable; returns the output."""
@@ -193,7 +206,9 @@ class PartitionTask:
             watermark_present=self.delay is not None,
             late_watermark_ms=self._loaded.late_watermark_ms,
         )
-        out = processor.process(self._loaded.table, rows, self._info)
+        tables = self._loaded.tables
+        state = tables if self.root.spec.tables else next(iter(tables.values()))
+        out = processor.process(state, rows, self._info)
         self._metrics = {
             "rows_in": rows.num_rows,
             "rows_out": out.num_rows,
@@ -210,24 +225,31 @@ class PartitionTask:
         loaded, info, metrics = self._loaded, self._info, self._metrics
         failpoints.hit("state.before_write", self.batch_id, self.partition)
         t0 = time.perf_counter()
-        table = loaded.table
-        if len(loaded.chain) + 1 > self.root.spec.full_every:
-            table.checkpoint_aborted()  # forces a full: bounds the restore chain
-        _, kind, capture = table.checkpoint(self.batch_id)
-        entry = self.root.write_state(self.batch_id, self.partition, capture, kind, loaded.chain)
-        chain: list[int] = entry["chain"]
+        entries: list[dict[str, Any]] = []
+        chains: Chains = {}
+        for layout in self.root.spec.layouts():
+            table = loaded.tables[layout.vertex]
+            base = loaded.chains[layout.vertex]
+            if len(base) + 1 > self.root.spec.full_every:
+                table.checkpoint_aborted()  # forces a full: bounds the restore chain
+            _, kind, capture = table.checkpoint(self.batch_id)
+            entry = self.root.write_state(
+                self.batch_id, self.partition, capture, kind, base, layout
+            )
+            entries.append(entry)
+            chains[layout.vertex] = entry["chain"]
         failpoints.hit("state.after_write", self.batch_id, self.partition)
         write_ms = (time.perf_counter() - t0) * 1000
         ack = {
             "query_id": self.owner,
-            "file": entry,
+            "files": entries,
             "watermark_ms": info.watermark_ms,
             "max_event_time_ms": max(loaded.max_event_time_ms, metrics["batch_max_event_ms"]),
             "batch_timestamp_ms": info.processing_time_ms,
             "rows_in": metrics["rows_in"],
             "rows_out": metrics["rows_out"],
             "late_rows": metrics["late_rows"],
-            "state_keys": len(table),
+            "state_keys": sum(len(t) for t in loaded.tables.values()),
             "write_ms": round(write_ms, 3),
             "from_cache": loaded.from_cache,
             "started_ms": self._started,
@@ -237,7 +259,7 @@ class PartitionTask:
         self.root.write_ack(self.batch_id, self.partition, ack)
         failpoints.hit("state.after_ack", self.batch_id, self.partition)
         self.root.finalize_if_acked(self.batch_id)
-        self.cache.put(self.cache_key, self.batch_id, chain, table)
+        self.cache.put(self.cache_key, self.batch_id, chains, loaded.tables)
 
     def figures(self) -> dict[str, int]:
         """This task's part of the step's observed metrics (after :meth:`commit`)."""
@@ -248,9 +270,13 @@ class PartitionTask:
             "late_rows_dropped": int(ack["late_rows"]),
             "keys_timed_out": int(self._metrics["timed_out_keys"]),
             "state_rows": int(ack["state_keys"]),
-            "state_bytes_written": int(ack["file"]["bytes"]),
+            "state_bytes_written": sum(int(e["bytes"]) for e in ack["files"]),
             "state_write_ms_max": round(float(ack["write_ms"])),
         }
+
+
+def schema_of(layout: TableLayout) -> pa.Schema:
+    return schema_from_bytes(layout.schema)
 
 
 def _now_ms() -> int:

@@ -50,7 +50,7 @@ ROOT_FORMAT = "snapcut-spark-state"
 ROOT_FORMAT_VERSION = 1
 BATCH_OWNER = "batch"
 
-__all__ = ["RootSpec", "StateRoot", "claim_root", "read_root_meta", "spec_of"]
+__all__ = ["RootSpec", "StateRoot", "TableSpec", "claim_root", "read_root_meta", "spec_of"]
 
 
 def schema_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
@@ -67,6 +67,59 @@ def schema_from_bytes(data: bytes) -> pa.Schema:
 
 
 @dataclass(frozen=True)
+class TableSpec:
+    """One of several state tables of a root: a transformWithState operator
+    keeps each state variable (and its timers) in a table of its own, written
+    per partition as vertex ``<name>.<table>`` of the same checkpoints."""
+
+    name: str
+    kind: str
+    """"value", "list", "map" or "timers"."""
+    state_key: str
+    schema: bytes
+    group: str | None = None
+    """The column whose rows are read and deleted together (the grouping key
+    of a composite key); None for a table keyed by the grouping key itself."""
+    ttl_ms: int | None = None
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return schema_from_bytes(self.schema)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "state_key": self.state_key,
+            "group": self.group,
+            "ttl_ms": self.ttl_ms,
+            "schema": schema_to_json(self.arrow_schema),
+            "schema_ipc": base64.b64encode(self.schema).decode(),
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> TableSpec:
+        return cls(
+            name=meta["name"],
+            kind=meta["kind"],
+            state_key=meta["state_key"],
+            schema=base64.b64decode(meta["schema_ipc"]),
+            group=meta.get("group"),
+            ttl_ms=meta.get("ttl_ms"),
+        )
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Where one state table of a root lives: its vertex in the checkpoints."""
+
+    vertex: str
+    state_key: str
+    schema: bytes
+    group: str | None = None
+
+
+@dataclass(frozen=True)
 class RootSpec:
     """What every task needs to know about a root; pickled into the UDF."""
 
@@ -79,10 +132,33 @@ class RootSpec:
     full_every: int
     retain: int
     filesystem: Any = field(default=None, compare=False)
+    tables: tuple[TableSpec, ...] = ()
+    """Several state tables (transformWithState's variables); empty for the
+    one table of `state_schema` keyed by `state_key`."""
 
     @property
     def schema(self) -> pa.Schema:
         return schema_from_bytes(self.state_schema)
+
+    def layouts(self) -> list[TableLayout]:
+        """The root's state tables: vertex ``<vertex>`` alone, or
+        ``<vertex>.<table>`` for each of `tables`."""
+        if not self.tables:
+            return [TableLayout(self.vertex, self.state_key, self.state_schema)]
+        return [
+            TableLayout(table_vertex(self.vertex, t.name), t.state_key, t.schema, t.group)
+            for t in self.tables
+        ]
+
+    def table(self, name: str) -> TableSpec:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        known = [t.name for t in self.tables] or ["(none: the root holds one table)"]
+        raise ConfigError(
+            f"state root {_fs.redact(self.uri)} has no state variable {name!r}; it has "
+            f"{', '.join(known)}"
+        )
 
     def describe(self, operator: str) -> dict[str, Any]:
         return {
@@ -96,7 +172,13 @@ class RootSpec:
             "state_schema": schema_to_json(self.schema),
             "state_schema_ipc": base64.b64encode(self.state_schema).decode(),
             "full_every": self.full_every,
+            **({"tables": [t.describe() for t in self.tables]} if self.tables else {}),
         }
+
+
+def table_vertex(vertex: str, table: str) -> str:
+    """The vertex of one of an operator's several state tables."""
+    return f"{vertex}.{table}"
 
 
 class StateRoot:
@@ -145,11 +227,12 @@ class StateRoot:
             ("state_schema", "use the same state schema, or a new root"),
             ("operator", "each root holds one operator's state: use a new root"),
             ("vertex", "use the same name=, or a new root"),
+            ("tables", "use the same state variables and schemas, or a new root"),
         ):
-            if have.get(what) != wanted[what]:
+            if have.get(what) != wanted.get(what):
                 raise ConfigError(
                     f"state root {self.name} was created with {what}={have.get(what)!r}; "
-                    f"this query asks {what}={wanted[what]!r}: {fix} "
+                    f"this query asks {what}={wanted.get(what)!r}: {fix} "
                     "(nothing in the root was changed)"
                 )
 
@@ -176,17 +259,20 @@ class StateRoot:
         table: pa.Table | pa.RecordBatch,
         kind: str,
         base_chain: list[int],
+        layout: TableLayout | None = None,
     ) -> dict[str, Any]:
-        """Writes a partition's version `batch`, a "full" or a "diff" on the
+        """Writes a partition's version `batch` of one of the root's tables
+        (`layout`, default the only one), a "full" or a "diff" on the
         version whose chain is `base_chain`; the entry carries its chain
         (the Rust rule). The Rust encoder sorts the rows by the state key,
         so the bytes are deterministic."""
+        layout = layout or self.spec.layouts()[0]
         return self.writer.write_state(
             batch,
-            self.spec.vertex,
+            layout.vertex,
             partition,
             table,
-            key=self.spec.state_key,
+            key=layout.state_key,
             kind=kind,
             sort=True,
             base_chain=base_chain,
@@ -232,7 +318,7 @@ class StateRoot:
         if len(acks) != self.spec.partitions or any(a is None for a in acks):
             return None
         done = [a for a in acks if a is not None]
-        entries = [a["file"] for a in done]
+        entries = [e for a in done for e in ack_files(a)]
         spark = {
             "query_id": done[0]["query_id"],
             "batch_id": batch,
@@ -245,13 +331,17 @@ class StateRoot:
             "rows_out": sum(a["rows_out"] for a in done),
             "late_rows": sum(a["late_rows"] for a in done),
             "state_keys": sum(a["state_keys"] for a in done),
-            "state_bytes": sum(a["file"]["bytes"] for a in done),
+            "state_bytes": sum(e["bytes"] for e in entries),
             "write_ms": max(a["write_ms"] for a in done),
         }
         manifest = self.writer.commit(
             batch,
             entries,
-            tasks=[(self.spec.vertex, p) for p in range(self.spec.partitions)],
+            tasks=[
+                (layout.vertex, p)
+                for layout in self.spec.layouts()
+                for p in range(self.spec.partitions)
+            ],
             protocol=PROTOCOL,
             started_ms=min(a["started_ms"] for a in done),
             finished_ms=max(a["finished_ms"] for a in done),
@@ -289,19 +379,27 @@ class StateRoot:
         return self.finalize_if_acked(batch) if acks is None else self.finalize(batch, acks)
 
     def read_chain(
-        self, manifest: dict[str, Any], partition: int
+        self, manifest: dict[str, Any], partition: int, vertex: str | None = None
     ) -> list[tuple[int, str, pa.Table]]:
-        """The (id, kind, table) files that rebuild a partition's state at a
-        committed batch (`manifest`), each checked against its size and
-        checksum: the snapshot reader's chain (``FsBackend.chain``)."""
+        """The (id, kind, table) files that rebuild a partition's state (of
+        table `vertex`, default the only one) at a committed batch
+        (`manifest`), each checked against its size and checksum: the
+        snapshot reader's chain (``FsBackend.chain``)."""
         batch = int(manifest["checkpoint_id"])
-        chain = self.backend.chain(batch, (self.spec.vertex, partition), manifest)
+        vertex = vertex or self.spec.layouts()[0].vertex
+        chain = self.backend.chain(batch, (vertex, partition), manifest)
         if chain is None:
             raise SnapshotError(
-                f"batch {batch} of state root {self.name} has no state for partition "
+                f"batch {batch} of state root {self.name} has no state {vertex!r} for partition "
                 f"{partition}: the root was written with other partitions or changed by hand"
             )
         return chain
+
+
+def ack_files(ack: dict[str, Any]) -> list[dict[str, Any]]:
+    """The state file entries a partition's acknowledgement names (one per table)."""
+    files: list[dict[str, Any]] = ack.get("files") or [ack["file"]]
+    return files
 
 
 def claim_root(fs: Any, path: str, uri: str, owner: str, what: str) -> None:
@@ -348,6 +446,7 @@ def spec_of(uri: str, filesystem: Any = None, retain: int = 10) -> RootSpec:
         full_every=int(meta["full_every"]),
         retain=retain,
         filesystem=filesystem,
+        tables=tuple(TableSpec.from_meta(t) for t in meta.get("tables", ())),
     )
 
 

@@ -1,0 +1,247 @@
+"""The transformWithState step of one partition's micro-batch, in Spark's order.
+
+Per (batch, partition), as Spark's Python worker does it
+(``TransformWithStateInPandasUdfUtils``): ``init(handle)``; in the first batch
+``handleInitialState`` for each initial-state row (pandas: each key's frame)
+just before that key's input rows; ``handleInputRows(key, rows, timerValues)``
+for each grouping key in key order; then ``handleExpiredTimer`` for every
+timer at or before the batch's processing time (``ProcessingTime``) or
+watermark (``EventTime``), by time, each timer deleted once handled; then
+``close()``. State changes reach the tables after the partition's last call;
+TTL-expired state is removed then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from snapcut._core import ConfigError, StateTable
+from snapcut.spark.keys import KEY_COLUMN, with_state_key
+from snapcut.spark.partition import NO_EVENT_TIME, BatchInfo
+from snapcut.spark.processors import BATCH_TS_COLUMN, _run_bounds, conform, event_time_ms
+from snapcut.spark.root import TableSpec, table_vertex
+from snapcut.spark.tws.state import BatchState, QueryInfo, SnapcutHandle
+from snapcut.spark.tws.variables import Variable
+
+__all__ = ["TIME_MODES", "TransformWithStateProcessor"]
+
+TIME_MODES = {"none": "None", "processingtime": "ProcessingTime", "eventtime": "EventTime"}
+
+
+@dataclass
+class TransformWithStateProcessor:
+    """Runs a user's ``StatefulProcessor`` on one partition's batch (pickled
+    into Spark's UDF: plain configuration and the user's processor)."""
+
+    key: tuple[str, ...]
+    state_key: str
+    key_fields: tuple[pa.Field, ...]
+    vertex: str
+    tables: tuple[TableSpec, ...]
+    variables: dict[str, Variable]
+    output_schema: pa.Schema
+    stateful_processor: Any
+    time_mode: str
+    """"none", "processingtime" or "eventtime"."""
+    pandas: bool
+    event_time: str | None = None
+    timezone: str = "UTC"
+    max_records_per_batch: int = 10_000
+    initial_rows: Callable[[int], pa.Table | None] | None = None
+    query_id: str = ""
+    late_rows: int = field(default=0, init=False)
+    timed_out_keys: int = field(default=0, init=False)
+
+    @property
+    def state_schema(self) -> pa.Schema:
+        """(The root keeps each variable's schema in its tables.)"""
+        return pa.schema([])
+
+    def max_event_time_ms(self, rows: pa.Table) -> int:
+        if self.event_time is None or rows.num_rows == 0:
+            return NO_EVENT_TIME
+        m = pc.max(event_time_ms(rows[self.event_time])).as_py()
+        return NO_EVENT_TIME if m is None else int(m)
+
+    # -- conversions -----------------------------------------------------------
+
+    def _to_pandas(self, table: pa.Table) -> Any:
+        frame = table.to_pandas(date_as_object=True, coerce_temporal_nanoseconds=True)
+        for f in table.schema:
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+                frame[f.name] = frame[f.name].dt.tz_convert(self.timezone).dt.tz_localize(None)
+        return frame
+
+    def _chunks(self, table: pa.Table, start: int, end: int) -> Iterator[Any]:
+        """A key's rows as the worker hands them: pandas frames of at most
+        ``max_records_per_batch`` rows, or Rows."""
+        part = table.slice(start, end - start)
+        if not self.pandas:
+            from pyspark.sql import Row
+
+            names = part.column_names
+            return iter([Row(**dict(zip(names, r, strict=True))) for r in _tuples(part)])
+        size = self.max_records_per_batch if self.max_records_per_batch > 0 else end - start
+        frames = [
+            self._to_pandas(part.slice(i, size)) for i in range(0, max(part.num_rows, 1), size)
+        ]
+        return iter(frames)
+
+    def _collect(self, out: list[Any], result: Any) -> None:
+        if result is None:
+            return
+        for item in result:
+            if self.pandas:
+                if hasattr(item, "columns") and len(item.columns) == 0 and len(item) == 0:
+                    continue
+                out.append(item)
+            else:
+                out.append(item)
+
+    def _output(self, out: list[Any]) -> pa.Table:
+        if not out:
+            return self.output_schema.empty_table()
+        fix = "return rows with outputStructType's fields"
+        if self.pandas:
+            import pandas as pd
+
+            frame = pd.concat(out, ignore_index=True) if len(out) > 1 else out[0]
+            return conform(frame, self.output_schema, "handleInputRows output", fix)
+        try:
+            rows = [r.asDict(True) if hasattr(r, "asDict") else dict(r) for r in out]
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"handleInputRows must yield pyspark Rows: {e}") from e
+        try:
+            return pa.Table.from_pylist(rows, schema=self.output_schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise ConfigError(f"output rows do not fit outputStructType: {e}; {fix}") from e
+
+    # -- the batch ---------------------------------------------------------------
+
+    def process(self, tables: dict[str, StateTable], rows: pa.Table, info: BatchInfo) -> pa.Table:
+        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
+
+        self.late_rows = 0
+        self.timed_out_keys = 0
+        if BATCH_TS_COLUMN in rows.column_names:
+            rows = rows.drop_columns([BATCH_TS_COLUMN])
+        rows = self._drop_late(rows, info)
+        rows = with_state_key(rows, self.key, info.batch_id)
+        if rows.num_rows:
+            # Keys are non-null here (with_state_key refuses nulls).
+            order = pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in self.key])
+            rows = rows.take(order)
+        user = rows.drop_columns([KEY_COLUMN]) if KEY_COLUMN in rows.column_names else rows
+        bounds = _run_bounds(rows[self.state_key]) if rows.num_rows else []
+        key_cols = [rows[k].to_pylist() for k in self.key]
+        data_keys = [tuple(c[s] for c in key_cols) for s, _ in bounds]
+
+        vertex_of = {t.name: table_vertex(self.vertex, t.name) for t in self.tables}
+        state = BatchState(
+            tables,
+            self.tables,
+            vertex_of,
+            self.variables,
+            self.key_fields,
+            self.state_key,
+            info.processing_time_ms,
+            self.time_mode,
+            QueryInfo(self.query_id, self.query_id, info.batch_id, info.partition),
+        )
+        timer_values = TimerValues(*self._timestamps(info))
+        handle = SnapcutHandle(state)
+        proc = self.stateful_processor
+        proc.init(handle)
+        handle._initialized = True
+        out: list[Any] = []
+
+        initial = self._initial(info)
+        keys = sorted(set(data_keys) | set(initial))  # Spark's order: by key
+        state.load(keys)
+        by_key = dict(zip(data_keys, bounds, strict=True))
+        for k in keys:
+            state.current = k
+            for init_row in initial.get(k, ()):
+                proc.handleInitialState(k, init_row, timer_values)
+            if k in by_key:
+                start, end = by_key[k]
+                self._collect(
+                    out, proc.handleInputRows(k, self._chunks(user, start, end), timer_values)
+                )
+
+        if self.time_mode != "none":
+            threshold = (
+                info.processing_time_ms if self.time_mode == "processingtime" else info.watermark_ms
+            )
+            if self.time_mode == "processingtime" or info.watermark_present:
+                due = state.expired_timers(threshold)
+                state.load([k for _, k in due])
+                self.timed_out_keys = len({k for _, k in due})
+                for ts, k in due:
+                    state.current = k
+                    self._collect(
+                        out, proc.handleExpiredTimer(k, timer_values, ExpiredTimerInfo(ts))
+                    )
+                    handle.deleteTimer(ts)
+        state.current = None
+        proc.close()
+        state.write_back()
+        return self._output(out)
+
+    def _timestamps(self, info: BatchInfo) -> tuple[int, int]:
+        """Spark's ``get_timestamps``: (-1, -1) in time mode None, else the
+        batch's processing time and the watermark for eviction (-1 without one)."""
+        if self.time_mode == "none":
+            return -1, -1
+        watermark = info.watermark_ms if info.watermark_present else -1
+        return info.processing_time_ms, watermark
+
+    def _drop_late(self, rows: pa.Table, info: BatchInfo) -> pa.Table:
+        """In time mode EventTime Spark drops input rows at or before the
+        watermark for late events (the previous batch's)."""
+        if (
+            self.time_mode != "eventtime"
+            or not info.watermark_present
+            or self.event_time is None
+            or rows.num_rows == 0
+        ):
+            return rows
+        late = pc.less_equal(event_time_ms(rows[self.event_time]), info.late_watermark_ms)
+        self.late_rows = int(pc.sum(late).as_py() or 0)
+        return rows.filter(pc.invert(late)) if self.late_rows else rows
+
+    def _initial(self, info: BatchInfo) -> dict[tuple[Any, ...], list[Any]]:
+        """Batch 0: this partition's initial-state rows by key (pandas: one
+        frame per key; Row: one Row per row)."""
+        if info.batch_id != 0 or self.initial_rows is None:
+            return {}
+        table = self.initial_rows(info.partition)
+        if table is None or table.num_rows == 0:
+            return {}
+        table = table.drop_columns([c for c in table.column_names if c == KEY_COLUMN])
+        keys = list(zip(*(table[k].to_pylist() for k in self.key), strict=True))
+        out: dict[tuple[Any, ...], list[Any]] = {}
+        if self.pandas:
+            frame = self._to_pandas(table)
+            positions: dict[tuple[Any, ...], list[int]] = {}
+            for i, k in enumerate(keys):
+                positions.setdefault(k, []).append(i)
+            for k, idx in positions.items():
+                out[k] = [frame.iloc[idx].reset_index(drop=True)]
+        else:
+            from pyspark.sql import Row
+
+            names = table.column_names
+            for k, r in zip(keys, _tuples(table), strict=True):
+                out.setdefault(k, []).append(Row(**dict(zip(names, r, strict=True))))
+        return out
+
+
+def _tuples(table: pa.Table) -> Iterator[tuple[Any, ...]]:
+    cols = [c.to_pylist() for c in table.columns]
+    return zip(*cols, strict=True) if cols else iter(())

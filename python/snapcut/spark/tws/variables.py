@@ -1,0 +1,230 @@
+"""The state variables of a ``StatefulProcessor`` and the tables that hold them.
+
+Spark learns a processor's variables by running its ``init`` on the driver
+with a handle that only records them (``DriverStatefulProcessorHandleImpl``);
+so does snapcut (:class:`DeclaringHandle`). Each variable becomes one table of
+the state root (:class:`~snapcut.spark.root.TableSpec`):
+
+- value state: one row per grouping key, keyed by the grouping state key;
+- list state: one row per element, keyed by (grouping key, position);
+- map state: one row per entry, keyed by (grouping key, user key);
+- timers (``$timers``): one row per timer, keyed by (grouping key, expiry).
+
+Composite keys are ``__key`` (snapcut's row encoding of the parts) and carry a
+group column (the grouping state key) so a grouping key's rows are read and
+deleted together. A variable with a TTL has an ``__expires_ms`` column.
+Stored column names are the fields' own, except where a field would clash
+with a grouping-key column or the reserved ``__`` prefix (then
+``value.<name>`` / ``key.<name>``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from snapcut._core import ConfigError
+from snapcut.spark.keys import KEY_COLUMN
+from snapcut.spark.root import TableSpec, schema_bytes
+
+__all__ = [
+    "EXPIRES_COLUMN",
+    "GROUP_COLUMN",
+    "SEQ_COLUMN",
+    "TIMERS",
+    "TIMER_COLUMN",
+    "DeclaringHandle",
+    "Variable",
+    "table_specs",
+]
+
+EXPIRES_COLUMN = "__expires_ms"
+GROUP_COLUMN = "__group"
+SEQ_COLUMN = "__seq"
+TIMER_COLUMN = "__expiry_ms"
+TIMERS = "$timers"
+KINDS = ("value", "list", "map")
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One state variable as ``init`` declared it (arrow fields, TTL in ms)."""
+
+    name: str
+    kind: str
+    value_fields: tuple[pa.Field, ...]
+    user_key_fields: tuple[pa.Field, ...] = ()
+    ttl_ms: int | None = None
+
+
+def arrow_fields(schema: Any, what: str) -> tuple[pa.Field, ...]:
+    """A state schema as Spark takes it (StructType or DDL string) in arrow fields."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    parsed = _parse_datatype_string(schema) if isinstance(schema, str) else schema
+    if not isinstance(parsed, StructType) or not parsed.fields:
+        raise ConfigError(
+            f"{what}: the schema must be a non-empty StructType or a DDL string such as "
+            f"'count long', got {schema!r}"
+        )
+    return tuple(f.with_nullable(True) for f in to_arrow_schema(parsed))
+
+
+def _handle_base() -> Any:
+    from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
+
+    return StatefulProcessorHandle
+
+
+class DeclaringHandle(_handle_base()):  # type: ignore[misc]
+    """The handle ``init`` gets on the driver: records the variables (Spark's
+    ``DriverStatefulProcessorHandleImpl``); timers cannot be used there."""
+
+    def __init__(self, time_mode: str) -> None:
+        self.time_mode = time_mode
+        self.variables: dict[str, Variable] = {}
+        self.deleted: list[str] = []
+
+    def _declare(self, var: Variable) -> None:
+        check_name(var.name)
+        if var.name in self.variables:
+            raise ConfigError(
+                f"state variable {var.name!r} is declared twice in init(): give each "
+                "variable its own name"
+            )
+        if var.ttl_ms is not None:
+            if self.time_mode != "processingtime":
+                raise ConfigError(
+                    f"state variable {var.name!r} has a TTL, which needs "
+                    f"timeMode='ProcessingTime' (Spark's rule; this query has timeMode="
+                    f"{self.time_mode!r}): drop ttlDurationMs or change the time mode"
+                )
+            if var.ttl_ms <= 0:
+                raise ConfigError(
+                    f"state variable {var.name!r}: ttlDurationMs must be positive, got {var.ttl_ms}"
+                )
+        self.variables[var.name] = var
+
+    def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
+        fields = arrow_fields(schema, f"value state {stateName!r}")
+        self._declare(Variable(stateName, "value", fields, ttl_ms=ttlDurationMs))
+        return None
+
+    def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
+        fields = arrow_fields(schema, f"list state {stateName!r}")
+        self._declare(Variable(stateName, "list", fields, ttl_ms=ttlDurationMs))
+        return None
+
+    def getMapState(
+        self,
+        stateName: str,
+        userKeySchema: Any,
+        valueSchema: Any,
+        ttlDurationMs: int | None = None,
+    ) -> Any:
+        keys = arrow_fields(userKeySchema, f"map state {stateName!r} user key")
+        values = arrow_fields(valueSchema, f"map state {stateName!r} value")
+        self._declare(Variable(stateName, "map", values, keys, ttl_ms=ttlDurationMs))
+        return None
+
+    def deleteIfExists(self, stateName: str) -> None:
+        self.deleted.append(stateName)
+
+    def _no_timers(self, *_args: Any) -> Any:
+        raise ConfigError(
+            "timers are registered per grouping key in handleInputRows, "
+            "handleExpiredTimer or handleInitialState, not in init()"
+        )
+
+    registerTimer = deleteTimer = listTimers = _no_timers
+
+
+def check_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"a state variable needs a non-empty string name, got {name!r}")
+    if name.startswith("$"):
+        raise ConfigError(
+            f"state variable name {name!r} starts with '$', which Spark reserves for its "
+            "internal state: rename it"
+        )
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Stored column names of a variable's fields (see the module's naming rule)."""
+
+    user_keys: tuple[str, ...]
+    values: tuple[str, ...]
+
+
+def stored_names(var: Variable, key: Sequence[str]) -> Columns:
+    taken = set(key)
+    user_keys = []
+    for f in var.user_key_fields:
+        name = f.name if f.name not in taken and not f.name.startswith("__") else f"key.{f.name}"
+        user_keys.append(name)
+    taken |= set(user_keys)
+    values = []
+    for f in var.value_fields:
+        name = f.name if f.name not in taken and not f.name.startswith("__") else f"value.{f.name}"
+        values.append(name)
+    return Columns(tuple(user_keys), tuple(values))
+
+
+def group_column(grouping_state_key: str) -> str:
+    """The group column of a composite-keyed table: the grouping key column
+    itself when it keys state natively, else ``__group`` (its encoding)."""
+    return GROUP_COLUMN if grouping_state_key == KEY_COLUMN else grouping_state_key
+
+
+def table_specs(
+    variables: Sequence[Variable],
+    key_fields: Sequence[pa.Field],
+    grouping_state_key: str,
+    with_timers: bool,
+) -> tuple[TableSpec, ...]:
+    """The root's tables for these variables (and the timers)."""
+    key = [f.name for f in key_fields]
+    keys = [f.with_nullable(False) for f in key_fields]
+    binary_key = pa.field(KEY_COLUMN, pa.binary(), nullable=False)
+    group = group_column(grouping_state_key)
+    group_fields = (
+        [pa.field(GROUP_COLUMN, pa.binary(), nullable=False)] if group == GROUP_COLUMN else []
+    )
+    specs = []
+    for var in variables:
+        names = stored_names(var, key)
+        values = [f.with_name(n) for f, n in zip(var.value_fields, names.values, strict=True)]
+        ttl = [pa.field(EXPIRES_COLUMN, pa.int64())] if var.ttl_ms is not None else []
+        if var.kind == "value":
+            head = [binary_key] if grouping_state_key == KEY_COLUMN else []
+            schema = pa.schema(head + keys + values + ttl)
+            specs.append(
+                TableSpec(
+                    var.name, "value", grouping_state_key, schema_bytes(schema), None, var.ttl_ms
+                )
+            )
+        elif var.kind == "list":
+            seq = [pa.field(SEQ_COLUMN, pa.int64(), nullable=False)]
+            schema = pa.schema([binary_key, *group_fields, *keys, *seq, *values, *ttl])
+            specs.append(
+                TableSpec(var.name, "list", KEY_COLUMN, schema_bytes(schema), group, var.ttl_ms)
+            )
+        else:
+            ukeys = [
+                f.with_name(n).with_nullable(False)
+                for f, n in zip(var.user_key_fields, names.user_keys, strict=True)
+            ]
+            schema = pa.schema([binary_key, *group_fields, *keys, *ukeys, *values, *ttl])
+            specs.append(
+                TableSpec(var.name, "map", KEY_COLUMN, schema_bytes(schema), group, var.ttl_ms)
+            )
+    if with_timers:
+        timer = [pa.field(TIMER_COLUMN, pa.int64(), nullable=False)]
+        schema = pa.schema([binary_key, *group_fields, *keys, *timer])
+        specs.append(TableSpec(TIMERS, "timers", KEY_COLUMN, schema_bytes(schema), group))
+    return tuple(specs)
