@@ -124,12 +124,26 @@ class TransformWithStateProcessor:
     # -- the batch ---------------------------------------------------------------
 
     def process(self, tables: dict[str, StateTable], rows: pa.Table, info: BatchInfo) -> pa.Table:
+        return self._output(self.run_batch(tables, rows, info))
+
+    def run_batch(
+        self,
+        tables: dict[str, StateTable],
+        rows: pa.Table,
+        info: BatchInfo,
+        fire_timers: bool = True,
+    ) -> list[Any]:
+        """The batch's calls; returns what they yielded (frames or Rows).
+        `fire_timers`: False only for :class:`snapcut.spark.testing.TwsTester`'s
+        ``test``, where (as in Spark's tester) timers fire on a time move."""
         from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
         self.late_rows = 0
         self.timed_out_keys = 0
         if BATCH_TS_COLUMN in rows.column_names:
             rows = rows.drop_columns([BATCH_TS_COLUMN])
+        if rows.num_rows == 0:
+            rows = pa.schema(self.key_fields).empty_table()
         rows = self._drop_late(rows, info)
         rows = with_state_key(rows, self.key, info.batch_id)
         if rows.num_rows:
@@ -174,7 +188,7 @@ class TransformWithStateProcessor:
                     out, proc.handleInputRows(k, self._chunks(user, start, end), timer_values)
                 )
 
-        if self.time_mode != "none":
+        if self.time_mode != "none" and fire_timers:
             threshold = (
                 info.processing_time_ms if self.time_mode == "processingtime" else info.watermark_ms
             )
@@ -191,7 +205,7 @@ class TransformWithStateProcessor:
         state.current = None
         proc.close()
         state.write_back()
-        return self._output(out)
+        return out
 
     def _timestamps(self, info: BatchInfo) -> tuple[int, int]:
         """Spark's ``get_timestamps``: (-1, -1) in time mode None, else the

@@ -63,9 +63,9 @@ class Variable:
 def arrow_fields(schema: Any, what: str) -> tuple[pa.Field, ...]:
     """A state schema as Spark takes it (StructType or DDL string) in arrow fields."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import StructType, _parse_datatype_string
+    from pyspark.sql.types import StructType
 
-    parsed = _parse_datatype_string(schema) if isinstance(schema, str) else schema
+    parsed = parse_ddl(schema, what) if isinstance(schema, str) else schema
     if not isinstance(parsed, StructType) or not parsed.fields:
         raise ConfigError(
             f"{what}: the schema must be a non-empty StructType or a DDL string such as "
@@ -78,6 +78,63 @@ def _handle_base() -> Any:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
     return StatefulProcessorHandle
+
+
+_SIMPLE_TYPES = {
+    "string": "StringType",
+    "long": "LongType",
+    "bigint": "LongType",
+    "int": "IntegerType",
+    "integer": "IntegerType",
+    "short": "ShortType",
+    "smallint": "ShortType",
+    "byte": "ByteType",
+    "tinyint": "ByteType",
+    "double": "DoubleType",
+    "float": "FloatType",
+    "real": "FloatType",
+    "boolean": "BooleanType",
+    "binary": "BinaryType",
+    "date": "DateType",
+    "timestamp": "TimestampType",
+    "timestamp_ntz": "TimestampNTZType",
+}
+
+
+def parse_ddl(ddl: str, what: str) -> Any:
+    """A DDL schema string as a StructType: Spark's parser when a classic
+    session runs (it lives in the JVM), else snapcut's for flat schemas of
+    simple types (``"id string, n long, p decimal(10,2)"``), so a processor's
+    ``init`` runs without a JVM (:mod:`snapcut.spark.testing`, Spark Connect
+    clients)."""
+    import re
+
+    from pyspark import SparkContext
+    from pyspark.sql import types as T
+
+    if SparkContext._active_spark_context is not None:
+        return T._parse_datatype_string(ddl)
+    fields = []
+    for part in re.split(r",(?![^(]*\))", ddl):
+        m = re.fullmatch(r"\s*`?(\w+)`?\s*:?\s*(\w+)\s*(?:\((\d+)\s*,\s*(\d+)\))?\s*", part)
+        if m is None:
+            raise ConfigError(
+                f"{what}: cannot read {ddl!r} without a Spark session; write it as a "
+                "StructType, or flat 'name type' pairs of simple types"
+            )
+        name, type_name, precision, scale = m.groups()
+        t = type_name.lower()
+        if t == "decimal":
+            dtype: Any = T.DecimalType(int(precision or 10), int(scale or 0))
+        elif t in _SIMPLE_TYPES:
+            dtype = getattr(T, _SIMPLE_TYPES[t])()
+        else:
+            raise ConfigError(
+                f"{what}: type {type_name!r} in {ddl!r} needs Spark's parser; write the schema "
+                "as a StructType"
+            )
+        fields.append(T.StructField(name, dtype, True))
+    return T.StructType(fields)
 
 
 class DeclaringHandle(_handle_base()):  # type: ignore[misc]
