@@ -11,6 +11,7 @@ acknowledgement (``StateRoot.finalize_if_acked``). The Spark glue
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
@@ -132,7 +133,11 @@ class PartitionTask:
         self.initial = initial
         self.cache = cache
         spec = root.spec
-        self.cache_key = (spec.uri, spec.vertex, partition)
+        # The schemas are part of the key: a restart with a migrated schema
+        # in the same process must not take the old tables.
+        shape = hashlib.sha256(b"".join(x.schema for x in spec.layouts())).hexdigest()[:16]
+        self.cache_key = (spec.uri, f"{spec.vertex}#{shape}", partition)
+        self.migrated: list[str] = []
 
     def _new_table(self, layout: TableLayout) -> StateTable:
         return StateTable(
@@ -176,11 +181,20 @@ class PartitionTask:
         if warm is not None:
             tables, chains = warm
             return Loaded(tables, chains, watermark, max_event, True, late_watermark)
+        from snapcut.spark.evolution import conform_file
+
         tables, chains = {}, {}
         for layout in layouts:
             table = self._new_table(layout)
-            files = self.root.read_chain(prev, self.partition, layout.vertex)
-            table.restore(files)
+            files = self.root.read_chain(prev, self.partition, layout.vertex, conform=False)
+            schema = schema_of(layout)
+            fitted = [(cid, kind, conform_file(t, schema)) for cid, kind, t in files]
+            if any(a[2] is not b[2] for a, b in zip(files, fitted, strict=True)):
+                # Written before a schema migration: the next file is a full one,
+                # so every chain from here on has one schema.
+                self.migrated.append(layout.vertex)
+            if files:
+                table.restore(fitted)
             tables[layout.vertex] = table
             chains[layout.vertex] = [cid for cid, _, _ in files]
         return Loaded(tables, chains, watermark, max_event, False, late_watermark)
@@ -230,8 +244,8 @@ class PartitionTask:
         for layout in self.root.spec.layouts():
             table = loaded.tables[layout.vertex]
             base = loaded.chains[layout.vertex]
-            if len(base) + 1 > self.root.spec.full_every:
-                table.checkpoint_aborted()  # forces a full: bounds the restore chain
+            if len(base) + 1 > self.root.spec.full_every or layout.vertex in self.migrated:
+                table.checkpoint_aborted()  # forces a full: bounds (or re-types) the chain
             _, kind, capture = table.checkpoint(self.batch_id)
             entry = self.root.write_state(
                 self.batch_id, self.partition, capture, kind, base, layout
@@ -243,6 +257,7 @@ class PartitionTask:
         ack = {
             "query_id": self.owner,
             "files": entries,
+            **({"migrated": self.migrated} if self.migrated else {}),
             "watermark_ms": info.watermark_ms,
             "max_event_time_ms": max(loaded.max_event_time_ms, metrics["batch_max_event_ms"]),
             "batch_timestamp_ms": info.processing_time_ms,

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from snapcut._core import SnapshotError, StateTable
+from snapcut._core import ConfigError, SnapshotError, StateTable
 from snapcut.spark.keys import KEY_COLUMN
-from snapcut.spark.root import RootSpec, StateRoot, spec_of
+from snapcut.spark.partition import schema_of
+from snapcut.spark.root import RootSpec, StateRoot, TableLayout, spec_of, table_vertex
+from snapcut.spark.tws.variables import GROUP_COLUMN
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -36,47 +38,86 @@ def _resolve_batch(state: StateRoot, batch: int | None) -> dict[str, Any]:
     return manifest
 
 
-def read_partition(spec: RootSpec, manifest: dict[str, Any], partition: int) -> pa.Table:
+def read_partition(
+    spec: RootSpec, manifest: dict[str, Any], partition: int, variable: str | None = None
+) -> pa.Table:
     """One partition's full state at a committed batch (key columns first)."""
-    return _read_partition(StateRoot(spec), manifest, partition)
+    return _read_partition(StateRoot(spec), manifest, partition, variable)
 
 
-def _read_partition(state: StateRoot, manifest: dict[str, Any], partition: int) -> pa.Table:
+def _table(spec: RootSpec, variable: str | None) -> TableLayout:
+    """The table to read: the root's only one, or a transformWithState
+    variable (``variable=`` names it; ``"$timers"`` the timers)."""
+    if not spec.tables:
+        if variable is not None:
+            raise ConfigError(
+                f"state root {spec.uri} holds one state table, not state variables: "
+                "leave out variable="
+            )
+        return spec.layouts()[0]
+    if variable is None:
+        names = ", ".join(t.name for t in spec.tables)
+        raise ConfigError(
+            f"state root {spec.uri} holds transformWithState state variables ({names}): "
+            "name one with variable="
+        )
+    spec.table(variable)
+    return next(x for x in spec.layouts() if x.vertex == table_vertex(spec.vertex, variable))
+
+
+def _read_partition(
+    state: StateRoot, manifest: dict[str, Any], partition: int, variable: str | None = None
+) -> pa.Table:
     spec = state.spec
-    table = StateTable(spec.schema, spec.state_key, full_every=spec.full_every)
-    table.restore(state.read_chain(manifest, partition))
+    layout = _table(spec, variable)
+    table = StateTable(schema_of(layout), layout.state_key, full_every=spec.full_every)
+    chain = state.read_chain(manifest, partition, layout.vertex)
+    if chain:
+        table.restore(chain)
     rows = table.to_arrow()
-    if KEY_COLUMN in rows.column_names:
-        rows = rows.drop_columns([KEY_COLUMN])
-    return rows.sort_by([(k, "ascending") for k in spec.key])
+    internal = [c for c in (KEY_COLUMN, GROUP_COLUMN) if c in rows.column_names]
+    if internal:
+        rows = rows.drop_columns(internal)
+    order = [*spec.key, *(c for c in ("__seq", "__expiry_ms") if c in rows.column_names)]
+    return rows.sort_by([(k, "ascending") for k in order])
 
 
-def read_state_arrow(root: str, batch: int | None = None, filesystem: Any = None) -> pa.Table:
-    """The whole state at `batch` (default: the newest committed) as pyarrow."""
+def read_state_arrow(
+    root: str, batch: int | None = None, filesystem: Any = None, variable: str | None = None
+) -> pa.Table:
+    """The whole state at `batch` (default: the newest committed) as pyarrow;
+    a transformWithState root: the state variable `variable`."""
     spec = spec_of(root, filesystem)
     state = StateRoot(spec)
+    _table(spec, variable)
     manifest = _resolve_batch(state, batch)
-    parts = [_read_partition(state, manifest, p) for p in range(spec.partitions)]
+    parts = [_read_partition(state, manifest, p, variable) for p in range(spec.partitions)]
     return pa.concat_tables(parts)
 
 
 def read_state(
-    spark: Any, root: str, batch: int | None = None, filesystem: Any = None
+    spark: Any,
+    root: str,
+    batch: int | None = None,
+    filesystem: Any = None,
+    variable: str | None = None,
 ) -> DataFrame:
     """The state at `batch` (default: the newest committed) as a Spark
-    DataFrame, each partition read by an executor in parallel."""
+    DataFrame, each partition read by an executor in parallel; a
+    transformWithState root: the state variable `variable`."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
     spec = spec_of(root, filesystem)
     manifest = _resolve_batch(StateRoot(spec), batch)
-    schema = spec.schema
-    if KEY_COLUMN in schema.names:
-        schema = schema.remove(schema.get_field_index(KEY_COLUMN))
+    schema = schema_of(_table(spec, variable))
+    for internal in (KEY_COLUMN, GROUP_COLUMN):
+        if internal in schema.names:
+            schema = schema.remove(schema.get_field_index(internal))
 
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for p in b.column(0).to_pylist():
-                yield from read_partition(spec, manifest, p).to_batches()
+                yield from read_partition(spec, manifest, p, variable).to_batches()
 
     ids = spark.createDataFrame([(p,) for p in range(spec.partitions)], "p int")
     out_type = from_arrow_schema(schema, prefer_timestamp_ntz=False)

@@ -81,6 +81,8 @@ class TableSpec:
     """The column whose rows are read and deleted together (the grouping key
     of a composite key); None for a table keyed by the grouping key itself."""
     ttl_ms: int | None = None
+    key_columns: tuple[str, ...] = ()
+    """The columns that key a row (they may not change on restart)."""
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -93,6 +95,7 @@ class TableSpec:
             "state_key": self.state_key,
             "group": self.group,
             "ttl_ms": self.ttl_ms,
+            "key_columns": list(self.key_columns),
             "schema": schema_to_json(self.arrow_schema),
             "schema_ipc": base64.b64encode(self.schema).decode(),
         }
@@ -106,6 +109,7 @@ class TableSpec:
             schema=base64.b64decode(meta["schema_ipc"]),
             group=meta.get("group"),
             ttl_ms=meta.get("ttl_ms"),
+            key_columns=tuple(meta.get("key_columns", ())),
         )
 
 
@@ -224,10 +228,9 @@ class StateRoot:
         for what, fix in (
             ("partitions", "use the same number, or rescale the root first"),
             ("key", "use the same key columns, or a new root"),
-            ("state_schema", "use the same state schema, or a new root"),
             ("operator", "each root holds one operator's state: use a new root"),
             ("vertex", "use the same name=, or a new root"),
-            ("tables", "use the same state variables and schemas, or a new root"),
+            ("state_key", "use the same key columns, or a new root"),
         ):
             if have.get(what) != wanted.get(what):
                 raise ConfigError(
@@ -235,6 +238,56 @@ class StateRoot:
                     f"this query asks {what}={wanted.get(what)!r}: {fix} "
                     "(nothing in the root was changed)"
                 )
+        if have.get("state_schema") != wanted["state_schema"] or have.get("tables") != wanted.get(
+            "tables"
+        ):
+            self._evolve(have, wanted, meta_path)
+
+    def _evolve(self, have: dict[str, Any], wanted: dict[str, Any], meta_path: str) -> None:
+        """The state schema changed since the root was created: migrates by
+        :mod:`snapcut.spark.evolution`'s rules (recorded in the root's
+        description) or refuses before any batch runs."""
+        from snapcut.spark.evolution import plan_table
+
+        changes = []
+        if self.spec.tables:
+            old = {t["name"]: TableSpec.from_meta(t) for t in have.get("tables", ())}
+            for t in self.spec.tables:
+                before = old.get(t.name)
+                if before is None:
+                    changes.append({"table": t.name, "added_table": True})
+                    continue
+                if before.kind != t.kind:
+                    raise ConfigError(
+                        f"state root {self.name}: state variable {t.name!r} was a {before.kind} "
+                        f"state and is now a {t.kind} state: keep its kind, or give the new "
+                        "variable another name"
+                    )
+                keys = set(before.key_columns) | set(t.key_columns)
+                m = plan_table(t.name, before.arrow_schema, t.arrow_schema, keys, self.name)
+                if m:
+                    changes.append(m.describe())
+            for name in old:
+                if name not in {t.name for t in self.spec.tables}:
+                    changes.append({"table": name, "removed_table": True})
+        else:
+            if "tables" in have:
+                raise ConfigError(
+                    f"state root {self.name} holds transformWithState state variables: "
+                    "use a new root for this operator"
+                )
+            before_schema = schema_from_bytes(base64.b64decode(have["state_schema_ipc"]))
+            keys = {self.spec.state_key, *self.spec.key}
+            m = plan_table(self.spec.vertex, before_schema, self.spec.schema, keys, self.name)
+            if m:
+                changes.append(m.describe())
+        first = max(self.backend.complete(), default=-1) + 1
+        updated = dict(wanted)
+        updated["migrations"] = [
+            *have.get("migrations", []),
+            {"first_batch": first, "changes": changes},
+        ]
+        _fs.write_atomic(self.fs, meta_path, f"{meta_path}.{uuid.uuid4().hex}.tmp", _dump(updated))
 
     def claim(self, owner: str) -> None:
         """Task side: the root belongs to one streaming query (by Spark's
@@ -334,6 +387,9 @@ class StateRoot:
             "state_bytes": sum(e["bytes"] for e in entries),
             "write_ms": max(a["write_ms"] for a in done),
         }
+        migrated = sorted({m for a in done for m in a.get("migrated", [])})
+        if migrated:
+            spark["migrated_tables"] = migrated
         manifest = self.writer.commit(
             batch,
             entries,
@@ -379,21 +435,40 @@ class StateRoot:
         return self.finalize_if_acked(batch) if acks is None else self.finalize(batch, acks)
 
     def read_chain(
-        self, manifest: dict[str, Any], partition: int, vertex: str | None = None
+        self,
+        manifest: dict[str, Any],
+        partition: int,
+        vertex: str | None = None,
+        conform: bool = True,
     ) -> list[tuple[int, str, pa.Table]]:
         """The (id, kind, table) files that rebuild a partition's state (of
         table `vertex`, default the only one) at a committed batch
         (`manifest`), each checked against its size and checksum: the
         snapshot reader's chain (``FsBackend.chain``)."""
+        from snapcut.spark.evolution import conform_file
+
         batch = int(manifest["checkpoint_id"])
-        vertex = vertex or self.spec.layouts()[0].vertex
-        chain = self.backend.chain(batch, (vertex, partition), manifest)
+        layout = next(
+            (x for x in self.spec.layouts() if vertex is None or x.vertex == vertex), None
+        )
+        if layout is None:
+            raise SnapshotError(f"state root {self.name} has no state table {vertex!r}")
+        chain = self.backend.chain(batch, (layout.vertex, partition), manifest)
         if chain is None:
+            if self.spec.tables and not any(
+                t.get("vertex") == layout.vertex for t in manifest.get("tasks", [])
+            ):
+                return []  # a state variable added on restart: nothing stored yet
             raise SnapshotError(
-                f"batch {batch} of state root {self.name} has no state {vertex!r} for partition "
-                f"{partition}: the root was written with other partitions or changed by hand"
+                f"batch {batch} of state root {self.name} has no state {layout.vertex!r} for "
+                f"partition {partition}: the root was written with other partitions or changed "
+                "by hand"
             )
-        return chain
+        if not conform:
+            return chain
+        # Files written before a schema migration are read as the current schema.
+        schema = schema_from_bytes(layout.schema)
+        return [(cid, kind, conform_file(t, schema)) for cid, kind, t in chain]
 
 
 def ack_files(ack: dict[str, Any]) -> list[dict[str, Any]]:

@@ -262,14 +262,28 @@ def table_specs(
             schema = pa.schema(head + keys + values + ttl)
             specs.append(
                 TableSpec(
-                    var.name, "value", grouping_state_key, schema_bytes(schema), None, var.ttl_ms
+                    var.name,
+                    "value",
+                    grouping_state_key,
+                    schema_bytes(schema),
+                    None,
+                    var.ttl_ms,
+                    _names(head + keys),
                 )
             )
         elif var.kind == "list":
             seq = [pa.field(SEQ_COLUMN, pa.int64(), nullable=False)]
             schema = pa.schema([binary_key, *group_fields, *keys, *seq, *values, *ttl])
             specs.append(
-                TableSpec(var.name, "list", KEY_COLUMN, schema_bytes(schema), group, var.ttl_ms)
+                TableSpec(
+                    var.name,
+                    "list",
+                    KEY_COLUMN,
+                    schema_bytes(schema),
+                    group,
+                    var.ttl_ms,
+                    _names([binary_key, *group_fields, *keys, *seq]),
+                )
             )
         else:
             ukeys = [
@@ -278,10 +292,26 @@ def table_specs(
             ]
             schema = pa.schema([binary_key, *group_fields, *keys, *ukeys, *values, *ttl])
             specs.append(
-                TableSpec(var.name, "map", KEY_COLUMN, schema_bytes(schema), group, var.ttl_ms)
+                TableSpec(
+                    var.name,
+                    "map",
+                    KEY_COLUMN,
+                    schema_bytes(schema),
+                    group,
+                    var.ttl_ms,
+                    _names([binary_key, *group_fields, *keys, *ukeys]),
+                )
             )
     if with_timers:
         timer = [pa.field(TIMER_COLUMN, pa.int64(), nullable=False)]
         schema = pa.schema([binary_key, *group_fields, *keys, *timer])
-        specs.append(TableSpec(TIMERS, "timers", KEY_COLUMN, schema_bytes(schema), group))
+        specs.append(
+            TableSpec(
+                TIMERS, "timers", KEY_COLUMN, schema_bytes(schema), group, None, tuple(schema.names)
+            )
+        )
     return tuple(specs)
+
+
+def _names(fields: Sequence[pa.Field]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields)
