@@ -99,6 +99,68 @@ def twsp_processor() -> Any:
     return Dwell()
 
 
+def tws_rich_processor(pandas: bool) -> Any:
+    """Value + map + list state per key: the count and total (value), counts
+    per dwell second (map), the last five dwell times (list)."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class Rich(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            self.totals = handle.getValueState("totals", "count long, total long")
+            self.seconds = handle.getMapState("seconds", "second long", "n long")
+            self.recent = handle.getListState("recent", "dwell_ms long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            count, total = self.totals.get() if self.totals.exists() else (0, 0)
+            dwell: list[int] = []
+            for chunk in rows:
+                if pandas:
+                    dwell += [int(v) for v in chunk["dwell_ms"]]
+                else:
+                    dwell.append(int(chunk["dwell_ms"]))
+            count += len(dwell)
+            total += sum(dwell)
+            self.totals.update((count, total))
+            for sec in {d // 1000 for d in dwell}:
+                n = self.seconds.getValue((sec,))
+                self.seconds.updateValue((sec,), ((n[0] if n else 0) + 1,))
+            recent = [v for (v,) in self.recent.get()] + dwell
+            self.recent.put([(v,) for v in recent[-5:]])
+            if pandas:
+                yield pd.DataFrame({"user": [key[0]], "count": [count], "total": [total]})
+            else:
+                yield Row(user=key[0], count=count, total=total)
+
+        def close(self) -> None:
+            pass
+
+    return Rich()
+
+
+def tws_row_processor() -> Any:
+    """The counting processor over Rows (``transformWithState``)."""
+    from pyspark.sql import Row
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class DwellRows(StatefulProcessor):  # type: ignore[misc]
+        def init(self, handle: Any) -> None:
+            self.state = handle.getValueState("dwell", "count long, total long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            count, total = self.state.get() if self.state.exists() else (0, 0)
+            for r in rows:
+                count += 1
+                total += int(r["dwell_ms"])
+            self.state.update((count, total))
+            yield Row(user=key[0], count=count, total=total)
+
+        def close(self) -> None:
+            pass
+
+    return DwellRows()
+
+
 #: Per Python worker: (variant, partition) -> state table of the no-snapshot variant.
 _MEMORY: dict[tuple[str, int], Any] = {}
 
@@ -171,10 +233,36 @@ def variants(root: Path) -> dict[str, Callable[[DataFrame, str], DataFrame]]:
         "spark transformWithStateInPandas (RocksDB)": lambda df, _: df.groupBy(
             "user"
         ).transformWithStateInPandas(twsp_processor(), OUT, "Update", "None"),
+        "snapcut transform_with_state_in_pandas": lambda df, n: snap(
+            df, n
+        ).transform_with_state_in_pandas(twsp_processor(), OUT, "Update", "None"),
+        "spark transformWithState Row (RocksDB)": lambda df, _: df.groupBy(
+            "user"
+        ).transformWithState(tws_row_processor(), OUT, "Update", "None"),
+        "snapcut transform_with_state Row": lambda df, n: snap(df, n).transform_with_state(
+            tws_row_processor(), OUT, "Update", "None"
+        ),
+        "spark transformWithStateInPandas value+map+list (RocksDB)": lambda df, _: df.groupBy(
+            "user"
+        ).transformWithStateInPandas(tws_rich_processor(True), OUT, "Update", "None"),
+        "snapcut transform_with_state_in_pandas value+map+list": lambda df, n: snap(
+            df, n
+        ).transform_with_state_in_pandas(tws_rich_processor(True), OUT, "Update", "None"),
+        "spark transformWithState Row value+map+list (RocksDB)": lambda df, _: df.groupBy(
+            "user"
+        ).transformWithState(tws_rich_processor(False), OUT, "Update", "None"),
+        "snapcut transform_with_state Row value+map+list": lambda df, n: snap(
+            df, n
+        ).transform_with_state(tws_rich_processor(False), OUT, "Update", "None"),
     }
 
 
-SLOW = ("level 3", "applyInPandasWithState", "transformWithStateInPandas")
+SLOW = (
+    "level 3",
+    "applyInPandasWithState",
+    "transformWithState",
+    "transform_with_state",
+)
 
 
 def write_input(directory: Path, keys: int, rows: int, batches: int) -> None:

@@ -244,7 +244,7 @@ def test_changed_partitions_or_schema_fail_before_any_batch(tmp_path: Path) -> N
     other = RootSpec(
         **{**make_spec(tmp_path / "root").__dict__, "state_schema": schema_bytes(INPUT)}
     )
-    with pytest.raises(ConfigError, match="state_schema"):
+    with pytest.raises(ConfigError, match="'n' looks renamed to 'v'"):
         StateRoot(other).init("aggregate")
     with pytest.raises(ConfigError, match="operator"):
         StateRoot(make_spec(tmp_path / "root")).init("map_batches")

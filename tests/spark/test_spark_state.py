@@ -463,10 +463,8 @@ def test_bad_keys_and_options_fail_before_any_batch(
     ks.aggregate(n="count")
     with pytest.raises(ConfigError, match="partitions=2; this query asks partitions=3"):
         keyed_state(events, "user", str(tmp_path / "s"), 3).aggregate(n="count")
-    with pytest.raises(ConfigError, match="state_schema"):
-        keyed_state(events, "user", str(tmp_path / "s"), 2).aggregate(
-            n="count", t=("sum", "dwell_ms")
-        )
+    with pytest.raises(ConfigError, match="'n' changed from int64 not null to int64"):
+        keyed_state(events, "user", str(tmp_path / "s"), 2).aggregate(n=("max", "dwell_ms"))
 
 
 def test_bad_data_fails_the_query_with_a_clear_message(spark: Any, tmp_path: Path) -> None:

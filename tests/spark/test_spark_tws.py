@@ -265,3 +265,20 @@ def test_row_variant_on_a_batch_dataframe(spark: SparkSession, tmp_path: Path) -
         RowCount(), "id string, n long", "Update", "None"
     )
     assert sorted(map(tuple, spark_out.collect())) == [("a", 2), ("b", 1)]
+
+
+def test_level_1_gains_an_aggregate_on_restart(spark: SparkSession, tmp_path: Path) -> None:
+    inputs, root, chk = tmp_path / "in", tmp_path / "root", tmp_path / "chk"
+
+    def run(**aggregates: Any) -> dict[int, Any]:
+        df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs))
+        s = keyed_state(df, key="id", root=str(root), partitions=2)
+        return run_to_end(s.aggregate(**aggregates), chk)
+
+    write_inputs(inputs, frames([("a", 1, "x"), ("a", 2, "x")]))
+    run(n="count")
+    write_inputs(inputs, frames([("a", 1, "x"), ("a", 2, "x")], [("a", 5, "x"), ("b", 7, "y")]))
+    out = run(n="count", top=("max", "v"))
+    got = sorted((r["id"], r["n"], r["top"]) for r in out[1].to_pylist())
+    # The new aggregate starts at the restart: it has seen only the later rows.
+    assert got == [("a", 3, 5), ("b", 1, 7)]

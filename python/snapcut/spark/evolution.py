@@ -110,6 +110,13 @@ def plan_table(
     for f in old_values:
         if f.name in new_names:
             g = new.field(f.name)
+            if f.nullable != g.nullable:
+                raise ConfigError(
+                    f"state root {root}: {table!r} field {f.name!r} changed from "
+                    f"{_nullability(f)} to {_nullability(g)}: it holds other values now (for "
+                    "level 1, another aggregate under the same name); keep it, give the new "
+                    f"one another name, or {fix_new_root}"
+                )
             if f.type != g.type:
                 if not widens(f.type, g.type):
                     raise ConfigError(
@@ -121,23 +128,38 @@ def plan_table(
     return m
 
 
+def _nullability(f: pa.Field) -> str:
+    return f"{f.type}" if f.nullable else f"{f.type} not null"
+
+
 def conform_file(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """A stored state file as the table's current `schema`: added columns
-    null, removed ones dropped, widened ones cast (a diff keeps ``__deleted``)."""
-    if table.schema.remove_metadata() == schema.remove_metadata():
+    """A stored state file as the table's current `schema` (the same object
+    when it already is): added columns null — or zero where the column is
+    not nullable (a level-1 count or sum that has seen nothing) — removed ones
+    dropped, widened ones cast; a diff keeps ``__deleted``."""
+    have = {f.name: f.type for f in table.schema if f.name != DELETED}
+    if have == {f.name: f.type for f in schema}:
         return table
     fields = list(schema)
     if DELETED in table.column_names:
-        fields.append(pa.field(DELETED, pa.bool_(), nullable=False))
+        fields.append(pa.field(DELETED, pa.bool_()))
     columns = []
     for f in fields:
         if f.name in table.column_names:
             col = table[f.name]
             columns.append(col if col.type == f.type else pc.cast(col, f.type))
-        else:
+        elif f.nullable:
             columns.append(pa.nulls(table.num_rows, f.type))
-    out_schema = pa.schema(
-        [f.with_nullable(True) if f.name not in table.column_names else f for f in fields],
-        metadata=table.schema.metadata,
-    )
+        else:
+            zero = pa.scalar(
+                0
+                if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
+                else False
+                if pa.types.is_boolean(f.type)
+                else "",
+                f.type,
+            )
+            columns.append(pa.array([zero.as_py()] * table.num_rows, f.type))
+    # Tombstones of a diff hold nulls in value columns: every column nullable here.
+    out_schema = pa.schema([f.with_nullable(True) for f in fields], metadata=table.schema.metadata)
     return pa.Table.from_arrays(columns, schema=out_schema)

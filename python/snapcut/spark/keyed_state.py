@@ -388,11 +388,17 @@ class KeyedState:
                 "pass the initial state once: initialState= here or initial_state= to "
                 "keyed_state, not both"
             )
-        # Spark's pre-init: run init() on the driver with a handle that records
-        # the state variables (their names, schemas and TTLs), then close().
-        declaring = DeclaringHandle(tm)
-        processor.init(declaring)
-        processor.close()
+        # Spark's pre-init: init() on the driver, on a copy of the processor (as
+        # Spark runs it in a worker of its own), with a handle that records the
+        # state variables (names, schemas, TTLs); then close().
+        from pyspark import cloudpickle
+
+        session = self.df.sparkSession
+        # Spark's own DDL parser on either session kind (under Connect, the server's).
+        declaring = DeclaringHandle(tm, lambda ddl: session.createDataFrame([], ddl).schema)
+        pre = cloudpickle.loads(cloudpickle.dumps(processor))
+        pre.init(declaring)
+        pre.close()
         key_fields = tuple(self.input_schema.field(k) for k in self.key)
         tables = table_specs(
             list(declaring.variables.values()), key_fields, self.state_key, tm != "none"

@@ -20,7 +20,7 @@ with a grouping-key column or the reserved ``__`` prefix (then
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +60,18 @@ class Variable:
     ttl_ms: int | None = None
 
 
-def arrow_fields(schema: Any, what: str) -> tuple[pa.Field, ...]:
-    """A state schema as Spark takes it (StructType or DDL string) in arrow fields."""
+def arrow_fields(
+    schema: Any, what: str, parse: Callable[[str], Any] | None = None
+) -> tuple[pa.Field, ...]:
+    """A state schema as Spark takes it (StructType or DDL string) in arrow
+    fields; `parse` reads a DDL string (default :func:`parse_ddl`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    parsed = parse_ddl(schema, what) if isinstance(schema, str) else schema
+    if isinstance(schema, str):
+        parsed = parse(schema) if parse is not None else parse_ddl(schema, what)
+    else:
+        parsed = schema
     if not isinstance(parsed, StructType) or not parsed.fields:
         raise ConfigError(
             f"{what}: the schema must be a non-empty StructType or a DDL string such as "
@@ -141,8 +147,9 @@ class DeclaringHandle(_handle_base()):  # type: ignore[misc]
     """The handle ``init`` gets on the driver: records the variables (Spark's
     ``DriverStatefulProcessorHandleImpl``); timers cannot be used there."""
 
-    def __init__(self, time_mode: str) -> None:
+    def __init__(self, time_mode: str, parse: Callable[[str], Any] | None = None) -> None:
         self.time_mode = time_mode
+        self.parse = parse
         self.variables: dict[str, Variable] = {}
         self.deleted: list[str] = []
 
@@ -167,12 +174,12 @@ class DeclaringHandle(_handle_base()):  # type: ignore[misc]
         self.variables[var.name] = var
 
     def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
-        fields = arrow_fields(schema, f"value state {stateName!r}")
+        fields = arrow_fields(schema, f"value state {stateName!r}", self.parse)
         self._declare(Variable(stateName, "value", fields, ttl_ms=ttlDurationMs))
         return None
 
     def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
-        fields = arrow_fields(schema, f"list state {stateName!r}")
+        fields = arrow_fields(schema, f"list state {stateName!r}", self.parse)
         self._declare(Variable(stateName, "list", fields, ttl_ms=ttlDurationMs))
         return None
 
@@ -183,8 +190,8 @@ class DeclaringHandle(_handle_base()):  # type: ignore[misc]
         valueSchema: Any,
         ttlDurationMs: int | None = None,
     ) -> Any:
-        keys = arrow_fields(userKeySchema, f"map state {stateName!r} user key")
-        values = arrow_fields(valueSchema, f"map state {stateName!r} value")
+        keys = arrow_fields(userKeySchema, f"map state {stateName!r} user key", self.parse)
+        values = arrow_fields(valueSchema, f"map state {stateName!r} value", self.parse)
         self._declare(Variable(stateName, "map", values, keys, ttl_ms=ttlDurationMs))
         return None
 
