@@ -396,7 +396,7 @@ class KeyedState:
         session = self.df.sparkSession
         # Spark's own DDL parser on either session kind (under Connect, the server's).
         declaring = DeclaringHandle(tm, lambda ddl: session.createDataFrame([], ddl).schema)
-        pre = cloudpickle.loads(cloudpickle.dumps(processor))
+        pre = cloudpickle.loads(cloudpickle.dumps(processor))  # type: ignore[no-untyped-call]
         pre.init(declaring)
         pre.close()
         key_fields = tuple(self.input_schema.field(k) for k in self.key)
