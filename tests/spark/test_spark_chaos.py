@@ -259,14 +259,17 @@ def test_bad_options_are_refused(
 # --- on Spark --------------------------------------------------------------------
 
 
-def test_chaos_on_spark_is_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("step", ["aggregate", "tws"])
+def test_chaos_on_spark_is_exactly_once(tmp_path: Path, step: str) -> None:
     """Two runs of the CLI on Spark, 4 files of 1000 events, one kill a run;
     seed 15 draws (see ``plan_kill``) a SIGKILL of the driver tree just after
     batch 1 started (run 0: the query restarts) and a crash point killing the
     Python worker of state partition 0 after it acknowledged batch 2 (run 1:
-    Spark retries the task). Nothing lost, duplicated or mismatched."""
+    Spark retries the task). Nothing lost, duplicated or mismatched; with the
+    level-1 aggregate and with a StatefulProcessor (value, list and map state)."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "2"]
+    cmd += ["--step", step]
     cmd += ["--seed", "15", "--files", "4", "--records", "4000", "--users", "150"]
     cmd += [
         "--max-kills",

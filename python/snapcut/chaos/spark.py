@@ -84,7 +84,7 @@ from snapcut.chaos.core import (
 from snapcut.jobs.spark_session import check_remote
 from snapcut.spark import failpoints
 from snapcut.spark.read import read_state_arrow
-from snapcut.spark.root import PROTOCOL
+from snapcut.spark.root import PROTOCOL, spec_of
 from snapcut.spark.sink import (
     SINK_META_FILE,
     committed_output,
@@ -136,6 +136,9 @@ Row = tuple[int, int, float]
 """(count, total, avg) as committed."""
 
 
+STEPS = ("aggregate", "tws")
+
+
 @dataclass
 class SparkOptions:
     runs: int = 10
@@ -155,6 +158,9 @@ class SparkOptions:
     workdir: str | None = None
     keep: bool = False
     attempt_timeout: float = ATTEMPT_TIMEOUT_S
+    step: str = "aggregate"
+    """The job's stateful step: "aggregate" (level 1) or "tws" (a
+    StatefulProcessor through transform_with_state_in_pandas)."""
 
     def cluster(self) -> bool:
         return (self.remote or self.master).startswith("local-cluster")
@@ -189,6 +195,8 @@ class SparkOptions:
             raise ConfigError(
                 f"unknown Spark failpoints {sorted(unknown)}; known: {', '.join(failpoints.POINTS)}"
             )
+        if self.step not in STEPS:
+            raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")
         if self.kill_mode in ("mixed", "failpoint") and not self.failpoints:
             raise ConfigError("failpoint kills need at least one failpoint")
         if self.remote is not None:
@@ -382,7 +390,10 @@ def read_run(run_dir: Path, names: list[str]) -> RunOutput:
         except SnapshotError as e:
             out.unreadable.append(f"read_output_arrow: {e}")
     try:
-        out.state = read_state_arrow(str(run_dir / "state"))
+        spec = spec_of(str(run_dir / "state"))
+        # A transformWithState root: the per-user totals are its "totals" variable.
+        variable = "totals" if spec.tables else None
+        out.state = read_state_arrow(str(run_dir / "state"), variable=variable)
     except SnapshotError as e:
         out.unreadable.append(f"read_state_arrow: {e}")
     return out
@@ -403,7 +414,10 @@ def output_rows(table: pa.Table | None) -> dict[int, list[Row]]:
 
 
 def state_rows(table: pa.Table | None) -> dict[int, list[Row]]:
-    """user → its state rows (user, count, total, avg__sum, avg__count)."""
+    """user → its state rows: the aggregate's (user, count, total, avg__sum,
+    avg__count), or the processor's totals (user, count, total)."""
+    if table is not None and "avg__sum" not in table.column_names:
+        return _rows(table, lambda r: r["total"] / r["count"])
     return _rows(table, lambda r: r["avg__sum"] / r["avg__count"])
 
 
@@ -557,6 +571,8 @@ def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
         str(opts.partitions),
         "--files-per-batch",
         str(opts.files_per_batch),
+        "--step",
+        opts.step,
         *(["--master", opts.master] if opts.remote is None else ["--remote", opts.remote]),
     ]
 

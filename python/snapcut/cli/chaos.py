@@ -130,6 +130,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="run the job on Spark Connect: a local Connect server in the job's process tree "
         "(killed with it), instead of a classic driver on --master; e.g. local[2,4]",
     )
+    spark.add_argument(
+        "--step",
+        choices=("aggregate", "tws"),
+        default=None,
+        help="the job's stateful step: snapcut's aggregate (default) or a StatefulProcessor "
+        "with value, list and map state through transform_with_state_in_pandas",
+    )
     p.set_defaults(handler=main)
 
 
@@ -163,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def refuse_spark_flags(args: argparse.Namespace) -> None:
-    for flag in ("files", "files_per_batch", "partitions", "master", "remote"):
+    for flag in ("files", "files_per_batch", "partitions", "master", "remote", "step"):
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
     if args.kill_mode not in KILL_MODES:
@@ -261,4 +268,5 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         failpoints=points,
         workdir=args.workdir,
         keep=args.keep,
+        step=pick(args.step, defaults.step),
     )

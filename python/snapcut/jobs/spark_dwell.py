@@ -7,7 +7,8 @@ and offsets per batch). Run to the end of the input with an ``availableNow``
 trigger; re-running it with the same paths resumes from its checkpoint.
 
     python -m snapcut.jobs.spark_dwell INPUT STATE_ROOT CHECKPOINT OUTPUT [--partitions 3]
-        [--sink parquet|arrow] [--trigger available-now|'1 second'] [--remote URL]
+        [--sink parquet|arrow] [--step aggregate|tws] [--trigger available-now|'1 second']
+        [--remote URL]
 
 ``--remote``: run on Spark Connect (``local[2]``: a local server in this
 process's JVM; ``sc://host:15002``: a running one) instead of ``--master``.
@@ -32,6 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2,4]")
     parser.add_argument("--remote", default=None, help="a Spark Connect URL (or local[N])")
     parser.add_argument("--sink", choices=("parquet", "arrow"), default="parquet")
+    parser.add_argument(
+        "--step",
+        choices=("aggregate", "tws"),
+        default="aggregate",
+        help="snapcut's level-1 aggregate (default), or the same figures from a "
+        "StatefulProcessor through transform_with_state_in_pandas",
+    )
     parser.add_argument(
         "--trigger",
         default="available-now",
@@ -58,7 +66,14 @@ def main(argv: list[str] | None = None) -> int:
     state = keyed_state(
         events, "user", args.state_root, args.partitions, full_every=args.full_every
     )
-    averages = state.aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
+    if args.step == "tws":
+        from snapcut.jobs.dwell_processor import OUTPUT, DwellProcessor
+
+        averages = state.transform_with_state_in_pandas(DwellProcessor(), OUTPUT, "Update", "None")
+    else:
+        averages = state.aggregate(
+            count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms")
+        )
     if args.sink == "arrow":
         # checkpoint_location: Spark Connect does not tell foreachBatch the query id.
         sink = ArrowSnapshotSink(
