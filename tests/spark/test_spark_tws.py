@@ -21,14 +21,14 @@ from snapcut._core import ConfigError
 from snapcut.spark import keyed_state, read_state, read_state_arrow
 from spark_support import run_to_end, start_session, write_inputs
 
-pytestmark = pytest.mark.spark
 
 SCHEMA = "id string, v long, w string"
+SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
 
 
 @pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    session = start_session("local[2]")
+def spark(request: pytest.FixtureRequest) -> Iterator[SparkSession]:
+    session = start_session("local[2]", kind=request.param)
     yield session
     session.stop()
 
@@ -102,6 +102,7 @@ def rows(batches: dict[int, Any], kind: str | None = None) -> dict[int, list[tup
     return out
 
 
+@pytest.mark.both_sessions
 def test_state_survives_a_restart_and_reads_back_per_variable(
     spark: SparkSession, tmp_path: Path
 ) -> None:
@@ -142,6 +143,7 @@ def test_state_survives_a_restart_and_reads_back_per_variable(
         read_state_arrow(str(root), variable="nope")
 
 
+@pytest.mark.both_sessions
 def test_processing_time_timers_fire_in_a_later_batch(spark: SparkSession, tmp_path: Path) -> None:
     inputs, root, chk = tmp_path / "in", tmp_path / "root", tmp_path / "chk"
     write_inputs(inputs, frames([("a", 1, "x"), ("b", 2, "x")], [("a", 3, "x")]))

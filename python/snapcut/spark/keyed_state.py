@@ -588,7 +588,15 @@ def make_task_function(
             ts = rows[BATCH_TS_COLUMN][0]
             # (A streaming batch timestamp is whole ms; a batch query's is not.)
             batch_ts = int(pa.compute.cast(ts, pa.timestamp("ms", "UTC"), safe=False).value)
-        task = PartitionTask(StateRoot(spec), batch_id, partition, owner, delay_ms, initial=initial)
+        task = PartitionTask(
+            StateRoot(spec),
+            batch_id,
+            partition,
+            owner,
+            delay_ms,
+            initial=initial,
+            run_id=ctx.getLocalProperty("sql.streaming.runId"),
+        )
         out = task.apply(rows, processor, batch_ts)
         if state_writes == "sync":
             task.commit()

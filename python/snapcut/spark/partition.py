@@ -44,6 +44,10 @@ class BatchInfo:
     late_watermark_ms: int = 0
     """The previous batch's watermark: rows at or before it are late (Spark's
     watermark for late events, since Spark 3.4)."""
+    query_id: str = ""
+    run_id: str | None = None
+    """Spark's run id of the query, where the task can know it (a classic
+    session's task property); None under Spark Connect."""
 
 
 class Processor(Protocol):
@@ -124,6 +128,7 @@ class PartitionTask:
         watermark_delay_ms: int | None,
         initial: Any = None,
         cache: StateCache = CACHE,
+        run_id: str | None = None,
     ) -> None:
         self.root = root
         self.batch_id = batch_id
@@ -132,6 +137,7 @@ class PartitionTask:
         self.delay = watermark_delay_ms
         self.initial = initial
         self.cache = cache
+        self.run_id = run_id
         spec = root.spec
         # The schemas are part of the key: a restart with a migrated schema
         # in the same process must not take the old tables.
@@ -219,6 +225,8 @@ class PartitionTask:
             processing_time_ms=batch_ts_ms if batch_ts_ms is not None else self._started,
             watermark_present=self.delay is not None,
             late_watermark_ms=self._loaded.late_watermark_ms,
+            query_id=self.owner,
+            run_id=self.run_id,
         )
         tables = self._loaded.tables
         state = tables if self.root.spec.tables else next(iter(tables.values()))

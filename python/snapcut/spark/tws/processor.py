@@ -53,7 +53,6 @@ class TransformWithStateProcessor:
     timezone: str = "UTC"
     max_records_per_batch: int = 10_000
     initial_rows: Callable[[int], pa.Table | None] | None = None
-    query_id: str = ""
     late_rows: int = field(default=0, init=False)
     timed_out_keys: int = field(default=0, init=False)
 
@@ -165,7 +164,7 @@ class TransformWithStateProcessor:
             self.state_key,
             info.processing_time_ms,
             self.time_mode,
-            QueryInfo(self.query_id, self.query_id, info.batch_id, info.partition),
+            QueryInfo(info.query_id, info.run_id, info.batch_id, info.partition),
         )
         timer_values = TimerValues(*self._timestamps(info))
         handle = SnapcutHandle(state)

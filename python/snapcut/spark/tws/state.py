@@ -59,7 +59,7 @@ class QueryInfo:
     """What ``getQueryInfo`` tells (Spark's ``QueryInfo``)."""
 
     queryId: str
-    runId: str
+    runId: str | None
     batchId: int
     partitionId: int
 
@@ -67,6 +67,11 @@ class QueryInfo:
         return self.queryId
 
     def getRunId(self) -> str:
+        if self.runId is None:
+            raise ConfigError(
+                "the query's run id does not reach snapcut's tasks here (Spark Connect, or a "
+                "batch DataFrame): use getQueryId(), which survives restarts"
+            )
         return self.runId
 
     def getBatchId(self) -> int:
