@@ -18,7 +18,7 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
 from snapcut._core import ConfigError
-from snapcut.spark import keyed_state, read_state, read_state_arrow
+from snapcut.spark import keyed_state, read_state, read_state_arrow, rescale
 from spark_support import run_to_end, start_session, write_inputs
 
 
@@ -141,6 +141,9 @@ def test_state_survives_a_restart_and_reads_back_per_variable(
         read_state_arrow(str(root))
     with pytest.raises(ConfigError, match="no state variable 'nope'"):
         read_state_arrow(str(root), variable="nope")
+    with pytest.raises(ConfigError, match="not supported yet"):
+        rescale(spark, str(root), str(tmp_path / "root-3"), 3)
+    assert not (tmp_path / "root-3").exists()
 
 
 @pytest.mark.both_sessions
@@ -244,6 +247,8 @@ def test_bad_inputs_are_refused_before_the_query_starts(
         s.transform_with_state_in_pandas(Tally(), OUT, "Complete", "None")
     with pytest.raises(ConfigError, match="subclass of"):
         s.transform_with_state_in_pandas(object(), OUT, "Update", "None")
+    with pytest.raises(ConfigError, match="eventTimeColumnName='ts'"):
+        s.transform_with_state_in_pandas(Tally(), OUT, "Update", "None", eventTimeColumnName="ts")
 
 
 def test_row_variant_on_a_batch_dataframe(spark: SparkSession, tmp_path: Path) -> None:

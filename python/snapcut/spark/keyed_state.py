@@ -378,10 +378,13 @@ class KeyedState:
                 "timeMode='EventTime' needs a watermark: pass event_time='ts', "
                 "watermark='10 seconds' to keyed_state"
             )
-        if event_time_column and event_time_column != self.event_time:
+        if event_time_column:
+            # Spark: an output column re-declared as event time, carrying the
+            # operator's watermark to a downstream stateful operator.
             raise ConfigError(
-                f"eventTimeColumnName={event_time_column!r} differs from keyed_state's "
-                f"event_time={self.event_time!r}: name the same column (or leave it out)"
+                f"eventTimeColumnName={event_time_column!r}: chaining a stateful operator on "
+                "this step's output event time is not supported by snapcut yet; put "
+                "withWatermark(column, delay) on the output instead, or leave it out"
             )
         if initial_state is not None and self.initial_state is not None:
             raise ConfigError(

@@ -72,6 +72,11 @@ def rescale(
         raise ConfigError(f"partitions must be at least 1, got {partitions}")
     meta = read_root_meta(root, filesystem)
     spec = spec_of(root, filesystem)
+    if spec.tables:
+        raise ConfigError(
+            f"{root} holds transformWithState state variables; rescaling such a root is not "
+            "supported yet (nothing was changed): restart the query with the same partitions"
+        )
     old = StateRoot(spec)
     manifest = _resolve_batch(old, batch)
     version = int(manifest["checkpoint_id"])

@@ -76,20 +76,28 @@ class TransformWithStateProcessor:
                 frame[f.name] = frame[f.name].dt.tz_convert(self.timezone).dt.tz_localize(None)
         return frame
 
-    def _chunks(self, table: pa.Table, start: int, end: int) -> Iterator[Any]:
-        """A key's rows as the worker hands them: pandas frames of at most
-        ``max_records_per_batch`` rows, or Rows."""
-        part = table.slice(start, end - start)
+    def _inputs(self, table: pa.Table) -> Callable[[int, int], Iterator[Any]]:
+        """The partition's sorted rows converted once; the returned function
+        gives a key's rows [start, end) as the worker hands them: pandas
+        frames of at most ``max_records_per_batch`` rows (cut from the key's
+        first row, as Spark's worker re-chunks per key), or Rows."""
         if not self.pandas:
             from pyspark.sql import Row
 
-            names = part.column_names
-            return iter([Row(**dict(zip(names, r, strict=True))) for r in _tuples(part)])
-        size = self.max_records_per_batch if self.max_records_per_batch > 0 else end - start
-        frames = [
-            self._to_pandas(part.slice(i, size)) for i in range(0, max(part.num_rows, 1), size)
-        ]
-        return iter(frames)
+            make = Row(*table.column_names)
+            rows = [make(*r) for r in _tuples(table)]
+            return lambda start, end: iter(rows[start:end])
+        frame = self._to_pandas(table)
+        size = self.max_records_per_batch
+
+        def chunks(start: int, end: int) -> Iterator[Any]:
+            step = size if size > 0 else end - start
+            return iter(
+                frame.iloc[a : min(a + step, end)].reset_index(drop=True)
+                for a in range(start, end, step)
+            )
+
+        return chunks
 
     def _collect(self, out: list[Any], result: Any) -> None:
         if result is None:
@@ -172,6 +180,7 @@ class TransformWithStateProcessor:
         proc.init(handle)
         handle._initialized = True
         out: list[Any] = []
+        inputs = self._inputs(user)
 
         initial = self._initial(info)
         keys = sorted(set(data_keys) | set(initial))  # Spark's order: by key
@@ -183,9 +192,7 @@ class TransformWithStateProcessor:
                 proc.handleInitialState(k, init_row, timer_values)
             if k in by_key:
                 start, end = by_key[k]
-                self._collect(
-                    out, proc.handleInputRows(k, self._chunks(user, start, end), timer_values)
-                )
+                self._collect(out, proc.handleInputRows(k, inputs(start, end), timer_values))
 
         if self.time_mode != "none" and fire_timers:
             threshold = (

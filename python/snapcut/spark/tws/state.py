@@ -292,7 +292,7 @@ class BatchState:
         return out
 
     def _write_value(self, v: _Var) -> None:
-        upd = [k for k in sorted(v.dirty, key=repr) if k in v.data]
+        upd = [k for k in v.dirty if k in v.data]
         gone = [k for k in v.dirty if k not in v.data]
         if upd:
             extra = self._columns(v, [v.data[k][0] for k in upd], v.value_columns)
