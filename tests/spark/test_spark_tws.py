@@ -21,7 +21,6 @@ from snapcut._core import ConfigError
 from snapcut.spark import keyed_state, read_state, read_state_arrow, rescale
 from spark_support import run_to_end, start_session, write_inputs
 
-
 SCHEMA = "id string, v long, w string"
 SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
 

@@ -636,9 +636,8 @@ def chunk_cases() -> list[Case]:
         ("spark.sql.execution.arrow.maxRecordsPerBatch", "1", CHUNKS_SMALL),
         ("spark.sql.execution.arrow.maxRecordsPerBatch", "-1", CHUNKS_ONE),
         ("spark.sql.execution.arrow.maxBytesPerBatch", "2", CHUNKS_SMALL),
-        ("spark.sql.execution.arrow.maxBytesPerBatch", "100000", CHUNKS_ONE),
     ],
-    ids=["records-1", "records-unlimited", "bytes-2", "bytes-100000"],
+    ids=["records-1", "records-unlimited", "bytes-2"],
 )
 def test_transform_with_state_with_records_and_bytes_limit(
     spark: SparkSession, tmp_path: Path, conf: str, value: str, want: dict[int, Any]
@@ -714,19 +713,16 @@ def test_transform_with_state_map_state(spark: SparkSession, tmp_path: Path) -> 
     expect(case.run(spark, tmp_path), {0: [("0", "2"), ("1", "2")]})
 
 
-@pytest.mark.parametrize("initial", [False, True])
-def test_transform_with_state_map_state_large_ttl(
-    spark: SparkSession, tmp_path: Path, initial: bool
-) -> None:
-    """With ``initial``: the output half of
-    ``test_transform_with_map_state_metadata_with_init_state``, an initial
-    state the processor does not handle (Spark: another Python runner)."""
+def test_transform_with_state_map_state_large_ttl(spark: SparkSession, tmp_path: Path) -> None:
+    """Run with an initial state the processor does not handle (Spark: another
+    Python runner): also the output half of
+    ``test_transform_with_map_state_metadata_with_init_state``."""
     case = Case(
         [RESOURCE1],
         flavours(tp.PandasMapChecksTTL, tp.RowMapChecksTTL),
         tp.COUNT_OUT,
         time_mode="processingTime",
-        initial=([("0", 789), ("3", 987)], "id string, temperature int") if initial else None,
+        initial=([("0", 789), ("3", 987)], "id string, temperature int"),
     )
     expect(case.run(spark, tmp_path), {0: [("0", "2"), ("1", "2")]})
 
@@ -824,7 +820,7 @@ def no_expiry_time(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def initial_state_timers_case(partitions: int = PARTITIONS) -> Case:
+def initial_state_timers_case() -> Case:
     return Case(
         INITIAL_STATE_BATCHES,
         flavours(tp.PandasInitialSumTimers, tp.RowInitialSumTimers),
@@ -832,7 +828,6 @@ def initial_state_timers_case(partitions: int = PARTITIONS) -> Case:
         time_mode="processingTime",
         initial=INITIAL,
         mask=no_expiry_time,
-        partitions=partitions,
     )
 
 
@@ -844,20 +839,12 @@ INITIAL_STATE_TIMERS_EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("partitions", [PARTITIONS, 1])
-def test_transform_with_state_init_state_with_timers(
-    spark: SparkSession, tmp_path: Path, partitions: int
-) -> None:
-    """With one partition: Spark's ``test_transform_with_state_with_timers_single_partition``
-    of the state-variable tests (which also reruns the case below)."""
-    expect(
-        initial_state_timers_case(partitions).run(spark, tmp_path), INITIAL_STATE_TIMERS_EXPECTED
-    )
+def test_transform_with_state_init_state_with_timers(spark: SparkSession, tmp_path: Path) -> None:
+    expect(initial_state_timers_case().run(spark, tmp_path), INITIAL_STATE_TIMERS_EXPECTED)
 
 
-@pytest.mark.parametrize("partitions", [PARTITIONS, 1])
 def test_transform_with_state_restart_with_multiple_rows_init_state(
-    spark: SparkSession, tmp_path: Path, partitions: int
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     """Several initial-state rows per key (Spark reads them from the
     listState1 of a query of ``test_transform_with_state_list_state``) go
@@ -869,7 +856,6 @@ def test_transform_with_state_restart_with_multiple_rows_init_state(
         flavours(tp.PandasListedInitialState, tp.RowListedInitialState),
         tp.VALUE_OUT,
         initial=([(k, v) for k in ("0", "1") for v in listed], "id string, initVal int"),
-        partitions=partitions,
     )
     full = "20,20,111,120,120"
     expect(
