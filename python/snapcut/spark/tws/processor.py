@@ -87,15 +87,20 @@ class TransformWithStateProcessor:
             make = Row(*table.column_names)
             rows = [make(*r) for r in _tuples(table)]
             return lambda start, end: iter(rows[start:end])
+        import pandas as pd
+
         frame = self._to_pandas(table)
         size = self.max_records_per_batch
 
+        def chunk(a: int, b: int) -> Any:
+            # A fresh 0-based index, as the worker's frames have; no data copy.
+            part = frame.iloc[a:b]
+            part.index = pd.RangeIndex(b - a)
+            return part
+
         def chunks(start: int, end: int) -> Iterator[Any]:
             step = size if size > 0 else end - start
-            return iter(
-                frame.iloc[a : min(a + step, end)].reset_index(drop=True)
-                for a in range(start, end, step)
-            )
+            return iter(chunk(a, min(a + step, end)) for a in range(start, end, step))
 
         return chunks
 
@@ -115,10 +120,7 @@ class TransformWithStateProcessor:
             return self.output_schema.empty_table()
         fix = "return rows with outputStructType's fields"
         if self.pandas:
-            import pandas as pd
-
-            frame = pd.concat(out, ignore_index=True) if len(out) > 1 else out[0]
-            return conform(frame, self.output_schema, "handleInputRows output", fix)
+            return conform(_concat(out), self.output_schema, "handleInputRows output", fix)
         try:
             rows = [r.asDict(True) if hasattr(r, "asDict") else dict(r) for r in out]
         except (TypeError, ValueError) as e:
@@ -260,6 +262,27 @@ class TransformWithStateProcessor:
             for k, r in zip(keys, _tuples(table), strict=True):
                 out.setdefault(k, []).append(Row(**dict(zip(names, r, strict=True))))
         return out
+
+
+def _concat(frames: list[Any]) -> Any:
+    """The frames a processor yielded, as one: column by column when they
+    share their columns and plain numpy dtypes (the common one-row-per-key
+    case, where ``pd.concat`` costs more per frame than the processor),
+    else ``pd.concat``."""
+    import numpy as np
+    import pandas as pd
+
+    if len(frames) == 1:
+        return frames[0]
+    first = frames[0]
+    cols = list(first.columns)
+    dtypes = list(first.dtypes)
+    plain = all(isinstance(d, np.dtype) and d.kind in "biufO" for d in dtypes)
+    if plain and all(list(f.columns) == cols and list(f.dtypes) == dtypes for f in frames):
+        return pd.DataFrame(
+            {c: np.concatenate([f[c].to_numpy() for f in frames]) for c in cols}, columns=cols
+        )
+    return pd.concat(frames, ignore_index=True)
 
 
 def _tuples(table: pa.Table) -> Iterator[tuple[Any, ...]]:
