@@ -4,13 +4,15 @@
 # results survive a deadline; each chunk's summary JSON (stdout's last line)
 # is appended to bench/results/chaos_spark/chaos-spark.jsonl (the per-attempt lines to
 # /tmp/snapcut-chaos-bench/spark.log). One Spark child at a time. With
-# --remote (Spark Connect) among the extra args, to chaos-spark-connect.jsonl.
+# --remote (Spark Connect) among the extra args, to chaos-spark-connect.jsonl;
+# with --step tws (the transformWithState job), to chaos-spark-tws.jsonl.
 # Usage: bash bench/chaos_spark.sh CHUNKS RUNS SEED [extra snapcut chaos args]
 set -u
 chunks=${1:-10}; runs=${2:-10}; seed=${3:-4000}; shift 3 2>/dev/null || shift $#
 export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$(command -v python)}
 out=$(dirname "$0")/results/chaos_spark/chaos-spark.jsonl
 case " $* " in *" --remote "*) out=${out%.jsonl}-connect.jsonl ;; esac
+case " $* " in *" --step tws "*) out=${out%.jsonl}-tws.jsonl ;; esac
 log=/tmp/snapcut-chaos-bench/spark.log
 mkdir -p /tmp/snapcut-chaos-bench
 for c in $(seq 0 $((chunks - 1))); do

@@ -1,6 +1,6 @@
 """Sums the chunk summaries `bench/chaos_all.sh` (and `bench/chaos_spark.sh`,
-rows "spark" and, for its --remote chunks, "spark-connect") wrote into one
-row per protocol."""
+rows "spark", for its --remote chunks "spark-connect", and for its --step tws
+chunks "spark-tws") wrote into one row per protocol."""
 
 from __future__ import annotations
 
@@ -15,7 +15,15 @@ EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files"
 def main(root: str = str(Path(__file__).resolve().parent / "results")) -> None:
     print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
-    for p in ("aligned", "unaligned", "chandy-lamport", "sync", "spark", "spark-connect"):
+    for p in (
+        "aligned",
+        "unaligned",
+        "chandy-lamport",
+        "sync",
+        "spark",
+        "spark-connect",
+        "spark-tws",
+    ):
         folder = "chaos_spark" if p.startswith("spark") else "chaos"
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if not path.exists():
