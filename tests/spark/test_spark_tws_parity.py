@@ -81,6 +81,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import tws_processors as tp
@@ -157,12 +158,20 @@ class Case:
     runs: list[int] = field(default_factory=list)
     """Files present at each (re)start of the query from its checkpoint;
     default: one run over every file."""
+    stages: list[tuple[dict[str, Callable[[], StatefulProcessor]], Any]] = field(
+        default_factory=list
+    )
+    """Processors and output schema per run (a changed state schema on
+    restart); default: ``processors`` and ``output`` for every run."""
     check: Callable[[dict[int, list[dict[str, Any]]]], None] = lambda _: None
     """Run on each engine's raw output, before ``mask``."""
     mask: Callable[[dict[str, Any]], dict[str, Any]] = lambda row: row
     partitions: int = PARTITIONS
 
-    def query(self, spark: SparkSession, tmp: Path, engine: str, flavour: str) -> DataFrame:
+    def query(
+        self, spark: SparkSession, tmp: Path, engine: str, flavour: str, stage: int = 0
+    ) -> DataFrame:
+        processors, output = self.stages[stage] if self.stages else (self.processors, self.output)
         df = stream(spark, tmp / "in", self.schema)
         if self.prepare is not None:
             df = self.prepare(df)
@@ -172,8 +181,8 @@ class Case:
         if self.initial is not None:
             initial = spark.createDataFrame(*self.initial).groupBy(*self.key)
         args = {
-            "statefulProcessor": self.processors[flavour](),
-            "outputStructType": self.output,
+            "statefulProcessor": processors[flavour](),
+            "outputStructType": output,
             "outputMode": "Update",
             "timeMode": self.time_mode,
             "initialState": initial,
@@ -210,20 +219,21 @@ class Case:
         jobs = [(engine, flavour) for flavour in flavours for engine in ENGINES]
         raw: dict[tuple[str, str], dict[int, list[dict[str, Any]]]] = {job: {} for job in jobs}
 
-        def one(job: tuple[str, str]) -> dict[int, list[dict[str, Any]]]:
+        def one(job: tuple[str, str], stage: int) -> dict[int, list[dict[str, Any]]]:
             engine, flavour = job
-            out = self.query(spark, tmp, engine, flavour)
+            out = self.query(spark, tmp, engine, flavour, stage)
             batches = run_to_end(out, tmp / engine / flavour / "chk")
             return {b: table.to_pylist() for b, table in batches.items()}
 
         shuffle = spark.conf.get("spark.sql.shuffle.partitions")
         spark.conf.set("spark.sql.shuffle.partitions", str(self.partitions))
         try:
-            for files in self.runs or [len(self.batches)]:
+            for stage, files in enumerate(self.runs or [len(self.batches)]):
                 # A restart's earlier files are rewritten unchanged: the source has seen them.
                 write_inputs(tmp / "in", self.batches[:files])
                 with ThreadPoolExecutor(PARALLEL) as pool:
-                    for job, result in zip(jobs, pool.map(one, jobs), strict=True):
+                    results = pool.map(one, jobs, [stage] * len(jobs))
+                    for job, result in zip(jobs, results, strict=True):
                         raw[job].update(result)
         finally:
             spark.conf.set("spark.sql.shuffle.partitions", str(shuffle))
@@ -659,6 +669,122 @@ def test_transform_with_state_large_values(spark: SparkSession, tmp_path: Path) 
     big = "a" * (512 * 1024)
     row = (big, f"{big},{big}b,{big}c", f"large_string_key:{big}")
     expect(case.run(spark, tmp_path), {0: [("0", *row), ("1", *row)]})
+
+
+AVRO = "spark.sql.streaming.stateStore.encodingFormat"
+
+
+def evolving(pandas: type[Any], row: type[Any]) -> tuple[dict[str, Any], Any]:
+    return flavours(pandas, row), tp.evolution_output(pandas)
+
+
+def evolution_case(stages: list[tuple[dict[str, Any], Any]], batches: list[pd.DataFrame]) -> Case:
+    """One query restarted from its checkpoint (snapcut: and its root) per
+    stage, each with a processor that changes the value state's schema."""
+    return Case(
+        batches,
+        *stages[0],
+        runs=list(range(1, len(stages) + 1)),
+        stages=stages,
+    )
+
+
+def failures(case: Case, spark: SparkSession, tmp: Path, stage: int) -> dict[tuple[str, str], str]:
+    """Runs ``stage`` (over its first stage + 1 files) on every engine and
+    flavour, each expected to fail; their errors."""
+    write_inputs(tmp / "in", case.batches[: stage + 1])
+    errors = {}
+    for engine in ENGINES:
+        for flavour in FLAVOURS:
+            try:
+                out = case.query(spark, tmp, engine, flavour, stage)
+                run_to_end(out, tmp / engine / flavour / "chk")
+            except Exception as e:
+                errors[(engine, flavour)] = f"{type(e).__name__}: {e}"
+            else:
+                errors[(engine, flavour)] = ""
+    return errors
+
+
+def test_schema_evolution_scenarios(spark: SparkSession, tmp_path: Path) -> None:
+    """Restarts with fields added (null from older state), removed,
+    reordered, then an int widened to long (Spark: the Avro state encoding)."""
+    case = evolution_case(
+        [
+            evolving(tp.PandasBasic, tp.RowBasic),
+            evolving(tp.PandasAddFields, tp.RowAddFields),
+            evolving(tp.PandasRemoveFields, tp.RowRemoveFields),
+            evolving(tp.PandasReorderedFields, tp.RowReorderedFields),
+            evolving(tp.PandasUpcast, tp.RowUpcast),
+        ],
+        [RESOURCE1, RESOURCE2, RESOURCE3, RESOURCE3, RESOURCE3],
+    )
+    spark.conf.set(AVRO, "avro")
+    try:
+        got = case.run(spark, tmp_path)
+    finally:
+        spark.conf.unset(AVRO)
+    nulls = {"count": None, "active": None, "score": None}
+    expect(
+        got,
+        {
+            0: [(k, {"id": int(k), "name": f"name-{k}"}) for k in ("0", "1")],
+            1: [(k, {"id": int(k), "name": f"name-{k}", **nulls}) for k in ("0", "1")],
+            2: [(k, {"id": int(k), "name": f"name-{k}0"}) for k in ("0", "1")],
+            3: [(k, {"name": f"name-{k}0", "id": int(k), **nulls}) for k in ("0", "1")],
+            4: [("0", {"id": 1, "name": "name-0"}), ("1", {"id": 3, "name": "name-1"})],
+        },
+    )
+
+
+def test_schema_evolution_fails(spark: SparkSession, tmp_path: Path) -> None:
+    """Fields added, then removed with id widened to long; narrowing it back
+    to int must fail on restart (Spark's test lets a missing failure pass;
+    here both engines must refuse)."""
+    case = evolution_case(
+        [
+            evolving(tp.PandasAddFields, tp.RowAddFields),
+            evolving(tp.PandasUpcast, tp.RowUpcast),
+            evolving(tp.PandasBasic, tp.RowBasic),
+        ],
+        [RESOURCE1, RESOURCE2, RESOURCE3],
+    )
+    case.runs = [1, 2]
+    spark.conf.set(AVRO, "avro")
+    try:
+        got = case.run(spark, tmp_path)
+        errors = failures(case, spark, tmp_path, 2)
+    finally:
+        spark.conf.unset(AVRO)
+    fresh = {"count": 100, "active": True, "score": float(np.float32(99.9))}
+    expect(
+        got,
+        {
+            0: [(k, {"id": int(k), "name": f"name-{k}", **fresh}) for k in ("0", "1")],
+            1: [("0", {"id": 1, "name": "name-0"}), ("1", {"id": 3, "name": "name-1"})],
+        },
+    )
+    for (engine, flavour), error in errors.items():
+        assert error, f"{engine} {flavour}: narrowing long to int did not fail"
+        if engine == "spark":
+            assert "STATE_STORE_INVALID_VALUE_SCHEMA_EVOLUTION" in error, error
+
+
+def test_not_nullable_fails(spark: SparkSession, tmp_path: Path) -> None:
+    """A state schema with non-nullable fields is refused (Spark's test lets
+    a missing failure pass; here both engines must refuse)."""
+    case = evolution_case(
+        [evolving(tp.PandasBasicNotNullable, tp.RowBasicNotNullable)], [RESOURCE1]
+    )
+    spark.conf.set(AVRO, "avro")
+    try:
+        errors = failures(case, spark, tmp_path, 0)
+    finally:
+        spark.conf.unset(AVRO)
+    for (engine, flavour), error in errors.items():
+        assert error, f"{engine} {flavour}: a non-nullable state schema was accepted"
+        if engine == "spark":
+            assert "TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE" in error, error
 
 
 # ---- test_pandas_transform_with_state_state_variable.py ---------------------------------

@@ -31,8 +31,10 @@ from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues, ValueState
 from pyspark.sql.types import (
     ArrayType,
+    BooleanType,
     DecimalType,
     DoubleType,
+    FloatType,
     IntegerType,
     LongType,
     MapType,
@@ -695,7 +697,7 @@ class _ListedInitialState:
     handle: StatefulProcessorHandle
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        super().init(handle)  # type: ignore[misc]
+        super().init(handle)
         self.items = handle.getListState("list_state", INT_VALUE)
 
     def _listed(self, key: Key) -> dict[str, str]:
@@ -784,7 +786,7 @@ class _CompositeState(StatefulProcessor):
 
     def _update(self, key: str, total: Any) -> dict[str, str]:
         if self.obj.exists():
-            ids, tags, metadata, address = self.obj.get()  # type: ignore[misc]
+            ids, tags, metadata, address = self.obj.get()
             assert tags == self.TAGS, tags
             assert metadata == [Row(**m) for m in self.METADATA], metadata
             assert address == [Row(**a._asdict()) for a in self.ADDRESS], address
@@ -1084,3 +1086,189 @@ class RowEventTimeSession(_EventTimeSession):
         self, key: Key, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Rows:
         yield Row(**self._expired(key))
+
+
+# ---- the schema-evolution processors: one value state "state", its schema changed ----------
+
+
+def _struct(*fields: tuple[str, Any], nullable: bool = True) -> StructType:
+    return StructType([StructField(name, dtype, nullable) for name, dtype in fields])
+
+
+class _Evolving(StatefulProcessor):
+    """A value state named "state" whose schema each subclass changes; the
+    output is the key and the value it read or made (a struct)."""
+
+    state_schema: ClassVar[StructType]
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("state", self.state_schema)
+
+    def _value(self, key: Key) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class _Basic(_Evolving):
+    """BasicProcessor: (id int, name string), written without reading."""
+
+    state_schema = _struct(("id", IntegerType()), ("name", StringType()))
+
+    def _value(self, key: Key) -> dict[str, Any]:
+        ident = int(key[0])
+        self.state.update((ident, f"name-{ident}"))
+        return {"id": ident, "name": f"name-{ident}"}
+
+
+class _BasicNotNullable(_Basic):
+    """BasicProcessorNotNullable: Spark refuses non-nullable state fields."""
+
+    state_schema = _struct(("id", IntegerType()), ("name", StringType()), nullable=False)
+
+
+_ADDED = ("id", "name", "count", "active", "score")
+
+
+class _AddFields(_Evolving):
+    """AddFieldsProcessor: three more fields (null when read from older state)."""
+
+    state_schema = _struct(
+        ("id", IntegerType()),
+        ("name", StringType()),
+        ("count", IntegerType()),
+        ("active", BooleanType()),
+        ("score", FloatType()),
+    )
+
+    def _value(self, key: Key) -> dict[str, Any]:
+        ident = int(key[0])
+        if self.state.exists():
+            value = dict(zip(_ADDED, self.state.get(), strict=True))
+        else:
+            value = {"id": ident, "name": f"name-{ident}", "count": 100, "active": True}
+            value["score"] = 99.9
+        stored = {**value, "name": value["name"] + "0"}
+        self.state.update(tuple(stored[f] for f in _ADDED))
+        return value
+
+
+class _RemoveFields(_Evolving):
+    """RemoveFieldsProcessor: back to (id, name); keeps the stored name."""
+
+    state_schema = _struct(("id", IntegerType()), ("name", StringType()))
+
+    def _value(self, key: Key) -> dict[str, Any]:
+        ident = int(key[0])
+        name = self.state.get()[1] if self.state.exists() else f"name-{ident}"
+        self.state.update((ident, name))
+        return {"id": ident, "name": name}
+
+
+_REORDERED = ("name", "id", "score", "count", "active")
+
+
+class _ReorderedFields(_Evolving):
+    """ReorderedFieldsProcessor: the fields in another order."""
+
+    state_schema = _struct(
+        ("name", StringType()),
+        ("id", IntegerType()),
+        ("score", FloatType()),
+        ("count", IntegerType()),
+        ("active", BooleanType()),
+    )
+
+    def _value(self, key: Key) -> dict[str, Any]:
+        ident = int(key[0])
+        if self.state.exists():
+            value = dict(zip(_REORDERED, self.state.get(), strict=True))
+        else:
+            value = {"name": f"name-{ident}", "id": ident, "score": 99.9, "count": 100}
+            value["active"] = True
+        self.state.update(tuple(value[f] for f in _REORDERED))
+        return value
+
+
+class _Upcast(_Evolving):
+    """UpcastProcessor: id widened from int to long."""
+
+    state_schema = _struct(("id", LongType()), ("name", StringType()))
+
+    def _value(self, key: Key) -> dict[str, Any]:
+        ident = int(key[0])
+        name = f"name-{ident}"
+        if self.state.exists():
+            ident += self.state.get()[0] + 1
+        self.state.update((ident, name))
+        return {"id": ident, "name": name}
+
+
+class _PandasEvolving(_Evolving):
+    def handleInputRows(self, key: Key, rows: Frames, timerValues: TimerValues) -> Frames:
+        for _ in rows:
+            pass
+        yield pd.DataFrame({"id": [key[0]], "value": [self._value(key)]})
+
+
+class _RowEvolving(_Evolving):
+    def handleInputRows(self, key: Key, rows: Rows, timerValues: TimerValues) -> Rows:
+        for _ in rows:
+            pass
+        yield Row(id=key[0], value=self._value(key))
+
+
+class PandasBasic(_PandasEvolving, _Basic):
+    pass
+
+
+class RowBasic(_RowEvolving, _Basic):
+    pass
+
+
+class PandasBasicNotNullable(_PandasEvolving, _BasicNotNullable):
+    pass
+
+
+class RowBasicNotNullable(_RowEvolving, _BasicNotNullable):
+    pass
+
+
+class PandasAddFields(_PandasEvolving, _AddFields):
+    pass
+
+
+class RowAddFields(_RowEvolving, _AddFields):
+    pass
+
+
+class PandasRemoveFields(_PandasEvolving, _RemoveFields):
+    pass
+
+
+class RowRemoveFields(_RowEvolving, _RemoveFields):
+    pass
+
+
+class PandasReorderedFields(_PandasEvolving, _ReorderedFields):
+    pass
+
+
+class RowReorderedFields(_RowEvolving, _ReorderedFields):
+    pass
+
+
+class PandasUpcast(_PandasEvolving, _Upcast):
+    pass
+
+
+class RowUpcast(_RowEvolving, _Upcast):
+    pass
+
+
+def evolution_output(processor: type[_Evolving]) -> StructType:
+    """Spark's output schema for these: the key and the state's struct."""
+    return StructType(
+        [StructField("id", StringType(), True), StructField("value", processor.state_schema)]
+    )

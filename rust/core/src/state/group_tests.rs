@@ -95,7 +95,12 @@ fn a_group_keeps_its_rows_in_written_order() {
     t.delete(&StringArray::from(vec!["5/1"])).unwrap();
     t.upsert(&rows(&[(5, 4, 0), (5, 3, 1)])).unwrap();
     let (batch, _) = t.lookup_groups(&Int64Array::from(vec![5])).unwrap();
-    let keys: Vec<&str> = batch.column(0).as_string::<i32>().iter().flatten().collect();
+    let keys: Vec<&str> = batch
+        .column(0)
+        .as_string::<i32>()
+        .iter()
+        .flatten()
+        .collect();
     assert_eq!(keys, vec!["5/3", "5/2", "5/4"]);
 }
 
