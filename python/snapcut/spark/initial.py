@@ -64,7 +64,7 @@ def state_rows(
         rows = rows.append_column(TIMEOUT_COLUMN, pa.nulls(rows.num_rows, pa.int64()))
     return conform(
         rows, schema, what, "give the key columns and every state column, with the state's types"
-    ).sort_by(state_key)
+    ).sort_by(state_key if state_key in schema.names else [(k, "ascending") for k in key])
 
 
 def write_initial_state(

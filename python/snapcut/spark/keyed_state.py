@@ -403,9 +403,7 @@ class KeyedState:
         pre.init(declaring)
         pre.close()
         key_fields = tuple(self.input_schema.field(k) for k in self.key)
-        tables = table_specs(
-            list(declaring.variables.values()), key_fields, self.state_key, tm != "none"
-        )
+        tables = table_specs(list(declaring.variables.values()), key_fields, self.state_key)
         records = self.df.sparkSession.conf.get(ARROW_BATCH_CONF, "10000")
         tws = TransformWithStateProcessor(
             key=self.key,
@@ -421,6 +419,12 @@ class KeyedState:
             event_time=self.event_time,
             timezone=self.timezone,
             max_records_per_batch=int(records or "10000"),
+            int_to_decimal=str(
+                session.conf.get(
+                    "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled", "false"
+                )
+            ).lower()
+            == "true",
         )
         timeout = {
             "none": GroupStateTimeout.NoTimeout,

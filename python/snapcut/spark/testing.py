@@ -67,16 +67,14 @@ class TwsTester:
         self.time_mode = tm
         self.output_mode = outputMode
         self.extractor = eventTimeExtractor
-        self.key_fields = arrow_fields(keySchema, "keySchema")
+        self.key_fields = arrow_fields(keySchema, "keySchema", state=False)
         self.key = tuple(f.name for f in self.key_fields)
         key_schema = pa.schema(self.key_fields)
         self.state_key = state_key(key_schema, self.key)
         declaring = DeclaringHandle(tm)
         processor.init(declaring)
         self.variables = dict(declaring.variables)
-        self.specs = table_specs(
-            list(self.variables.values()), self.key_fields, self.state_key, tm != "none"
-        )
+        self.specs = table_specs(list(self.variables.values()), self.key_fields, self.state_key)
         self.tables = {
             table_vertex(VERTEX, t.name): StateTable(
                 t.arrow_schema, t.state_key, full_every=10, group=t.group
@@ -304,4 +302,4 @@ def _frame(out: Any) -> Any:
 
 
 def arrow_schema_of(schema: Any) -> pa.Schema:
-    return pa.schema(arrow_fields(schema, "outputStructType"))
+    return pa.schema(arrow_fields(schema, "outputStructType", state=False))

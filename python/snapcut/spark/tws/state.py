@@ -13,6 +13,7 @@ batch's processing time reads as absent, and is removed after the batch.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ from snapcut.spark.tws.variables import (
     TIMER_COLUMN,
     TIMERS,
     Variable,
+    pickled_columns,
     stored_names,
 )
 
@@ -90,6 +92,8 @@ class _Var:
     table: StateTable
     value_columns: tuple[str, ...]
     user_key_columns: tuple[str, ...] = ()
+    pickled: frozenset[str] = frozenset()
+    """Columns stored as pickles (:data:`variables.PICKLED`)."""
     # value: key -> (values, expires) ; list: key -> [(values, expires)] ;
     # map: key -> {user key: (values, expires)} ; timers: key -> set of ms
     data: dict[Key, Any] = field(default_factory=dict)
@@ -125,15 +129,18 @@ class BatchState:
         for spec in specs:
             var = variables.get(spec.name)
             names = stored_names(var, self.key) if var is not None else None
+            table = tables[vertex_of[spec.name]]
             self.vars[spec.name] = _Var(
                 spec,
                 var,
-                tables[vertex_of[spec.name]],
+                table,
                 names.values if names else (),
                 names.user_keys if names else (),
+                pickled_columns(spec.arrow_schema),
             )
         self.loaded: set[Key] = set()
         self.current: Key | None = None
+        self.deleted: set[str] = set()
 
     # -- keys ----------------------------------------------------------------
 
@@ -164,7 +171,7 @@ class BatchState:
             if kind == "value":
                 batch, present = v.table.lookup(sk)
                 mask = present.to_pylist()
-                cols = [batch.column(c).to_pylist() for c in v.value_columns]
+                cols = [_read(v, batch, c) for c in v.value_columns]
                 exp = (
                     batch.column(EXPIRES_COLUMN).to_pylist() if v.spec.ttl_ms is not None else None
                 )
@@ -181,7 +188,7 @@ class BatchState:
                 for i, t in enumerate(rows.column(TIMER_COLUMN).to_pylist()):
                     v.data[todo[pos[i]]].add(t)
                 continue
-            cols = [rows.column(c).to_pylist() for c in v.value_columns]
+            cols = [_read(v, rows, c) for c in v.value_columns]
             if kind == "list":
                 seqs = rows.column(SEQ_COLUMN).to_pylist()
                 lists: dict[Key, list[tuple[int, tuple[Any, ...], Any]]] = {}
@@ -193,7 +200,7 @@ class BatchState:
                     items.sort(key=lambda e: e[0])
                     v.data[k] = [(vals, e) for _, vals, e in items]
             else:
-                ucols = [rows.column(c).to_pylist() for c in v.user_key_columns]
+                ucols = [_read(v, rows, c) for c in v.user_key_columns]
                 for i in range(rows.num_rows):
                     v.data.setdefault(todo[pos[i]], {})[tuple(c[i] for c in ucols)] = (
                         tuple(c[i] for c in cols),
@@ -211,7 +218,15 @@ class BatchState:
 
     # -- access for the state objects ------------------------------------------
 
-    def var(self, name: str, kind: str) -> _Var:
+    def var(self, name: str, kind: str, what: str = "") -> _Var:
+        if name in self.deleted:
+            # As Spark's state clients fail once the column family is gone.
+            from pyspark.errors import PySparkRuntimeError
+
+            raise PySparkRuntimeError(
+                f"Error {what or 'using ' + kind + ' state'}: state variable {name!r} was "
+                "removed by deleteIfExists in init()"
+            )
         v = self.vars.get(name)
         if v is None or v.spec.kind != kind:
             raise ConfigError(
@@ -282,8 +297,11 @@ class BatchState:
         schema = v.table.schema
         out = {}
         for i, name in enumerate(names):
+            values = [r[i] for r in rows]
+            if name in v.pickled:
+                values = [None if x is None else pickle.dumps(x, protocol=5) for x in values]
             try:
-                out[name] = pa.array([r[i] for r in rows], schema.field(name).type)
+                out[name] = pa.array(values, schema.field(name).type)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 raise ConfigError(
                     f"state {v.spec.name!r}: a value for field {name!r} does not fit its type "
@@ -416,6 +434,13 @@ class BatchState:
         return sorted({d for d in due if d not in removed}, key=lambda d: (d[0], repr(d[1])))
 
 
+def _read(v: _Var, batch: Any, column: str) -> list[Any]:
+    values: list[Any] = batch.column(column).to_pylist()
+    if column in v.pickled:
+        return [None if x is None else pickle.loads(x) for x in values]
+    return values
+
+
 def _expired_removed(v: _Var, k: Key) -> set[Any]:
     return v.removed.setdefault(k, set())
 
@@ -426,7 +451,10 @@ class SnapcutValueState(ValueState):
     def __init__(self, state: BatchState, name: str) -> None:
         self._state = state
         self._stateName = name
-        self._v = state.var(name, "value")
+
+    @property
+    def _v(self) -> _Var:
+        return self._state.var(self._stateName, "value")
 
     def _cur(self) -> tuple[Any, ...] | None:
         k = self._state.key_now(f"value state {self._stateName!r}")
@@ -436,9 +464,11 @@ class SnapcutValueState(ValueState):
         return tuple(hit[0])
 
     def exists(self) -> bool:
+        self._state.var(self._stateName, "value", "checking value state exists")
         return self._cur() is not None
 
     def get(self) -> tuple[Any, ...] | None:
+        self._state.var(self._stateName, "value", "getting value state")
         return self._cur()
 
     def update(self, newValue: tuple[Any, ...]) -> None:
@@ -459,7 +489,10 @@ class SnapcutListState(ListState):
     def __init__(self, state: BatchState, name: str) -> None:
         self._state = state
         self._stateName = name
-        self._v = state.var(name, "list")
+
+    @property
+    def _v(self) -> _Var:
+        return self._state.var(self._stateName, "list")
 
     def _items(self) -> list[tuple[tuple[Any, ...], Any]]:
         k = self._state.key_now(f"list state {self._stateName!r}")
@@ -512,7 +545,10 @@ class SnapcutMapState(MapState):
     def __init__(self, state: BatchState, name: str) -> None:
         self._state = state
         self._stateName = name
-        self._v = state.var(name, "map")
+
+    @property
+    def _v(self) -> _Var:
+        return self._state.var(self._stateName, "map")
 
     def _map(self, write: bool = False) -> dict[tuple[Any, ...], Any]:
         k = self._state.key_now(f"map state {self._stateName!r}")
@@ -631,8 +667,9 @@ class SnapcutHandle(StatefulProcessorHandle):
 
     def deleteIfExists(self, stateName: str) -> None:
         self._declaring(stateName)
-        # Variables dropped from a processor are removed from the root when the
-        # query starts (the driver records this call); nothing to do per batch.
+        # The driver left the variable out of the root (its state is gone);
+        # here its state objects fail on use, as Spark's do.
+        self._state.deleted.add(stateName)
 
     def getQueryInfo(self) -> QueryInfo:
         return self._state.query_info

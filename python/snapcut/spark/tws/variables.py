@@ -61,7 +61,7 @@ class Variable:
 
 
 def arrow_fields(
-    schema: Any, what: str, parse: Callable[[str], Any] | None = None
+    schema: Any, what: str, parse: Callable[[str], Any] | None = None, state: bool = True
 ) -> tuple[pa.Field, ...]:
     """A state schema as Spark takes it (StructType or DDL string) in arrow
     fields; `parse` reads a DDL string (default :func:`parse_ddl`)."""
@@ -77,7 +77,16 @@ def arrow_fields(
             f"{what}: the schema must be a non-empty StructType or a DDL string such as "
             f"'count long', got {schema!r}"
         )
-    return tuple(f.with_nullable(True) for f in to_arrow_schema(parsed))
+    if state:
+        strict = [f.name for f in parsed.fields if not f.nullable]
+        if strict:
+            raise ConfigError(
+                f"[TRANSFORM_WITH_STATE_SCHEMA_MUST_BE_NULLABLE] {what}: field(s) {strict} are "
+                "not nullable; state schemas must be nullable (Spark's rule): declare them "
+                "nullable"
+            )
+    # Timestamps as Spark hands them to Python: UTC instants.
+    return tuple(f.with_nullable(True) for f in to_arrow_schema(parsed, timezone="UTC"))
 
 
 def _handle_base() -> Any:
@@ -196,7 +205,10 @@ class DeclaringHandle(_handle_base()):  # type: ignore[misc]
         return None
 
     def deleteIfExists(self, stateName: str) -> None:
+        """The variable's state is purged: no table for it (a root that had one
+        drops it on restart, recorded as a migration)."""
         self.deleted.append(stateName)
+        self.variables.pop(stateName, None)
 
     def _no_timers(self, *_args: Any) -> Any:
         raise ConfigError(
@@ -239,6 +251,36 @@ def stored_names(var: Variable, key: Sequence[str]) -> Columns:
     return Columns(tuple(user_keys), tuple(values))
 
 
+PICKLED = b"snapcut.pickled"
+"""Field metadata of a state column holding pickled values: the Spark type's
+Arrow form. Nested types (arrays, structs, maps) and decimals have no column
+kind in the Rust state table, so such a field is stored as binary pickles of
+the Python values the processor sees."""
+
+
+def _native(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_boolean(t)
+        or pa.types.is_integer(t)
+        or t in (pa.float32(), pa.float64())
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_duration(t)
+        or t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
+    )
+
+
+def stored_field(f: pa.Field) -> pa.Field:
+    """`f` as the state table keeps it: itself, or binary pickles of its values."""
+    if _native(f.type):
+        return f
+    return pa.field(f.name, pa.binary(), f.nullable, metadata={PICKLED: str(f.type).encode()})
+
+
+def pickled_columns(schema: pa.Schema) -> frozenset[str]:
+    return frozenset(f.name for f in schema if f.metadata and PICKLED in f.metadata)
+
+
 def group_column(grouping_state_key: str) -> str:
     """The group column of a composite-keyed table: the grouping key column
     itself when it keys state natively, else ``__group`` (its encoding)."""
@@ -249,7 +291,6 @@ def table_specs(
     variables: Sequence[Variable],
     key_fields: Sequence[pa.Field],
     grouping_state_key: str,
-    with_timers: bool,
 ) -> tuple[TableSpec, ...]:
     """The root's tables for these variables (and the timers)."""
     key = [f.name for f in key_fields]
@@ -262,7 +303,10 @@ def table_specs(
     specs = []
     for var in variables:
         names = stored_names(var, key)
-        values = [f.with_name(n) for f, n in zip(var.value_fields, names.values, strict=True)]
+        values = [
+            stored_field(f.with_name(n))
+            for f, n in zip(var.value_fields, names.values, strict=True)
+        ]
         ttl = [pa.field(EXPIRES_COLUMN, pa.int64())] if var.ttl_ms is not None else []
         if var.kind == "value":
             head = [binary_key] if grouping_state_key == KEY_COLUMN else []
@@ -294,7 +338,7 @@ def table_specs(
             )
         else:
             ukeys = [
-                f.with_name(n).with_nullable(False)
+                stored_field(f.with_name(n).with_nullable(False))
                 for f, n in zip(var.user_key_fields, names.user_keys, strict=True)
             ]
             schema = pa.schema([binary_key, *group_fields, *keys, *ukeys, *values, *ttl])
@@ -309,14 +353,16 @@ def table_specs(
                     _names([binary_key, *group_fields, *keys, *ukeys]),
                 )
             )
-    if with_timers:
-        timer = [pa.field(TIMER_COLUMN, pa.int64(), nullable=False)]
-        schema = pa.schema([binary_key, *group_fields, *keys, *timer])
-        specs.append(
-            TableSpec(
-                TIMERS, "timers", KEY_COLUMN, schema_bytes(schema), group, None, tuple(schema.names)
-            )
+    # The timers table is there in every time mode (empty in None): a
+    # processor with no state variables still has a table, and a restart in
+    # another time mode keeps its root's tables.
+    timer = [pa.field(TIMER_COLUMN, pa.int64(), nullable=False)]
+    schema = pa.schema([binary_key, *group_fields, *keys, *timer])
+    specs.append(
+        TableSpec(
+            TIMERS, "timers", KEY_COLUMN, schema_bytes(schema), group, None, tuple(schema.names)
         )
+    )
     return tuple(specs)
 
 
