@@ -115,13 +115,14 @@ PerBatch = dict[int, Rows]
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
-    session = start_session(
-        "local[2]",
-        **{"spark.sql.streaming.stateStore.providerClass": ROCKSDB, NO_DATA: "false"},
-    )
+    # Session confs, not builder options: PySpark keeps a builder's options for
+    # every later session of the process (the next test modules').
+    session = start_session("local[2]")
     session.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     session.conf.set(NO_DATA, "false")
     yield session
+    session.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    session.conf.unset(NO_DATA)
     session.stop()
 
 

@@ -419,6 +419,10 @@ class KeyedState:
             event_time=self.event_time,
             timezone=self.timezone,
             max_records_per_batch=int(records or "10000"),
+            max_bytes_per_batch=int(
+                session.conf.get("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
+                or 2**31 - 1
+            ),
             int_to_decimal=str(
                 session.conf.get(
                     "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled", "false"

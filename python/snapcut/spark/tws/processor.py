@@ -13,6 +13,7 @@ TTL-expired state is removed then.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,6 +54,8 @@ class TransformWithStateProcessor:
     timezone: str = "UTC"
     max_records_per_batch: int = 10_000
     initial_rows: Callable[[int], pa.Table | None] | None = None
+    max_bytes_per_batch: int = 2**31 - 1
+    """Spark's ``spark.sql.execution.arrow.maxBytesPerBatch`` for a key's chunks."""
     int_to_decimal: bool = False
     """Spark's ``spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled``:
     integers yielded for a decimal output column become decimals."""
@@ -93,7 +96,13 @@ class TransformWithStateProcessor:
         import pandas as pd
 
         frame = self._to_pandas(table)
-        size = self.max_records_per_batch
+        size = self.max_records_per_batch if self.max_records_per_batch > 0 else 0
+        if 0 < self.max_bytes_per_batch < 2**31 - 1 and table.num_rows:
+            # Spark's worker cuts a key's chunk once rows x average row size
+            # reaches the limit (the average of the Arrow input's buffers).
+            avg = table.nbytes / table.num_rows
+            by_bytes = max(1, math.ceil(self.max_bytes_per_batch / avg)) if avg else 0
+            size = min(size, by_bytes) if size and by_bytes else (size or by_bytes)
 
         def chunk(a: int, b: int) -> Any:
             # A fresh 0-based index, as the worker's frames have; no data copy.

@@ -92,8 +92,8 @@ class _Var:
     table: StateTable
     value_columns: tuple[str, ...]
     user_key_columns: tuple[str, ...] = ()
-    pickled: frozenset[str] = frozenset()
-    """Columns stored as pickles (:data:`variables.PICKLED`)."""
+    pickled: dict[str, Any] = field(default_factory=dict)
+    """Columns stored as pickles (:data:`variables.PICKLED`) → Spark type."""
     # value: key -> (values, expires) ; list: key -> [(values, expires)] ;
     # map: key -> {user key: (values, expires)} ; timers: key -> set of ms
     data: dict[Key, Any] = field(default_factory=dict)
@@ -245,11 +245,13 @@ class BatchState:
         return self.current
 
     def values_of(self, v: _Var, value: Any, what: str) -> tuple[Any, ...]:
-        if value is None or isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        # Spark takes any iterable here (its client does tuple(value)).
+        if value is None or not hasattr(value, "__iter__"):
             raise ConfigError(
                 f"{what} takes a tuple with one value per field of its schema "
                 f"({list(v.value_columns)}), got {value!r}"
             )
+        value = tuple(value)
         if len(value) != len(v.value_columns):
             raise ConfigError(
                 f"{what} got {len(value)} value(s) {tuple(value)!r}; its schema has "
@@ -259,6 +261,9 @@ class BatchState:
         return tuple(_normalize(x) for x in value)
 
     def user_key_of(self, v: _Var, key: Any, what: str) -> tuple[Any, ...]:
+        # Spark takes any iterable here (its client does tuple(key)).
+        if key is not None and hasattr(key, "__iter__"):
+            key = tuple(key)
         if not isinstance(key, tuple) or len(key) != len(v.user_key_columns):
             raise ConfigError(
                 f"{what} takes a user key tuple with one value per field of the map's user "
@@ -299,7 +304,11 @@ class BatchState:
         for i, name in enumerate(names):
             values = [r[i] for r in rows]
             if name in v.pickled:
-                values = [None if x is None else pickle.dumps(x, protocol=5) for x in values]
+                t = v.pickled[name]
+                values = [
+                    None if x is None else pickle.dumps(t.toInternal(x) if t else x, protocol=5)
+                    for x in values
+                ]
             try:
                 out[name] = pa.array(values, schema.field(name).type)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
@@ -437,7 +446,11 @@ class BatchState:
 def _read(v: _Var, batch: Any, column: str) -> list[Any]:
     values: list[Any] = batch.column(column).to_pylist()
     if column in v.pickled:
-        return [None if x is None else pickle.loads(x) for x in values]
+        t = v.pickled[column]
+        return [
+            None if x is None else (t.fromInternal(pickle.loads(x)) if t else pickle.loads(x))
+            for x in values
+        ]
     return values
 
 

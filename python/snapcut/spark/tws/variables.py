@@ -85,8 +85,15 @@ def arrow_fields(
                 "not nullable; state schemas must be nullable (Spark's rule): declare them "
                 "nullable"
             )
-    # Timestamps as Spark hands them to Python: UTC instants.
-    return tuple(f.with_nullable(True) for f in to_arrow_schema(parsed, timezone="UTC"))
+    # Timestamps as Spark hands them to Python: UTC instants. A field the Rust
+    # table cannot hold natively keeps its Spark type for the pickled column.
+    out = []
+    for sf, af in zip(parsed.fields, to_arrow_schema(parsed, timezone="UTC"), strict=True):
+        af = af.with_nullable(True)
+        if not _native(af.type):
+            af = af.with_metadata({SPARK_TYPE: sf.dataType.json().encode()})
+        out.append(af)
+    return tuple(out)
 
 
 def _handle_base() -> Any:
@@ -270,15 +277,34 @@ def _native(t: pa.DataType) -> bool:
     )
 
 
+SPARK_TYPE = b"snapcut.spark_type"
+
+
 def stored_field(f: pa.Field) -> pa.Field:
-    """`f` as the state table keeps it: itself, or binary pickles of its values."""
+    """`f` as the state table keeps it: itself, or binary pickles of its
+    values in Spark's internal form (metadata: the Spark type, as JSON)."""
     if _native(f.type):
         return f
-    return pa.field(f.name, pa.binary(), f.nullable, metadata={PICKLED: str(f.type).encode()})
+    spark_type = (f.metadata or {}).get(SPARK_TYPE, str(f.type).encode())
+    return pa.field(f.name, pa.binary(), f.nullable, metadata={PICKLED: spark_type})
 
 
-def pickled_columns(schema: pa.Schema) -> frozenset[str]:
-    return frozenset(f.name for f in schema if f.metadata and PICKLED in f.metadata)
+def pickled_columns(schema: pa.Schema) -> dict[str, Any]:
+    """Pickled columns → their Spark type (None if unknown): values are
+    stored as ``type.toInternal(v)`` and read back as ``type.fromInternal``,
+    so a struct comes back a Row, as from Spark's state server."""
+    from pyspark.sql.types import _parse_datatype_json_string
+
+    out: dict[str, Any] = {}
+    for f in schema:
+        if f.metadata and PICKLED in f.metadata:
+            raw = f.metadata[PICKLED].decode()
+            out[f.name] = (
+                _parse_datatype_json_string(raw)
+                if raw.startswith("{") or raw.startswith('"')
+                else None
+            )
+    return out
 
 
 def group_column(grouping_state_key: str) -> str:
