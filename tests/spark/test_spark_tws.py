@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
 
+from snapcut import snapshots
 from snapcut._core import ConfigError
 from snapcut.spark import keyed_state, read_state, read_state_arrow, rescale
 from spark_support import run_to_end, start_session, write_inputs
@@ -140,6 +141,14 @@ def test_state_survives_a_restart_and_reads_back_per_variable(
         read_state_arrow(str(root))
     with pytest.raises(ConfigError, match="no state variable 'nope'"):
         read_state_arrow(str(root), variable="nope")
+    # The snapshot tools name each variable (vertex <name>.<variable>).
+    diffs = {d.label: d for d in snapshots.diff_checkpoints(str(root), 1, 2)}
+    assert {"state.count-0", "state.count-1", "state.vs-0", "state.ws-1"} <= set(diffs)
+    changed = sum(d.added.num_rows + d.changed.num_rows for t, d in diffs.items() if "count" in t)
+    assert changed == 2  # b's count changed, c's was added
+    snapshots.export_checkpoint(str(root), str(tmp_path / "export"), 2)
+    exported = {p.name for p in (tmp_path / "export").iterdir()}
+    assert any("count" in name for name in exported), exported
     with pytest.raises(ConfigError, match="not supported yet"):
         rescale(spark, str(root), str(tmp_path / "root-3"), 3)
     assert not (tmp_path / "root-3").exists()
