@@ -138,3 +138,30 @@ def test_two_executors_match_spark_and_survive_an_executor_kill(
         assert rows_of(crashed[b], ["user"]) == rows_of(clean[b], ["user"])
     assert state_files(tmp_path / "crashed") == state_files(tmp_path / "clean")
     assert read_state_arrow(str(tmp_path / "crashed")) == read_state_arrow(str(tmp_path / "clean"))
+
+
+def test_transform_with_state_on_two_executors(spark: Any, tmp_path: Path) -> None:
+    """A StatefulProcessor with value, list and map state: its variables'
+    partitions move between executors' Python workers; every batch's rows
+    are the users' running count and total, as pandas computes them."""
+    from snapcut.jobs.dwell_processor import OUTPUT, DwellProcessor
+
+    frames = dwell_frames(files=FILES, rows=1500, users=200, seed=9)
+    directory = write_inputs(tmp_path / "events", frames)
+    step = keyed_state(stream(spark, directory), "user", str(tmp_path / "root"), 4)
+    out = run_to_end(
+        step.transform_with_state_in_pandas(DwellProcessor(), OUTPUT, "Update", "None"),
+        tmp_path / "chk",
+    )
+    seen = pd.DataFrame(columns=["user", "dwell_ms"])
+    for b, frame in enumerate(frames):
+        seen = pd.concat([seen, frame[["user", "dwell_ms"]]]).astype("int64")
+        totals = seen.groupby("user")["dwell_ms"].agg(["count", "sum"])
+        want = [
+            {"user": u, "count": int(totals.loc[u, "count"]), "total": int(totals.loc[u, "sum"])}
+            for u in sorted(frame["user"].unique())
+        ]
+        got = [{k: r[k] for k in ("user", "count", "total")} for r in rows_of(out[b], ["user"])]
+        assert got == want, b
+    state = read_state_arrow(str(tmp_path / "root"), variable="totals").sort_by("user")
+    assert state["count"].to_pylist() == [int(c) for c in totals["count"]]

@@ -205,3 +205,18 @@ def test_bad_uses_are_refused_with_the_fix() -> None:
 
     with pytest.raises(ConfigError, match="reserves"):
         TwsTester(Reserved(), keySchema="id string")
+
+    class TimerInInit(Counting):
+        def init(self, handle: StatefulProcessorHandle) -> None:
+            handle.registerTimer(1)
+
+    with pytest.raises(ConfigError, match="not in init"):
+        TwsTester(TimerInInit(), keySchema="id string")
+
+    class RunId(Counting):
+        def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: TimerValues) -> Any:
+            yield pd.DataFrame({"id": [self.handle.getQueryInfo().getRunId()], "count": [0]})
+
+    # Where Spark does not tell the task the run id (here: no Spark at all).
+    with pytest.raises(ConfigError, match="run id does not reach"):
+        TwsTester(RunId(), keySchema="id string").testInPandas("a", frame((1, "x")))

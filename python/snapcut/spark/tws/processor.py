@@ -24,7 +24,13 @@ import pyarrow.compute as pc
 from snapcut._core import ConfigError, StateTable
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
 from snapcut.spark.partition import NO_EVENT_TIME, BatchInfo
-from snapcut.spark.processors import BATCH_TS_COLUMN, _run_bounds, conform, event_time_ms
+from snapcut.spark.processors import (
+    BATCH_TS_COLUMN,
+    _no_columns,
+    _run_bounds,
+    conform,
+    event_time_ms,
+)
 from snapcut.spark.root import TableSpec, table_vertex
 from snapcut.spark.tws.state import BatchState, QueryInfo, SnapcutHandle
 from snapcut.spark.tws.variables import Variable
@@ -119,13 +125,8 @@ class TransformWithStateProcessor:
     def _collect(self, out: list[Any], result: Any) -> None:
         if result is None:
             return
-        for item in result:
-            if self.pandas:
-                if hasattr(item, "columns") and len(item.columns) == 0 and len(item) == 0:
-                    continue
-                out.append(item)
-            else:
-                out.append(item)
+        # pd.DataFrame() (no columns) is no rows, as in Spark.
+        out.extend(item for item in result if not (self.pandas and _no_columns(item)))
 
     def _output(self, out: list[Any]) -> pa.Table:
         if not out:

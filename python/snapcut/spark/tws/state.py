@@ -406,19 +406,6 @@ class BatchState:
         keys = rows[v.spec.state_key].filter(dead)
         if len(keys):
             v.table.delete(keys)
-        # Keys read ahead this batch drop the expired values from memory too.
-        for k in list(v.data):
-            self._drop_expired(v, k)
-
-    def _drop_expired(self, v: _Var, k: Key) -> None:
-        cur = v.data[k]
-        if v.spec.kind == "value":
-            if not self.live(cur[1]):
-                del v.data[k]
-        elif v.spec.kind == "list":
-            v.data[k] = [e for e in cur if self.live(e[1])]
-        else:
-            v.data[k] = {u: e for u, e in cur.items() if self.live(e[1])}
 
     # -- timers --------------------------------------------------------------
 

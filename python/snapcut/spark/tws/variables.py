@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from snapcut._core import ConfigError
 from snapcut.spark.keys import KEY_COLUMN
@@ -96,12 +97,6 @@ def arrow_fields(
     return tuple(out)
 
 
-def _handle_base() -> Any:
-    from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
-
-    return StatefulProcessorHandle
-
-
 _SIMPLE_TYPES = {
     "string": "StringType",
     "long": "LongType",
@@ -159,7 +154,7 @@ def parse_ddl(ddl: str, what: str) -> Any:
     return T.StructType(fields)
 
 
-class DeclaringHandle(_handle_base()):  # type: ignore[misc]
+class DeclaringHandle(StatefulProcessorHandle):
     """The handle ``init`` gets on the driver: records the variables (Spark's
     ``DriverStatefulProcessorHandleImpl``); timers cannot be used there."""
 
@@ -217,13 +212,20 @@ class DeclaringHandle(_handle_base()):  # type: ignore[misc]
         self.deleted.append(stateName)
         self.variables.pop(stateName, None)
 
-    def _no_timers(self, *_args: Any) -> Any:
-        raise ConfigError(
+    def _no_timers(self) -> ConfigError:
+        return ConfigError(
             "timers are registered per grouping key in handleInputRows, "
             "handleExpiredTimer or handleInitialState, not in init()"
         )
 
-    registerTimer = deleteTimer = listTimers = _no_timers
+    def registerTimer(self, expiryTimestampMs: int) -> None:
+        raise self._no_timers()
+
+    def deleteTimer(self, expiryTimestampMs: int) -> None:
+        raise self._no_timers()
+
+    def listTimers(self) -> Any:
+        raise self._no_timers()
 
 
 def check_name(name: Any) -> None:
