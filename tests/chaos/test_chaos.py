@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -229,6 +230,31 @@ def test_fan_out_with_process_kills_composes(tmp_path: Path) -> None:
     assert s.errors == 0, s
     assert (s.lost, s.duplicated, s.mismatched) == (0, 0, 0), s
     assert s.kills == 2 and s.recoveries >= 2, s
+
+
+def test_a_missed_fan_out_kill_redoes_the_run_and_kills_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = fan_out.run_child
+    calls: list[float | None] = []
+
+    def outrun_the_first_kill(
+        cmd: list[str], env: dict[str, str], kill_after: float | None, stderr_path: Path
+    ) -> Any:
+        calls.append(kill_after)
+        if len(calls) == 1:  # the job ends before its planned kill
+            env = {k: v for k, v in env.items() if k != "SNAPCUT_FAILPOINTS"}
+            kill_after = None
+        return real(cmd, env, kill_after, stderr_path)
+
+    monkeypatch.setattr(fan_out, "run_child", outrun_the_first_kill)
+    opts = fan_out.FanOutOptions(
+        runs=1, seed=5, records=4_000, users=40, workdir=str(tmp_path), process_kills=True
+    )
+    s = fan_out.run_fan_out_chaos(opts)
+    assert (s.errors, s.lost, s.duplicated, s.mismatched) == (0, 0, 0, 0), s
+    assert s.missed_kills == 1 and s.kills == 1 and s.timer_kills == 1, s
+    assert calls[1] is not None, calls  # the redo is killed by a timer
 
 
 def test_fan_out_region_failover_restarts_healthy_sinks(tmp_path: Path) -> None:
