@@ -272,6 +272,9 @@ def format_state_chain(
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli) of `data`: the checksum of every snapshot file."""
 
+def storable_type(data_type: Any) -> bool:
+    """Whether a StateTable column holds this pyarrow DataType natively."""
+
 class StateTable:
     """Keyed state table with change tracking for incremental checkpoints."""
 

@@ -128,6 +128,33 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.parametrize(
+    "data_type",
+    [
+        pa.int64(),
+        pa.bool_(),
+        pa.float32(),
+        pa.date32(),
+        pa.timestamp("us", "UTC"),
+        pa.string(),
+        pa.binary(),
+        pa.decimal128(10, 2),
+        pa.list_(pa.int64()),
+        pa.struct([("a", pa.int64())]),
+        pa.map_(pa.string(), pa.int64()),
+    ],
+)
+def test_storable_type_says_what_a_state_table_takes(data_type: pa.DataType) -> None:
+    schema = pa.schema([("k", pa.int64()), ("v", data_type)])
+    try:
+        StateTable(schema, "k")
+        built = True
+    except ConfigError as e:
+        assert "unsupported type" in str(e)
+        built = False
+    assert snapcut._core.storable_type(data_type) is built
+
+
 @settings(max_examples=60, deadline=None)
 @given(OPS, st.integers(1, 4))
 def test_random_ops_match_a_dict(ops: list[tuple[str, list]], full_every: int) -> None:

@@ -21,16 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snapcut._core import ConfigError, KeyedAggregates, StateTable, TaskError
-from snapcut.spark.group_state import GroupState, GroupStateTimeout
+from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN, GroupState, GroupStateTimeout
 from snapcut.spark.keys import KEY_COLUMN, distinct, with_state_key
 from snapcut.spark.partition import NO_EVENT_TIME, BatchInfo
 
-TIMEOUT_COLUMN = "__timeout_ms"
 PRESENT_COLUMN = "__present"
 TIMED_OUT_COLUMN = "__timed_out"
-DEFINED_COLUMN = "__defined"
-"""Level 3 with a timeout: whether the key holds a value (Spark keeps a removed
-key whose function set a timeout, without a value, until the timeout fires)."""
 BATCH_TS_COLUMN = "__snapcut_batch_ts"
 
 __all__ = [
@@ -71,6 +67,24 @@ def event_time_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     )
 
 
+def max_event_time_ms(rows: pa.Table, event_time: str | None) -> int:
+    """The latest event time in `rows` (ms), or NO_EVENT_TIME."""
+    if event_time is None or rows.num_rows == 0:
+        return NO_EVENT_TIME
+    m = pc.max(event_time_ms(rows[event_time])).as_py()
+    return NO_EVENT_TIME if m is None else int(m)
+
+
+def spark_pandas(table: pa.Table, timezone: str) -> Any:
+    """`table` as PySpark hands Arrow data to pandas functions: timestamps as
+    naive datetime64[ns] in the session time zone, dates as objects."""
+    frame = table.to_pandas(date_as_object=True, coerce_temporal_nanoseconds=True)
+    for f in table.schema:
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            frame[f.name] = frame[f.name].dt.tz_convert(timezone).dt.tz_localize(None)
+    return frame
+
+
 def conform(table: Any, schema: pa.Schema, what: str, fix: str) -> pa.Table:
     """`table` (Arrow or pandas) with exactly `schema`'s columns, cast safely."""
     if table is None:
@@ -109,19 +123,10 @@ class _Base:
     timed_out_keys: int = field(default=0, init=False)
 
     def to_pandas(self, table: pa.Table) -> Any:
-        """As PySpark hands Arrow data to pandas functions: timestamps as naive
-        datetime64[ns] in the session time zone, dates as objects."""
-        frame = table.to_pandas(date_as_object=True, coerce_temporal_nanoseconds=True)
-        for f in table.schema:
-            if pa.types.is_timestamp(f.type) and f.type.tz is not None:
-                frame[f.name] = frame[f.name].dt.tz_convert(self.timezone).dt.tz_localize(None)
-        return frame
+        return spark_pandas(table, self.timezone)
 
     def max_event_time_ms(self, rows: pa.Table) -> int:
-        if self.event_time is None or rows.num_rows == 0:
-            return NO_EVENT_TIME
-        m = pc.max(event_time_ms(rows[self.event_time])).as_py()
-        return NO_EVENT_TIME if m is None else int(m)
+        return max_event_time_ms(rows, self.event_time)
 
     def _prepare(self, rows: pa.Table, info: BatchInfo) -> pa.Table:
         """Keyed rows without the late ones: before an event-time-timeout

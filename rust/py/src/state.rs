@@ -8,9 +8,9 @@ use arrow_schema::DataType;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
-use pyo3_arrow::{PyArray, PyRecordBatch, PySchema, PyTable};
+use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
-use snapcut_core::state::{StatePolicy, StateTable as CoreTable};
+use snapcut_core::state::{self, StatePolicy, StateTable as CoreTable};
 
 use crate::errors::IntoPyResult;
 
@@ -367,6 +367,13 @@ impl StateTable {
     }
 }
 
+/// Whether a StateTable column holds `data_type` (a pyarrow DataType) natively.
+#[pyfunction]
+fn storable_type(data_type: PyDataType) -> bool {
+    state::storable_type(data_type.as_ref())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<StateTable>()
+    m.add_class::<StateTable>()?;
+    m.add_function(wrap_pyfunction!(storable_type, m)?)
 }

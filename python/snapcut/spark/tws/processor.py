@@ -23,13 +23,15 @@ import pyarrow.compute as pc
 
 from snapcut._core import ConfigError, StateTable
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
-from snapcut.spark.partition import NO_EVENT_TIME, BatchInfo
+from snapcut.spark.partition import BatchInfo
 from snapcut.spark.processors import (
     BATCH_TS_COLUMN,
     _no_columns,
     _run_bounds,
     conform,
     event_time_ms,
+    max_event_time_ms,
+    spark_pandas,
 )
 from snapcut.spark.root import TableSpec, table_vertex
 from snapcut.spark.tws.state import BatchState, QueryInfo, SnapcutHandle
@@ -74,19 +76,9 @@ class TransformWithStateProcessor:
         return pa.schema([])
 
     def max_event_time_ms(self, rows: pa.Table) -> int:
-        if self.event_time is None or rows.num_rows == 0:
-            return NO_EVENT_TIME
-        m = pc.max(event_time_ms(rows[self.event_time])).as_py()
-        return NO_EVENT_TIME if m is None else int(m)
+        return max_event_time_ms(rows, self.event_time)
 
     # -- conversions -----------------------------------------------------------
-
-    def _to_pandas(self, table: pa.Table) -> Any:
-        frame = table.to_pandas(date_as_object=True, coerce_temporal_nanoseconds=True)
-        for f in table.schema:
-            if pa.types.is_timestamp(f.type) and f.type.tz is not None:
-                frame[f.name] = frame[f.name].dt.tz_convert(self.timezone).dt.tz_localize(None)
-        return frame
 
     def _inputs(self, table: pa.Table) -> Callable[[int, int], Iterator[Any]]:
         """The partition's sorted rows converted once; the returned function
@@ -101,7 +93,7 @@ class TransformWithStateProcessor:
             return lambda start, end: iter(rows[start:end])
         import pandas as pd
 
-        frame = self._to_pandas(table)
+        frame = spark_pandas(table, self.timezone)
         size = self.max_records_per_batch if self.max_records_per_batch > 0 else 0
         if 0 < self.max_bytes_per_batch < 2**31 - 1 and table.num_rows:
             # Spark's worker cuts a key's chunk once rows x average row size
@@ -281,7 +273,7 @@ class TransformWithStateProcessor:
         keys = list(zip(*(table[k].to_pylist() for k in self.key), strict=True))
         out: dict[tuple[Any, ...], list[Any]] = {}
         if self.pandas:
-            frame = self._to_pandas(table)
+            frame = spark_pandas(table, self.timezone)
             positions: dict[tuple[Any, ...], list[int]] = {}
             for i, k in enumerate(keys):
                 positions.setdefault(k, []).append(i)

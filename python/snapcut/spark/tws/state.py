@@ -306,8 +306,7 @@ class BatchState:
             if name in v.pickled:
                 t = v.pickled[name]
                 values = [
-                    None if x is None else pickle.dumps(t.toInternal(x) if t else x, protocol=5)
-                    for x in values
+                    None if x is None else pickle.dumps(t.toInternal(x), protocol=5) for x in values
                 ]
             try:
                 out[name] = pa.array(values, schema.field(name).type)
@@ -434,10 +433,7 @@ def _read(v: _Var, batch: Any, column: str) -> list[Any]:
     values: list[Any] = batch.column(column).to_pylist()
     if column in v.pickled:
         t = v.pickled[column]
-        return [
-            None if x is None else (t.fromInternal(pickle.loads(x)) if t else pickle.loads(x))
-            for x in values
-        ]
+        return [None if x is None else t.fromInternal(pickle.loads(x)) for x in values]
     return values
 
 
@@ -456,31 +452,31 @@ class SnapcutValueState(ValueState):
     def _v(self) -> _Var:
         return self._state.var(self._stateName, "value")
 
-    def _cur(self) -> tuple[Any, ...] | None:
-        k = self._state.key_now(f"value state {self._stateName!r}")
-        hit = self._v.data.get(k)
+    def _cur(self, what: str) -> tuple[Any, ...] | None:
+        v = self._state.var(self._stateName, "value", what)
+        hit = v.data.get(self._state.key_now(f"value state {self._stateName!r}"))
         if hit is None or not self._state.live(hit[1]):
             return None
         return tuple(hit[0])
 
     def exists(self) -> bool:
-        self._state.var(self._stateName, "value", "checking value state exists")
-        return self._cur() is not None
+        return self._cur("checking value state exists") is not None
 
     def get(self) -> tuple[Any, ...] | None:
-        self._state.var(self._stateName, "value", "getting value state")
-        return self._cur()
+        return self._cur("getting value state")
 
     def update(self, newValue: tuple[Any, ...]) -> None:
+        v = self._v
         k = self._state.key_now(f"value state {self._stateName!r}")
-        vals = self._state.values_of(self._v, newValue, f"value state {self._stateName!r} update")
-        self._v.data[k] = (vals, self._state.expiry(self._v))
-        self._v.dirty.add(k)
+        vals = self._state.values_of(v, newValue, f"value state {self._stateName!r} update")
+        v.data[k] = (vals, self._state.expiry(v))
+        v.dirty.add(k)
 
     def clear(self) -> None:
+        v = self._v
         k = self._state.key_now(f"value state {self._stateName!r}")
-        self._v.data.pop(k, None)
-        self._v.dirty.add(k)
+        v.data.pop(k, None)
+        v.dirty.add(k)
 
 
 class SnapcutListState(ListState):
@@ -505,21 +501,23 @@ class SnapcutListState(ListState):
         return iter([tuple(vals) for vals, _ in self._items()])
 
     def _set(self, items: list[tuple[tuple[Any, ...], Any]]) -> None:
+        v = self._v
         k = self._state.key_now(f"list state {self._stateName!r}")
         if items:
-            self._v.data[k] = items
+            v.data[k] = items
         else:
-            self._v.data.pop(k, None)
-        self._v.dirty.add(k)
+            v.data.pop(k, None)
+        v.dirty.add(k)
 
     def _new(self, values: Any, what: str) -> list[tuple[tuple[Any, ...], Any]]:
         if values is None or isinstance(values, tuple):
             raise ConfigError(
                 f"list state {self._stateName!r} {what} takes a list of tuples, got {values!r}"
             )
-        exp = self._state.expiry(self._v)
+        v = self._v
+        exp = self._state.expiry(v)
         return [
-            (self._state.values_of(self._v, x, f"list state {self._stateName!r} {what}"), exp)
+            (self._state.values_of(v, x, f"list state {self._stateName!r} {what}"), exp)
             for x in values
         ]
 
@@ -527,10 +525,9 @@ class SnapcutListState(ListState):
         self._set(self._new(newState, "put"))
 
     def appendValue(self, newState: tuple[Any, ...]) -> None:
-        vals = self._state.values_of(
-            self._v, newState, f"list state {self._stateName!r} appendValue"
-        )
-        self._set([*self._items(), (vals, self._state.expiry(self._v))])
+        v = self._v
+        vals = self._state.values_of(v, newState, f"list state {self._stateName!r} appendValue")
+        self._set([*self._items(), (vals, self._state.expiry(v))])
 
     def appendList(self, newState: list[tuple[Any, ...]]) -> None:
         self._set(self._items() + self._new(newState, "appendList"))
@@ -551,12 +548,13 @@ class SnapcutMapState(MapState):
         return self._state.var(self._stateName, "map")
 
     def _map(self, write: bool = False) -> dict[tuple[Any, ...], Any]:
+        v = self._v
         k = self._state.key_now(f"map state {self._stateName!r}")
-        m = self._v.data.get(k)
+        m = v.data.get(k)
         if m is None:
             m = {}
             if write:
-                self._v.data[k] = m
+                v.data[k] = m
         return m
 
     def _live(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
@@ -575,12 +573,13 @@ class SnapcutMapState(MapState):
 
     def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
         what = f"map state {self._stateName!r} updateValue"
-        u = self._state.user_key_of(self._v, key, what)
-        vals = self._state.values_of(self._v, value, what)
-        self._map(write=True)[u] = (vals, self._state.expiry(self._v))
+        v = self._v
+        u = self._state.user_key_of(v, key, what)
+        vals = self._state.values_of(v, value, what)
+        self._map(write=True)[u] = (vals, self._state.expiry(v))
         k = self._state.key_now(what)
-        self._v.dirty.add(k)
-        self._v.removed.get(k, set()).discard(u)
+        v.dirty.add(k)
+        v.removed.get(k, set()).discard(u)
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
         return iter(list(self._live().items()))

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from snapcut._core import ConfigError
+from snapcut._core import ConfigError, storable_type
 from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.root import TableSpec, schema_bytes
 
@@ -91,7 +91,7 @@ def arrow_fields(
     out = []
     for sf, af in zip(parsed.fields, to_arrow_schema(parsed, timezone="UTC"), strict=True):
         af = af.with_nullable(True)
-        if not _native(af.type):
+        if not storable_type(af.type):
             af = af.with_metadata({SPARK_TYPE: sf.dataType.json().encode()})
         out.append(af)
     return tuple(out)
@@ -261,52 +261,36 @@ def stored_names(var: Variable, key: Sequence[str]) -> Columns:
 
 
 PICKLED = b"snapcut.pickled"
-"""Field metadata of a state column holding pickled values: the Spark type's
-Arrow form. Nested types (arrays, structs, maps) and decimals have no column
-kind in the Rust state table, so such a field is stored as binary pickles of
-the Python values the processor sees."""
-
-
-def _native(t: pa.DataType) -> bool:
-    return (
-        pa.types.is_boolean(t)
-        or pa.types.is_integer(t)
-        or t in (pa.float32(), pa.float64())
-        or pa.types.is_date(t)
-        or pa.types.is_timestamp(t)
-        or pa.types.is_duration(t)
-        or t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
-    )
+"""Field metadata of a state column holding pickled values: the field's Spark
+type, as JSON. Nested types (arrays, structs, maps) and decimals have no
+column kind in the Rust state table, so such a field is stored as binary
+pickles of its values in Spark's internal form."""
 
 
 SPARK_TYPE = b"snapcut.spark_type"
+"""Field metadata of a declared field the Rust state table cannot hold
+natively (:func:`snapcut._core.storable_type`): its Spark type, as JSON."""
 
 
 def stored_field(f: pa.Field) -> pa.Field:
-    """`f` as the state table keeps it: itself, or binary pickles of its
-    values in Spark's internal form (metadata: the Spark type, as JSON)."""
-    if _native(f.type):
+    """`f` as the state table keeps it: itself, or (marked by
+    :func:`arrow_fields`) binary pickles of its values in Spark's internal form."""
+    if not f.metadata or SPARK_TYPE not in f.metadata:
         return f
-    spark_type = (f.metadata or {}).get(SPARK_TYPE, str(f.type).encode())
-    return pa.field(f.name, pa.binary(), f.nullable, metadata={PICKLED: spark_type})
+    return pa.field(f.name, pa.binary(), f.nullable, metadata={PICKLED: f.metadata[SPARK_TYPE]})
 
 
 def pickled_columns(schema: pa.Schema) -> dict[str, Any]:
-    """Pickled columns → their Spark type (None if unknown): values are
-    stored as ``type.toInternal(v)`` and read back as ``type.fromInternal``,
-    so a struct comes back a Row, as from Spark's state server."""
+    """Pickled columns → their Spark type: values are stored as
+    ``type.toInternal(v)`` and read back as ``type.fromInternal``, so a
+    struct comes back a Row, as from Spark's state server."""
     from pyspark.sql.types import _parse_datatype_json_string
 
-    out: dict[str, Any] = {}
-    for f in schema:
-        if f.metadata and PICKLED in f.metadata:
-            raw = f.metadata[PICKLED].decode()
-            out[f.name] = (
-                _parse_datatype_json_string(raw)
-                if raw.startswith("{") or raw.startswith('"')
-                else None
-            )
-    return out
+    return {
+        f.name: _parse_datatype_json_string(f.metadata[PICKLED].decode())
+        for f in schema
+        if f.metadata and PICKLED in f.metadata
+    }
 
 
 def group_column(grouping_state_key: str) -> str:

@@ -31,3 +31,9 @@ pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};
 pub use encode::encode_keys;
 pub use key::Key;
 pub use table::{StatePolicy, StateTable, DELETED_COLUMN, KEY_METADATA};
+
+/// Whether a [`StateTable`] value column holds `data_type` natively (the
+/// one place that says which Arrow types state can be kept as).
+pub fn storable_type(data_type: &arrow_schema::DataType) -> bool {
+    column::new_column(data_type, true).is_some()
+}
