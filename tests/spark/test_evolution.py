@@ -8,6 +8,7 @@ import pytest
 
 from snapcut._core import ConfigError
 from snapcut.spark.evolution import conform_file, plan_table
+from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN
 
 KEY = {"k"}
 
@@ -61,3 +62,30 @@ def test_older_files_are_read_as_the_new_schema() -> None:
     ]
     same = pa.table({"k": ["a"], "n": pa.array([1], pa.int64())})
     assert conform_file(same, schema(pa.field("n", pa.int64()))) is same
+
+
+LEVEL3_TIMEOUT = (
+    pa.field(DEFINED_COLUMN, pa.bool_(), nullable=False),
+    pa.field(TIMEOUT_COLUMN, pa.int64()),
+)
+
+
+def test_a_level3_state_gaining_a_timeout_keeps_every_stored_value() -> None:
+    old = schema(pa.field("n", pa.int64()))
+    new = schema(pa.field("n", pa.int64()), *LEVEL3_TIMEOUT)
+    assert plan_table("t", old, new, KEY, "root").added == [DEFINED_COLUMN, TIMEOUT_COLUMN]
+    got = conform_file(pa.table({"k": ["a"], "n": [5]}), new)
+    # Every key stored without a timeout held a value; none has a timeout yet.
+    assert got.to_pylist() == [{"k": "a", "n": 5, DEFINED_COLUMN: True, TIMEOUT_COLUMN: None}]
+
+
+def test_a_level3_state_losing_its_timeout_is_refused() -> None:
+    with_timeout = schema(pa.field("n", pa.int64()), *LEVEL3_TIMEOUT)
+    with pytest.raises(ConfigError, match="keep the timeoutConf"):
+        plan_table("t", with_timeout, schema(pa.field("n", pa.int64())), KEY, "root")
+
+
+def test_an_added_column_without_a_value_for_stored_keys_is_refused() -> None:
+    new = schema(pa.field("n", pa.int64()), pa.field("label", pa.string(), nullable=False))
+    with pytest.raises(ConfigError, match=r"'label' .*make it nullable"):
+        plan_table("t", schema(pa.field("n", pa.int64())), new, KEY, "root")

@@ -4,7 +4,9 @@ The rules (Spark 4's for transformWithState state, with the Avro encoding),
 for every state table of the root — a transformWithState variable, level 3's
 ``stateStructType`` or level 1's aggregates:
 
-- a value field added: existing keys read it as null;
+- a value field added: existing keys read it as null (a level-1 count or
+  sum, which cannot be null, as 0; level 3's timeout columns, when a
+  timeoutConf is added, as "holds a value, no timeout set");
 - a value field removed: dropped from what is read;
 - a value field's type widened (int8 → int16 → int32 → int64, float32 →
   float64, an integer → float64, decimal to a wider decimal, string/binary to
@@ -14,7 +16,9 @@ for every state table of the root — a transformWithState variable, level 3's
 - refused before any batch runs, with the variable, the field and the fix: a
   renamed field (one field gone and another of the same type in its place),
   a narrowed or changed type, a changed key (the grouping key, a map's user
-  key) and a variable whose kind changed.
+  key), a variable whose kind changed, a timeoutConf removed (keys holding
+  only a pending timeout could not be carried over) and an added column that
+  can be neither null nor 0.
 
 Stored files keep the schema they were written with; readers conform each
 file to the root's current schema (:func:`conform_file`). The root's
@@ -30,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snapcut._core import ConfigError
+from snapcut.spark.group_state import DEFINED_COLUMN
 
 __all__ = ["Migration", "conform_file", "plan_table", "widens"]
 
@@ -97,6 +102,18 @@ def plan_table(
     new_names = {f.name for f in new_values}
     m.added = [f.name for f in new_values if f.name not in old_names]
     m.removed = [f.name for f in old_values if f.name not in new_names]
+    if DEFINED_COLUMN in m.removed:
+        raise ConfigError(
+            f"state root {root}: {table!r} had a timeoutConf and this query asks NoTimeout: "
+            "keys that hold only a pending timeout (their state removed) cannot be carried "
+            f"over; keep the timeoutConf, or {fix_new_root}"
+        )
+    for f in new_values:
+        if f.name in m.added and not f.nullable:
+            try:
+                _fill(f)  # refused here, before any batch runs
+            except ConfigError as e:
+                raise ConfigError(f"state root {root}: {table!r}: {e}") from None
     for i, f in enumerate(old_values):
         if f.name in m.removed and i < len(new_values):
             g = new_values[i]
@@ -132,11 +149,23 @@ def _nullability(f: pa.Field) -> str:
     return f"{f.type}" if f.nullable else f"{f.type} not null"
 
 
+def _fill(f: pa.Field) -> Any:
+    """What stored rows read for an added column that cannot be null."""
+    if f.name == DEFINED_COLUMN:
+        return True  # level 3 gained a timeout: every stored key holds a value
+    if pa.types.is_integer(f.type) or pa.types.is_floating(f.type):
+        return 0  # a level-1 count or sum that has seen nothing
+    raise ConfigError(
+        f"state column {f.name!r} ({f.type}, not nullable) was added and has no value for "
+        "the stored keys: make it nullable, or start the query on a new root"
+    )
+
+
 def conform_file(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """A stored state file as the table's current `schema` (the same object
-    when it already is): added columns null — or zero where the column is
-    not nullable (a level-1 count or sum that has seen nothing) — removed ones
-    dropped, widened ones cast; a diff keeps ``__deleted``."""
+    when it already is): added columns null, or :func:`_fill` where the
+    column cannot be null; removed ones dropped, widened ones cast; a diff
+    keeps ``__deleted``."""
     have = {f.name: f.type for f in table.schema if f.name != DELETED}
     if have == {f.name: f.type for f in schema}:
         return table
@@ -151,15 +180,7 @@ def conform_file(table: pa.Table, schema: pa.Schema) -> pa.Table:
         elif f.nullable:
             columns.append(pa.nulls(table.num_rows, f.type))
         else:
-            zero = pa.scalar(
-                0
-                if pa.types.is_integer(f.type) or pa.types.is_floating(f.type)
-                else False
-                if pa.types.is_boolean(f.type)
-                else "",
-                f.type,
-            )
-            columns.append(pa.array([zero.as_py()] * table.num_rows, f.type))
+            columns.append(pa.repeat(pa.scalar(_fill(f), f.type), table.num_rows))
     # Tombstones of a diff hold nulls in value columns: every column nullable here.
     out_schema = pa.schema([f.with_nullable(True) for f in fields], metadata=table.schema.metadata)
     return pa.Table.from_arrays(columns, schema=out_schema)
