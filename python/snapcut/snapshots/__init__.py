@@ -51,7 +51,7 @@ from snapcut.snapshots.tables import (
     diff_checkpoints,
     export_checkpoint,
 )
-from snapcut.snapshots.writer import SnapshotWriter
+from snapcut.snapshots.writer import SnapshotWriter, encode_ipc, file_entry
 
 __all__ = [
     "CHECKPOINT_DIR_PREFIX",
@@ -81,8 +81,10 @@ __all__ = [
     "TaskInfo",
     "checkpoint_dir_name",
     "diff_checkpoints",
+    "encode_ipc",
     "export_checkpoint",
     "file_component",
+    "file_entry",
     "list_checkpoints",
     "open",
     "prune",

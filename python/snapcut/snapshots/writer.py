@@ -21,7 +21,9 @@ from snapcut._core import (
     format_build_manifest,
     format_encode_channel,
     format_encode_file,
+    format_encode_ipc,
     format_encode_state,
+    format_file_entry,
     format_retention,
 )
 from snapcut.snapshots.backend import FsBackend
@@ -32,6 +34,24 @@ from snapcut.snapshots.layout import (
     Task,
     checkpoint_dir_name,
 )
+
+
+def encode_ipc(table: pa.Table, what: str) -> tuple[bytes, int, int]:
+    """One Arrow IPC file's bytes, its row count and crc32c, encoded by the
+    format's writer (``what`` names the file in errors). For writers that
+    stage files themselves and name them in a manifest later (the sink)."""
+    return format_encode_ipc(table, what)
+
+
+def file_entry(
+    path: str, role: str, rows: int, size: int, crc32c: int, fields: dict[str, Any]
+) -> dict[str, Any]:
+    """The manifest entry of a file written elsewhere (shape from the format;
+    ``fields`` are the writer's own additions)."""
+    entry: dict[str, Any] = json.loads(
+        format_file_entry(path, role, rows, size, crc32c, json.dumps(fields))
+    )
+    return entry
 
 
 class SnapshotWriter:

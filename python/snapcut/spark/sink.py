@@ -68,18 +68,14 @@ import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
 from snapcut import _fs
-from snapcut._core import (
-    ConfigError,
-    SnapshotError,
-    StorageError,
-    format_encode_ipc,
-    format_file_entry,
-)
+from snapcut._core import ConfigError, SnapshotError, StorageError
 from snapcut.snapshots import (
     MANIFEST_FILE,
     FsBackend,
     SnapshotWriter,
     checkpoint_dir_name,
+    encode_ipc,
+    file_entry,
 )
 from snapcut.spark import failpoints
 from snapcut.spark.batch_identity import announced, checkpoint_fs, is_connect, query_id
@@ -185,7 +181,7 @@ def stage_partition(
     def finish() -> None:
         k = len(out)
         rel = f"{STAGING_DIR}/{target.batch:08d}/part-{partition:05d}-{k}-a{attempt}-{token}.arrow"
-        data, rows, crc = format_encode_ipc(pa.Table.from_batches(held, schema), rel)
+        data, rows, crc = encode_ipc(pa.Table.from_batches(held, schema), rel)
         held.clear()
         path = f"{root}/{rel}"
         try:
@@ -625,15 +621,13 @@ class ArrowSnapshotSink:
     ) -> None:
         # The entries' shape is the format's (Rust); the sink adds its own fields.
         entries = [
-            json.loads(
-                format_file_entry(
-                    output_file_name(f["partition"], f["file"]),
-                    OUTPUT_ROLE,
-                    f["rows"],
-                    f["bytes"],
-                    f["crc32c"],
-                    json.dumps({k: f[k] for k in ("partition", "file", "attempt")}),
-                )
+            file_entry(
+                output_file_name(f["partition"], f["file"]),
+                OUTPUT_ROLE,
+                f["rows"],
+                f["bytes"],
+                f["crc32c"],
+                {k: f[k] for k in ("partition", "file", "attempt")},
             )
             for f in files
         ]
