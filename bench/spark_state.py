@@ -45,7 +45,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from snapcut import StateTable
 from snapcut.spark import StateUpdate, keyed_state
 from snapcut.spark.keyed_state import KeyedState
-from snapcut.spark.partition import BatchInfo
+from snapcut.spark.state.partition import BatchInfo
 
 SCHEMA = "user long, dwell_ms long"
 OUT = "user long, count long, total long"

@@ -36,7 +36,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402 (after PYTHONPATH)
 
 from snapcut.spark import foreach_batch  # noqa: E402
-from snapcut.spark.batch_identity import is_connect  # noqa: E402, F401 (the tests' import)
+from snapcut.spark.session_kind import is_connect  # noqa: E402, F401 (the tests' import)
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 

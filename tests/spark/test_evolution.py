@@ -1,4 +1,4 @@
-"""snapcut.spark.evolution without Spark: which schema changes a restart
+"""snapcut.spark.state.evolution without Spark: which schema changes a restart
 migrates, which it refuses, and how older files are read as the new schema."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 
 from snapcut._core import ConfigError
-from snapcut.spark.evolution import conform_file, plan_table
 from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN
+from snapcut.spark.state.evolution import conform_file, plan_table
 
 KEY = {"k"}
 

@@ -16,9 +16,9 @@ from snapcut.spark.batch_identity import (
     SPARK_BATCH_PROP,
     SPARK_QUERY_PROP,
     _check_running_batch,
-    read_query_id,
     task_batch,
 )
+from snapcut.spark.query_checkpoint import read_query_id
 
 
 class Context:

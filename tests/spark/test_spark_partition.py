@@ -19,10 +19,12 @@ from hypothesis import strategies as st
 from snapcut import ConfigError, SnapshotError, _fs, snapshots
 from snapcut._core import format_encode_state
 from snapcut.spark.keyed_state import parse_duration_ms
-from snapcut.spark.partition import PartitionTask, StateCache
 from snapcut.spark.processors import AggregateProcessor
-from snapcut.spark.read import read_state_arrow
-from snapcut.spark.root import ACK_SUFFIX, RootSpec, StateRoot, schema_bytes
+from snapcut.spark.roots import schema_bytes
+from snapcut.spark.state.partition import PartitionTask, StateCache
+from snapcut.spark.state.read import read_state_arrow
+from snapcut.spark.state.root import ACK_SUFFIX, StateRoot
+from snapcut.spark.state.spec import RootSpec
 
 INPUT = pa.schema([("user", pa.int64()), ("v", pa.int64())])
 SPECS = [("count", None, "n"), ("sum", "v", "total")]
@@ -328,3 +330,33 @@ def test_manifest_spark_record_is_readable_json(tmp_path: Path) -> None:
     assert m["protocol"] == "spark-microbatch"
     assert m["spark"]["rows_in"] == 2 and m["spark"]["state_keys"] == 1
     assert pc.sum(read_state_arrow(str(tmp_path / "root"))["n"]).as_py() == 2
+
+
+def test_a_pickled_state_root_keeps_its_filesystem_and_spec_and_drops_read_manifests(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a task receives: the driver's StateRoot, unpickled without
+    resolving its URI again, its layouts built once per spec, and none of the
+    manifests the driver had read (a task reads current ones)."""
+    import pickle
+
+    spec = make_spec(tmp_path / "root", partitions=1)
+    root = StateRoot(spec)
+    root.init("aggregate")
+    run(spec, 0, 0, rows([1, 2]))
+    assert root.manifest(0) is not None and root.backend._raw
+    layouts = root.spec.layouts()
+    assert root.spec.layouts() is layouts and root.spec.layout() is layouts[0]
+
+    def no_resolve(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the filesystem was resolved again")
+
+    monkeypatch.setattr(_fs, "resolve", no_resolve)
+    task_side = pickle.loads(pickle.dumps(root))
+    assert task_side.spec == spec and task_side.path == root.path
+    assert task_side.name == root.name
+    assert not task_side.backend._raw
+    task = PartitionTask(task_side, 1, 0, "q1", None, cache=StateCache(0))
+    task.run(rows([2, 3]), processor(spec), None)
+    state = read_state_arrow(task_side).to_pylist()
+    assert {r["user"]: r["n"] for r in state} == {1: 1, 2: 2, 3: 1}

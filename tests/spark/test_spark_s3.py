@@ -40,8 +40,10 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark import failpoints as fp
-from snapcut.spark import sink as sink_module
-from snapcut.spark.root import RootSpec, StateRoot, schema_bytes
+from snapcut.spark.roots import schema_bytes
+from snapcut.spark.sink import arrow_sink as sink_module
+from snapcut.spark.state.root import StateRoot
+from snapcut.spark.state.spec import RootSpec
 
 FILES = 3
 PARTITIONS = 3

@@ -45,8 +45,9 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark import failpoints as fp
-from snapcut.spark import sink as sink_module
-from snapcut.spark.root import StateRoot, spec_of
+from snapcut.spark.sink import arrow_sink as sink_module
+from snapcut.spark.state import root as state_root_module
+from snapcut.spark.state.root import StateRoot, spec_of
 
 FILES = 3
 
@@ -431,6 +432,42 @@ def test_state_output_and_offsets_commit_as_one_snapshot(
             assert (state_root / path).stat().st_size == size
         assert m["spark"]["offsets"]["sources"] == [{"logOffset": b}]
         assert m["spark"]["query_id"] == state_manifest["spark"]["query_id"]
+
+
+def test_the_query_builds_its_state_root_once_and_the_sink_takes_that_object(
+    spark: Any,
+    dwell: tuple[Path, pd.DataFrame],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The walk from keyed_state(root=...) to the state files passes one
+    StateRoot: built once by the facade (the filesystem resolved once),
+    pickled into the tasks, and handed to the sink, which never rebuilds it
+    from the path or reads the root's description again."""
+    directory, events = dwell
+    root, state_root, chk = tmp_path / "out", tmp_path / "state", tmp_path / "chk"
+    built: list[str] = []
+    meta_reads: list[str] = []
+    real_init, real_meta = StateRoot.__init__, state_root_module._read_meta
+
+    def counting_init(self: StateRoot, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        built.append(self.name)
+
+    def counting_meta(directory: Any) -> dict[str, Any]:
+        meta_reads.append(directory.name)
+        return real_meta(directory)
+
+    monkeypatch.setattr(StateRoot, "__init__", counting_init)
+    monkeypatch.setattr(state_root_module, "_read_meta", counting_meta)
+    ks, averages = dwell_averages(spark, directory, state_root)
+    sink = ArrowSnapshotSink(str(root), output_mode="update", key="user", state=ks)
+    run(averages, sink, chk, "update")
+    assert built == [str(state_root)]
+    assert meta_reads == []
+    assert sink._state_root() is ks.state_root
+    assert as_totals(read_output_arrow(str(root)), "count") == totals(events)
+    assert [manifest(root, b)["state"]["batch"] for b in range(FILES)] == list(range(FILES))
 
 
 def test_a_missing_state_acknowledgement_fails_the_batch_until_it_arrives(

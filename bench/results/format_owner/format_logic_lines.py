@@ -33,8 +33,8 @@ SPANS: list[tuple[str, str | tuple[str, int], str]] = [
     #    (format_encode_state's chain_at, format::chain_after); left: when a
     #    partition writes a full (the chain bound, docs/format.md full_every)
     (
-        "spark/partition.py",
-        ("if len(loaded.chain) + 1 > self.root.spec.full_every", 2),
+        "spark/state/partition.py",
+        ("if len(base) + 1 > self.root.spec.full_every", 2),
         "chain bound (full_every)",
     ),
     # -- manifest entries, their reading, chains, the export plan: none left
@@ -52,16 +52,16 @@ SPANS: list[tuple[str, str | tuple[str, int], str]] = [
 # "output" and "state" objects, root metadata): docs/format.md "Spark roots",
 # written only by Python. Counted apart: not a copy of a Rust rule.
 SPARK_LAYER: list[tuple[str, str | tuple[str, int], str]] = [
-    ("spark/root.py", "StateRoot._ack_name", "acknowledgement name"),
-    ("spark/root.py", "StateRoot.ack_path", "acknowledgement path"),
-    ("spark/root.py", "StateRoot.acked", "acknowledgement names"),
-    ("spark/root.py", "StateRoot.finalize", 'the "spark" record'),
-    ("spark/sink.py", "ArrowSnapshotSink._commit", "output entries"),
-    ("spark/sink.py", "_output_files", "output entries"),
+    ("spark/state/root.py", "StateRoot._ack_name", "acknowledgement name"),
+    ("spark/state/root.py", "StateRoot.ack_path", "acknowledgement path"),
+    ("spark/state/root.py", "StateRoot.acked", "acknowledgement names"),
+    ("spark/state/root.py", "StateRoot.finalize", 'the "spark" record'),
+    ("spark/sink/arrow_sink.py", "ArrowSnapshotSink._commit", "output entries"),
+    ("spark/sink/root.py", "output_files", "output entries"),
     # stage_partition: the Rust encoder writes the files; the staged name
     # and where a file ends (max_file_bytes) are the sink's
-    ("spark/sink.py", ('rel = f"{STAGING_DIR}/{target.batch:08d}', 1), "staged file name"),
-    ("spark/sink.py", ("    size = 0", 9), "file split at max_file_bytes"),
+    ("spark/sink/staging.py", ('rel = f"{STAGING_DIR}/{target.batch:08d}', 1), "staged file name"),
+    ("spark/sink/staging.py", ("    size = 0", 9), "file split at max_file_bytes"),
 ]
 
 

@@ -30,7 +30,7 @@ def cmd_rescale(args: argparse.Namespace) -> int:
         )
         return 2
     from snapcut.jobs.spark_session import build_session, check_remote
-    from snapcut.spark.rescale import rescale
+    from snapcut.spark.state.rescale import rescale
 
     try:
         if args.remote is not None:

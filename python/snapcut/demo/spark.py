@@ -238,8 +238,8 @@ def batch_rows(paths: DemoPaths, restart_ms: int) -> list[tuple[str, ...]]:
 
 def run_demo(args: argparse.Namespace) -> int:
     from snapcut._console import Out
-    from snapcut.spark.read import read_state_arrow
-    from snapcut.spark.sink import read_output_arrow
+    from snapcut.spark.sink.root import read_output_arrow
+    from snapcut.spark.state.read import read_state_arrow
 
     out = Out()
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):

@@ -27,23 +27,22 @@ pyspark.
 from snapcut.spark.batch_identity import foreach_batch
 from snapcut.spark.group_state import GroupState, GroupStateTimeout
 from snapcut.spark.keyed_state import KeyedState, keyed_state
-from snapcut.spark.partition import BatchInfo
 from snapcut.spark.processors import (
     PRESENT_COLUMN,
     TIMED_OUT_COLUMN,
     TIMEOUT_COLUMN,
     StateUpdate,
 )
-from snapcut.spark.read import committed_batches, read_state, read_state_arrow
-from snapcut.spark.rescale import RescaleReport, rescale
-from snapcut.spark.sink import (
-    ArrowSnapshotSink,
-    BatchReport,
+from snapcut.spark.sink.arrow_sink import ArrowSnapshotSink, BatchReport
+from snapcut.spark.sink.read import read_output
+from snapcut.spark.sink.root import (
     CommittedBatch,
     committed_output,
-    read_output,
     read_output_arrow,
 )
+from snapcut.spark.state.partition import BatchInfo
+from snapcut.spark.state.read import committed_batches, read_state, read_state_arrow
+from snapcut.spark.state.rescale import RescaleReport, rescale
 
 __all__ = [
     "PRESENT_COLUMN",

@@ -24,13 +24,14 @@ passed.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from snapcut import _fs
 from snapcut._core import ConfigError, TaskError
-from snapcut.spark.root import BATCH_OWNER
+from snapcut.spark.query_checkpoint import checkpoint_fs, read_query_id
+from snapcut.spark.roots import BATCH_OWNER
+from snapcut.spark.session_kind import is_connect, is_connect_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -38,12 +39,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ForeachBatch",
     "announced",
-    "checkpoint_fs",
     "foreach_batch",
-    "is_connect",
-    "is_connect_batch",
     "query_id",
-    "read_query_id",
     "task_batch",
 ]
 
@@ -176,36 +173,6 @@ def _local_query_id(batch_df: DataFrame) -> str | None:
     return str(qid) if qid else None
 
 
-def checkpoint_fs(location: str) -> tuple[Any, str]:
-    """A Hadoop-style checkpoint URI as a pyarrow filesystem and path."""
-    if location.startswith("file:"):
-        rest = location[len("file:") :]
-        if rest.startswith("//"):
-            rest = rest[2:]
-        return _fs.resolve(rest)
-    for scheme in ("s3a://", "s3n://"):
-        if location.startswith(scheme):
-            location = "s3://" + location[len(scheme) :]
-    return _fs.resolve(location)
-
-
-def read_query_id(checkpoint_location: str) -> str:
-    """The query id Spark keeps in ``<checkpointLocation>/metadata`` (written
-    when the query first starts, the same across restarts)."""
-    fs, path = checkpoint_fs(checkpoint_location)
-    where = f"{_fs.redact(checkpoint_location)}/metadata"
-    try:
-        qid = json.loads(_fs.read_bytes(fs, f"{path}/metadata")).get("id")
-    except (OSError, ValueError) as e:
-        raise ConfigError(
-            f"cannot read the query id from {where} ({e}): is checkpoint_location= the "
-            "checkpointLocation the query was started with?"
-        ) from e
-    if not isinstance(qid, str) or not qid:
-        raise ConfigError(f"{where} names no query id: is it a Spark checkpointLocation?")
-    return qid
-
-
 class ForeachBatch:
     """A ``foreachBatch`` function that runs `func` with its batch announced
     (see the module's docstring); picklable, as Spark Connect ships it to the
@@ -236,31 +203,3 @@ def foreach_batch(
     query id); on a classic session it is checked against the running query.
     :class:`ArrowSnapshotSink` does this itself."""
     return ForeachBatch(func, checkpoint_location)
-
-
-def is_connect(session: Any) -> bool:
-    """Whether `session` is a Spark Connect session (no SparkContext, no py4j)."""
-    return type(session).__module__.startswith("pyspark.sql.connect")
-
-
-def is_connect_batch(df: Any) -> bool:
-    """Whether `df` derives from a micro-batch Spark Connect handed to
-    ``foreachBatch``: its plan reads a DataFrame the server cached for the
-    worker (``CachedRemoteRelation``), possibly below the user's own
-    transformations. A plain Connect DataFrame is not a micro-batch."""
-    if not is_connect(df.sparkSession):
-        return False
-    from pyspark.sql.connect.plan import CachedRemoteRelation, LogicalPlan
-
-    stack, seen = [df._plan], set()
-    while stack:
-        plan = stack.pop()
-        if id(plan) in seen:
-            continue
-        seen.add(id(plan))
-        if isinstance(plan, CachedRemoteRelation):
-            return True
-        for value in vars(plan).values():
-            children = value if isinstance(value, list | tuple) else [value]
-            stack.extend(c for c in children if isinstance(c, LogicalPlan))
-    return False

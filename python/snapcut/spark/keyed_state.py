@@ -5,97 +5,53 @@ snapshotted per micro-batch as Arrow files under a root.
     >>> s = keyed_state(events, key="user", root="/data/dwell-state", partitions=4)
     >>> avg = s.aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
 
-Spark hash-partitions the rows into ``partitions`` state partitions
-(``repartition(partitions, *key)``); a ``mapInArrow`` stage then runs one
-:class:`~snapcut.spark.partition.PartitionTask` per partition and batch.
+The facade: arguments checked, the plan built by calls into the rooms. Spark
+hash-partitions the rows into ``partitions`` state partitions
+(``repartition(partitions, *key)``); a ``mapInArrow`` stage then runs the
+task function of :mod:`snapcut.spark.state.task` per partition and batch,
+against the query's one :class:`~snapcut.spark.state.root.StateRoot`.
 """
 
 from __future__ import annotations
 
-import re
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from snapcut._core import ConfigError, KeyedAggregates, TaskError
+from snapcut._core import ConfigError
 from snapcut.spark import metrics, no_data
-from snapcut.spark.batch_identity import task_batch
+from snapcut.spark.aggregates import plan_aggregate
+from snapcut.spark.arguments import (
+    arrow_schema,
+    frame_arrow_schema,
+    key_columns,
+    parse_duration_ms,
+)
+from snapcut.spark.arguments import output_mode as output_mode_of
 from snapcut.spark.group_state import GroupStateTimeout
-from snapcut.spark.initial import write_initial_state
 from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
-from snapcut.spark.partition import PartitionTask, Processor
 from snapcut.spark.processors import (
     BATCH_TS_COLUMN,
     DEFINED_COLUMN,
     TIMEOUT_COLUMN,
-    AggregateProcessor,
     BatchFunctionProcessor,
     PandasGroupProcessor,
 )
-from snapcut.spark.root import RootSpec, StateRoot, TableSpec, schema_bytes
-from snapcut.spark.root_setup import prepare_root
+from snapcut.spark.roots import schema_bytes
+from snapcut.spark.state.initial import write_initial_state
+from snapcut.spark.state.partition import Processor
+from snapcut.spark.state.root import StateRoot
+from snapcut.spark.state.setup import prepare_root
+from snapcut.spark.state.spec import RootSpec, TableSpec
+from snapcut.spark.state.task import STATE_WRITES, make_task_function
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["KeyedState", "keyed_state", "parse_duration_ms"]
 
-AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
-OUTPUT_MODES = ("update", "append", "complete")
 ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
-STATE_WRITES = ("background", "sync")
-_UNITS_MS = {
-    "ms": 1,
-    "millisecond": 1,
-    "milliseconds": 1,
-    "s": 1000,
-    "second": 1000,
-    "seconds": 1000,
-    "minute": 60_000,
-    "minutes": 60_000,
-    "hour": 3_600_000,
-    "hours": 3_600_000,
-    "day": 86_400_000,
-    "days": 86_400_000,
-}
-
-
-def parse_duration_ms(value: str | int, what: str) -> int:
-    """Spark's interval strings ("10 seconds", "1 minute") or milliseconds."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        ms = value
-    else:
-        m = re.fullmatch(r"\s*(?:interval\s+)?(\d+)\s*([a-z]+)\s*", str(value).lower())
-        if m is None or m.group(2) not in _UNITS_MS:
-            raise ConfigError(
-                f"{what}={value!r} is not a duration: write e.g. '10 seconds', '5 minutes', "
-                "'500 milliseconds', or an int of milliseconds"
-            )
-        ms = int(m.group(1)) * _UNITS_MS[m.group(2)]
-    if ms < 0:
-        raise ConfigError(f"{what} must not be negative, got {value!r}")
-    return ms
-
-
-def _spark_schema(schema: Any, what: str) -> Any:
-    """A Spark StructType from a StructType, a DDL string or a pyarrow schema."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import StructType, _parse_datatype_string
-
-    if isinstance(schema, StructType):
-        return schema
-    if isinstance(schema, pa.Schema):
-        return from_arrow_schema(schema, prefer_timestamp_ntz=False)
-    if isinstance(schema, str):
-        parsed = _parse_datatype_string(schema)
-        if isinstance(parsed, StructType):
-            return parsed
-    raise ConfigError(
-        f"{what} must be a pyspark StructType, a DDL string ('user string, n long') or a "
-        f"pyarrow.Schema; got {schema!r}"
-    )
 
 
 class KeyedState:
@@ -117,8 +73,6 @@ class KeyedState:
         filesystem: Any,
         state_writes: str = "background",
     ) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         if state_writes not in STATE_WRITES:
             raise ConfigError(
                 f"state_writes={state_writes!r} is not one of {STATE_WRITES}: 'background' writes "
@@ -142,9 +96,11 @@ class KeyedState:
         self.full_every = full_every
         self.retain = retain
         self.filesystem = filesystem
+        self.state_root: StateRoot | None = None
+        """The root's object, once a step is built (the sink's ``state=``)."""
         tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
         self.timezone: str = tz or "UTC"
-        self.input_schema = to_arrow_schema(df.schema, timezone=tz)
+        self.input_schema = frame_arrow_schema(df)
         check_key_types(self.input_schema, self.key)
         if (event_time is None) != (watermark is None):
             raise ConfigError(
@@ -168,52 +124,8 @@ class KeyedState:
         ``n="count"`` (rows) or ``("count", "col")`` (non-null values); funcs:
         count, sum, min, max, mean, first, last. ``output_mode``: "update"
         (the keys changed in the batch) or "complete" (every key)."""
-        output_mode = output_mode.lower() if isinstance(output_mode, str) else output_mode
-        if output_mode not in ("update", "complete"):
-            raise ConfigError(
-                f"aggregate output_mode must be 'update' or 'complete', got {output_mode!r}"
-            )
-        if not aggregates:
-            raise ConfigError("aggregate needs at least one output, e.g. n='count'")
-        specs: list[tuple[str, str | None, str]] = []
-        for out, spec in aggregates.items():
-            func, col = (spec, None) if isinstance(spec, str) else tuple(spec)
-            if func not in AGG_FUNCS:
-                raise ConfigError(
-                    f"aggregate {out}={spec!r}: unknown function; use one of {AGG_FUNCS}"
-                )
-            if col is None and func != "count":
-                raise ConfigError(
-                    f"aggregate {out}={spec!r}: {func} needs a column, e.g. ({func!r}, 'x')"
-                )
-            if col is not None and col not in self.input_schema.names:
-                raise ConfigError(
-                    f"aggregate {out}={spec!r}: column {col!r} is not in the DataFrame "
-                    f"(columns: {', '.join(self.input_schema.names)})"
-                )
-            specs.append((func, col, out))
-        if self.state_key == KEY_COLUMN:
-            # The key columns ride along as constant "first" values: readable
-            # in the state files and in the output.
-            specs = [("first", k, k) for k in self.key] + specs
-            kernel_input = self.input_schema.append(
-                pa.field(KEY_COLUMN, pa.binary(), nullable=False)
-            )
-        else:
-            kernel_input = self.input_schema
-        kernel = KeyedAggregates(kernel_input, self.state_key, specs)
-        output = pa.schema(
-            [kernel.output_schema.field(k) for k in self.key]
-            + [kernel.output_schema.field(out) for out in aggregates]
-        )
-        processor = AggregateProcessor(
-            key=self.key,
-            state_key=self.state_key,
-            state_schema=kernel.state_schema,
-            output_schema=output,
-            event_time=self.event_time,
-            specs=specs,
-            output_mode=output_mode,
+        processor = plan_aggregate(
+            self.key, self.state_key, self.input_schema, self.event_time, output_mode, aggregates
         )
         return self._build(processor, "aggregate", needs_batch_ts=False)
 
@@ -242,7 +154,7 @@ class KeyedState:
         ``output_mode``: the query's output mode ("update" or "append"), which
         Spark requires of the state operator that schedules the no-data batches
         of a processing-time timeout (see :mod:`snapcut.spark.no_data`)."""
-        output_mode = _output_mode(output_mode, "output_mode")
+        output_mode = output_mode_of(output_mode, "output_mode")
         state_fields = self._state_fields(state_schema, "state_schema")
         processor = BatchFunctionProcessor(
             key=self.key,
@@ -270,7 +182,7 @@ class KeyedState:
         """Drop-in for ``groupBy(key).applyInPandasWithState``: the same
         ``func(key, Iterator[pd.DataFrame], GroupState)`` and arguments
         (``outputMode`` "Update" or "Append" in any case, as Spark takes them)."""
-        output_mode = _output_mode(outputMode, "outputMode")
+        output_mode = output_mode_of(outputMode, "outputMode")
         state_fields = self._state_fields(stateStructType, "stateStructType")
         state_schema = self._full_state_schema(state_fields, timeoutConf)
         if TIMEOUT_COLUMN in state_schema.names:
@@ -349,100 +261,45 @@ class KeyedState:
         self,
         processor: Any,
         output_type: Any,
-        output_mode: str,
+        mode: str,
         time_mode: str,
         initial_state: Any,
         event_time_column: str,
         *,
         pandas: bool,
     ) -> DataFrame:
-        from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+        # (Lazy: the tws room imports pyspark's StatefulProcessor API.)
+        from snapcut.spark.tws.entry import KeyedInput, plan_transform_with_state
 
-        from snapcut.spark.tws.processor import TIME_MODES, TransformWithStateProcessor
-        from snapcut.spark.tws.variables import DeclaringHandle, table_specs
-
-        if not isinstance(processor, StatefulProcessor):
-            raise ConfigError(
-                "statefulProcessor must be an instance of a subclass of "
-                f"pyspark.sql.streaming.StatefulProcessor, got {type(processor).__name__}"
-            )
-        mode = _output_mode(output_mode, "outputMode")
-        tm = time_mode.lower() if isinstance(time_mode, str) else None
-        if tm not in TIME_MODES:
-            raise ConfigError(
-                f"timeMode must be 'None', 'ProcessingTime' or 'EventTime' (any case), "
-                f"got {time_mode!r}"
-            )
-        if tm == "eventtime" and self.delay_ms is None:
-            raise ConfigError(
-                "timeMode='EventTime' needs a watermark: pass event_time='ts', "
-                "watermark='10 seconds' to keyed_state"
-            )
-        if event_time_column:
-            # Spark: an output column re-declared as event time, carrying the
-            # operator's watermark to a downstream stateful operator.
-            raise ConfigError(
-                f"eventTimeColumnName={event_time_column!r}: chaining a stateful operator on "
-                "this step's output event time is not supported by snapcut yet; put "
-                "withWatermark(column, delay) on the output instead, or leave it out"
-            )
-        if initial_state is not None and self.initial_state is not None:
-            raise ConfigError(
-                "pass the initial state once: initialState= here or initial_state= to "
-                "keyed_state, not both"
-            )
-        # Spark's pre-init: init() on the driver, on a copy of the processor (as
-        # Spark runs it in a worker of its own), with a handle that records the
-        # state variables (names, schemas, TTLs); then close().
-        from pyspark import cloudpickle
-
-        session = self.df.sparkSession
-        # Spark's own DDL parser on either session kind (under Connect, the server's).
-        declaring = DeclaringHandle(tm, lambda ddl: session.createDataFrame([], ddl).schema)
-        pre = cloudpickle.loads(cloudpickle.dumps(processor))  # type: ignore[no-untyped-call]
-        pre.init(declaring)
-        pre.close()
-        key_fields = tuple(self.input_schema.field(k) for k in self.key)
-        tables = table_specs(list(declaring.variables.values()), key_fields, self.state_key)
-        records = self.df.sparkSession.conf.get(ARROW_BATCH_CONF, "10000")
-        tws = TransformWithStateProcessor(
+        keyed = KeyedInput(
+            df=self.df,
             key=self.key,
             state_key=self.state_key,
-            key_fields=key_fields,
-            vertex=self.name,
-            tables=tables,
-            variables=dict(declaring.variables),
-            output_schema=self._arrow(output_type, "outputStructType"),
-            stateful_processor=processor,
-            time_mode=tm,
-            pandas=pandas,
+            input_schema=self.input_schema,
+            name=self.name,
             event_time=self.event_time,
+            delay_ms=self.delay_ms,
             timezone=self.timezone,
-            max_records_per_batch=int(records or "10000"),
-            max_bytes_per_batch=int(
-                session.conf.get("spark.sql.execution.arrow.maxBytesPerBatch", str(2**31 - 1))
-                or 2**31 - 1
-            ),
-            int_to_decimal=str(
-                session.conf.get(
-                    "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled", "false"
-                )
-            ).lower()
-            == "true",
+            has_initial_state=self.initial_state is not None,
         )
-        timeout = {
-            "none": GroupStateTimeout.NoTimeout,
-            "processingtime": GroupStateTimeout.ProcessingTimeTimeout,
-            "eventtime": GroupStateTimeout.EventTimeTimeout,
-        }[tm]
+        step = plan_transform_with_state(
+            keyed,
+            processor,
+            output_type,
+            mode,
+            time_mode,
+            initial_state,
+            event_time_column,
+            pandas=pandas,
+        )
         return self._build(
-            tws,
-            "transform_with_state_in_pandas" if pandas else "transform_with_state",
+            step.processor,
+            step.operator,
             needs_batch_ts=True,
-            output_mode=mode,
-            tables=tables,
-            timeout=timeout,
-            tws_initial=_grouped_frame(initial_state, self.key),
+            output_mode=step.output_mode,
+            tables=step.tables,
+            timeout=step.timeout,
+            tws_initial=step.initial,
         )
 
     # -- plumbing --------------------------------------------------------------
@@ -461,10 +318,7 @@ class KeyedState:
         return timeout
 
     def _arrow(self, schema: Any, what: str) -> pa.Schema:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
-        tz = self.df.sparkSession.conf.get("spark.sql.session.timeZone")
-        return to_arrow_schema(_spark_schema(schema, what), timezone=tz)
+        return arrow_schema(self.df.sparkSession, schema, what)
 
     def _state_fields(self, schema: Any, what: str) -> list[pa.Field]:
         fields = list(self._arrow(schema, what))
@@ -513,20 +367,22 @@ class KeyedState:
             filesystem=self.filesystem,
             tables=tables,
         )
-        committed = prepare_root(self.df.sparkSession, spec, operator)
+        # The query's one StateRoot: pickled into the tasks, the initial-state
+        # job and the sink (``state=`` this object).
+        root = StateRoot(spec)
+        committed = prepare_root(self.df.sparkSession, root, operator)
+        self.state_root = root
         initial = None
         if tables:
             # transformWithState: the initial rows go to handleInitialState in batch 0.
             raw = tws_initial if tws_initial is not None else self.initial_state
             if raw is not None and not committed:
                 processor.initial_rows = write_initial_state(  # type: ignore[attr-defined]
-                    raw, self.df, self.key, StateRoot(spec), _arrow_schema(raw)
+                    raw, self.df, self.key, root, frame_arrow_schema(raw)
                 )
         elif self.initial_state is not None and not committed:
             # (A restart keeps the root's own state, as Spark does.)
-            initial = write_initial_state(
-                self.initial_state, self.df, self.key, StateRoot(spec), schema
-            )
+            initial = write_initial_state(self.initial_state, self.df, self.key, root, schema)
         src = self.df
         input_schema = self.input_schema
         if needs_batch_ts:
@@ -541,7 +397,7 @@ class KeyedState:
         output: pa.Schema = processor.output_schema  # type: ignore[attr-defined]
         stage_schema = metrics.internal_schema(output)
         udf = make_task_function(
-            spec,
+            root,
             processor,
             self.delay_ms,
             initial,
@@ -566,148 +422,6 @@ class KeyedState:
                 )
             )
         return out
-
-
-def make_task_function(
-    spec: RootSpec,
-    processor: Processor,
-    delay_ms: int | None,
-    initial: Any,
-    input_schema: pa.Schema,
-    stage_schema: pa.Schema,
-    state_writes: str = "background",
-    *,
-    streaming: bool,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The function ``mapInArrow`` runs in each Python worker: the output in
-    `stage_schema` (:func:`snapcut.spark.metrics.internal_schema`), then the
-    task's metrics row. A batch DataFrame is one epoch, batch 0; in a
-    streaming query the micro-batch id must reach the task."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        if ctx is None:
-            raise TaskError("the keyed_state step runs only inside a Spark task")
-        partition = ctx.partitionId()
-        batch_id, owner = task_batch(ctx, streaming)
-        parts = list(batches)
-        rows = pa.Table.from_batches(parts) if parts else input_schema.empty_table()
-        batch_ts = None
-        if BATCH_TS_COLUMN in rows.column_names and rows.num_rows:
-            ts = rows[BATCH_TS_COLUMN][0]
-            # (A streaming batch timestamp is whole ms; a batch query's is not.)
-            batch_ts = int(pa.compute.cast(ts, pa.timestamp("ms", "UTC"), safe=False).value)
-        task = PartitionTask(
-            StateRoot(spec),
-            batch_id,
-            partition,
-            owner,
-            delay_ms,
-            initial=initial,
-            run_id=ctx.getLocalProperty("sql.streaming.runId"),
-        )
-        out = task.apply(rows, processor, batch_ts)
-        if state_writes == "sync":
-            task.commit()
-            for b in out.to_batches():
-                yield metrics.with_null_metrics(b, stage_schema)
-        else:
-            # Version N is written while the output goes to Spark (the asynchronous
-            # phase, within the task); the task ends only once it is durable.
-            writer = _Committer(task)
-            writer.start()
-            for b in out.to_batches():
-                yield metrics.with_null_metrics(b, stage_schema)
-            writer.finish()
-        yield metrics.metrics_batch(stage_schema, task.figures())
-
-    return run
-
-
-class _Committer(threading.Thread):
-    """Runs ``PartitionTask.commit`` on a thread; ``finish`` re-raises its error."""
-
-    def __init__(self, task: PartitionTask) -> None:
-        super().__init__(name="snapcut-state-commit", daemon=True)
-        self.task = task
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.task.commit()
-        except BaseException as e:
-            self.error = e
-
-    def finish(self) -> None:
-        self.join()
-        if self.error is not None:
-            raise self.error
-
-
-def _grouped_frame(initial: Any, key: tuple[str, ...]) -> Any:
-    """The DataFrame behind ``initialState`` (Spark takes ``df.groupBy(key)``;
-    a plain DataFrame works too); its key columns must be named as the key."""
-    if initial is None:
-        return None
-    frame = getattr(initial, "_df", initial)
-    if not hasattr(frame, "mapInArrow"):
-        raise ConfigError(
-            "initialState must be a grouped DataFrame (initial_df.groupBy(key)) or a "
-            f"DataFrame; got {type(initial).__name__}"
-        )
-    missing = [k for k in key if k not in frame.columns]
-    if missing:
-        raise ConfigError(
-            f"initialState lacks the key column(s) {missing} (it has {frame.columns}): group it "
-            "by columns named as keyed_state's key"
-        )
-    return frame
-
-
-def _arrow_schema(frame: Any) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    tz = frame.sparkSession.conf.get("spark.sql.session.timeZone")
-    return to_arrow_schema(frame.schema, timezone=tz)
-
-
-def _key_columns(df: DataFrame, key: Any) -> tuple[DataFrame, tuple[str, ...]]:
-    """What ``groupBy`` takes as keys — column names and Columns, alone or in
-    a list — as column names of `df` (a Column that is an expression becomes a
-    column of its own, named as Spark names it)."""
-    items = [key] if isinstance(key, str) or _is_column(key) else list(key)
-    if not items:
-        raise ConfigError("key must name at least one column")
-    names = []
-    for item in items:
-        if isinstance(item, str):
-            names.append(item)
-        elif _is_column(item):
-            name = df.select(item).columns[0]
-            if name not in df.columns:
-                df = df.withColumn(name, item)
-            names.append(name)
-        else:
-            raise ConfigError(
-                f"key must be column names or Columns (as groupBy takes), got {item!r}"
-            )
-    return df, tuple(names)
-
-
-def _is_column(value: Any) -> bool:
-    from pyspark.sql import Column
-
-    return isinstance(value, Column)
-
-
-def _output_mode(value: Any, what: str) -> str:
-    """Spark's output-mode spellings for a stateful step: "update" or "append", any case."""
-    mode = value.lower() if isinstance(value, str) else None
-    if mode not in ("update", "append"):
-        raise ConfigError(f"{what} must be 'Update' or 'Append' (any case), got {value!r}")
-    return mode
 
 
 def keyed_state(
@@ -743,7 +457,7 @@ def keyed_state(
     task's output goes to Spark, ``"sync"`` before the task emits any output
     (either way the task ends only once version N is durable).
     """
-    df, keys = _key_columns(df, key)
+    df, keys = key_columns(df, key)
     return KeyedState(
         df,
         keys,

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from snapcut._core import ConfigError, KeyedAggregates, StateTable, TaskError
 from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN, GroupState, GroupStateTimeout
 from snapcut.spark.keys import KEY_COLUMN, distinct, with_state_key
-from snapcut.spark.partition import NO_EVENT_TIME, BatchInfo
+from snapcut.spark.state.partition import NO_EVENT_TIME, BatchInfo
 
 PRESENT_COLUMN = "__present"
 TIMED_OUT_COLUMN = "__timed_out"

@@ -23,8 +23,8 @@ import pyarrow as pa
 
 from snapcut._core import ConfigError, StateTable
 from snapcut.spark.keys import state_key
-from snapcut.spark.partition import BatchInfo
-from snapcut.spark.root import table_vertex
+from snapcut.spark.state.partition import BatchInfo
+from snapcut.spark.state.spec import table_vertex
 from snapcut.spark.tws.processor import TIME_MODES, TransformWithStateProcessor
 from snapcut.spark.tws.state import BatchState, QueryInfo
 from snapcut.spark.tws.variables import TIMERS, DeclaringHandle, arrow_fields, table_specs
@@ -208,7 +208,7 @@ class TwsTester:
     # -- state -------------------------------------------------------------------
 
     def _state(self) -> tuple[BatchState, Any]:
-        from snapcut.spark.tws.state import SnapcutHandle
+        from snapcut.spark.tws.handle import SnapcutHandle
 
         state = BatchState(
             self.tables,
@@ -227,7 +227,7 @@ class TwsTester:
         return state, handle
 
     def _with(self, name: str, kind: str, key: Any, fn: Callable[[Any], Any]) -> Any:
-        from snapcut.spark.tws.state import SnapcutListState, SnapcutMapState, SnapcutValueState
+        from snapcut.spark.tws.handle import SnapcutListState, SnapcutMapState, SnapcutValueState
 
         state, _ = self._state()
         k = key if isinstance(key, tuple) else (key,)

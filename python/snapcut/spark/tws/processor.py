@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 
 from snapcut._core import ConfigError, StateTable
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
-from snapcut.spark.partition import BatchInfo
 from snapcut.spark.processors import (
     BATCH_TS_COLUMN,
     _no_columns,
@@ -33,8 +32,10 @@ from snapcut.spark.processors import (
     max_event_time_ms,
     spark_pandas,
 )
-from snapcut.spark.root import TableSpec, table_vertex
-from snapcut.spark.tws.state import BatchState, QueryInfo, SnapcutHandle
+from snapcut.spark.state.partition import BatchInfo
+from snapcut.spark.state.spec import TableSpec, table_vertex
+from snapcut.spark.tws.handle import SnapcutHandle
+from snapcut.spark.tws.state import BatchState, QueryInfo
 from snapcut.spark.tws.variables import Variable
 
 __all__ = ["TIME_MODES", "TransformWithStateProcessor"]

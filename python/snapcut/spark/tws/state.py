@@ -14,22 +14,16 @@ batch's processing time reads as absent, and is removed after the batch.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.streaming.stateful_processor import (
-    ListState,
-    MapState,
-    StatefulProcessorHandle,
-    ValueState,
-)
 
 from snapcut._core import ConfigError, StateTable, encode_keys
 from snapcut.spark.keys import KEY_COLUMN
-from snapcut.spark.root import TableSpec
+from snapcut.spark.state.spec import TableSpec
 from snapcut.spark.tws.variables import (
     EXPIRES_COLUMN,
     GROUP_COLUMN,
@@ -51,7 +45,7 @@ except ImportError:  # pragma: no cover - older PySpark
         return v.tolist() if hasattr(v, "tolist") and not isinstance(v, (list, tuple)) else v
 
 
-__all__ = ["BatchState", "QueryInfo", "SnapcutHandle"]
+__all__ = ["BatchState", "Key", "QueryInfo", "VarState", "expired_removed"]
 
 Key = tuple[Any, ...]
 
@@ -84,7 +78,7 @@ class QueryInfo:
 
 
 @dataclass
-class _Var:
+class VarState:
     """A variable's table and, per loaded grouping key, its current contents."""
 
     spec: TableSpec
@@ -125,12 +119,12 @@ class BatchState:
         self.batch_ts_ms = batch_ts_ms
         self.time_mode = time_mode
         self.query_info = query_info
-        self.vars: dict[str, _Var] = {}
+        self.vars: dict[str, VarState] = {}
         for spec in specs:
             var = variables.get(spec.name)
             names = stored_names(var, self.key) if var is not None else None
             table = tables[vertex_of[spec.name]]
-            self.vars[spec.name] = _Var(
+            self.vars[spec.name] = VarState(
                 spec,
                 var,
                 table,
@@ -209,7 +203,7 @@ class BatchState:
 
     # -- TTL -------------------------------------------------------------------
 
-    def expiry(self, v: _Var) -> int | None:
+    def expiry(self, v: VarState) -> int | None:
         return None if v.spec.ttl_ms is None else self.batch_ts_ms + v.spec.ttl_ms
 
     def live(self, expires: int | None) -> bool:
@@ -218,7 +212,7 @@ class BatchState:
 
     # -- access for the state objects ------------------------------------------
 
-    def var(self, name: str, kind: str, what: str = "") -> _Var:
+    def var(self, name: str, kind: str, what: str = "") -> VarState:
         if name in self.deleted:
             # As Spark's state clients fail once the column family is gone.
             from pyspark.errors import PySparkRuntimeError
@@ -244,7 +238,7 @@ class BatchState:
             )
         return self.current
 
-    def values_of(self, v: _Var, value: Any, what: str) -> tuple[Any, ...]:
+    def values_of(self, v: VarState, value: Any, what: str) -> tuple[Any, ...]:
         # Spark takes any iterable here (its client does tuple(value)).
         if value is None or not hasattr(value, "__iter__"):
             raise ConfigError(
@@ -260,7 +254,7 @@ class BatchState:
             )
         return tuple(_normalize(x) for x in value)
 
-    def user_key_of(self, v: _Var, key: Any, what: str) -> tuple[Any, ...]:
+    def user_key_of(self, v: VarState, key: Any, what: str) -> tuple[Any, ...]:
         # Spark takes any iterable here (its client does tuple(key)).
         if key is not None and hasattr(key, "__iter__"):
             key = tuple(key)
@@ -286,7 +280,7 @@ class BatchState:
             if v.spec.ttl_ms is not None:
                 self._expire(v)
 
-    def _frame(self, v: _Var, keys: list[Key], extra: dict[str, pa.Array]) -> pa.Table:
+    def _frame(self, v: VarState, keys: list[Key], extra: dict[str, pa.Array]) -> pa.Table:
         schema = v.table.schema
         arrays = dict(zip(self.key, self._key_arrays(keys), strict=True))
         if KEY_COLUMN in schema.names and KEY_COLUMN not in extra:
@@ -297,7 +291,7 @@ class BatchState:
         return pa.Table.from_arrays([arrays[f.name] for f in schema], schema=schema)
 
     def _columns(
-        self, v: _Var, rows: list[tuple[Any, ...]], names: Sequence[str]
+        self, v: VarState, rows: list[tuple[Any, ...]], names: Sequence[str]
     ) -> dict[str, pa.Array]:
         schema = v.table.schema
         out = {}
@@ -317,7 +311,7 @@ class BatchState:
                 ) from e
         return out
 
-    def _write_value(self, v: _Var) -> None:
+    def _write_value(self, v: VarState) -> None:
         upd = [k for k in v.dirty if k in v.data]
         gone = [k for k in v.dirty if k not in v.data]
         if upd:
@@ -328,7 +322,7 @@ class BatchState:
         if gone:
             v.table.delete(self.state_keys(gone))
 
-    def _write_list(self, v: _Var) -> None:
+    def _write_list(self, v: VarState) -> None:
         keys = list(v.dirty)
         v.table.delete_groups(self.state_keys(keys))
         owners: list[Key] = []
@@ -351,7 +345,7 @@ class BatchState:
             extra[EXPIRES_COLUMN] = pa.array(exps, pa.int64())
         v.table.update(self._frame(v, owners, extra))
 
-    def _write_map(self, v: _Var) -> None:
+    def _write_map(self, v: VarState) -> None:
         if v.cleared:
             v.table.delete_groups(self.state_keys(list(v.cleared)))
         owners: list[Key] = []
@@ -379,7 +373,7 @@ class BatchState:
             extra[EXPIRES_COLUMN] = pa.array(exps, pa.int64())
         v.table.update(self._frame(v, owners, extra))
 
-    def _write_timers(self, v: _Var) -> None:
+    def _write_timers(self, v: VarState) -> None:
         owners: list[Key] = []
         times: list[int] = []
         for k, subs in v.removed.items():
@@ -397,7 +391,7 @@ class BatchState:
             extra = {TIMER_COLUMN: t, KEY_COLUMN: self._composite(owners, [t])}
             v.table.update(self._frame(v, owners, extra))
 
-    def _expire(self, v: _Var) -> None:
+    def _expire(self, v: VarState) -> None:
         rows = v.table.to_arrow()
         if rows.num_rows == 0:
             return
@@ -429,7 +423,7 @@ class BatchState:
         return sorted({d for d in due if d not in removed}, key=lambda d: (d[0], repr(d[1])))
 
 
-def _read(v: _Var, batch: Any, column: str) -> list[Any]:
+def _read(v: VarState, batch: Any, column: str) -> list[Any]:
     values: list[Any] = batch.column(column).to_pylist()
     if column in v.pickled:
         t = v.pickled[column]
@@ -437,238 +431,5 @@ def _read(v: _Var, batch: Any, column: str) -> list[Any]:
     return values
 
 
-def _expired_removed(v: _Var, k: Key) -> set[Any]:
+def expired_removed(v: VarState, k: Key) -> set[Any]:
     return v.removed.setdefault(k, set())
-
-
-class SnapcutValueState(ValueState):
-    """Spark's ``ValueState`` over a snapcut table."""
-
-    def __init__(self, state: BatchState, name: str) -> None:
-        self._state = state
-        self._stateName = name
-
-    @property
-    def _v(self) -> _Var:
-        return self._state.var(self._stateName, "value")
-
-    def _cur(self, what: str) -> tuple[Any, ...] | None:
-        v = self._state.var(self._stateName, "value", what)
-        hit = v.data.get(self._state.key_now(f"value state {self._stateName!r}"))
-        if hit is None or not self._state.live(hit[1]):
-            return None
-        return tuple(hit[0])
-
-    def exists(self) -> bool:
-        return self._cur("checking value state exists") is not None
-
-    def get(self) -> tuple[Any, ...] | None:
-        return self._cur("getting value state")
-
-    def update(self, newValue: tuple[Any, ...]) -> None:
-        v = self._v
-        k = self._state.key_now(f"value state {self._stateName!r}")
-        vals = self._state.values_of(v, newValue, f"value state {self._stateName!r} update")
-        v.data[k] = (vals, self._state.expiry(v))
-        v.dirty.add(k)
-
-    def clear(self) -> None:
-        v = self._v
-        k = self._state.key_now(f"value state {self._stateName!r}")
-        v.data.pop(k, None)
-        v.dirty.add(k)
-
-
-class SnapcutListState(ListState):
-    """Spark's ``ListState`` over a snapcut table (one row per element)."""
-
-    def __init__(self, state: BatchState, name: str) -> None:
-        self._state = state
-        self._stateName = name
-
-    @property
-    def _v(self) -> _Var:
-        return self._state.var(self._stateName, "list")
-
-    def _items(self) -> list[tuple[tuple[Any, ...], Any]]:
-        k = self._state.key_now(f"list state {self._stateName!r}")
-        return [e for e in self._v.data.get(k) or [] if self._state.live(e[1])]
-
-    def exists(self) -> bool:
-        return bool(self._items())
-
-    def get(self) -> Iterator[tuple[Any, ...]]:
-        return iter([tuple(vals) for vals, _ in self._items()])
-
-    def _set(self, items: list[tuple[tuple[Any, ...], Any]]) -> None:
-        v = self._v
-        k = self._state.key_now(f"list state {self._stateName!r}")
-        if items:
-            v.data[k] = items
-        else:
-            v.data.pop(k, None)
-        v.dirty.add(k)
-
-    def _new(self, values: Any, what: str) -> list[tuple[tuple[Any, ...], Any]]:
-        if values is None or isinstance(values, tuple):
-            raise ConfigError(
-                f"list state {self._stateName!r} {what} takes a list of tuples, got {values!r}"
-            )
-        v = self._v
-        exp = self._state.expiry(v)
-        return [
-            (self._state.values_of(v, x, f"list state {self._stateName!r} {what}"), exp)
-            for x in values
-        ]
-
-    def put(self, newState: list[tuple[Any, ...]]) -> None:
-        self._set(self._new(newState, "put"))
-
-    def appendValue(self, newState: tuple[Any, ...]) -> None:
-        v = self._v
-        vals = self._state.values_of(v, newState, f"list state {self._stateName!r} appendValue")
-        self._set([*self._items(), (vals, self._state.expiry(v))])
-
-    def appendList(self, newState: list[tuple[Any, ...]]) -> None:
-        self._set(self._items() + self._new(newState, "appendList"))
-
-    def clear(self) -> None:
-        self._set([])
-
-
-class SnapcutMapState(MapState):
-    """Spark's ``MapState`` over a snapcut table (one row per entry)."""
-
-    def __init__(self, state: BatchState, name: str) -> None:
-        self._state = state
-        self._stateName = name
-
-    @property
-    def _v(self) -> _Var:
-        return self._state.var(self._stateName, "map")
-
-    def _map(self, write: bool = False) -> dict[tuple[Any, ...], Any]:
-        v = self._v
-        k = self._state.key_now(f"map state {self._stateName!r}")
-        m = v.data.get(k)
-        if m is None:
-            m = {}
-            if write:
-                v.data[k] = m
-        return m
-
-    def _live(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-        return {u: tuple(vals) for u, (vals, e) in self._map().items() if self._state.live(e)}
-
-    def exists(self) -> bool:
-        return bool(self._live())
-
-    def getValue(self, key: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        u = self._state.user_key_of(self._v, key, f"map state {self._stateName!r} getValue")
-        hit = self._map().get(u)
-        return None if hit is None or not self._state.live(hit[1]) else tuple(hit[0])
-
-    def containsKey(self, key: tuple[Any, ...]) -> bool:
-        return self.getValue(key) is not None
-
-    def updateValue(self, key: tuple[Any, ...], value: tuple[Any, ...]) -> None:
-        what = f"map state {self._stateName!r} updateValue"
-        v = self._v
-        u = self._state.user_key_of(v, key, what)
-        vals = self._state.values_of(v, value, what)
-        self._map(write=True)[u] = (vals, self._state.expiry(v))
-        k = self._state.key_now(what)
-        v.dirty.add(k)
-        v.removed.get(k, set()).discard(u)
-
-    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-        return iter(list(self._live().items()))
-
-    def keys(self) -> Iterator[tuple[Any, ...]]:
-        return iter(list(self._live()))
-
-    def values(self) -> Iterator[tuple[Any, ...]]:
-        return iter(list(self._live().values()))
-
-    def removeKey(self, key: tuple[Any, ...]) -> None:
-        what = f"map state {self._stateName!r} removeKey"
-        u = self._state.user_key_of(self._v, key, what)
-        k = self._state.key_now(what)
-        if self._map().pop(u, None) is not None:
-            _expired_removed(self._v, k).add(u)
-
-    def clear(self) -> None:
-        k = self._state.key_now(f"map state {self._stateName!r} clear")
-        self._v.data.pop(k, None)
-        self._v.cleared.add(k)
-        self._v.removed.pop(k, None)
-        self._v.dirty.discard(k)
-
-
-class SnapcutHandle(StatefulProcessorHandle):
-    """Spark's ``StatefulProcessorHandle`` over a :class:`BatchState`."""
-
-    def __init__(self, state: BatchState) -> None:
-        self._state = state
-        self._initialized = False
-
-    def _declaring(self, name: str) -> None:
-        if self._initialized:
-            raise ConfigError(
-                f"state variable {name!r} requested after init(): get every state "
-                "variable in init() (Spark's rule)"
-            )
-
-    def getValueState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
-        self._declaring(stateName)
-        return SnapcutValueState(self._state, stateName)
-
-    def getListState(self, stateName: str, schema: Any, ttlDurationMs: int | None = None) -> Any:
-        self._declaring(stateName)
-        return SnapcutListState(self._state, stateName)
-
-    def getMapState(
-        self,
-        stateName: str,
-        userKeySchema: Any,
-        valueSchema: Any,
-        ttlDurationMs: int | None = None,
-    ) -> Any:
-        self._declaring(stateName)
-        return SnapcutMapState(self._state, stateName)
-
-    def _timers(self, op: str) -> tuple[_Var, Key]:
-        if self._state.time_mode == "none":
-            raise ConfigError(
-                f"{op} needs timeMode='ProcessingTime' or 'EventTime'; this query has "
-                "timeMode='None' (Spark refuses timers there too)"
-            )
-        return self._state.vars[TIMERS], self._state.key_now(op)
-
-    def registerTimer(self, expiryTimestampMs: int) -> None:
-        v, k = self._timers("registerTimer")
-        t = int(expiryTimestampMs)
-        v.data.setdefault(k, set()).add(t)
-        v.dirty.add(k)
-        v.removed.get(k, set()).discard(t)
-
-    def deleteTimer(self, expiryTimestampMs: int) -> None:
-        v, k = self._timers("deleteTimer")
-        t = int(expiryTimestampMs)
-        timers = v.data.get(k)
-        if timers and t in timers:
-            timers.discard(t)
-            _expired_removed(v, k).add(t)
-
-    def listTimers(self) -> Iterator[int]:
-        v, k = self._timers("listTimers")
-        return iter(sorted(v.data.get(k) or ()))
-
-    def deleteIfExists(self, stateName: str) -> None:
-        self._declaring(stateName)
-        # The driver left the variable out of the root (its state is gone);
-        # here its state objects fail on use, as Spark's do.
-        self._state.deleted.add(stateName)
-
-    def getQueryInfo(self) -> QueryInfo:
-        return self._state.query_info

@@ -29,7 +29,8 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
 from snapcut._core import ConfigError, storable_type
 from snapcut.spark.keys import KEY_COLUMN
-from snapcut.spark.root import TableSpec, schema_bytes
+from snapcut.spark.roots import schema_bytes
+from snapcut.spark.state.spec import GROUP_COLUMN, TableSpec
 
 __all__ = [
     "EXPIRES_COLUMN",
@@ -43,7 +44,6 @@ __all__ = [
 ]
 
 EXPIRES_COLUMN = "__expires_ms"
-GROUP_COLUMN = "__group"
 SEQ_COLUMN = "__seq"
 TIMER_COLUMN = "__expiry_ms"
 TIMERS = "$timers"

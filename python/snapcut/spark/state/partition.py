@@ -23,7 +23,9 @@ import pyarrow as pa
 
 from snapcut._core import SnapshotError, StateTable
 from snapcut.spark import failpoints
-from snapcut.spark.root import StateRoot, TableLayout, schema_from_bytes
+from snapcut.spark.roots import schema_from_bytes
+from snapcut.spark.state.root import StateRoot
+from snapcut.spark.state.spec import TableLayout
 
 __all__ = ["BatchInfo", "PartitionTask", "Processor", "StateCache"]
 
@@ -187,7 +189,7 @@ class PartitionTask:
         if warm is not None:
             tables, chains = warm
             return Loaded(tables, chains, watermark, max_event, True, late_watermark)
-        from snapcut.spark.evolution import conform_file
+        from snapcut.spark.state.evolution import conform_file
 
         tables, chains = {}, {}
         for layout in layouts:

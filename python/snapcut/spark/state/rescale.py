@@ -14,7 +14,6 @@ that batch. The old root is only read.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,20 +21,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from snapcut import _fs
 from snapcut._core import ConfigError, TaskError
-from snapcut.spark.initial import state_rows
-from snapcut.spark.partition import NO_EVENT_TIME
-from snapcut.spark.read import _resolve_batch, read_state
-from snapcut.spark.root import (
-    OWNER_FILE,
-    ROOT_META_FILE,
-    RootSpec,
-    StateRoot,
-    claim_root,
-    read_root_meta,
-    spec_of,
-)
+from snapcut.spark.roots import BATCH_OWNER
+from snapcut.spark.state.initial import state_rows
+from snapcut.spark.state.partition import NO_EVENT_TIME
+from snapcut.spark.state.read import read_state
+from snapcut.spark.state.root import StateRoot
+from snapcut.spark.state.spec import ROOT_META_FILE
 
 __all__ = ["RescaleReport", "rescale"]
 
@@ -70,37 +62,35 @@ def rescale(
     ``root`` into the new root ``to`` with ``partitions`` partitions."""
     if partitions < 1:
         raise ConfigError(f"partitions must be at least 1, got {partitions}")
-    meta = read_root_meta(root, filesystem)
-    spec = spec_of(root, filesystem)
+    old = StateRoot.existing(root, filesystem)
+    meta, spec = old.meta(), old.spec
     if spec.tables:
         raise ConfigError(
             f"{root} holds transformWithState state variables; rescaling such a root is not "
             "supported yet (nothing was changed): restart the query with the same partitions"
         )
-    old = StateRoot(spec)
-    manifest = _resolve_batch(old, batch)
+    manifest = old.manifest_at(batch)
     version = int(manifest["checkpoint_id"])
     new_spec = dataclasses.replace(spec, uri=to, partitions=partitions, filesystem=to_filesystem)
     new = StateRoot(new_spec)
     _refuse_existing(new, to)
     new.init(meta["operator"])
-    owner_path = f"{old.path}/{OWNER_FILE}"
-    if _fs.exists(old.fs, owner_path):
-        owner = json.loads(_fs.read_bytes(old.fs, owner_path))["query_id"]
-        claim_root(new.fs, new.path, to, owner, "state root")
+    owner = old.dir.owner()
+    if owner is not None:
+        new.claim(owner)
     else:
-        owner = manifest.get("spark", {}).get("query_id", "batch")
+        owner = manifest.get("spark", {}).get("query_id", BATCH_OWNER)
     record = dict(manifest.get("spark", {}))
-    write = _partition_writer(new_spec, version, owner, record)
+    write = _partition_writer(new, version, owner, record)
     from pyspark.sql import functions as F
 
-    rows = read_state(spark, root, version, filesystem)
+    rows = read_state(spark, old, version)
     parted = rows.repartition(partitions, *[F.col(k) for k in spec.key])
     written = {r["partition"]: r for r in parted.mapInArrow(write, _spark_type()).collect()}
     # A partition Spark ran no task for (none today; cheap to be sure) gets an empty full.
     for p in range(partitions):
         if p not in written:
-            done = _write_one(new_spec, version, owner, record, p, iter([]))
+            done = _write_one(new, version, owner, record, p, iter([]))
             written[p] = next(done).to_pylist()[0]
     committed = new.finalize(version)
     if committed is None:
@@ -123,7 +113,7 @@ def rescale(
 
 def _refuse_existing(new: StateRoot, to: str) -> None:
     """Nothing is overwritten: the target must hold no root yet."""
-    if _fs.exists(new.fs, f"{new.path}/{ROOT_META_FILE}"):
+    if new.dir.exists(ROOT_META_FILE):
         raise ConfigError(
             f"rescale target {to} already holds a state root; pass a new, empty location "
             "(nothing was changed)"
@@ -136,20 +126,20 @@ def _spark_type() -> Any:
     return from_arrow_schema(_RESULT)
 
 
-def _partition_writer(spec: RootSpec, version: int, owner: str, record: dict[str, Any]) -> Any:
+def _partition_writer(root: StateRoot, version: int, owner: str, record: dict[str, Any]) -> Any:
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         if ctx is None:
             raise TaskError("rescale writes partitions inside a Spark task")
-        yield from _write_one(spec, version, owner, record, ctx.partitionId(), batches)
+        yield from _write_one(root, version, owner, record, ctx.partitionId(), batches)
 
     return write
 
 
 def _write_one(
-    spec: RootSpec,
+    root: StateRoot,
     version: int,
     owner: str,
     record: dict[str, Any],
@@ -160,8 +150,8 @@ def _write_one(
     file and the acknowledgement the query's own task would have written."""
     started = int(time.time() * 1000)
     t0 = time.perf_counter()
+    spec = root.spec
     table = state_rows(batches, spec.schema, spec.state_key, spec.key, "rescaled state")
-    root = StateRoot(spec)
     entry = root.write_state(version, partition, table, "full", [])
     ack = {
         "query_id": owner,

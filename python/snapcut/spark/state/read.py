@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from snapcut._core import ConfigError, SnapshotError, StateTable
+from snapcut._core import ConfigError, StateTable
 from snapcut.spark.keys import KEY_COLUMN
-from snapcut.spark.partition import schema_of
-from snapcut.spark.root import RootSpec, StateRoot, TableLayout, spec_of, table_vertex
-from snapcut.spark.tws.variables import GROUP_COLUMN
+from snapcut.spark.state.partition import schema_of
+from snapcut.spark.state.root import StateRoot
+from snapcut.spark.state.spec import GROUP_COLUMN, RootSpec, TableLayout, table_vertex
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -19,30 +19,16 @@ if TYPE_CHECKING:
 __all__ = ["committed_batches", "read_partition", "read_state", "read_state_arrow"]
 
 
-def committed_batches(root: str, filesystem: Any = None) -> list[int]:
+def _open(root: str | StateRoot, filesystem: Any) -> StateRoot:
+    """The root a reader was given: a StateRoot as it is, a path/URI opened once."""
+    if isinstance(root, StateRoot):
+        return root
+    return StateRoot.existing(str(root), filesystem)
+
+
+def committed_batches(root: str | StateRoot, filesystem: Any = None) -> list[int]:
     """Batch ids whose state is committed (a manifest), oldest first."""
-    return StateRoot(spec_of(root, filesystem)).backend.complete()
-
-
-def _resolve_batch(state: StateRoot, batch: int | None) -> dict[str, Any]:
-    batches = state.backend.complete()
-    if not batches:
-        raise SnapshotError(f"state root {state.name} has no committed batch yet")
-    wanted = batches[-1] if batch is None else batch
-    manifest = state.manifest(wanted)
-    if manifest is None:
-        raise SnapshotError(
-            f"batch {wanted} is not committed (or not retained) in state root "
-            f"{state.name}; committed batches: {batches}"
-        )
-    return manifest
-
-
-def read_partition(
-    spec: RootSpec, manifest: dict[str, Any], partition: int, variable: str | None = None
-) -> pa.Table:
-    """One partition's full state at a committed batch (key columns first)."""
-    return _read_partition(StateRoot(spec), manifest, partition, variable)
+    return _open(root, filesystem).backend.complete()
 
 
 def _table(spec: RootSpec, variable: str | None) -> TableLayout:
@@ -54,7 +40,7 @@ def _table(spec: RootSpec, variable: str | None) -> TableLayout:
                 f"state root {spec.uri} holds one state table, not state variables: "
                 "leave out variable="
             )
-        return spec.layouts()[0]
+        return spec.layout()
     if variable is None:
         names = ", ".join(t.name for t in spec.tables)
         raise ConfigError(
@@ -62,12 +48,13 @@ def _table(spec: RootSpec, variable: str | None) -> TableLayout:
             "name one with variable="
         )
     spec.table(variable)
-    return next(x for x in spec.layouts() if x.vertex == table_vertex(spec.vertex, variable))
+    return spec.layout(table_vertex(spec.vertex, variable))
 
 
-def _read_partition(
+def read_partition(
     state: StateRoot, manifest: dict[str, Any], partition: int, variable: str | None = None
 ) -> pa.Table:
+    """One partition's full state at a committed batch (key columns first)."""
     spec = state.spec
     layout = _table(spec, variable)
     table = StateTable(schema_of(layout), layout.state_key, full_every=spec.full_every)
@@ -83,21 +70,23 @@ def _read_partition(
 
 
 def read_state_arrow(
-    root: str, batch: int | None = None, filesystem: Any = None, variable: str | None = None
+    root: str | StateRoot,
+    batch: int | None = None,
+    filesystem: Any = None,
+    variable: str | None = None,
 ) -> pa.Table:
     """The whole state at `batch` (default: the newest committed) as pyarrow;
     a transformWithState root: the state variable `variable`."""
-    spec = spec_of(root, filesystem)
-    state = StateRoot(spec)
-    _table(spec, variable)
-    manifest = _resolve_batch(state, batch)
-    parts = [_read_partition(state, manifest, p, variable) for p in range(spec.partitions)]
+    state = _open(root, filesystem)
+    _table(state.spec, variable)
+    manifest = state.manifest_at(batch)
+    parts = [read_partition(state, manifest, p, variable) for p in range(state.spec.partitions)]
     return pa.concat_tables(parts)
 
 
 def read_state(
     spark: Any,
-    root: str,
+    root: str | StateRoot,
     batch: int | None = None,
     filesystem: Any = None,
     variable: str | None = None,
@@ -107,8 +96,9 @@ def read_state(
     transformWithState root: the state variable `variable`."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    spec = spec_of(root, filesystem)
-    manifest = _resolve_batch(StateRoot(spec), batch)
+    state = _open(root, filesystem)
+    spec = state.spec
+    manifest = state.manifest_at(batch)
     schema = schema_of(_table(spec, variable))
     for internal in (KEY_COLUMN, GROUP_COLUMN):
         if internal in schema.names:
@@ -117,7 +107,7 @@ def read_state(
     def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
             for p in b.column(0).to_pylist():
-                yield from read_partition(spec, manifest, p, variable).to_batches()
+                yield from read_partition(state, manifest, p, variable).to_batches()
 
     ids = spark.createDataFrame([(p,) for p in range(spec.partitions)], "p int")
     out_type = from_arrow_schema(schema, prefer_timestamp_ntz=False)

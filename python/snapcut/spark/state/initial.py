@@ -21,7 +21,7 @@ from snapcut._core import ConfigError
 from snapcut.snapshots import file_component
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
 from snapcut.spark.processors import TIMEOUT_COLUMN, conform
-from snapcut.spark.root import RootSpec, StateRoot
+from snapcut.spark.state.root import StateRoot
 
 INITIAL_DIR = "_initial"
 
@@ -30,18 +30,17 @@ INITIAL_DIR = "_initial"
 class InitialState:
     """Reads partition p's initial rows in a task (picklable)."""
 
-    spec: RootSpec
+    root: StateRoot
 
     def path(self, partition: int) -> str:
-        state = StateRoot(self.spec)
-        return f"{state.path}/{INITIAL_DIR}/{file_component(self.spec.vertex)}-{partition}.arrow"
+        vertex = file_component(self.root.spec.vertex)
+        return f"{self.root.path}/{INITIAL_DIR}/{vertex}-{partition}.arrow"
 
     def __call__(self, partition: int) -> pa.Table | None:
-        state = StateRoot(self.spec)
-        path = self.path(partition)
-        if not _fs.exists(state.fs, path):
+        fs, path = self.root.fs, self.path(partition)
+        if not _fs.exists(fs, path):
             return None
-        return ipc.open_file(pa.BufferReader(_fs.read_bytes(state.fs, path))).read_all()
+        return ipc.open_file(pa.BufferReader(_fs.read_bytes(fs, path))).read_all()
 
 
 def state_rows(
@@ -76,7 +75,7 @@ def write_initial_state(
     state, as in Spark)."""
     spark = stream.sparkSession
     if isinstance(initial, tuple):
-        from snapcut.spark.read import read_state
+        from snapcut.spark.state.read import read_state
 
         other, batch = initial
         initial = read_state(spark, other, batch)
@@ -95,7 +94,7 @@ def write_initial_state(
                 "state partitions by the hash of the key, which depends on its type"
             )
     spec = root.spec
-    target = InitialState(spec)
+    target = InitialState(root)
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -108,9 +107,8 @@ def write_initial_state(
         sink = pa.BufferOutputStream()
         with ipc.new_file(sink, table.schema) as w:
             w.write_table(table)
-        state = StateRoot(spec)
         path = target.path(partition)
-        _fs.write_atomic(state.fs, path, f"{path}.tmp", sink.getvalue().to_pybytes())
+        _fs.write_atomic(root.fs, path, f"{path}.tmp", sink.getvalue().to_pybytes())
         yield pa.RecordBatch.from_pylist(
             [{"partition": partition, "rows": table.num_rows}],
             schema=pa.schema([("partition", pa.int64()), ("rows", pa.int64())]),

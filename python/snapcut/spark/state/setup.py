@@ -16,21 +16,21 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _core
-from snapcut.spark.batch_identity import is_connect
-from snapcut.spark.root import RootSpec, StateRoot
+from snapcut.spark.session_kind import is_connect
+from snapcut.spark.state.root import StateRoot
 
 __all__ = ["prepare_root"]
 
 _RESULT = pa.schema([("result", pa.string())])
 
 
-def prepare_root(session: Any, spec: RootSpec, operator: str) -> bool:
+def prepare_root(session: Any, root: StateRoot, operator: str) -> bool:
     """Creates the root or checks that it holds this operator's state
     (:meth:`StateRoot.init`); returns whether it already has a committed
     batch (a restart: an initial state is then not written)."""
     if not is_connect(session):
-        return _prepare(spec, operator)
-    job = session.range(1, numPartitions=1).mapInArrow(_Remote(spec, operator), "result string")
+        return _prepare(root, operator)
+    job = session.range(1, numPartitions=1).mapInArrow(_Remote(root, operator), "result string")
     (row,) = job.collect()
     outcome = json.loads(row["result"])
     if "error" in outcome:
@@ -41,8 +41,7 @@ def prepare_root(session: Any, spec: RootSpec, operator: str) -> bool:
     return bool(outcome["committed"])
 
 
-def _prepare(spec: RootSpec, operator: str) -> bool:
-    root = StateRoot(spec)
+def _prepare(root: StateRoot, operator: str) -> bool:
     root.init(operator)
     return bool(root.backend.complete())
 
@@ -50,15 +49,15 @@ def _prepare(spec: RootSpec, operator: str) -> bool:
 class _Remote:
     """The one task of the Connect job (picklable)."""
 
-    def __init__(self, spec: RootSpec, operator: str) -> None:
-        self.spec = spec
+    def __init__(self, root: StateRoot, operator: str) -> None:
+        self.root = root
         self.operator = operator
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in batches:
             pass
         try:
-            outcome: dict[str, Any] = {"committed": _prepare(self.spec, self.operator)}
+            outcome: dict[str, Any] = {"committed": _prepare(self.root, self.operator)}
         except _core.SnapcutError as e:
             outcome = {"type": type(e).__name__, "error": str(e)}
         yield pa.RecordBatch.from_pylist([{"result": json.dumps(outcome)}], schema=_RESULT)

@@ -22,205 +22,92 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
-import os
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.ipc as ipc
 
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError
 from snapcut.snapshots import (
+    MANIFEST_FILE,
     FsBackend,
     SnapshotWriter,
     checkpoint_dir_name,
     file_component,
 )
+from snapcut.spark.roots import PROTOCOL, RootDir, schema_bytes, schema_from_bytes
+from snapcut.spark.state.spec import (
+    ROOT_FORMAT,
+    ROOT_META_FILE,
+    RootSpec,
+    TableLayout,
+    TableSpec,
+)
 
-ROOT_META_FILE = "_snapcut_state.json"
-OWNER_FILE = "_snapcut_owner.json"
+__all__ = ["ACK_SUFFIX", "StateRoot", "ack_files", "read_root_meta", "spec_of"]
+
 ACK_SUFFIX = ".ack.json"
-PROTOCOL = "spark-microbatch"
-ROOT_FORMAT = "snapcut-spark-state"
-ROOT_FORMAT_VERSION = 1
-BATCH_OWNER = "batch"
-
-__all__ = ["RootSpec", "StateRoot", "TableSpec", "claim_root", "read_root_meta", "spec_of"]
-
-
-def schema_to_json(schema: pa.Schema) -> list[dict[str, Any]]:
-    """A readable, comparable description of a schema (names, types, nullability)."""
-    return [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in schema]
-
-
-def schema_bytes(schema: pa.Schema) -> bytes:
-    return bytes(schema.serialize().to_pybytes())
-
-
-def schema_from_bytes(data: bytes) -> pa.Schema:
-    return ipc.read_schema(pa.py_buffer(data))
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    """One of several state tables of a root: a transformWithState operator
-    keeps each state variable (and its timers) in a table of its own, written
-    per partition as vertex ``<name>.<table>`` of the same checkpoints."""
-
-    name: str
-    kind: str
-    """"value", "list", "map" or "timers"."""
-    state_key: str
-    schema: bytes
-    group: str | None = None
-    """The column whose rows are read and deleted together (the grouping key
-    of a composite key); None for a table keyed by the grouping key itself."""
-    ttl_ms: int | None = None
-    key_columns: tuple[str, ...] = ()
-    """The columns that key a row (they may not change on restart)."""
-
-    @property
-    def arrow_schema(self) -> pa.Schema:
-        return schema_from_bytes(self.schema)
-
-    def describe(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "state_key": self.state_key,
-            "group": self.group,
-            "ttl_ms": self.ttl_ms,
-            "key_columns": list(self.key_columns),
-            "schema": schema_to_json(self.arrow_schema),
-            "schema_ipc": base64.b64encode(self.schema).decode(),
-        }
-
-    @classmethod
-    def from_meta(cls, meta: dict[str, Any]) -> TableSpec:
-        return cls(
-            name=meta["name"],
-            kind=meta["kind"],
-            state_key=meta["state_key"],
-            schema=base64.b64decode(meta["schema_ipc"]),
-            group=meta.get("group"),
-            ttl_ms=meta.get("ttl_ms"),
-            key_columns=tuple(meta.get("key_columns", ())),
-        )
-
-
-@dataclass(frozen=True)
-class TableLayout:
-    """Where one state table of a root lives: its vertex in the checkpoints."""
-
-    vertex: str
-    state_key: str
-    schema: bytes
-    group: str | None = None
-
-
-@dataclass(frozen=True)
-class RootSpec:
-    """What every task needs to know about a root; pickled into the UDF."""
-
-    uri: str
-    vertex: str
-    partitions: int
-    key: tuple[str, ...]
-    state_key: str
-    state_schema: bytes
-    full_every: int
-    retain: int
-    filesystem: Any = field(default=None, compare=False)
-    tables: tuple[TableSpec, ...] = ()
-    """Several state tables (transformWithState's variables); empty for the
-    one table of `state_schema` keyed by `state_key`."""
-
-    @property
-    def schema(self) -> pa.Schema:
-        return schema_from_bytes(self.state_schema)
-
-    def layouts(self) -> list[TableLayout]:
-        """The root's state tables: vertex ``<vertex>`` alone, or
-        ``<vertex>.<table>`` for each of `tables`."""
-        if not self.tables:
-            return [TableLayout(self.vertex, self.state_key, self.state_schema)]
-        return [
-            TableLayout(table_vertex(self.vertex, t.name), t.state_key, t.schema, t.group)
-            for t in self.tables
-        ]
-
-    def table(self, name: str) -> TableSpec:
-        for t in self.tables:
-            if t.name == name:
-                return t
-        known = [t.name for t in self.tables] or ["(none: the root holds one table)"]
-        raise ConfigError(
-            f"state root {_fs.redact(self.uri)} has no state variable {name!r}; it has "
-            f"{', '.join(known)}"
-        )
-
-    def describe(self, operator: str) -> dict[str, Any]:
-        return {
-            "format": ROOT_FORMAT,
-            "format_version": ROOT_FORMAT_VERSION,
-            "operator": operator,
-            "vertex": self.vertex,
-            "partitions": self.partitions,
-            "key": list(self.key),
-            "state_key": self.state_key,
-            "state_schema": schema_to_json(self.schema),
-            "state_schema_ipc": base64.b64encode(self.state_schema).decode(),
-            "full_every": self.full_every,
-            **({"tables": [t.describe() for t in self.tables]} if self.tables else {}),
-        }
-
-
-def table_vertex(vertex: str, table: str) -> str:
-    """The vertex of one of an operator's several state tables."""
-    return f"{vertex}.{table}"
 
 
 class StateRoot:
-    """Reads and writes one Spark state root (driver and tasks alike)."""
+    """Reads and writes one Spark state root (driver and tasks alike).
 
-    def __init__(self, spec: RootSpec) -> None:
+    One object per query: the facade builds it, and it is pickled into the
+    tasks, the initial-state job and the sink, so the filesystem is resolved
+    once and the spec (with its layouts) is never rebuilt from the meta file.
+    The manifests it has read are not pickled (a task reads current ones)."""
+
+    def __init__(self, spec: RootSpec, directory: RootDir | None = None) -> None:
         self.spec = spec
-        self.fs, self.path = _fs.resolve(spec.uri, spec.filesystem)
-        # The root's URI without credentials, for messages and manifests.
-        self.name = _fs.redact(spec.uri)
+        self.dir = directory if directory is not None else RootDir(spec.uri, spec.filesystem)
+        self._open()
+
+    def _open(self) -> None:
+        self.fs, self.path, self.name = self.dir.fs, self.dir.path, self.dir.name
         self.writer = SnapshotWriter(self.path, filesystem=self.fs)
         # One reader per root object (it keeps the manifests it read). No
-        # existence check: init() created the root, spec_of() read its meta.
+        # existence check: init() created the root, existing() read its meta.
         self.backend = FsBackend(self.fs, self.path, check=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "dir": self.dir}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.spec, self.dir = state["spec"], state["dir"]
+        self._open()
+
+    @classmethod
+    def existing(cls, uri: str, filesystem: Any = None, retain: int = 10) -> StateRoot:
+        """An existing root, for readers and the sink: its spec from its meta
+        file (read once, on a filesystem resolved once)."""
+        directory = RootDir(uri, filesystem)
+        return cls(_spec_from_meta(directory, _read_meta(directory), retain), directory)
+
+    def meta(self) -> dict[str, Any]:
+        """The description the root was created with (and its migrations)."""
+        return _read_meta(self.dir)
 
     # -- the root's identity -------------------------------------------------
 
     def init(self, operator: str) -> None:
         """Driver side, before any batch: creates the root or checks that it
         holds this operator's state (same partitions, key and schema)."""
-        meta_path = f"{self.path}/{ROOT_META_FILE}"
+        meta_path = self.dir.file(ROOT_META_FILE)
         wanted = self.spec.describe(operator)
         what = f"state root {self.name} cannot be created"
         _fs.check_bucket(self.fs, self.path, what)
         try:
             if not _fs.is_object_store(self.fs):
                 self.fs.create_dir(self.path, recursive=True)
-            existing = _fs.exists(self.fs, meta_path)
+            existing = self.dir.exists(ROOT_META_FILE)
         except OSError as e:
-            if _fs.is_object_store(self.fs):
-                raise _fs.storage_error(e, self.fs, what, self.path) from e
-            raise StorageError(f"{what}: {e}; pass a root you can write to") from e
+            raise self.dir.storage_error(e, what) from e
         if not existing:
-            _fs.write_atomic(
-                self.fs, meta_path, f"{meta_path}.{uuid.uuid4().hex}.tmp", _dump(wanted)
-            )
+            self.dir.write_json(ROOT_META_FILE, wanted)
             return
-        have = json.loads(_fs.read_bytes(self.fs, meta_path))
+        have = self.dir.read_json(ROOT_META_FILE)
         if have.get("format") != ROOT_FORMAT:
             raise ConfigError(
                 f"{meta_path} is not a snapcut Spark state root (format {have.get('format')!r})"
@@ -241,13 +128,13 @@ class StateRoot:
         if have.get("state_schema") != wanted["state_schema"] or have.get("tables") != wanted.get(
             "tables"
         ):
-            self._evolve(have, wanted, meta_path)
+            self._evolve(have, wanted)
 
-    def _evolve(self, have: dict[str, Any], wanted: dict[str, Any], meta_path: str) -> None:
+    def _evolve(self, have: dict[str, Any], wanted: dict[str, Any]) -> None:
         """The state schema changed since the root was created: migrates by
-        :mod:`snapcut.spark.evolution`'s rules (recorded in the root's
+        :mod:`snapcut.spark.state.evolution`'s rules (recorded in the root's
         description) or refuses before any batch runs."""
-        from snapcut.spark.evolution import plan_table
+        from snapcut.spark.state.evolution import plan_table
 
         changes = []
         if self.spec.tables:
@@ -287,12 +174,12 @@ class StateRoot:
             *have.get("migrations", []),
             {"first_batch": first, "changes": changes},
         ]
-        _fs.write_atomic(self.fs, meta_path, f"{meta_path}.{uuid.uuid4().hex}.tmp", _dump(updated))
+        self.dir.write_json(ROOT_META_FILE, updated)
 
     def claim(self, owner: str) -> None:
         """Task side: the root belongs to one streaming query (by Spark's
         query id, which survives restarts from the same checkpointLocation)."""
-        claim_root(self.fs, self.path, self.name, owner, "state root")
+        self.dir.claim(owner, "state root")
 
     # -- per-batch files -----------------------------------------------------
 
@@ -319,7 +206,7 @@ class StateRoot:
         version whose chain is `base_chain`; the entry carries its chain
         (the Rust rule). The Rust encoder sorts the rows by the state key,
         so the bytes are deterministic."""
-        layout = layout or self.spec.layouts()[0]
+        layout = layout or self.spec.layout()
         return self.writer.write_state(
             batch,
             layout.vertex,
@@ -332,8 +219,7 @@ class StateRoot:
         )
 
     def write_ack(self, batch: int, partition: int, ack: dict[str, Any]) -> None:
-        path = self.ack_path(batch, partition)
-        _fs.write_atomic(self.fs, path, f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp", _dump(ack))
+        self.dir.write_json(f"{checkpoint_dir_name(batch)}/{self._ack_name(partition)}", ack)
 
     def read_ack(self, batch: int, partition: int) -> dict[str, Any] | None:
         path = self.ack_path(batch, partition)
@@ -343,8 +229,7 @@ class StateRoot:
 
     def _listed_ack(self, batch: int, partition: int) -> dict[str, Any]:
         """An acknowledgement known to be there (no existence check)."""
-        ack: dict[str, Any] = json.loads(_fs.read_bytes(self.fs, self.ack_path(batch, partition)))
-        return ack
+        return self.dir.read_json(f"{checkpoint_dir_name(batch)}/{self._ack_name(partition)}")
 
     def acked(self, batch: int) -> list[int]:
         """The partitions whose acknowledgement of `batch` is there: one
@@ -434,6 +319,83 @@ class StateRoot:
             return manifest
         return self.finalize_if_acked(batch) if acks is None else self.finalize(batch, acks)
 
+    def manifest_at(self, batch: int | None) -> dict[str, Any]:
+        """The manifest of committed batch `batch` (default: the newest), or
+        SnapshotError naming the batches the root has."""
+        batches = self.backend.complete()
+        if not batches:
+            raise SnapshotError(f"state root {self.name} has no committed batch yet")
+        wanted = batches[-1] if batch is None else batch
+        manifest = self.manifest(wanted)
+        if manifest is None:
+            raise SnapshotError(
+                f"batch {wanted} is not committed (or not retained) in state root "
+                f"{self.name}; committed batches: {batches}"
+            )
+        return manifest
+
+    def await_committed(self, batch: int, owner: str, timeout_s: float) -> dict[str, Any]:
+        """Driver side (the sink): waits at most `timeout_s` seconds for every
+        partition's acknowledgement of version `batch`, checks they are this
+        query's (`owner`), finalizes the batch if no task did and returns its
+        manifest. One listing per poll (10 ms, doubling to 250 ms); the
+        acknowledgements are read once all are listed, and only once."""
+        partitions = self.spec.partitions
+        deadline = time.monotonic() + timeout_s
+        delay = 0.01
+        while True:
+            listed = set(self.acked(batch))
+            missing = [p for p in range(partitions) if p not in listed]
+            if not missing:
+                acks = {p: self.read_ack(batch, p) for p in range(partitions)}
+                missing = [p for p, a in acks.items() if a is None]
+                if not missing:
+                    break
+            if time.monotonic() >= deadline:
+                raise SnapshotError(
+                    f"batch {batch}: state partition(s) {missing} of state root {self.name} "
+                    f"did not acknowledge version {batch} within {timeout_s:g} s "
+                    "(a worker died after its task returned, or this query's plan does not "
+                    "write that state root): batch not committed, Spark re-runs it when the "
+                    "query restarts"
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+        foreign = sorted({str(a["query_id"]) for a in acks.values() if a is not None} - {owner})
+        if foreign:
+            raise ConfigError(
+                f"batch {batch}: state root {self.name} holds version {batch} of query "
+                f"{foreign}, not of this query {owner}: give each query its own state root"
+            )
+        manifest = self.committed(batch, [acks[p] for p in range(partitions)])
+        if manifest is None:
+            raise SnapshotError(
+                f"batch {batch}: every partition of state root {self.name} acknowledged, but "
+                "its manifest could not be written"
+            )
+        return manifest
+
+    def snapshot_record(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """How a global snapshot names this root's version (the sink's
+        manifest ``state``): the manifest and state files, paths in the root."""
+        batch = int(manifest["checkpoint_id"])
+        chk = checkpoint_dir_name(batch)
+        files = []
+        for f in manifest["files"]:
+            if f["role"] != "state":
+                continue
+            ref = {k: v for k, v in f.items() if k not in ("path", "role", "subtask", "vertex")}
+            files.append({"path": f"{chk}/{f['path']}", "partition": f["subtask"], **ref})
+        return {
+            "root": self.name,
+            "vertex": self.spec.vertex,
+            "partitions": self.spec.partitions,
+            "key": list(self.spec.key),
+            "batch": batch,
+            "manifest": f"{chk}/{MANIFEST_FILE}",
+            "files": sorted(files, key=lambda f: f["partition"]),
+        }
+
     def read_chain(
         self,
         manifest: dict[str, Any],
@@ -445,14 +407,10 @@ class StateRoot:
         table `vertex`, default the only one) at a committed batch
         (`manifest`), each checked against its size and checksum: the
         snapshot reader's chain (``FsBackend.chain``)."""
-        from snapcut.spark.evolution import conform_file
+        from snapcut.spark.state.evolution import conform_file
 
         batch = int(manifest["checkpoint_id"])
-        layout = next(
-            (x for x in self.spec.layouts() if vertex is None or x.vertex == vertex), None
-        )
-        if layout is None:
-            raise SnapshotError(f"state root {self.name} has no state table {vertex!r}")
+        layout = self.spec.layout(vertex)
         chain = self.backend.chain(batch, (layout.vertex, partition), manifest)
         if chain is None:
             if self.spec.tables and not any(
@@ -477,42 +435,21 @@ def ack_files(ack: dict[str, Any]) -> list[dict[str, Any]]:
     return files
 
 
-def claim_root(fs: Any, path: str, uri: str, owner: str, what: str) -> None:
-    """Records `owner` (a streaming query id) as the writer of the root at
-    `path`, or raises ConfigError if another query owns it."""
-    owner_path = f"{path}/{OWNER_FILE}"
-    if not _fs.exists(fs, owner_path):
-        body = _dump({"query_id": owner, "claimed_ms": _now_ms()})
-        _fs.write_atomic(fs, owner_path, f"{owner_path}.{uuid.uuid4().hex}.tmp", body)
-    have = json.loads(_fs.read_bytes(fs, owner_path)).get("query_id")
-    if have != owner:
-        raise ConfigError(
-            f"{what} {uri} belongs to query {have}, and query {owner} is trying to write it: "
-            "give each query its own root (a query keeps its id when restarted from the same "
-            "checkpointLocation; a new checkpointLocation is a new query)"
-        )
-
-
-def read_root_meta(uri: str, filesystem: Any = None) -> dict[str, Any]:
-    """The description a root was created with (partitions, key, schema)."""
-    fs, path = _fs.resolve(uri, filesystem)
-    meta_path = f"{path}/{ROOT_META_FILE}"
-    if not _fs.exists(fs, meta_path):
-        _fs.check_bucket(fs, path, f"reading state root {_fs.redact(uri)}")
+def _read_meta(directory: RootDir) -> dict[str, Any]:
+    if not directory.exists(ROOT_META_FILE):
+        _fs.check_bucket(directory.fs, directory.path, f"reading state root {directory.name}")
         raise SnapshotError(
-            f"{_fs.redact(uri)} is not a snapcut Spark state root: it has no {ROOT_META_FILE} "
+            f"{directory.name} is not a snapcut Spark state root: it has no {ROOT_META_FILE} "
             "(is the path right? a root is created by the first query that uses it)"
         )
-    meta: dict[str, Any] = json.loads(_fs.read_bytes(fs, meta_path))
+    meta = directory.read_json(ROOT_META_FILE)
     meta["schema"] = schema_from_bytes(base64.b64decode(meta["state_schema_ipc"]))
     return meta
 
 
-def spec_of(uri: str, filesystem: Any = None, retain: int = 10) -> RootSpec:
-    """The RootSpec of an existing root, for readers."""
-    meta = read_root_meta(uri, filesystem)
+def _spec_from_meta(directory: RootDir, meta: dict[str, Any], retain: int) -> RootSpec:
     return RootSpec(
-        uri=uri,
+        uri=directory.uri,
         vertex=meta["vertex"],
         partitions=int(meta["partitions"]),
         key=tuple(meta["key"]),
@@ -520,14 +457,16 @@ def spec_of(uri: str, filesystem: Any = None, retain: int = 10) -> RootSpec:
         state_schema=schema_bytes(meta["schema"]),
         full_every=int(meta["full_every"]),
         retain=retain,
-        filesystem=filesystem,
+        filesystem=directory.filesystem,
         tables=tuple(TableSpec.from_meta(t) for t in meta.get("tables", ())),
     )
 
 
-def _dump(obj: Any) -> bytes:
-    return json.dumps(obj, indent=2, sort_keys=True).encode()
+def read_root_meta(uri: str, filesystem: Any = None) -> dict[str, Any]:
+    """The description a root was created with (partitions, key, schema)."""
+    return _read_meta(RootDir(uri, filesystem))
 
 
-def _now_ms() -> int:
-    return int(time.time() * 1000)
+def spec_of(uri: str, filesystem: Any = None, retain: int = 10) -> RootSpec:
+    """The RootSpec of an existing root, for readers."""
+    return StateRoot.existing(uri, filesystem, retain).spec

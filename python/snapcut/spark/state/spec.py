@@ -1,0 +1,169 @@
+"""What a Spark state root holds, as every task needs to know it: the
+root's spec (partitions, key, the state schema, the tables of a
+transformWithState operator) and where each table lives (its layout).
+Pickled into the tasks with the :class:`~snapcut.spark.state.root.StateRoot`."""
+
+from __future__ import annotations
+
+import base64
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from snapcut import _fs
+from snapcut._core import ConfigError, SnapshotError
+from snapcut.spark.roots import schema_bytes, schema_from_bytes, schema_to_json
+
+__all__ = [
+    "GROUP_COLUMN",
+    "ROOT_META_FILE",
+    "RootSpec",
+    "TableLayout",
+    "TableSpec",
+    "schema_bytes",
+    "schema_from_bytes",
+    "table_vertex",
+]
+
+ROOT_META_FILE = "_snapcut_state.json"
+ROOT_FORMAT = "snapcut-spark-state"
+ROOT_FORMAT_VERSION = 1
+GROUP_COLUMN = "__group"
+"""The internal column of a composite-key table (list and map state) that
+holds the grouping key's encoding: its rows are read and deleted together."""
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """One of several state tables of a root: a transformWithState operator
+    keeps each state variable (and its timers) in a table of its own, written
+    per partition as vertex ``<name>.<table>`` of the same checkpoints."""
+
+    name: str
+    kind: str
+    """"value", "list", "map" or "timers"."""
+    state_key: str
+    schema: bytes
+    group: str | None = None
+    """The column whose rows are read and deleted together (the grouping key
+    of a composite key); None for a table keyed by the grouping key itself."""
+    ttl_ms: int | None = None
+    key_columns: tuple[str, ...] = ()
+    """The columns that key a row (they may not change on restart)."""
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return schema_from_bytes(self.schema)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "state_key": self.state_key,
+            "group": self.group,
+            "ttl_ms": self.ttl_ms,
+            "key_columns": list(self.key_columns),
+            "schema": schema_to_json(self.arrow_schema),
+            "schema_ipc": base64.b64encode(self.schema).decode(),
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> TableSpec:
+        return cls(
+            name=meta["name"],
+            kind=meta["kind"],
+            state_key=meta["state_key"],
+            schema=base64.b64decode(meta["schema_ipc"]),
+            group=meta.get("group"),
+            ttl_ms=meta.get("ttl_ms"),
+            key_columns=tuple(meta.get("key_columns", ())),
+        )
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """Where one state table of a root lives: its vertex in the checkpoints."""
+
+    vertex: str
+    state_key: str
+    schema: bytes
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class RootSpec:
+    """What every task needs to know about a root; pickled into the UDF."""
+
+    uri: str
+    vertex: str
+    partitions: int
+    key: tuple[str, ...]
+    state_key: str
+    state_schema: bytes
+    full_every: int
+    retain: int
+    filesystem: Any = field(default=None, compare=False)
+    tables: tuple[TableSpec, ...] = ()
+    """Several state tables (transformWithState's variables); empty for the
+    one table of `state_schema` keyed by `state_key`."""
+
+    @property
+    def schema(self) -> pa.Schema:
+        return schema_from_bytes(self.state_schema)
+
+    @functools.cached_property
+    def _layouts(self) -> tuple[TableLayout, ...]:
+        if not self.tables:
+            return (TableLayout(self.vertex, self.state_key, self.state_schema),)
+        return tuple(
+            TableLayout(table_vertex(self.vertex, t.name), t.state_key, t.schema, t.group)
+            for t in self.tables
+        )
+
+    def layouts(self) -> tuple[TableLayout, ...]:
+        """The root's state tables (built once per spec): vertex ``<vertex>``
+        alone, or ``<vertex>.<table>`` for each of `tables`."""
+        return self._layouts
+
+    def layout(self, vertex: str | None = None) -> TableLayout:
+        """The layout of table `vertex` (default: the first, the only one of
+        a one-table root)."""
+        layouts = self._layouts
+        if vertex is None:
+            return layouts[0]
+        for x in layouts:
+            if x.vertex == vertex:
+                return x
+        raise SnapshotError(f"state root {_fs.redact(self.uri)} has no state table {vertex!r}")
+
+    def table(self, name: str) -> TableSpec:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        known = [t.name for t in self.tables] or ["(none: the root holds one table)"]
+        raise ConfigError(
+            f"state root {_fs.redact(self.uri)} has no state variable {name!r}; it has "
+            f"{', '.join(known)}"
+        )
+
+    def describe(self, operator: str) -> dict[str, Any]:
+        return {
+            "format": ROOT_FORMAT,
+            "format_version": ROOT_FORMAT_VERSION,
+            "operator": operator,
+            "vertex": self.vertex,
+            "partitions": self.partitions,
+            "key": list(self.key),
+            "state_key": self.state_key,
+            "state_schema": schema_to_json(self.schema),
+            "state_schema_ipc": base64.b64encode(self.state_schema).decode(),
+            "full_every": self.full_every,
+            **({"tables": [t.describe() for t in self.tables]} if self.tables else {}),
+        }
+
+
+def table_vertex(vertex: str, table: str) -> str:
+    """The vertex of one of an operator's several state tables."""
+    return f"{vertex}.{table}"

@@ -1,0 +1,103 @@
+"""The function ``mapInArrow`` runs for a keyed_state step in each Python
+worker (executor side): the task's batch identity from Spark, then one
+:class:`~snapcut.spark.state.partition.PartitionTask` (apply, then write
+version N on a thread while the output goes to Spark), then the task's
+metrics row."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from snapcut._core import TaskError
+from snapcut.spark import metrics
+from snapcut.spark.batch_identity import task_batch
+from snapcut.spark.processors import BATCH_TS_COLUMN
+from snapcut.spark.state.partition import PartitionTask, Processor
+from snapcut.spark.state.root import StateRoot
+
+__all__ = ["STATE_WRITES", "make_task_function"]
+
+STATE_WRITES = ("background", "sync")
+
+
+def make_task_function(
+    root: StateRoot,
+    processor: Processor,
+    delay_ms: int | None,
+    initial: Any,
+    input_schema: pa.Schema,
+    stage_schema: pa.Schema,
+    state_writes: str = "background",
+    *,
+    streaming: bool,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The function ``mapInArrow`` runs in each Python worker: the output in
+    `stage_schema` (:func:`snapcut.spark.metrics.internal_schema`), then the
+    task's metrics row. A batch DataFrame is one epoch, batch 0; in a
+    streaming query the micro-batch id must reach the task."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise TaskError("the keyed_state step runs only inside a Spark task")
+        partition = ctx.partitionId()
+        batch_id, owner = task_batch(ctx, streaming)
+        parts = list(batches)
+        rows = pa.Table.from_batches(parts) if parts else input_schema.empty_table()
+        batch_ts = None
+        if BATCH_TS_COLUMN in rows.column_names and rows.num_rows:
+            ts = rows[BATCH_TS_COLUMN][0]
+            # (A streaming batch timestamp is whole ms; a batch query's is not.)
+            batch_ts = int(pc.cast(ts, pa.timestamp("ms", "UTC"), safe=False).value)
+        task = PartitionTask(
+            root,
+            batch_id,
+            partition,
+            owner,
+            delay_ms,
+            initial=initial,
+            run_id=ctx.getLocalProperty("sql.streaming.runId"),
+        )
+        out = task.apply(rows, processor, batch_ts)
+        if state_writes == "sync":
+            task.commit()
+            for b in out.to_batches():
+                yield metrics.with_null_metrics(b, stage_schema)
+        else:
+            # Version N is written while the output goes to Spark (the asynchronous
+            # phase, within the task); the task ends only once it is durable.
+            writer = _Committer(task)
+            writer.start()
+            for b in out.to_batches():
+                yield metrics.with_null_metrics(b, stage_schema)
+            writer.finish()
+        yield metrics.metrics_batch(stage_schema, task.figures())
+
+    return run
+
+
+class _Committer(threading.Thread):
+    """Runs ``PartitionTask.commit`` on a thread; ``finish`` re-raises its error."""
+
+    def __init__(self, task: PartitionTask) -> None:
+        super().__init__(name="snapcut-state-commit", daemon=True)
+        self.task = task
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.task.commit()
+        except BaseException as e:
+            self.error = e
+
+    def finish(self) -> None:
+        self.join()
+        if self.error is not None:
+            raise self.error
