@@ -230,7 +230,7 @@ def local_options(args: argparse.Namespace) -> Options:
 def spark_options(args: argparse.Namespace) -> SparkOptions:
     """The Spark engine's options; local-only flags are refused."""
     from snapcut.chaos.spark import SparkOptions
-    from snapcut.spark.root import PROTOCOL
+    from snapcut.spark.roots import PROTOCOL
 
     if args.protocol is not None:
         raise ConfigError(
