@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut._core import ConfigError, KeyedAggregates
+from snapcut.spark.keyed_input import KeyedInput
 from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.processors import AggregateProcessor
 
@@ -17,15 +18,11 @@ AGG_FUNCS = ("count", "sum", "min", "max", "mean", "first", "last")
 
 
 def plan_aggregate(
-    key: tuple[str, ...],
-    state_key: str,
-    input_schema: pa.Schema,
-    event_time: str | None,
-    output_mode: str,
-    aggregates: dict[str, Any],
+    keyed: KeyedInput, output_mode: str, aggregates: dict[str, Any]
 ) -> AggregateProcessor:
     """``out=("sum", "col")``, ``n="count"`` (rows) or ``("count", "col")``
     (non-null values) as the processor of an aggregate step."""
+    key, state_key, input_schema = keyed.key, keyed.state_key, keyed.input_schema
     output_mode = output_mode.lower() if isinstance(output_mode, str) else output_mode
     if output_mode not in ("update", "complete"):
         raise ConfigError(
@@ -65,7 +62,7 @@ def plan_aggregate(
         state_key=state_key,
         state_schema=kernel.state_schema,
         output_schema=output,
-        event_time=event_time,
+        event_time=keyed.event_time,
         specs=specs,
         output_mode=output_mode,
     )

@@ -22,22 +22,12 @@ import pyarrow as pa
 from snapcut._core import ConfigError
 from snapcut.spark import metrics, no_data
 from snapcut.spark.aggregates import plan_aggregate
-from snapcut.spark.arguments import (
-    arrow_schema,
-    frame_arrow_schema,
-    key_columns,
-    parse_duration_ms,
-)
+from snapcut.spark.arguments import frame_arrow_schema, key_columns, parse_duration_ms
 from snapcut.spark.arguments import output_mode as output_mode_of
+from snapcut.spark.group_functions import plan_apply_in_pandas_with_state, plan_map_batches
 from snapcut.spark.group_state import GroupStateTimeout
-from snapcut.spark.keys import KEY_COLUMN, check_key_types, state_key
-from snapcut.spark.processors import (
-    BATCH_TS_COLUMN,
-    DEFINED_COLUMN,
-    TIMEOUT_COLUMN,
-    BatchFunctionProcessor,
-    PandasGroupProcessor,
-)
+from snapcut.spark.keyed_input import KeyedInput
+from snapcut.spark.processors import BATCH_TS_COLUMN
 from snapcut.spark.roots import schema_bytes
 from snapcut.spark.state.initial import write_initial_state
 from snapcut.spark.state.partition import Processor
@@ -50,9 +40,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["KeyedState", "keyed_state", "parse_duration_ms"]
-
-ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
-
 
 class KeyedState:
     """A DataFrame keyed for stateful processing, with its state root."""
@@ -89,33 +76,21 @@ class KeyedState:
                 f"got {retain}"
             )
         self.df = df
-        self.key = tuple(key)
         self.root = str(root)
         self.partitions = partitions
-        self.name = name
         self.full_every = full_every
         self.retain = retain
         self.filesystem = filesystem
         self.state_root: StateRoot | None = None
         """The root's object, once a step is built (the sink's ``state=``)."""
-        tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
-        self.timezone: str = tz or "UTC"
-        self.input_schema = frame_arrow_schema(df)
-        check_key_types(self.input_schema, self.key)
-        if (event_time is None) != (watermark is None):
-            raise ConfigError(
-                "event_time= and watermark= go together: name the event-time column and the "
-                "delay, e.g. event_time='ts', watermark='10 seconds'"
-            )
-        if event_time is not None and event_time not in self.input_schema.names:
-            raise ConfigError(
-                f"event_time column {event_time!r} is not in the DataFrame "
-                f"(columns: {', '.join(self.input_schema.names)})"
-            )
-        self.event_time = event_time
-        self.delay_ms = None if watermark is None else parse_duration_ms(watermark, "watermark")
-        self.state_key = state_key(self.input_schema, self.key)
         self.initial_state = initial_state
+        self.input = KeyedInput.of(
+            df, key, name, event_time, watermark, has_initial_state=initial_state is not None
+        )
+        self.key, self.name = self.input.key, name
+        self.state_key, self.input_schema = self.input.state_key, self.input.input_schema
+        self.event_time, self.delay_ms = event_time, self.input.delay_ms
+        self.timezone = self.input.timezone
 
     # -- level 1 ---------------------------------------------------------------
 
@@ -124,9 +99,7 @@ class KeyedState:
         ``n="count"`` (rows) or ``("count", "col")`` (non-null values); funcs:
         count, sum, min, max, mean, first, last. ``output_mode``: "update"
         (the keys changed in the batch) or "complete" (every key)."""
-        processor = plan_aggregate(
-            self.key, self.state_key, self.input_schema, self.event_time, output_mode, aggregates
-        )
+        processor = plan_aggregate(self.input, output_mode, aggregates)
         return self._build(processor, "aggregate", needs_batch_ts=False)
 
     # -- level 2 ---------------------------------------------------------------
@@ -155,18 +128,7 @@ class KeyedState:
         Spark requires of the state operator that schedules the no-data batches
         of a processing-time timeout (see :mod:`snapcut.spark.no_data`)."""
         output_mode = output_mode_of(output_mode, "output_mode")
-        state_fields = self._state_fields(state_schema, "state_schema")
-        processor = BatchFunctionProcessor(
-            key=self.key,
-            state_key=self.state_key,
-            state_schema=self._full_state_schema(state_fields, timeout),
-            output_schema=self._arrow(output_schema, "output_schema"),
-            event_time=self.event_time,
-            timeout=self._timeout(timeout),
-            timezone=self.timezone,
-            fn=fn,
-            pandas=pandas,
-        )
+        processor = plan_map_batches(self.input, fn, state_schema, output_schema, timeout, pandas)
         return self._build(processor, "map_batches", needs_batch_ts=True, output_mode=output_mode)
 
     # -- level 3 ---------------------------------------------------------------
@@ -183,25 +145,8 @@ class KeyedState:
         ``func(key, Iterator[pd.DataFrame], GroupState)`` and arguments
         (``outputMode`` "Update" or "Append" in any case, as Spark takes them)."""
         output_mode = output_mode_of(outputMode, "outputMode")
-        state_fields = self._state_fields(stateStructType, "stateStructType")
-        state_schema = self._full_state_schema(state_fields, timeoutConf)
-        if TIMEOUT_COLUMN in state_schema.names:
-            state_schema = state_schema.insert(
-                state_schema.get_field_index(TIMEOUT_COLUMN),
-                pa.field(DEFINED_COLUMN, pa.bool_(), nullable=False),
-            )
-        records = self.df.sparkSession.conf.get(ARROW_BATCH_CONF, "10000")
-        processor = PandasGroupProcessor(
-            key=self.key,
-            state_key=self.state_key,
-            state_schema=state_schema,
-            output_schema=self._arrow(outputStructType, "outputStructType"),
-            event_time=self.event_time,
-            timeout=self._timeout(timeoutConf),
-            timezone=self.timezone,
-            func=func,
-            value_columns=tuple(f.name for f in state_fields),
-            max_records_per_batch=int(records or "10000"),
+        processor = plan_apply_in_pandas_with_state(
+            self.input, func, outputStructType, stateStructType, timeoutConf
         )
         return self._build(
             processor, "apply_in_pandas_with_state", needs_batch_ts=True, output_mode=output_mode
@@ -269,21 +214,10 @@ class KeyedState:
         pandas: bool,
     ) -> DataFrame:
         # (Lazy: the tws room imports pyspark's StatefulProcessor API.)
-        from snapcut.spark.tws.entry import KeyedInput, plan_transform_with_state
+        from snapcut.spark.tws.entry import plan_transform_with_state
 
-        keyed = KeyedInput(
-            df=self.df,
-            key=self.key,
-            state_key=self.state_key,
-            input_schema=self.input_schema,
-            name=self.name,
-            event_time=self.event_time,
-            delay_ms=self.delay_ms,
-            timezone=self.timezone,
-            has_initial_state=self.initial_state is not None,
-        )
         step = plan_transform_with_state(
-            keyed,
+            self.input,
             processor,
             output_type,
             mode,
@@ -302,44 +236,7 @@ class KeyedState:
             tws_initial=step.initial,
         )
 
-    # -- plumbing --------------------------------------------------------------
-
-    def _timeout(self, timeout: str) -> str:
-        if timeout not in GroupStateTimeout.ALL:
-            raise ConfigError(
-                f"timeout {timeout!r} is not one of GroupStateTimeout.NoTimeout, "
-                "ProcessingTimeTimeout, EventTimeTimeout"
-            )
-        if timeout == GroupStateTimeout.EventTimeTimeout and self.delay_ms is None:
-            raise ConfigError(
-                "EventTimeTimeout needs a watermark: pass event_time='ts', watermark='10 "
-                "seconds' to keyed_state"
-            )
-        return timeout
-
-    def _arrow(self, schema: Any, what: str) -> pa.Schema:
-        return arrow_schema(self.df.sparkSession, schema, what)
-
-    def _state_fields(self, schema: Any, what: str) -> list[pa.Field]:
-        fields = list(self._arrow(schema, what))
-        clash = [f.name for f in fields if f.name in self.key or f.name.startswith("__")]
-        if clash:
-            raise ConfigError(
-                f"{what} field(s) {clash} clash with the key columns {list(self.key)} or use the "
-                "reserved '__' prefix: rename them"
-            )
-        return fields
-
-    def _full_state_schema(self, fields: list[pa.Field], timeout: str) -> pa.Schema:
-        key_fields = [self.input_schema.field(k).with_nullable(False) for k in self.key]
-        cols: list[pa.Field] = []
-        if self.state_key == KEY_COLUMN:
-            cols.append(pa.field(KEY_COLUMN, pa.binary(), nullable=False))
-        cols += key_fields
-        cols += [f.with_nullable(True) for f in fields]
-        if timeout != GroupStateTimeout.NoTimeout:
-            cols.append(pa.field(TIMEOUT_COLUMN, pa.int64()))
-        return pa.schema(cols)
+    # -- the plan ------------------------------------------------------------
 
     def _build(
         self,

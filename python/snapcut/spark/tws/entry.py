@@ -7,18 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from snapcut._core import ConfigError
-from snapcut.spark.arguments import arrow_schema, output_mode
+from snapcut.spark.arguments import output_mode
+from snapcut.spark.group_functions import ARROW_BATCH_CONF
 from snapcut.spark.group_state import GroupStateTimeout
+from snapcut.spark.keyed_input import KeyedInput
 from snapcut.spark.state.spec import TableSpec
 from snapcut.spark.tws.processor import TIME_MODES, TransformWithStateProcessor
 from snapcut.spark.tws.variables import DeclaringHandle, table_specs
 
-__all__ = ["TwsStep", "plan_transform_with_state"]
+__all__ = ["TwsStep", "grouped_frame", "plan_transform_with_state"]
 
-ARROW_BATCH_CONF = "spark.sql.execution.arrow.maxRecordsPerBatch"
 ARROW_BYTES_CONF = "spark.sql.execution.arrow.maxBytesPerBatch"
 INT_TO_DECIMAL_CONF = "spark.sql.execution.pythonUDF.pandas.intToDecimalCoercionEnabled"
 _TIMEOUTS = {
@@ -39,21 +38,6 @@ class TwsStep:
     timeout: str
     initial: Any
     """The DataFrame of initial rows (``initialState``), or None."""
-
-
-@dataclass(frozen=True)
-class KeyedInput:
-    """What the entry needs of the keyed DataFrame (the facade's fields)."""
-
-    df: Any
-    key: tuple[str, ...]
-    state_key: str
-    input_schema: pa.Schema
-    name: str
-    event_time: str | None
-    delay_ms: int | None
-    timezone: str
-    has_initial_state: bool
 
 
 def plan_transform_with_state(
@@ -112,7 +96,6 @@ def plan_transform_with_state(
     pre.close()
     key_fields = tuple(keyed.input_schema.field(k) for k in keyed.key)
     tables = table_specs(list(declaring.variables.values()), key_fields, keyed.state_key)
-    records = session.conf.get(ARROW_BATCH_CONF, "10000")
     tws = TransformWithStateProcessor(
         key=keyed.key,
         state_key=keyed.state_key,
@@ -120,15 +103,15 @@ def plan_transform_with_state(
         vertex=keyed.name,
         tables=tables,
         variables=dict(declaring.variables),
-        output_schema=arrow_schema(session, output_type, "outputStructType"),
+        output_schema=keyed.arrow(output_type, "outputStructType"),
         stateful_processor=processor,
         time_mode=tm,
         pandas=pandas,
         event_time=keyed.event_time,
         timezone=keyed.timezone,
-        max_records_per_batch=int(records or "10000"),
-        max_bytes_per_batch=int(session.conf.get(ARROW_BYTES_CONF, str(2**31 - 1)) or 2**31 - 1),
-        int_to_decimal=str(session.conf.get(INT_TO_DECIMAL_CONF, "false")).lower() == "true",
+        max_records_per_batch=int(keyed.conf(ARROW_BATCH_CONF, "10000")),
+        max_bytes_per_batch=int(keyed.conf(ARROW_BYTES_CONF, str(2**31 - 1))),
+        int_to_decimal=keyed.conf(INT_TO_DECIMAL_CONF, "false").lower() == "true",
     )
     return TwsStep(
         processor=tws,
