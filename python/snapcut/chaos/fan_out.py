@@ -30,11 +30,7 @@ the length it showed).
 from __future__ import annotations
 
 import collections
-import os
-import shutil
 import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,16 +42,19 @@ from snapcut._core import ConfigError
 from snapcut.chaos.core import (
     ChaosError,
     Check,
+    Outcome,
     Summary,
-    record_error,
+    fresh_dir,
     record_kill,
-    record_run,
+    restart_until_done,
+    run_campaign,
     run_rng,
 )
 from snapcut.chaos.local import (
     FAILPOINTS,
     KILL_MODES,
     RESTORE_FAILPOINTS,
+    child_env,
     read_committed,
     run_child,
 )
@@ -287,8 +286,8 @@ def run_one(
     opts: FanOutOptions, run: int, run_dir: Path, ref: Reference, summary: FanOutSummary
 ) -> Check:
     rng = run_rng(opts.seed, run)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    (run_dir / "out").mkdir(parents=True)
+    fresh_dir(run_dir)
+    (run_dir / "out").mkdir()
     interval = rng.uniform(0.01, 0.05)
     failure = plan_failure(opts, rng)
     summary.failed_sinks[failure.operator] = summary.failed_sinks.get(failure.operator, 0) + 1
@@ -314,92 +313,69 @@ def run_one(
     # point was not reached that often): the run is then done again from a
     # clean directory, killed by a timer inside the length it just showed.
     est = opts.job_seconds + 0.3
-    for redo in range(MAX_KILL_REDOS + 1):
-        if redo:
-            summary.missed_kills += 1
-            shutil.rmtree(run_dir)
-            (run_dir / "out").mkdir(parents=True)
-        outcome = _attempts(opts, run, run_dir, interval, failure, rng, est, redo > 0, summary)
-        if outcome is None:
-            return check_output(run_dir / "out", ref, check_memory=False)
-        est = outcome
-    raise ChaosError(
-        f"run {run}: {MAX_KILL_REDOS + 1} planned kills missed: the job ended first every "
-        f"time (last run {est:.2f}s); raise --job-seconds"
-    )
+    misses = 0
 
-
-def _attempts(
-    opts: FanOutOptions,
-    run: int,
-    run_dir: Path,
-    interval: float,
-    failure: TaskFailure,
-    rng: Any,
-    est: float,
-    timer_only: bool,
-    summary: FanOutSummary,
-) -> float | None:
-    """The first attempt planned to be killed, then resumed ones until the job
-    completes. Returns None once it was killed and completed, or the seconds
-    the first attempt ran if the planned kill missed."""
-    attempt = 0
-    while True:
-        env = dict(os.environ)
-        env.pop("SNAPCUT_FAILPOINTS", None)
+    def attempt(n: int) -> Outcome:
+        nonlocal est
+        failpoint = None
         kill_after = None
-        if attempt == 0:
-            mode = "timer" if timer_only else opts.kill_mode
+        if n == 0:
+            mode = "timer" if misses else opts.kill_mode
             if mode == "mixed":
                 mode = rng.choice(("timer", "failpoint"))
             if mode == "failpoint":
                 point = rng.choice(PROCESS_FAILPOINTS)
-                env["SNAPCUT_FAILPOINTS"] = f"{point}={rng.randint(1, 4)}"
+                failpoint = f"{point}={rng.randint(1, 4)}"
             else:
-                kill_after = rng.uniform(0.0, est * (0.8 if timer_only else 1.0))
-        elif attempt > 5:
-            raise ChaosError(f"run {run}: the job did not finish after {attempt} attempts")
-        cmd = _child_cmd(opts, run_dir, interval, failure, attempt > 0)
-        a = run_child(cmd, env, kill_after, run_dir / f"stderr-{attempt}.txt")
+                kill_after = rng.uniform(0.0, est * (0.8 if misses else 1.0))
+        cmd = _child_cmd(opts, run_dir, interval, failure, n > 0)
+        a = run_child(cmd, child_env(failpoint), kill_after, run_dir / f"stderr-{n}.txt")
         if a.killed:
             record_kill(summary, a.failpoint)
-            attempt += 1
-            summary.recoveries += 1
-            continue
-        if attempt == 0:
-            return a.seconds
+            return Outcome.KILLED
+        if n == 0:
+            est = a.seconds
+            return Outcome.MISSED
         done = a.finished or {}
         account(summary, done)
         if done.get("restored_from") is not None:
             summary.restored += 1
-        return None
+        return Outcome.FINISHED
+
+    def redo() -> None:
+        nonlocal misses
+        misses += 1
+        if misses > MAX_KILL_REDOS:
+            raise ChaosError(
+                f"{misses} planned kills missed: the job ended first every time (last run "
+                f"{est:.2f}s); raise --job-seconds"
+            )
+        summary.missed_kills += 1
+        fresh_dir(run_dir)
+        (run_dir / "out").mkdir()
+
+    restart_until_done(attempt, summary, planned=1, spare=4, on_missed=redo)
+    return check_output(run_dir / "out", ref, check_memory=False)
 
 
 def run_fan_out_chaos(
     opts: FanOutOptions, log: Callable[[str], None] = lambda _: None
 ) -> FanOutSummary:
-    """Runs `opts.runs` runs and returns the summary (a job that fails
-    other than by the injected failure counts as an error)."""
+    """Runs `opts.runs` runs and returns the summary; an error of a run is
+    counted or raised as :func:`snapcut.chaos.core.fails_the_run` says (a
+    job that fails other than by the injected failure is a failed run)."""
     opts.check()
-    started = time.monotonic()
     summary = FanOutSummary(
         protocol=opts.protocol, failover=opts.failover, records=opts.records, seed=opts.seed
     )
     ref = reference(opts.records, opts.users, opts.seed)
-    owned = opts.workdir is None
-    root = Path(opts.workdir or tempfile.mkdtemp(prefix="snapcut-chaos-fan-out-"))
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        for run in range(opts.runs):
-            run_dir = root / f"{opts.protocol}-{opts.failover}-run-{run:04d}"
-            try:
-                check = run_one(opts, run, run_dir, ref, summary)
-            except Exception as e:  # a job that failed is a failed run, counted and kept
-                record_error(summary, run, e, run_dir, log)
-                continue
-            record_run(summary, run, check, run_dir, opts.keep, log)
-    finally:
-        if owned and not opts.keep and not summary.failed_runs:
-            shutil.rmtree(root, ignore_errors=True)
-    summary.seconds = round(time.monotonic() - started, 2)
-    return summary
+    return run_campaign(
+        summary,
+        opts.runs,
+        lambda run, run_dir: run_one(opts, run, run_dir, ref, summary),
+        name=f"{opts.protocol}-{opts.failover}",
+        workdir=opts.workdir,
+        keep=opts.keep,
+        log=log,
+        prefix="snapcut-chaos-fan-out-",
+    )

@@ -31,11 +31,9 @@ from __future__ import annotations
 import collections
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,10 +47,13 @@ from snapcut._core import ConfigError
 from snapcut.chaos.core import (
     ChaosError,
     Check,
+    Outcome,
     Summary,
-    record_error,
+    fresh_dir,
+    planned_kills,
     record_kill,
-    record_run,
+    restart_until_done,
+    run_campaign,
     run_rng,
 )
 from snapcut.checkpointing import FAILOVER_STRATEGIES
@@ -313,6 +314,16 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
     return cmd
 
 
+def child_env(failpoint: str | None) -> dict[str, str]:
+    """The environment of a local job's child: ``SNAPCUT_FAILPOINTS`` armed
+    with `failpoint` (``POINT=N``) or, None, cleared."""
+    env = dict(os.environ)
+    env.pop("SNAPCUT_FAILPOINTS", None)
+    if failpoint is not None:
+        env["SNAPCUT_FAILPOINTS"] = failpoint
+    return env
+
+
 def _failpoint_hit(stderr: IO[str]) -> str | None:
     stderr.seek(0)
     for line in stderr:
@@ -359,69 +370,54 @@ def run_one(
 ) -> Check:
     """One run: planned kills, then restarts until the job completes; then the check."""
     rng = run_rng(opts.seed, run)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+    fresh_dir(run_dir)
     interval = rng.uniform(0.01, 0.05)
-    planned = rng.randint(1, max(1, opts.max_kills)) if opts.max_kills else 0
-    attempt = 0
-    while True:
-        env = dict(os.environ)
-        env.pop("SNAPCUT_FAILPOINTS", None)
+    planned = planned_kills(rng, opts.max_kills)
+
+    def attempt(n: int) -> Outcome:
+        failpoint = None
         kill_after = None
-        if attempt < planned:
+        if n < planned:
             use_failpoint = rng.random() < 0.5
             if opts.kill_mode != "mixed":
                 use_failpoint = opts.kill_mode == "failpoint"
             # A first attempt does not restore: restore points would never fire.
-            points = [p for p in opts.failpoints if attempt > 0 or p not in RESTORE_FAILPOINTS]
+            points = [p for p in opts.failpoints if n > 0 or p not in RESTORE_FAILPOINTS]
             if use_failpoint and points:
                 point = rng.choice(points)
-                nth = rng.randint(1, RESTORE_MAX_HIT.get(point, 4))
-                env["SNAPCUT_FAILPOINTS"] = f"{point}={nth}"
+                failpoint = f"{point}={rng.randint(1, RESTORE_MAX_HIT.get(point, 4))}"
             else:
                 kill_after = rng.uniform(0.0, est[0])
-        elif attempt > planned + 5:
-            raise ChaosError(f"run {run}: the job did not finish after {attempt} attempts")
-        cmd = _child_cmd(opts, run_dir, interval, resume=attempt > 0)
-        a = run_child(cmd, env, kill_after, run_dir / f"stderr-{attempt}.txt")
-        if attempt > 0:
-            summary.recoveries += 1
-        attempt += 1
+        cmd = _child_cmd(opts, run_dir, interval, resume=n > 0)
+        a = run_child(cmd, child_env(failpoint), kill_after, run_dir / f"stderr-{n}.txt")
         if a.killed:
             record_kill(summary, a.failpoint)
-            continue
+            return Outcome.KILLED
         # Timer kills aim at the job's whole length, learnt from finished runs.
         est[0] = max(est[0] * 0.8, a.seconds)
         done = a.finished or {}
         if done.get("restored_from") is not None:
             summary.restored += 1
         summary.skipped_checkpoints += int(done.get("skipped", 0))
-        break
+        return Outcome.FINISHED
+
+    restart_until_done(attempt, summary, planned=planned, spare=5)
     return check_output(run_dir / "out", ref)
 
 
 def run_chaos(opts: Options, log: Callable[[str], None] = lambda _: None) -> Summary:
-    """Runs `opts.runs` chaos runs and returns the summary (never raises on a
-    child failure: it counts as an error and the run as failed)."""
+    """Runs `opts.runs` chaos runs and returns the summary; an error of a run
+    is counted or raised as :func:`snapcut.chaos.core.fails_the_run` says."""
     opts.check()
-    started = time.monotonic()
     summary = Summary(protocol=opts.protocol, records=opts.records, seed=opts.seed)
     ref = reference(opts.users, opts.records, opts.seed)
-    owned = opts.workdir is None
-    root = Path(opts.workdir or tempfile.mkdtemp(prefix="snapcut-chaos-"))
-    root.mkdir(parents=True, exist_ok=True)
     est = [opts.job_seconds + 0.1]
-    try:
-        for run in range(opts.runs):
-            run_dir = root / f"{opts.protocol}-run-{run:04d}"
-            try:
-                check = run_one(opts, run, run_dir, ref, summary, est)
-            except ChaosError as e:
-                record_error(summary, run, e, run_dir, log)
-                continue
-            record_run(summary, run, check, run_dir, opts.keep, log)
-    finally:
-        if owned and not opts.keep and not summary.failed_runs:
-            shutil.rmtree(root, ignore_errors=True)
-    summary.seconds = round(time.monotonic() - started, 2)
-    return summary
+    return run_campaign(
+        summary,
+        opts.runs,
+        lambda run, run_dir: run_one(opts, run, run_dir, ref, summary, est),
+        name=opts.protocol,
+        workdir=opts.workdir,
+        keep=opts.keep,
+        log=log,
+    )

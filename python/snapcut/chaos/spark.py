@@ -54,11 +54,9 @@ import math
 import os
 import random
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -75,23 +73,22 @@ from snapcut._core import ConfigError, SnapshotError
 from snapcut.chaos.core import (
     ChaosError,
     Check,
+    Outcome,
     Summary,
-    record_error,
+    fresh_dir,
+    planned_kills,
     record_kill,
-    record_run,
+    restart_until_done,
+    run_campaign,
     run_rng,
 )
 from snapcut.jobs.spark_session import check_remote
-from snapcut.spark import failpoints
-from snapcut.spark.read import read_state_arrow
-from snapcut.spark.root import PROTOCOL, spec_of
-from snapcut.spark.sink import (
-    SINK_META_FILE,
-    committed_output,
-    read_batch_output_arrow,
-    read_offsets,
-    read_output_arrow,
-)
+from snapcut.spark import committed_output, failpoints, read_output_arrow, read_state_arrow
+
+# Not in snapcut.spark's public names: the protocol a Spark root records, the
+# file a sink root starts with, and one committed batch's rows alone.
+from snapcut.spark.roots import PROTOCOL
+from snapcut.spark.sink.root import SINK_META_FILE, read_batch_output_arrow
 
 DRIVER_POINTS = ("sink.before_commit", "sink.after_commit")
 
@@ -344,14 +341,32 @@ def source_files(checkpoint: Path) -> dict[int, list[str]]:
     return out
 
 
+def offset_sources(path: Path) -> list[Any]:
+    """The source offsets of an entry of Spark's offset log (a version line,
+    the batch's metadata, then one line per source: JSON, or ``-`` for none)."""
+    lines = path.read_text().splitlines()
+    if len(lines) < 2 or not lines[0].startswith("v"):
+        raise ChaosError(f"{path} is not a Spark offset log entry")
+    sources: list[Any] = []
+    for line in lines[2:]:
+        if line.strip() == "-":
+            sources.append(None)
+            continue
+        try:
+            sources.append(json.loads(line))
+        except ValueError:
+            sources.append(line)
+    return sources
+
+
 def read_plan(checkpoint: Path, names: list[str]) -> dict[int, list[int]]:
     """Which input files each micro-batch read: batch N covers the file
     source's log entries after batch N-1's ``logOffset`` up to its own."""
     logged = source_files(checkpoint)
     plan: dict[int, list[int]] = {}
     prev = -1
-    for batch in sorted(_log_entries(checkpoint / "offsets")):
-        sources = read_offsets(str(checkpoint), batch)["sources"]
+    for batch, entry in sorted(_log_entries(checkpoint / "offsets").items()):
+        sources = offset_sources(entry)
         if len(sources) != 1 or not isinstance(sources[0], dict):
             raise ChaosError(f"batch {batch}: expected one file source offset, got {sources}")
         offset = int(sources[0]["logOffset"])
@@ -374,8 +389,9 @@ def progress(checkpoint: Path) -> int:
     return len(_log_entries(checkpoint / "offsets")) + spark_commits(checkpoint)
 
 
-def read_run(run_dir: Path, names: list[str]) -> RunOutput:
-    """Spark's plan, the sink's committed batches and the final state of a run."""
+def read_run(run_dir: Path, names: list[str], step: str = "aggregate") -> RunOutput:
+    """Spark's plan, the sink's committed batches and the final state of a
+    run of the job's `step`."""
     out = RunOutput(read_plan(run_dir / "chk", names), {}, None, None)
     sink = run_dir / "out"
     if (sink / SINK_META_FILE).exists():
@@ -390,9 +406,8 @@ def read_run(run_dir: Path, names: list[str]) -> RunOutput:
         except SnapshotError as e:
             out.unreadable.append(f"read_output_arrow: {e}")
     try:
-        spec = spec_of(str(run_dir / "state"))
         # A transformWithState root: the per-user totals are its "totals" variable.
-        variable = "totals" if spec.tables else None
+        variable = "totals" if step == "tws" else None
         out.state = read_state_arrow(str(run_dir / "state"), variable=variable)
     except SnapshotError as e:
         out.unreadable.append(f"read_state_arrow: {e}")
@@ -730,21 +745,20 @@ def run_one(
     """One run: input, 1..max_kills killed attempts, restarts until the query
     finishes; then the comparison."""
     rng = run_rng(opts.seed, run)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
+    fresh_dir(run_dir)
     frames = generate_events(opts.files, opts.records, opts.users, rng.randrange(2**32))
     names = write_input(run_dir / "input", frames)
-    planned = rng.randint(1, opts.max_kills) if opts.max_kills else 0
+    planned = planned_kills(rng, opts.max_kills)
     hit_log = run_dir / "failpoints.jsonl"
     started = time.monotonic()
-    attempt = 0
-    while True:
-        if attempt > planned + 3:
-            raise ChaosError(f"the query did not finish after {attempt} attempts")
+    committed = 0  # batches Spark had committed when the last attempt started
+
+    def attempt(n: int) -> Outcome:
+        nonlocal committed
         committed = spark_commits(run_dir / "chk")
-        kill = plan_kill(rng, opts, committed) if attempt < planned else None
+        kill = plan_kill(rng, opts, committed) if n < planned else None
         skip = len(read_hits(hit_log, 0))
-        stderr = run_dir / f"stderr-{attempt}.txt"
+        stderr = run_dir / f"stderr-{n}.txt"
         a = run_attempt(
             child_cmd(opts, run_dir),
             child_env(kill, hit_log),
@@ -755,26 +769,24 @@ def run_one(
         )
         a.hits = read_hits(hit_log, skip)
         summary.attempts += 1
-        if attempt > 0:
-            summary.recoveries += 1  # this attempt restarted a killed driver
-        attempt += 1
         restart, what = classify(a, kill, summary, stderr)
-        log(f"run {run} attempt {attempt - 1} ({describe(kill)}): {what} after {a.seconds:.1f} s")
-        if not restart:
-            break
-    if attempt > 1 and committed > 0:
+        log(f"run {run} attempt {n} ({describe(kill)}): {what} after {a.seconds:.1f} s")
+        return Outcome.KILLED if restart else Outcome.FINISHED
+
+    attempts = restart_until_done(attempt, summary, planned=planned, spare=3, what="query")
+    if attempts > 1 and committed > 0:
         summary.restored += 1
     summary.run_seconds.append(round(time.monotonic() - started, 1))
-    return compare(frames, read_run(run_dir, names))
+    return compare(frames, read_run(run_dir, names, opts.step))
 
 
 def run_spark_chaos(
     opts: SparkOptions, log: Callable[[str], None] = lambda _: None
 ) -> SparkSummary:
-    """Runs `opts.runs` chaos runs on Spark; a child failure counts as an
-    error and its run as failed (never raised)."""
+    """Runs `opts.runs` chaos runs on Spark; an error of a run is counted or
+    raised as :func:`snapcut.chaos.core.fails_the_run` says (a query that
+    fails other than by an injected kill is a failed run)."""
     opts.check()
-    started = time.monotonic()
     summary = SparkSummary(
         protocol=PROTOCOL,
         records=opts.records,
@@ -783,20 +795,13 @@ def run_spark_chaos(
         remote=opts.remote,
         files=opts.files,
     )
-    owned = opts.workdir is None
-    root = Path(opts.workdir or tempfile.mkdtemp(prefix="snapcut-spark-chaos-"))
-    root.mkdir(parents=True, exist_ok=True)
-    try:
-        for run in range(opts.runs):
-            run_dir = root / f"spark-run-{run:04d}"
-            try:
-                check = run_one(opts, run, run_dir, summary, log)
-            except (ChaosError, SnapshotError) as e:
-                record_error(summary, run, e, run_dir, log)
-                continue
-            record_run(summary, run, check, run_dir, opts.keep, log)
-    finally:
-        if owned and not opts.keep and not summary.failed_runs:
-            shutil.rmtree(root, ignore_errors=True)
-    summary.seconds = round(time.monotonic() - started, 2)
-    return summary
+    return run_campaign(
+        summary,
+        opts.runs,
+        lambda run, run_dir: run_one(opts, run, run_dir, summary, log),
+        name="spark",
+        workdir=opts.workdir,
+        keep=opts.keep,
+        log=log,
+        prefix="snapcut-spark-chaos-",
+    )
