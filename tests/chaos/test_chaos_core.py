@@ -277,8 +277,9 @@ def test_a_torn_spark_offset_log_fails_the_run(tmp_path: Path) -> None:
 
     (tmp_path / "offsets").mkdir()
     (tmp_path / "offsets" / "0").write_text("v1\n")
-    with pytest.raises(ChaosError, match="not a Spark offset log entry") as raised:
+    with pytest.raises(SnapshotError, match="not a Spark offset log entry") as raised:
         spark.read_plan(tmp_path, ["part-00000.parquet"])
     assert fails_the_run(raised.value)
     (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs": 0}\n-\n{"logOffset": 0}')
-    assert spark.offset_sources(tmp_path / "offsets" / "0") == [None, {"logOffset": 0}]
+    with pytest.raises(ChaosError, match=r"expected one file source offset, got \[None, "):
+        spark.read_plan(tmp_path, ["part-00000.parquet"])

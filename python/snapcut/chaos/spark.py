@@ -87,6 +87,7 @@ from snapcut.spark import committed_output, failpoints, read_output_arrow, read_
 
 # Not in snapcut.spark's public names: the protocol a Spark root records, the
 # file a sink root starts with, and one committed batch's rows alone.
+from snapcut.spark.query_checkpoint import read_offsets
 from snapcut.spark.roots import PROTOCOL
 from snapcut.spark.sink.root import SINK_META_FILE, read_batch_output_arrow
 
@@ -341,32 +342,14 @@ def source_files(checkpoint: Path) -> dict[int, list[str]]:
     return out
 
 
-def offset_sources(path: Path) -> list[Any]:
-    """The source offsets of an entry of Spark's offset log (a version line,
-    the batch's metadata, then one line per source: JSON, or ``-`` for none)."""
-    lines = path.read_text().splitlines()
-    if len(lines) < 2 or not lines[0].startswith("v"):
-        raise ChaosError(f"{path} is not a Spark offset log entry")
-    sources: list[Any] = []
-    for line in lines[2:]:
-        if line.strip() == "-":
-            sources.append(None)
-            continue
-        try:
-            sources.append(json.loads(line))
-        except ValueError:
-            sources.append(line)
-    return sources
-
-
 def read_plan(checkpoint: Path, names: list[str]) -> dict[int, list[int]]:
     """Which input files each micro-batch read: batch N covers the file
     source's log entries after batch N-1's ``logOffset`` up to its own."""
     logged = source_files(checkpoint)
     plan: dict[int, list[int]] = {}
     prev = -1
-    for batch, entry in sorted(_log_entries(checkpoint / "offsets").items()):
-        sources = offset_sources(entry)
+    for batch in sorted(_log_entries(checkpoint / "offsets")):
+        sources = read_offsets(str(checkpoint), batch)["sources"]
         if len(sources) != 1 or not isinstance(sources[0], dict):
             raise ChaosError(f"batch {batch}: expected one file source offset, got {sources}")
         offset = int(sources[0]["logOffset"])
