@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["KeyedState", "keyed_state", "parse_duration_ms"]
 
+
 class KeyedState:
     """A DataFrame keyed for stateful processing, with its state root."""
 
