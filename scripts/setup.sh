@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
 # Creates ./.venv (or $SNAPCUT_VENV) and installs snapcut built in release mode
-# with the extras named by the first argument (default "test,spark": what
-# scripts/test.sh needs; scripts/demo.sh asks for "spark" only). pyspark 4.x:
-# pip builds its wheel from the sdist once, a few minutes; Java 17 must be on
-# PATH. Safe to run again: it reuses what is there. Prints a line per step;
-# pip's and maturin's output goes to a log, shown only if a step fails.
+# with the extras named by the last argument (default "test,spark": what
+# scripts/test.sh needs; scripts/demo.sh asks for "spark" only).
+#   bash scripts/setup.sh [EXTRAS]              editable: `maturin develop --release`
+#                                               (python/ is the package; rebuild after a
+#                                               Rust change with `maturin develop --release`)
+#   bash scripts/setup.sh --wheel DIR [EXTRAS]  what users install: builds the
+#                                               manylinux_2_28 abi3 wheel into DIR (its old
+#                                               snapcut wheels removed first) and installs it,
+#                                               not editable (CI: scripts/test.sh; the run's
+#                                               one release build)
+# pyspark 4.x: pip builds its wheel from the sdist once, a few minutes; Java 17
+# must be on PATH. Safe to run again: it reuses what is there, and either way
+# replaces the snapcut installed before. Prints a line per step; pip's and
+# maturin's output goes to a log, shown only if a step fails.
 # ziglang (zig from PyPI) is the linker for the manylinux_2_28 wheel (`maturin build --zig`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+wheel_dir=
+if [ "${1:-}" = --wheel ]; then
+  [ -n "${2:-}" ] || { echo "usage: bash scripts/setup.sh [--wheel DIR] [EXTRAS]" >&2; exit 2; }
+  wheel_dir=$2
+  shift 2
+fi
 extras=${1:-test,spark}
 venv=${SNAPCUT_VENV:-.venv}
 python=${PYTHON:-python3}
@@ -34,5 +49,25 @@ run() {
 . "$venv/bin/activate"
 run "pip and the build tools (maturin, zig)" \
   python -m pip install -q --upgrade pip "maturin>=1.9,<2" "ziglang==0.17.1"
-run "snapcut (Rust, release) with extras [$extras]" \
-  maturin develop --release -q -E "$extras"
+if [ -z "$wheel_dir" ]; then
+  run "snapcut (Rust, release) with extras [$extras]" \
+    maturin develop --release -q -E "$extras"
+  exit 0
+fi
+
+build_wheel() {
+  mkdir -p "$wheel_dir"
+  rm -f "$wheel_dir"/snapcut-*.whl
+  maturin build --release --zig --compatibility manylinux_2_28 -q -o "$wheel_dir"
+}
+# pip keeps an installed snapcut of the same version (an editable one from
+# `maturin develop` included): remove it first, so the wheel is what imports.
+install_wheel() {
+  local wheels=("$wheel_dir"/snapcut-*.whl)
+  [ "${#wheels[@]}" -eq 1 ] && [ -f "${wheels[0]}" ] \
+    || { echo "expected one wheel in $wheel_dir, got: ${wheels[*]}"; return 1; }
+  python -m pip uninstall -q -y snapcut
+  python -m pip install -q "${wheels[0]}[$extras]"
+}
+run "snapcut wheel (Rust, release, manylinux_2_28 abi3, zig) into $wheel_dir" build_wheel
+run "snapcut from that wheel with extras [$extras]" install_wheel

@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Sets everything up (see setup.sh) and runs every check and test: Rust format,
 # lints, unit/property/stress tests, loom model checks, Python lints, types, pytest.
-#   bash scripts/test.sh          everything (what CI runs)
+#   bash scripts/test.sh          everything (what CI runs), against the manylinux_2_28
+#                                 abi3 wheel installed into the venv (what users install):
+#                                 the extension is built once, as that wheel
 #   bash scripts/test.sh --fast   the inner loop: Python lints and types, the Rust core's
-#                                 unit tests, pytest without Spark (-m "not spark")
+#                                 unit tests, pytest without Spark (-m "not spark"),
+#                                 against this checkout's python/ (`maturin develop`)
+# The full run leaves the wheel installed in the venv: edits to python/ show only after
+# `bash scripts/setup.sh` (or --fast) puts the editable install back.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fast=0
@@ -12,12 +17,19 @@ case "${1:-}" in
   --fast) fast=1 ;;
   *) echo "usage: bash scripts/test.sh [--fast]" >&2; exit 2 ;;
 esac
-bash scripts/setup.sh
-# shellcheck disable=SC1091
-. "${SNAPCUT_VENV:-.venv}/bin/activate"
-
 # Each step's start, in seconds since the script began (where CI's time goes).
 step() { printf '\n== [%4d s] %s\n' "$SECONDS" "$*"; }
+
+wheel_dir=target/wheels-ci
+if [ "$fast" = 1 ]; then
+  step "setup: the editable install (maturin develop --release)"
+  bash scripts/setup.sh
+else
+  step "setup: the wheel, built once (maturin build --release --zig), installed with [test,spark]"
+  bash scripts/setup.sh --wheel "$wheel_dir"
+fi
+# shellcheck disable=SC1091
+. "${SNAPCUT_VENV:-.venv}/bin/activate"
 
 if [ "$fast" = 1 ]; then
   step "ruff"
@@ -33,6 +45,52 @@ if [ "$fast" = 1 ]; then
   exit 0
 fi
 
+step "the wheel (setup.sh built it: the run's one release build): tag, glibc, the venv imports it; alone in another venv"
+wheels=("$wheel_dir"/snapcut-*.whl)
+[ "${#wheels[@]}" -eq 1 ] || { echo "expected one wheel, got: ${wheels[*]}"; exit 1; }
+wheel=${wheels[0]}
+python - "$wheel" <<'PY'
+"""The wheel's tag is cp311-abi3-manylinux_2_28_x86_64 (stable ABI, CPython >= 3.11) and
+its extension asks for no glibc symbol version newer than 2.28 (what auditwheel checks).
+The venv's snapcut is that wheel installed, not this checkout's python/."""
+import re
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+want = "cp311-abi3-manylinux_2_28_x86_64"
+path = sys.argv[1]
+assert path.endswith(f"-{want}.whl"), f"{path}: not a {want} wheel"
+with zipfile.ZipFile(path) as z:
+    meta = next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))
+    tags = [v.strip() for k, _, v in
+            (line.partition(":") for line in z.read(meta).decode().splitlines()) if k == "Tag"]
+    assert tags == [want], f"{meta}: Tag {tags}, want [{want!r}]"
+    libs = [n for n in z.namelist() if n.endswith(".so")]
+    assert libs == ["snapcut/_core.abi3.so"], f"extension modules: {libs}"
+    needed = {tuple(map(int, m)) for m in re.findall(rb"GLIBC_(\d+)\.(\d+)", z.read(libs[0]))}
+    core = z.read(libs[0])
+assert needed and max(needed) <= (2, 28), f"needs glibc {max(needed)}"
+print(f"{path}: Tag {tags[0]}, glibc symbol versions up to {'.'.join(map(str, max(needed)))}")
+
+import snapcut._core as c  # noqa: E402
+
+site = Path(sysconfig.get_paths()["purelib"]).resolve()
+installed = Path(c.__file__).resolve()
+assert installed.is_relative_to(site), f"snapcut._core imports from {installed}, not {site}"
+assert installed.read_bytes() == core, f"{installed} is not the wheel's {libs[0]}"
+tx, rx = c.channel(2)
+tx.send(1)
+assert rx.recv() == 1
+print(f"snapcut imports from {installed.parent}")
+PY
+# The wheel alone, with only its declared dependencies (no extras): the CLI starts.
+rm -rf target/venv-wheel
+python -m venv target/venv-wheel
+target/venv-wheel/bin/python -m pip install -q "$wheel"
+target/venv-wheel/bin/snapcut --version
+
 step "cargo fmt"
 cargo fmt --all -- --check
 step "cargo clippy"
@@ -47,45 +105,32 @@ ruff check python tests bench
 ruff format --check python tests bench
 step "mypy"
 mypy python/
-step "manylinux_2_28 abi3 wheel (zig as the linker), installs into another venv"
-rm -rf target/wheels-ci target/venv-wheel
-started=$SECONDS
-maturin build --release --zig --compatibility manylinux_2_28 -q -o target/wheels-ci
-echo "wheel built in $((SECONDS - started)) s"
-wheels=(target/wheels-ci/snapcut-*.whl)
-[ "${#wheels[@]}" -eq 1 ] || { echo "expected one wheel, got: ${wheels[*]}"; exit 1; }
-wheel=${wheels[0]}
-python - "$wheel" <<'PY'
-"""The wheel's tag is cp311-abi3-manylinux_2_28_x86_64 (stable ABI, CPython >= 3.11) and
-its extension asks for no glibc symbol version newer than 2.28 (what auditwheel checks)."""
-import re
-import sys
-import zipfile
-
-want = "cp311-abi3-manylinux_2_28_x86_64"
-path = sys.argv[1]
-assert path.endswith(f"-{want}.whl"), f"{path}: not a {want} wheel"
-with zipfile.ZipFile(path) as z:
-    meta = next(n for n in z.namelist() if n.endswith(".dist-info/WHEEL"))
-    tags = [v.strip() for k, _, v in
-            (line.partition(":") for line in z.read(meta).decode().splitlines()) if k == "Tag"]
-    assert tags == [want], f"{meta}: Tag {tags}, want [{want!r}]"
-    libs = [n for n in z.namelist() if n.endswith(".so")]
-    assert libs == ["snapcut/_core.abi3.so"], f"extension modules: {libs}"
-    needed = {tuple(map(int, m)) for m in re.findall(rb"GLIBC_(\d+)\.(\d+)", z.read(libs[0]))}
-assert needed and max(needed) <= (2, 28), f"needs glibc {max(needed)}"
-print(f"{path}: Tag {tags[0]}, glibc symbol versions up to {'.'.join(map(str, max(needed)))}")
-PY
-python -m venv target/venv-wheel
-target/venv-wheel/bin/python -m pip install -q "$wheel"
-target/venv-wheel/bin/snapcut --version
-target/venv-wheel/bin/python -c "import snapcut, snapcut._core as c; tx, rx = c.channel(2); tx.send(1); assert rx.recv() == 1"
 
 step "pytest (Spark tests: local[2] and local-cluster[2,1,1024], one session per module)"
 export PYSPARK_PYTHON="$(command -v python)"
+# pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
 export SNAPCUT_WHEEL="$PWD/$wheel"
-python -m pytest -q --durations=15 tests
+rc=0
+python -m pytest -q --durations=15 --junitxml=target/pytest-ci.xml tests || rc=$?
+python - target/pytest-ci.xml <<'PY' || true
+"""Where pytest's time went, by module (each test's setup, call and teardown): the 15 slowest."""
+import collections
+import sys
+import xml.etree.ElementTree as ET
+
+took: collections.Counter[str] = collections.Counter()
+tests: collections.Counter[str] = collections.Counter()
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    parts = case.get("classname", "?").split(".")
+    module = ".".join(parts[:-1] if parts[-1][:1].isupper() else parts)
+    took[module] += float(case.get("time", 0))
+    tests[module] += 1
+print(f"\nslowest modules (of {len(took)}, {sum(took.values()):.0f} s in all):")
+for module, s in took.most_common(15):
+    print(f"{s:8.1f} s  {tests[module]:4d} tests  {module}")
+PY
+[ "$rc" = 0 ] || exit "$rc"
 
 step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
 # 54-58 s measured on the busy 2-vCPU machine (load 5), ~50 s of it Spark (session
