@@ -15,16 +15,20 @@ from types import ModuleType
 import pytest
 from tests.thread_support import named_thread
 
+import snapcut
 from snapcut.dataflow import dwell_events
 
 REPO = Path(__file__).resolve().parents[2]
 PEERS = REPO / "bench" / "peers"
+SNAPCUT_PATH = Path(snapcut.__file__).resolve().parents[1]
+"""Where this run's snapcut imports from (the wheel's site-packages in CI, python/
+under `maturin develop`): the scripts run here must import the same one."""
 
 
 def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(REPO / "python"), env.get("PYTHONPATH", "")) if p
+        p for p in (str(SNAPCUT_PATH), env.get("PYTHONPATH", "")) if p
     )
     return subprocess.run(
         [sys.executable, *args],
