@@ -17,7 +17,7 @@
 //!   closure is the whole job anyway.
 
 use super::regions::Regions;
-use super::TaskIndex;
+use super::topology::{TaskIndex, Topology};
 use crate::error::{Error, Result};
 
 /// Which tasks restart after a task fails (Flink's
@@ -45,6 +45,29 @@ impl FailoverStrategy {
             Self::Upstream => "upstream",
         }
     }
+
+    /// The cancellation units of a job run under this strategy: a failure
+    /// stops whole units, so every restart set must be a union of them.
+    /// Under `upstream` each task is one, so a restart set can be any
+    /// upstream closure.
+    pub fn regions(self, topo: &Topology) -> Regions {
+        match self {
+            Self::Region => Regions::of(topo),
+            Self::Full => Regions::whole(topo),
+            Self::Upstream => Regions::singletons(topo),
+        }
+    }
+
+    /// The regions whose numbers a restart reports: the cancellation units,
+    /// except under `upstream`, whose units are single tasks and would say
+    /// nothing; there the connected components (`region`'s units) are
+    /// reported.
+    pub fn reported_regions(self, topo: &Topology) -> Regions {
+        match self {
+            Self::Upstream => Regions::of(topo),
+            other => other.regions(topo),
+        }
+    }
 }
 
 impl std::str::FromStr for FailoverStrategy {
@@ -60,27 +83,6 @@ impl std::str::FromStr for FailoverStrategy {
                  failed task and its upstream only)"
             ))),
         }
-    }
-}
-
-/// The shape the failover rule needs: tasks, channels between them, and
-/// which cycle (strongly connected group, with a shared termination
-/// tracker) each task is on.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Topology {
-    /// `(from, to)` per channel.
-    pub channels: Vec<(TaskIndex, TaskIndex)>,
-    /// Per task: the id of its cycle, if any.
-    pub cycle: Vec<Option<usize>>,
-    /// Per channel: whether it belongs to a round-robin group (which
-    /// channel a batch takes depends on where the dealing stood, not on the
-    /// batch, and the dealing restarts with its sender).
-    pub round_robin: Vec<bool>,
-}
-
-impl Topology {
-    pub fn tasks(&self) -> usize {
-        self.cycle.len()
     }
 }
 
@@ -104,7 +106,7 @@ pub fn restart_set(
 ) -> RestartSet {
     let n = topo.tasks();
     let region = || {
-        let regions = Regions::of_topology(topo);
+        let regions = Regions::of(topo);
         regions.members[regions.of_task[failed]].clone()
     };
     match strategy {
@@ -246,6 +248,29 @@ mod tests {
         assert!(
             e.contains("\"region\"") && e.contains("\"full\"") && e.contains("\"upstream\""),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn each_strategy_cancels_its_own_units_and_reports_components_under_upstream() {
+        // Two pipelines: 0 -> 1 and 2 -> 3.
+        let t = topo(&[(0, 1), (2, 3)], vec![None; 4]);
+        let units = |s: FailoverStrategy| s.regions(&t).members;
+        assert_eq!(
+            units(FailoverStrategy::Region),
+            vec![vec![0, 1], vec![2, 3]]
+        );
+        assert_eq!(units(FailoverStrategy::Full), vec![vec![0, 1, 2, 3]]);
+        assert_eq!(
+            units(FailoverStrategy::Upstream),
+            vec![vec![0], vec![1], vec![2], vec![3]]
+        );
+        for s in [FailoverStrategy::Region, FailoverStrategy::Full] {
+            assert_eq!(s.reported_regions(&t), s.regions(&t));
+        }
+        assert_eq!(
+            FailoverStrategy::Upstream.reported_regions(&t),
+            FailoverStrategy::Region.regions(&t)
         );
     }
 

@@ -11,16 +11,16 @@ pub mod failover;
 mod fingerprint;
 mod physical;
 mod regions;
+mod topology;
 mod validate;
 
 #[cfg(test)]
 mod tests;
 
-pub use failover::{restart_set, FailoverStrategy, RestartSet, Topology};
-pub use physical::{
-    ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask, TaskIndex,
-};
+pub use failover::{restart_set, FailoverStrategy, RestartSet};
+pub use physical::{ChannelId, OutputGroup, PhysicalChannel, PhysicalGraph, PhysicalTask};
 pub use regions::{RegionIndex, Regions};
+pub use topology::{TaskIndex, Topology};
 
 /// Index of a logical vertex in a [`LogicalGraph`].
 pub type VertexId = usize;

@@ -1,13 +1,12 @@
 //! Expansion of a validated logical graph into physical tasks and channels.
 
+use super::topology::{TaskIndex, Topology};
 use super::validate::validate;
 use super::{EdgeId, LogicalGraph, Partitioning, VertexId, VertexKind};
 use crate::error::Result;
 use crate::protocol::{InputId, InputKind};
 use crate::snapshot::TaskId;
 
-/// Index of a physical task in [`PhysicalGraph::tasks`].
-pub type TaskIndex = usize;
 /// Index of a physical channel in [`PhysicalGraph::channels`].
 pub type ChannelId = usize;
 
@@ -64,17 +63,18 @@ pub struct PhysicalGraph {
 
 impl PhysicalGraph {
     /// The shape the failover rule works on.
-    pub fn topology(&self) -> super::failover::Topology {
-        super::failover::Topology {
+    pub fn topology(&self) -> Topology {
+        Topology {
             channels: self.channels.iter().map(|c| (c.from, c.to)).collect(),
             cycle: self.tasks.iter().map(|t| t.cycle).collect(),
             round_robin: self
                 .channels
                 .iter()
                 .map(|c| {
-                    self.tasks[c.from].outputs.iter().any(|g| {
-                        g.edge == c.edge && g.partitioning == super::Partitioning::RoundRobin
-                    })
+                    self.tasks[c.from]
+                        .outputs
+                        .iter()
+                        .any(|g| g.edge == c.edge && g.partitioning == Partitioning::RoundRobin)
                 })
                 .collect(),
         }

@@ -9,8 +9,7 @@
 //! tracker, so they are kept in one region even when forward edges would
 //! split them.
 
-use super::failover::Topology;
-use super::physical::{PhysicalGraph, TaskIndex};
+use super::topology::{TaskIndex, Topology};
 
 /// Index of a region in [`Regions::members`].
 pub type RegionIndex = usize;
@@ -25,13 +24,8 @@ pub struct Regions {
 }
 
 impl Regions {
-    /// One region per connected component of `graph`.
-    pub fn of(graph: &PhysicalGraph) -> Self {
-        Self::of_topology(&graph.topology())
-    }
-
     /// One region per connected component of `topo`.
-    pub fn of_topology(topo: &Topology) -> Self {
+    pub fn of(topo: &Topology) -> Self {
         let n = topo.tasks();
         let mut parent: Vec<usize> = (0..n).collect();
         for &(from, to) in &topo.channels {
@@ -49,13 +43,13 @@ impl Regions {
 
     /// One region per task: the cancellation units of the `upstream`
     /// strategy, whose restart sets are unions of them.
-    pub fn singletons(graph: &PhysicalGraph) -> Self {
-        Self::from_roots((0..graph.tasks.len()).collect())
+    pub fn singletons(topo: &Topology) -> Self {
+        Self::from_roots((0..topo.tasks()).collect())
     }
 
     /// A single region holding every task (Flink's `full` failover strategy).
-    pub fn whole(graph: &PhysicalGraph) -> Self {
-        Self::from_roots(vec![0; graph.tasks.len()])
+    pub fn whole(topo: &Topology) -> Self {
+        Self::from_roots(vec![0; topo.tasks()])
     }
 
     fn from_roots(roots: Vec<usize>) -> Self {

@@ -236,7 +236,7 @@ fn regions_are_connected_components_and_forward_edges_split_them_per_subtask() {
     g.connect(a, am, Partitioning::Forward);
     g.connect(b, bm, Partitioning::RoundRobin);
     let p = g.expand().unwrap();
-    let r = Regions::of(&p);
+    let r = Regions::of(&p.topology());
     assert_eq!(
         region_names(&p, &r),
         vec![
@@ -249,7 +249,7 @@ fn regions_are_connected_components_and_forward_edges_split_them_per_subtask() {
         assert!(r.members[region].contains(&t));
     }
     assert_eq!(
-        Regions::whole(&p).members,
+        Regions::whole(&p.topology()).members,
         vec![(0..p.tasks.len()).collect::<Vec<_>>()]
     );
 }
@@ -263,7 +263,7 @@ fn a_hash_edge_joins_everything_into_one_region() {
     g.connect(a, u, Partitioning::Forward);
     g.connect(b, u, Partitioning::Hash { key: "k".into() });
     let p = g.expand().unwrap();
-    assert_eq!(Regions::of(&p).len(), 1);
+    assert_eq!(Regions::of(&p.topology()).len(), 1);
 }
 
 #[test]
@@ -276,7 +276,7 @@ fn subtasks_of_one_cycle_share_a_region_even_across_forward_edges() {
     g.connect(h, body, Partitioning::Forward);
     g.connect_feedback(body, h, Partitioning::Forward);
     let p = g.expand().unwrap();
-    let r = Regions::of(&p);
+    let r = Regions::of(&p.topology());
     assert_eq!(
         region_names(&p, &r),
         vec![vec!["s-0", "s-1", "head-0", "head-1", "body-0", "body-1"]]

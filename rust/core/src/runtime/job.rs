@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::graph::{LogicalGraph, PhysicalGraph, Regions};
+use crate::graph::{LogicalGraph, PhysicalGraph};
 use crate::protocol::ProtocolKind;
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{CoordMsg, Mailbox, TaskCounters};
@@ -210,17 +210,10 @@ impl Job {
             .ok_or_else(|| Error::Config("a job runs once".into()))?;
         let phys = &self.physical;
         let n = phys.tasks.len();
-        // Cancellation units: a failure stops whole units. Under `upstream`
-        // each task is one, so a restart set can be any upstream closure.
-        let units = match self.options.failover {
-            FailoverStrategy::Region => Regions::of(phys),
-            FailoverStrategy::Full => Regions::whole(phys),
-            FailoverStrategy::Upstream => Regions::singletons(phys),
-        };
-        let components = match self.options.failover {
-            FailoverStrategy::Upstream => Regions::of(phys),
-            _ => units.clone(),
-        };
+        let topology = phys.topology();
+        // Cancellation units: a failure stops whole units.
+        let units = self.options.failover.regions(&topology);
+        let components = self.options.failover.reported_regions(&topology);
         let wakers: Vec<SignalRef> = (0..n).map(|_| Signal::new()).collect();
         let mailboxes: Vec<Arc<Mailbox>> = (0..n).map(|_| Arc::new(Mailbox::default())).collect();
 
@@ -289,7 +282,7 @@ impl Job {
             phys.fingerprint.clone(),
             Failover {
                 strategy: self.options.failover,
-                topology: phys.topology(),
+                topology,
                 units: units.clone(),
                 components,
                 delay: self.options.restart.delay,

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::rng::SplitMix64;
 use crate::error::{Error, Result};
-use crate::graph::failover::{restart_set, FailoverStrategy, Topology};
+use crate::graph::{restart_set, FailoverStrategy, Topology};
 use crate::protocol::sequence::{seen, Seen};
 use crate::protocol::{for_task, Action, CheckpointId, Event, InputKind, Protocol, ProtocolKind};
 
