@@ -1,0 +1,53 @@
+//! The snapshot format's rules, with no I/O (in the style of
+//! [`crate::protocol`]). The spec is `docs/format.md`.
+//!
+//! Everything that touches a filesystem calls these: the Rust store and
+//! reader on local paths (`files.rs`, `reader.rs`, `sink.rs` keep only the
+//! `std::fs` calls), and, through the bindings, the Python backend that moves
+//! bytes for URIs (pyarrow filesystems, Spark executors).
+//!
+//! One concern per module, all re-exported here flat (callers write
+//! `format::encode_ipc`, not where it lives):
+//! - `encode`: an Arrow IPC file's bytes, encoded with their size and
+//!   checksum, decoded without copying;
+//! - `tables`: what the Arrow files hold (a state table as stored, the
+//!   source offsets);
+//! - `entries`: a manifest's file and task entries, the manifest built,
+//!   serialised, parsed and looked up;
+//! - `listing`: a root's checkpoints as a listing shows them, summarised;
+//! - `chain`: diff chains, resolved and walked;
+//! - `rebuild`: state rebuilt from a chain;
+//! - `verify`: a file checked against its entry, a checkpoint verified;
+//! - `retention`: which checkpoints may be deleted;
+//! - `export`: which file becomes which part of an export.
+//!
+//! The modules depend on each other in one direction only (`entries`,
+//! `verify` → `encode`; `rebuild`, `verify` → `chain`), never on this one.
+
+mod chain;
+mod encode;
+mod entries;
+mod export;
+mod listing;
+mod rebuild;
+mod retention;
+mod tables;
+#[cfg(test)]
+mod testing;
+mod verify;
+
+pub use chain::{chain_after, chain_link, diff_chain, link_kind, resolve_chains, state_chain};
+pub use encode::{concat, decode_ipc, encode_ipc, encode_ipc_into, EncodeError, Written};
+pub use entries::{
+    build_manifest, channel_entry, channel_files, manifest_bytes, other_entry, parse_manifest,
+    sources_entry, state_entry, state_files, task_entries, ManifestMeta,
+};
+pub use export::{export_plan, ExportPart};
+pub use listing::{missing_manifest, scan_listing, summarize, Summary};
+pub use rebuild::rebuild_state;
+pub use retention::{retention, retention_of_root, InProgress};
+pub use tables::{sort_by_key, sources_batch, sources_schema, state_batch};
+pub use verify::{
+    check_file, check_structure, missing_file, plan_verify, plan_verify_with, verify_with,
+    VerifyPlan,
+};
