@@ -634,7 +634,7 @@ class _Context:
 
 def test_a_streaming_task_without_its_batch_id_is_an_error_not_batch_0() -> None:
     from snapcut._core import TaskError
-    from snapcut.spark.keyed_state import task_batch
+    from snapcut.spark.batch_identity import task_batch
 
     props = {"streaming.sql.batchId": "7", "sql.streaming.queryId": "q-1"}
     assert task_batch(_Context(**props), streaming=True) == (7, "q-1")
