@@ -88,10 +88,36 @@ class KeyedState:
         self.input = KeyedInput.of(
             df, key, name, event_time, watermark, has_initial_state=initial_state is not None
         )
-        self.key, self.name = self.input.key, name
-        self.state_key, self.input_schema = self.input.state_key, self.input.input_schema
-        self.event_time, self.delay_ms = event_time, self.input.delay_ms
-        self.timezone = self.input.timezone
+
+    # What the keyed input says; kept once, in `input`.
+
+    @property
+    def key(self) -> tuple[str, ...]:
+        return self.input.key
+
+    @property
+    def name(self) -> str:
+        return self.input.name
+
+    @property
+    def state_key(self) -> str:
+        return self.input.state_key
+
+    @property
+    def input_schema(self) -> pa.Schema:
+        return self.input.input_schema
+
+    @property
+    def event_time(self) -> str | None:
+        return self.input.event_time
+
+    @property
+    def delay_ms(self) -> int | None:
+        return self.input.delay_ms
+
+    @property
+    def timezone(self) -> str:
+        return self.input.timezone
 
     # -- level 1 ---------------------------------------------------------------
 
