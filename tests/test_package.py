@@ -1,9 +1,10 @@
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from tests.import_graph import cycles, import_graph
+from tests.import_graph import cycles, import_graph, module_files
 
 import snapcut
 from snapcut import _core
@@ -47,6 +48,57 @@ def test_no_import_cycles_in_the_package() -> None:
     graph = import_graph(src, extra_modules=("snapcut._core",))
     assert "snapcut.spark.keyed_state" in graph["snapcut.spark"]  # the graph was read
     assert cycles(graph) == []
+
+
+FORMAT = "snapcut._core.format"
+
+
+def format_binding_users(src: Path) -> list[str]:
+    """Modules under `src` outside ``snapcut.snapshots`` that use the format
+    bindings: import ``snapcut._core.format`` (any form, lazy and
+    TYPE_CHECKING ones included), or reach ``_core.format`` / a flat
+    ``format_*`` binding by attribute or ``from snapcut._core import``."""
+    graph = import_graph(src, extra_modules=("snapcut._core", FORMAT))
+    users = {m for m, deps in graph.items() if FORMAT in deps}
+    for module, path in module_files(src).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == "snapcut._core":
+                if any(a.name.startswith("format") for a in node.names):
+                    users.add(module)
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("format")
+                and isinstance(node.value, ast.Name | ast.Attribute)
+                and (node.value.id if isinstance(node.value, ast.Name) else node.value.attr)
+                == "_core"
+            ):
+                users.add(module)
+    return sorted(m for m in users if m.split(".")[:2] != ["snapcut", "snapshots"])
+
+
+def test_only_snapshots_calls_the_format_bindings() -> None:
+    """The format's rules reach the rest of the package through
+    ``snapcut.snapshots`` (``encode_ipc``, ``file_entry``, the readers and
+    writers), never around it."""
+    src = Path(__file__).resolve().parents[1] / "python"
+    graph = import_graph(src, extra_modules=("snapcut._core", FORMAT))
+    assert any(FORMAT in graph[m] for m in graph if m.startswith("snapcut.snapshots."))
+    assert format_binding_users(src) == []
+
+
+def test_the_format_check_finds_every_way_in(tmp_path: Path) -> None:
+    files = {
+        "snapshots/ok.py": "from snapcut._core import format as fmt\n",
+        "spark/a.py": "def f():\n    import snapcut._core.format\n",
+        "spark/b.py": "from snapcut._core import format_scan\n",
+        "spark/c.py": "from snapcut import _core\n_core.format.scan([])\n",
+        "spark/d.py": "import snapcut._core\nsnapcut._core.format_scan\n",
+        "spark/e.py": "from snapcut._core import SnapshotError\n",
+    }
+    for name, text in {"__init__.py": "", "snapshots/__init__.py": "", **files}.items():
+        (tmp_path / "snapcut" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "snapcut" / name).write_text(text)
+    assert format_binding_users(tmp_path) == [f"snapcut.spark.{m}" for m in "abcd"]
 
 
 def test_the_cycle_check_finds_lazy_and_type_only_cycles(tmp_path: Path) -> None:

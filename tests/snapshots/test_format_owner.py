@@ -7,6 +7,9 @@
   read as they did, through the Rust reader (local paths) and the pyarrow.fs
   backend (URIs) alike, and verify; writing the same inputs again gives the
   same files.
+- The format's bindings are one submodule, ``snapcut._core.format``; the
+  entries it gives are the dicts ``json.loads`` gives of the manifest written
+  (same keys, same order, same values).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pytest
 from tests.snapshots.fixtures import make_fixtures
 
 from snapcut import snapshots
-from snapcut._core import SnapshotStore
+from snapcut._core import SnapshotError, SnapshotStore
 from snapcut.cli import main
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -153,3 +156,35 @@ def test_the_same_inputs_write_the_same_files(name: str, tmp_path: Path) -> None
             same_bytes = name == make_fixtures.RUNTIME
             a, b = (make_fixtures.manifest_content(d / rel, same_bytes) for d in (old, new))
             assert a == b, rel
+
+
+# --- the bindings: one submodule, entries as the manifest's dicts ---
+
+
+def test_the_format_bindings_are_one_submodule() -> None:
+    import snapcut._core
+    import snapcut._core.format
+    from snapcut._core import format as fmt
+
+    assert snapcut._core.format is fmt
+    assert fmt.__name__ == "snapcut._core.format"
+    assert fmt.scan.__module__ == "snapcut._core.format"
+    assert [n for n in dir(snapcut._core) if n.startswith("format_")] == []
+
+
+def test_entries_are_the_dicts_of_the_manifest_written(tmp_path: Path) -> None:
+    from snapcut._core import format as fmt
+
+    writer = snapshots.SnapshotWriter(tmp_path)
+    table = pa.table({"k": [2, 1], "v": [20, 10]})
+    state = writer.write_state(1, "op", 0, table, "k", base_chain=())
+    fields = {"partition": 3, "z": {"b": [1, 2.5, None, True], "a": "x"}}
+    output = snapshots.file_entry("part-00003.arrow", "output", 1, 8, 7, fields)
+    manifest = writer.commit(1, [state, output])
+    assert manifest["files"][:2] == [state, output]
+    assert [list(e) for e in manifest["files"][:2]] == [list(state), list(output)]
+    assert fmt.state_files(json.dumps(manifest).encode(), 1) == [("op", 0, state)]
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        snapshots.file_entry("p.arrow", "output", 0, 0, 0, {"at": object()})
+    with pytest.raises(SnapshotError, match="malformed manifest file entry"):
+        fmt.check_file(b"", {"path": 1}, 1, "p")

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapcut import ConfigError, SnapshotError, _fs, snapshots
-from snapcut._core import format_encode_state
+from snapcut._core import format as fmt
 from snapcut.spark.keyed_state import parse_duration_ms
 from snapcut.spark.processors import AggregateProcessor
 from snapcut.spark.roots import schema_bytes
@@ -186,8 +186,8 @@ def test_the_encoder_sorts_to_the_bytes_the_python_sort_gave(
     capture = pa.record_batch(columns)
     kind, base = ("diff", 2) if diff else ("full", None)
     python_sorted = pa.Table.from_batches([capture]).sort_by("k")
-    before = format_encode_state("state", 1, python_sorted, "k", kind, base)
-    after = format_encode_state("state", 1, capture, "k", kind, base, sort=True)
+    before = fmt.encode_state("state", 1, python_sorted, "k", kind, base)
+    after = fmt.encode_state("state", 1, capture, "k", kind, base, sort=True)
     assert after == before
 
 

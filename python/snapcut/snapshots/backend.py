@@ -11,18 +11,8 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import (
-    SnapshotError,
-    SnapshotReader,
-    format_channel_files,
-    format_check_file,
-    format_check_manifest,
-    format_missing_file,
-    format_missing_manifest,
-    format_scan,
-    format_state_chain,
-    format_verify,
-)
+from snapcut._core import SnapshotError, SnapshotReader
+from snapcut._core import format as fmt
 from snapcut.snapshots.layout import (
     MANIFEST_FILE,
     Channel,
@@ -84,7 +74,7 @@ class RustBackend(Backend):
 
 class FsBackend(Backend):
     """The same reader over any pyarrow filesystem: it moves the bytes, the
-    Rust format rules (``snapcut._core.format_*``) check and read them."""
+    Rust format rules (``snapcut._core.format``) check and read them."""
 
     def __init__(self, fs: Any, root: str, check: bool = True) -> None:
         self.fs = fs
@@ -99,7 +89,7 @@ class FsBackend(Backend):
 
     def listing(self) -> builtins.list[tuple[str, bool]]:
         """Paths under the root, relative to it, with whether each is a
-        directory: what ``format_scan`` and ``format_retention`` read. On
+        directory: what ``fmt.scan`` and ``fmt.retention`` read. On
         object stores one recursive listing (pages of keys) costs less than a
         request per checkpoint; elsewhere the root's entries and the
         manifests of the checkpoint directories among them."""
@@ -124,7 +114,7 @@ class FsBackend(Backend):
     def scan(self) -> tuple[builtins.list[int], builtins.list[int]]:
         """``(complete, partial)`` checkpoint ids, oldest first: the Rust rule
         over the root's listing."""
-        return format_scan(self.listing())
+        return fmt.scan(self.listing())
 
     def complete(self) -> builtins.list[int]:
         return self.scan()[0]
@@ -144,9 +134,9 @@ class FsBackend(Backend):
         except OSError:
             if _fs.exists(self.fs, path):
                 raise
-            missing = format_missing_manifest(checkpoint_id, d, self.root, _fs.exists(self.fs, d))
+            missing = fmt.missing_manifest(checkpoint_id, d, self.root, _fs.exists(self.fs, d))
             raise missing from None
-        format_check_manifest(raw, f"manifest {path}", checkpoint_id)
+        fmt.check_manifest(raw, f"manifest {path}", checkpoint_id)
         self._raw[checkpoint_id] = raw
         return raw
 
@@ -169,18 +159,13 @@ class FsBackend(Backend):
         except OSError:
             if _fs.exists(self.fs, path):
                 raise
-            raise format_missing_file(checkpoint_id, path) from None
-        format_check_file(data, json.dumps(entry), checkpoint_id, path)
+            raise fmt.missing_file(checkpoint_id, path) from None
+        fmt.check_file(data, entry, checkpoint_id, path)
         return data
 
     def verify(self, checkpoint_id: int) -> dict[str, Any]:
         raw = self.manifest_bytes(checkpoint_id)
-        format_verify(
-            checkpoint_id,
-            raw,
-            self.manifest_bytes,
-            lambda cid, entry: self.read_checked(cid, json.loads(entry)),
-        )
+        fmt.verify(checkpoint_id, raw, self.manifest_bytes, self.read_checked)
         manifest: dict[str, Any] = json.loads(raw)
         return manifest
 
@@ -191,15 +176,12 @@ class FsBackend(Backend):
         checkpoint, each checked; None if the task has no state there.
         `manifest`: the checkpoint's manifest when the caller holds it (not
         read again). Which files, in what order, is the Rust chain rule
-        (``format_state_chain``); this only reads the manifests and files."""
+        (``fmt.state_chain``); this only reads the manifests and files."""
         raw = self.manifest_bytes(checkpoint_id) if manifest is None else _json_bytes(manifest)
-        links = format_state_chain(checkpoint_id, raw, task[0], task[1], self.manifest_bytes)
+        links = fmt.state_chain(checkpoint_id, raw, task[0], task[1], self.manifest_bytes)
         if links is None:
             return None
-        return [
-            (cid, kind, read_ipc(self.read_checked(cid, json.loads(entry))))
-            for cid, kind, entry in links
-        ]
+        return [(cid, kind, read_ipc(self.read_checked(cid, entry))) for cid, kind, entry in links]
 
     def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
         chain = self.chain(checkpoint_id, task)
@@ -210,8 +192,8 @@ class FsBackend(Backend):
     def channels(self, checkpoint_id: int, task: Task) -> builtins.list[Channel]:
         raw = self.manifest_bytes(checkpoint_id)
         return [
-            Channel(i, edge, s, read_ipc(self.read_checked(checkpoint_id, json.loads(entry))))
-            for i, edge, s, entry in format_channel_files(raw, checkpoint_id, task[0], task[1])
+            Channel(i, edge, s, read_ipc(self.read_checked(checkpoint_id, entry)))
+            for i, edge, s, entry in fmt.channel_files(raw, checkpoint_id, task[0], task[1])
         ]
 
 

@@ -7,7 +7,7 @@ URI, is read through the existing reader over ``pyarrow.fs``, which keeps
 each manifest as written (a Spark root's ``"spark"`` object, file roles
 beyond state/channel/sources) and reads files one by one, so a broken file
 can be named. The rules (file checks, verify plans, chains, retention) are
-the Rust ones (``snapcut._core.format_*``); this module moves bytes and
+the Rust ones (``snapcut._core.format``); this module moves bytes and
 shapes the results. Pruning applies :meth:`SnapshotWriter.apply_retention`.
 
     >>> rows = snapcut.snapshots.list_checkpoints("/tmp/ckpt")
@@ -19,21 +19,14 @@ shapes the results. Pruning applies :meth:`SnapshotWriter.apply_retention`.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from snapcut import _fs
-from snapcut._core import (
-    SnapshotError,
-    format_check_structure,
-    format_missing_manifest,
-    format_needs,
-    format_summary,
-    format_verify_plan,
-)
+from snapcut._core import SnapshotError
+from snapcut._core import format as fmt
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import MANIFEST_FILE, checkpoint_dir_name
 from snapcut.snapshots.writer import SnapshotWriter
@@ -109,7 +102,7 @@ class CheckpointRow:
 
 
 def _row(backend: FsBackend, checkpoint_id: int) -> CheckpointRow:
-    summary = json.loads(format_summary(backend.manifest_bytes(checkpoint_id), checkpoint_id))
+    summary = fmt.summary(backend.manifest_bytes(checkpoint_id), checkpoint_id)
     return CheckpointRow(status="complete", **summary)
 
 
@@ -304,7 +297,7 @@ class _Verifier:
         problem = None
         try:
             data = self.backend.read_checked(cid, entry)
-            why = format_check_structure(data, json.dumps(entry))
+            why = fmt.check_structure(data, entry)
             if why is not None:
                 problem = f"checkpoint {cid}: file {self.backend.root}/{rel} {why}"
         except SnapshotError as e:
@@ -319,21 +312,20 @@ class _Verifier:
 
     def plan(self, cid: int) -> tuple[list[tuple[int, dict[str, Any]]], list[str]]:
         """The Rust verify plan of checkpoint `cid` (none when its manifest
-        is unreadable), its entries parsed."""
+        is unreadable)."""
         if cid not in self.plans:
             try:
                 raw = self.manifest_bytes(cid)
             except SnapshotError:
                 return [], []
-            files, problems = format_verify_plan(cid, raw, self.manifest_bytes)
-            self.plans[cid] = ([(c, json.loads(e)) for c, e in files], problems)
+            self.plans[cid] = fmt.verify_plan(cid, raw, self.manifest_bytes)
         return self.plans[cid]
 
     def verify(self, cid: int, complete: bool) -> CheckpointCheck:
         manifest_path = f"{checkpoint_dir_name(cid)}/{MANIFEST_FILE}"
         if not complete:
             d = f"{self.backend.root}/{checkpoint_dir_name(cid)}"
-            why = str(format_missing_manifest(cid, d, self.backend.root, True))
+            why = str(fmt.missing_manifest(cid, d, self.backend.root, True))
             missing = FileCheck(cid, manifest_path, "manifest", 0, why)
             return CheckpointCheck(cid, "partial", [missing])
         planned, problems = self.plan(cid)
@@ -407,7 +399,7 @@ def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) 
     base_only = []
     for cid in kept:
         try:
-            needed = format_needs(backend.manifest_bytes(cid), cid)
+            needed = fmt.needs(backend.manifest_bytes(cid), cid)
         except SnapshotError:
             continue  # unreadable: kept for inspection, reported by verify
         if not set(needed) <= set(kept):

@@ -28,7 +28,8 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
 from snapcut import _fs
-from snapcut._core import SnapshotError, format_export_plan, format_state_files
+from snapcut._core import SnapshotError
+from snapcut._core import format as fmt
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import KEY_METADATA, file_component, read_ipc
 from snapcut.snapshots.ops import Progress, Root, open_root, resolve_id
@@ -54,7 +55,7 @@ __all__ = [
 
 def _state_tasks(backend: FsBackend, checkpoint_id: int) -> dict[Task, dict[str, Any]]:
     raw = backend.manifest_bytes(checkpoint_id)
-    return {(v, s): json.loads(e) for v, s, e in format_state_files(raw, checkpoint_id)}
+    return {(v, s): e for v, s, e in fmt.state_files(raw, checkpoint_id)}
 
 
 def select_tasks(tasks: Sequence[Task], spec: str | None) -> list[Task]:
@@ -357,8 +358,8 @@ def _plan(backend: FsBackend, checkpoint_id: int) -> list[_Part]:
     """Every part an export writes (the Rust ``format::export_plan``)."""
     raw = backend.manifest_bytes(checkpoint_id)
     return [
-        _Part(table, role, index, task, json.loads(entry))
-        for table, role, index, task, entry in format_export_plan(raw, checkpoint_id)
+        _Part(table, role, index, task, entry)
+        for table, role, index, task, entry in fmt.export_plan(raw, checkpoint_id)
     ]
 
 

@@ -1,6 +1,6 @@
 """Writing the snapshot format from Python over any pyarrow filesystem (e.g.
 from Spark workers: files per partition, then one manifest from the driver).
-Python moves the bytes; the Rust format rules (``snapcut._core.format_*``)
+Python moves the bytes; the Rust format rules (``snapcut._core.format``)
 encode the files, build the manifest and pick what retention deletes."""
 
 from __future__ import annotations
@@ -16,16 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import (
-    SnapshotError,
-    format_build_manifest,
-    format_encode_channel,
-    format_encode_file,
-    format_encode_ipc,
-    format_encode_state,
-    format_file_entry,
-    format_retention,
-)
+from snapcut._core import SnapshotError
+from snapcut._core import format as fmt
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import (
     MANIFEST_FILE,
@@ -40,7 +32,7 @@ def encode_ipc(table: pa.Table, what: str) -> tuple[bytes, int, int]:
     """One Arrow IPC file's bytes, its row count and crc32c, encoded by the
     format's writer (``what`` names the file in errors). For writers that
     stage files themselves and name them in a manifest later (the sink)."""
-    return format_encode_ipc(table, what)
+    return fmt.encode_ipc(table, what)
 
 
 def file_entry(
@@ -48,10 +40,7 @@ def file_entry(
 ) -> dict[str, Any]:
     """The manifest entry of a file written elsewhere (shape from the format;
     ``fields`` are the writer's own additions)."""
-    entry: dict[str, Any] = json.loads(
-        format_file_entry(path, role, rows, size, crc32c, json.dumps(fields))
-    )
-    return entry
+    return fmt.file_entry(path, role, rows, size, crc32c, fields)
 
 
 class SnapshotWriter:
@@ -79,10 +68,9 @@ class SnapshotWriter:
     ) -> dict[str, Any]:
         """Writes a file of a role the format leaves to its writer (e.g. the
         Spark sink's "output"); returns its entry."""
-        data, entry = format_encode_file(table, name, role)
+        data, entry = fmt.encode_file(table, name, role)
         self._put(checkpoint_id, name, data)
-        written: dict[str, Any] = json.loads(entry)
-        return written
+        return entry
 
     def write_state(
         self,
@@ -102,10 +90,9 @@ class SnapshotWriter:
         `base_chain`: the entry then carries its own chain (and a diff's
         base is that chain's last); else :meth:`commit` resolves it."""
         chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
-        data, entry = format_encode_state(vertex, subtask, table, key, kind, base, sort, chain_at)
-        written: dict[str, Any] = json.loads(entry)
-        self._put(checkpoint_id, written["path"], data)
-        return written
+        data, entry = fmt.encode_state(vertex, subtask, table, key, kind, base, sort, chain_at)
+        self._put(checkpoint_id, entry["path"], data)
+        return entry
 
     def write_channel(
         self,
@@ -117,10 +104,9 @@ class SnapshotWriter:
         records: pa.Table,
         input: int = 0,
     ) -> dict[str, Any]:
-        data, entry = format_encode_channel(vertex, subtask, edge, from_subtask, input, records)
-        written: dict[str, Any] = json.loads(entry)
-        self._put(checkpoint_id, written["path"], data)
-        return written
+        data, entry = fmt.encode_channel(vertex, subtask, edge, from_subtask, input, records)
+        self._put(checkpoint_id, entry["path"], data)
+        return entry
 
     def commit(
         self,
@@ -154,9 +140,9 @@ class SnapshotWriter:
             )
         backend = FsBackend(self.fs, self.root, check=False)
         offsets = dict(source_offsets or {})
-        sources, manifest = format_build_manifest(
+        sources, manifest = fmt.build_manifest(
             checkpoint_id,
-            json.dumps(list(files)),
+            list(files),
             backend.manifest_bytes,
             list(tasks),
             [(v, s, o) for (v, s), o in offsets.items()],
@@ -166,7 +152,7 @@ class SnapshotWriter:
             started_ms,
             finished_ms,
             int(time.time() * 1000),
-            json.dumps(extra or {}),
+            extra or {},
         )
         self._put(checkpoint_id, SOURCES_FILE, sources)
         tmp = (
@@ -186,9 +172,7 @@ class SnapshotWriter:
         ``format::retention``. Returns the removed ids (with `dry_run`, the
         ids it would remove, deleting nothing)."""
         backend = FsBackend(self.fs, self.root)
-        removed: builtins.list[int] = format_retention(
-            backend.listing(), backend.manifest_bytes, retain
-        )
+        removed = fmt.retention(backend.listing(), backend.manifest_bytes, retain)
         if dry_run:
             return removed
         for cid in removed:

@@ -8,6 +8,8 @@ mod aggregate;
 mod channel;
 mod dataflow;
 mod errors;
+mod format;
+mod pyjson;
 mod sim;
 mod state;
 mod store;
@@ -43,5 +45,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     state::register(m)?;
     aggregate::register(m)?;
     store::register(m)?;
+    format::register(m)?;
     Ok(())
 }

@@ -1,9 +1,18 @@
-"""Type stubs of the Rust extension module snapcut._core."""
+"""Type stubs of the Rust extension module snapcut._core.
+
+A stub package (this folder holds only stubs, no ``__init__.py``): the
+extension module ``_core.abi3.so`` beside it is what Python imports, and its
+``format`` submodule, registered in ``sys.modules``, is typed by
+``format.pyi`` here."""
 
 import builtins
 from collections.abc import Callable, Iterator, Sequence
 from os import PathLike
 from typing import Any
+
+# The snapshot format's rules (submodule), for snapcut.snapshots only: a test
+# enforces it.
+from snapcut._core import format as format
 
 __version__: str
 
@@ -191,84 +200,6 @@ def _keyed_roundtrip(
 
 SNAPSHOT_FORMAT: dict[str, Any]
 
-# The snapshot format's rules (rust/core/src/store/format.rs): manifests and
-# entries cross as JSON text, files as bytes.
-def format_checkpoint_dir_name(checkpoint_id: int) -> str: ...
-def format_parse_checkpoint_dir(name: str) -> int | None: ...
-def format_file_component(name: str) -> str: ...
-def format_channel_file_name(vertex: str, subtask: int, edge: str, from_subtask: int) -> str: ...
-def format_sources_schema() -> Any: ...
-def format_check_file(data: bytes, entry: str, checkpoint: int, path: str) -> None: ...
-def format_missing_file(checkpoint: int, path: str) -> SnapshotError: ...
-def format_check_structure(data: bytes, entry: str) -> str | None: ...
-def format_check_manifest(data: bytes, what: str, checkpoint_id: int) -> None: ...
-def format_rebuild_state(chain: list[tuple[str, Any]]) -> Any: ...
-def format_encode_state(
-    vertex: str,
-    subtask: int,
-    batch: Any,
-    key: str,
-    kind: str = "full",
-    base: int | None = None,
-    sort: bool = False,
-    chain_at: tuple[int, list[int]] | None = None,
-) -> tuple[bytes, str]: ...
-def format_encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
-def format_encode_channel(
-    vertex: str, subtask: int, edge: str, from_subtask: int, input: int, records: Any
-) -> tuple[bytes, str]: ...
-def format_encode_file(
-    table: Any, path: str, role: str, fields: str = "{}"
-) -> tuple[bytes, str]: ...
-def format_file_entry(
-    path: str, role: str, rows: int, size: int, crc32c: int, fields: str = "{}"
-) -> str: ...
-def format_build_manifest(
-    checkpoint_id: int,
-    files: str,
-    manifest_of: Callable[[int], bytes],
-    tasks: list[tuple[str, int]],
-    offsets: list[tuple[str, int, int]],
-    protocol: str,
-    graph_fingerprint: str,
-    savepoint: bool,
-    started_ms: int,
-    finished_ms: int,
-    committed_ms: int,
-    extra: str,
-) -> tuple[bytes, bytes]: ...
-def format_scan(listing: list[tuple[str, bool]]) -> tuple[list[int], list[int]]: ...
-def format_missing_manifest(
-    checkpoint_id: int, dir: str, root: str, dir_exists: bool
-) -> SnapshotError: ...
-def format_summary(manifest: bytes, checkpoint_id: int) -> str: ...
-def format_retention(
-    listing: list[tuple[str, bool]], manifest_of: Callable[[int], bytes], retain: int
-) -> list[int]: ...
-def format_verify_plan(
-    checkpoint_id: int, manifest: bytes, manifest_of: Callable[[int], bytes]
-) -> tuple[list[tuple[int, str]], list[str]]: ...
-def format_verify(
-    checkpoint_id: int,
-    manifest: bytes,
-    manifest_of: Callable[[int], bytes],
-    check: Callable[[int, str], object],
-) -> None: ...
-def format_needs(manifest: bytes, checkpoint_id: int) -> list[int]: ...
-def format_state_files(manifest: bytes, checkpoint_id: int) -> list[tuple[str, int, str]]: ...
-def format_channel_files(
-    manifest: bytes, checkpoint_id: int, vertex: str, subtask: int
-) -> list[tuple[int, str, int, str]]: ...
-def format_export_plan(
-    manifest: bytes, checkpoint_id: int
-) -> list[tuple[str, str, int, tuple[str, int] | None, str]]: ...
-def format_state_chain(
-    checkpoint_id: int,
-    manifest: bytes,
-    vertex: str,
-    subtask: int,
-    manifest_of: Callable[[int], bytes],
-) -> list[tuple[int, str, str]] | None: ...
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli) of `data`: the checksum of every snapshot file."""
 

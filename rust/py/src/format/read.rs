@@ -1,0 +1,218 @@
+//! Reading a root: its listing, a manifest's checks and summary, the files
+//! it lists (state, channels, an export's parts) and a task's state rebuilt
+//! from its chain.
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use pyo3_arrow::input::AnyRecordBatch;
+use snapcut_core::snapshot::StateKind;
+use snapcut_core::store::{format, FileKind};
+
+use super::{entry_dict, table, task};
+use crate::errors::IntoPyResult;
+
+/// Checks a manifest's bytes (JSON, format name and version, checkpoint id).
+#[pyfunction]
+fn check_manifest(py: Python<'_>, data: &[u8], what: &str, checkpoint_id: u64) -> PyResult<()> {
+    py.detach(|| format::parse_manifest(data, what, checkpoint_id).map(drop))
+        .map_py()
+}
+
+/// `(complete ids, partial ids)` of a root's listing: `[(path relative to
+/// the root, is a directory)]` (`format::scan_listing`).
+#[pyfunction]
+fn scan(listing: Vec<(String, bool)>) -> (Vec<u64>, Vec<u64>) {
+    let scan = format::scan_listing(listing.iter().map(|(p, d)| (p.as_str(), *d)));
+    let (complete, partial): (Vec<_>, Vec<_>) = scan.into_iter().partition(|(_, c)| *c);
+    (
+        complete.into_iter().map(|(id, _)| id).collect(),
+        partial.into_iter().map(|(id, _)| id).collect(),
+    )
+}
+
+/// The error of a manifest that is not there: partial when its directory
+/// exists, else a checkpoint that does not exist.
+#[pyfunction]
+fn missing_manifest(checkpoint_id: u64, dir: &str, root: &str, dir_exists: bool) -> PyErr {
+    crate::errors::to_py(format::missing_manifest(
+        checkpoint_id,
+        dir,
+        root,
+        dir_exists,
+    ))
+}
+
+/// A complete checkpoint's summary (`format::summarize`) as a dict.
+#[pyfunction]
+fn summary<'py>(
+    py: Python<'py>,
+    manifest: &[u8],
+    checkpoint_id: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    crate::pyjson::to_py(py, &format::summarize(&m))
+}
+
+/// Every checkpoint a manifest's files need (itself included), ascending.
+#[pyfunction]
+fn needs(py: Python<'_>, manifest: &[u8], checkpoint_id: u64) -> PyResult<Vec<u64>> {
+    py.detach(|| format::parse_manifest(manifest, "manifest", checkpoint_id).map(|m| m.needs()))
+        .map_py()
+}
+
+/// `[(vertex, subtask, entry)]` of a checkpoint's state files.
+#[pyfunction]
+fn state_files<'py>(
+    py: Python<'py>,
+    manifest: &[u8],
+    checkpoint_id: u64,
+) -> PyResult<Vec<(String, usize, Bound<'py, PyAny>)>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    format::state_files(&m)
+        .map(|(t, f)| Ok((t.vertex, t.subtask, entry_dict(py, f)?)))
+        .collect()
+}
+
+/// `(input, edge, from_subtask, entry)` of one channel file.
+type ChannelFile<'py> = (usize, String, usize, Bound<'py, PyAny>);
+
+/// `[(input, edge, from_subtask, entry)]` of the channel files
+/// `(vertex, subtask)` recorded at a checkpoint.
+#[pyfunction]
+fn channel_files<'py>(
+    py: Python<'py>,
+    manifest: &[u8],
+    checkpoint_id: u64,
+    vertex: &str,
+    subtask: usize,
+) -> PyResult<Vec<ChannelFile<'py>>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let t = task(vertex, subtask);
+    format::channel_files(&m, &t)
+        .map(|f| {
+            Ok((
+                f.input.unwrap_or_default(),
+                f.edge.clone().unwrap_or_default(),
+                f.from_subtask.unwrap_or_default(),
+                entry_dict(py, f)?,
+            ))
+        })
+        .collect()
+}
+
+/// `(table, role, index, (vertex, subtask) or None, entry)` of a part.
+type ExportPart<'py> = (
+    String,
+    String,
+    u64,
+    Option<(String, usize)>,
+    Bound<'py, PyAny>,
+);
+
+/// Every part an export of a checkpoint writes (`format::export_plan`).
+#[pyfunction]
+fn export_plan<'py>(
+    py: Python<'py>,
+    manifest: &[u8],
+    checkpoint_id: u64,
+) -> PyResult<Vec<ExportPart<'py>>> {
+    let m = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let plan = format::export_plan(&m).map_py()?;
+    plan.into_iter()
+        .map(|p| {
+            let entry = entry_dict(py, &m.files[p.file])?;
+            Ok((
+                p.table,
+                p.role,
+                p.index,
+                p.task.map(|t| (t.vertex, t.subtask)),
+                entry,
+            ))
+        })
+        .collect()
+}
+
+/// `(checkpoint, "full" | "diff", entry)`: one link of a state chain.
+type ChainLink<'py> = (u64, &'static str, Bound<'py, PyAny>);
+
+/// The state files that rebuild `(vertex, subtask)`'s state at checkpoint
+/// `checkpoint_id` (`manifest`: its manifest bytes), oldest first; None when
+/// the manifest holds no state for the task. `manifest_of(id)` returns a
+/// base checkpoint's manifest bytes: Python moves the bytes (its errors pass
+/// through), the chain rules are `format::state_chain`, `chain_link` and
+/// `link_kind`.
+#[pyfunction]
+fn state_chain<'py>(
+    py: Python<'py>,
+    checkpoint_id: u64,
+    manifest: &[u8],
+    vertex: &str,
+    subtask: usize,
+    manifest_of: &Bound<'py, PyAny>,
+) -> PyResult<Option<Vec<ChainLink<'py>>>> {
+    let t = task(vertex, subtask);
+    let top = format::parse_manifest(manifest, "manifest", checkpoint_id).map_py()?;
+    let Some(entry) = top.state_file(&t) else {
+        return Ok(None);
+    };
+    let mut out = Vec::new();
+    for cid in format::state_chain(checkpoint_id, entry) {
+        let base;
+        let m = if cid == checkpoint_id {
+            &top
+        } else {
+            let bytes = manifest_of.call1((cid,))?;
+            let bytes = bytes.cast::<PyBytes>()?.as_bytes();
+            base = format::parse_manifest(bytes, "manifest", cid).map_py()?;
+            &base
+        };
+        let f = format::chain_link(checkpoint_id, &t, cid, m).map_py()?;
+        let kind = match format::link_kind(cid, f).map_py()? {
+            StateKind::Full => "full",
+            StateKind::Diff { .. } => "diff",
+        };
+        out.push((cid, kind, entry_dict(py, f)?));
+    }
+    Ok(Some(out))
+}
+
+/// Full state from a chain of `(kind, table)`: one "full", then "diff"s.
+#[pyfunction]
+fn rebuild_state<'py>(
+    py: Python<'py>,
+    chain: Vec<(String, AnyRecordBatch)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut links = Vec::with_capacity(chain.len());
+    for (kind, batch) in chain {
+        let kind = match kind.as_str() {
+            "full" => FileKind::Full,
+            "diff" => FileKind::Diff,
+            other => {
+                return Err(crate::errors::SnapshotError::new_err(format!(
+                    "state chain continues with a '{other}' file, expected a diff"
+                )))
+            }
+        };
+        links.push((kind, crate::state::one_batch(batch)?));
+    }
+    let links = links
+        .into_iter()
+        .map(|(k, join)| Ok((k, join()?)))
+        .collect::<PyResult<Vec<_>>>()?;
+    let out = py.detach(|| format::rebuild_state(&links)).map_py()?;
+    table(py, out)
+}
+
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(check_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(scan, m)?)?;
+    m.add_function(wrap_pyfunction!(missing_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(summary, m)?)?;
+    m.add_function(wrap_pyfunction!(needs, m)?)?;
+    m.add_function(wrap_pyfunction!(state_files, m)?)?;
+    m.add_function(wrap_pyfunction!(channel_files, m)?)?;
+    m.add_function(wrap_pyfunction!(export_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(state_chain, m)?)?;
+    m.add_function(wrap_pyfunction!(rebuild_state, m)?)?;
+    Ok(())
+}

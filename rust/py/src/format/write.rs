@@ -1,0 +1,269 @@
+//! Writing a checkpoint: its files encoded with their manifest entries, the
+//! manifest built, and which checkpoints retention deletes.
+
+use std::collections::BTreeMap;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+use pyo3_arrow::input::AnyRecordBatch;
+use snapcut_core::snapshot::TaskId;
+use snapcut_core::state::DELETED_COLUMN;
+use snapcut_core::store::format::{self, ManifestMeta};
+use snapcut_core::store::{self, FileEntry};
+use snapcut_core::Error;
+
+use super::io::Io;
+use super::{entry_dict, task};
+use crate::errors::IntoPyResult;
+use crate::pyjson::from_py;
+
+/// Top-level or entry fields of a writer (a JSON object), empty when None.
+type Fields = serde_json::Map<String, serde_json::Value>;
+
+fn fields_of(fields: Option<&Bound<'_, PyDict>>, what: &str) -> PyResult<Fields> {
+    fields.map_or_else(|| Ok(Fields::new()), |f| from_py(f.as_any(), what))
+}
+
+/// A task's state file: `(bytes, entry)`. `kind` "full", or "diff"
+/// against `base`; `sort` orders the rows by `key` (deterministic bytes).
+/// With `chain_at` (`(checkpoint id, the base's chain)`, the chain a writer
+/// keeps) the entry carries its chain, and a diff's base is the chain's last.
+#[pyfunction]
+#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
+#[allow(clippy::too_many_arguments)]
+fn encode_state<'py>(
+    py: Python<'py>,
+    vertex: &str,
+    subtask: usize,
+    batch: AnyRecordBatch,
+    key: &str,
+    kind: &str,
+    base: Option<u64>,
+    sort: bool,
+    chain_at: Option<(u64, Vec<u64>)>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>)> {
+    let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
+    let diff = match (kind, base) {
+        ("full", _) => false,
+        ("diff", Some(_)) => true,
+        ("diff", None) => {
+            return Err(crate::errors::SnapshotError::new_err(format!(
+                "a diff needs a base id and a boolean '{DELETED_COLUMN}' column"
+            )))
+        }
+        (other, _) => {
+            return Err(crate::errors::SnapshotError::new_err(format!(
+                "state kind must be 'full' or 'diff', got '{other}'"
+            )))
+        }
+    };
+    let join = crate::state::one_batch(batch)?;
+    let batch = join()?;
+    let t = task(vertex, subtask);
+    let (bytes, entry) = py
+        .detach(|| {
+            let batch = format::state_batch(&batch, key, diff)?;
+            let batch = if sort {
+                format::sort_by_key(&batch, key)?
+            } else {
+                batch
+            };
+            let mut entry = format::state_entry(
+                &t,
+                Some(key.into()),
+                base.filter(|_| diff),
+                format::Written {
+                    rows: 0,
+                    bytes: 0,
+                    crc32c: 0,
+                },
+            );
+            if let Some((id, base_chain)) = &chain_at {
+                entry.chain = format::chain_after(*id, diff.then_some(base_chain.as_slice()));
+            }
+            let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
+            (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+            Ok::<_, Error>((bytes, entry))
+        })
+        .map_py()?;
+    Ok((PyBytes::new(py, &bytes), entry_dict(py, &entry)?))
+}
+
+/// Any table as the bytes of an Arrow IPC file: `(bytes, rows, crc32c)`.
+#[pyfunction]
+fn encode_ipc<'py>(
+    py: Python<'py>,
+    batch: AnyRecordBatch,
+    what: &str,
+) -> PyResult<(Bound<'py, PyBytes>, u64, u32)> {
+    let (schema, batches) = batches_of(batch, what)?;
+    let (bytes, w) = py
+        .detach(|| format::encode_ipc(&schema, &batches, what))
+        .map_py()?;
+    Ok((PyBytes::new(py, &bytes), w.rows, w.crc32c))
+}
+
+fn batches_of(
+    batch: AnyRecordBatch,
+    what: &str,
+) -> PyResult<(arrow_schema::SchemaRef, Vec<arrow_array::RecordBatch>)> {
+    let schema = batch.schema()?;
+    let batches = batch
+        .into_reader()?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| crate::errors::ConfigError::new_err(format!("{what}: {e}")))?;
+    Ok((schema, batches))
+}
+
+/// A channel file of `(vertex, subtask)`, logged from `edge`'s
+/// `from_subtask` on input `input`: `(bytes, entry)`.
+#[pyfunction]
+fn encode_channel<'py>(
+    py: Python<'py>,
+    vertex: &str,
+    subtask: usize,
+    edge: &str,
+    from_subtask: usize,
+    input: usize,
+    records: AnyRecordBatch,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>)> {
+    let t = task(vertex, subtask);
+    let name = store::channel_file_name(&t, edge, from_subtask);
+    let (schema, batches) = batches_of(records, &name)?;
+    let (bytes, w) = py
+        .detach(|| format::encode_ipc(&schema, &batches, &name))
+        .map_py()?;
+    let entry = format::channel_entry(&t, edge, input, from_subtask, w);
+    Ok((PyBytes::new(py, &bytes), entry_dict(py, &entry)?))
+}
+
+/// A file of a role the format leaves to its writer (e.g. `"output"`), named
+/// `path`, with the writer's own entry `fields`: `(bytes, entry)`.
+#[pyfunction]
+#[pyo3(signature = (table, path, role, fields = None))]
+fn encode_file<'py>(
+    py: Python<'py>,
+    table: AnyRecordBatch,
+    path: &str,
+    role: &str,
+    fields: Option<&Bound<'py, PyDict>>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>)> {
+    let fields = fields_of(fields, "manifest entry fields")?;
+    let (schema, batches) = batches_of(table, path)?;
+    let (bytes, w) = py
+        .detach(|| format::encode_ipc(&schema, &batches, path))
+        .map_py()?;
+    let entry = format::other_entry(path, role, w, fields);
+    Ok((PyBytes::new(py, &bytes), entry_dict(py, &entry)?))
+}
+
+/// The entry of a file of a role the format leaves to its writer, encoded
+/// earlier (e.g. the Spark sink's output files, written by executors):
+/// `rows`, `bytes` and `crc32c` of those bytes, the writer's own `fields`.
+#[pyfunction]
+#[pyo3(signature = (path, role, rows, size, crc32c, fields = None))]
+fn file_entry<'py>(
+    py: Python<'py>,
+    path: &str,
+    role: &str,
+    rows: u64,
+    size: u64,
+    crc32c: u32,
+    fields: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let fields = fields_of(fields, "manifest entry fields")?;
+    let written = format::Written {
+        rows,
+        bytes: size,
+        crc32c,
+    };
+    entry_dict(py, &format::other_entry(path, role, written, fields))
+}
+
+/// The manifest of checkpoint `checkpoint_id` and its `sources.arrow`:
+/// `(sources bytes, manifest bytes)`. `files`: the entries (the sources
+/// entry is added); a state diff without a chain gets it from its base's
+/// manifest, whose bytes `manifest_of(id)` gives. `extra`: the manifest's
+/// top-level fields of an engine.
+#[pyfunction]
+#[pyo3(signature = (checkpoint_id, files, manifest_of, tasks, offsets, protocol, graph_fingerprint, savepoint, started_ms, finished_ms, committed_ms, extra))]
+#[allow(clippy::too_many_arguments)]
+fn build_manifest<'py>(
+    py: Python<'py>,
+    checkpoint_id: u64,
+    files: &Bound<'py, PyAny>,
+    manifest_of: &Bound<'py, PyAny>,
+    tasks: Vec<(String, usize)>,
+    offsets: Vec<(String, usize, u64)>,
+    protocol: &str,
+    graph_fingerprint: &str,
+    savepoint: bool,
+    started_ms: u64,
+    finished_ms: u64,
+    committed_ms: u64,
+    extra: &Bound<'py, PyDict>,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    let id = checkpoint_id;
+    let mut files: Vec<FileEntry> = from_py(files, "manifest file entries")?;
+    let extra: Fields = from_py(extra.as_any(), "manifest fields")?;
+    let io = Io::new(manifest_of);
+    let resolved = format::resolve_chains(id, &mut files, |b| io.manifest(b).ok());
+    io.finish(resolved)?;
+    let (sources, manifest) = py
+        .detach(|| {
+            let offsets: BTreeMap<TaskId, u64> = offsets
+                .into_iter()
+                .map(|(v, s, o)| (task(&v, s), o))
+                .collect();
+            let tasks: Vec<TaskId> = tasks.into_iter().map(|(v, s)| task(&v, s)).collect();
+            let tasks = format::task_entries(&tasks, &offsets, &files);
+            let batch = format::sources_batch(&tasks);
+            let (sources, w) = format::encode_ipc(&batch.schema(), &[batch], store::SOURCES_FILE)?;
+            files.push(format::sources_entry(w));
+            let meta = ManifestMeta {
+                checkpoint_id: id,
+                protocol: protocol.into(),
+                started_ms,
+                finished_ms,
+                committed_ms,
+                graph_fingerprint: graph_fingerprint.into(),
+                savepoint,
+                extra,
+            };
+            let manifest = format::build_manifest(meta, tasks, files);
+            Ok::<_, Error>((sources, format::manifest_bytes(&manifest)))
+        })
+        .map_py()?;
+    Ok((PyBytes::new(py, &sources), PyBytes::new(py, &manifest)))
+}
+
+/// THE retention rule over a root (`format::retention_of_root`): the
+/// complete checkpoints to delete, from the root's listing (as `scan`
+/// takes it) and `manifest_of(id)`, their manifests' bytes.
+#[pyfunction]
+fn retention(
+    listing: Vec<(String, bool)>,
+    manifest_of: &Bound<'_, PyAny>,
+    retain: usize,
+) -> PyResult<Vec<u64>> {
+    if retain < 1 {
+        return Err(crate::errors::SnapshotError::new_err(
+            "retain must be at least 1 completed checkpoint",
+        ));
+    }
+    let scan = format::scan_listing(listing.iter().map(|(p, d)| (p.as_str(), *d)));
+    let io = Io::new(manifest_of);
+    let removed = format::retention_of_root(&scan, |id| io.manifest(id), retain);
+    io.finish(Ok(removed))
+}
+
+pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(encode_state, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_ipc, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_channel, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_file, m)?)?;
+    m.add_function(wrap_pyfunction!(file_entry, m)?)?;
+    m.add_function(wrap_pyfunction!(build_manifest, m)?)?;
+    m.add_function(wrap_pyfunction!(retention, m)?)?;
+    Ok(())
+}
