@@ -93,12 +93,13 @@ def test_the_format_check_finds_every_way_in(tmp_path: Path) -> None:
         "spark/b.py": "from snapcut._core import format_scan\n",
         "spark/c.py": "from snapcut import _core\n_core.format.scan([])\n",
         "spark/d.py": "import snapcut._core\nsnapcut._core.format_scan\n",
-        "spark/e.py": "from snapcut._core import SnapshotError\n",
+        "spark/e.py": "from snapcut._core.format import scan\n",
+        "spark/f.py": "from snapcut._core import SnapshotError\n",
     }
     for name, text in {"__init__.py": "", "snapshots/__init__.py": "", **files}.items():
         (tmp_path / "snapcut" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "snapcut" / name).write_text(text)
-    assert format_binding_users(tmp_path) == [f"snapcut.spark.{m}" for m in "abcd"]
+    assert format_binding_users(tmp_path) == [f"snapcut.spark.{m}" for m in "abcde"]
 
 
 def test_the_cycle_check_finds_lazy_and_type_only_cycles(tmp_path: Path) -> None:
@@ -111,53 +112,3 @@ def test_the_cycle_check_finds_lazy_and_type_only_cycles(tmp_path: Path) -> None
     )
     (pkg / "c.py").write_text("from pkg.a import f\n")
     assert cycles(import_graph(tmp_path)) == [["pkg.a", "pkg.b"]]
-
-
-def format_binding_imports(src: Path) -> dict[str, list[str]]:
-    """Module → the Rust format bindings it imports: ``snapcut._core.format``
-    (or a name from it) and the flat ``format_*`` functions of ``snapcut._core``."""
-    import ast
-
-    from tests.import_graph import module_files
-
-    found: dict[str, list[str]] = {}
-    for module, path in module_files(src).items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names if a.name.startswith("snapcut._core.format")]
-            elif isinstance(node, ast.ImportFrom) and node.module is not None:
-                if node.module.startswith("snapcut._core.format"):
-                    names = [f"{node.module}.{a.name}" for a in node.names]
-                elif node.module == "snapcut._core" or (node.level == 1 and node.module == "_core"):
-                    names = [a.name for a in node.names if a.name.startswith("format")]
-            if names:
-                found.setdefault(module, []).extend(names)
-    return found
-
-
-def test_only_the_snapshots_package_calls_the_format_bindings() -> None:
-    """The format lives once, in Rust; in Python only snapcut.snapshots calls
-    its bindings, and everything else (the Spark sink included) goes through it."""
-    src = Path(__file__).resolve().parents[1] / "python"
-    found = format_binding_imports(src)
-    assert any(m.startswith("snapcut.snapshots") for m in found)  # the scan sees imports
-    outside = {m: names for m, names in found.items() if not m.startswith("snapcut.snapshots")}
-    assert outside == {}
-
-
-def test_the_format_binding_check_finds_each_import_form(tmp_path: Path) -> None:
-    pkg = tmp_path / "snapcut"
-    (pkg / "spark").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "spark" / "__init__.py").write_text("")
-    (pkg / "spark" / "a.py").write_text("from snapcut._core import ConfigError, format_scan\n")
-    (pkg / "spark" / "b.py").write_text("def f():\n    from snapcut._core import format as fmt\n")
-    (pkg / "spark" / "c.py").write_text("import snapcut._core.format\n")
-    (pkg / "spark" / "d.py").write_text("from snapcut._core.format import scan\n")
-    assert format_binding_imports(tmp_path) == {
-        "snapcut.spark.a": ["format_scan"],
-        "snapcut.spark.b": ["format"],
-        "snapcut.spark.c": ["snapcut._core.format"],
-        "snapcut.spark.d": ["snapcut._core.format.scan"],
-    }
