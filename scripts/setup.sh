@@ -69,5 +69,28 @@ install_wheel() {
   python -m pip uninstall -q -y snapcut
   python -m pip install -q "${wheels[0]}[$extras]"
 }
-run "snapcut wheel (Rust, release, manylinux_2_28 abi3, zig) into $wheel_dir" build_wheel
+# The wheel's dependencies (pyproject.toml's, with the extras) install while
+# maturin builds: pip mostly waits on files and the network, the build on CPU.
+deps_log=$venv/setup-deps.log
+python - "$extras" >"$venv/setup-deps.txt" <<'PY'
+import sys
+import tomllib
+
+with open("pyproject.toml", "rb") as f:
+    project = tomllib.load(f)["project"]
+wanted = [e for e in sys.argv[1].split(",") if e]
+unknown = sorted(set(wanted) - set(project["optional-dependencies"]))
+if unknown:
+    sys.exit(f"setup: no such extra {unknown} in pyproject.toml")
+print("\n".join([*project["dependencies"],
+                 *(r for e in wanted for r in project["optional-dependencies"][e])]))
+PY
+python -m pip install -q -r "$venv/setup-deps.txt" >"$deps_log" 2>&1 &
+deps_pid=$!
+trap 'kill "$deps_pid" 2>/dev/null || true' EXIT
+wait_for_deps() {
+  wait "$deps_pid" || { cat "$deps_log"; return 1; }
+}
+run "snapcut wheel (Rust, release, manylinux_2_28 abi3, zig) into $wheel_dir; its dependencies alongside" build_wheel
+run "the dependencies with extras [$extras] (pip, started beside the build)" wait_for_deps
 run "snapcut from that wheel with extras [$extras]" install_wheel

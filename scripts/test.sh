@@ -98,21 +98,26 @@ cargo clippy --workspace --all-targets -q -- -D warnings
 step "cargo test (release: includes the stress tests)"
 cargo test -p snapcut-core --release
 step "loom model checks"
-RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
-  cargo test -p snapcut-core --release --target-dir target/loom --test 'loom_*'
+# The `loom` feature rebuilds this crate only: its dependencies are the step above's.
+LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
+  cargo test -p snapcut-core --release --features loom --test 'loom_*'
 step "ruff"
 ruff check python tests bench
 ruff format --check python tests bench
 step "mypy"
 mypy python/
 
-step "pytest (Spark tests: local[2] and local-cluster[2,1,1024], one session per module)"
+step "pytest, 2 workers (Spark tests: local[2] and local-cluster[2,1,1024], one session per module)"
 export PYSPARK_PYTHON="$(command -v python)"
 # pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
 export SNAPCUT_WHEEL="$PWD/$wheel"
 rc=0
-python -m pytest -q --durations=15 --junitxml=target/pytest-ci.xml tests || rc=$?
+# Two xdist workers: a Spark test keeps ~1.1 of the 2 cores busy (JVM and Python
+# workers take turns). Each Spark module is one group (its session starts once),
+# and everything that binds Connect's port 15002 is one group (tests/conftest.py).
+python -m pytest -q -n 2 --dist loadgroup --durations=15 --junitxml=target/pytest-ci.xml tests \
+  || rc=$?
 python - target/pytest-ci.xml <<'PY' || true
 """Where pytest's time went, by module (each test's setup, call and teardown): the 15 slowest."""
 import collections
@@ -136,5 +141,7 @@ step "pytest bench (smoke: every benchmark runs once at a small size, as a test;
 # 54-58 s measured on the busy 2-vCPU machine (load 5), ~50 s of it Spark (session
 # start ~17 s, the first query ~16 s, 8 more one-batch queries). If that grows,
 # run the others only (~6 s): add -m "not spark" (bench/README.md).
-python -m pytest bench --benchmark-disable -q -x
+# No timings here, so the test JVMs' options (tests/conftest.py) apply: C1 only, serial GC.
+JDK_JAVA_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" \
+  python -m pytest bench --benchmark-disable -q -x
 step "done"

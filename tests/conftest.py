@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,12 +32,36 @@ from snapcut._core import SnapshotStore
 SPARK_TESTS = Path(__file__).resolve().parent / "spark"
 
 
+# The test JVMs (drivers, Connect servers, executors; in this process or a child)
+# live for seconds to minutes: C2's JIT compiles and G1's concurrent threads took
+# half of their CPU, which C1 only and the serial collector save (what Spark
+# computes does not depend on either). Set JDK_JAVA_OPTIONS to choose others.
+os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+CONNECT_PORT_GROUP = "spark-connect-port-15002"
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/spark/ starts Spark: marked ``spark``, so
-    ``-m "not spark"`` (``scripts/test.sh --fast``) leaves it out."""
+    ``-m "not spark"`` (``scripts/test.sh --fast``) leaves it out.
+
+    For ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) each Spark module
+    is one xdist group, so its module-scoped session starts once, on one
+    worker; except that everything that starts a local Connect server (the
+    ``connect`` session kind, tests marked ``connect_port``) binds port 15002,
+    so those tests share one group and run one at a time. Runs first, so
+    xdist sees the groups."""
     for item in items:
-        if SPARK_TESTS in item.path.parents:
-            item.add_marker(pytest.mark.spark)
+        if SPARK_TESTS not in item.path.parents:
+            continue
+        item.add_marker(pytest.mark.spark)
+        params = getattr(item, "callspec", None)
+        on_connect = params is not None and params.params.get("spark") == "connect"
+        if on_connect or item.get_closest_marker("connect_port") is not None:
+            item.add_marker(pytest.mark.xdist_group(CONNECT_PORT_GROUP))
+        else:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -17,7 +17,11 @@ from tests.spark_support import child_env
 from snapcut.demo.spark import compare, event_frames, expected_per_user
 
 
-@pytest.mark.parametrize("remote", [None, "local[2,4]"], ids=["classic", "connect"])
+@pytest.mark.parametrize(
+    "remote",
+    [None, pytest.param("local[2,4]", marks=pytest.mark.connect_port)],
+    ids=["classic", "connect"],
+)
 def test_demo_kills_restarts_and_verifies(tmp_path: Path, remote: str | None) -> None:
     """The demo on a classic driver, and on Spark Connect (a local Connect
     server in the query's process, SIGKILLed with it)."""

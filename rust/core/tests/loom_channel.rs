@@ -2,7 +2,7 @@
 //! bound CI sets, LOOM_MAX_PREEMPTIONS=2) of sends, receives, batches, wrap-around,
 //! disconnection and the sleep/wake handshake. A missed wake-up shows up as a loom
 //! deadlock; a data race on a slot as a loom causality error.
-#![cfg(loom)]
+#![cfg(feature = "loom")]
 
 use loom::thread;
 use snapcut_core::channel::{

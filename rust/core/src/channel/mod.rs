@@ -93,5 +93,5 @@ pub fn channel_with_wakers<T>(
     Ok((Sender::new(ring.clone()), Receiver::new(ring)))
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(feature = "loom")))]
 mod tests;

@@ -96,11 +96,11 @@ impl<T> Ring<T> {
     where
         T: Copy,
     {
-        #[cfg(loom)]
+        #[cfg(feature = "loom")]
         for (i, v) in src.iter().enumerate() {
             unsafe { self.write(index.wrapping_add(i), *v) };
         }
-        #[cfg(not(loom))]
+        #[cfg(not(feature = "loom"))]
         unsafe {
             let (first, start) = self.contiguous(index, src.len());
             let base = self.base_ptr();
@@ -113,11 +113,11 @@ impl<T> Ring<T> {
     /// SAFETY: the caller owns `n` published slots at `index`, `dst` has room for `n`.
     #[inline]
     pub(crate) unsafe fn read_to_ptr(&self, index: usize, dst: *mut T, n: usize) {
-        #[cfg(loom)]
+        #[cfg(feature = "loom")]
         for i in 0..n {
             unsafe { dst.add(i).write(self.read(index.wrapping_add(i))) };
         }
-        #[cfg(not(loom))]
+        #[cfg(not(feature = "loom"))]
         unsafe {
             let (first, start) = self.contiguous(index, n);
             let base = self.base_ptr();
@@ -127,14 +127,14 @@ impl<T> Ring<T> {
     }
 
     /// (length of the first contiguous run, its physical start) for `n` slots at `index`.
-    #[cfg(not(loom))]
+    #[cfg(not(feature = "loom"))]
     #[inline(always)]
     fn contiguous(&self, index: usize, n: usize) -> (usize, usize) {
         let start = index & self.mask;
         (n.min(self.slots.len() - start), start)
     }
 
-    #[cfg(not(loom))]
+    #[cfg(not(feature = "loom"))]
     #[inline(always)]
     fn base_ptr(&self) -> *mut T {
         // UnsafeCell<MaybeUninit<T>> is repr(transparent) over T's layout.

@@ -1,32 +1,32 @@
 //! Shims that switch the channel's atomics, cells, threads and barriers to loom's
-//! model-checked versions under `--cfg loom`, plus the asymmetric barrier pair that
+//! model-checked versions under the `loom` feature, plus the asymmetric barrier pair that
 //! keeps the sleep/wake handshake off the hot path.
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicUsize};
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::sync::Arc;
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::thread::yield_now;
 
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::Arc;
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 pub(crate) use std::thread::yield_now;
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 pub(crate) use loom::cell::UnsafeCell;
 
 /// `std::cell::UnsafeCell` with loom's closure-based access API, so that the ring's
 /// code is written once for both builds.
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 #[derive(Debug)]
 #[repr(transparent)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 impl<T> UnsafeCell<T> {
     pub(crate) fn new(value: T) -> Self {
         Self(std::cell::UnsafeCell::new(value))
@@ -46,13 +46,13 @@ impl<T> UnsafeCell<T> {
 /// Where a waiting task blocks: the OS thread parker in real builds; under loom a
 /// `loom::sync::Notify`, because loom's `unpark` would also wake a thread blocked in
 /// `join` (real `unpark` only leaves a token).
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 #[derive(Debug, Default)]
 pub(crate) struct Parker {
     thread: std::sync::Mutex<Option<std::thread::Thread>>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(feature = "loom"))]
 impl Parker {
     /// Records the calling thread as the one to unpark (a waker may move between
     /// threads with the task that owns it).
@@ -84,13 +84,13 @@ impl Parker {
     }
 }
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 #[derive(Debug, Default)]
 pub(crate) struct Parker {
     notify: loom::sync::Notify,
 }
 
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 impl Parker {
     pub(crate) fn prepare(&self) {}
 
@@ -113,7 +113,7 @@ pub(crate) use barrier::{heavy_barrier, init_barriers, light_barrier};
 /// the sleeper pays for a process-wide `membarrier(PRIVATE_EXPEDITED)` which forces a
 /// full barrier on every running thread of the process. Where membarrier is
 /// unavailable both sides use `fence(SeqCst)`.
-#[cfg(loom)]
+#[cfg(feature = "loom")]
 mod barrier {
     use std::sync::atomic::Ordering::SeqCst;
 
@@ -129,7 +129,7 @@ mod barrier {
     }
 }
 
-#[cfg(all(not(loom), target_os = "linux"))]
+#[cfg(all(not(feature = "loom"), target_os = "linux"))]
 mod barrier {
     use std::sync::atomic::Ordering::{Relaxed, SeqCst};
     use std::sync::atomic::{compiler_fence, AtomicBool};
@@ -181,7 +181,7 @@ mod barrier {
     }
 }
 
-#[cfg(all(not(loom), not(target_os = "linux")))]
+#[cfg(all(not(feature = "loom"), not(target_os = "linux")))]
 mod barrier {
     use std::sync::atomic::{fence, Ordering::SeqCst};
 

@@ -21,7 +21,7 @@ const YIELD_ROUNDS: u32 = 10;
 
 /// How channels and tasks share a waker. Always `std::sync::Arc`, also under loom
 /// (a waker holds no `UnsafeCell`, so loom needs no model of its reference count),
-/// so that code outside the channel compiles unchanged with `--cfg loom`.
+/// so that code outside the channel compiles unchanged with the `loom` feature.
 pub type WakerRef = std::sync::Arc<TaskWaker>;
 
 /// The sleep/wake point of one task (one thread at a time waits on it).
@@ -98,7 +98,7 @@ impl TaskWaker {
         }
         // Brief spin then yields: a peer that is active answers within a few hundred
         // nanoseconds, and parking would cost microseconds on both sides.
-        if !cfg!(loom) {
+        if !cfg!(feature = "loom") {
             for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
                 if round < SPIN_ROUNDS {
                     for _ in 0..1u32 << round {

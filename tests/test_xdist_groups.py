@@ -1,0 +1,73 @@
+"""scripts/test.sh runs pytest on two xdist workers with ``--dist loadgroup``:
+each Spark module must stay on one worker (its session starts once) and every
+test that binds Spark Connect's port 15002 must share one group (two such
+servers at once fail to bind). These check the grouping rule of
+tests/conftest.py and that the installed pytest and pytest-xdist honour it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import CONNECT_PORT_GROUP, SPARK_TESTS
+
+
+class GroupRecorder:
+    def __init__(self) -> None:
+        self.groups: dict[str, list[str]] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            marks = item.iter_markers("xdist_group")
+            self.groups[item.nodeid] = [str(m.args[0]) for m in marks]
+
+
+def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
+    recorder = GroupRecorder()
+    code = pytest.main(
+        ["--collect-only", "-q", "-p", "no:cacheprovider", str(SPARK_TESTS)],
+        plugins=[recorder],
+    )
+    assert code == 0
+    assert len(recorder.groups) > 100  # the Spark suite was collected
+    connect: list[str] = []
+    for nodeid, groups in recorder.groups.items():
+        assert len(groups) == 1, (nodeid, groups)
+        if groups == [CONNECT_PORT_GROUP]:
+            connect.append(nodeid)
+        else:
+            assert groups == [Path(nodeid.split("::")[0]).name], nodeid
+    # the Connect session kind, and the tests that start `--remote local[2,4]` children
+    assert any(n.endswith("[connect]") and "test_spark_state.py" in n for n in connect)
+    assert any("test_demo_kills_restarts_and_verifies[connect]" in n for n in connect)
+    assert any("test_chaos_on_spark_connect_is_exactly_once" in n for n in connect)
+    assert not any(n.endswith("[classic]") for n in connect)
+
+
+def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path: Path) -> None:
+    """pytest-xdist 3.8 marks a group by appending ``@group`` to the node id,
+    which pytest 9.2 stopped reading (pyproject.toml pins pytest < 9.2)."""
+    (tmp_path / "test_grouped.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.xdist_group('together')\n"
+        "def test_one():\n    pass\n\n\n"
+        "@pytest.mark.xdist_group('together')\n"
+        "def test_two():\n    pass\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    workers = {
+        line.split()[0]
+        for line in run.stdout.splitlines()
+        if "PASSED" in line and "@together" in line
+    }
+    assert len(workers) == 1, run.stdout
