@@ -5,11 +5,11 @@ snapshotted per micro-batch as Arrow files under a root.
     >>> s = keyed_state(events, key="user", root="/data/dwell-state", partitions=4)
     >>> avg = s.aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
 
-The facade: arguments checked, the plan built by calls into the rooms. Spark
-hash-partitions the rows into ``partitions`` state partitions
-(``repartition(partitions, *key)``); a ``mapInArrow`` stage then runs the
-task function of :mod:`snapcut.spark.state.task` per partition and batch,
-against the query's one :class:`~snapcut.spark.state.root.StateRoot`.
+The facade: arguments checked, the plan built by calls into the rooms: each
+step's processor from :mod:`~snapcut.spark.aggregates`,
+:mod:`~snapcut.spark.group_functions` or :mod:`~snapcut.spark.tws`, and the
+state stage around it (the query's one StateRoot, the ``mapInArrow`` stage
+over the rows hash-partitioned by key) from :mod:`snapcut.spark.state.stage`.
 """
 
 from __future__ import annotations
@@ -19,22 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from snapcut._core import ConfigError
-from snapcut.spark import metrics, no_data
 from snapcut.spark.aggregates import plan_aggregate
-from snapcut.spark.arguments import frame_arrow_schema, key_columns, parse_duration_ms
+from snapcut.spark.arguments import key_columns, parse_duration_ms
 from snapcut.spark.arguments import output_mode as output_mode_of
 from snapcut.spark.group_functions import plan_apply_in_pandas_with_state, plan_map_batches
 from snapcut.spark.group_state import GroupStateTimeout
 from snapcut.spark.keyed_input import KeyedInput
-from snapcut.spark.processors import BATCH_TS_COLUMN
-from snapcut.spark.roots import schema_bytes
-from snapcut.spark.state.initial import write_initial_state
-from snapcut.spark.state.partition import Processor
 from snapcut.spark.state.root import StateRoot
-from snapcut.spark.state.setup import prepare_root
-from snapcut.spark.state.spec import RootSpec, TableSpec
-from snapcut.spark.state.task import STATE_WRITES, make_task_function
+from snapcut.spark.state.stage import StateOptions, StepPlan, build_stage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -61,30 +53,18 @@ class KeyedState:
         filesystem: Any,
         state_writes: str = "background",
     ) -> None:
-        if state_writes not in STATE_WRITES:
-            raise ConfigError(
-                f"state_writes={state_writes!r} is not one of {STATE_WRITES}: 'background' writes "
-                "version N while the task's output goes to Spark, 'sync' before any output"
-            )
-        self.state_writes = state_writes
-        if partitions < 1:
-            raise ConfigError(f"partitions must be at least 1, got {partitions}")
-        if full_every < 1:
-            raise ConfigError(f"full_every must be at least 1, got {full_every}")
-        if retain < 2:
-            raise ConfigError(
-                f"retain must be at least 2 (a retried batch re-reads the previous one), "
-                f"got {retain}"
-            )
+        self.options = StateOptions(
+            root=str(root),
+            partitions=partitions,
+            full_every=full_every,
+            retain=retain,
+            filesystem=filesystem,
+            state_writes=state_writes,
+            initial_state=initial_state,
+        )
         self.df = df
-        self.root = str(root)
-        self.partitions = partitions
-        self.full_every = full_every
-        self.retain = retain
-        self.filesystem = filesystem
         self.state_root: StateRoot | None = None
         """The root's object, once a step is built (the sink's ``state=``)."""
-        self.initial_state = initial_state
         self.input = KeyedInput.of(
             df, key, name, event_time, watermark, has_initial_state=initial_state is not None
         )
@@ -127,7 +107,7 @@ class KeyedState:
         count, sum, min, max, mean, first, last. ``output_mode``: "update"
         (the keys changed in the batch) or "complete" (every key)."""
         processor = plan_aggregate(self.input, output_mode, aggregates)
-        return self._build(processor, "aggregate", needs_batch_ts=False)
+        return self._build(StepPlan(processor, "aggregate", needs_batch_ts=False))
 
     # -- level 2 ---------------------------------------------------------------
 
@@ -156,7 +136,7 @@ class KeyedState:
         of a processing-time timeout (see :mod:`snapcut.spark.no_data`)."""
         output_mode = output_mode_of(output_mode, "output_mode")
         processor = plan_map_batches(self.input, fn, state_schema, output_schema, timeout, pandas)
-        return self._build(processor, "map_batches", needs_batch_ts=True, output_mode=output_mode)
+        return self._build(StepPlan(processor, "map_batches", True, output_mode))
 
     # -- level 3 ---------------------------------------------------------------
 
@@ -175,9 +155,7 @@ class KeyedState:
         processor = plan_apply_in_pandas_with_state(
             self.input, func, outputStructType, stateStructType, timeoutConf
         )
-        return self._build(
-            processor, "apply_in_pandas_with_state", needs_batch_ts=True, output_mode=output_mode
-        )
+        return self._build(StepPlan(processor, "apply_in_pandas_with_state", True, output_mode))
 
     applyInPandasWithState = apply_in_pandas_with_state
 
@@ -254,97 +232,21 @@ class KeyedState:
             pandas=pandas,
         )
         return self._build(
-            step.processor,
-            step.operator,
-            needs_batch_ts=True,
-            output_mode=step.output_mode,
-            tables=step.tables,
-            timeout=step.timeout,
-            tws_initial=step.initial,
+            StepPlan(
+                step.processor,
+                step.operator,
+                needs_batch_ts=True,
+                output_mode=step.output_mode,
+                tables=step.tables,
+                timeout=step.timeout,
+                tws_initial=step.initial,
+            )
         )
 
     # -- the plan ------------------------------------------------------------
 
-    def _build(
-        self,
-        processor: Processor,
-        operator: str,
-        needs_batch_ts: bool,
-        output_mode: str = "update",
-        tables: tuple[TableSpec, ...] = (),
-        timeout: str | None = None,
-        tws_initial: Any = None,
-    ) -> DataFrame:
-        from pyspark.sql import functions as F
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        schema = processor.state_schema  # type: ignore[attr-defined]
-        spec = RootSpec(
-            uri=self.root,
-            vertex=self.name,
-            partitions=self.partitions,
-            key=self.key,
-            state_key=self.state_key,
-            state_schema=schema_bytes(schema),
-            full_every=self.full_every,
-            retain=self.retain,
-            filesystem=self.filesystem,
-            tables=tables,
-        )
-        # The query's one StateRoot: pickled into the tasks, the initial-state
-        # job and the sink (``state=`` this object).
-        root = StateRoot(spec)
-        committed = prepare_root(self.df.sparkSession, root, operator)
-        self.state_root = root
-        initial = None
-        if tables:
-            # transformWithState: the initial rows go to handleInitialState in batch 0.
-            raw = tws_initial if tws_initial is not None else self.initial_state
-            if raw is not None and not committed:
-                processor.initial_rows = write_initial_state(  # type: ignore[attr-defined]
-                    raw, self.df, self.key, root, frame_arrow_schema(raw)
-                )
-        elif self.initial_state is not None and not committed:
-            # (A restart keeps the root's own state, as Spark does.)
-            initial = write_initial_state(self.initial_state, self.df, self.key, root, schema)
-        src = self.df
-        input_schema = self.input_schema
-        if needs_batch_ts:
-            src = src.withColumn(BATCH_TS_COLUMN, F.current_timestamp())
-            input_schema = input_schema.append(pa.field(BATCH_TS_COLUMN, pa.timestamp("us", "UTC")))
-        if timeout is None:
-            timeout = getattr(processor, "timeout", GroupStateTimeout.NoTimeout)
-        with_no_data = no_data.enabled(self.df, timeout)
-        if with_no_data:
-            src = no_data.keep_tasks_in_empty_batches(src, self.name)
-        parted = src.repartition(self.partitions, *[F.col(k) for k in self.key])
-        output: pa.Schema = processor.output_schema  # type: ignore[attr-defined]
-        stage_schema = metrics.internal_schema(output)
-        udf = make_task_function(
-            root,
-            processor,
-            self.delay_ms,
-            initial,
-            input_schema,
-            stage_schema,
-            self.state_writes,
-            streaming=self.df.isStreaming,
-        )
-        stage_type = from_arrow_schema(stage_schema, prefer_timestamp_ntz=False)
-        out = metrics.observe_and_strip(parted.mapInArrow(udf, stage_type), self.name, output)
-        if with_no_data:
-            out_type = from_arrow_schema(output, prefer_timestamp_ntz=False)
-            out = out.unionByName(
-                no_data.companion(
-                    self.df,
-                    self.key,
-                    self.event_time,
-                    self.delay_ms,
-                    timeout,
-                    output_mode,
-                    out_type,
-                )
-            )
+    def _build(self, step: StepPlan) -> DataFrame:
+        out, self.state_root = build_stage(self.input, self.options, step)
         return out
 
 
