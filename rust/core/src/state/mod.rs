@@ -25,6 +25,7 @@ mod key;
 #[cfg(test)]
 mod lookup_tests;
 pub mod pickled;
+pub mod runs;
 mod table;
 
 pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};
