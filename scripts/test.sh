@@ -38,7 +38,7 @@ if [ "$fast" = 1 ]; then
   step "mypy"
   mypy python/
   step "cargo test snapcut-core --lib (unit tests; the integration suites run in the full run)"
-  cargo test -p snapcut-core --release --lib -q
+  cargo test -p snapcut-channel -p snapcut-core --release --lib -q
   step "pytest without Spark"
   export PYSPARK_PYTHON="$(command -v python)"
   python -m pytest -q -m "not spark" tests
@@ -96,11 +96,11 @@ cargo fmt --all -- --check
 step "cargo clippy"
 cargo clippy --workspace --all-targets -q -- -D warnings
 step "cargo test (release: includes the stress tests)"
-cargo test -p snapcut-core --release
+cargo test -p snapcut-channel -p snapcut-core --release
 step "loom model checks"
-# The `loom` feature rebuilds this crate only: its dependencies are the step above's.
+# The channel is its own crate (rust/channel): this builds the ring and loom only.
 LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} \
-  cargo test -p snapcut-core --release --features loom --test 'loom_*'
+  cargo test -p snapcut-channel --release --features loom --test loom
 step "ruff"
 ruff check python tests bench
 ruff format --check python tests bench

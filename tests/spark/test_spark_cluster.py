@@ -59,15 +59,20 @@ def wait_for_executors(session: Any, n: int, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         registered = session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1
-        if registered >= n and len(executor_pids()) >= n:
+        if registered >= n and len(executor_pids(session)) >= n:
             return
         time.sleep(0.5)
     raise AssertionError(f"{n} executors did not register within {timeout:.0f} s")
 
 
-def executor_pids() -> list[int]:
+def executor_pids(session: Any) -> list[int]:
+    """This application's executor JVMs (another test process may run a
+    local-cluster of its own at the same time)."""
+    app = session.sparkContext.applicationId
     out = subprocess.run(
-        ["pgrep", "-f", "CoarseGrainedExecutorBackend"], capture_output=True, text=True
+        ["pgrep", "-f", f"CoarseGrainedExecutorBackend .*--app-id {app}( |$)"],
+        capture_output=True,
+        text=True,
     ).stdout
     return [int(p) for p in out.split()]
 
@@ -89,7 +94,7 @@ def state_files(root: Path) -> dict[str, bytes]:
 def test_two_executors_match_spark_and_survive_an_executor_kill(
     spark: Any, failpoints: Path, tmp_path: Path
 ) -> None:
-    assert len(executor_pids()) == 2
+    assert len(executor_pids(spark)) == 2
     frames = dwell_frames(files=FILES, rows=1500, users=200, seed=5)
     directory = write_inputs(tmp_path / "events", frames)
 
@@ -118,7 +123,7 @@ def test_two_executors_match_spark_and_survive_an_executor_kill(
         while time.monotonic() < deadline and not (tmp_path / "killed").exists():
             if (tmp_path / "crashed" / "chk-00000000" / "manifest.json").exists():
                 time.sleep(1.0)
-                pids = executor_pids()
+                pids = executor_pids(spark)
                 if pids:
                     os.kill(pids[0], signal.SIGKILL)
                     killed.append(pids[0])

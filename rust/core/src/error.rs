@@ -40,3 +40,37 @@ impl Error {
         }
     }
 }
+
+impl From<crate::channel::CapacityError> for Error {
+    fn from(e: crate::channel::CapacityError) -> Self {
+        Error::Config(e.0)
+    }
+}
+
+impl<T> From<crate::channel::SendError<T>> for Error {
+    fn from(_: crate::channel::SendError<T>) -> Self {
+        Error::Disconnected
+    }
+}
+
+impl From<crate::channel::RecvError> for Error {
+    fn from(_: crate::channel::RecvError) -> Self {
+        Error::Disconnected
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+    use crate::channel::{channel, try_channel};
+
+    #[test]
+    fn channel_errors_become_core_errors() {
+        let capacity: Error = try_channel::<u8>(0).unwrap_err().into();
+        assert!(matches!(capacity, Error::Config(ref m) if m.contains("at least 1")));
+        let (mut tx, rx) = channel::<u8>(1);
+        drop(rx);
+        let sent: Error = tx.send(1).unwrap_err().into();
+        assert!(matches!(sent, Error::Disconnected));
+    }
+}

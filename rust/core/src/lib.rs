@@ -10,7 +10,7 @@
 //! - [`protocol`]: per-task snapshot state machines (pure, no threads, no I/O)
 //! - [`channel`]: the lock-free bounded SPSC FIFO ring between two tasks
 
-pub mod channel;
+pub use snapcut_channel as channel;
 pub mod error;
 pub mod failpoint;
 pub mod graph;

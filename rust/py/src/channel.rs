@@ -74,7 +74,9 @@ pub struct PyReceiver {
 /// A bounded FIFO channel of Python objects with room for `capacity` of them.
 #[pyfunction]
 fn channel(capacity: usize) -> PyResult<(PySender, PyReceiver)> {
-    let (tx, rx) = core::try_channel::<Obj>(capacity).map_py()?;
+    let (tx, rx) = core::try_channel::<Obj>(capacity)
+        .map_err(Error::from)
+        .map_py()?;
     Ok((
         PySender {
             inner: Mutex::new(Some(tx)),

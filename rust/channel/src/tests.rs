@@ -17,16 +17,14 @@ impl Drop for Counted {
 }
 
 #[test]
-fn zero_capacity_is_a_config_error() {
-    let err = try_channel::<u8>(0).unwrap_err();
-    assert!(matches!(err, Error::Config(_)));
+fn zero_capacity_is_a_capacity_error() {
+    let err: CapacityError = try_channel::<u8>(0).unwrap_err();
     assert!(err.to_string().contains("at least 1"), "{err}");
 }
 
 #[test]
-fn oversized_capacity_is_a_config_error() {
-    let err = try_channel::<[u64; 1024]>(usize::MAX / 2).unwrap_err();
-    assert!(matches!(err, Error::Config(_)));
+fn oversized_capacity_is_a_capacity_error() {
+    let err: CapacityError = try_channel::<[u64; 1024]>(usize::MAX / 2).unwrap_err();
     assert!(err.to_string().contains("too large"), "{err}");
     assert!(try_channel::<u8>(MAX_CAPACITY + 1).is_err());
 }

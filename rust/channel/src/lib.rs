@@ -1,7 +1,7 @@
 //! Lock-free bounded single-producer single-consumer FIFO ring: the edge between two tasks.
 //!
 //! ```
-//! use snapcut_core::channel::channel;
+//! use snapcut_channel::channel;
 //! let (mut tx, mut rx) = channel::<u64>(4);
 //! tx.send(1).unwrap();
 //! tx.try_send_slice(&[2, 3]).unwrap();
@@ -29,13 +29,15 @@ mod sync;
 mod waker;
 
 pub use error::{
-    RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
+    CapacityError, RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError,
+    TrySendError,
 };
 pub use receiver::{Queued, Receiver};
 pub use sender::Sender;
 pub use waker::{TaskWaker, WakerRef};
 
-use crate::{Error, Result};
+/// A channel's ends, or why the capacity was refused.
+pub type Result<T> = std::result::Result<T, CapacityError>;
 
 /// The largest capacity accepted (the ring allocates the next power of two).
 pub const MAX_CAPACITY: usize = 1 << (usize::BITS - 2);
@@ -51,7 +53,7 @@ pub fn channel<T>(capacity: usize) -> (Sender<T>, Receiver<T>) {
     }
 }
 
-/// [`channel`] that reports a bad capacity as [`Error::Config`].
+/// [`channel`] that reports a bad capacity as a [`CapacityError`].
 pub fn try_channel<T>(capacity: usize) -> Result<(Sender<T>, Receiver<T>)> {
     channel_with_wakers(capacity, TaskWaker::new(), TaskWaker::new())
 }
@@ -75,7 +77,7 @@ pub fn channel_with_wakers<T>(
     receiver_waker: WakerRef,
 ) -> Result<(Sender<T>, Receiver<T>)> {
     if capacity == 0 {
-        return Err(Error::Config(
+        return Err(CapacityError(
             "channel capacity must be at least 1 (got 0); pass a capacity >= 1".into(),
         ));
     }
@@ -83,7 +85,7 @@ pub fn channel_with_wakers<T>(
         .checked_next_power_of_two()
         .and_then(|slots| slots.checked_mul(std::mem::size_of::<T>()));
     if capacity > MAX_CAPACITY || bytes.is_none_or(|b| b > isize::MAX as usize) {
-        return Err(Error::Config(format!(
+        return Err(CapacityError(format!(
             "channel capacity {capacity} is too large for items of {} bytes; pass a smaller capacity",
             std::mem::size_of::<T>()
         )));

@@ -160,14 +160,15 @@ impl std::error::Error for TryRecvError {}
 impl std::error::Error for RecvError {}
 impl std::error::Error for RecvTimeoutError {}
 
-impl<T> From<SendError<T>> for crate::Error {
-    fn from(_: SendError<T>) -> Self {
-        crate::Error::Disconnected
+/// A capacity the channel cannot have (0, or more slots than memory holds);
+/// the message names it and the fix. snapcut-core reports it as a config error.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapacityError(pub String);
+
+impl fmt::Display for CapacityError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-impl From<RecvError> for crate::Error {
-    fn from(_: RecvError) -> Self {
-        crate::Error::Disconnected
-    }
-}
+impl std::error::Error for CapacityError {}

@@ -5,7 +5,7 @@
 #![cfg(feature = "loom")]
 
 use loom::thread;
-use snapcut_core::channel::{
+use snapcut_channel::{
     channel, channel_with_waker, channel_with_wakers, RecvError, TaskWaker, TryRecvError,
     TrySendError,
 };
