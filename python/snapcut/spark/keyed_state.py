@@ -69,6 +69,20 @@ class KeyedState:
             df, key, name, event_time, watermark, has_initial_state=initial_state is not None
         )
 
+    # Where the state lives (the sink's ``state=`` reads these); kept once, in `options`.
+
+    @property
+    def root(self) -> str:
+        return self.options.root
+
+    @property
+    def filesystem(self) -> Any:
+        return self.options.filesystem
+
+    @property
+    def partitions(self) -> int:
+        return self.options.partitions
+
     # What the keyed input says; kept once, in `input`.
 
     @property
