@@ -39,6 +39,7 @@ SPARK_TESTS = Path(__file__).resolve().parent / "spark"
 os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 CONNECT_PORT_GROUP = "spark-connect-port-15002"
+LOCAL_CLUSTER_GROUP = "spark-local-cluster"
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -46,12 +47,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/spark/ starts Spark: marked ``spark``, so
     ``-m "not spark"`` (``scripts/test.sh --fast``) leaves it out.
 
-    For ``pytest -n 2 --dist loadgroup`` (scripts/test.sh) each Spark module
+    For ``pytest -n 2 --dist loadgroup`` (two xdist workers) each Spark module
     is one xdist group, so its module-scoped session starts once, on one
     worker; except that everything that starts a local Connect server (the
     ``connect`` session kind, tests marked ``connect_port``) binds port 15002,
-    so those tests share one group and run one at a time. Runs first, so
-    xdist sees the groups."""
+    so those tests share one group and run one at a time; and the modules
+    marked ``local_cluster`` share another (two local-cluster masters started
+    in the same second name their applications alike, and their executors
+    then share a work directory). Runs first, so xdist sees the groups."""
     for item in items:
         if SPARK_TESTS not in item.path.parents:
             continue
@@ -60,6 +63,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         on_connect = params is not None and params.params.get("spark") == "connect"
         if on_connect or item.get_closest_marker("connect_port") is not None:
             item.add_marker(pytest.mark.xdist_group(CONNECT_PORT_GROUP))
+        elif item.get_closest_marker("local_cluster") is not None:
+            item.add_marker(pytest.mark.xdist_group(LOCAL_CLUSTER_GROUP))
         else:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
 

@@ -1,5 +1,5 @@
-"""scripts/test.sh runs pytest on two xdist workers with ``--dist loadgroup``:
-each Spark module must stay on one worker (its session starts once) and every
+"""With ``pytest -n 2 --dist loadgroup`` (two xdist workers) each Spark module
+must stay on one worker (its session starts once) and every
 test that binds Spark Connect's port 15002 must share one group (two such
 servers at once fail to bind). These check the grouping rule of
 tests/conftest.py and that the installed pytest and pytest-xdist honour it."""
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import CONNECT_PORT_GROUP, SPARK_TESTS
+from tests.conftest import CONNECT_PORT_GROUP, LOCAL_CLUSTER_GROUP, SPARK_TESTS
 
 
 class GroupRecorder:
@@ -34,10 +34,13 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
     assert code == 0
     assert len(recorder.groups) > 100  # the Spark suite was collected
     connect: list[str] = []
+    cluster: set[str] = set()
     for nodeid, groups in recorder.groups.items():
         assert len(groups) == 1, (nodeid, groups)
         if groups == [CONNECT_PORT_GROUP]:
             connect.append(nodeid)
+        elif groups == [LOCAL_CLUSTER_GROUP]:
+            cluster.add(Path(nodeid.split("::")[0]).name)
         else:
             assert groups == [Path(nodeid.split("::")[0]).name], nodeid
     # the Connect session kind, and the tests that start `--remote local[2,4]` children
@@ -45,6 +48,7 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
     assert any("test_demo_kills_restarts_and_verifies[connect]" in n for n in connect)
     assert any("test_chaos_on_spark_connect_is_exactly_once" in n for n in connect)
     assert not any(n.endswith("[classic]") for n in connect)
+    assert cluster == {"test_spark_cluster.py", "test_spark_archives.py"}
 
 
 def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path: Path) -> None:

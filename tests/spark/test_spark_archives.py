@@ -37,6 +37,8 @@ from tests.spark_support import (
 
 from snapcut.spark import keyed_state, read_state
 
+pytestmark = pytest.mark.local_cluster
+
 REPO = Path(__file__).resolve().parents[2]
 ENV_PYTHON = "./environment/bin/python"
 FILES = 2

@@ -28,6 +28,8 @@ from tests.spark_support import (
 
 from snapcut.spark import GroupStateTimeout, keyed_state, read_state_arrow
 
+pytestmark = pytest.mark.local_cluster
+
 FILES = 3
 
 
