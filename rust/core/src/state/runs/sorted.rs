@@ -14,6 +14,7 @@ use arrow_schema::DataType;
 
 use super::hash::{hash_bytes, hash_int};
 use crate::error::{Error, Result};
+use crate::state::key::KeyType;
 
 /// The first index in `[from, len)` whose item is not less than `key`
 /// (`len` if none), galloping from `from`.
@@ -57,6 +58,7 @@ fn find_with<T: Ord>(
 }
 
 fn same_type(run: &dyn Array, probes: &dyn Array) -> Result<()> {
+    KeyType::new("key", run.data_type())?;
     if run.data_type() != probes.data_type() {
         return Err(Error::Config(format!(
             "keys of type {} looked up in a run whose keys are {}",
@@ -107,12 +109,7 @@ pub fn find(run: &dyn Array, probes: &dyn Array) -> Result<Vec<Option<u32>>> {
         DataType::LargeUtf8 => bytes!(LargeUtf8Type),
         DataType::Binary => bytes!(BinaryType),
         DataType::LargeBinary => bytes!(LargeBinaryType),
-        other => {
-            return Err(Error::Config(format!(
-                "a run's keys cannot be of type {other}; state keys are Int64, Int32, Utf8, \
-                 LargeUtf8, Binary or LargeBinary"
-            )))
-        }
+        _ => unreachable!("KeyType::new admits only key types"),
     })
 }
 
@@ -155,9 +152,7 @@ pub fn check_sorted(run: &dyn Array, what: &str) -> Result<()> {
             let v = run.as_binary::<i64>();
             ascending(v.len(), |i| v.value(i), what)
         }
-        other => Err(Error::Snapshot(format!(
-            "{what}: a run's keys cannot be of type {other}"
-        ))),
+        _ => unreachable!("KeyType::new admits only key types"),
     }
 }
 
@@ -197,12 +192,7 @@ pub fn hashes(keys: &dyn Array) -> Result<Vec<u64>> {
             let v = keys.as_binary::<i64>();
             (0..v.len()).map(|i| hash_bytes(v.value(i))).collect()
         }
-        other => {
-            return Err(Error::Config(format!(
-                "keys of type {other} have no filter hash; state keys are Int64, Int32, Utf8, \
-                 LargeUtf8, Binary or LargeBinary"
-            )))
-        }
+        _ => unreachable!("KeyType::new admits only key types"),
     })
 }
 
