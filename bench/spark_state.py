@@ -171,9 +171,10 @@ class InMemoryKeyedState(KeyedState):
     not a feature: a partition whose next task lands on another Python worker
     starts from an empty table there (the same work per row; fine for timing)."""
 
-    def _build(self, processor: Any, operator: str, needs_batch_ts: bool) -> DataFrame:
+    def _build(self, step: Any) -> DataFrame:
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        processor = step.processor
         tag, schema, key = self.root, processor.state_schema, processor.state_key
 
         def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
