@@ -107,18 +107,22 @@ ruff format --check python tests bench
 step "mypy"
 mypy python/
 
-step "pytest (Spark tests: local[2] and local-cluster[2,1,1024], one session per module)"
+step "pytest, 2 workers, then the Spark Connect tests alone (Spark tests: local[2] and local-cluster[2,1,1024], one session per module)"
 export PYSPARK_PYTHON="$(command -v python)"
 # pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
 export SNAPCUT_WHEEL="$PWD/$wheel"
 rc=0
-# One process. `pytest -n 2 --dist loadgroup` also works (tests/conftest.py groups
-# each Spark module, Connect's port 15002 and local-cluster) and took the run's
-# pytest from ~2,100 s to ~1,400 s, but under that load Spark's fixed 10 s wait
-# for Connect's foreachBatch worker to connect back ran out once in two runs.
-python -m pytest -q --durations=15 --junitxml=target/pytest-ci.xml tests || rc=$?
-python - target/pytest-ci.xml <<'PY' || true
+# Two xdist workers (tests/conftest.py keeps each Spark module on one worker and
+# the local-cluster modules one at a time): ~2,100 s in one process, ~1,400 s so.
+# The tests that start Spark Connect (marked connect_port) run afterwards, alone:
+# under two workers' load Spark's fixed 10 s wait for Connect's foreachBatch
+# worker to connect back (PythonWorkerFactory) ran out once in two runs.
+python -m pytest -q -n 2 --dist loadgroup -m "not connect_port" --durations=15 \
+  --junitxml=target/pytest-ci.xml tests || rc=$?
+python -m pytest -q -m connect_port --durations=5 \
+  --junitxml=target/pytest-ci-connect.xml tests || rc=$?
+python - target/pytest-ci.xml target/pytest-ci-connect.xml <<'PY' || true
 """Where pytest's time went, by module (each test's setup, call and teardown): the 15 slowest."""
 import collections
 import sys
@@ -126,7 +130,8 @@ import xml.etree.ElementTree as ET
 
 took: collections.Counter[str] = collections.Counter()
 tests: collections.Counter[str] = collections.Counter()
-for case in ET.parse(sys.argv[1]).iter("testcase"):
+cases = [c for path in sys.argv[1:] for c in ET.parse(path).iter("testcase")]
+for case in cases:
     parts = case.get("classname", "?").split(".")
     module = ".".join(parts[:-1] if parts[-1][:1].isupper() else parts)
     took[module] += float(case.get("time", 0))

@@ -17,12 +17,15 @@ from tests.conftest import CONNECT_PORT_GROUP, LOCAL_CLUSTER_GROUP, SPARK_TESTS
 class GroupRecorder:
     def __init__(self) -> None:
         self.groups: dict[str, list[str]] = {}
+        self.marked_connect: set[str] = set()
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             marks = item.iter_markers("xdist_group")
             self.groups[item.nodeid] = [str(m.args[0]) for m in marks]
+            if item.get_closest_marker("connect_port") is not None:
+                self.marked_connect.add(item.nodeid)
 
 
 def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
@@ -39,6 +42,7 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
         assert len(groups) == 1, (nodeid, groups)
         if groups == [CONNECT_PORT_GROUP]:
             connect.append(nodeid)
+            assert nodeid in recorder.marked_connect, nodeid
         elif groups == [LOCAL_CLUSTER_GROUP]:
             cluster.add(Path(nodeid.split("::")[0]).name)
         else:
@@ -49,6 +53,8 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
     assert any("test_chaos_on_spark_connect_is_exactly_once" in n for n in connect)
     assert not any(n.endswith("[classic]") for n in connect)
     assert cluster == {"test_spark_cluster.py", "test_spark_archives.py"}
+    # `-m connect_port` (scripts/test.sh's serial run) selects exactly that group
+    assert recorder.marked_connect == set(connect)
 
 
 def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path: Path) -> None:
