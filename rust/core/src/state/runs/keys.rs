@@ -1,0 +1,223 @@
+//! Keys read in place from a key column, in the order runs are sorted by:
+//! integers as numbers (an `Int32` key widened to `i64`), strings and bytes
+//! as bytes (UTF-8's byte order is its code point order). It is the order of
+//! [`super::sorted`] and of [`Key`]'s `Ord`, so a run's [`KeyRange`] can be
+//! kept as two [`Key`]s and compared with borrowed probes without copying
+//! them. Sorting a batch, merging runs and pruning probes by range read keys
+//! this way; the hot search in a run stays typed ([`super::sorted::find`]).
+
+use std::fmt;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use arrow_array::Array;
+use arrow_schema::DataType;
+
+use super::hash::{hash_bytes, hash_int};
+use crate::error::Result;
+use crate::state::key::{Key, KeyType};
+
+/// A key borrowed from a column: [`Key`] without the copy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KeyRef<'a> {
+    Int(i64),
+    Bytes(&'a [u8]),
+}
+
+impl<'a> KeyRef<'a> {
+    pub fn of(key: &'a Key) -> Self {
+        match key {
+            Key::Int(v) => KeyRef::Int(*v),
+            Key::Bytes(b) => KeyRef::Bytes(b),
+        }
+    }
+
+    pub fn to_key(self) -> Key {
+        match self {
+            KeyRef::Int(v) => Key::Int(v),
+            KeyRef::Bytes(b) => Key::Bytes(Box::from(b)),
+        }
+    }
+
+    /// The filter hash ([`super::hash`]), as [`super::sorted::hashes`] computes it.
+    #[inline]
+    pub fn hash(self) -> u64 {
+        match self {
+            KeyRef::Int(v) => hash_int(v),
+            KeyRef::Bytes(b) => hash_bytes(b),
+        }
+    }
+}
+
+/// For error messages: a number, a quoted string, or hex for bytes that are
+/// not UTF-8.
+impl fmt::Display for KeyRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyRef::Int(v) => write!(f, "{v}"),
+            KeyRef::Bytes(b) => match std::str::from_utf8(b) {
+                Ok(s) => write!(f, "{s:?}"),
+                Err(_) => {
+                    write!(f, "0x")?;
+                    b.iter().try_for_each(|byte| write!(f, "{byte:02x}"))
+                }
+            },
+        }
+    }
+}
+
+/// A key column's values, read by position as [`KeyRef`]s. Strings and
+/// binaries share their layout (offsets into one data buffer), so four cases
+/// cover the six key types.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum KeyColumn<'a> {
+    Int64(&'a [i64]),
+    Int32(&'a [i32]),
+    Bytes32 { offsets: &'a [i32], data: &'a [u8] },
+    Bytes64 { offsets: &'a [i64], data: &'a [u8] },
+}
+
+impl<'a> KeyColumn<'a> {
+    /// `array` must have a key type; nulls are the caller's to refuse (a
+    /// null reads as whatever its slot holds).
+    pub(crate) fn new(array: &'a dyn Array) -> Result<Self> {
+        KeyType::new("key", array.data_type())?;
+        Ok(match array.data_type() {
+            DataType::Int64 => Self::Int64(array.as_primitive::<Int64Type>().values()),
+            DataType::Int32 => Self::Int32(array.as_primitive::<Int32Type>().values()),
+            DataType::Utf8 => {
+                let a = array.as_string::<i32>();
+                Self::Bytes32 {
+                    offsets: a.value_offsets(),
+                    data: a.value_data(),
+                }
+            }
+            DataType::LargeUtf8 => {
+                let a = array.as_string::<i64>();
+                Self::Bytes64 {
+                    offsets: a.value_offsets(),
+                    data: a.value_data(),
+                }
+            }
+            DataType::Binary => {
+                let a = array.as_binary::<i32>();
+                Self::Bytes32 {
+                    offsets: a.value_offsets(),
+                    data: a.value_data(),
+                }
+            }
+            DataType::LargeBinary => {
+                let a = array.as_binary::<i64>();
+                Self::Bytes64 {
+                    offsets: a.value_offsets(),
+                    data: a.value_data(),
+                }
+            }
+            _ => unreachable!("KeyType::new admits only key types"),
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Self::Int64(v) => v.len(),
+            Self::Int32(v) => v.len(),
+            Self::Bytes32 { offsets, .. } => offsets.len() - 1,
+            Self::Bytes64 { offsets, .. } => offsets.len() - 1,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn at(&self, i: usize) -> KeyRef<'a> {
+        match *self {
+            Self::Int64(v) => KeyRef::Int(v[i]),
+            Self::Int32(v) => KeyRef::Int(v[i].into()),
+            Self::Bytes32 { offsets, data } => {
+                KeyRef::Bytes(&data[offsets[i] as usize..offsets[i + 1] as usize])
+            }
+            Self::Bytes64 { offsets, data } => {
+                KeyRef::Bytes(&data[offsets[i] as usize..offsets[i + 1] as usize])
+            }
+        }
+    }
+}
+
+/// The smallest and largest key of a run (both held): a probe outside it is
+/// not in the run, whatever the filter says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyRange {
+    pub min: Key,
+    pub max: Key,
+}
+
+impl KeyRange {
+    /// The range of a sorted key column; `None` if it is empty.
+    pub(crate) fn of_sorted(keys: &KeyColumn<'_>) -> Option<Self> {
+        let n = keys.len();
+        (n > 0).then(|| Self {
+            min: keys.at(0).to_key(),
+            max: keys.at(n - 1).to_key(),
+        })
+    }
+
+    #[inline]
+    pub fn contains(&self, key: KeyRef<'_>) -> bool {
+        KeyRef::of(&self.min) <= key && key <= KeyRef::of(&self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sorted::hashes;
+    use super::*;
+    use arrow_array::{
+        BinaryArray, Int32Array, Int64Array, LargeBinaryArray, LargeStringArray, StringArray,
+    };
+
+    fn read(array: &dyn Array) -> Vec<KeyRef<'_>> {
+        let column = KeyColumn::new(array).unwrap();
+        (0..column.len()).map(|i| column.at(i)).collect()
+    }
+
+    #[test]
+    fn reads_every_key_type_and_hashes_like_sorted() {
+        let sliced = StringArray::from(vec!["x", "é", "", "ab"]).slice(1, 3);
+        assert_eq!(
+            read(&sliced),
+            [
+                KeyRef::Bytes("é".as_bytes()),
+                KeyRef::Bytes(b""),
+                KeyRef::Bytes(b"ab")
+            ]
+        );
+        let arrays: Vec<Box<dyn Array>> = vec![
+            Box::new(Int64Array::from(vec![-1, 7])),
+            Box::new(Int32Array::from(vec![-1, 7])),
+            Box::new(LargeStringArray::from(vec!["a", "bc"])),
+            Box::new(BinaryArray::from_iter_values([b"\xff", b"q"])),
+            Box::new(LargeBinaryArray::from_iter_values([b"\xff", b"q"])),
+            Box::new(sliced),
+        ];
+        for array in &arrays {
+            let hashed: Vec<u64> = read(array.as_ref()).iter().map(|k| k.hash()).collect();
+            assert_eq!(hashed, hashes(array.as_ref()).unwrap());
+        }
+        assert_eq!(read(arrays[1].as_ref()), read(arrays[0].as_ref()));
+    }
+
+    #[test]
+    fn orders_and_shows_like_keys() {
+        let (a, b) = (
+            Key::Bytes(Box::from(&b"a"[..])),
+            Key::Bytes(Box::from(&b"ab"[..])),
+        );
+        assert_eq!(KeyRef::of(&a) < KeyRef::of(&b), a < b);
+        assert_eq!(KeyRef::of(&b).to_key(), b);
+        let range = KeyRange { min: a, max: b };
+        assert!(range.contains(KeyRef::Bytes(b"a")) && range.contains(KeyRef::Bytes(b"aa")));
+        assert!(!range.contains(KeyRef::Bytes(b"")) && !range.contains(KeyRef::Bytes(b"b")));
+        assert_eq!(KeyRef::Int(-3).to_string(), "-3");
+        assert_eq!(KeyRef::Bytes(b"k\"1").to_string(), r#""k\"1""#);
+        assert_eq!(KeyRef::Bytes(b"\xff\x01").to_string(), "0xff01");
+        assert!(KeyColumn::new(&arrow_array::Float32Array::from(vec![1.0])).is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! [`Run`]: one immutable sorted run. Its batch has the state table's
+//! columns, the key column sorted ascending with each key once and no nulls,
+//! and, last, a non-null Boolean `__deleted` ([`DELETED_COLUMN`]): `true`
+//! marks a tombstone, a key deleted at this level (its other columns are
+//! null). A run without the `__deleted` column is a *base*: every row live,
+//! and the whole state as of that run, so a base is only ever the oldest run
+//! of a set (a full capture as `StateTable::checkpoint` makes it, or a
+//! compaction that reached the oldest run and dropped the tombstones).
+//! Either layout is a state file as written, so a file becomes a run without
+//! being rewritten. Beside the batch a run keeps its key range and a bloom
+//! filter of its keys, so lookups skip it for keys it cannot hold.
+
+use std::fmt;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
+use arrow_schema::FieldRef;
+use arrow_select::take::take_record_batch;
+
+use super::filter::BloomFilter;
+use super::keys::{KeyColumn, KeyRange, KeyRef};
+use super::sorted::{check_sorted, hashes};
+use crate::error::{Error, Result};
+use crate::state::key::KeyType;
+use crate::state::table::{column_names, DELETED_COLUMN};
+
+/// The filters' false-positive probability unless the store says otherwise:
+/// ~9.6 bits per key.
+pub const DEFAULT_FPP: f64 = 0.01;
+
+/// Keys of a stored run checked against its stored filter (see [`Run::from_parts`]).
+const FILTER_SAMPLE: usize = 64;
+
+#[derive(Clone)]
+pub struct Run {
+    batch: RecordBatch,
+    key_col: usize,
+    /// The `__deleted` column; `None` for a base.
+    tombstones: Option<BooleanArray>,
+    /// `None` for an empty run.
+    range: Option<KeyRange>,
+    filter: BloomFilter,
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Run")
+            .field("key", &self.key_column())
+            .field("len", &self.len())
+            .field("base", &self.is_base())
+            .field("range", &self.range)
+            .field("filter_bytes", &self.filter.len_bytes())
+            .finish()
+    }
+}
+
+/// Where a checked batch keeps its keys and tombstones.
+struct Shape {
+    key_col: usize,
+    tombstones: Option<BooleanArray>,
+}
+
+/// Checks a batch's layout (not its order): the key column, and the
+/// tombstone column if there is one. Errors are `Config`; a file's reader
+/// turns them into `Snapshot` errors ([`in_file`]).
+fn shape(batch: &RecordBatch, key: &str) -> Result<Shape> {
+    let schema = batch.schema_ref();
+    let key_col = schema.index_of(key).map_err(|_| {
+        Error::Config(format!(
+            "a run's batch has no key column '{key}' (columns: {})",
+            column_names(schema)
+        ))
+    })?;
+    let keys = batch.column(key_col);
+    KeyType::new(key, keys.data_type())?.check(key, keys.as_ref())?;
+    let tombstones = match schema.index_of(DELETED_COLUMN) {
+        Ok(at) => Some(tombstone_column(batch, at)?),
+        Err(_) => None,
+    };
+    Ok(Shape {
+        key_col,
+        tombstones,
+    })
+}
+
+fn tombstone_column(batch: &RecordBatch, at: usize) -> Result<BooleanArray> {
+    let bad = |why: String| Err(Error::Config(format!("a run's '{DELETED_COLUMN}' {why}")));
+    if at + 1 != batch.num_columns() {
+        return bad(format!(
+            "is column {at} of {}; it must be the last one, as in StateTable::diff_schema",
+            batch.num_columns()
+        ));
+    }
+    let column = batch.column(at);
+    let Some(tombstones) = column.as_boolean_opt() else {
+        return bad(format!(
+            "column has type {}; tombstones are a non-null Boolean column",
+            column.data_type()
+        ));
+    };
+    if tombstones.null_count() > 0 {
+        return bad(format!(
+            "column holds {} null(s); each row of a run is live (false) or a tombstone (true)",
+            tombstones.null_count()
+        ));
+    }
+    Ok(tombstones.clone())
+}
+
+/// A defect of a stored batch is a corrupt or foreign file, named by `what`.
+fn in_file(what: &str) -> impl Fn(Error) -> Error + '_ {
+    move |e| match e {
+        Error::Config(m) => Error::Snapshot(format!("{what}: {m}")),
+        e => e,
+    }
+}
+
+fn build_filter(keys: &dyn Array, fpp: f64) -> Result<BloomFilter> {
+    let mut filter = BloomFilter::for_keys(keys.len(), fpp)?;
+    for hash in hashes(keys)? {
+        filter.insert(hash);
+    }
+    Ok(filter)
+}
+
+/// The order that sorts `keys`, or `None` if they are sorted already; a key
+/// twice is an error naming it (a run holds each key once).
+fn sort_order(keys: &dyn Array, name: &str) -> Result<Option<UInt32Array>> {
+    let column = KeyColumn::new(keys)?;
+    let at = |i: u32| column.at(i as usize);
+    if (1..column.len() as u32).all(|i| at(i - 1) < at(i)) {
+        return Ok(None);
+    }
+    let mut order: Vec<u32> = (0..column.len() as u32).collect();
+    // Stable, so the duplicate's rows are named in batch order.
+    order.sort_by_key(|&i| at(i));
+    if let Some(pair) = order.windows(2).find(|w| at(w[0]) == at(w[1])) {
+        return Err(Error::Config(format!(
+            "key column '{name}' holds key {} twice (rows {} and {}); a run holds each key \
+             once: merge the changes first, the newest row winning",
+            at(pair[0]),
+            pair[0],
+            pair[1]
+        )));
+    }
+    Ok(Some(UInt32Array::from(order)))
+}
+
+impl Run {
+    /// A run of a batch read from a file (`what` names it): checked for its
+    /// layout and order, every defect an `Error::Snapshot`; the filter is
+    /// built at false-positive probability `fpp`.
+    pub fn from_sorted(batch: RecordBatch, key: &str, fpp: f64, what: &str) -> Result<Self> {
+        let shape = shape(&batch, key).map_err(in_file(what))?;
+        let keys = batch.column(shape.key_col).as_ref();
+        check_sorted(keys, what)?;
+        let filter = build_filter(keys, fpp)?;
+        Ok(Self::assemble(batch, shape, filter))
+    }
+
+    /// A run of a batch made in memory, in any row order: a diff batch as
+    /// `StateTable::checkpoint` or `changes` makes it (upserts then
+    /// tombstones), or a full one (no `__deleted`: a base). Sorted here; a
+    /// key twice, like any other defect, is an `Error::Config`.
+    pub fn from_unsorted(batch: RecordBatch, key: &str, fpp: f64) -> Result<Self> {
+        let shape = shape(&batch, key)?;
+        let batch = match sort_order(batch.column(shape.key_col).as_ref(), key)? {
+            None => batch,
+            Some(order) => take_record_batch(&batch, &order).map_err(|e| {
+                Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))
+            })?,
+        };
+        Self::from_sorted_trusted(batch, key, fpp)
+    }
+
+    /// A run rebuilt from a file and its stored filter ([`Self::filter_bytes`]),
+    /// `what` naming the file. The batch is checked as by
+    /// [`Self::from_sorted`]; the filter must parse and hold a sample of the
+    /// run's keys (up to 64, evenly spaced, first and last included), which
+    /// catches a filter stored beside the wrong file without hashing them all.
+    pub fn from_parts(batch: RecordBatch, key: &str, filter: &[u8], what: &str) -> Result<Self> {
+        let shape = shape(&batch, key).map_err(in_file(what))?;
+        let keys = batch.column(shape.key_col).as_ref();
+        check_sorted(keys, what)?;
+        let filter = BloomFilter::from_bytes(filter, what)?;
+        let column = KeyColumn::new(keys)?;
+        let n = column.len();
+        let step = n.div_ceil(FILTER_SAMPLE).max(1);
+        for row in (0..n).step_by(step).chain(n.checked_sub(1)) {
+            let key = column.at(row);
+            if !filter.may_contain(key.hash()) {
+                return Err(Error::Snapshot(format!(
+                    "{what}: its bloom filter lacks key {key} (row {row}) that the run holds: \
+                     the filter is corrupt or another run's"
+                )));
+            }
+        }
+        Ok(Self::assemble(batch, shape, filter))
+    }
+
+    /// A batch sorted by construction (a merge's output, a sorted diff):
+    /// the layout is checked, the order only in debug builds.
+    pub(super) fn from_sorted_trusted(batch: RecordBatch, key: &str, fpp: f64) -> Result<Self> {
+        let shape = shape(&batch, key)?;
+        let keys = batch.column(shape.key_col).as_ref();
+        debug_assert!(
+            check_sorted(keys, "run").is_ok(),
+            "a trusted run is unsorted"
+        );
+        let filter = build_filter(keys, fpp)?;
+        Ok(Self::assemble(batch, shape, filter))
+    }
+
+    fn assemble(batch: RecordBatch, shape: Shape, filter: BloomFilter) -> Self {
+        let keys = KeyColumn::new(batch.column(shape.key_col).as_ref()).expect("a checked key");
+        let range = KeyRange::of_sorted(&keys);
+        Self {
+            key_col: shape.key_col,
+            tombstones: shape.tombstones,
+            range,
+            filter,
+            batch,
+        }
+    }
+
+    /// The batch as stored: data columns, then `__deleted` unless a base.
+    pub fn batch(&self) -> &RecordBatch {
+        &self.batch
+    }
+
+    pub fn key_column(&self) -> &str {
+        self.batch.schema_ref().field(self.key_col).name()
+    }
+
+    pub(crate) fn key_index(&self) -> usize {
+        self.key_col
+    }
+
+    /// The sorted key column.
+    pub fn keys(&self) -> &ArrayRef {
+        self.batch.column(self.key_col)
+    }
+
+    /// The table's columns, without `__deleted`.
+    pub fn data_columns(&self) -> &[ArrayRef] {
+        &self.batch.columns()[..self.data_len()]
+    }
+
+    /// The fields of [`Self::data_columns`].
+    pub fn data_fields(&self) -> &[FieldRef] {
+        &self.batch.schema_ref().fields()[..self.data_len()]
+    }
+
+    fn data_len(&self) -> usize {
+        self.batch.num_columns() - usize::from(self.tombstones.is_some())
+    }
+
+    /// Smallest and largest key; `None` if the run is empty.
+    pub fn key_range(&self) -> Option<&KeyRange> {
+        self.range.as_ref()
+    }
+
+    /// Rows, tombstones included.
+    pub fn len(&self) -> usize {
+        self.batch.num_rows()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether this is a base (no `__deleted` column: every row live, the
+    /// whole state as of this run).
+    pub fn is_base(&self) -> bool {
+        self.tombstones.is_none()
+    }
+
+    /// The `__deleted` column; `None` for a base.
+    pub fn tombstones(&self) -> Option<&BooleanArray> {
+        self.tombstones.as_ref()
+    }
+
+    pub fn tombstone_count(&self) -> usize {
+        self.tombstones.as_ref().map_or(0, BooleanArray::true_count)
+    }
+
+    /// Whether row `row` is a tombstone.
+    #[inline]
+    pub fn is_deleted(&self, row: usize) -> bool {
+        self.tombstones.as_ref().is_some_and(|t| t.value(row))
+    }
+
+    pub fn filter(&self) -> &BloomFilter {
+        &self.filter
+    }
+
+    /// The filter as stored beside the run ([`Self::from_parts`] reads it).
+    pub fn filter_bytes(&self) -> Vec<u8> {
+        self.filter.to_bytes()
+    }
+
+    /// False: the run does not hold `key` (outside its range, or not in its
+    /// filter). True: it may.
+    pub fn may_contain(&self, key: KeyRef<'_>) -> bool {
+        self.range.as_ref().is_some_and(|r| r.contains(key)) && self.filter.may_contain(key.hash())
+    }
+
+    /// Memory held: the batch's Arrow buffers and the filter (for budgets).
+    pub fn size_bytes(&self) -> usize {
+        self.batch.get_array_memory_size() + self.filter.len_bytes()
+    }
+}
+
+/// Checks that `run` has the columns `fields` (names and types, in order,
+/// `__deleted` aside) keyed by column `key_col`; `what` says where.
+pub(crate) fn check_columns(
+    run: &Run,
+    fields: &[FieldRef],
+    key_col: usize,
+    what: &str,
+) -> Result<()> {
+    let theirs = run.data_fields();
+    let same = run.key_col == key_col
+        && theirs.len() == fields.len()
+        && theirs
+            .iter()
+            .zip(fields)
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if same {
+        return Ok(());
+    }
+    let describe = |fields: &[FieldRef], key: usize| {
+        let columns: Vec<String> = fields
+            .iter()
+            .map(|f| format!("{}: {}", f.name(), f.data_type()))
+            .collect();
+        format!("({}) keyed by '{}'", columns.join(", "), fields[key].name())
+    };
+    Err(Error::Config(format!(
+        "{what}: a run with columns {} does not fit columns {}; every run of a state has the \
+         table's columns in the table's order",
+        describe(theirs, run.key_col),
+        describe(fields, key_col)
+    )))
+}

@@ -1,0 +1,334 @@
+//! [`RunSet`]: a state's sorted runs, newest first, and batched lookups in
+//! them. A key's value is in the newest run that holds the key: a live row
+//! there is the value, a tombstone there means deleted, whatever older runs
+//! hold. A batch of probes goes through the runs together, each run seeing
+//! only the probes no newer run has answered, and of those only the ones in
+//! its key range and its filter; the rest are found by one batched search of
+//! its key column ([`super::sorted::find`]).
+
+use std::ops::{AddAssign, Range};
+use std::sync::Arc;
+
+use arrow_array::{make_array, new_null_array, Array, BooleanArray, RecordBatch, UInt32Array};
+use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_select::interleave::interleave;
+
+use super::keys::KeyColumn;
+use super::run::{check_columns, Run};
+use super::sorted::{find, hashes};
+use crate::error::{Error, Result};
+use crate::state::key::KeyType;
+use crate::state::table::{column_names, DELETED_COLUMN, KEY_METADATA};
+
+/// A state's runs, newest first, all with the table's columns.
+#[derive(Clone, Debug)]
+pub struct RunSet {
+    /// The lookup schema: the table's, every non-key column nullable.
+    schema: SchemaRef,
+    key_col: usize,
+    key_type: KeyType,
+    runs: Vec<Arc<Run>>,
+}
+
+/// What one batched lookup cost, for metrics. A (probe, run) pair is counted
+/// once, by the first check that settled it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LookupStats {
+    pub probes: usize,
+    /// Runs whose key column was searched (some probe passed range and filter).
+    pub runs_searched: usize,
+    /// Pairs skipped because the probe is outside the run's key range.
+    pub range_pruned: usize,
+    /// Pairs skipped because the run's filter does not hold the probe.
+    pub filter_pruned: usize,
+    /// Pairs the filter let through that the run does not hold.
+    pub filter_false_positives: usize,
+    /// Probes answered by a live row.
+    pub found: usize,
+    /// Probes answered by a tombstone.
+    pub deleted: usize,
+}
+
+impl AddAssign for LookupStats {
+    fn add_assign(&mut self, other: Self) {
+        self.probes += other.probes;
+        self.runs_searched += other.runs_searched;
+        self.range_pruned += other.range_pruned;
+        self.filter_pruned += other.filter_pruned;
+        self.filter_false_positives += other.filter_false_positives;
+        self.found += other.found;
+        self.deleted += other.deleted;
+    }
+}
+
+/// The answer to [`RunSet::lookup`]; it borrows the set, so the set cannot
+/// change before the rows are gathered with [`Self::to_batch`].
+#[derive(Debug)]
+pub struct Lookup<'a> {
+    set: &'a RunSet,
+    probes: &'a dyn Array,
+    hits: Vec<Option<(usize, u32)>>,
+    stats: LookupStats,
+}
+
+impl<'a> Lookup<'a> {
+    /// Per probe, in the order asked: the run (index in the set, newest 0)
+    /// and row of its live value, or `None` if absent or deleted.
+    pub fn hits(&self) -> &[Option<(usize, u32)>] {
+        &self.hits
+    }
+
+    pub fn stats(&self) -> LookupStats {
+        self.stats
+    }
+
+    /// Which probes were found (live).
+    pub fn found(&self) -> BooleanArray {
+        self.hits.iter().map(|h| Some(h.is_some())).collect()
+    }
+
+    /// As `StateTable::lookup`: one row per probe, in the order asked, with
+    /// the set's [`RunSet::lookup_schema`]: the key column is the probes, the
+    /// other columns the found row's values or nulls; and the found mask.
+    pub fn to_batch(&self) -> Result<(RecordBatch, BooleanArray)> {
+        let set = self.set;
+        let n = self.hits.len();
+        // The absent probes' source: one null row after the runs.
+        let nulls = set.runs.len();
+        let picks: Vec<(usize, usize)> = self
+            .hits
+            .iter()
+            .map(|h| h.map_or((nulls, 0), |(run, row)| (run, row as usize)))
+            .collect();
+        let any = self.hits.iter().any(Option::is_some);
+        let mut arrays = Vec::with_capacity(set.schema.fields().len());
+        for (col, field) in set.schema.fields().iter().enumerate() {
+            let array = if col == set.key_col {
+                make_array(self.probes.to_data())
+            } else if !any {
+                new_null_array(field.data_type(), n)
+            } else {
+                let null = new_null_array(field.data_type(), 1);
+                let mut sources: Vec<&dyn Array> = set
+                    .runs
+                    .iter()
+                    .map(|r| r.batch().column(col).as_ref())
+                    .collect();
+                sources.push(null.as_ref());
+                interleave(&sources, &picks).map_err(|e| {
+                    Error::Snapshot(format!("gathering column '{}': {e}", field.name()))
+                })?
+            };
+            arrays.push(array);
+        }
+        let batch = RecordBatch::try_new(set.schema.clone(), arrays)
+            .expect("the runs' columns have the lookup schema's types");
+        Ok((batch, self.found()))
+    }
+}
+
+/// The state of one batched lookup as it goes from run to run.
+struct Search<'p> {
+    probes: &'p dyn Array,
+    keys: KeyColumn<'p>,
+    hashes: Vec<u64>,
+    /// Probes no run has answered yet, in probe order.
+    open: Vec<u32>,
+    answered: Vec<bool>,
+    hits: Vec<Option<(usize, u32)>>,
+    stats: LookupStats,
+}
+
+impl<'p> Search<'p> {
+    fn new(probes: &'p dyn Array) -> Result<Self> {
+        let n = probes.len();
+        Ok(Self {
+            keys: KeyColumn::new(probes)?,
+            hashes: hashes(probes)?,
+            open: (0..n as u32).collect(),
+            answered: vec![false; n],
+            hits: vec![None; n],
+            stats: LookupStats {
+                probes: n,
+                ..LookupStats::default()
+            },
+            probes,
+        })
+    }
+
+    /// Answers the open probes that run `at` holds.
+    fn run(&mut self, at: usize, run: &Run) -> Result<()> {
+        let asked = self.survivors(run);
+        if asked.is_empty() {
+            return Ok(());
+        }
+        self.stats.runs_searched += 1;
+        let asked = UInt32Array::from(asked);
+        let rows = if asked.len() == self.probes.len() {
+            // Every probe is asked: no need to copy them.
+            find(run.keys().as_ref(), self.probes)?
+        } else {
+            let taken = arrow_select::take::take(self.probes, &asked, None)
+                .map_err(|e| Error::Config(format!("selecting probes: {e}")))?;
+            find(run.keys().as_ref(), taken.as_ref())?
+        };
+        for (&p, row) in asked.values().iter().zip(rows) {
+            let Some(row) = row else {
+                self.stats.filter_false_positives += 1;
+                continue;
+            };
+            self.answered[p as usize] = true;
+            if run.is_deleted(row as usize) {
+                self.stats.deleted += 1;
+            } else {
+                self.hits[p as usize] = Some((at, row));
+                self.stats.found += 1;
+            }
+        }
+        self.open.retain(|&p| !self.answered[p as usize]);
+        Ok(())
+    }
+
+    /// The open probes that pass `run`'s key range, then its filter.
+    fn survivors(&mut self, run: &Run) -> Vec<u32> {
+        let Some(range) = run.key_range() else {
+            // An empty run holds nothing: every probe is outside its range.
+            self.stats.range_pruned += self.open.len();
+            return Vec::new();
+        };
+        let mut asked = Vec::with_capacity(self.open.len());
+        for &p in &self.open {
+            if !range.contains(self.keys.at(p as usize)) {
+                self.stats.range_pruned += 1;
+            } else if !run.filter().may_contain(self.hashes[p as usize]) {
+                self.stats.filter_pruned += 1;
+            } else {
+                asked.push(p);
+            }
+        }
+        asked
+    }
+}
+
+impl RunSet {
+    /// An empty set for a table of `schema` (`StateTable::schema` or
+    /// `lookup_schema`) keyed by column `key`.
+    pub fn new(schema: &Schema, key: &str) -> Result<Self> {
+        let key_col = schema.index_of(key).map_err(|_| {
+            Error::Config(format!(
+                "key column '{key}' is not in the state schema (columns: {})",
+                column_names(schema)
+            ))
+        })?;
+        if schema.fields().iter().any(|f| f.name() == DELETED_COLUMN) {
+            return Err(Error::Config(format!(
+                "a run set's schema is the table's, without '{DELETED_COLUMN}' (runs add it)"
+            )));
+        }
+        let key_type = KeyType::new(key, schema.field(key_col).data_type())?;
+        // As StateTable::lookup_schema: an absent key's row is nulls but its key.
+        let fields: Vec<Field> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| f.as_ref().clone().with_nullable(i != key_col))
+            .collect();
+        let mut metadata = schema.metadata().clone();
+        metadata.insert(KEY_METADATA.into(), key.into());
+        Ok(Self {
+            schema: Arc::new(Schema::new_with_metadata(fields, metadata)),
+            key_col,
+            key_type,
+            runs: Vec::new(),
+        })
+    }
+
+    /// The schema of [`Lookup::to_batch`]'s rows.
+    pub fn lookup_schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    pub fn key_column(&self) -> &str {
+        self.schema.field(self.key_col).name()
+    }
+
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// The runs, newest first.
+    pub fn runs(&self) -> &[Arc<Run>] {
+        &self.runs
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Arc<Run>> {
+        self.runs.iter()
+    }
+
+    /// Memory held by every run ([`Run::size_bytes`]).
+    pub fn size_bytes(&self) -> usize {
+        self.runs.iter().map(|r| r.size_bytes()).sum()
+    }
+
+    fn check(&self, run: &Run, oldest: bool, what: &str) -> Result<()> {
+        check_columns(run, self.schema.fields(), self.key_col, what)?;
+        if run.is_base() && !oldest {
+            return Err(Error::Config(format!(
+                "{what}: a base run (no '{DELETED_COLUMN}' column) is the whole state, so only \
+                 the oldest run of a set; start a new set with it, or merge with tombstones kept"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds `run` as the newest. A base only goes into an empty set.
+    pub fn push_newest(&mut self, run: impl Into<Arc<Run>>) -> Result<()> {
+        let run = run.into();
+        self.check(&run, self.runs.is_empty(), "pushing a run")?;
+        self.runs.insert(0, run);
+        Ok(())
+    }
+
+    /// Puts `merged` (the [`super::merge()`] of the runs `range`, newest
+    /// first) in their place; returns the runs it replaces. A base may only
+    /// replace a range that ends with the oldest run.
+    pub fn replace(
+        &mut self,
+        range: Range<usize>,
+        merged: impl Into<Arc<Run>>,
+    ) -> Result<Vec<Arc<Run>>> {
+        if range.start >= range.end || range.end > self.runs.len() {
+            return Err(Error::Config(format!(
+                "cannot replace runs {range:?} of a set of {}: the range must be non-empty \
+                 and within the set",
+                self.runs.len()
+            )));
+        }
+        let merged = merged.into();
+        self.check(&merged, range.end == self.runs.len(), "replacing runs")?;
+        Ok(self.runs.splice(range, [merged]).collect())
+    }
+
+    /// Where each of `probes` (any order, duplicates allowed, the key's type,
+    /// no nulls) lives, newest run first; see [`Lookup`].
+    pub fn lookup<'a>(&'a self, probes: &'a dyn Array) -> Result<Lookup<'a>> {
+        self.key_type.check(self.key_column(), probes)?;
+        let mut search = Search::new(probes)?;
+        for (at, run) in self.runs.iter().enumerate() {
+            if search.open.is_empty() {
+                break;
+            }
+            search.run(at, run)?;
+        }
+        Ok(Lookup {
+            set: self,
+            probes,
+            hits: search.hits,
+            stats: search.stats,
+        })
+    }
+}
