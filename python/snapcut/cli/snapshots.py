@@ -4,7 +4,7 @@ ROOT is a local path or any URI pyarrow's filesystems accept (file://,
 s3://, gs://, hdfs://); roots of the local runtime and of snapcut's Spark
 helper alike. Every command is a thin layer over the Python API in
 snapcut.snapshots (list_checkpoints, show_checkpoint, verify_checkpoints,
-diff_checkpoints, export_checkpoint, prune).
+diff_checkpoints, changes, export_checkpoint, prune).
 
 Tables are drawn with rich on a terminal and as plain columns otherwise;
 --json prints machine-readable output. Errors are one line on stderr, with
@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -305,6 +306,45 @@ def cmd_diff(args: argparse.Namespace, out: Out) -> int:
     return 0
 
 
+CHANGE_FORMATS = ("table", "json", "parquet")
+
+
+def cmd_changes(args: argparse.Namespace, out: Out) -> int:
+    if args.format == "parquet" and args.to is None:
+        raise SnapcutError("--format parquet writes a file: name it with --to FILE")
+    feed = snapshots.changes(args.root, args.start, args.end, variable=args.variable)
+    if args.format == "parquet":
+        fs, path = _fs.resolve(args.to)
+        with fs.open_output_stream(path) as sink:
+            pq.write_table(feed, sink)
+        out.line(f"wrote {feed.num_rows:,} changes to {args.to}")
+        return 0
+    rows = feed.to_pylist()
+    if args.format == "json":
+        out.json(rows)
+        return 0
+    out.table(
+        ("batch", "change", "partition", "key", "value"),
+        [
+            (
+                str(r["batch_id"]),
+                str(r["change_type"]),
+                str(r["partition_id"]),
+                _fields(r["key"]),
+                "-" if r["value"] is None else _fields(r["value"]),
+            )
+            for r in rows
+        ],
+        right=(0, 2),
+    )
+    out.line(f"{len(rows):,} changes under {_shown(args.root)}")
+    return 0
+
+
+def _fields(row: dict[str, Any]) -> str:
+    return " ".join(f"{k}={_short(v)}" for k, v in row.items())
+
+
 def cmd_export(args: argparse.Namespace, out: Out) -> int:
     with _progress("exporting", in_bytes=False) as progress:
         result = snapshots.export_checkpoint(
@@ -385,7 +425,8 @@ _ID_HELP = "checkpoint or Spark batch id (5 or chk-00000005); default: the newes
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "snapshots",
-        help="list, show, verify, diff, export and prune the checkpoints of a snapshot root",
+        help="list, show, verify, diff, export and prune the checkpoints of a snapshot root, "
+        "and read its change feed",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -426,6 +467,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="also write every change as OUT/<vertex>/part-<subtask>.arrow",
     )
     c.add_argument("--overwrite", action="store_true", help="replace an earlier OUT")
+
+    c = command(
+        "changes",
+        cmd_changes,
+        "one row per key changed per batch from START to END (Spark's change feed "
+        "columns: batch_id, change_type, key, value, partition_id)",
+    )
+    c.add_argument("start", metavar="START", type=_checkpoint_id, help="first batch")
+    c.add_argument(
+        "end", metavar="END", nargs="?", type=_checkpoint_id, help="last batch (default: newest)"
+    )
+    c.add_argument("--variable", metavar="V", help="a transformWithState state variable")
+    c.add_argument("--format", choices=CHANGE_FORMATS, default="table")
+    c.add_argument("--to", metavar="FILE", help="the parquet file --format parquet writes")
 
     c = command(
         "export",

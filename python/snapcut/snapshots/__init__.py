@@ -6,6 +6,7 @@
     >>> chk.state("agg", 0)            # full state, rebuilt from full + diffs
     >>> chk.channels("agg", 0), chk.source_offsets(), chk.meta
     >>> snaps.verify()                 # {id: None | "why it is broken"}
+    >>> snapcut.snapshots.changes("/data/state", 3, 7)   # Spark's change feed columns
 
 Local paths go through the Rust reader; URIs (and explicit pyarrow
 filesystems) through the pure-Python reader below, on the same format and
@@ -15,6 +16,7 @@ workers: files per partition, then one manifest from the driver).
 """
 
 from snapcut.snapshots.backend import Backend, FsBackend
+from snapcut.snapshots.change_feed import changes
 from snapcut.snapshots.layout import (
     CHECKPOINT_DIR_PREFIX,
     DELETED_COLUMN,
@@ -79,6 +81,7 @@ __all__ = [
     "Task",
     "TaskDiff",
     "TaskInfo",
+    "changes",
     "checkpoint_dir_name",
     "diff_checkpoints",
     "encode_ipc",

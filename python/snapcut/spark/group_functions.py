@@ -9,9 +9,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from snapcut.spark.arguments import spark_schema
 from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN
 from snapcut.spark.keyed_input import KeyedInput
 from snapcut.spark.processors import BatchFunctionProcessor, PandasGroupProcessor
+from snapcut.spark.state_values import declared_field, stored_field
 
 __all__ = ["ARROW_BATCH_CONF", "plan_apply_in_pandas_with_state", "plan_map_batches"]
 
@@ -47,7 +49,13 @@ def plan_apply_in_pandas_with_state(
     state_type: Any,
     timeout_conf: str,
 ) -> PandasGroupProcessor:
-    state_fields = keyed.state_fields(state_type, "stateStructType")
+    # A field the Rust table cannot hold natively (decimals, nested types)
+    # is kept pickled, as transformWithState's are.
+    declared = spark_schema(state_type, "stateStructType").fields
+    state_fields = [
+        stored_field(declared_field(sf, af))
+        for sf, af in zip(declared, keyed.state_fields(state_type, "stateStructType"), strict=True)
+    ]
     state_schema = keyed.full_state_schema(state_fields, timeout_conf)
     if TIMEOUT_COLUMN in state_schema.names:
         # Level 3 tells a key holding only a timeout from one holding a value.

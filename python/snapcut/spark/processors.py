@@ -24,6 +24,7 @@ from snapcut._core import ConfigError, KeyedAggregates, StateTable, TaskError
 from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN, GroupState, GroupStateTimeout
 from snapcut.spark.keys import KEY_COLUMN, distinct, with_state_key
 from snapcut.spark.state.partition import NO_EVENT_TIME, BatchInfo
+from snapcut.spark.state_values import StateField
 
 PRESENT_COLUMN = "__present"
 TIMED_OUT_COLUMN = "__timed_out"
@@ -336,7 +337,11 @@ class PandasGroupProcessor(BatchFunctionProcessor):
         calls += [(k, 0, 0, True) for k in expired.to_pylist()]
         all_keys = pa.concat_arrays([keys, _plain_array(expired)])
         current, present = table.lookup(all_keys)
-        current_rows = current.to_pylist()
+        fields = self._state_fields()
+        # The stored values as Spark's GroupState gets them; the rest as they are.
+        values = [fields[c].from_arrow(current.column(c)) for c in self.value_columns]
+        others = [c for c in current.schema.names if c not in fields]
+        current_rows = current.select(others).to_pylist()
         presence = present.to_pylist()
         has_timeout = TIMEOUT_COLUMN in self.state_schema.names
         frames: list[Any] = []
@@ -346,7 +351,7 @@ class PandasGroupProcessor(BatchFunctionProcessor):
             row = current_rows[i]
             stored = bool(presence[i])
             defined = stored and (not has_timeout or bool(row[DEFINED_COLUMN]))
-            value = tuple(row[c] for c in self.value_columns) if defined else None
+            value = tuple(col[i] for col in values) if defined else None
             old_timeout = row.get(TIMEOUT_COLUMN) if stored else None
             gs = GroupState.for_call(
                 value,
@@ -390,13 +395,7 @@ class PandasGroupProcessor(BatchFunctionProcessor):
                 new[TIMEOUT_COLUMN] = None if timeout == GroupState.NO_TIMESTAMP else timeout
             new_rows.append(new)
         if new_rows:
-            try:
-                new_state = pa.Table.from_pylist(new_rows, schema=self.state_schema)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                raise ConfigError(
-                    f"state.update values do not fit stateStructType {self.state_schema}: {e}"
-                ) from e
-            table.update(new_state)
+            table.update(self._state_table(new_rows, fields))
         if removed:
             table.delete(pa.array(removed, key_type))
         if not frames:
@@ -409,6 +408,24 @@ class PandasGroupProcessor(BatchFunctionProcessor):
             "the function's output",
             "yield pandas DataFrames with outputStructType's columns",
         )
+
+    def _state_fields(self) -> dict[str, StateField]:
+        return {c: StateField.of(self.state_schema.field(c)) for c in self.value_columns}
+
+    def _state_table(self, rows: list[dict[str, Any]], fields: dict[str, StateField]) -> pa.Table:
+        """The new state rows, values kept as Spark keeps what ``update`` got."""
+        try:
+            arrays = [
+                fields[f.name].to_arrow([r[f.name] for r in rows])
+                if f.name in fields
+                else pa.array([r[f.name] for r in rows], f.type)
+                for f in self.state_schema
+            ]
+        except (ConfigError, pa.ArrowInvalid, pa.ArrowTypeError) as e:
+            raise ConfigError(
+                f"state.update values do not fit stateStructType {self.state_schema}: {e}"
+            ) from e
+        return pa.Table.from_arrays(arrays, schema=self.state_schema)
 
 
 def _no_columns(frame: Any) -> bool:

@@ -13,7 +13,6 @@ batch's processing time reads as absent, and is removed after the batch.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +23,7 @@ import pyarrow.compute as pc
 from snapcut._core import ConfigError, StateTable, encode_keys
 from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.state.spec import TableSpec
+from snapcut.spark.state_values import StateField
 from snapcut.spark.tws.variables import (
     EXPIRES_COLUMN,
     GROUP_COLUMN,
@@ -31,7 +31,6 @@ from snapcut.spark.tws.variables import (
     TIMER_COLUMN,
     TIMERS,
     Variable,
-    pickled_columns,
     stored_names,
 )
 
@@ -86,8 +85,9 @@ class VarState:
     table: StateTable
     value_columns: tuple[str, ...]
     user_key_columns: tuple[str, ...] = ()
-    pickled: dict[str, Any] = field(default_factory=dict)
-    """Columns stored as pickles (:data:`variables.PICKLED`) → Spark type."""
+    fields: dict[str, StateField] = field(default_factory=dict)
+    """The value and user key columns, each with its Spark type: values are
+    read and written as Spark round-trips them."""
     # value: key -> (values, expires) ; list: key -> [(values, expires)] ;
     # map: key -> {user key: (values, expires)} ; timers: key -> set of ms
     data: dict[Key, Any] = field(default_factory=dict)
@@ -130,7 +130,12 @@ class BatchState:
                 table,
                 names.values if names else (),
                 names.user_keys if names else (),
-                pickled_columns(spec.arrow_schema),
+                {
+                    c: StateField.of(spec.arrow_schema.field(c))
+                    for c in (*names.values, *names.user_keys)
+                }
+                if names
+                else {},
             )
         self.loaded: set[Key] = set()
         self.current: Key | None = None
@@ -252,7 +257,7 @@ class BatchState:
                 f"{len(v.value_columns)} field(s) {list(v.value_columns)}: pass one value "
                 "per field"
             )
-        return tuple(_normalize(x) for x in value)
+        return _round_trip(v, v.value_columns, value)
 
     def user_key_of(self, v: VarState, key: Any, what: str) -> tuple[Any, ...]:
         # Spark takes any iterable here (its client does tuple(key)).
@@ -263,7 +268,7 @@ class BatchState:
                 f"{what} takes a user key tuple with one value per field of the map's user "
                 f"key schema ({list(v.user_key_columns)}), got {key!r}"
             )
-        return tuple(_normalize(x) for x in key)
+        return _round_trip(v, v.user_key_columns, key)
 
     # -- writing back ------------------------------------------------------------
 
@@ -293,23 +298,7 @@ class BatchState:
     def _columns(
         self, v: VarState, rows: list[tuple[Any, ...]], names: Sequence[str]
     ) -> dict[str, pa.Array]:
-        schema = v.table.schema
-        out = {}
-        for i, name in enumerate(names):
-            values = [r[i] for r in rows]
-            if name in v.pickled:
-                t = v.pickled[name]
-                values = [
-                    None if x is None else pickle.dumps(t.toInternal(x), protocol=5) for x in values
-                ]
-            try:
-                out[name] = pa.array(values, schema.field(name).type)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                raise ConfigError(
-                    f"state {v.spec.name!r}: a value for field {name!r} does not fit its type "
-                    f"{schema.field(name).type}: {e}"
-                ) from e
-        return out
+        return {name: v.fields[name].to_arrow([r[i] for r in rows]) for i, name in enumerate(names)}
 
     def _write_value(self, v: VarState) -> None:
         upd = [k for k in v.dirty if k in v.data]
@@ -424,11 +413,15 @@ class BatchState:
 
 
 def _read(v: VarState, batch: Any, column: str) -> list[Any]:
-    values: list[Any] = batch.column(column).to_pylist()
-    if column in v.pickled:
-        t = v.pickled[column]
-        return [None if x is None else t.fromInternal(pickle.loads(x)) for x in values]
-    return values
+    return v.fields[column].from_arrow(batch.column(column))
+
+
+def _round_trip(v: VarState, columns: Sequence[str], values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`values` as Spark's state store hands them back (what a ``get`` in the
+    same batch returns, and how the batch's dicts key map entries)."""
+    return tuple(
+        v.fields[c].round_trip(_normalize(x)) for c, x in zip(columns, values, strict=True)
+    )
 
 
 def expired_removed(v: VarState, k: Key) -> set[Any]:

@@ -27,10 +27,11 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 
-from snapcut._core import ConfigError, storable_type
+from snapcut._core import ConfigError
 from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.roots import schema_bytes
 from snapcut.spark.state.spec import GROUP_COLUMN, TableSpec
+from snapcut.spark.state_values import declared_field, stored_field
 
 __all__ = [
     "EXPIRES_COLUMN",
@@ -86,15 +87,12 @@ def arrow_fields(
                 "not nullable; state schemas must be nullable (Spark's rule): declare them "
                 "nullable"
             )
-    # Timestamps as Spark hands them to Python: UTC instants. A field the Rust
-    # table cannot hold natively keeps its Spark type for the pickled column.
-    out = []
-    for sf, af in zip(parsed.fields, to_arrow_schema(parsed, timezone="UTC"), strict=True):
-        af = af.with_nullable(True)
-        if not storable_type(af.type):
-            af = af.with_metadata({SPARK_TYPE: sf.dataType.json().encode()})
-        out.append(af)
-    return tuple(out)
+    # Timestamps as UTC instants (the zone is the column's, not the values'):
+    # state values come back as Spark hands them (snapcut.spark.state_values).
+    return tuple(
+        declared_field(sf, af)
+        for sf, af in zip(parsed.fields, to_arrow_schema(parsed, timezone="UTC"), strict=True)
+    )
 
 
 _SIMPLE_TYPES = {
@@ -258,39 +256,6 @@ def stored_names(var: Variable, key: Sequence[str]) -> Columns:
         name = f.name if f.name not in taken and not f.name.startswith("__") else f"value.{f.name}"
         values.append(name)
     return Columns(tuple(user_keys), tuple(values))
-
-
-PICKLED = b"snapcut.pickled"
-"""Field metadata of a state column holding pickled values: the field's Spark
-type, as JSON. Nested types (arrays, structs, maps) and decimals have no
-column kind in the Rust state table, so such a field is stored as binary
-pickles of its values in Spark's internal form."""
-
-
-SPARK_TYPE = b"snapcut.spark_type"
-"""Field metadata of a declared field the Rust state table cannot hold
-natively (:func:`snapcut._core.storable_type`): its Spark type, as JSON."""
-
-
-def stored_field(f: pa.Field) -> pa.Field:
-    """`f` as the state table keeps it: itself, or (marked by
-    :func:`arrow_fields`) binary pickles of its values in Spark's internal form."""
-    if not f.metadata or SPARK_TYPE not in f.metadata:
-        return f
-    return pa.field(f.name, pa.binary(), f.nullable, metadata={PICKLED: f.metadata[SPARK_TYPE]})
-
-
-def pickled_columns(schema: pa.Schema) -> dict[str, Any]:
-    """Pickled columns → their Spark type: values are stored as
-    ``type.toInternal(v)`` and read back as ``type.fromInternal``, so a
-    struct comes back a Row, as from Spark's state server."""
-    from pyspark.sql.types import _parse_datatype_json_string
-
-    return {
-        f.name: _parse_datatype_json_string(f.metadata[PICKLED].decode())
-        for f in schema
-        if f.metadata and PICKLED in f.metadata
-    }
 
 
 def group_column(grouping_state_key: str) -> str:
