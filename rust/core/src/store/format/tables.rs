@@ -9,6 +9,7 @@ use arrow_row::{RowConverter, SortField};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use crate::error::{Error, Result};
+use crate::state::runs::keys::KeyColumn;
 use crate::state::{DELETED_COLUMN, KEY_METADATA};
 use crate::store::manifest::TaskEntry;
 
@@ -46,9 +47,8 @@ pub fn sort_by_key(batch: &RecordBatch, key: &str) -> Result<RecordBatch> {
         .map_err(|_| Error::Snapshot(format!("state table has no key column '{key}'")))?;
     let column = batch.column(at);
     let err = |e: arrow_schema::ArrowError| Error::Snapshot(format!("sorting by '{key}': {e}"));
-    // Integer keys without nulls (every state key): sorted by value, not
-    // through the row format (a compaction sorts millions of rows).
-    if let Some(order) = integer_order(column.as_ref()) {
+    // Every state key (a key type, no nulls) sorts without the row format.
+    if let Some(order) = key_order(column.as_ref()) {
         if order.iter().enumerate().all(|(i, j)| i as u32 == *j) {
             return Ok(batch.clone());
         }
@@ -74,26 +74,16 @@ pub fn sort_by_key(batch: &RecordBatch, key: &str) -> Result<RecordBatch> {
     arrow_select::take::take_record_batch(batch, &indices).map_err(err)
 }
 
-/// The row order of an integer column without nulls, ascending (ties in
-/// row order).
-fn integer_order(column: &dyn Array) -> Option<Vec<u32>> {
-    use arrow_array::cast::AsArray;
-    use arrow_array::types::{Int32Type, Int64Type};
+/// The row order of a key column without nulls, ascending, ties in row
+/// order: keys compared as the sorted runs compare them (`KeyColumn`), not
+/// through the row format (a compaction sorts millions of rows).
+fn key_order(column: &dyn Array) -> Option<Vec<u32>> {
     if column.null_count() > 0 {
         return None;
     }
-    let mut order: Vec<u32> = (0..column.len() as u32).collect();
-    match column.data_type() {
-        DataType::Int64 => {
-            let v = column.as_primitive::<Int64Type>().values();
-            order.sort_unstable_by_key(|&i| (v[i as usize], i));
-        }
-        DataType::Int32 => {
-            let v = column.as_primitive::<Int32Type>().values();
-            order.sort_unstable_by_key(|&i| (v[i as usize], i));
-        }
-        _ => return None,
-    }
+    let keys = KeyColumn::new(column).ok()?;
+    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| (keys.at(i as usize), i));
     Some(order)
 }
 
