@@ -41,7 +41,7 @@ from snapcut.snapshots.layout import DELETED_COLUMN, KEY_METADATA, read_ipc, reb
 from snapcut.snapshots.ops import Root, open_root
 from snapcut.snapshots.tables import _diff_keyed
 
-__all__ = ["SPARK_ROOT_META", "changes"]
+__all__ = ["SPARK_ROOT_META", "baseline", "changes"]
 
 SPARK_ROOT_META = "_snapcut_state.json"
 """A Spark state root's description (``snapcut.spark.state.spec.ROOT_META_FILE``;
@@ -76,10 +76,12 @@ def changes(
     end: int | None = None,
     variable: str | None = None,
     filesystem: Any = None,
+    partition: int | None = None,
 ) -> pa.Table:
     """The changes of batches `start`..`end` (default: the newest committed),
     one row per changed key per batch (see the module). A transformWithState
-    root needs `variable` (Spark's ``stateVarName``; ``"$timers"`` the timers)."""
+    root needs `variable` (Spark's ``stateVarName``; ``"$timers"`` the timers).
+    `partition`: only that state partition's changes (default: all)."""
     backend = open_root(root, filesystem)
     committed = backend.complete()
     if not committed:
@@ -95,13 +97,13 @@ def changes(
             f"batch {last} is not committed under {backend.root} (committed: "
             f"{committed[0]}..{committed[-1]}): pass an end batch in that range"
         )
-    before = _baseline(backend, committed, start)
+    before = baseline(backend, committed, start)
     batches = [b for b in committed if start <= b <= last]
     table = _table(backend, last, variable)
-    return _feed(backend, table, before, batches)
+    return _feed(backend, table, before, batches, partition)
 
 
-def _baseline(backend: FsBackend, committed: Sequence[int], start: int) -> int | None:
+def baseline(backend: FsBackend, committed: Sequence[int], start: int) -> int | None:
     """The committed batch whose state `start`'s changes are measured from
     (None: `start` is the root's first batch, measured from no state)."""
     earlier = [b for b in committed if b < start]
@@ -167,13 +169,21 @@ def _table(backend: FsBackend, batch: int, variable: str | None) -> _Table:
 
 
 def _feed(
-    backend: FsBackend, table: _Table, before: int | None, batches: Sequence[int]
+    backend: FsBackend,
+    table: _Table,
+    before: int | None,
+    batches: Sequence[int],
+    partition: int | None = None,
 ) -> pa.Table:
     states: dict[int, pa.Table | None] = {}
     parts: list[pa.Table] = []
     for batch in batches:
         raw = backend.manifest_bytes(batch)
-        entries = {s: e for v, s, e in fmt.state_files(raw, batch) if v == table.vertex}
+        entries = {
+            s: e
+            for v, s, e in fmt.state_files(raw, batch)
+            if v == table.vertex and partition in (None, s)
+        }
         for p in sorted(entries):
             if p not in states:
                 states[p] = None if before is None else backend.state(before, (table.vertex, p))

@@ -34,14 +34,14 @@ from snapcut.spark.processors import (
     StateUpdate,
 )
 from snapcut.spark.sink.arrow_sink import ArrowSnapshotSink, BatchReport
-from snapcut.spark.sink.read import read_output
 from snapcut.spark.sink.root import (
     CommittedBatch,
     committed_output,
     read_output_arrow,
 )
+from snapcut.spark.source.functions import read_output, read_state
 from snapcut.spark.state.partition import BatchInfo
-from snapcut.spark.state.read import committed_batches, read_state, read_state_arrow
+from snapcut.spark.state.read import committed_batches, read_state_arrow
 from snapcut.spark.state.rescale import RescaleReport, rescale
 
 __all__ = [

@@ -75,7 +75,7 @@ def write_initial_state(
     state, as in Spark)."""
     spark = stream.sparkSession
     if isinstance(initial, tuple):
-        from snapcut.spark.state.read import read_state
+        from snapcut.spark.source.functions import read_state
 
         other, batch = initial
         initial = read_state(spark, other, batch)

@@ -23,9 +23,9 @@ import pyarrow as pa
 
 from snapcut._core import ConfigError, TaskError
 from snapcut.spark.roots import BATCH_OWNER
+from snapcut.spark.source.functions import read_state
 from snapcut.spark.state.initial import state_rows
 from snapcut.spark.state.partition import NO_EVENT_TIME
-from snapcut.spark.state.read import read_state
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import ROOT_META_FILE
 
