@@ -10,15 +10,20 @@ partition, snapshotted per micro-batch as Arrow files under ``root``):
 - ``.apply_in_pandas_with_state(...)``: a drop-in for Spark's
   ``applyInPandasWithState`` with Spark's ``GroupState``.
 
-``read_state(spark, root)`` and ``read_state_arrow(root)`` read the state
-back; ``snapcut.snapshots.open(root)`` lists its batches like any snapcut
-checkpoint.
+``spark.read.format("snapcut").load(root)`` reads the state back (a
+version, ``batchId`` time travel, ``readChangeFeed``), as do
+``read_state(spark, root)`` and ``read_state_arrow(root)``;
+``snapcut.snapshots.open(root)`` lists its batches like any snapcut
+checkpoint. ``register(spark)`` makes the format known to a session
+(``keyed_state`` and the sink do it themselves).
 
 ``ArrowSnapshotSink(root, ...)`` is an exactly-once ``foreachBatch`` sink
 writing each batch as Arrow IPC files plus a manifest (with ``state=``, one
 global snapshot of output, state and Spark's offsets per batch);
-``read_output(spark, root)`` and ``read_output_arrow(root)`` read the
-committed output back. ``foreach_batch(func, checkpoint_location=...)`` wraps
+``spark.read.format("snapcut").load(root)`` (or ``read_output(spark,
+root)``, ``read_output_arrow(root)``) reads the committed output back, and
+``spark.readStream.format("snapcut").load(root)`` streams its committed
+batches into a next query. ``foreach_batch(func, checkpoint_location=...)`` wraps
 a ``foreachBatch`` function of your own so the state it writes gets the
 micro-batch's id on Spark Connect too. Importing this module does not import
 pyspark.
@@ -40,6 +45,7 @@ from snapcut.spark.sink.root import (
     read_output_arrow,
 )
 from snapcut.spark.source.functions import read_output, read_state
+from snapcut.spark.source.register import register
 from snapcut.spark.state.partition import BatchInfo
 from snapcut.spark.state.read import committed_batches, read_state_arrow
 from snapcut.spark.state.rescale import RescaleReport, rescale
@@ -65,5 +71,6 @@ __all__ = [
     "read_output_arrow",
     "read_state",
     "read_state_arrow",
+    "register",
     "rescale",
 ]

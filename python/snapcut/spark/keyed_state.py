@@ -297,6 +297,10 @@ def keyed_state(
     task's output goes to Spark, ``"sync"`` before the task emits any output
     (either way the task ends only once version N is durable).
     """
+    from snapcut.spark.source.register import register
+
+    # The state root is then readable with spark.read.format("snapcut").
+    register(df.sparkSession)
     df, keys = key_columns(df, key)
     return KeyedState(
         df,

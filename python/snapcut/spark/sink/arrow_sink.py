@@ -89,6 +89,7 @@ from snapcut.spark.sink.staging import (
     output_file_name,
     stage_function,
 )
+from snapcut.spark.source.register import register
 from snapcut.spark.state.root import StateRoot
 
 if TYPE_CHECKING:
@@ -208,6 +209,8 @@ class ArrowSnapshotSink:
         t0 = time.perf_counter()
         started_ms = _now_ms()
         self._ensure_root()
+        # The root is then readable with spark.read(Stream).format("snapcut").
+        register(batch_df.sparkSession)
         owner = query_id(batch_df, batch_id, self.checkpoint_location, f"sink root {self.name}")
         schema = frame_arrow_schema(batch_df)
         # Checks first: a refused batch touches nothing in the root.

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from snapcut._core import ConfigError, SnapshotError
 from snapcut.spark.sink.root import SINK_META_FILE, SinkRoot
-from snapcut.spark.source.options import ReadOptions, parse
+from snapcut.spark.source.options import FORMAT, ReadOptions, parse
 from snapcut.spark.source.output_plan import OutputPlan, plan_output
 from snapcut.spark.source.state_plan import StatePlan, plan_state
 from snapcut.spark.state.root import StateRoot
@@ -33,9 +33,8 @@ if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceStreamReader
     from pyspark.sql.types import StructType
 
-__all__ = ["FORMAT", "SnapcutDataSource", "load", "plan", "read_planned", "spark_schema"]
+__all__ = ["FORMAT", "SnapcutDataSource", "plan", "read_planned", "spark_schema"]
 
-FORMAT = "snapcut"
 
 Plan = StatePlan | OutputPlan
 
@@ -124,15 +123,6 @@ class SnapcutDataSource(DataSource):
                 "state with spark.read (readChangeFeed for its changes)"
             )
         return SinkStreamReader(root, opts)
-
-
-def load(spark: Any, root: str, options: dict[str, str]) -> DataFrame:
-    """``spark.read.format("snapcut").options(...).load(root)``, registered first."""
-    from snapcut.spark.source.register import register
-
-    register(spark)
-    df: DataFrame = spark.read.format(FORMAT).options(**options).load(root)
-    return df
 
 
 def read_planned(spark: Any, p: Plan) -> DataFrame:

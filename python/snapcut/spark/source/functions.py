@@ -10,8 +10,9 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from snapcut.spark.sink.root import SinkRoot
-from snapcut.spark.source.options import parse
+from snapcut.spark.source.options import FORMAT, parse
 from snapcut.spark.source.output_plan import plan_output
+from snapcut.spark.source.register import register
 from snapcut.spark.source.state_plan import plan_state
 from snapcut.spark.state.root import StateRoot
 
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["read_output", "read_state"]
+
+
+def load(spark: Any, root: str, options: dict[str, str]) -> DataFrame:
+    """``spark.read.format("snapcut").options(...).load(root)``, registered first."""
+    register(spark)
+    df: DataFrame = spark.read.format(FORMAT).options(**options).load(root)
+    return df
 
 
 def read_state(
@@ -32,7 +40,7 @@ def read_state(
     DataFrame of key and state columns side by side, each state partition
     read by an executor; a transformWithState root: the state variable
     `variable`. The data source with ``columns=flat``."""
-    from snapcut.spark.source.data_source import load, read_planned
+    from snapcut.spark.source.data_source import read_planned
 
     options = {"columns": "flat"}
     if batch is not None:
@@ -60,7 +68,7 @@ def read_output(
     a Spark DataFrame, one task per file: append → all rows; update → the
     newest row per key; complete → the newest batch. The data source's read
     of a sink root."""
-    from snapcut.spark.source.data_source import load, read_planned
+    from snapcut.spark.source.data_source import read_planned
 
     options = {} if batch is None else {"batchId": str(batch)}
     if filesystem is None:

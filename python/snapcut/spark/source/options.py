@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 from snapcut._core import ConfigError
 
-__all__ = ["COLUMNS", "KNOWN", "ReadOptions", "parse"]
+__all__ = ["COLUMNS", "FORMAT", "KNOWN", "ReadOptions", "parse"]
+
+FORMAT = "snapcut"
+"""The data source's name: ``spark.read.format(FORMAT)``."""
 
 STATE_ONLY = (
     "variable",

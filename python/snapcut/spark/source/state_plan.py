@@ -140,7 +140,7 @@ def _committed(state: StateRoot) -> list[int]:
 def plan_state(state: StateRoot, opts: ReadOptions) -> StatePlan:
     """The plan of `opts` on `state`, every option checked against the root."""
     variable = _variable(state, opts)
-    layout = table_of(state.spec, variable, option="variable")
+    layout = table_of(state.spec, variable, option="option 'variable'")
     flat = schema_of(layout)
     for internal in INTERNAL:
         if internal in flat.names:
