@@ -172,3 +172,25 @@ def test_transform_with_state_on_two_executors(spark: Any, tmp_path: Path) -> No
         assert got == want, b
     state = read_state_arrow(str(tmp_path / "root"), variable="totals").sort_by("user")
     assert state["count"].to_pylist() == [int(c) for c in totals["count"]]
+
+
+def test_data_source_reads_versions_and_change_feed_on_two_executors(
+    spark: Any, tmp_path: Path
+) -> None:
+    """spark.read.format("snapcut") on local-cluster: roots written by two
+    executors, their partitions read back by two; the change feed of
+    batches 3-7 equals the difference of the versions (level 1 and each
+    transformWithState variable), and the sink root reads its output."""
+    from source_roots import VARIABLES, assert_feed_matches_versions, build, read
+
+    from snapcut.spark import read_output_arrow
+
+    roots = build(spark, tmp_path)
+    assert assert_feed_matches_versions(spark, roots.level1)["update"] > 0
+    for variable in VARIABLES:
+        assert assert_feed_matches_versions(spark, roots.tws, variable=variable)["delete"] > 0
+    got = read(spark, roots.sink).toArrow()
+    want = read_output_arrow(str(roots.sink))
+    assert sorted(map(str, got.sort_by("user").to_pylist())) == sorted(
+        map(str, want.sort_by("user").to_pylist())
+    )
