@@ -9,6 +9,7 @@ session; local-cluster reads them in test_spark_cluster.py."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,9 @@ def test_registered_timers_and_flat_columns(spark: Any, roots: SourceRoots) -> N
     # Every key that got rows holds its one timer, an hour ahead.
     keys = {r["id"] for r in read_state_arrow(str(roots.tws), variable="$timers").to_pylist()}
     assert {r["key"]["id"] for r in timers.to_pylist()} == keys and len(keys) == 12
+    assert timers.column_names == ["key", "expiration_timestamp_ms", "partition_id"]
     assert timers.num_rows == 12
+    assert min(timers["expiration_timestamp_ms"].to_pylist()) > time.time() * 1000
     # columns=flat is read_state's form, equal to the pyarrow reader.
     flat = read_state(spark, str(roots.tws), variable="words").toArrow()
     want = read_state_arrow(str(roots.tws), variable="words")

@@ -14,7 +14,7 @@ columns side by side, internal ones kept).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +28,14 @@ from snapcut.spark.state.partition import schema_of
 from snapcut.spark.state.read import read_partition, table_of
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import GROUP_COLUMN
+from snapcut.spark.tws.variables import TIMER_COLUMN as EXPIRY
 from snapcut.spark.tws.variables import TIMERS
 
 __all__ = ["StatePlan", "plan_state"]
 
 INTERNAL = (KEY_COLUMN, GROUP_COLUMN)
+TIMER_COLUMN = "expiration_timestamp_ms"
+"""Spark's name for it in ``readRegisteredTimers``."""
 
 
 @dataclass(frozen=True)
@@ -56,10 +59,21 @@ class StatePlan:
     def values(self) -> list[str]:
         return [c for c in self.flat.names if c not in self.key and not c.startswith("__")]
 
+    @property
+    def timers(self) -> bool:
+        """A version of the timers: Spark's columns, ``key`` (the grouping
+        key) and ``expiration_timestamp_ms``."""
+        return self.variable == TIMERS and self.change_range is None and not self.flat_columns
+
     def schema(self) -> pa.Schema:
         """The columns this read yields."""
         if self.flat_columns:
             return self.flat
+        if self.timers:
+            key = pa.struct([self.flat.field(c) for c in self.key if c != EXPIRY])
+            return pa.schema(
+                [("key", key), (TIMER_COLUMN, pa.int64()), ("partition_id", pa.int32())]
+            )
         key = pa.struct([self.flat.field(c) for c in self.key])
         value = pa.struct([self.flat.field(c) for c in self.values])
         head = [("batch_id", pa.int64()), ("change_type", pa.string())]
@@ -82,17 +96,18 @@ class StatePlan:
         if not rows.num_rows:
             return
         schema = self.schema()
-        out = pa.table(
-            {
-                "key": _struct(rows, self.key, schema.field("key").type),
-                "value": _struct(rows, self.values, schema.field("value").type),
-                "partition_id": pa.array([partition] * rows.num_rows, pa.int32()),
-            }
+        key = _struct(rows, [f.name for f in schema.field("key").type], schema.field("key").type)
+        middle = (
+            rows[EXPIRY].cast(pa.int64())
+            if self.timers
+            else _struct(rows, self.values, schema.field("value").type)
         )
+        partition_id = pa.array([partition] * rows.num_rows, pa.int32())
+        out = pa.Table.from_arrays([key, middle, partition_id], schema=schema)
         yield from out.to_batches()
 
 
-def _struct(rows: pa.Table, columns: list[str] | tuple[str, ...], kind: pa.DataType) -> pa.Array:
+def _struct(rows: pa.Table, columns: Sequence[str], kind: pa.DataType) -> pa.Array:
     if not columns:
         return pa.array([{}] * rows.num_rows, kind)
     arrays = [rows[c].combine_chunks() for c in columns]
