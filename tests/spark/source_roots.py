@@ -110,12 +110,15 @@ def build(spark: Any, base: Path) -> SourceRoots:
     roots = SourceRoots(base / "level1", base / "sink", base / "tws")
     ks = keyed_state(stream(spark, events), "user", str(roots.level1), 2, full_every=3)
     agg = ks.aggregate(count="count", total=("sum", "dwell_ms"))
+    chk = str(base / "chk-level1")
+    # checkpoint_location=: Spark Connect tells foreachBatch neither query id nor checkpoint.
+    sink = ArrowSnapshotSink(
+        str(roots.sink), output_mode="update", key="user", state=ks, checkpoint_location=chk
+    )
     (
-        agg.writeStream.foreachBatch(
-            ArrowSnapshotSink(str(roots.sink), output_mode="update", key="user", state=ks)
-        )
+        agg.writeStream.foreachBatch(sink)
         .outputMode("update")
-        .option("checkpointLocation", str(base / "chk-level1"))
+        .option("checkpointLocation", chk)
         .trigger(availableNow=True)
         .start()
         .awaitTermination()
