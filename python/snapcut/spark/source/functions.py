@@ -1,12 +1,17 @@
 """``read_state(spark, root)`` and ``read_output(spark, root)``: the function
 forms of the data source, for code that has a root and a session. Each is
-``spark.read.format("snapcut")`` with the matching options; a root on a
-``filesystem=`` object (which string options cannot carry) is read with the
-same plan through ``mapInArrow``."""
+``spark.read.format("snapcut")`` with the matching options. The same plan is
+read through ``mapInArrow`` instead where the data source cannot be: a root
+on a ``filesystem=`` object (string options cannot carry it), and a classic
+session whose Python data source planner cannot start (Spark plans a Python
+data source in a driver-side worker run with the executors' Python, which
+with ``spark.archives`` in client mode is ``./environment/bin/python``, a
+path that exists only in the executors' working directories)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from typing import TYPE_CHECKING, Any
 
 from snapcut.spark.sink.root import SinkRoot
@@ -20,6 +25,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["read_output", "read_state"]
+
+
+def planner_runs(spark: Any) -> bool:
+    """Whether Spark can start the driver-side Python worker that plans a
+    Python data source (see the module)."""
+    try:
+        python = str(spark.sparkContext.pythonExec)
+    except Exception:  # Spark Connect: no SparkContext here; the server plans
+        return True
+    return os.path.isabs(python) or shutil.which(python) is not None or os.path.exists(python)
 
 
 def load(spark: Any, root: str, options: dict[str, str]) -> DataFrame:
@@ -47,13 +62,14 @@ def read_state(
         options["batchId"] = str(batch)
     if variable is not None:
         options["variable"] = variable
+    direct = planner_runs(spark)
     if isinstance(root, StateRoot):
         state = root
-    elif filesystem is None:
+    elif filesystem is None and direct:
         return load(spark, os.fspath(root), options)
     else:
         state = StateRoot.existing(os.fspath(root), filesystem)
-    if state.spec.filesystem is None:
+    if state.spec.filesystem is None and direct:
         return load(spark, state.spec.uri, options)
     return read_planned(spark, plan_state(state, parse({"path": state.spec.uri, **options})))
 
@@ -71,7 +87,7 @@ def read_output(
     from snapcut.spark.source.data_source import read_planned
 
     options = {} if batch is None else {"batchId": str(batch)}
-    if filesystem is None:
+    if filesystem is None and planner_runs(spark):
         return load(spark, os.fspath(root), options)
     sink = SinkRoot(root, filesystem)
     return read_planned(spark, plan_output(sink, parse({"path": sink.uri, **options})))
