@@ -25,13 +25,12 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import random
 import shutil
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,8 @@ sys.path.insert(0, str(HERE))
 
 import run as peers  # noqa: E402
 import snapcut_job  # noqa: E402
+
+from snapcut.experiments.windowed import bootstrap_median_ci  # noqa: E402
 
 MODES = ("aligned", "unaligned")
 TARGET = 0.10
@@ -53,16 +54,6 @@ def abba(pairs: int) -> list[tuple[int, bool]]:
         sides = (False, True) if i % 2 == 0 else (True, False)
         order += [(i, on) for on in sides]
     return order
-
-
-def bootstrap_median_ci(
-    values: Sequence[float], resamples: int = 2000, seed: int = 1
-) -> tuple[float, float]:
-    """95 % percentile-bootstrap interval of the median of `values`."""
-    rng = random.Random(seed)
-    n = len(values)
-    medians = sorted(statistics.median(rng.choices(values, k=n)) for _ in range(max(resamples, 1)))
-    return medians[int(0.025 * (len(medians) - 1))], medians[int(0.975 * (len(medians) - 1))]
 
 
 def verdict(lo: float, mid: float, hi: float, target: float = TARGET) -> str:

@@ -441,7 +441,11 @@ def test_windowed_trigger_fires_only_in_odd_windows() -> None:
     wd = peers_module("windowed")
     trigger = wd.Trigger(None, window_s=1.0, guard_s=0.2, interval_s=0.25, warmup_s=0.0)
     events = trigger._events(0.0)
-    first = [next(events) for _ in range(10)]
+    every = [next(events) for _ in range(13)]
+    # Each window starts with a "start" (the switch, when one is given).
+    starts = [e for e in every if e[1] == "start"]
+    assert starts == [(0.0, "start", 0), (1.0, "start", 1), (2.0, "start", 2)]
+    first = [e for e in every if e[1] != "start"]
     assert [e for e in first if e[1] == "trigger"] == [
         (1.0, "trigger", 1),
         (1.25, "trigger", 1),
