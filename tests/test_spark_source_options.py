@@ -83,3 +83,15 @@ def test_a_sink_root_refuses_state_options() -> None:
     for name, value in (("variable", "v"), ("partitionId", "0"), ("columns", "flat")):
         with pytest.raises(ConfigError, match=f"option '{name}' reads a state root"):
             parse({"path": "/r", name: value}).refuse_state_options("/r")
+
+
+def test_batch_reads_refuse_stream_options_and_streams_refuse_batch_ones() -> None:
+    with pytest.raises(
+        ConfigError, match=r"option .maxBatchesPerTrigger. applies to spark\.readStream"
+    ):
+        parse({"path": "/r", "maxBatchesPerTrigger": "2"}).refuse_stream_options("/r")
+    with pytest.raises(ConfigError, match=r"option .batchId. does not apply to spark\.readStream"):
+        parse({"path": "/r", "batchId": "2"}).refuse_batch_options("/r")
+    stream = parse({"path": "/r", "maxBatchesPerTrigger": "2", "startingBatchId": "5"})
+    stream.refuse_batch_options("/r")
+    assert (stream.max_batches, stream.starting_batch) == (2, 5)

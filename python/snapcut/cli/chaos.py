@@ -1,5 +1,6 @@
-"""`snapcut chaos`: the command line of the two chaos harnesses
-(:mod:`snapcut.chaos.local`, :mod:`snapcut.chaos.spark`)."""
+"""`snapcut chaos`: the command line of the chaos harnesses
+(:mod:`snapcut.chaos.local`, :mod:`snapcut.chaos.fan_out`,
+:mod:`snapcut.chaos.spark`, :mod:`snapcut.chaos.spark_chain`)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from snapcut.checkpointing import FAILOVER_STRATEGIES
 
 if TYPE_CHECKING:
     from snapcut.chaos.spark import SparkOptions
+    from snapcut.chaos.spark_chain import ChainOptions
 
 ENGINES = ("local", "spark")
-TOPOLOGIES = ("dwell", "fan-out")
+TOPOLOGIES = ("dwell", "fan-out", "chain")
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,7 +100,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default="dwell",
         choices=TOPOLOGIES,
         help="local: the dwell-time job killed whole (default), or one source fanning out to "
-        "four sinks with one sink task failing per run (snapcut.chaos.fan_out)",
+        "four sinks with one sink task failing per run (snapcut.chaos.fan_out); spark: the "
+        "dwell query (default), or 'chain': the dwell query A and a query B reading A's sink "
+        "root as a stream, in one driver killed whole (snapcut.chaos.spark_chain)",
     )
     p.add_argument(
         "--failover",
@@ -154,7 +158,11 @@ def finish(summary: Summary) -> int:
 def main(args: argparse.Namespace) -> int:
     summary: Summary
     try:
-        if args.engine == "spark":
+        if args.topology == "chain":
+            from snapcut.chaos import spark_chain
+
+            summary = spark_chain.run_chain_chaos(chain_options(args), cli_log(args))
+        elif args.engine == "spark":
             # Spark's harness imports pyspark and pandas (the `spark` extra): only when asked.
             from snapcut.chaos import spark as spark_chaos
 
@@ -224,6 +232,50 @@ def local_options(args: argparse.Namespace) -> Options:
         kill_mode=args.kill_mode,
         failpoints=tuple(f.strip() for f in failpoints if f.strip()),
         failover=args.failover or "region",
+    )
+
+
+def chain_options(args: argparse.Namespace) -> ChainOptions:
+    """``--engine spark --topology chain``: timed kills of the driver only."""
+    from snapcut.chaos.spark_chain import ChainOptions
+
+    if args.engine != "spark":
+        raise ConfigError("--topology chain runs on Spark: add --engine spark")
+    for flag, given in (
+        ("--protocol", args.protocol is not None),
+        ("--failover", args.failover is not None),
+        ("--process-kills", args.process_kills),
+        ("--job-seconds", args.job_seconds is not None),
+        ("--unsafe-sink", args.unsafe_sink),
+        ("--no-fsync", args.no_fsync),
+        ("--failpoints", args.failpoints is not None),
+        ("--remote", args.remote is not None),
+        ("--step", args.step is not None),
+    ):
+        if given:
+            raise ConfigError(f"{flag} does not apply to --topology chain")
+    if args.kill_mode not in ("mixed", "timer"):
+        raise ConfigError(
+            f"--topology chain kills the driver at random moments only: --kill-mode "
+            f"{args.kill_mode} does not apply (leave it out)"
+        )
+    defaults = ChainOptions()
+
+    def pick(value: Any, default: Any) -> Any:
+        return default if value is None else value
+
+    return ChainOptions(
+        runs=args.runs,
+        seed=args.seed,
+        files=pick(args.files, defaults.files),
+        records=pick(args.records, defaults.records),
+        users=args.users,
+        partitions=pick(args.partitions, defaults.partitions),
+        files_per_batch=pick(args.files_per_batch, defaults.files_per_batch),
+        master=pick(args.master, defaults.master),
+        max_kills=pick(args.max_kills, defaults.max_kills),
+        workdir=args.workdir,
+        keep=args.keep,
     )
 
 

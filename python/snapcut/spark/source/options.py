@@ -6,7 +6,8 @@ without the option it needs) is a :class:`~snapcut.ConfigError` naming the
 option and the fix. Names follow Spark's state data source (``batchId``,
 ``readChangeFeed``, ``changeStartBatchId``, ``changeEndBatchId``,
 ``readRegisteredTimers``, ``partitionId``; ``stateVarName`` is accepted for
-``variable``).
+``variable``). A stream (``spark.readStream``, sink roots only) takes
+``path`` and the :data:`STREAM_ONLY` options, nothing else.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 from snapcut._core import ConfigError
 
-__all__ = ["COLUMNS", "FORMAT", "KNOWN", "ReadOptions", "parse"]
+__all__ = ["COLUMNS", "FORMAT", "KNOWN", "STREAM_ONLY", "ReadOptions", "parse"]
 
 FORMAT = "snapcut"
 """The data source's name: ``spark.read.format(FORMAT)``."""
@@ -31,7 +32,11 @@ STATE_ONLY = (
     "columns",
 )
 """Options that only a state root takes (a sink root refuses them)."""
-KNOWN = ("path", "batchId", "stateVarName", *STATE_ONLY)
+STREAM_ONLY = ("maxBatchesPerTrigger", "startingBatchId")
+"""Options of ``spark.readStream`` on a sink root (snapcut.spark.source.stream):
+at most so many of the root's committed batches per micro-batch; the first
+batch a new query reads."""
+KNOWN = ("path", "batchId", "stateVarName", *STATE_ONLY, *STREAM_ONLY)
 COLUMNS = ("spark", "flat")
 """``columns=spark`` (default): Spark's ``key``/``value``/``partition_id``
 structs; ``flat``: key and state columns side by side, as ``read_state``
@@ -52,6 +57,10 @@ class ReadOptions:
     change_start: int | None = None
     change_end: int | None = None
     columns: str = "spark"
+    max_batches: int | None = None
+    """``maxBatchesPerTrigger`` (streams)."""
+    starting_batch: int | None = None
+    """``startingBatchId`` (streams)."""
     given: tuple[str, ...] = ()
     """The options given (canonical names), to refuse the ones a root kind
     does not take."""
@@ -63,6 +72,26 @@ class ReadOptions:
                 raise ConfigError(
                     f"option {name!r} reads a state root, but {root} is a sink root (output): "
                     "leave it out, or load the query's state root (keyed_state(root=...)) instead"
+                )
+
+    def refuse_stream_options(self, root: str) -> None:
+        """A batch read (``spark.read``) takes no stream option."""
+        for name in self.given:
+            if name in STREAM_ONLY:
+                raise ConfigError(
+                    f"option {name!r} applies to spark.readStream on a sink root, not to "
+                    f"spark.read of {root}: leave it out, or read the root as a stream"
+                )
+
+    def refuse_batch_options(self, root: str) -> None:
+        """A stream takes ``path`` and the stream options only: the others
+        choose what one batch read returns, which a stream does not do."""
+        for name in self.given:
+            if name != "path" and name not in STREAM_ONLY:
+                raise ConfigError(
+                    f"option {name!r} does not apply to spark.readStream on sink root {root} "
+                    f"(a stream reads every committed batch once; its options are "
+                    f"{', '.join(STREAM_ONLY)}): leave it out, or read with spark.read"
                 )
 
 
@@ -166,5 +195,7 @@ def parse(raw: Mapping[str, str]) -> ReadOptions:
         change_start=start,
         change_end=end,
         columns=columns,
+        max_batches=_int(options, "maxBatchesPerTrigger", minimum=1),
+        starting_batch=_int(options, "startingBatchId"),
         given=tuple(options),
     )

@@ -57,6 +57,7 @@ class OutputPlan:
 def plan_output(sink: SinkRoot, opts: ReadOptions) -> OutputPlan:
     """The plan of `opts` on `sink`: the files of the table as of ``batchId``."""
     opts.refuse_state_options(sink.name)
+    opts.refuse_stream_options(sink.name)
     meta = sink.meta()
     backend = sink.backend()
     committed = backend.complete()

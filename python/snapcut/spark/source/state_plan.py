@@ -154,6 +154,7 @@ def _committed(state: StateRoot) -> list[int]:
 
 def plan_state(state: StateRoot, opts: ReadOptions) -> StatePlan:
     """The plan of `opts` on `state`, every option checked against the root."""
+    opts.refuse_stream_options(state.name)
     variable = _variable(state, opts)
     layout = table_of(state.spec, variable, option="option 'variable'")
     flat = schema_of(layout)
