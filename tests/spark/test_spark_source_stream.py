@@ -5,7 +5,10 @@ equals pandas over A's committed rows and A's input; B re-run after A
 committed more reads only the new batches; B failed mid-way and restarted
 from its checkpoint reads every batch of A once; a retention gap, a state
 root and bad options fail with typed, named errors. The reader's offsets and
-planning are also checked directly on a real sink root (no Spark)."""
+planning are also checked directly on a real sink root (no Spark). The
+chain itself also runs on Spark Connect; the other cases exercise the
+reader, the same on both kinds of session, on a classic one only (the
+Connect tests run alone in CI, so each costs its whole time there)."""
 
 from __future__ import annotations
 
@@ -225,7 +228,6 @@ def test_b_equals_pandas_over_a_and_a_rerun_reads_only_the_new_batches(
     assert sorted(chain.b_offsets()) == [0, 1]
 
 
-@pytest.mark.both_sessions
 def test_max_batches_per_trigger_and_a_restart_from_the_checkpoint_read_each_batch_once(
     spark: Any, frames: list[pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -276,7 +278,6 @@ class FailAfterCommit:
 # --- errors -------------------------------------------------------------------
 
 
-@pytest.mark.both_sessions
 def test_a_retention_gap_fails_b_with_the_root_the_batch_and_the_fix(
     spark: Any, frames: list[pd.DataFrame], tmp_path: Path
 ) -> None:
@@ -304,7 +305,6 @@ def test_a_retention_gap_fails_b_with_the_root_the_batch_and_the_fix(
     assert b_result(tmp_path / "b-out-3") == b_expected(chain.a_rows())
 
 
-@pytest.mark.both_sessions
 def test_a_state_root_and_bad_options_are_refused_naming_them(
     spark: Any, frames: list[pd.DataFrame], tmp_path: Path
 ) -> None:
