@@ -132,19 +132,21 @@ def test_bad_flags_are_refused(
 
 
 def test_chained_chaos_on_spark_is_exactly_once(tmp_path: Path) -> None:
-    """Two runs of 2 files (A: 2 batches; B: 1-2), one SIGKILL of the driver
-    tree (A's and B's drivers) each, resumed from both checkpoints."""
+    """One run of 2 files (A: 2 batches; B: 1-2), one SIGKILL of the driver
+    tree (A's and B's drivers), resumed from both checkpoints: the harness
+    end to end (the recorded campaign, bench/results/chaos_spark_chain/,
+    has the runs)."""
     cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--topology", "chain"]
-    cmd += ["--runs", "2", "--seed", "3", "--files", "2", "--records", "600", "--users", "40"]
+    cmd += ["--runs", "1", "--seed", "3", "--files", "2", "--records", "600", "--users", "40"]
     cmd += ["--max-kills", "1", "--workdir", str(tmp_path)]
     env = child_env(PYSPARK_PYTHON=sys.executable)
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert res.stdout.strip(), res.stderr[-3000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["engine"] == "spark-chain" and summary["runs"] == 2, res.stdout
+    assert summary["engine"] == "spark-chain" and summary["runs"] == 1, res.stdout
     assert summary["errors"] == 0 and summary["corrupt_files"] == 0, res.stdout
     assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
     assert summary["kills"] >= 1 and summary["recoveries"] >= 1, res.stdout
     assert sum(summary["kill_kinds"].values()) == summary["kills"]
-    assert summary["a_batches"] >= 4 and summary["b_batches"] >= 2, res.stdout
+    assert summary["a_batches"] >= 2 and summary["b_batches"] >= 1, res.stdout
     assert res.returncode == 0, res.stdout
