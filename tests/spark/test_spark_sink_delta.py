@@ -28,6 +28,7 @@ from snapcut.spark import (
     ArrowSnapshotSink,
     DeltaOutput,
     keyed_state,
+    read_output,
     read_output_arrow,
     read_state_arrow,
 )
@@ -192,6 +193,8 @@ def test_append_round_trip_one_commit_per_batch(
     assert event_rows(frame.to_arrow()) == event_rows(events)
     with pytest.raises(SnapshotError, match="writes its rows to the delta table"):
         read_output_arrow(str(root))
+    with pytest.raises(Exception, match="writes its rows to the delta table"):
+        read_output(spark, str(root)).collect()
 
 
 def test_update_merges_on_the_key(
