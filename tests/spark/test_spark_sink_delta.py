@@ -231,6 +231,32 @@ def test_complete_replaces_the_table(
         assert as_totals(table_at(table, b)) == totals(pd.concat(frames()[: b + 1]))
 
 
+@pytest.mark.parametrize("mode", ["append", "update", "complete"])
+def test_an_empty_batch_is_one_commit_too(spark: Any, mode: str, tmp_path: Path) -> None:
+    """Spark runs batches without rows (no-data batches that move a
+    watermark): each is still one commit with its app transaction."""
+    table = tmp_path / "table"
+    key = "user" if mode == "update" else None
+    sink = ArrowSnapshotSink(
+        str(tmp_path / "out"), output_mode=mode, key=key, output=DeltaOutput(str(table))
+    )
+    rows = [pd.DataFrame({"user": [1, 2], "n": [3, 4]}), pd.DataFrame({"user": [2], "n": [5]})]
+    df = spark.createDataFrame(rows[0])
+    sink(df, 0)
+    sink(df.limit(0), 1)
+    sink(spark.createDataFrame(rows[1]), 2)
+    one_commit_per_batch(table, 3)
+    got = sorted(table_at(table).to_pylist(), key=lambda r: (r["user"], r["n"]))
+    want = {
+        "append": [(1, 3), (2, 4), (2, 5)],
+        "update": [(1, 3), (2, 5)],
+        "complete": [(2, 5)],
+    }[mode]
+    assert [(r["user"], r["n"]) for r in got] == want
+    empty = [] if mode == "complete" else [(1, 3), (2, 4)]
+    assert sorted((r["user"], r["n"]) for r in table_at(table, 1).to_pylist()) == empty
+
+
 # --- exactly once -----------------------------------------------------------
 
 

@@ -325,6 +325,11 @@ class DeltaOutput:
                 deltalake.write_deltalake(
                     self.uri, source, mode="error", storage_options=opts, commit_properties=props
                 )
+            elif source.num_rows == 0:
+                # MERGE of no rows makes no commit (delta-rs 1.6.6): an empty
+                # append carries the batch's app transaction instead.
+                empty: list[AddAction | RemoveAction] = []
+                dt.create_write_transaction(empty, "append", schema, commit_properties=props)
             else:
                 on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in key)
                 dt.merge(
