@@ -91,7 +91,9 @@ from snapcut.spark.query_checkpoint import read_offsets
 from snapcut.spark.roots import PROTOCOL
 from snapcut.spark.sink.root import SINK_META_FILE, read_batch_output_arrow
 
-DRIVER_POINTS = ("sink.before_commit", "sink.after_commit")
+DRIVER_POINTS = ("sink.before_commit", "sink.after_table_commit", "sink.after_commit")
+# Reached only with a Delta output, which the campaigns do not run yet.
+TABLE_POINTS = ("sink.after_table_commit",)
 
 
 KILL_MODES = ("mixed", "timer", "failpoint", "executor")
@@ -152,7 +154,7 @@ class SparkOptions:
     instead of a classic driver: killing the tree kills the server."""
     max_kills: int = 2
     kill_mode: str = "mixed"
-    failpoints: tuple[str, ...] = tuple(failpoints.POINTS)
+    failpoints: tuple[str, ...] = tuple(p for p in failpoints.POINTS if p not in TABLE_POINTS)
     workdir: str | None = None
     keep: bool = False
     attempt_timeout: float = ATTEMPT_TIMEOUT_S

@@ -39,6 +39,7 @@ from snapcut.spark.processors import (
     StateUpdate,
 )
 from snapcut.spark.sink.arrow_sink import ArrowSnapshotSink, BatchReport
+from snapcut.spark.sink.delta import DeltaOutput
 from snapcut.spark.sink.root import (
     CommittedBatch,
     committed_output,
@@ -58,6 +59,7 @@ __all__ = [
     "BatchInfo",
     "BatchReport",
     "CommittedBatch",
+    "DeltaOutput",
     "GroupState",
     "GroupStateTimeout",
     "KeyedState",

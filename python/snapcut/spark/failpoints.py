@@ -15,7 +15,8 @@ Python process, its JVM and the Python workers (:func:`snapcut._procs.kill_tree`
 under Spark Connect, the process that started the local server, with it),
 as a machine failure would; ``sleep`` stalls 3 s (a straggler, for
 speculation). ``*`` matches any batch or partition; the driver-side sink
-points (``sink.before_commit``, ``sink.after_commit``) hit with partition 0
+points (``sink.before_commit``, ``sink.after_table_commit`` — a Delta output
+only —, ``sink.after_commit``) hit with partition 0
 and read the variable from the driver's own environment. The variable reaches
 Python workers through ``spark.executorEnv.*``; a value ``@/path`` reads the
 points from that file at every hit, so a test can re-arm a running session.
@@ -46,6 +47,7 @@ POINTS = {
     "sink.before_stage": "a sink task is about to stage its output file(s) of batch N",
     "sink.after_stage": "a sink task staged its output file(s), its result is not yet returned",
     "sink.before_commit": "driver: batch N's output is staged (and its state acked), no manifest",
+    "sink.after_table_commit": "driver: batch N is in the Delta table, its manifest is not",
     "sink.after_commit": "driver: batch N's manifest is published, Spark has not committed N",
 }
 ACTIONS = ("raise", "kill", "sleep")

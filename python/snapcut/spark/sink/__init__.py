@@ -4,6 +4,8 @@ sink, and its root.
 - :mod:`.staging` — executors write a batch's rows under ``_staging/``;
 - :mod:`.arrow_sink` — the sink: checks, the batch's one Spark action, the
   wait for the state root's version N, the atomic commit;
+- :mod:`.delta` — the Delta Lake output (``output=DeltaOutput(uri)``): the
+  table's checks, Parquet data files, one app-transaction commit per batch;
 - :mod:`.root` — :class:`~.root.SinkRoot`: the root's description, its
   committed batches and the pyarrow readers of the committed output;
 - :mod:`.read` — the committed output as a Spark DataFrame.

@@ -43,6 +43,12 @@ the state files (paths in the state root, sizes, checksums), the output files
 and Spark's source offsets for N (the query's ``checkpointLocation``
 ``offsets/<N>``): batch N is barrier N.
 
+**Delta Lake output.** With ``output=DeltaOutput(uri)`` the rows go to a
+Delta table instead (:mod:`.delta`): one Delta commit per batch carrying the
+app transaction ``(snapcut:<query id>:<root>, batch id)``, made after every
+state partition acknowledged and before the batch's manifest, which records
+the table version (``output.delta.version``); the root keeps the manifests.
+
 **Schemas.** A root holds one schema (names and types; nullability may
 vary): readers such as pyarrow.dataset and DuckDB then see one table. A batch
 whose schema differs fails with a ConfigError naming the change, before
@@ -58,7 +64,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
@@ -71,6 +77,7 @@ from snapcut.spark.arguments import frame_arrow_schema
 from snapcut.spark.batch_identity import announced, query_id
 from snapcut.spark.query_checkpoint import read_offsets, running_checkpoint
 from snapcut.spark.roots import BATCH_OWNER, PROTOCOL, schema_bytes, schema_to_json
+from snapcut.spark.sink.delta import DeltaOutput, delta_schema
 from snapcut.spark.sink.root import (
     OUTPUT_MODES,
     OUTPUT_ROLE,
@@ -113,6 +120,8 @@ class BatchReport:
     state_wait_ms: float = 0.0
     commit_ms: float = 0.0
     total_ms: float = 0.0
+    table_version: int | None = None
+    """A Delta output's table version holding the batch."""
 
 
 class ArrowSnapshotSink:
@@ -128,7 +137,9 @@ class ArrowSnapshotSink:
     state's version N; ``state_timeout``: seconds to wait for the state
     partitions' acknowledgements; ``checkpoint_location``: where Spark's
     ``offsets/`` are, if the running query cannot tell (e.g. Spark Connect);
-    ``max_file_bytes``: a task starts a new file beyond this many bytes.
+    ``max_file_bytes``: a task starts a new file beyond this many bytes;
+    ``output``: a :class:`~.delta.DeltaOutput`, the Delta table the rows go
+    to (the root then holds the manifests only).
     """
 
     def __init__(
@@ -142,6 +153,7 @@ class ArrowSnapshotSink:
         checkpoint_location: str | None = None,
         state_timeout: float = 120.0,
         max_file_bytes: int = 128 << 20,
+        output: DeltaOutput | None = None,
     ) -> None:
         if output_mode not in OUTPUT_MODES:
             raise ConfigError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
@@ -155,6 +167,12 @@ class ArrowSnapshotSink:
             raise ConfigError(f"state_timeout must be positive seconds, got {state_timeout!r}")
         if max_file_bytes < 1:
             raise ConfigError(f"max_file_bytes must be positive, got {max_file_bytes!r}")
+        if output is not None and not isinstance(output, DeltaOutput):
+            raise ConfigError(
+                f"output= must be a DeltaOutput (e.g. DeltaOutput('s3://bucket/table')), "
+                f"got {output!r}"
+            )
+        self.output = output
         self.root = SinkRoot(root, filesystem)
         self.uri, self.filesystem = self.root.uri, filesystem
         self.output_mode = output_mode
@@ -220,17 +238,23 @@ class ArrowSnapshotSink:
             self.reports.append(report)
             return report
         self._check_meta(schema, batch_id)
+        table = None if self.output is None else _DeltaBatch.open(self, owner, schema, batch_id)
         state = self._state_root()
         checkpoint = self._checkpoint_location(batch_df, owner)
         self._writable(self._clean_staging)
 
         target = StagingTarget(self.root, batch_id, schema_bytes(schema), self.max_file_bytes)
+        if table is not None:
+            target = table.target(target)
         t1 = time.perf_counter()
-        # The batch's one Spark action: executors write the data, the driver
-        # gets their file descriptions.
-        with announced(batch_df.sparkSession, owner, batch_id):
-            staged = batch_df.mapInArrow(stage_function(target), FILES_DDL).collect()
-        files = [r.asDict() for r in staged]
+        files: list[dict[str, Any]] = []
+        if table is None or table.done is None:
+            # The batch's one Spark action: executors write the data, the
+            # driver gets their file descriptions. (Not for a batch whose
+            # table commit is already there: only its manifest is missing.)
+            with announced(batch_df.sparkSession, owner, batch_id):
+                staged = batch_df.mapInArrow(stage_function(target), FILES_DDL).collect()
+            files = [r.asDict() for r in staged]
         t2 = time.perf_counter()
         state_record = None
         if state is not None:
@@ -249,6 +273,9 @@ class ArrowSnapshotSink:
             stage_ms=round((t2 - t1) * 1000, 3),
             state_wait_ms=round((t3 - t2) * 1000, 3),
         )
+        if table is not None:
+            report.table_version = table.commit(files, report)
+            files = []  # the rows are in the table, the root names none
         extra: dict[str, Any] = {
             "output": {
                 "mode": self.output_mode,
@@ -257,6 +284,7 @@ class ArrowSnapshotSink:
                 "rows": report.rows,
                 "files": report.files,
                 "bytes": report.bytes,
+                **({} if table is None else {"delta": table.record()}),
             },
             "spark": {
                 "query_id": owner,
@@ -322,13 +350,19 @@ class ArrowSnapshotSink:
                 "first_batch": batch_id,
                 "created_ms": _now_ms(),
             }
+            if self.output is not None:
+                meta["output"] = self._output_meta()
             self._writable(lambda: self.root.dir.write_json(SINK_META_FILE, meta))
             return
         have = self.root.meta()
-        for what, mine in (("output_mode", self.output_mode), ("key", list(self.key))):
-            if have[what] != mine:
+        for what, mine in (
+            ("output_mode", self.output_mode),
+            ("key", list(self.key)),
+            ("output", self._output_meta()),
+        ):
+            if have.get(what) != mine:
                 raise ConfigError(
-                    f"sink root {self.name} was created with {what}={have[what]!r}; this sink "
+                    f"sink root {self.name} was created with {what}={have.get(what)!r}; this sink "
                     f"has {what}={mine!r}: use the same, or a new root (nothing in the root "
                     "was changed)"
                 )
@@ -340,6 +374,9 @@ class ArrowSnapshotSink:
                 "that its readers see one table: select/cast to the root's schema, or write to "
                 "a new root (the committed batches are untouched)"
             )
+
+    def _output_meta(self) -> dict[str, Any] | None:
+        return None if self.output is None else self.output.describe()
 
     def _state_root(self) -> StateRoot | None:
         """The state root of ``state=``: the KeyedState's own object, or one
@@ -474,3 +511,93 @@ def _fsync_dir(path: str) -> None:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+class _DeltaBatch:
+    """One batch's walk through a Delta output: the table's checks and the
+    replay test before the Spark action, the staging target, the one table
+    commit, what the manifest records."""
+
+    def __init__(self, sink: ArrowSnapshotSink, owner: str, schema: pa.Schema, batch: int) -> None:
+        assert sink.output is not None
+        self.sink, self.output, self.owner, self.batch = sink, sink.output, owner, batch
+        self.app_id = f"snapcut:{owner}:{sink.root.path}"
+        self.schema = delta_schema(schema)
+        self.table = self.output.table()
+        self.output.check(self.table, self.app_id, self.schema)
+        self.done = self.output.committed_version(self.table, self.app_id, batch)
+        self.files = self.output.files(owner, batch)
+        self.info: dict[str, Any] | None = self.done
+
+    @classmethod
+    def open(
+        cls, sink: ArrowSnapshotSink, owner: str, schema: pa.Schema, batch: int
+    ) -> _DeltaBatch:
+        made = cls(sink, owner, schema, batch)
+        if made.done is None and sink.output_mode != "update":
+            # A run that failed before the table commit left files here.
+            sink._writable(lambda: made.output.clean(made.files))
+        return made
+
+    def target(self, ipc: StagingTarget) -> StagingTarget:
+        """Update mode stages Arrow IPC in the root (the driver merges the
+        rows); append and complete write Parquet into the table."""
+        if self.sink.output_mode == "update":
+            return ipc
+        return replace(ipc, schema_ipc=schema_bytes(self.schema), delta=self.files)
+
+    def commit(self, files: list[dict[str, Any]], report: BatchReport) -> int:
+        """The batch's one table commit (none if it is there already);
+        returns the table version holding the batch."""
+        if self.done is not None:
+            # Replayed: the table has the batch; its counts are in its commit.
+            report.rows, report.files, report.bytes = (
+                int(self.done.get(f"snapcut.{k}", 0)) for k in ("rows", "files", "bytes")
+            )
+            return int(self.done["version"])
+        rows = None
+        if self.sink.output_mode == "update":
+            rows = _read_staged(self.sink.root, files, self.schema)
+        counts = {"rows": report.rows, "files": report.files, "bytes": report.bytes}
+        self.info = self.output.commit(
+            self.table,
+            self.sink.output_mode,
+            self.sink.key,
+            self.schema,
+            files,
+            rows,
+            self.app_id,
+            self.batch,
+            counts,
+        )
+        failpoints.hit("sink.after_table_commit", self.batch, 0)
+        if self.sink.output_mode != "update":
+            # Committed: what else is in the batch's directory lost.
+            keep = [f["path"] for f in files]
+            with contextlib.suppress(OSError):
+                self.output.clean(self.files, keep)
+        return int(self.info["version"])
+
+    def record(self) -> dict[str, Any]:
+        """The manifest's ``output.delta``."""
+        assert self.info is not None
+        return {
+            "table": self.output.name,
+            "version": int(self.info["version"]),
+            "app_id": self.app_id,
+            "replayed": self.done is not None,
+        }
+
+
+def _read_staged(root: SinkRoot, files: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """The batch's staged Arrow IPC files (update mode), in partition order."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    tables = [
+        ipc.open_file(
+            pa.BufferReader(_fs.read_bytes(root.fs, f"{root.path}/{f['path']}"))
+        ).read_all()
+        for f in files
+    ]
+    return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()

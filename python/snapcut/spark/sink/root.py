@@ -59,6 +59,8 @@ class CommittedBatch:
     finished_ms: int
     state_batch: int | None
     """The state root's version committed with it (``state=``), else None."""
+    table_version: int | None = None
+    """A Delta output's table version holding the batch, else None."""
 
     @classmethod
     def of(cls, manifest: dict[str, Any]) -> CommittedBatch:
@@ -74,6 +76,7 @@ class CommittedBatch:
             started_ms=int(manifest["started_ms"]),
             finished_ms=int(manifest["finished_ms"]),
             state_batch=None if state is None else int(state["batch"]),
+            table_version=None if "delta" not in output else int(output["delta"]["version"]),
         )
 
 
@@ -114,6 +117,20 @@ class SinkRoot:
         meta["arrow_schema"] = schema_from_bytes(base64.b64decode(meta["schema_ipc"]))
         return meta
 
+    def output_meta(self) -> dict[str, Any]:
+        """The root's description, refusing a root whose rows are in a table:
+        its manifests name no output files to read."""
+        meta = self.meta()
+        table = meta.get("output")
+        if table is not None:
+            raise SnapshotError(
+                f"sink root {self.name} writes its rows to the {table['format']} table "
+                f"{table['table']}, not to the root: read the table (deltalake.DeltaTable("
+                "uri, version=<the manifest's output.delta.version>)); sink.history() gives "
+                "each batch's table_version"
+            )
+        return meta
+
     def backend(self) -> FsBackend:
         return FsBackend(self.fs, self.path)
 
@@ -137,7 +154,7 @@ class SinkRoot:
 
     def read_arrow(self, batch: int | None = None) -> pa.Table:
         """The committed output as of `batch` (see :func:`read_output_arrow`)."""
-        meta = self.meta()
+        meta = self.output_meta()
         backend = self.backend()
         manifests = self.output_manifests(meta, batch, backend)
         if not manifests:
@@ -156,7 +173,7 @@ class SinkRoot:
 
     def read_batch_arrow(self, batch: int) -> pa.Table:
         """The rows committed batch `batch` wrote, alone."""
-        meta = self.meta()
+        meta = self.output_meta()
         backend = self.backend()
         if batch not in backend.complete():
             raise SnapshotError(f"batch {batch} is not committed in sink root {self.name}")

@@ -1,7 +1,9 @@
 """Staging a batch's output on the executors: each task writes its rows of
 batch N as Arrow IPC files under ``<root>/_staging/`` (names carry batch,
-partition, attempt and a random token) and returns their descriptions; the
-driver (:mod:`.arrow_sink`) commits the winning attempts' files."""
+partition, attempt and a random token) — or, for a Delta output's append and
+complete modes, as Parquet files in the table's directory (:mod:`.delta`) —
+and returns their descriptions; the driver (:mod:`.arrow_sink`) commits the
+winning attempts' files."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from snapcut._core import ConfigError, StorageError
 from snapcut.snapshots import encode_ipc
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
+from snapcut.spark.sink.delta import DeltaFiles, encode_parquet
 from snapcut.spark.sink.root import STAGING_DIR, SinkRoot
 
 __all__ = [
@@ -30,7 +33,10 @@ __all__ = [
     "stage_partition",
 ]
 
-FILES_DDL = "partition int, attempt int, file int, path string, rows long, bytes long, crc32c long"
+FILES_DDL = (
+    "partition int, attempt int, file int, path string, rows long, bytes long, crc32c long, "
+    "stats string"
+)
 _FILES_SCHEMA = pa.schema(
     [
         ("partition", pa.int32()),
@@ -40,6 +46,7 @@ _FILES_SCHEMA = pa.schema(
         ("rows", pa.int64()),
         ("bytes", pa.int64()),
         ("crc32c", pa.int64()),
+        ("stats", pa.string()),  # Delta's per-file statistics (Parquet files only)
     ]
 )
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -58,6 +65,8 @@ class StagingTarget:
     batch: int
     schema_ipc: bytes
     max_file_bytes: int
+    delta: DeltaFiles | None = None
+    """Set: Parquet files into a Delta table's directory, not Arrow IPC."""
 
 
 def no_space(e: BaseException) -> bool:
@@ -90,6 +99,8 @@ def stage_partition(
     the rows held reach ``max_file_bytes`` of Arrow buffers."""
     failpoints.hit("sink.before_stage", target.batch, partition)
     fs, root = target.root.fs, target.root.path
+    if target.delta is not None:
+        fs = target.delta.fs
     schema = schema_from_bytes(target.schema_ipc)
     token = uuid.uuid4().hex[:12]
     out: list[dict[str, Any]] = []
@@ -97,10 +108,21 @@ def stage_partition(
 
     def finish() -> None:
         k = len(out)
-        rel = f"{STAGING_DIR}/{target.batch:08d}/part-{partition:05d}-{k}-a{attempt}-{token}.arrow"
-        data, rows, crc = encode_ipc(pa.Table.from_batches(held, schema), rel)
+        table = pa.Table.from_batches(held, schema)
         held.clear()
-        path = f"{root}/{rel}"
+        stats: str | None = None
+        crc: int | None = None
+        if target.delta is None:
+            base = root
+            rel = f"{STAGING_DIR}/{target.batch:08d}/part-{partition:05d}-{k}-a{attempt}-{token}"
+            rel += ".arrow"
+            data, rows, crc = encode_ipc(table, rel)
+        else:
+            base = target.delta.table_path
+            rel = f"{target.delta.batch_dir}/part-{partition:05d}-{k}-a{attempt}-{token}.parquet"
+            data, stats = encode_parquet(table)
+            rows = table.num_rows
+        path = f"{base}/{rel}"
         try:
             _fs.write_bytes(fs, path, data)
         except StorageError as e:
@@ -123,6 +145,7 @@ def stage_partition(
                 "rows": rows,
                 "bytes": len(data),
                 "crc32c": crc,
+                "stats": stats,
             }
         )
 

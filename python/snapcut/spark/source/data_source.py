@@ -105,7 +105,7 @@ class SnapcutDataSource(DataSource):
         if isinstance(root, SinkRoot):
             # No committed batch needed: a streaming reader may start first.
             opts.refuse_state_options(root.name)
-            return spark_schema(root.meta()["arrow_schema"])
+            return spark_schema(root.output_meta()["arrow_schema"])
         return spark_schema(plan_state(root, opts).schema())
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -58,7 +58,7 @@ def plan_output(sink: SinkRoot, opts: ReadOptions) -> OutputPlan:
     """The plan of `opts` on `sink`: the files of the table as of ``batchId``."""
     opts.refuse_state_options(sink.name)
     opts.refuse_stream_options(sink.name)
-    meta = sink.meta()
+    meta = sink.output_meta()  # a root whose rows are in a Delta table is refused
     backend = sink.backend()
     committed = backend.complete()
     if not committed:

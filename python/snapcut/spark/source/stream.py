@@ -72,7 +72,7 @@ class SinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, root: SinkRoot, opts: ReadOptions) -> None:
         opts.refuse_batch_options(root.name)
-        meta = root.meta()
+        meta = root.output_meta()  # a root whose rows are in a Delta table is refused
         self.root = root
         self.schema: pa.Schema = meta["arrow_schema"]
         self.first_batch = int(meta["first_batch"])

@@ -1,0 +1,353 @@
+"""The sink's Delta Lake output (``ArrowSnapshotSink(..., output=DeltaOutput(uri))``):
+the table's checks, the executors' Parquet data files and the driver's one
+Delta commit per batch, with delta-rs (``deltalake``, imported lazily: snapcut
+works without it).
+
+- append / complete: each task writes its rows as Parquet files into the
+  table's directory (``snapcut-b<N>-<query>/part-<p>-<k>-a<attempt>-<token>.parquet``,
+  unreferenced until committed); the driver adds the winning attempts' files
+  in one commit (``create_write_transaction``, ``"append"`` or
+  ``"overwrite"``; the first batch creates the table with them).
+- update: delta-rs' MERGE cannot take files written elsewhere (it rewrites
+  the target's files itself), so the tasks stage Arrow IPC in the sink root as
+  the Arrow output does and the driver merges the batch's rows (the newest row
+  per key) with ``DeltaTable.merge``: the batch's rows pass through the driver.
+
+Every commit carries the app transaction ``(app_id, batch id)`` and
+``snapcut.app_id`` / ``snapcut.batch`` in its commit info: a batch whose commit
+is in the table (a crash after the table commit, before snapcut's manifest) is
+found there and not committed twice (delta-rs does not skip a replayed
+version by itself: delta-rs #2580/#3821).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from snapcut import _fs
+from snapcut._core import ConfigError, SnapshotError, StorageError
+from snapcut.spark.sink.root import newest_per_key, schema_change
+
+if TYPE_CHECKING:
+    from deltalake import DeltaTable
+
+__all__ = ["DeltaFiles", "DeltaOutput", "encode_parquet"]
+
+APP_ID_KEY = "snapcut.app_id"
+BATCH_KEY = "snapcut.batch"
+INSTALL = "pip install 'snapcut[delta]'"
+
+
+@contextlib.contextmanager
+def _errors(name: str, what: str) -> Iterator[None]:
+    """delta-rs' errors (a bare Exception, DeltaError, OSError) as StorageError
+    naming the table; snapcut's own typed errors pass through."""
+    try:
+        yield
+    except (ConfigError, SnapshotError, StorageError):
+        raise
+    except Exception as e:
+        raise StorageError(
+            f"output table {name}: {what} failed: {e}. Check the path, storage_options and "
+            "credentials; nothing was committed to the table by this attempt unless its "
+            "history shows the batch"
+        ) from e
+
+
+def _deltalake() -> Any:
+    try:
+        import deltalake
+    except ImportError as e:
+        raise ConfigError(
+            f"output=DeltaOutput(...) needs the deltalake package (delta-rs): {INSTALL}"
+        ) from e
+    return deltalake
+
+
+@dataclass(frozen=True)
+class DeltaFiles:
+    """Where a batch's tasks write their Parquet files; pickled into the tasks."""
+
+    fs: Any
+    table_path: str
+    batch_dir: str
+    """Relative to the table root: this batch's files' directory."""
+
+
+def batch_dir(query_id: str, batch: int) -> str:
+    # Not "_"-prefixed: Delta's VACUUM skips such directories, so the files a
+    # complete-mode overwrite removes would never be deleted.
+    return f"snapcut-b{batch:08d}-{query_id[:8]}"
+
+
+def encode_parquet(table: pa.Table) -> tuple[bytes, str]:
+    """One Parquet file's bytes and its Delta ``stats`` JSON: numRecords,
+    nullCount, and min/max of integer columns only (exact, so a reader's
+    file skipping can trust them; timestamps and strings would need Delta's
+    truncation rules)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="snappy")
+    stats: dict[str, Any] = {"numRecords": table.num_rows, "nullCount": {}}
+    mins, maxs = {}, {}
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_nested(field.type):
+            continue
+        stats["nullCount"][field.name] = column.null_count
+        if pa.types.is_integer(field.type) and column.null_count < len(column):
+            low, high = pc.min_max(column).values()
+            mins[field.name], maxs[field.name] = low.as_py(), high.as_py()
+    if mins:
+        stats["minValues"], stats["maxValues"] = mins, maxs
+    return sink.getvalue().to_pybytes(), json.dumps(stats)
+
+
+def delta_schema(schema: pa.Schema) -> pa.Schema:
+    """The output schema in Delta's types, as the table stores and readers
+    return it: timestamps become µs in UTC (Delta ``timestamp``) or without
+    a zone (``timestamp_ntz``). A type Delta cannot hold is a ConfigError."""
+    deltalake = _deltalake()
+    fields = []
+    for f in schema:
+        if pa.types.is_timestamp(f.type):
+            f = f.with_type(pa.timestamp("us", "UTC" if f.type.tz else None))
+        fields.append(f)
+    try:
+        delta = deltalake.Schema.from_arrow(pa.schema(fields))
+    except Exception as e:  # delta-rs raises a bare Exception for unsupported types
+        raise ConfigError(
+            f"the batch's columns cannot be a Delta table ({e}): select/cast them to types "
+            "Delta Lake has (no unsigned integers, no time-of-day)"
+        ) from e
+    return pa.schema(delta.to_arrow())
+
+
+class DeltaOutput:
+    """A Delta Lake table as the sink's output: ``uri`` a local path or an
+    object-store URI delta-rs opens (``s3://bucket/t``); ``storage_options``
+    delta-rs' (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, credentials, ...);
+    ``filesystem`` the pyarrow filesystem the executors write data files
+    with (default: resolved from ``uri``; pass one for a store whose URI
+    alone does not say how to reach it). Picklable."""
+
+    def __init__(
+        self,
+        uri: str | os.PathLike[str],
+        storage_options: dict[str, str] | None = None,
+        filesystem: Any = None,
+    ) -> None:
+        _deltalake()
+        self.uri = os.fspath(uri)
+        self.storage_options = dict(storage_options or {})
+        self.name = _fs.redact(self.uri)
+        inner = (
+            self.uri.split("://", 1)[1]
+            if filesystem is not None and "://" in self.uri
+            else self.uri
+        )
+        self.fs, self.path = _fs.resolve(inner, filesystem)
+        self._checked: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """What the sink root's description records of the output."""
+        return {"format": "delta", "table": self.name}
+
+    def table(self) -> DeltaTable | None:
+        """The table, or None if there is none yet; a path that holds other
+        files is refused (not a Delta table)."""
+        deltalake = _deltalake()
+        opts = self.storage_options or None
+        with _errors(self.name, "opening the table"):
+            # Not DeltaTable.is_deltatable: its list request times out against
+            # moto's S3 server (delta-rs 1.6.6) where opening the table works.
+            log = self.fs.get_file_info(
+                pafs.FileSelector(f"{self.path}/_delta_log", allow_not_found=True)
+            )
+            if any(i.base_name.endswith(".json") or ".checkpoint." in i.base_name for i in log):
+                table: DeltaTable = deltalake.DeltaTable(self.uri, storage_options=opts)
+                return table
+            info = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        if info:
+            shown = ", ".join(sorted(i.base_name for i in info)[:5])
+            raise ConfigError(
+                f"output table {self.name} is not a Delta table: the path holds other files "
+                f"({shown}) and no _delta_log/. Pass an empty or new path, or an existing "
+                "Delta table (nothing was written)"
+            )
+        return None
+
+    def check(self, dt: DeltaTable | None, app_id: str, schema: pa.Schema) -> None:
+        """Refuses, before the batch writes anything, a table another snapcut
+        sink writes (another app id) or whose schema is not the output's."""
+        if dt is None or self._checked == app_id:
+            return
+        with _errors(self.name, "reading the history"):
+            history = list(self._history(dt))
+            have = pa.schema(dt.schema().to_arrow())
+        others = sorted(
+            {str(h[APP_ID_KEY]) for h in history if h.get(APP_ID_KEY) not in (None, app_id)}
+        )
+        if others:
+            raise ConfigError(
+                f"output table {self.name} is written by another streaming query's sink "
+                f"(app id {others[0]}; this sink's is {app_id}): one query owns a table. Write "
+                "to a new table, or restart the owning query from its checkpointLocation and "
+                "sink root (nothing was written)"
+            )
+        change = schema_change(have, schema)
+        if change:
+            raise ConfigError(
+                f"output table {self.name} does not have the output's schema: {change}. "
+                "select/cast the output to the table's columns, or write to a new table "
+                "(nothing was written)"
+            )
+        self._checked = app_id
+
+    def committed_version(
+        self, dt: DeltaTable | None, app_id: str, batch: int, limit: int | None = None
+    ) -> dict[str, Any] | None:
+        """The commit info (``version``, ``snapcut.*``) of the table commit
+        of `batch` of `app_id`, if there is one (among the newest `limit`)."""
+        if dt is None:
+            return None
+        with _errors(self.name, "reading the app transaction"):
+            done = dt.transaction_version(app_id)
+            if done is None or done < batch:
+                return None
+            for h in self._history(dt, limit):
+                if h.get(APP_ID_KEY) == app_id and h.get(BATCH_KEY) == batch:
+                    return h
+        raise SnapshotError(
+            f"output table {self.name} has app id {app_id}'s batch {done} committed but no "
+            f"commit of batch {batch} in its history (was the history cleaned, or the table "
+            "restored?): write to a new table and sink root"
+        )
+
+    def _history(self, dt: DeltaTable, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """The commit infos (with ``version``), newest first, read from the
+        log's JSON commits with the pyarrow filesystem. Not
+        ``DeltaTable.history()``: its list request times out against moto's
+        S3 server (delta-rs 1.6.6) where opening the table works. Commits
+        whose JSON the log cleanup removed are skipped."""
+        newest = dt.version()
+        oldest = 0 if limit is None else max(0, newest - limit + 1)
+        for version in range(newest, oldest - 1, -1):
+            path = f"{self.path}/_delta_log/{version:020d}.json"
+            try:
+                text = _fs.read_bytes(self.fs, path).decode()
+            except FileNotFoundError:
+                continue
+            for line in text.splitlines():
+                action = json.loads(line) if line.strip() else {}
+                if "commitInfo" in action:
+                    yield {**action["commitInfo"], "version": version}
+                    break
+
+    def files(self, query_id: str, batch: int) -> DeltaFiles:
+        return DeltaFiles(self.fs, self.path, batch_dir(query_id, batch))
+
+    def clean(self, files: DeltaFiles, keep: Sequence[str] = ()) -> None:
+        """Removes the batch's data files the table does not reference
+        (losing attempts, a run that failed before its commit)."""
+        where = f"{files.table_path}/{files.batch_dir}"
+        kept = set(keep)
+        for info in self.fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
+            if f"{files.batch_dir}/{info.base_name}" not in kept:
+                self.fs.delete_file(info.path)
+
+    def commit(
+        self,
+        dt: DeltaTable | None,
+        mode: str,
+        key: Sequence[str],
+        schema: pa.Schema,
+        files: list[dict[str, Any]],
+        rows: pa.Table | None,
+        app_id: str,
+        batch: int,
+        counts: dict[str, int],
+    ) -> dict[str, Any]:
+        """One Delta commit carrying ``(app_id, batch)``; returns its commit
+        info. `files`: the tasks' Parquet files (append, complete); `rows`:
+        the batch's rows (update); `counts` (rows, files, bytes) go into the
+        commit info, for a replay to find."""
+        deltalake = _deltalake()
+        from deltalake import CommitProperties, Transaction
+
+        props = CommitProperties(
+            custom_metadata={
+                APP_ID_KEY: app_id,
+                BATCH_KEY: batch,
+                **{f"snapcut.{k}": v for k, v in counts.items()},
+            },
+            app_transactions=[Transaction(app_id, batch)],
+        )
+        opts = self.storage_options or None
+        with _errors(self.name, f"the commit of batch {batch}"):
+            self._commit(dt, mode, key, schema, files, rows, props)
+            fresh = deltalake.DeltaTable(self.uri, storage_options=opts)
+            done = self.committed_version(fresh, app_id, batch, limit=16)
+        assert done is not None, "the commit just made is in the table"
+        return done
+
+    def _commit(
+        self,
+        dt: DeltaTable | None,
+        mode: str,
+        key: Sequence[str],
+        schema: pa.Schema,
+        files: list[dict[str, Any]],
+        rows: pa.Table | None,
+        props: Any,
+    ) -> None:
+        deltalake = _deltalake()
+        from deltalake.transaction import (
+            AddAction,
+            RemoveAction,
+            create_table_with_add_actions,
+        )
+
+        opts = self.storage_options or None
+        if mode == "update":
+            assert rows is not None
+            source = newest_per_key(rows, key).cast(schema)
+            if dt is None:
+                deltalake.write_deltalake(
+                    self.uri, source, mode="error", storage_options=opts, commit_properties=props
+                )
+            elif source.num_rows == 0:
+                # MERGE of no rows makes no commit (delta-rs 1.6.6): an empty
+                # append carries the batch's app transaction instead.
+                empty: list[AddAction | RemoveAction] = []
+                dt.create_write_transaction(empty, "append", schema, commit_properties=props)
+            else:
+                on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in key)
+                dt.merge(
+                    source, on, source_alias="s", target_alias="t", commit_properties=props
+                ).when_matched_update_all().when_not_matched_insert_all().execute()
+        else:
+            now = int(time.time() * 1000)
+            adds = [AddAction(f["path"], f["bytes"], {}, now, True, f["stats"]) for f in files]
+            if dt is None:
+                create_table_with_add_actions(
+                    self.uri,
+                    deltalake.Schema.from_arrow(schema),
+                    adds,
+                    mode="error",
+                    storage_options=opts,
+                    commit_properties=props,
+                )
+            else:
+                how = "overwrite" if mode == "complete" else "append"
+                actions: list[AddAction | RemoveAction] = list(adds)
+                dt.create_write_transaction(actions, how, schema, commit_properties=props)
