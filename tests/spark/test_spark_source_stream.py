@@ -31,7 +31,10 @@ from snapcut.spark.source.options import parse
 from snapcut.spark.source.register import register
 from snapcut.spark.source.stream import SinkStreamReader
 
-pytestmark = pytest.mark.spark
+# Spark starts a Python data source's stream reader as a fresh Python
+# process and gives it a fixed 10 s to connect back, which a loaded machine
+# can miss; in CI these tests run with the Connect tests, alone.
+pytestmark = [pytest.mark.spark, pytest.mark.connect_port]
 
 FILES = 4
 SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
