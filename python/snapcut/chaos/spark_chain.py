@@ -17,6 +17,10 @@ kill is counted by what it interrupted: ``a_only`` (A unfinished, B not
 started yet), ``a_and_b``, ``b_only`` (A had consumed its input), ``neither``
 (the start-up of an attempt whose A had finished before).
 
+A query that fails only because Spark's Python worker did not connect back
+within Spark's fixed 10 s (a loaded machine) is started again by the job
+itself, from its checkpoint; ``query_restarts`` counts those.
+
 The run loop, its error policy and the summary's common fields are
 :mod:`snapcut.chaos.core`'s; the input, A's checks and the process-tree
 handling are :mod:`snapcut.chaos.spark`'s. The checks, against pandas over
@@ -78,7 +82,7 @@ from snapcut.chaos.spark import (
     reference,
     write_input,
 )
-from snapcut.jobs.spark_chain import A_FINISHED, B_RUNNING
+from snapcut.jobs.spark_chain import A_FINISHED, B_RUNNING, RESTART_MARK
 from snapcut.spark.query_checkpoint import read_offsets
 from snapcut.spark.roots import PROTOCOL
 from snapcut.spark.sink.root import SINK_META_FILE, SinkRoot, read_batch_output_arrow
@@ -143,6 +147,9 @@ class ChainSummary(Summary):
     kill_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KILL_KINDS, 0))
     timed_not_reached: int = 0
     attempts: int = 0
+    query_restarts: int = 0
+    """Queries the job started again after Spark's Python worker did not
+    connect back in time (:data:`snapcut.jobs.spark_chain.TRANSIENT`)."""
     a_batches: int = 0
     b_batches: int = 0
     run_seconds: list[float] = field(default_factory=list)
@@ -378,6 +385,7 @@ def run_one(
         stderr = run_dir / f"stderr-{n}.txt"
         code, killed, seconds = run_attempt(opts, run_dir, kill, stderr)
         summary.attempts += 1
+        summary.query_restarts += stderr.read_text(errors="replace").count(RESTART_MARK)
         what = (
             "no kill" if kill is None else f"kill {kill.delay:.1f} s into step {kill.after_steps}"
         )
