@@ -7,6 +7,7 @@ sink, and its root.
 - :mod:`.delta` — the Delta Lake output (``output=DeltaOutput(uri)``): the
   table's checks, Parquet data files, one app-transaction commit per batch;
 - :mod:`.root` — :class:`~.root.SinkRoot`: the root's description, its
-  committed batches and the pyarrow readers of the committed output;
-- :mod:`.read` — the committed output as a Spark DataFrame.
+  committed batches and the pyarrow readers of the committed output.
+
+Reading the output into Spark is :mod:`snapcut.spark.source`'s.
 """
