@@ -392,7 +392,10 @@ def test_regional_failover_restores_keyed_state_from_diffs(tmp_path: Path) -> No
         calls["n"] += 1
         if calls["n"] == 60:
             raise RuntimeError("injected failure")
-        time.sleep(0.001)
+        # Slow enough that many 5 ms intervals pass on either side of the
+        # failure even when a loaded machine stretches each checkpoint (at
+        # 1 ms a batch, a busy CI run once took only full checkpoints).
+        time.sleep(0.004)
         return b
 
     def counting(user: int, rows: pa.RecordBatch, n: int | None) -> tuple[Any, int]:
