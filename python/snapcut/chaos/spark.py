@@ -139,6 +139,24 @@ Row = tuple[int, int, float]
 STEPS = ("aggregate", "tws")
 
 
+def check_sizes(o: Any) -> None:
+    """The run sizes every Spark campaign's options share (``runs``, ``seed``,
+    ``files``, ``records``, ``users``, ``partitions``, ``files_per_batch``,
+    ``max_kills``): ints at least their minimum, or a ConfigError naming one."""
+    for what, v, least in (
+        ("runs", o.runs, 1),
+        ("seed", o.seed, 0),
+        ("files", o.files, 1),
+        ("records", o.records, o.files),
+        ("users", o.users, 1),
+        ("partitions", o.partitions, 1),
+        ("files_per_batch", o.files_per_batch, 1),
+        ("max_kills", o.max_kills, 0),
+    ):
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
+
+
 @dataclass
 class SparkOptions:
     runs: int = 10
@@ -170,18 +188,7 @@ class SparkOptions:
         return math.ceil(self.files / self.files_per_batch)
 
     def check(self) -> None:
-        for what, v, least in (
-            ("runs", self.runs, 1),
-            ("seed", self.seed, 0),
-            ("files", self.files, 1),
-            ("records", self.records, self.files),
-            ("users", self.users, 1),
-            ("partitions", self.partitions, 1),
-            ("files_per_batch", self.files_per_batch, 1),
-            ("max_kills", self.max_kills, 0),
-        ):
-            if not isinstance(v, int) or isinstance(v, bool) or v < least:
-                raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
+        check_sizes(self)
         if self.kill_mode not in KILL_MODES:
             raise ConfigError(
                 f"kill_mode must be one of {', '.join(KILL_MODES)}, got {self.kill_mode!r}"

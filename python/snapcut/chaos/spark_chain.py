@@ -74,6 +74,7 @@ from snapcut.chaos.spark import (
     STEP_WINDOW_S,
     _Child,
     _log_entries,
+    check_sizes,
     compare,
     expected_updates,
     generate_events,
@@ -119,18 +120,7 @@ class ChainOptions:
         return math.ceil(self.files / self.files_per_batch)
 
     def check(self) -> None:
-        for what, v, least in (
-            ("runs", self.runs, 1),
-            ("seed", self.seed, 0),
-            ("files", self.files, 1),
-            ("records", self.records, self.files),
-            ("users", self.users, 1),
-            ("partitions", self.partitions, 1),
-            ("files_per_batch", self.files_per_batch, 1),
-            ("max_kills", self.max_kills, 0),
-        ):
-            if not isinstance(v, int) or isinstance(v, bool) or v < least:
-                raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
+        check_sizes(self)
         if self.attempt_timeout <= 0:
             raise ConfigError(f"attempt_timeout must be positive, got {self.attempt_timeout!r}")
 
