@@ -194,3 +194,23 @@ def test_batches_retention_removed_are_refused(
     # From the batch after the oldest retained one, the feed is there.
     feed = read(spark, pruned, readChangeFeed=True, changeStartBatchId=kept[0] + 1).toArrow()
     assert set(feed["batch_id"].to_pylist()) <= set(kept[1:]) and feed.num_rows > 0
+
+
+def test_register_is_safe_from_threads_and_second_sessions(spark: Any, roots: SourceRoots) -> None:
+    """Queries started from several threads register at once (Spark refuses
+    a second registration of a name); a second session of the same driver,
+    where Spark 4.3 refuses the name, still reads through read_state."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from snapcut.spark.source import register as registry
+
+    registry._known.pop(spark, None)
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(lambda _: snapcut.spark.register(spark), range(8)))
+    want = read(spark, roots.level1).toArrow().num_rows
+    assert want > 0
+    second = spark.newSession()
+    usable = snapcut.spark.register(second)
+    if usable:
+        assert read(second, roots.level1).toArrow().num_rows == want
+    assert read_state(second, roots.level1).count() == want

@@ -6,7 +6,8 @@ on a ``filesystem=`` object (string options cannot carry it), and a classic
 session whose Python data source planner cannot start (Spark plans a Python
 data source in a driver-side worker run with the executors' Python, which
 with ``spark.archives`` in client mode is ``./environment/bin/python``, a
-path that exists only in the executors' working directories)."""
+path that exists only in the executors' working directories), and a second
+session of a driver, where Spark refuses the name (see ``register``)."""
 
 from __future__ import annotations
 
@@ -28,8 +29,11 @@ __all__ = ["read_output", "read_state"]
 
 
 def planner_runs(spark: Any) -> bool:
-    """Whether Spark can start the driver-side Python worker that plans a
-    Python data source (see the module)."""
+    """Whether ``format("snapcut")`` resolves in `spark` and Spark can start
+    the driver-side Python worker that plans a Python data source (see the
+    module)."""
+    if not register(spark):
+        return False
     try:
         python = str(spark.sparkContext.pythonExec)
     except Exception:  # Spark Connect: no SparkContext here; the server plans
