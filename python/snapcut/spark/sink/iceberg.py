@@ -257,8 +257,11 @@ class IcebergOutput(TableOutput):
         return self._files
 
     def _new_location(self, schema: pa.Schema) -> str:
-        """Where the catalog puts the table it creates (nothing is created)."""
-        created = self.catalog().create_table_transaction(self.identifier, schema)
+        """Where the catalog puts the table it creates: the namespace is
+        created (the default location is the namespace's), the table not."""
+        catalog = self.catalog()
+        catalog.create_namespace_if_not_exists(self.namespace)
+        created = catalog.create_table_transaction(self.identifier, schema)
         location: str = created.table_metadata.location
         return location.rstrip("/")
 
@@ -305,6 +308,11 @@ class IcebergOutput(TableOutput):
                 )
             else:
                 txn = table.transaction()
+            if txn.table_metadata.name_mapping() is None:
+                # The tasks' Parquet files have no field ids: readers map
+                # their columns by name (as pyiceberg's add_files sets it).
+                mapping = txn.table_metadata.schema().name_mapping.model_dump_json()
+                txn.set_properties(**{"schema.name-mapping.default": mapping})
             location = txn.table_metadata.location.rstrip("/")
             paths = [f"{location}/data/{f['path']}" for f in files]
             removed: list[Any] = []
