@@ -78,7 +78,7 @@ def output(where: Path, identifier: str = TABLE) -> IcebergOutput:
 def load(props: dict[str, str] | Path, identifier: str = TABLE) -> Any:
     if isinstance(props, Path):
         props = catalog_properties(props)
-    return load_catalog("test", **props).load_table(identifier)
+    return load_catalog("snapcut", **props).load_table(identifier)
 
 
 def scan(table: Any, snapshot_id: int | None = None) -> pa.Table:
@@ -301,7 +301,7 @@ def test_a_table_of_another_query_is_refused(
 
 
 def test_an_incompatible_schema_is_refused(spark: Any, tmp_path: Path) -> None:
-    catalog = load_catalog("test", **catalog_properties(tmp_path))
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
     catalog.create_namespace("ns")
     made = catalog.create_table(TABLE, pa.schema([("user", pa.int64()), ("n", pa.string())]))
     made.append(pa.table({"user": pa.array([1], pa.int64()), "n": ["x"]}))
@@ -322,7 +322,7 @@ def test_an_incompatible_schema_is_refused(spark: Any, tmp_path: Path) -> None:
 
 def test_not_a_table_and_an_unreachable_catalog_are_refused(spark: Any, tmp_path: Path) -> None:
     df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
-    catalog = load_catalog("test", **catalog_properties(tmp_path))
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
     catalog.create_namespace(("ns", "sub"))
     sink = ArrowSnapshotSink(str(tmp_path / "out"), output=output(tmp_path, "ns.sub"))
     with pytest.raises(ConfigError, match=r"ns\.sub is not an Iceberg table: .* a namespace"):
@@ -366,7 +366,7 @@ def test_a_root_written_with_a_table_refuses_another_output(spark: Any, tmp_path
     ArrowSnapshotSink(str(plain_root))(df, 0)
     with pytest.raises(ConfigError, match="was created with output=None"):
         ArrowSnapshotSink(str(plain_root), output=output(tmp_path, "ns.third"))(df, 1)
-    catalog = load_catalog("test", **catalog_properties(tmp_path))
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
     assert [t[-1] for t in catalog.list_tables("ns")] == ["events"]
 
 
