@@ -1,8 +1,8 @@
-"""What the table-output sink tests share (test_spark_sink_delta.py,
-test_spark_sink_iceberg.py): the classic session with executor failpoints,
-the dwell-event input, a driver failure at a crash point, a streaming run,
-and the row and per-key comparisons. The fixtures are imported by the test
-modules (pytest finds them in a module's namespace)."""
+"""What the sink tests share (test_spark_sink.py, test_spark_sink_delta.py,
+test_spark_sink_iceberg.py): the classic session with executor failpoints
+and the dwell-event input (fixtures, imported by the table-output test
+modules: pytest finds them in a module's namespace), a driver failure at a
+crash point, a streaming run, and the row and per-key comparisons."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
-from tests.spark_support import dwell_frames, start_session, write_inputs
+from tests.spark_support import dwell_frames, is_connect, start_session, write_inputs
 
 from snapcut import snapshots
+from snapcut.spark import ArrowSnapshotSink
 from snapcut.spark import failpoints as fp
 
 FILES = 3
@@ -67,6 +68,10 @@ def fail_driver_at(monkeypatch: pytest.MonkeyPatch, point: str, batch: int) -> N
 
 
 def run(df: Any, sink: Callable[[Any, int], None], checkpoint: Path, mode: str = "append") -> None:
+    """Runs `df` into the foreachBatch `sink` to the end of its input (availableNow)."""
+    if is_connect(df.sparkSession) and isinstance(sink, ArrowSnapshotSink):
+        # Under Connect the sink learns the query id from the checkpointLocation.
+        sink.checkpoint_location = sink.checkpoint_location or str(checkpoint)
     q = (
         df.writeStream.foreachBatch(sink)
         .outputMode(mode)

@@ -99,7 +99,7 @@ from snapcut.spark.sink.staging import (
     output_file_name,
     stage_function,
 )
-from snapcut.spark.sink.table import TableOutput, counts_of
+from snapcut.spark.sink.table import BatchCommit, TableOutput, counts_of
 from snapcut.spark.source.register import register
 from snapcut.spark.state.root import StateRoot
 
@@ -564,8 +564,7 @@ class _TableBatch:
         if self.sink.output_mode == "update":
             rows = _read_staged(self.sink.root, files, self.schema)
         counts = {"rows": report.rows, "files": report.files, "bytes": report.bytes}
-        self.info = self.output.commit(
-            self.table,
+        commit = BatchCommit(
             self.sink.output_mode,
             self.sink.key,
             self.schema,
@@ -575,6 +574,7 @@ class _TableBatch:
             self.batch,
             counts,
         )
+        self.info = self.output.commit(self.table, commit)
         failpoints.hit("sink.after_table_commit", self.batch, 0)
         if self.sink.output_mode != "update":
             # Committed: what else is in the batch's directory lost.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -37,10 +37,10 @@ from snapcut.spark.sink.root import newest_per_key
 from snapcut.spark.sink.table import (
     APP_ID_KEY,
     BATCH_KEY,
+    BatchCommit,
     TableFiles,
     TableOutput,
     batch_dir,
-    commit_properties,
     encode_parquet,
     refuse_owner_or_schema,
     utc_timestamps,
@@ -197,47 +197,25 @@ class DeltaOutput(TableOutput):
     def record(self, info: dict[str, Any]) -> dict[str, Any]:
         return {"table": self.name, "version": int(info["version"])}
 
-    def commit(
-        self,
-        dt: DeltaTable | None,
-        mode: str,
-        key: Sequence[str],
-        schema: pa.Schema,
-        files: list[dict[str, Any]],
-        rows: pa.Table | None,
-        app_id: str,
-        batch: int,
-        counts: dict[str, int],
-    ) -> dict[str, Any]:
-        """One Delta commit carrying ``(app_id, batch)``; returns its commit
-        info. `files`: the tasks' Parquet files (append, complete); `rows`:
-        the batch's rows (update); `counts` (rows, files, bytes) go into the
-        commit info, for a replay to find."""
+    def commit(self, dt: DeltaTable | None, commit: BatchCommit) -> dict[str, Any]:
+        """One Delta commit carrying the app transaction ``(app_id, batch)``
+        and the commit's properties in its commit info; returns the info."""
         deltalake = _deltalake()
         from deltalake import CommitProperties, Transaction
 
         props = CommitProperties(
-            custom_metadata=commit_properties(app_id, batch, counts),
-            app_transactions=[Transaction(app_id, batch)],
+            custom_metadata=commit.properties(),
+            app_transactions=[Transaction(commit.app_id, commit.batch)],
         )
         opts = self.storage_options or None
-        with _errors(self.name, f"the commit of batch {batch}"):
-            self._commit(dt, mode, key, schema, files, rows, props)
+        with _errors(self.name, f"the commit of batch {commit.batch}"):
+            self._commit(dt, commit, props)
             fresh = deltalake.DeltaTable(self.uri, storage_options=opts)
-            done = self.committed_version(fresh, app_id, batch, limit=16)
+            done = self.committed_version(fresh, commit.app_id, commit.batch, limit=16)
         assert done is not None, "the commit just made is in the table"
         return done
 
-    def _commit(
-        self,
-        dt: DeltaTable | None,
-        mode: str,
-        key: Sequence[str],
-        schema: pa.Schema,
-        files: list[dict[str, Any]],
-        rows: pa.Table | None,
-        props: Any,
-    ) -> None:
+    def _commit(self, dt: DeltaTable | None, commit: BatchCommit, props: Any) -> None:
         deltalake = _deltalake()
         from deltalake.transaction import (
             AddAction,
@@ -246,6 +224,8 @@ class DeltaOutput(TableOutput):
         )
 
         opts = self.storage_options or None
+        mode, key, schema = commit.mode, commit.key, commit.schema
+        files, rows = commit.files, commit.rows
         if mode == "update":
             assert rows is not None
             source = newest_per_key(rows, key).cast(schema)

@@ -45,10 +45,10 @@ from snapcut.spark.sink.root import newest_per_key
 from snapcut.spark.sink.table import (
     APP_ID_KEY,
     BATCH_KEY,
+    BatchCommit,
     TableFiles,
     TableOutput,
     batch_dir,
-    commit_properties,
     encode_parquet,
     refuse_owner_or_schema,
     table_errors,
@@ -279,32 +279,22 @@ class IcebergOutput(TableOutput):
 
     # -- the commit ------------------------------------------------------------------
 
-    def commit(
-        self,
-        table: Table | None,
-        mode: str,
-        key: Sequence[str],
-        schema: pa.Schema,
-        files: list[dict[str, Any]],
-        rows: pa.Table | None,
-        app_id: str,
-        batch: int,
-        counts: dict[str, int],
-    ) -> dict[str, Any]:
-        """One catalog commit of one snapshot whose summary carries
-        ``(app_id, batch)`` and `counts`; the first batch's commit creates
-        the table (with its owner's app id as a table property)."""
+    def commit(self, table: Table | None, commit: BatchCommit) -> dict[str, Any]:
+        """One catalog commit of one snapshot whose summary carries the
+        commit's properties (app id, batch, counts); the first batch's commit
+        creates the table (with its owner's app id as a table property)."""
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
         assert self._files is not None, "files() comes first"
-        props = {k: str(v) for k, v in commit_properties(app_id, batch, counts).items()}
+        props = {k: str(v) for k, v in commit.properties().items()}
+        mode, app_id, batch = commit.mode, commit.app_id, commit.batch
         catalog = self.catalog()
         with table_errors(self.name, f"the commit of batch {batch}"):
             txn: Any
             if table is None:
                 catalog.create_namespace_if_not_exists(self.namespace)
                 txn = catalog.create_table_transaction(
-                    self.identifier, schema, properties={APP_ID_KEY: app_id}
+                    self.identifier, commit.schema, properties={APP_ID_KEY: app_id}
                 )
             else:
                 txn = table.transaction()
@@ -314,13 +304,13 @@ class IcebergOutput(TableOutput):
                 mapping = txn.table_metadata.schema().name_mapping.model_dump_json()
                 txn.set_properties(**{"schema.name-mapping.default": mapping})
             location = txn.table_metadata.location.rstrip("/")
-            paths = [f"{location}/data/{f['path']}" for f in files]
+            paths = [f"{location}/data/{f['path']}" for f in commit.files]
             removed: list[Any] = []
             if table is not None and mode == "complete":
                 removed = [task.file for task in table.scan().plan_files()]
             elif mode == "update":
-                assert rows is not None
-                removed, merged = self._merge(table, key, schema, rows)
+                assert commit.rows is not None
+                removed, merged = self._merge(table, commit.key, commit.schema, commit.rows)
                 paths = [] if merged.num_rows == 0 else [self._write(location, merged)]
             io = txn._table.io
             added = [parquet_file_to_data_file(io, txn.table_metadata, p) for p in paths]

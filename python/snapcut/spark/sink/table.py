@@ -34,10 +34,10 @@ from snapcut.spark.sink.root import schema_change
 __all__ = [
     "APP_ID_KEY",
     "BATCH_KEY",
+    "BatchCommit",
     "TableFiles",
     "TableOutput",
     "batch_dir",
-    "commit_properties",
     "encode_parquet",
     "refuse_owner_or_schema",
     "table_errors",
@@ -123,10 +123,29 @@ def utc_timestamps(schema: pa.Schema) -> pa.Schema:
     return pa.schema(fields)
 
 
-def commit_properties(app_id: str, batch: int, counts: dict[str, int]) -> dict[str, Any]:
-    """What every commit of a batch carries: the app id and batch (for a
-    replay to find) and the batch's counts (rows, files, bytes)."""
-    return {APP_ID_KEY: app_id, BATCH_KEY: batch, **{f"snapcut.{k}": v for k, v in counts.items()}}
+@dataclass(frozen=True)
+class BatchCommit:
+    """What a table output commits for one batch."""
+
+    mode: str
+    key: Sequence[str]
+    schema: pa.Schema
+    """The output schema in the table's types."""
+    files: list[dict[str, Any]]
+    """The tasks' Parquet files (append, complete), paths relative to
+    :attr:`TableFiles.table_path`."""
+    rows: pa.Table | None
+    """The batch's rows (update: the driver merges them)."""
+    app_id: str
+    batch: int
+    counts: dict[str, int]
+    """rows, files, bytes: into the commit's properties, for a replay."""
+
+    def properties(self) -> dict[str, Any]:
+        """What the commit carries: the app id and batch (for a replay to
+        find) and the batch's counts."""
+        counts = {f"snapcut.{k}": v for k, v in self.counts.items()}
+        return {APP_ID_KEY: self.app_id, BATCH_KEY: self.batch, **counts}
 
 
 def counts_of(info: dict[str, Any]) -> tuple[int, int, int]:
@@ -194,21 +213,8 @@ class TableOutput(abc.ABC):
         """Where the batch's tasks write their Parquet files."""
 
     @abc.abstractmethod
-    def commit(
-        self,
-        table: Any,
-        mode: str,
-        key: Sequence[str],
-        schema: pa.Schema,
-        files: list[dict[str, Any]],
-        rows: pa.Table | None,
-        app_id: str,
-        batch: int,
-        counts: dict[str, int],
-    ) -> dict[str, Any]:
-        """The batch's one table commit; returns its info. `files`: the
-        tasks' Parquet files (append, complete); `rows`: the batch's rows
-        (update)."""
+    def commit(self, table: Any, commit: BatchCommit) -> dict[str, Any]:
+        """The batch's one table commit; returns its info."""
 
     @abc.abstractmethod
     def record(self, info: dict[str, Any]) -> dict[str, Any]:
