@@ -48,6 +48,7 @@ def dwell(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]
 
 @pytest.fixture
 def armed(points: Path) -> Iterator[Callable[[str], None]]:
+    """Arms executor crash points for one test (`point:batch:partition:action[:attempt]`)."""
     yield lambda spec: points.write_text(spec)
     points.write_text("")
 

@@ -25,7 +25,18 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import functions as F
-from table_sink import as_totals, event_rows, fail_driver_at, run, totals
+from table_sink import (  # points, dwell, armed: fixtures, pytest finds them here
+    FILES,
+    armed,
+    as_totals,
+    dwell,
+    event_rows,
+    fail_driver_at,
+    manifest,
+    points,
+    run,
+    totals,
+)
 from tests.spark_support import (
     child_env,
     dwell_frames,
@@ -49,15 +60,7 @@ from snapcut.spark.sink import arrow_sink as sink_module
 from snapcut.spark.state import root as state_root_module
 from snapcut.spark.state.root import StateRoot, spec_of
 
-FILES = 3
-
-
-@pytest.fixture(scope="module")
-def points(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("failpoints") / "points"
-    path.write_text("")
-    return path
-
+__all__ = ["armed", "dwell", "points"]  # fixtures, imported for pytest
 
 SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
 
@@ -73,20 +76,6 @@ def spark(points: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture(scope="module")
-def dwell(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
-    frames = dwell_frames(files=FILES, rows=600, users=40, seed=5)
-    directory = write_inputs(tmp_path_factory.mktemp("dwell") / "events", frames)
-    return directory, pd.concat(frames, ignore_index=True)
-
-
-@pytest.fixture
-def armed(points: Path) -> Iterator[Callable[[str], None]]:
-    """Arms executor crash points for one test (`point:batch:partition:action[:attempt]`)."""
-    yield lambda spec: points.write_text(spec)
-    points.write_text("")
-
-
 def committed_files(root: Path) -> dict[str, bytes]:
     """Every file of every committed batch directory, by relative path."""
     return {
@@ -94,13 +83,6 @@ def committed_files(root: Path) -> dict[str, bytes]:
         for p in sorted(root.glob("chk-*/*"))
         if (p.parent / "manifest.json").exists()
     }
-
-
-def manifest(root: Path, batch: int) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        (root / snapshots.checkpoint_dir_name(batch) / "manifest.json").read_text()
-    )
-    return data
 
 
 # --- round trips ------------------------------------------------------------
