@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates ./.venv (or $SNAPCUT_VENV) and installs snapcut built in release mode
-# with the extras named by the last argument (default "test,spark,delta": what
+# with the extras named by the last argument (default "test,spark,delta,iceberg": what
 # scripts/test.sh needs; scripts/demo.sh asks for "spark" only).
 #   bash scripts/setup.sh [EXTRAS]              editable: `maturin develop --release`
 #                                               (python/ is the package; rebuild after a
@@ -23,7 +23,7 @@ if [ "${1:-}" = --wheel ]; then
   wheel_dir=$2
   shift 2
 fi
-extras=${1:-test,spark,delta}
+extras=${1:-test,spark,delta,iceberg}
 venv=${SNAPCUT_VENV:-.venv}
 python=${PYTHON:-python3}
 log=${SNAPCUT_SETUP_LOG:-$venv/setup.log}

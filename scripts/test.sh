@@ -25,7 +25,7 @@ if [ "$fast" = 1 ]; then
   step "setup: the editable install (maturin develop --release)"
   bash scripts/setup.sh
 else
-  step "setup: the wheel, built once (maturin build --release --zig), installed with [test,spark,delta]"
+  step "setup: the wheel, built once (maturin build --release --zig), installed with [test,spark,delta,iceberg]"
   bash scripts/setup.sh --wheel "$wheel_dir"
 fi
 # shellcheck disable=SC1091

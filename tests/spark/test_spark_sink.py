@@ -22,10 +22,21 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import functions as F
+from table_sink import (  # points, dwell, armed: fixtures, pytest finds them here
+    FILES,
+    armed,
+    as_totals,
+    dwell,
+    event_rows,
+    fail_driver_at,
+    manifest,
+    points,
+    run,
+    totals,
+)
 from tests.spark_support import (
     child_env,
     dwell_frames,
@@ -49,15 +60,7 @@ from snapcut.spark.sink import arrow_sink as sink_module
 from snapcut.spark.state import root as state_root_module
 from snapcut.spark.state.root import StateRoot, spec_of
 
-FILES = 3
-
-
-@pytest.fixture(scope="module")
-def points(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("failpoints") / "points"
-    path.write_text("")
-    return path
-
+__all__ = ["armed", "dwell", "points"]  # fixtures, imported for pytest
 
 SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
 
@@ -73,70 +76,6 @@ def spark(points: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture(scope="module")
-def dwell(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
-    frames = dwell_frames(files=FILES, rows=600, users=40, seed=5)
-    directory = write_inputs(tmp_path_factory.mktemp("dwell") / "events", frames)
-    return directory, pd.concat(frames, ignore_index=True)
-
-
-@pytest.fixture
-def armed(points: Path) -> Iterator[Callable[[str], None]]:
-    """Arms executor crash points for one test (`point:batch:partition:action[:attempt]`)."""
-    yield lambda spec: points.write_text(spec)
-    points.write_text("")
-
-
-def fail_driver_at(monkeypatch: pytest.MonkeyPatch, point: str, batch: int) -> None:
-    """The driver raises at a sink crash point of `batch` (the driver-side
-    points run in this process; executors read theirs from `points`)."""
-    real = fp.hit
-
-    def hit(name: str, b: int, partition: int) -> None:
-        if (name, b) == (point, batch):
-            raise fp.InjectedFailure(f"injected driver failure at {point} (batch {b})")
-        real(name, b, partition)
-
-    monkeypatch.setattr(fp, "hit", hit)
-
-
-def run(df: Any, sink: Callable[[Any, int], None], checkpoint: Path, mode: str = "append") -> None:
-    if is_connect(df.sparkSession) and isinstance(sink, ArrowSnapshotSink):
-        # Under Connect the sink learns the query id from the checkpointLocation.
-        sink.checkpoint_location = sink.checkpoint_location or str(checkpoint)
-    q = (
-        df.writeStream.foreachBatch(sink)
-        .outputMode(mode)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
-    if q.exception() is not None:
-        raise RuntimeError(str(q.exception()))
-
-
-def event_rows(table: pa.Table | pd.DataFrame) -> Counter[tuple[int, int, int]]:
-    """(user, dwell_ms, ts in µs) of every row, as a multiset."""
-    if isinstance(table, pd.DataFrame):
-        table = pa.Table.from_pandas(table, preserve_index=False)
-    ts = table["ts"].cast(pa.timestamp("us", "UTC")).cast(pa.int64())
-    cols = (table["user"].to_pylist(), table["dwell_ms"].to_pylist(), ts.to_pylist())
-    return Counter(zip(*cols, strict=True))
-
-
-def totals(events: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    g = events.groupby("user")["dwell_ms"].agg(["count", "sum"])
-    return {int(u): (int(r["count"]), int(r["sum"])) for u, r in g.iterrows()}
-
-
-def as_totals(table: pa.Table, n: str = "n", total: str = "total") -> dict[int, tuple[int, int]]:
-    rows = table.to_pylist()
-    out = {r["user"]: (r[n], r[total]) for r in rows}
-    assert len(out) == len(rows), "one row per key"
-    return out
-
-
 def committed_files(root: Path) -> dict[str, bytes]:
     """Every file of every committed batch directory, by relative path."""
     return {
@@ -144,13 +83,6 @@ def committed_files(root: Path) -> dict[str, bytes]:
         for p in sorted(root.glob("chk-*/*"))
         if (p.parent / "manifest.json").exists()
     }
-
-
-def manifest(root: Path, batch: int) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        (root / snapshots.checkpoint_dir_name(batch) / "manifest.json").read_text()
-    )
-    return data
 
 
 # --- round trips ------------------------------------------------------------

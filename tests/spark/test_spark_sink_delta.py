@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,24 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
+from table_sink import (  # the fixtures: pytest finds them here
+    FILES,
+    armed,
+    as_totals,
+    dwell,
+    event_rows,
+    fail_driver_at,
+    frames,
+    manifest,
+    points,
+    run,
+    small_rows,
+    spark,
+    totals,
+    user_totals,
+)
 from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, S3Server
-from tests.spark_support import dwell_frames, start_session, stream, write_inputs
+from tests.spark_support import stream
 
 from snapcut import ConfigError, SnapshotError, snapshots
 from snapcut.spark import (
@@ -32,90 +47,11 @@ from snapcut.spark import (
     read_output_arrow,
     read_state_arrow,
 )
-from snapcut.spark import failpoints as fp
 from snapcut.spark.sink import delta as delta_module
 
+__all__ = ["armed", "dwell", "points", "spark"]  # fixtures, imported for pytest
+
 deltalake = pytest.importorskip("deltalake")
-
-FILES = 3
-
-
-@pytest.fixture(scope="module")
-def points(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("failpoints") / "points"
-    path.write_text("")
-    return path
-
-
-@pytest.fixture(scope="module")
-def spark(points: Path) -> Iterator[Any]:
-    session = start_session(
-        "local[2,4]", **{"spark.executorEnv.SNAPCUT_SPARK_FAILPOINTS": f"@{points}"}
-    )
-    yield session
-    session.stop()
-
-
-@pytest.fixture(scope="module")
-def dwell(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pd.DataFrame]:
-    frames = dwell_frames(files=FILES, rows=600, users=40, seed=5)
-    directory = write_inputs(tmp_path_factory.mktemp("dwell") / "events", frames)
-    return directory, pd.concat(frames, ignore_index=True)
-
-
-@pytest.fixture
-def armed(points: Path) -> Iterator[Callable[[str], None]]:
-    yield lambda spec: points.write_text(spec)
-    points.write_text("")
-
-
-def frames() -> list[pd.DataFrame]:
-    return dwell_frames(files=FILES, rows=600, users=40, seed=5)
-
-
-def fail_driver_at(monkeypatch: pytest.MonkeyPatch, point: str, batch: int) -> None:
-    real = fp.hit
-
-    def hit(name: str, b: int, partition: int) -> None:
-        if (name, b) == (point, batch):
-            raise fp.InjectedFailure(f"injected driver failure at {point} (batch {b})")
-        real(name, b, partition)
-
-    monkeypatch.setattr(fp, "hit", hit)
-
-
-def run(df: Any, sink: Callable[[Any, int], None], checkpoint: Path, mode: str = "append") -> None:
-    q = (
-        df.writeStream.foreachBatch(sink)
-        .outputMode(mode)
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
-    if q.exception() is not None:
-        raise RuntimeError(str(q.exception()))
-
-
-def event_rows(table: pa.Table | pd.DataFrame) -> Counter[tuple[int, int, int]]:
-    """(user, dwell_ms, ts in µs) of every row, as a multiset."""
-    if isinstance(table, pd.DataFrame):
-        table = pa.Table.from_pandas(table, preserve_index=False)
-    ts = table["ts"].cast(pa.timestamp("us", "UTC")).cast(pa.int64())
-    cols = (table["user"].to_pylist(), table["dwell_ms"].to_pylist(), ts.to_pylist())
-    return Counter(zip(*cols, strict=True))
-
-
-def totals(events: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    g = events.groupby("user")["dwell_ms"].agg(["count", "sum"])
-    return {int(u): (int(r["count"]), int(r["sum"])) for u, r in g.iterrows()}
-
-
-def as_totals(table: pa.Table, n: str = "n", total: str = "total") -> dict[int, tuple[int, int]]:
-    rows = table.to_pylist()
-    out = {r["user"]: (r[n], r[total]) for r in rows}
-    assert len(out) == len(rows), "one row per key"
-    return out
 
 
 def table_at(path: Path | str, version: int | None = None, **kw: Any) -> pa.Table:
@@ -126,13 +62,6 @@ def table_at(path: Path | str, version: int | None = None, **kw: Any) -> pa.Tabl
 def commits(path: Path | str, **kw: Any) -> list[dict[str, Any]]:
     """The table's commit infos, oldest first."""
     return list(reversed(deltalake.DeltaTable(str(path), **kw).history()))
-
-
-def manifest(root: Path, batch: int) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(
-        (root / snapshots.checkpoint_dir_name(batch) / "manifest.json").read_text()
-    )
-    return data
 
 
 def log_commits(fs: Any, path: str) -> list[dict[str, Any]]:
@@ -203,8 +132,7 @@ def test_update_merges_on_the_key(
 ) -> None:
     directory, events = dwell
     root, table = tmp_path / "out", tmp_path / "table"
-    agg = stream(spark, directory).groupBy("user").agg({"*": "count", "dwell_ms": "sum"})
-    agg = agg.withColumnRenamed("count(1)", "n").withColumnRenamed("sum(dwell_ms)", "total")
+    agg = user_totals(stream(spark, directory))
     sink = ArrowSnapshotSink(
         str(root), output_mode="update", key="user", output=DeltaOutput(str(table))
     )
@@ -222,8 +150,7 @@ def test_complete_replaces_the_table(
 ) -> None:
     directory, events = dwell
     root, table = tmp_path / "out", tmp_path / "table"
-    agg = stream(spark, directory).groupBy("user").agg({"*": "count", "dwell_ms": "sum"})
-    agg = agg.withColumnRenamed("count(1)", "n").withColumnRenamed("sum(dwell_ms)", "total")
+    agg = user_totals(stream(spark, directory))
     sink = ArrowSnapshotSink(str(root), output_mode="complete", output=DeltaOutput(str(table)))
     run(agg, sink, tmp_path / "chk", "complete")
     assert as_totals(table_at(table)) == totals(events)
@@ -241,20 +168,14 @@ def test_an_empty_batch_is_one_commit_too(spark: Any, mode: str, tmp_path: Path)
     sink = ArrowSnapshotSink(
         str(tmp_path / "out"), output_mode=mode, key=key, output=DeltaOutput(str(table))
     )
-    rows = [pd.DataFrame({"user": [1, 2], "n": [3, 4]}), pd.DataFrame({"user": [2], "n": [5]})]
+    rows, want, empty = small_rows(mode)
     df = spark.createDataFrame(rows[0])
     sink(df, 0)
     sink(df.limit(0), 1)
     sink(spark.createDataFrame(rows[1]), 2)
     one_commit_per_batch(table, 3)
     got = sorted(table_at(table).to_pylist(), key=lambda r: (r["user"], r["n"]))
-    want = {
-        "append": [(1, 3), (2, 4), (2, 5)],
-        "update": [(1, 3), (2, 5)],
-        "complete": [(2, 5)],
-    }[mode]
     assert [(r["user"], r["n"]) for r in got] == want
-    empty = [] if mode == "complete" else [(1, 3), (2, 4)]
     assert sorted((r["user"], r["n"]) for r in table_at(table, 1).to_pylist()) == empty
 
 

@@ -40,6 +40,7 @@ from snapcut.spark.processors import (
 )
 from snapcut.spark.sink.arrow_sink import ArrowSnapshotSink, BatchReport
 from snapcut.spark.sink.delta import DeltaOutput
+from snapcut.spark.sink.iceberg import IcebergOutput
 from snapcut.spark.sink.root import (
     CommittedBatch,
     committed_output,
@@ -62,6 +63,7 @@ __all__ = [
     "DeltaOutput",
     "GroupState",
     "GroupStateTimeout",
+    "IcebergOutput",
     "KeyedState",
     "RescaleReport",
     "StateUpdate",

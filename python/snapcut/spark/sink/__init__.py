@@ -4,8 +4,14 @@ sink, and its root.
 - :mod:`.staging` — executors write a batch's rows under ``_staging/``;
 - :mod:`.arrow_sink` — the sink: checks, the batch's one Spark action, the
   wait for the state root's version N, the atomic commit;
+- :mod:`.table` — what the table outputs share: the ``TableOutput`` base
+  the sink's per-batch table walk talks to, Parquet data files, the
+  ``snapcut.app_id``/``snapcut.batch`` commit properties;
 - :mod:`.delta` — the Delta Lake output (``output=DeltaOutput(uri)``): the
   table's checks, Parquet data files, one app-transaction commit per batch;
+- :mod:`.iceberg` — the Apache Iceberg output (``output=IcebergOutput(
+  catalog_properties, "ns.table")``): one snapshot per batch whose summary
+  carries the app id and batch;
 - :mod:`.root` — :class:`~.root.SinkRoot`: the root's description, its
   committed batches and the pyarrow readers of the committed output.
 

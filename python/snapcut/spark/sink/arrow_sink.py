@@ -43,11 +43,15 @@ the state files (paths in the state root, sizes, checksums), the output files
 and Spark's source offsets for N (the query's ``checkpointLocation``
 ``offsets/<N>``): batch N is barrier N.
 
-**Delta Lake output.** With ``output=DeltaOutput(uri)`` the rows go to a
-Delta table instead (:mod:`.delta`): one Delta commit per batch carrying the
-app transaction ``(snapcut:<query id>:<root>, batch id)``, made after every
-state partition acknowledged and before the batch's manifest, which records
-the table version (``output.delta.version``); the root keeps the manifests.
+**Table outputs.** With ``output=DeltaOutput(uri)`` or
+``output=IcebergOutput(catalog_properties, "ns.table")`` the rows go to a
+Delta Lake or Apache Iceberg table instead (:mod:`.table`, :mod:`.delta`,
+:mod:`.iceberg`): one table commit per batch carrying the app id
+(``snapcut:<query id>:<root>``) and the batch id (Delta: an app transaction;
+Iceberg: snapshot summary properties), made after every state partition
+acknowledged and before the batch's manifest, which records the commit
+(``output.delta.version``, ``output.iceberg.snapshot_id``); the root keeps
+the manifests.
 
 **Schemas.** A root holds one schema (names and types; nullability may
 vary): readers such as pyarrow.dataset and DuckDB then see one table. A batch
@@ -77,7 +81,6 @@ from snapcut.spark.arguments import frame_arrow_schema
 from snapcut.spark.batch_identity import announced, query_id
 from snapcut.spark.query_checkpoint import read_offsets, running_checkpoint
 from snapcut.spark.roots import BATCH_OWNER, PROTOCOL, schema_bytes, schema_to_json
-from snapcut.spark.sink.delta import DeltaOutput, delta_schema
 from snapcut.spark.sink.root import (
     OUTPUT_MODES,
     OUTPUT_ROLE,
@@ -96,6 +99,7 @@ from snapcut.spark.sink.staging import (
     output_file_name,
     stage_function,
 )
+from snapcut.spark.sink.table import BatchCommit, TableOutput, counts_of
 from snapcut.spark.source.register import register
 from snapcut.spark.state.root import StateRoot
 
@@ -121,7 +125,8 @@ class BatchReport:
     commit_ms: float = 0.0
     total_ms: float = 0.0
     table_version: int | None = None
-    """A Delta output's table version holding the batch."""
+    """A table output's commit holding the batch: Delta's table version,
+    Iceberg's snapshot id."""
 
 
 class ArrowSnapshotSink:
@@ -138,8 +143,9 @@ class ArrowSnapshotSink:
     partitions' acknowledgements; ``checkpoint_location``: where Spark's
     ``offsets/`` are, if the running query cannot tell (e.g. Spark Connect);
     ``max_file_bytes``: a task starts a new file beyond this many bytes;
-    ``output``: a :class:`~.delta.DeltaOutput`, the Delta table the rows go
-    to (the root then holds the manifests only).
+    ``output``: a :class:`~.delta.DeltaOutput` or
+    :class:`~.iceberg.IcebergOutput`, the table the rows go to (the root then
+    holds the manifests only).
     """
 
     def __init__(
@@ -153,7 +159,7 @@ class ArrowSnapshotSink:
         checkpoint_location: str | None = None,
         state_timeout: float = 120.0,
         max_file_bytes: int = 128 << 20,
-        output: DeltaOutput | None = None,
+        output: TableOutput | None = None,
     ) -> None:
         if output_mode not in OUTPUT_MODES:
             raise ConfigError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
@@ -167,10 +173,11 @@ class ArrowSnapshotSink:
             raise ConfigError(f"state_timeout must be positive seconds, got {state_timeout!r}")
         if max_file_bytes < 1:
             raise ConfigError(f"max_file_bytes must be positive, got {max_file_bytes!r}")
-        if output is not None and not isinstance(output, DeltaOutput):
+        if output is not None and not isinstance(output, TableOutput):
             raise ConfigError(
-                f"output= must be a DeltaOutput (e.g. DeltaOutput('s3://bucket/table')), "
-                f"got {output!r}"
+                f"output= must be a DeltaOutput or an IcebergOutput (e.g. "
+                f"DeltaOutput('s3://bucket/table'), IcebergOutput(catalog_properties, "
+                f"'ns.table')), got {output!r}"
             )
         self.output = output
         self.root = SinkRoot(root, filesystem)
@@ -238,7 +245,7 @@ class ArrowSnapshotSink:
             self.reports.append(report)
             return report
         self._check_meta(schema, batch_id)
-        table = None if self.output is None else _DeltaBatch.open(self, owner, schema, batch_id)
+        table = None if self.output is None else _TableBatch.open(self, owner, schema, batch_id)
         state = self._state_root()
         checkpoint = self._checkpoint_location(batch_df, owner)
         self._writable(self._clean_staging)
@@ -284,7 +291,7 @@ class ArrowSnapshotSink:
                 "rows": report.rows,
                 "files": report.files,
                 "bytes": report.bytes,
-                **({} if table is None else {"delta": table.record()}),
+                **({} if table is None else {table.output.format: table.record()}),
             },
             "spark": {
                 "query_id": owner,
@@ -513,28 +520,28 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class _DeltaBatch:
-    """One batch's walk through a Delta output: the table's checks and the
-    replay test before the Spark action, the staging target, the one table
-    commit, what the manifest records."""
+class _TableBatch:
+    """One batch's walk through a table output (Delta or Iceberg): the
+    table's checks and the replay test before the Spark action, the staging
+    target, the one table commit, what the manifest records."""
 
     def __init__(self, sink: ArrowSnapshotSink, owner: str, schema: pa.Schema, batch: int) -> None:
         assert sink.output is not None
         self.sink, self.output, self.owner, self.batch = sink, sink.output, owner, batch
         self.app_id = f"snapcut:{owner}:{sink.root.path}"
-        self.schema = delta_schema(schema)
+        self.schema = self.output.table_schema(schema)
         self.table = self.output.table()
         self.output.check(self.table, self.app_id, self.schema)
         self.done = self.output.committed_version(self.table, self.app_id, batch)
-        self.files = self.output.files(owner, batch)
+        self.files = self.output.files(self.table, owner, batch, self.schema)
         self.info: dict[str, Any] | None = self.done
 
     @classmethod
     def open(
         cls, sink: ArrowSnapshotSink, owner: str, schema: pa.Schema, batch: int
-    ) -> _DeltaBatch:
+    ) -> _TableBatch:
         made = cls(sink, owner, schema, batch)
-        if made.done is None and sink.output_mode != "update":
+        if made.done is None:
             # A run that failed before the table commit left files here.
             sink._writable(lambda: made.output.clean(made.files))
         return made
@@ -544,23 +551,20 @@ class _DeltaBatch:
         rows); append and complete write Parquet into the table."""
         if self.sink.output_mode == "update":
             return ipc
-        return replace(ipc, schema_ipc=schema_bytes(self.schema), delta=self.files)
+        return replace(ipc, schema_ipc=schema_bytes(self.schema), table=self.files)
 
     def commit(self, files: list[dict[str, Any]], report: BatchReport) -> int:
         """The batch's one table commit (none if it is there already);
-        returns the table version holding the batch."""
+        returns the commit's version (Delta) or snapshot id (Iceberg)."""
         if self.done is not None:
             # Replayed: the table has the batch; its counts are in its commit.
-            report.rows, report.files, report.bytes = (
-                int(self.done.get(f"snapcut.{k}", 0)) for k in ("rows", "files", "bytes")
-            )
+            report.rows, report.files, report.bytes = counts_of(self.done)
             return int(self.done["version"])
         rows = None
         if self.sink.output_mode == "update":
             rows = _read_staged(self.sink.root, files, self.schema)
         counts = {"rows": report.rows, "files": report.files, "bytes": report.bytes}
-        self.info = self.output.commit(
-            self.table,
+        commit = BatchCommit(
             self.sink.output_mode,
             self.sink.key,
             self.schema,
@@ -570,6 +574,7 @@ class _DeltaBatch:
             self.batch,
             counts,
         )
+        self.info = self.output.commit(self.table, commit)
         failpoints.hit("sink.after_table_commit", self.batch, 0)
         if self.sink.output_mode != "update":
             # Committed: what else is in the batch's directory lost.
@@ -579,11 +584,10 @@ class _DeltaBatch:
         return int(self.info["version"])
 
     def record(self) -> dict[str, Any]:
-        """The manifest's ``output.delta``."""
+        """The manifest's ``output.<format>``."""
         assert self.info is not None
         return {
-            "table": self.output.name,
-            "version": int(self.info["version"]),
+            **self.output.record(self.info),
             "app_id": self.app_id,
             "replayed": self.done is not None,
         }

@@ -22,47 +22,37 @@ version by itself: delta-rs #2580/#3821).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from snapcut import _fs
-from snapcut._core import ConfigError, SnapshotError, StorageError
-from snapcut.spark.sink.root import newest_per_key, schema_change
+from snapcut._core import ConfigError, SnapshotError
+from snapcut.spark.sink.root import newest_per_key
+from snapcut.spark.sink.table import (
+    APP_ID_KEY,
+    BATCH_KEY,
+    BatchCommit,
+    TableFiles,
+    TableOutput,
+    batch_dir,
+    encode_parquet,
+    refuse_owner_or_schema,
+    utc_timestamps,
+)
+from snapcut.spark.sink.table import table_errors as _errors
 
 if TYPE_CHECKING:
     from deltalake import DeltaTable
 
-__all__ = ["DeltaFiles", "DeltaOutput", "encode_parquet"]
+__all__ = ["DeltaOutput", "encode_parquet"]
 
-APP_ID_KEY = "snapcut.app_id"
-BATCH_KEY = "snapcut.batch"
 INSTALL = "pip install 'snapcut[delta]'"
-
-
-@contextlib.contextmanager
-def _errors(name: str, what: str) -> Iterator[None]:
-    """delta-rs' errors (a bare Exception, DeltaError, OSError) as StorageError
-    naming the table; snapcut's own typed errors pass through."""
-    try:
-        yield
-    except (ConfigError, SnapshotError, StorageError):
-        raise
-    except Exception as e:
-        raise StorageError(
-            f"output table {name}: {what} failed: {e}. Check the path, storage_options and "
-            "credentials; nothing was committed to the table by this attempt unless its "
-            "history shows the batch"
-        ) from e
 
 
 def _deltalake() -> Any:
@@ -75,55 +65,13 @@ def _deltalake() -> Any:
     return deltalake
 
 
-@dataclass(frozen=True)
-class DeltaFiles:
-    """Where a batch's tasks write their Parquet files; pickled into the tasks."""
-
-    fs: Any
-    table_path: str
-    batch_dir: str
-    """Relative to the table root: this batch's files' directory."""
-
-
-def batch_dir(query_id: str, batch: int) -> str:
-    # Not "_"-prefixed: Delta's VACUUM skips such directories, so the files a
-    # complete-mode overwrite removes would never be deleted.
-    return f"snapcut-b{batch:08d}-{query_id[:8]}"
-
-
-def encode_parquet(table: pa.Table) -> tuple[bytes, str]:
-    """One Parquet file's bytes and its Delta ``stats`` JSON: numRecords,
-    nullCount, and min/max of integer columns only (exact, so a reader's
-    file skipping can trust them; timestamps and strings would need Delta's
-    truncation rules)."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy")
-    stats: dict[str, Any] = {"numRecords": table.num_rows, "nullCount": {}}
-    mins, maxs = {}, {}
-    for field, column in zip(table.schema, table.columns, strict=True):
-        if pa.types.is_nested(field.type):
-            continue
-        stats["nullCount"][field.name] = column.null_count
-        if pa.types.is_integer(field.type) and column.null_count < len(column):
-            low, high = pc.min_max(column).values()
-            mins[field.name], maxs[field.name] = low.as_py(), high.as_py()
-    if mins:
-        stats["minValues"], stats["maxValues"] = mins, maxs
-    return sink.getvalue().to_pybytes(), json.dumps(stats)
-
-
 def delta_schema(schema: pa.Schema) -> pa.Schema:
     """The output schema in Delta's types, as the table stores and readers
     return it: timestamps become µs in UTC (Delta ``timestamp``) or without
     a zone (``timestamp_ntz``). A type Delta cannot hold is a ConfigError."""
     deltalake = _deltalake()
-    fields = []
-    for f in schema:
-        if pa.types.is_timestamp(f.type):
-            f = f.with_type(pa.timestamp("us", "UTC" if f.type.tz else None))
-        fields.append(f)
     try:
-        delta = deltalake.Schema.from_arrow(pa.schema(fields))
+        delta = deltalake.Schema.from_arrow(utc_timestamps(schema))
     except Exception as e:  # delta-rs raises a bare Exception for unsupported types
         raise ConfigError(
             f"the batch's columns cannot be a Delta table ({e}): select/cast them to types "
@@ -132,7 +80,7 @@ def delta_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema(delta.to_arrow())
 
 
-class DeltaOutput:
+class DeltaOutput(TableOutput):
     """A Delta Lake table as the sink's output: ``uri`` a local path or an
     object-store URI delta-rs opens (``s3://bucket/t``); ``storage_options``
     delta-rs' (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, credentials, ...);
@@ -157,6 +105,11 @@ class DeltaOutput:
         )
         self.fs, self.path = _fs.resolve(inner, filesystem)
         self._checked: str | None = None
+
+    format = "delta"
+
+    def table_schema(self, schema: pa.Schema) -> pa.Schema:
+        return delta_schema(schema)
 
     def describe(self) -> dict[str, Any]:
         """What the sink root's description records of the output."""
@@ -194,23 +147,8 @@ class DeltaOutput:
         with _errors(self.name, "reading the history"):
             history = list(self._history(dt))
             have = pa.schema(dt.schema().to_arrow())
-        others = sorted(
-            {str(h[APP_ID_KEY]) for h in history if h.get(APP_ID_KEY) not in (None, app_id)}
-        )
-        if others:
-            raise ConfigError(
-                f"output table {self.name} is written by another streaming query's sink "
-                f"(app id {others[0]}; this sink's is {app_id}): one query owns a table. Write "
-                "to a new table, or restart the owning query from its checkpointLocation and "
-                "sink root (nothing was written)"
-            )
-        change = schema_change(have, schema)
-        if change:
-            raise ConfigError(
-                f"output table {self.name} does not have the output's schema: {change}. "
-                "select/cast the output to the table's columns, or write to a new table "
-                "(nothing was written)"
-            )
+        owners = {str(h[APP_ID_KEY]) for h in history if h.get(APP_ID_KEY) is not None}
+        refuse_owner_or_schema(self.name, owners, app_id, have, schema)
         self._checked = app_id
 
     def committed_version(
@@ -253,63 +191,31 @@ class DeltaOutput:
                     yield {**action["commitInfo"], "version": version}
                     break
 
-    def files(self, query_id: str, batch: int) -> DeltaFiles:
-        return DeltaFiles(self.fs, self.path, batch_dir(query_id, batch))
+    def files(self, table: Any, query_id: str, batch: int, schema: pa.Schema) -> TableFiles:
+        return TableFiles(self.fs, self.path, batch_dir(query_id, batch))
 
-    def clean(self, files: DeltaFiles, keep: Sequence[str] = ()) -> None:
-        """Removes the batch's data files the table does not reference
-        (losing attempts, a run that failed before its commit)."""
-        where = f"{files.table_path}/{files.batch_dir}"
-        kept = set(keep)
-        for info in self.fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
-            if f"{files.batch_dir}/{info.base_name}" not in kept:
-                self.fs.delete_file(info.path)
+    def record(self, info: dict[str, Any]) -> dict[str, Any]:
+        return {"table": self.name, "version": int(info["version"])}
 
-    def commit(
-        self,
-        dt: DeltaTable | None,
-        mode: str,
-        key: Sequence[str],
-        schema: pa.Schema,
-        files: list[dict[str, Any]],
-        rows: pa.Table | None,
-        app_id: str,
-        batch: int,
-        counts: dict[str, int],
-    ) -> dict[str, Any]:
-        """One Delta commit carrying ``(app_id, batch)``; returns its commit
-        info. `files`: the tasks' Parquet files (append, complete); `rows`:
-        the batch's rows (update); `counts` (rows, files, bytes) go into the
-        commit info, for a replay to find."""
+    def commit(self, dt: DeltaTable | None, commit: BatchCommit) -> dict[str, Any]:
+        """One Delta commit carrying the app transaction ``(app_id, batch)``
+        and the commit's properties in its commit info; returns the info."""
         deltalake = _deltalake()
         from deltalake import CommitProperties, Transaction
 
         props = CommitProperties(
-            custom_metadata={
-                APP_ID_KEY: app_id,
-                BATCH_KEY: batch,
-                **{f"snapcut.{k}": v for k, v in counts.items()},
-            },
-            app_transactions=[Transaction(app_id, batch)],
+            custom_metadata=commit.properties(),
+            app_transactions=[Transaction(commit.app_id, commit.batch)],
         )
         opts = self.storage_options or None
-        with _errors(self.name, f"the commit of batch {batch}"):
-            self._commit(dt, mode, key, schema, files, rows, props)
+        with _errors(self.name, f"the commit of batch {commit.batch}"):
+            self._commit(dt, commit, props)
             fresh = deltalake.DeltaTable(self.uri, storage_options=opts)
-            done = self.committed_version(fresh, app_id, batch, limit=16)
+            done = self.committed_version(fresh, commit.app_id, commit.batch, limit=16)
         assert done is not None, "the commit just made is in the table"
         return done
 
-    def _commit(
-        self,
-        dt: DeltaTable | None,
-        mode: str,
-        key: Sequence[str],
-        schema: pa.Schema,
-        files: list[dict[str, Any]],
-        rows: pa.Table | None,
-        props: Any,
-    ) -> None:
+    def _commit(self, dt: DeltaTable | None, commit: BatchCommit, props: Any) -> None:
         deltalake = _deltalake()
         from deltalake.transaction import (
             AddAction,
@@ -318,6 +224,8 @@ class DeltaOutput:
         )
 
         opts = self.storage_options or None
+        mode, key, schema = commit.mode, commit.key, commit.schema
+        files, rows = commit.files, commit.rows
         if mode == "update":
             assert rows is not None
             source = newest_per_key(rows, key).cast(schema)

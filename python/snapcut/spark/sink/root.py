@@ -40,6 +40,11 @@ STAGING_DIR = "_staging"
 OUTPUT_ROLE = "output"
 OUTPUT_MODES = ("append", "update", "complete")
 ORDER_COLUMN = "__order"
+_TABLE_READERS = {
+    "delta": "deltalake.DeltaTable(uri, version=<the manifest's output.delta.version>)",
+    "iceberg": "pyiceberg: catalog.load_table(identifier).scan(snapshot_id=<the manifest's "
+    "output.iceberg.snapshot_id>)",
+}
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ class CommittedBatch:
     state_batch: int | None
     """The state root's version committed with it (``state=``), else None."""
     table_version: int | None = None
-    """A Delta output's table version holding the batch, else None."""
+    """A table output's commit holding the batch (Delta's table version,
+    Iceberg's snapshot id), else None."""
 
     @classmethod
     def of(cls, manifest: dict[str, Any]) -> CommittedBatch:
@@ -76,8 +82,18 @@ class CommittedBatch:
             started_ms=int(manifest["started_ms"]),
             finished_ms=int(manifest["finished_ms"]),
             state_batch=None if state is None else int(state["batch"]),
-            table_version=None if "delta" not in output else int(output["delta"]["version"]),
+            table_version=table_version(output),
         )
+
+
+def table_version(output: dict[str, Any]) -> int | None:
+    """The table commit a manifest's ``output`` records: ``delta.version``
+    or ``iceberg.snapshot_id`` (None: the rows are in the root)."""
+    if "delta" in output:
+        return int(output["delta"]["version"])
+    if "iceberg" in output:
+        return int(output["iceberg"]["snapshot_id"])
+    return None
 
 
 class SinkRoot:
@@ -125,9 +141,9 @@ class SinkRoot:
         if table is not None:
             raise SnapshotError(
                 f"sink root {self.name} writes its rows to the {table['format']} table "
-                f"{table['table']}, not to the root: read the table (deltalake.DeltaTable("
-                "uri, version=<the manifest's output.delta.version>)); sink.history() gives "
-                "each batch's table_version"
+                f"{table['table']}, not to the root: read the table "
+                f"({_TABLE_READERS[table['format']]}); sink.history() gives each batch's "
+                "table_version"
             )
         return meta
 

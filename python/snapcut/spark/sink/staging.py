@@ -1,7 +1,7 @@
 """Staging a batch's output on the executors: each task writes its rows of
 batch N as Arrow IPC files under ``<root>/_staging/`` (names carry batch,
-partition, attempt and a random token) — or, for a Delta output's append and
-complete modes, as Parquet files in the table's directory (:mod:`.delta`) —
+partition, attempt and a random token) — or, for a table output's append and
+complete modes, as Parquet files in the table's directory (:mod:`.table`) —
 and returns their descriptions; the driver (:mod:`.arrow_sink`) commits the
 winning attempts' files."""
 
@@ -21,8 +21,8 @@ from snapcut._core import ConfigError, StorageError
 from snapcut.snapshots import encode_ipc
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
-from snapcut.spark.sink.delta import DeltaFiles, encode_parquet
 from snapcut.spark.sink.root import STAGING_DIR, SinkRoot
+from snapcut.spark.sink.table import TableFiles, encode_parquet
 
 __all__ = [
     "FILES_DDL",
@@ -65,8 +65,8 @@ class StagingTarget:
     batch: int
     schema_ipc: bytes
     max_file_bytes: int
-    delta: DeltaFiles | None = None
-    """Set: Parquet files into a Delta table's directory, not Arrow IPC."""
+    table: TableFiles | None = None
+    """Set: Parquet files into a table's data directory, not Arrow IPC."""
 
 
 def no_space(e: BaseException) -> bool:
@@ -99,8 +99,8 @@ def stage_partition(
     the rows held reach ``max_file_bytes`` of Arrow buffers."""
     failpoints.hit("sink.before_stage", target.batch, partition)
     fs, root = target.root.fs, target.root.path
-    if target.delta is not None:
-        fs = target.delta.fs
+    if target.table is not None:
+        fs = target.table.fs
     schema = schema_from_bytes(target.schema_ipc)
     token = uuid.uuid4().hex[:12]
     out: list[dict[str, Any]] = []
@@ -112,14 +112,14 @@ def stage_partition(
         held.clear()
         stats: str | None = None
         crc: int | None = None
-        if target.delta is None:
+        if target.table is None:
             base = root
             rel = f"{STAGING_DIR}/{target.batch:08d}/part-{partition:05d}-{k}-a{attempt}-{token}"
             rel += ".arrow"
             data, rows, crc = encode_ipc(table, rel)
         else:
-            base = target.delta.table_path
-            rel = f"{target.delta.batch_dir}/part-{partition:05d}-{k}-a{attempt}-{token}.parquet"
+            base = target.table.table_path
+            rel = f"{target.table.batch_dir}/part-{partition:05d}-{k}-a{attempt}-{token}.parquet"
             data, stats = encode_parquet(table)
             rows = table.num_rows
         path = f"{base}/{rel}"

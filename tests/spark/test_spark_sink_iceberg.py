@@ -1,0 +1,399 @@
+"""``ArrowSnapshotSink(output=IcebergOutput(...))``: append, update and
+complete round trips read back with pyiceberg scans, equal to what
+``read_output_arrow`` returns for the same stream into an Arrow IPC root;
+exactly one Iceberg snapshot per batch whose summary carries
+``snapcut.app_id`` and ``snapcut.batch``; crashes before the table commit and
+between the catalog commit and snapcut's manifest, then a restart, commit
+nothing twice; with ``state=`` the manifest names the snapshot of the batch
+whose state it names; bad inputs (a table of another query, an incompatible
+schema, an identifier that is a namespace, a catalog that cannot be reached,
+a root written with another output, no pyiceberg) fail typed and commit
+nothing; one append round trip with the warehouse on S3 (moto)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+from table_sink import (  # the fixtures: pytest finds them here
+    FILES,
+    armed,
+    as_totals,
+    dwell,
+    event_rows,
+    fail_driver_at,
+    frames,
+    manifest,
+    points,
+    run,
+    small_rows,
+    spark,
+    totals,
+    user_totals,
+)
+from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.spark_support import stream
+
+from snapcut import ConfigError, SnapshotError, StorageError, snapshots
+from snapcut.spark import (
+    ArrowSnapshotSink,
+    DeltaOutput,
+    IcebergOutput,
+    keyed_state,
+    read_output,
+    read_output_arrow,
+    read_state_arrow,
+)
+from snapcut.spark.sink import iceberg as iceberg_module
+
+__all__ = ["armed", "dwell", "points", "spark"]  # fixtures, imported for pytest
+
+pytest.importorskip("pyiceberg")
+from pyiceberg.catalog import load_catalog
+from pyiceberg.table.snapshots import ancestors_of
+
+TABLE = "ns.events"
+
+
+def catalog_properties(where: Path) -> dict[str, str]:
+    """A local SqlCatalog on SQLite, its warehouse beside it."""
+    (where / "warehouse").mkdir(parents=True, exist_ok=True)
+    return {
+        "type": "sql",
+        "uri": f"sqlite:///{where}/catalog.db",
+        "warehouse": f"file://{where}/warehouse",
+    }
+
+
+def output(where: Path, identifier: str = TABLE) -> IcebergOutput:
+    return IcebergOutput(catalog_properties(where), identifier)
+
+
+def load(props: dict[str, str] | Path, identifier: str = TABLE) -> Any:
+    if isinstance(props, Path):
+        props = catalog_properties(props)
+    return load_catalog("snapcut", **props).load_table(identifier)
+
+
+def scan(table: Any, snapshot_id: int | None = None) -> pa.Table:
+    return table.scan(snapshot_id=snapshot_id).to_arrow()
+
+
+def summaries(table: Any) -> list[dict[str, Any]]:
+    """The current snapshot's ancestry, oldest first: summary properties
+    plus ``snapshot_id``."""
+    chain = list(ancestors_of(table.current_snapshot(), table.metadata))
+    return [
+        {**s.summary.additional_properties, "snapshot_id": s.snapshot_id} for s in reversed(chain)
+    ]
+
+
+def one_snapshot_per_batch(table: Any, batches: int) -> list[int]:
+    """Asserts one snapshot per batch, each carrying the batch and the one
+    app id; returns the snapshot ids, batch order."""
+    history = summaries(table)
+    assert len(table.snapshots()) == batches
+    assert [h["snapcut.batch"] for h in history] == [str(b) for b in range(batches)]
+    assert len({h["snapcut.app_id"] for h in history}) == 1
+    assert table.properties["snapcut.app_id"] == history[0]["snapcut.app_id"]
+    return [int(h["snapshot_id"]) for h in history]
+
+
+def arrow_output(spark: Any, df: Any, where: Path, mode: str, key: str | None = None) -> pa.Table:
+    """The same stream through the Arrow IPC output: ``read_output_arrow``."""
+    sink = ArrowSnapshotSink(str(where / "arrow"), output_mode=mode, key=key)
+    run(df, sink, where / "arrow-chk", mode)
+    return read_output_arrow(str(where / "arrow"))
+
+
+# --- round trips ------------------------------------------------------------
+
+
+def test_append_round_trip_one_snapshot_per_batch(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    directory, events = dwell
+    root = tmp_path / "out"
+    sink = ArrowSnapshotSink(str(root), output=output(tmp_path))
+    run(stream(spark, directory).repartition(3), sink, tmp_path / "chk")
+    table = load(tmp_path)
+    assert event_rows(scan(table)) == event_rows(events)
+    expected = arrow_output(spark, stream(spark, directory).repartition(3), tmp_path, "append")
+    assert event_rows(scan(table)) == event_rows(expected)
+    ids = one_snapshot_per_batch(table, FILES)
+    assert [h.table_version for h in sink.history()] == ids
+    assert [r.table_version for r in sink.reports] == ids
+    # Snapshot b is the rows of batches 0..b: the manifest of b names it.
+    for b in range(FILES):
+        m = manifest(root, b)
+        assert m["output"]["iceberg"]["snapshot_id"] == ids[b]
+        assert m["output"]["iceberg"]["table"] == TABLE
+        assert m["output"]["iceberg"]["replayed"] is False
+        assert m["output"]["rows"] == len(frames()[b])
+        assert not [f for f in m["files"] if f["role"] == "output"]
+        assert event_rows(scan(table, ids[b])) == event_rows(pd.concat(frames()[: b + 1]))
+    # Only the committed files are in the batch directories.
+    referenced = {t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()}
+    on_disk = {str(p) for p in (tmp_path / "warehouse").rglob("snapcut-b*/*.parquet")}
+    assert referenced == on_disk
+    assert len(on_disk) >= FILES
+    with pytest.raises(SnapshotError, match=r"writes its rows to the iceberg table ns\.events"):
+        read_output_arrow(str(root))
+    with pytest.raises(Exception, match="writes its rows to the iceberg table"):
+        read_output(spark, str(root)).collect()
+
+
+@pytest.mark.parametrize("mode", ["update", "complete"])
+def test_aggregates_update_and_complete(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], mode: str, tmp_path: Path
+) -> None:
+    """update merges on the key (copy-on-write, one overwrite snapshot),
+    complete replaces the table; both equal the Arrow output's reading."""
+    directory, events = dwell
+    root = tmp_path / "out"
+    key = "user" if mode == "update" else None
+    sink = ArrowSnapshotSink(str(root), output_mode=mode, key=key, output=output(tmp_path))
+    run(user_totals(stream(spark, directory)), sink, tmp_path / "chk", mode)
+    table = load(tmp_path)
+    assert as_totals(scan(table)) == totals(events)
+    expected = arrow_output(spark, user_totals(stream(spark, directory)), tmp_path, mode, key)
+    assert as_totals(scan(table)) == as_totals(expected)
+    ids = one_snapshot_per_batch(table, FILES)
+    operations = [table.snapshot_by_id(i).summary.operation.value for i in ids]
+    assert operations == ["append"] + ["overwrite"] * (FILES - 1)
+    for b in range(FILES):
+        assert as_totals(scan(table, ids[b])) == totals(pd.concat(frames()[: b + 1]))
+        assert manifest(root, b)["output"]["iceberg"]["snapshot_id"] == ids[b]
+    # Complete mode removes every older file from the current snapshot;
+    # update mode keeps one row per key across its files.
+    if mode == "complete":
+        assert {t.file.file_path.split("/")[-2] for t in table.scan().plan_files()} == {
+            f"snapcut-b{FILES - 1:08d}-{manifest(root, 0)['spark']['query_id'][:8]}"
+        }
+
+
+@pytest.mark.parametrize("mode", ["append", "update", "complete"])
+def test_an_empty_batch_is_one_snapshot_too(spark: Any, mode: str, tmp_path: Path) -> None:
+    key = "user" if mode == "update" else None
+    sink = ArrowSnapshotSink(
+        str(tmp_path / "out"), output_mode=mode, key=key, output=output(tmp_path)
+    )
+    rows, want, empty = small_rows(mode)
+    df = spark.createDataFrame(rows[0])
+    sink(df, 0)
+    sink(df.limit(0), 1)
+    sink(spark.createDataFrame(rows[1]), 2)
+    table = load(tmp_path)
+    ids = one_snapshot_per_batch(table, 3)
+    got = sorted(scan(table).to_pylist(), key=lambda r: (r["user"], r["n"]))
+    assert [(r["user"], r["n"]) for r in got] == want
+    assert sorted((r["user"], r["n"]) for r in scan(table, ids[1]).to_pylist()) == empty
+
+
+# --- exactly once -----------------------------------------------------------
+
+
+def test_crashes_around_the_table_commit_then_restarts_commit_nothing_twice(
+    spark: Any,
+    dwell: tuple[Path, pd.DataFrame],
+    armed: Callable[[str], None],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    directory, events = dwell
+    root, chk = tmp_path / "out", tmp_path / "chk"
+    data = tmp_path / "warehouse" / "ns" / "events" / "data"
+    df = stream(spark, directory).repartition(3)
+    # Run 1: batch 0's partition 0 fails once after staging (its file loses);
+    # the driver fails after staging batch 1, before the table commit.
+    armed("sink.after_stage:0:0:raise:0")
+    fail_driver_at(monkeypatch, "sink.before_commit", 1)
+    with pytest.raises(Exception, match=r"injected driver failure at sink\.before_commit"):
+        run(df, ArrowSnapshotSink(str(root), output=output(tmp_path)), chk)
+    armed("")
+    assert len(load(tmp_path).snapshots()) == 1
+    assert list(data.glob("snapcut-b00000001-*/*.parquet"))  # staged, not committed
+    assert len(list(data.glob("snapcut-b00000000-*/*.parquet"))) == 3  # losers removed
+    # Run 2: batch 1 re-runs; the driver fails after batch 2's catalog
+    # commit, before snapcut's manifest.
+    monkeypatch.undo()
+    fail_driver_at(monkeypatch, "sink.after_table_commit", 2)
+    with pytest.raises(Exception, match=r"injected driver failure at sink\.after_table_commit"):
+        run(df, ArrowSnapshotSink(str(root), output=output(tmp_path)), chk)
+    assert len(load(tmp_path).snapshots()) == 3
+    assert snapshots.open(str(root)).list() == [0, 1]
+    # Run 3: Spark re-runs batch 2; the sink finds its snapshot in the
+    # ancestry and only writes the manifest.
+    monkeypatch.undo()
+    sink = ArrowSnapshotSink(str(root), output=output(tmp_path))
+    run(df, sink, chk)
+    table = load(tmp_path)
+    ids = one_snapshot_per_batch(table, FILES)
+    assert [(r.batch_id, r.committed, r.table_version) for r in sink.reports] == [(2, True, ids[2])]
+    assert sink.reports[0].rows == len(frames()[2])
+    assert event_rows(scan(table)) == event_rows(events)
+    record = manifest(root, 2)["output"]["iceberg"]
+    assert record["snapshot_id"] == ids[2]
+    assert record["replayed"] is True
+    assert record["app_id"] == manifest(root, 0)["output"]["iceberg"]["app_id"]
+    assert snapshots.open(str(root)).list() == list(range(FILES))
+    # A re-delivered batch is skipped by the manifest: still one each.
+    run(df, ArrowSnapshotSink(str(root), output=output(tmp_path)), chk)
+    one_snapshot_per_batch(load(tmp_path), FILES)
+
+
+def test_state_and_the_table_snapshot_are_one_cut(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    directory, events = dwell
+    root, state_root = tmp_path / "out", tmp_path / "state"
+    ks = keyed_state(stream(spark, directory), "user", str(state_root), 3, full_every=2)
+    averages = ks.aggregate(count="count", total=("sum", "dwell_ms"))
+    sink = ArrowSnapshotSink(
+        str(root), output_mode="update", key="user", state=ks, output=output(tmp_path)
+    )
+    run(averages, sink, tmp_path / "chk", "update")
+    table = load(tmp_path)
+    assert as_totals(scan(table), "count") == totals(events)
+    one_snapshot_per_batch(table, FILES)
+    for b in range(FILES):
+        m = manifest(root, b)
+        assert m["state"]["batch"] == b
+        at = scan(table, m["output"]["iceberg"]["snapshot_id"])
+        # The snapshot the manifest names and the state of the same batch
+        # hold the same counts per key.
+        state = read_state_arrow(str(state_root), batch=b).to_pylist()
+        counts = {u: n for u, (n, _) in as_totals(at, "count").items()}
+        assert counts == {r["user"]: r["count"] for r in state}
+        assert counts == {u: n for u, (n, _) in totals(pd.concat(frames()[: b + 1])).items()}
+
+
+# --- bad input --------------------------------------------------------------
+
+
+def test_a_table_of_another_query_is_refused(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    directory, _ = dwell
+    run(
+        stream(spark, directory),
+        ArrowSnapshotSink(str(tmp_path / "a"), output=output(tmp_path)),
+        tmp_path / "chk-a",
+    )
+    before = summaries(load(tmp_path))
+    with pytest.raises(Exception, match="written by another streaming query's sink"):
+        run(
+            stream(spark, directory),
+            ArrowSnapshotSink(str(tmp_path / "b"), output=output(tmp_path)),
+            tmp_path / "chk-b",
+        )
+    plain = spark.createDataFrame(frames()[0])
+    with pytest.raises(ConfigError, match=r"another streaming query's sink .*new table"):
+        ArrowSnapshotSink(str(tmp_path / "c"), output=output(tmp_path))(plain, 0)
+    assert summaries(load(tmp_path)) == before
+    assert not list((tmp_path / "b").glob("chk-*"))
+
+
+def test_an_incompatible_schema_is_refused(spark: Any, tmp_path: Path) -> None:
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
+    catalog.create_namespace("ns")
+    made = catalog.create_table(TABLE, pa.schema([("user", pa.int64()), ("n", pa.string())]))
+    made.append(pa.table({"user": pa.array([1], pa.int64()), "n": ["x"]}))
+    sink = ArrowSnapshotSink(str(tmp_path / "out"), output=output(tmp_path))
+    df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
+    with pytest.raises(ConfigError, match=r"does not have the output's schema: changed n"):
+        sink(df, 0)
+    assert len(load(tmp_path).snapshots()) == 1
+    assert not list((tmp_path / "out").glob("chk-*"))
+    # The table's own schema is taken: the batch commits.
+    ok = spark.createDataFrame(pd.DataFrame({"user": [2], "n": ["y"]}))
+    ArrowSnapshotSink(str(tmp_path / "out2"), output=output(tmp_path))(ok, 0)
+    assert sorted(scan(load(tmp_path)).to_pylist(), key=lambda r: r["user"]) == [
+        {"user": 1, "n": "x"},
+        {"user": 2, "n": "y"},
+    ]
+
+
+def test_not_a_table_and_an_unreachable_catalog_are_refused(spark: Any, tmp_path: Path) -> None:
+    df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
+    catalog.create_namespace(("ns", "sub"))
+    sink = ArrowSnapshotSink(str(tmp_path / "out"), output=output(tmp_path, "ns.sub"))
+    with pytest.raises(ConfigError, match=r"ns\.sub is not an Iceberg table: .* a namespace"):
+        sink(df, 0)
+    assert catalog.list_tables("ns") == []
+    with pytest.raises(ConfigError, match=r"identifier must be 'namespace\.table'"):
+        IcebergOutput(catalog_properties(tmp_path), "events")
+    with pytest.raises(ConfigError, match="needs catalog_properties"):
+        IcebergOutput({}, TABLE)
+    gone = {"type": "sql", "uri": f"sqlite:///{tmp_path}/no/such/dir/catalog.db"}
+    sink = ArrowSnapshotSink(str(tmp_path / "out2"), output=IcebergOutput(gone, TABLE))
+    with pytest.raises(StorageError, match=r"catalog .* cannot be reached"):
+        sink(df, 0)
+    unknown = IcebergOutput({"type": "no-such-catalog"}, TABLE)
+    with pytest.raises(ConfigError, match="catalog cannot be loaded"):
+        ArrowSnapshotSink(str(tmp_path / "out3"), output=unknown)(df, 0)
+    for out in ("out", "out2", "out3"):
+        assert not list((tmp_path / out).glob("chk-*"))
+
+
+def test_no_pyiceberg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "pyiceberg.catalog", None)
+    with pytest.raises(ConfigError, match=r"pip install 'snapcut\[iceberg\]'"):
+        IcebergOutput(catalog_properties(tmp_path), TABLE)
+    assert iceberg_module.INSTALL == "pip install 'snapcut[iceberg]'"
+
+
+def test_a_root_written_with_a_table_refuses_another_output(spark: Any, tmp_path: Path) -> None:
+    root = tmp_path / "out"
+    df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
+    ArrowSnapshotSink(str(root), output=output(tmp_path))(df, 0)
+    with pytest.raises(ConfigError, match="was created with output="):
+        ArrowSnapshotSink(str(root))(df, 1)
+    with pytest.raises(ConfigError, match="was created with output="):
+        ArrowSnapshotSink(str(root), output=output(tmp_path, "ns.other"))(df, 1)
+    with pytest.raises(ConfigError, match="was created with output="):
+        ArrowSnapshotSink(str(root), output=DeltaOutput(str(tmp_path / "delta")))(df, 1)
+    assert snapshots.open(str(root)).list() == [0]
+    assert not (tmp_path / "delta").exists()
+    plain_root = tmp_path / "plain"
+    ArrowSnapshotSink(str(plain_root))(df, 0)
+    with pytest.raises(ConfigError, match="was created with output=None"):
+        ArrowSnapshotSink(str(plain_root), output=output(tmp_path, "ns.third"))(df, 1)
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
+    assert [t[-1] for t in catalog.list_tables("ns")] == ["events"]
+
+
+# --- S3 ---------------------------------------------------------------------
+
+
+def test_append_on_s3(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], s3: S3Server, tmp_path: Path
+) -> None:
+    directory, events = dwell
+    bucket = s3.bucket()
+    props = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"s3://{bucket}/warehouse",
+        "s3.endpoint": f"http://{s3.endpoint}",
+        "s3.access-key-id": ACCESS_KEY,
+        "s3.secret-access-key": SECRET_KEY,
+        "s3.region": REGION,
+    }
+    root = tmp_path / "out"
+    sink = ArrowSnapshotSink(str(root), output=IcebergOutput(props, TABLE))
+    run(stream(spark, directory), sink, tmp_path / "chk")
+    table = load(props)
+    assert table.location().startswith(f"s3://{bucket}/warehouse/")
+    assert event_rows(scan(table)) == event_rows(events)
+    ids = one_snapshot_per_batch(table, FILES)
+    assert [manifest(root, b)["output"]["iceberg"]["snapshot_id"] for b in range(FILES)] == ids
+    data = s3.filesystem().get_file_info(pafs.FileSelector(f"{bucket}/warehouse", recursive=True))
+    assert any("/data/snapcut-b00000000-" in i.path for i in data)
