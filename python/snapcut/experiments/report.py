@@ -7,6 +7,8 @@ from pathlib import Path
 
 from snapcut.experiments.analysis import Summary, write_csv
 from snapcut.experiments.base import Experiment, Timelines
+from snapcut.experiments.effects import write_windows_csv
+from snapcut.experiments.effects_report import HOW_TO_READ, effects_table, trends_text, widest
 from snapcut.experiments.grid import Preset
 from snapcut.experiments.machine import Machine
 from snapcut.experiments.runner import BUDGET_FACTOR, BUDGET_FLOOR_S, Outcome
@@ -161,6 +163,7 @@ def markdown(
         "`timeline.csv` (records per bucket).\n",
         'What each protocol does at a checkpoint (README, "Protocols"):\n',
         PROTOCOLS_TEXT,
+        HOW_TO_READ if outcome.effects else "",
     ]
     for e in experiments:
         mine = [s for s in outcome.summaries if s.cell.experiment == e.name]
@@ -169,6 +172,12 @@ def markdown(
         if e.notes is not None:
             parts.append(e.notes(outcome.rows, outcome.summaries))
         parts.append(table(mine) if mine else "(no runs)\n")
+        effects = [x for x in outcome.effects if x.cell.experiment == e.name]
+        if effects:
+            parts.append(f"### {e.number}. Overheads with 95 % intervals\n")
+            parts.append(effects_table(effects, outcome.effects))
+            parts.append(widest(effects))
+            parts.append(trends_text(effects))
         for p in plots.get(e.name, []):
             parts.append(f"![{p.stem}]({p.name})\n")
     return "\n".join(parts)
@@ -187,12 +196,17 @@ def write_all(
     outdir.mkdir(parents=True, exist_ok=True)
     write_csv(outcome.rows, outdir / "results.csv")
     write_timelines(outcome.timelines, outdir / "timeline.csv")
+    write_windows_csv(outcome.windows, outdir / "windows.csv")
     plots: dict[str, list[Path]] = {}
     if make_plots:
+        from snapcut.experiments.figure import paper_figure
+
         for e in experiments:
             plots[e.name] = e.plot(outcome.summaries, outcome.timelines, outdir)
+            if e.name == "interval":
+                plots[e.name] = paper_figure(outcome.effects, outdir) + plots[e.name]
     report = outdir / "report.md"
     report.write_text(markdown(outcome, experiments, preset, machine, command, plots))
-    files = [outdir / "results.csv", outdir / "timeline.csv", report]
+    files = [outdir / "results.csv", outdir / "timeline.csv", outdir / "windows.csv", report]
     files.extend(p for ps in plots.values() for p in ps)
     return files

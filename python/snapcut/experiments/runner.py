@@ -1,5 +1,6 @@
-"""Runs a grid: every cell `repetitions` times in rotated order, with a
-progress bar (cell, runs done, time left), then writes the results."""
+"""Runs a grid: every cell `repetitions` times in rotated order (whole
+runs), then every overhead cell of a windowed experiment in windowed runs
+(`windows.py`), with a progress bar (cell, runs done, time left)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,13 @@ from rich.progress import (
 
 from snapcut.experiments.analysis import Row, Summary, row_of, summarize, write_csv
 from snapcut.experiments.base import Experiment, Timelines
+from snapcut.experiments.effects import Effect, whole_run_effects, windowed_effect
 from snapcut.experiments.grid import Cell, Preset, schedule
 from snapcut.experiments.job import run_cell
 from snapcut.experiments.machine import Machine
 from snapcut.experiments.measurement import Measurement
+from snapcut.experiments.windows import WindowPlan, WindowRun, measure_windows, plan_windows
+from snapcut.experiments.windows import runaway as is_runaway
 
 SETUP_S = 0.15
 """Building and starting a job, roughly (added to every estimate)."""
@@ -51,6 +55,12 @@ otherwise take hours); its runtime is then projected from its progress."""
 
 class RunFn(Protocol):
     def __call__(self, cell: Cell, workdir: Path, budget_s: float | None = None) -> Measurement: ...
+
+
+class WindowFn(Protocol):
+    def __call__(
+        self, cell: Cell, plan: WindowPlan, rate: float, workdir: Path, *, run: int = 0
+    ) -> WindowRun: ...
 
 
 @dataclass
@@ -89,16 +99,61 @@ class Plan:
             # during a stall (no minimum pause, as in Flink by default), so
             # the job works only the part of each interval the stall leaves;
             # a stall as long as the interval leaves almost nothing.
-            stall = 2 * cell.keys * STATE_BYTES_PER_KEY / WRITE_BYTES_PER_S + 0.005
-            work /= max(1.0 - stall / cell.interval_s, MIN_WORKING_SHARE)
+            work /= max(1.0 - self.stall_s(cell) / cell.interval_s, MIN_WORKING_SHARE)
         return work + SETUP_S
+
+    @staticmethod
+    def stall_s(cell: Cell) -> float:
+        """Estimated stop-the-world pause of one of `cell`'s checkpoints:
+        sync writes all state (two stages keyed by user) while the job
+        stands still; the others pause for nothing like it."""
+        if cell.protocol != "sync":
+            return 0.0
+        return 2 * cell.keys * STATE_BYTES_PER_KEY / WRITE_BYTES_PER_S + 0.005
+
+    @property
+    def windowed_cells(self) -> list[Cell]:
+        """Overhead cells of windowed experiments that can be switched per
+        window (not `none`, not a runaway: `windows.runaway`)."""
+        return [
+            c
+            for c in self.cells
+            if c.protocol != "none"
+            and (e := self._experiment(c)) is not None
+            and e.windowed
+            and e.simulate is None
+            and not is_runaway(c, self.stall_s(c))
+        ]
+
+    @property
+    def runaway_cells(self) -> list[Cell]:
+        """Overhead cells of windowed experiments measured by whole runs instead."""
+        return [
+            c
+            for c in self.cells
+            if c.protocol != "none"
+            and (e := self._experiment(c)) is not None
+            and e.windowed
+            and is_runaway(c, self.stall_s(c))
+        ]
+
+    @property
+    def window_runs(self) -> list[tuple[int, Cell]]:
+        return [(r, c) for r in range(self.preset.window_runs) for c in self.windowed_cells]
+
+    def window_plan(self, cell: Cell) -> WindowPlan:
+        return plan_windows(cell, self.preset)
+
+    def windowed_estimate(self) -> float:
+        """Seconds of every windowed run (each is sized to its plan)."""
+        return sum(self.window_plan(c).seconds + SETUP_S for _, c in self.window_runs)
 
     def _experiment(self, cell: Cell) -> Experiment | None:
         """The experiment `cell` belongs to (None: a calibration cell)."""
         return next((e for e in self.experiments if e.name == cell.experiment), None)
 
     def total_estimate(self) -> float:
-        return sum(self.estimate(c) for _, c in self.runs)
+        return sum(self.estimate(c) for _, c in self.runs) + self.windowed_estimate()
 
 
 @dataclass
@@ -107,6 +162,9 @@ class Outcome:
     timelines: Timelines = field(default_factory=dict)
     summaries: list[Summary] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    windows: list[WindowRun] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    """Per overhead cell of a windowed experiment: windowed, or whole runs for a runaway."""
 
 
 def calibrate(plan: Plan, run: RunFn, workdir: Path) -> float:
@@ -124,6 +182,7 @@ def execute(
     console: Console,
     *,
     run: RunFn = run_cell,
+    windows: WindowFn = measure_windows,
     on_row: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
     """Runs every (repetition, cell) in order; `on_row` sees the outcome so
@@ -176,10 +235,50 @@ def execute(
                 if measured_rates:
                     # Later estimates (and the time left) follow the machine.
                     plan.rate = statistics.median(measured_rates)
+            window_runs = plan.window_runs
+            for i, (rep, cell) in enumerate(window_runs):
+                step = f"w{i + 1}/{len(window_runs)}"
+                wp = plan.window_plan(cell)
+                progress.update(task, description=f"{cell.label()} (windowed)", step=step)
+                w = windows(cell, wp, baseline_rate(out.rows, cell, plan.rate), workdir, run=rep)
+                out.windows.append(w)
+                progress.advance(task, wp.seconds + SETUP_S)
+                if not console.is_terminal:
+                    eff = windowed_effect([w])
+                    said = (
+                        "no on window"
+                        if eff is None
+                        else f"{eff.overhead:+.1%} [{eff.low:+.1%}, {eff.high:+.1%}] "
+                        f"over {eff.samples} on windows"
+                    )
+                    console.print(f"[{step}] {cell.label()} windowed: {said}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out.summaries = summarize(out.rows)
+    out.effects = effects_of(out, plan)
     return out
+
+
+def baseline_rate(rows: list[Row], cell: Cell, default: float) -> float:
+    """Records/s of `cell`'s job without checkpoints: the median of its
+    group's `none` whole runs, else `default`."""
+    rates = [
+        r.records / r.runtime_s
+        for r in rows
+        if r.protocol == "none" and r.cell.group() == cell.group() and r.runtime_s > 0
+    ]
+    return statistics.median(rates) if rates else default
+
+
+def effects_of(out: Outcome, plan: Plan) -> list[Effect]:
+    """Windowed effects of every windowed cell, whole-run ones of runaways."""
+    by_cell: dict[Cell, list[WindowRun]] = {}
+    for w in out.windows:
+        by_cell.setdefault(w.cell, []).append(w)
+    effects = [e for ws in by_cell.values() if (e := windowed_effect(ws)) is not None]
+    effects += whole_run_effects(out.rows, set(plan.runaway_cells))
+    order = {c: i for i, c in enumerate(plan.cells)}
+    return sorted(effects, key=lambda e: order.get(e.cell, len(order)))
 
 
 def save_partial(outdir: Path) -> Callable[[Outcome], None]:
@@ -198,6 +297,13 @@ def describe(plan: Plan) -> str:
     for e in plan.experiments:
         n = sum(1 for c in plan.cells if c.experiment == e.name)
         lines.append(f"  {e.number}. {e.title} ({e.name}): {n} cells")
+    wr = plan.window_runs
+    if wr:
+        lines.append(
+            f"windowed: {len(wr)} runs ({len(plan.windowed_cells)} cells x "
+            f"{plan.preset.window_runs}), {_duration(plan.windowed_estimate())}; "
+            f"{len(plan.runaway_cells)} runaway cells measured by whole runs only"
+        )
     lines.append(
         f"estimated time: {_duration(total)} at {plan.rate / 1e6:.1f} M records/s "
         "without checkpoints (the estimate follows the measured rate as runs finish)"
