@@ -87,6 +87,9 @@ class Preset:
     """About how long one windowed run may take; long windows get fewer on
     windows to fit (never fewer than `MIN_ON_WINDOWS`)."""
     window_runs: int = 1
+    windowed_experiments: tuple[str, ...] | None = None
+    """Experiments whose overhead cells run windowed (None: every one that
+    can; --tiny keeps CI short with experiment 1 alone)."""
     """Windowed runs per cell (their windows pooled, the interval clustered by run)."""
     smoke: bool = field(default=True)
     """Figures from this preset are a smoke test, not results."""
@@ -111,6 +114,7 @@ PRESETS: dict[str, Preset] = {
         backpressure_records=200_000,
         backpressure_interval=0.02,
         slow_ms_per_batch=0.5,
+        windowed_experiments=("interval",),
     ),
     "quick": Preset(
         name="quick",

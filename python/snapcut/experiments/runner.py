@@ -111,31 +111,27 @@ class Plan:
             return 0.0
         return 2 * cell.keys * STATE_BYTES_PER_KEY / WRITE_BYTES_PER_S + 0.005
 
-    @property
-    def windowed_cells(self) -> list[Cell]:
-        """Overhead cells of windowed experiments that can be switched per
-        window (not `none`, not a runaway: `windows.runaway`)."""
+    def _overhead_cells(self) -> list[Cell]:
+        """Cells with checkpoints of the experiments measured windowed."""
+        chosen = self.preset.windowed_experiments
         return [
             c
             for c in self.cells
             if c.protocol != "none"
             and (e := self._experiment(c)) is not None
             and e.windowed
-            and e.simulate is None
-            and not is_runaway(c, self.stall_s(c))
+            and (chosen is None or e.name in chosen)
         ]
 
     @property
+    def windowed_cells(self) -> list[Cell]:
+        """Overhead cells switched per window (not runaways: `windows.runaway`)."""
+        return [c for c in self._overhead_cells() if not is_runaway(c, self.stall_s(c))]
+
+    @property
     def runaway_cells(self) -> list[Cell]:
-        """Overhead cells of windowed experiments measured by whole runs instead."""
-        return [
-            c
-            for c in self.cells
-            if c.protocol != "none"
-            and (e := self._experiment(c)) is not None
-            and e.windowed
-            and is_runaway(c, self.stall_s(c))
-        ]
+        """Overhead cells measured by whole runs instead."""
+        return [c for c in self._overhead_cells() if is_runaway(c, self.stall_s(c))]
 
     @property
     def window_runs(self) -> list[tuple[int, Cell]]:
@@ -267,7 +263,8 @@ def baseline_rate(rows: list[Row], cell: Cell, default: float) -> float:
         for r in rows
         if r.protocol == "none" and r.cell.group() == cell.group() and r.runtime_s > 0
     ]
-    return statistics.median(rates) if rates else default
+    # Short whole runs include the job's start: their rate is a lower bound.
+    return max(rates) if rates else default
 
 
 def effects_of(out: Outcome, plan: Plan) -> list[Effect]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
-from collections.abc import Callable
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,14 +150,13 @@ def measure_windows(
     workdir: Path,
     *,
     run: int = 0,
-    switch: Callable[[bool], None] | None = None,
+    inject_s: float = 0.0,
 ) -> WindowRun:
     """One windowed run of `cell` sized for `plan` at `rate` records/s.
 
-    `switch`: called with True at each on window's start and False at each
-    off window's (something else turned on and off, e.g. an injected
-    slowdown); without checkpoints (`cell.protocol == "none"`) it is the
-    only thing switched."""
+    `inject_s`: instead of checkpoints, what on windows switch on is this
+    many more seconds of sleep per batch at the slow operator of a scenario
+    cell (a known slowdown: tests of the estimator through the runner)."""
     records = max(int(rate * plan.seconds * RECORDS_MARGIN), 1)
     sized = Cell(
         cell.experiment,
@@ -168,11 +167,24 @@ def measure_windows(
         records,
         cell.scenario,
     )
-    flow = build_scenario(sized) if cell.scenario else build(records, cell.keys, cell.parallelism)
+    on = threading.Event()
+
+    def switch(state: bool) -> None:
+        (on.set if state else on.clear)()
+
+    def extra() -> float:
+        return inject_s if on.is_set() else 0.0
+
+    if inject_s > 0 and not cell.scenario:
+        raise ValueError(f"{cell.label()}: a slowdown is injected at a scenario's slow operator")
+    if cell.scenario:
+        flow = build_scenario(sized, extra if inject_s > 0 else None)
+    else:
+        flow = build(records, cell.keys, cell.parallelism)
     root = workdir / "windowed-checkpoints"
     shutil.rmtree(root, ignore_errors=True)
     control = JobControl()
-    checkpoints = cell.protocol != "none"
+    checkpoints = cell.protocol != "none" and inject_s <= 0
     fire = InFlightSkip(control, root) if checkpoints else None
     trigger = Trigger(
         control,
@@ -181,7 +193,7 @@ def measure_windows(
         cell.interval_s if checkpoints else None,
         plan.warmup_s,
         fire=fire,
-        switch=switch,
+        switch=switch if inject_s > 0 else None,
         offset_s=plan.guard_s,
     )
     trigger.start()
