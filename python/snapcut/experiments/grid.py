@@ -81,9 +81,9 @@ class Preset:
     window_guard_s: float = 0.05
     """Unmeasured start of a window (the last checkpoint finishing)."""
     window_warmup_s: float = 0.2
-    on_windows: int = 2
+    on_windows: int = 3
     """On windows per windowed run (fewer for long windows: `window_cell_s`)."""
-    window_cell_s: float = 2.0
+    window_cell_s: float = 2.5
     """About how long one windowed run may take; long windows get fewer on
     windows to fit (never fewer than `MIN_ON_WINDOWS`)."""
     window_runs: int = 1

@@ -173,11 +173,17 @@ def markdown(
             parts.append(e.notes(outcome.rows, outcome.summaries))
         parts.append(table(mine) if mine else "(no runs)\n")
         effects = [x for x in outcome.effects if x.cell.experiment == e.name]
-        if effects:
+        unmeasured = [c for c in outcome.unmeasured if c.experiment == e.name]
+        if effects or unmeasured:
             parts.append(f"### {e.number}. Overheads with 95 % intervals\n")
             parts.append(effects_table(effects, outcome.effects))
             parts.append(widest(effects))
             parts.append(trends_text(effects))
+        if unmeasured:
+            parts.append(
+                "No effect (the windowed run ended before an on window had an off window "
+                "either side): " + "; ".join(c.label() for c in unmeasured) + "\n"
+            )
         for p in plots.get(e.name, []):
             parts.append(f"![{p.stem}]({p.name})\n")
     return "\n".join(parts)

@@ -161,6 +161,8 @@ class Outcome:
     windows: list[WindowRun] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
     """Per overhead cell of a windowed experiment: windowed, or whole runs for a runaway."""
+    unmeasured: list[Cell] = field(default_factory=list)
+    """Windowed cells whose runs had no on window between two off ones (ended early)."""
 
 
 def calibrate(plan: Plan, run: RunFn, workdir: Path) -> float:
@@ -252,6 +254,8 @@ def execute(
         shutil.rmtree(workdir, ignore_errors=True)
     out.summaries = summarize(out.rows)
     out.effects = effects_of(out, plan)
+    measured = {e.cell for e in out.effects}
+    out.unmeasured = [c for c in plan.windowed_cells if c not in measured]
     return out
 
 
