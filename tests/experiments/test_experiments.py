@@ -103,6 +103,11 @@ def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
         windows = list(csv.DictReader(f))
     assert {w["protocol"] for w in windows} == {"aligned", "unaligned", "chandy-lamport", "sync"}
     assert {w["on"] for w in windows} == {"0", "1"}
+    with (out / "effects.csv").open() as f:
+        effect_rows = list(csv.DictReader(f))
+    assert len(effect_rows) == len(rows) - 1
+    for r in effect_rows:
+        assert float(r["low"]) <= float(r["overhead"]) <= float(r["high"])
     pngs = sorted(out.glob("*.png"))
     names = {p.name for p in pngs}
     assert {

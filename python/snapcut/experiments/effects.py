@@ -148,3 +148,60 @@ def write_windows_csv(runs: list[WindowRun], path: Path) -> None:
                         f"{r.idle[i]:.4f}" if i < len(r.idle) else "",
                     ]
                 )
+
+
+EFFECT_COLUMNS = [
+    "experiment",
+    "scenario",
+    "protocol",
+    "interval_s",
+    "keys",
+    "parallelism",
+    "method",
+    "overhead",
+    "low",
+    "high",
+    "samples",
+    "runs",
+    "cpu_overhead",
+    "idle_on",
+    "idle_off",
+    "baseline_rps",
+    "checkpoints",
+    "skipped",
+]
+
+
+def write_effects_csv(effects: list[Effect], path: Path) -> None:
+    """One line per overhead cell: its effect and 95 % interval (fractions)."""
+
+    def num(v: float | None) -> str:
+        return "" if v is None else f"{v:.6g}"
+
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(EFFECT_COLUMNS)
+        for e in effects:
+            c = e.cell
+            w.writerow(
+                [
+                    c.experiment,
+                    c.scenario,
+                    c.protocol,
+                    "" if c.interval_s is None else c.interval_s,
+                    c.keys,
+                    c.parallelism,
+                    e.method,
+                    num(e.overhead),
+                    num(e.low),
+                    num(e.high),
+                    e.samples,
+                    e.runs,
+                    num(e.cpu_overhead),
+                    num(e.idle_on),
+                    num(e.idle_off),
+                    num(e.baseline_rps),
+                    e.checkpoints,
+                    e.skipped,
+                ]
+            )

@@ -23,7 +23,7 @@ HOW_TO_READ = (
     "over the same round's `none`, bootstrap over rounds: few rounds, a wide interval "
     "unless the effect dwarfs them). Paper's claim: ABS near the baseline (≤ +10 %); "
     "sync above ABS at the same cell, and rising as the interval shrinks and the state "
-    "grows. Raw windows: `windows.csv`.\n"
+    "grows. Raw windows: `windows.csv`; every effect: `effects.csv`.\n"
 )
 
 

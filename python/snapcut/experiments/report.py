@@ -7,7 +7,7 @@ from pathlib import Path
 
 from snapcut.experiments.analysis import Summary, write_csv
 from snapcut.experiments.base import Experiment, Timelines
-from snapcut.experiments.effects import write_windows_csv
+from snapcut.experiments.effects import write_effects_csv, write_windows_csv
 from snapcut.experiments.effects_report import HOW_TO_READ, effects_table, trends_text, widest
 from snapcut.experiments.grid import Preset
 from snapcut.experiments.machine import Machine
@@ -203,6 +203,7 @@ def write_all(
     write_csv(outcome.rows, outdir / "results.csv")
     write_timelines(outcome.timelines, outdir / "timeline.csv")
     write_windows_csv(outcome.windows, outdir / "windows.csv")
+    write_effects_csv(outcome.effects, outdir / "effects.csv")
     plots: dict[str, list[Path]] = {}
     if make_plots:
         from snapcut.experiments.figure import paper_figure
@@ -213,6 +214,7 @@ def write_all(
                 plots[e.name] = paper_figure(outcome.effects, outdir) + plots[e.name]
     report = outdir / "report.md"
     report.write_text(markdown(outcome, experiments, preset, machine, command, plots))
-    files = [outdir / "results.csv", outdir / "timeline.csv", outdir / "windows.csv", report]
+    files = [outdir / n for n in ("results.csv", "timeline.csv", "windows.csv", "effects.csv")]
+    files.append(report)
     files.extend(p for ps in plots.values() for p in ps)
     return files
