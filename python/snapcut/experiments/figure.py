@@ -10,6 +10,8 @@ from snapcut.experiments import plots
 from snapcut.experiments.effects import WHOLE_RUNS, Effect
 
 FILE = "interval_paper_figure.png"
+DODGE = 0.04
+"""Relative shift of each protocol's points along the (log) interval axis."""
 
 
 def paper_figure(effects: list[Effect], outdir: Path) -> list[Path]:
@@ -22,9 +24,11 @@ def paper_figure(effects: list[Effect], outdir: Path) -> list[Path]:
     by: dict[str, list[Effect]] = {}
     for e in mine:
         by.setdefault(e.cell.protocol, []).append(e)
-    for proto, es in by.items():
+    for i, (proto, es) in enumerate(by.items()):
         es.sort(key=lambda e: e.cell.interval_s or 0.0)
-        xs = [e.cell.interval_s for e in es]
+        # Protocols side by side at each interval, so that their bars do not hide each other.
+        dodge = 1 + DODGE * (i - (len(by) - 1) / 2)
+        xs = [(e.cell.interval_s or 0.0) * dodge for e in es]
         ys = [1 + e.overhead for e in es]
         err = [[e.overhead - e.low for e in es], [e.high - e.overhead for e in es]]
         ax.errorbar(

@@ -172,7 +172,7 @@ PRESETS: dict[str, Preset] = {
         window_guard_s=0.2,
         window_warmup_s=1.0,
         on_windows=12,
-        window_cell_s=32.0,
+        window_cell_s=33.0,
         smoke=False,
     ),
 }
