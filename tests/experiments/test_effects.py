@@ -152,3 +152,17 @@ def test_a_trigger_is_skipped_while_the_last_checkpoint_has_not_committed(
     (tmp_path / checkpoint_dir_name(1) / MANIFEST_FILE).write_text("{}")
     fire()
     assert (control.triggered, fire.skipped) == (2, 1)
+
+
+def test_with_an_offset_an_on_windows_measured_span_holds_exactly_its_checkpoints() -> None:
+    from snapcut.experiments.windowed import Trigger
+
+    # A 1 s interval in windows of 0.2 s guard + 1 s: one trigger, at the guard's end.
+    trigger = Trigger(None, 1.2, 0.2, 1.0, 0.0, offset_s=0.2)
+    events = trigger._events(0.0)
+    every = [next(events) for _ in range(9)]
+    assert [e for e in every if e[1] == "trigger"] == [(1.4, "trigger", 1)]
+    trigger = Trigger(None, 0.6, 0.1, 0.25, 0.0, offset_s=0.1)
+    events = trigger._events(0.0)
+    every = [next(events) for _ in range(10)]
+    assert [e[0] for e in every if e[1] == "trigger"] == [0.7, 0.95]

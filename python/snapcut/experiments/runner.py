@@ -24,7 +24,12 @@ from rich.progress import (
 
 from snapcut.experiments.analysis import Row, Summary, row_of, summarize, write_csv
 from snapcut.experiments.base import Experiment, Timelines
-from snapcut.experiments.effects import Effect, whole_run_effects, windowed_effect
+from snapcut.experiments.effects import (
+    Effect,
+    whole_run_effects,
+    windowed_effect,
+    write_windows_csv,
+)
 from snapcut.experiments.grid import Cell, Preset, schedule
 from snapcut.experiments.job import run_cell
 from snapcut.experiments.machine import Machine
@@ -183,8 +188,8 @@ def execute(
     windows: WindowFn = measure_windows,
     on_row: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
-    """Runs every (repetition, cell) in order; `on_row` sees the outcome so
-    far after each run (to save partial results)."""
+    """Runs every (repetition, cell) in order, then every windowed run;
+    `on_row` sees the outcome so far after each run (to save partial results)."""
     out = Outcome()
     runs = plan.runs
     workdir = Path(tempfile.mkdtemp(prefix="snapcut-experiment-"))
@@ -240,6 +245,8 @@ def execute(
                 progress.update(task, description=f"{cell.label()} (windowed)", step=step)
                 w = windows(cell, wp, baseline_rate(out.rows, cell, plan.rate), workdir, run=rep)
                 out.windows.append(w)
+                if on_row is not None:
+                    on_row(out)
                 progress.advance(task, wp.seconds + SETUP_S)
                 if not console.is_terminal:
                     eff = windowed_effect([w])
@@ -285,6 +292,8 @@ def effects_of(out: Outcome, plan: Plan) -> list[Effect]:
 def save_partial(outdir: Path) -> Callable[[Outcome], None]:
     def save(o: Outcome) -> None:
         write_csv(o.rows, outdir / "results.csv")
+        if o.windows:
+            write_windows_csv(o.windows, outdir / "windows.csv")
 
     return save
 
