@@ -166,3 +166,32 @@ def test_with_an_offset_an_on_windows_measured_span_holds_exactly_its_checkpoint
     events = trigger._events(0.0)
     every = [next(events) for _ in range(10)]
     assert [e[0] for e in every if e[1] == "trigger"] == [0.7, 0.95]
+
+
+def test_a_windowed_run_that_ended_early_is_run_once_more_at_its_own_rate() -> None:
+    from rich.console import Console
+
+    from snapcut.experiments.measurement import Measurement
+    from snapcut.experiments.runner import execute
+
+    def whole(cell: Cell, workdir: Path, budget_s: float | None = None) -> Measurement:
+        return Measurement(1.0, 1.0, cell.records, 0, 0, 0, 0, 0, 0, 0, 0.05, [], [], [])
+
+    asked: list[tuple[float, int]] = []
+
+    def windows(
+        cell: Cell, plan: WindowPlan, rate: float, workdir: Path, *, run: int = 0
+    ) -> WindowRun:
+        asked.append((rate, run))
+        n = 5 if run == 0 else 2 * plan.on_windows + 1  # the first: two on windows
+        r = _run(cell, [100.0 if i % 2 == 0 else 90.0 for i in range(n)], run)
+        r.records, r.runtime_s = 1000, 4.0
+        return r
+
+    preset = dataclasses.replace(PRESETS["tiny"], repetitions=1, on_windows=6, window_cell_s=99)
+    cells = [_cell("none", None), _cell("aligned", 0.1)]
+    plan = Plan(resolve(["interval"]), preset, 1, cells)
+    out = execute(plan, Console(quiet=True), run=whole, windows=windows)
+    assert asked == [(1000.0, 0), (250.0, 1)]  # the whole runs' rate, then its own
+    [e] = out.effects
+    assert e.runs == 2 and e.samples == 2 + 6
