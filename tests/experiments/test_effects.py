@@ -195,3 +195,23 @@ def test_a_windowed_run_that_ended_early_is_run_once_more_at_its_own_rate() -> N
     assert asked == [(1000.0, 0), (250.0, 1)]  # the whole runs' rate, then its own
     [e] = out.effects
     assert e.runs == 2 and e.samples == 2 + 6
+
+
+def test_the_figures_with_intervals_draw_experiments_1_and_2(tmp_path: Path) -> None:
+    from snapcut.experiments.figure import paper_figure, state_figure
+
+    effects = [
+        _effect(p, lo, hi, interval_s=iv, keys=k)
+        for p, lo, hi in (("aligned", 0.0, 0.05), ("sync", 0.1, 0.3))
+        for iv in (0.1, 1.0)
+        for k in (100, 10_000)
+    ]
+    state = [
+        dataclasses.replace(e, cell=dataclasses.replace(e.cell, experiment="state-size"))
+        for e in effects
+    ]
+    [fig1] = paper_figure(effects, tmp_path)
+    [fig2] = state_figure(state, tmp_path)
+    for f in (fig1, fig2):
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
+    assert paper_figure(state, tmp_path) == [] and state_figure(effects, tmp_path) == []

@@ -206,12 +206,13 @@ def write_all(
     write_effects_csv(outcome.effects, outdir / "effects.csv")
     plots: dict[str, list[Path]] = {}
     if make_plots:
-        from snapcut.experiments.figure import paper_figure
+        from snapcut.experiments.figure import paper_figure, state_figure
 
+        with_intervals = {"interval": paper_figure, "state-size": state_figure}
         for e in experiments:
             plots[e.name] = e.plot(outcome.summaries, outcome.timelines, outdir)
-            if e.name == "interval":
-                plots[e.name] = paper_figure(outcome.effects, outdir) + plots[e.name]
+            if e.name in with_intervals:
+                plots[e.name] = with_intervals[e.name](outcome.effects, outdir) + plots[e.name]
     report = outdir / "report.md"
     report.write_text(markdown(outcome, experiments, preset, machine, command, plots))
     files = [outdir / n for n in ("results.csv", "timeline.csv", "windows.csv", "effects.csv")]
