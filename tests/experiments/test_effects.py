@@ -152,6 +152,10 @@ def test_a_trigger_is_skipped_while_the_last_checkpoint_has_not_committed(
     (tmp_path / checkpoint_dir_name(1) / MANIFEST_FILE).write_text("{}")
     fire()
     assert (control.triggered, fire.skipped) == (2, 1)
+    # Checkpoint 2 never commits (aborted): after `stale_s` the next fires regardless.
+    fire.stale_s = 0.0
+    fire()
+    assert (control.triggered, fire.skipped) == (3, 1)
 
 
 def test_with_an_offset_an_on_windows_measured_span_holds_exactly_its_checkpoints() -> None:

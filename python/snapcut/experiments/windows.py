@@ -24,6 +24,7 @@ import math
 import os
 import shutil
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,15 +105,23 @@ class WindowRun:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+STALE_S = 30.0
+"""A checkpoint not committed this long after its trigger is taken for
+aborted (it never will be): the next trigger fires regardless."""
+
+
 class InFlightSkip:
     """`Trigger.fire` for a durable run: triggers a checkpoint unless the
     last one it triggered has not committed yet (its directory has no
-    manifest), as the periodic trigger waits rather than queueing."""
+    manifest), as the periodic trigger waits rather than queueing; after
+    `stale_s` it stops waiting (an aborted checkpoint never commits)."""
 
-    def __init__(self, control: JobControl, root: Path) -> None:
+    def __init__(self, control: JobControl, root: Path, stale_s: float = STALE_S) -> None:
         self.control, self.root = control, root
+        self.stale_s = stale_s
         self.fired = 0
         self.skipped = 0
+        self.last_fired = 0.0
 
     def committed(self) -> int:
         """How many checkpoints have committed (ids count from 1)."""
@@ -127,11 +136,13 @@ class InFlightSkip:
         return 0
 
     def __call__(self) -> None:
-        if self.fired > self.committed():
+        waited = time.perf_counter() - self.last_fired
+        if self.fired > self.committed() and waited < self.stale_s:
             self.skipped += 1
             return
         self.control.trigger_checkpoint()
         self.fired += 1
+        self.last_fired = time.perf_counter()
 
 
 def checkpointing(cell: Cell) -> Checkpointing:
