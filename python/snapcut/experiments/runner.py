@@ -246,18 +246,23 @@ def execute(
                     # Later estimates (and the time left) follow the machine.
                     plan.rate = statistics.median(measured_rates)
             window_runs = plan.window_runs
+            # Records/s of the last windowed run of each job (a group): sizes the next.
+            learned: dict[tuple[str, str, int, int, int], float] = {}
             for i, (rep, cell) in enumerate(window_runs):
                 step = f"w{i + 1}/{len(window_runs)}"
                 wp = plan.window_plan(cell)
                 progress.update(task, description=f"{cell.label()} (windowed)", step=step)
-                w = windows(cell, wp, baseline_rate(out.rows, cell, plan.rate), workdir, run=rep)
+                rate = learned.get(cell.group()) or baseline_rate(out.rows, cell, plan.rate)
+                w = windows(cell, wp, rate, workdir, run=rep)
                 out.windows.append(w)
+                learned[cell.group()] = w.records / max(w.runtime_s, 1e-3)
                 if len(on_overheads(w.rates)) < min(MIN_ON_WINDOWS, wp.on_windows):
                     # The job ran slower than its whole runs said (a busier machine,
                     # more keys to insert): once more, sized at this run's own rate.
-                    rate = w.records / max(w.runtime_s, 1e-3)
                     again = rep + plan.preset.window_runs
-                    out.windows.append(windows(cell, wp, rate, workdir, run=again))
+                    w = windows(cell, wp, learned[cell.group()], workdir, run=again)
+                    out.windows.append(w)
+                    learned[cell.group()] = w.records / max(w.runtime_s, 1e-3)
                 if on_row is not None:
                     on_row(out)
                 progress.advance(task, wp.seconds + SETUP_S)
@@ -280,8 +285,9 @@ def execute(
 
 
 def baseline_rate(rows: list[Row], cell: Cell, default: float) -> float:
-    """Records/s of `cell`'s job without checkpoints: the median of its
-    group's `none` whole runs, else `default`."""
+    """Records/s of `cell`'s job without checkpoints: the fastest of its
+    group's `none` whole runs, else `default` (sizes the group's first
+    windowed run; later ones use the rate the last one reached)."""
     rates = [
         r.records / r.runtime_s
         for r in rows
