@@ -88,9 +88,30 @@ def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
     for e in EXPERIMENTS.values():
         assert f"## {e.number}. {e.title}" in report
     assert "| sync |" in report and "| aligned |" in report
+    # Experiment 1's overhead cells ran windowed too (--tiny: only experiment 1).
+    effects = report.split("### 1. Overheads with 95 % intervals")[1].split("\n## ")[0]
+    rows = [line for line in effects.splitlines() if line.startswith("| ") and "---" not in line]
+    cells_1 = [c for c in EXPERIMENTS["interval"].cells(PRESETS["tiny"], None)]
+    # Under heavy load a run may end before an on window has both neighbours: named.
+    unmeasured = effects.split("No effect")[1].count("interval · ") if "No effect" in effects else 0
+    assert len(rows) - 1 + unmeasured == sum(1 for c in cells_1 if c.protocol != "none")
+    assert len(rows) - 1 >= 1
+    assert all("| windowed |" in r for r in rows[1:])
+    assert re.search(r"\| \*\*[+-]\d+\.\d%\*\* \| \[[+-]\d+\.\d%, [+-]\d+\.\d%\] \|", effects)
+    assert "### 2. Overheads" not in report
+    with (out / "windows.csv").open() as f:
+        windows = list(csv.DictReader(f))
+    assert {w["protocol"] for w in windows} == {"aligned", "unaligned", "chandy-lamport", "sync"}
+    assert {w["on"] for w in windows} == {"0", "1"}
+    with (out / "effects.csv").open() as f:
+        effect_rows = list(csv.DictReader(f))
+    assert len(effect_rows) == len(rows) - 1
+    for r in effect_rows:
+        assert float(r["low"]) <= float(r["overhead"]) <= float(r["high"])
     pngs = sorted(out.glob("*.png"))
     names = {p.name for p in pngs}
     assert {
+        "interval_paper_figure.png",
         "interval_runtime.png",
         "interval_overhead.png",
         "timeline.png",

@@ -8,8 +8,9 @@ interval), 2 `state-size`, 3 `timeline` (the stall timeline), 4
 `scaling-sim` (5 to 1,000 nodes in the timed simulator, calibrated on this
 machine).
 `python -m snapcut.experiments --quick` or `snapcut experiment --quick`
-writes results.csv, timeline.csv, report.md and PNG plots to an output
-directory.
+writes results.csv (whole runs), timeline.csv, windows.csv and effects.csv
+(the windowed method: every overhead cell of 1, 2, 4 and 5 with a 95 %
+interval, `windows.py`), report.md and PNG plots to an output directory.
 """
 
 from __future__ import annotations

@@ -79,4 +79,5 @@ EXPERIMENT = Experiment(
     question="what do alignment and in-flight logging cost behind a slow operator and a hot key?",
     cells=cells,
     plot=plot,
+    windowed=True,
 )

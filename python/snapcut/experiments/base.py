@@ -28,3 +28,5 @@ class Experiment:
     """Extra report text for this experiment."""
     estimate: Callable[[Cell], float] | None = None
     """Seconds a run of a cell takes, when not records / rate."""
+    windowed: bool = False
+    """Its overhead cells are also measured by the windowed method (`windows.py`)."""

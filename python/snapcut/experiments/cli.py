@@ -1,5 +1,7 @@
-"""`snapcut experiment` / `python -m snapcut.experiments`: run a grid, write
-results.csv, timeline.csv, report.md and PNG plots to --out.
+"""`snapcut experiment` / `python -m snapcut.experiments`: run a grid (whole
+runs, then a windowed run per overhead cell of experiments 1, 2, 4, 5: its
+overhead with a 95 % interval), write results.csv, timeline.csv,
+windows.csv, effects.csv, report.md and PNG plots to --out.
 
   --tiny   seconds (CI keeps the command working)
   --quick  a few minutes on 2 cores (the default)

@@ -23,6 +23,7 @@ operator, and a hot key feeding it:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -86,7 +87,9 @@ def skewed_events(records: int, keys: int, seed: int = 7) -> pa.Table:
     return pa.table({"user": user.astype(np.int64), "dwell_ms": dwell.astype(np.int64)})
 
 
-def build_scenario(cell: Cell) -> Dataflow:
+def build_scenario(cell: Cell, extra_s: Callable[[], float] | None = None) -> Dataflow:
+    """`extra_s`: more seconds the slow operator sleeps per batch, asked at
+    every batch (an injected slowdown switched on and off: tests)."""
     kind, slow_ms = parse_scenario(cell.scenario)
     flow = Dataflow(parallelism=cell.parallelism)
     if kind == "hot-key":
@@ -99,7 +102,7 @@ def build_scenario(cell: Cell) -> Dataflow:
     delay = slow_ms / 1e3
 
     def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(delay)
+        time.sleep(delay + (extra_s() if extra_s is not None else 0.0))
         return batch
 
     s1 = src.key_by("user").aggregate(name="stage1", forward=True, count="count")

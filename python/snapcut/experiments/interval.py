@@ -74,4 +74,5 @@ EXPERIMENT = Experiment(
     question="what does each protocol cost as checkpoints get more frequent?",
     cells=cells,
     plot=plot,
+    windowed=True,
 )

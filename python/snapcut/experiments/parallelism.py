@@ -62,4 +62,5 @@ EXPERIMENT = Experiment(
     question="how do the protocols behave as tasks per operator multiply (on 2 cores)?",
     cells=cells,
     plot=plot,
+    windowed=True,
 )

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from snapcut.experiments.analysis import Summary, write_csv
 from snapcut.experiments.base import Experiment, Timelines
+from snapcut.experiments.effects import write_effects_csv, write_windows_csv
+from snapcut.experiments.effects_report import HOW_TO_READ, effects_table, trends_text, widest
 from snapcut.experiments.grid import Preset
 from snapcut.experiments.machine import Machine
 from snapcut.experiments.runner import BUDGET_FACTOR, BUDGET_FLOOR_S, Outcome
@@ -161,6 +163,7 @@ def markdown(
         "`timeline.csv` (records per bucket).\n",
         'What each protocol does at a checkpoint (README, "Protocols"):\n',
         PROTOCOLS_TEXT,
+        HOW_TO_READ if outcome.effects else "",
     ]
     for e in experiments:
         mine = [s for s in outcome.summaries if s.cell.experiment == e.name]
@@ -169,6 +172,18 @@ def markdown(
         if e.notes is not None:
             parts.append(e.notes(outcome.rows, outcome.summaries))
         parts.append(table(mine) if mine else "(no runs)\n")
+        effects = [x for x in outcome.effects if x.cell.experiment == e.name]
+        unmeasured = [c for c in outcome.unmeasured if c.experiment == e.name]
+        if effects or unmeasured:
+            parts.append(f"### {e.number}. Overheads with 95 % intervals\n")
+            parts.append(effects_table(effects, outcome.effects))
+            parts.append(widest(effects))
+            parts.append(trends_text(effects))
+        if unmeasured:
+            parts.append(
+                "No effect (the windowed run ended before an on window had an off window "
+                "either side): " + "; ".join(c.label() for c in unmeasured) + "\n"
+            )
         for p in plots.get(e.name, []):
             parts.append(f"![{p.stem}]({p.name})\n")
     return "\n".join(parts)
@@ -187,12 +202,20 @@ def write_all(
     outdir.mkdir(parents=True, exist_ok=True)
     write_csv(outcome.rows, outdir / "results.csv")
     write_timelines(outcome.timelines, outdir / "timeline.csv")
+    write_windows_csv(outcome.windows, outdir / "windows.csv")
+    write_effects_csv(outcome.effects, outdir / "effects.csv")
     plots: dict[str, list[Path]] = {}
     if make_plots:
+        from snapcut.experiments.figure import paper_figure, state_figure
+
+        with_intervals = {"interval": paper_figure, "state-size": state_figure}
         for e in experiments:
             plots[e.name] = e.plot(outcome.summaries, outcome.timelines, outdir)
+            if e.name in with_intervals:
+                plots[e.name] = with_intervals[e.name](outcome.effects, outdir) + plots[e.name]
     report = outdir / "report.md"
     report.write_text(markdown(outcome, experiments, preset, machine, command, plots))
-    files = [outdir / "results.csv", outdir / "timeline.csv", report]
+    files = [outdir / n for n in ("results.csv", "timeline.csv", "windows.csv", "effects.csv")]
+    files.append(report)
     files.extend(p for ps in plots.values() for p in ps)
     return files

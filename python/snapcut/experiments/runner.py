@@ -1,5 +1,6 @@
-"""Runs a grid: every cell `repetitions` times in rotated order, with a
-progress bar (cell, runs done, time left), then writes the results."""
+"""Runs a grid: every cell `repetitions` times in rotated order (whole
+runs), then every overhead cell of a windowed experiment in windowed runs
+(`windows.py`), with a progress bar (cell, runs done, time left)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,25 @@ from rich.progress import (
 
 from snapcut.experiments.analysis import Row, Summary, row_of, summarize, write_csv
 from snapcut.experiments.base import Experiment, Timelines
+from snapcut.experiments.effects import (
+    Effect,
+    whole_run_effects,
+    windowed_effect,
+    write_windows_csv,
+)
 from snapcut.experiments.grid import Cell, Preset, schedule
 from snapcut.experiments.job import run_cell
 from snapcut.experiments.machine import Machine
 from snapcut.experiments.measurement import Measurement
+from snapcut.experiments.windowed import on_overheads
+from snapcut.experiments.windows import (
+    MIN_ON_WINDOWS,
+    WindowPlan,
+    WindowRun,
+    measure_windows,
+    plan_windows,
+)
+from snapcut.experiments.windows import runaway as is_runaway
 
 SETUP_S = 0.15
 """Building and starting a job, roughly (added to every estimate)."""
@@ -51,6 +67,12 @@ otherwise take hours); its runtime is then projected from its progress."""
 
 class RunFn(Protocol):
     def __call__(self, cell: Cell, workdir: Path, budget_s: float | None = None) -> Measurement: ...
+
+
+class WindowFn(Protocol):
+    def __call__(
+        self, cell: Cell, plan: WindowPlan, rate: float, workdir: Path, *, run: int = 0
+    ) -> WindowRun: ...
 
 
 @dataclass
@@ -89,16 +111,57 @@ class Plan:
             # during a stall (no minimum pause, as in Flink by default), so
             # the job works only the part of each interval the stall leaves;
             # a stall as long as the interval leaves almost nothing.
-            stall = 2 * cell.keys * STATE_BYTES_PER_KEY / WRITE_BYTES_PER_S + 0.005
-            work /= max(1.0 - stall / cell.interval_s, MIN_WORKING_SHARE)
+            work /= max(1.0 - self.stall_s(cell) / cell.interval_s, MIN_WORKING_SHARE)
         return work + SETUP_S
+
+    @staticmethod
+    def stall_s(cell: Cell) -> float:
+        """Estimated stop-the-world pause of one of `cell`'s checkpoints:
+        sync writes all state (two stages keyed by user) while the job
+        stands still; the others pause for nothing like it."""
+        if cell.protocol != "sync":
+            return 0.0
+        return 2 * cell.keys * STATE_BYTES_PER_KEY / WRITE_BYTES_PER_S + 0.005
+
+    def _overhead_cells(self) -> list[Cell]:
+        """Cells with checkpoints of the experiments measured windowed."""
+        chosen = self.preset.windowed_experiments
+        return [
+            c
+            for c in self.cells
+            if c.protocol != "none"
+            and (e := self._experiment(c)) is not None
+            and e.windowed
+            and (chosen is None or e.name in chosen)
+        ]
+
+    @property
+    def windowed_cells(self) -> list[Cell]:
+        """Overhead cells switched per window (not runaways: `windows.runaway`)."""
+        return [c for c in self._overhead_cells() if not is_runaway(c, self.stall_s(c))]
+
+    @property
+    def runaway_cells(self) -> list[Cell]:
+        """Overhead cells measured by whole runs instead."""
+        return [c for c in self._overhead_cells() if is_runaway(c, self.stall_s(c))]
+
+    @property
+    def window_runs(self) -> list[tuple[int, Cell]]:
+        return [(r, c) for r in range(self.preset.window_runs) for c in self.windowed_cells]
+
+    def window_plan(self, cell: Cell) -> WindowPlan:
+        return plan_windows(cell, self.preset)
+
+    def windowed_estimate(self) -> float:
+        """Seconds of every windowed run (each is sized to its plan)."""
+        return sum(self.window_plan(c).seconds + SETUP_S for _, c in self.window_runs)
 
     def _experiment(self, cell: Cell) -> Experiment | None:
         """The experiment `cell` belongs to (None: a calibration cell)."""
         return next((e for e in self.experiments if e.name == cell.experiment), None)
 
     def total_estimate(self) -> float:
-        return sum(self.estimate(c) for _, c in self.runs)
+        return sum(self.estimate(c) for _, c in self.runs) + self.windowed_estimate()
 
 
 @dataclass
@@ -107,6 +170,11 @@ class Outcome:
     timelines: Timelines = field(default_factory=dict)
     summaries: list[Summary] = field(default_factory=list)
     files: list[Path] = field(default_factory=list)
+    windows: list[WindowRun] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    """Per overhead cell of a windowed experiment: windowed, or whole runs for a runaway."""
+    unmeasured: list[Cell] = field(default_factory=list)
+    """Windowed cells whose runs had no on window between two off ones (ended early)."""
 
 
 def calibrate(plan: Plan, run: RunFn, workdir: Path) -> float:
@@ -124,10 +192,11 @@ def execute(
     console: Console,
     *,
     run: RunFn = run_cell,
+    windows: WindowFn = measure_windows,
     on_row: Callable[[Outcome], None] | None = None,
 ) -> Outcome:
-    """Runs every (repetition, cell) in order; `on_row` sees the outcome so
-    far after each run (to save partial results)."""
+    """Runs every (repetition, cell) in order, then every windowed run;
+    `on_row` sees the outcome so far after each run (to save partial results)."""
     out = Outcome()
     runs = plan.runs
     workdir = Path(tempfile.mkdtemp(prefix="snapcut-experiment-"))
@@ -176,15 +245,74 @@ def execute(
                 if measured_rates:
                     # Later estimates (and the time left) follow the machine.
                     plan.rate = statistics.median(measured_rates)
+            window_runs = plan.window_runs
+            # Records/s of the last windowed run of each job (a group): sizes the next.
+            learned: dict[tuple[str, str, int, int, int], float] = {}
+            for i, (rep, cell) in enumerate(window_runs):
+                step = f"w{i + 1}/{len(window_runs)}"
+                wp = plan.window_plan(cell)
+                progress.update(task, description=f"{cell.label()} (windowed)", step=step)
+                rate = learned.get(cell.group()) or baseline_rate(out.rows, cell, plan.rate)
+                w = windows(cell, wp, rate, workdir, run=rep)
+                out.windows.append(w)
+                learned[cell.group()] = w.records / max(w.runtime_s, 1e-3)
+                if len(on_overheads(w.rates)) < min(MIN_ON_WINDOWS, wp.on_windows):
+                    # The job ran slower than its whole runs said (a busier machine,
+                    # more keys to insert): once more, sized at this run's own rate.
+                    again = rep + plan.preset.window_runs
+                    w = windows(cell, wp, learned[cell.group()], workdir, run=again)
+                    out.windows.append(w)
+                    learned[cell.group()] = w.records / max(w.runtime_s, 1e-3)
+                if on_row is not None:
+                    on_row(out)
+                progress.advance(task, wp.seconds + SETUP_S)
+                if not console.is_terminal:
+                    eff = windowed_effect([x for x in out.windows if x.cell == cell])
+                    said = (
+                        "no on window"
+                        if eff is None
+                        else f"{eff.overhead:+.1%} [{eff.low:+.1%}, {eff.high:+.1%}] "
+                        f"over {eff.samples} on windows"
+                    )
+                    console.print(f"[{step}] {cell.label()} windowed: {said}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     out.summaries = summarize(out.rows)
+    out.effects = effects_of(out, plan)
+    measured = {e.cell for e in out.effects}
+    out.unmeasured = [c for c in plan.windowed_cells if c not in measured]
     return out
+
+
+def baseline_rate(rows: list[Row], cell: Cell, default: float) -> float:
+    """Records/s of `cell`'s job without checkpoints: the fastest of its
+    group's `none` whole runs, else `default` (sizes the group's first
+    windowed run; later ones use the rate the last one reached)."""
+    rates = [
+        r.records / r.runtime_s
+        for r in rows
+        if r.protocol == "none" and r.cell.group() == cell.group() and r.runtime_s > 0
+    ]
+    # Short whole runs include the job's start: their rate is a lower bound.
+    return max(rates) if rates else default
+
+
+def effects_of(out: Outcome, plan: Plan) -> list[Effect]:
+    """Windowed effects of every windowed cell, whole-run ones of runaways."""
+    by_cell: dict[Cell, list[WindowRun]] = {}
+    for w in out.windows:
+        by_cell.setdefault(w.cell, []).append(w)
+    effects = [e for ws in by_cell.values() if (e := windowed_effect(ws)) is not None]
+    effects += whole_run_effects(out.rows, set(plan.runaway_cells))
+    order = {c: i for i, c in enumerate(plan.cells)}
+    return sorted(effects, key=lambda e: order.get(e.cell, len(order)))
 
 
 def save_partial(outdir: Path) -> Callable[[Outcome], None]:
     def save(o: Outcome) -> None:
         write_csv(o.rows, outdir / "results.csv")
+        if o.windows:
+            write_windows_csv(o.windows, outdir / "windows.csv")
 
     return save
 
@@ -198,6 +326,13 @@ def describe(plan: Plan) -> str:
     for e in plan.experiments:
         n = sum(1 for c in plan.cells if c.experiment == e.name)
         lines.append(f"  {e.number}. {e.title} ({e.name}): {n} cells")
+    wr = plan.window_runs
+    if wr:
+        lines.append(
+            f"windowed: {len(wr)} runs ({len(plan.windowed_cells)} cells x "
+            f"{plan.preset.window_runs}), {_duration(plan.windowed_estimate())}; "
+            f"{len(plan.runaway_cells)} runaway cells measured by whole runs only"
+        )
     lines.append(
         f"estimated time: {_duration(total)} at {plan.rate / 1e6:.1f} M records/s "
         "without checkpoints (the estimate follows the measured rate as runs finish)"

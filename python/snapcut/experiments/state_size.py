@@ -64,4 +64,5 @@ EXPERIMENT = Experiment(
     question="where does the synchronous stall become visible as state grows?",
     cells=cells,
     plot=plot,
+    windowed=True,
 )

@@ -114,7 +114,10 @@ class Trigger(threading.Thread):
     at each window's start it calls `switch(on)` if given (something other
     than checkpoints turned on and off, e.g. an injected slowdown); and it
     reads `machine_counters` at each window's guard end and end. With
-    `async_cpu`, pins the job's threads (`pin_threads`) when the warm-up ends."""
+    `async_cpu`, pins the job's threads (`pin_threads`) when the warm-up ends.
+    `offset_s`: the first trigger of an on window comes this long after its
+    start (then every `interval_s` to its end), e.g. the guard, so that the
+    measured part of the window holds exactly its share of checkpoints."""
 
     def __init__(
         self,
@@ -127,6 +130,7 @@ class Trigger(threading.Thread):
         *,
         fire: Callable[[], None] | None = None,
         switch: Callable[[bool], None] | None = None,
+        offset_s: float = 0.0,
     ) -> None:
         super().__init__(daemon=True)
         self.control = control
@@ -134,6 +138,7 @@ class Trigger(threading.Thread):
         self.warmup_s = warmup_s
         self.fire = fire
         self.switch = switch
+        self.offset_s = offset_s
         self.stop = threading.Event()
         self.marks: list[tuple[int, str, Counters]] = []
         self.triggered = 0
@@ -169,7 +174,8 @@ class Trigger(threading.Thread):
     def _events(self, t0: float) -> Iterator[tuple[float, str, int]]:
         """(time, "start" | "trigger" | "guard" | "end", window) in time order, forever."""
         w = 0
-        per_window = 0 if self.interval_s is None else round(self.window_s / self.interval_s)
+        span = self.window_s - self.offset_s
+        per_window = 0 if self.interval_s is None else round(span / self.interval_s)
         while True:
             start = t0 + w * self.window_s
             ev = [
@@ -178,7 +184,10 @@ class Trigger(threading.Thread):
                 (start + self.window_s, "end", w),
             ]
             if w % 2 == 1 and self.interval_s is not None:
-                ev += [(start + k * self.interval_s, "trigger", w) for k in range(per_window)]
+                ev += [
+                    (start + self.offset_s + k * self.interval_s, "trigger", w)
+                    for k in range(per_window)
+                ]
             yield from sorted(ev, key=lambda e: (e[0], e[1] != "end"))
             w += 1
 

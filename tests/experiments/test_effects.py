@@ -1,0 +1,221 @@
+"""Windowed effects, their verdicts and the windows' plan: pure pieces of
+`snapcut experiment`'s windowed method (the end-to-end test is
+test_windowed_runner.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from snapcut.experiments import resolve
+from snapcut.experiments.effects import WINDOWED, Effect, windowed_effect, write_windows_csv
+from snapcut.experiments.grid import PRESETS, Cell
+from snapcut.experiments.runner import Plan
+from snapcut.experiments.verdicts import claim, resolved, trends, width
+from snapcut.experiments.windows import (
+    MIN_ON_WINDOWS,
+    InFlightSkip,
+    WindowPlan,
+    WindowRun,
+    plan_windows,
+)
+from snapcut.snapshots.layout import MANIFEST_FILE, checkpoint_dir_name
+
+
+def _cell(protocol: str = "aligned", interval: float | None = 0.1, keys: int = 100) -> Cell:
+    return Cell("interval", protocol, interval, keys, 2, 1000)
+
+
+def test_windows_hold_a_whole_number_of_intervals_and_long_ones_are_fewer() -> None:
+    full = PRESETS["full"]
+    for iv in (0.05, 0.1, 0.25, 1.0, 2.5, 5.0):
+        p = plan_windows(_cell(interval=iv), full)
+        n = p.span_s / iv
+        assert n >= 1 and abs(n - round(n)) < 1e-9, (iv, p)
+        assert MIN_ON_WINDOWS <= p.on_windows <= full.on_windows
+    short, long = plan_windows(_cell(interval=0.1), full), plan_windows(_cell(interval=5.0), full)
+    assert short.on_windows == full.on_windows and long.on_windows == MIN_ON_WINDOWS
+    assert short.seconds <= full.window_cell_s + 1
+
+
+def test_the_full_grid_plans_to_fit_an_hour() -> None:
+    """At the rate the last recorded full run's `none` reached (25-38 M records/s)."""
+    full = PRESETS["full"]
+    experiments = resolve(None)
+    cells = [c for e in experiments for c in e.cells(full, None)]
+    plan = Plan(experiments, full, full.repetitions, cells, rate=25e6)
+    assert plan.total_estimate() <= 3600
+    # Every overhead cell of experiments 1, 2, 4 and 5 gets an effect.
+    windowed = {"interval", "state-size", "backpressure", "parallelism"}
+    overhead = {c for c in cells if c.protocol != "none" and c.experiment in windowed}
+    assert set(plan.windowed_cells) | set(plan.runaway_cells) == overhead
+    # Runaways are sync cells whose full write outlasts half the interval.
+    assert plan.runaway_cells
+    assert all(c.protocol == "sync" and c.keys >= 1_000_000 for c in plan.runaway_cells)
+    quick = PRESETS["quick"]
+    qcells = [c for e in experiments for c in e.cells(quick, None)]
+    assert not Plan(experiments, quick, quick.repetitions, qcells).runaway_cells
+
+
+def _run(cell: Cell, rates: list[float], run: int = 0) -> WindowRun:
+    return WindowRun(
+        cell=cell,
+        run=run,
+        rates=rates,
+        cpu_s_per_record=[1.0 / r for r in rates],
+        idle=[0.1 if i % 2 else 0.0 for i in range(len(rates))],
+        records=1000,
+        runtime_s=1.0,
+        checkpoints=3,
+        skipped=1,
+        plan=WindowPlan(0.5, 0.1, 0.5, 4),
+    )
+
+
+def test_a_windowed_effect_is_the_median_on_window_overhead_with_a_run_clustered_interval(
+    tmp_path: Path,
+) -> None:
+    cell = _cell()
+    # Off windows at 100 (drifting up), on windows 20 % slower than their neighbours.
+    runs = [
+        _run(cell, [100, 105 / 1.2, 110, 115 / 1.2, 120, 125 / 1.2, 130, 135 / 1.2, 140], 0),
+        _run(cell, [50, 51 / 1.25, 52, 53 / 1.25, 54, 55 / 1.25, 56], 1),
+    ]
+    e = windowed_effect(runs)
+    assert e is not None and e.method == WINDOWED
+    assert e.samples == 7 and e.runs == 2
+    assert abs(e.overhead - 0.2) < 1e-9
+    assert 0.2 - 1e-9 <= e.low <= e.overhead <= e.high <= 0.25 + 1e-9
+    assert e.cpu_overhead is not None and abs(e.cpu_overhead - e.overhead) < 0.03
+    assert e.idle_on == 0.1 and e.idle_off == 0.0
+    assert e.checkpoints == 6 and e.skipped == 2
+    assert windowed_effect([_run(cell, [100, 90])]) is None  # no on window with two neighbours
+    write_windows_csv(runs, tmp_path / "w.csv")
+    lines = (tmp_path / "w.csv").read_text().splitlines()
+    assert len(lines) == 1 + 9 + 7 and lines[1].startswith("interval,,aligned,0.1,100,2,0,0,0")
+
+
+def _effect(protocol: str, lo: float, hi: float, **cell: float) -> Effect:
+    c = dataclasses.replace(_cell(protocol), **cell)  # type: ignore[arg-type]
+    return Effect(c, WINDOWED, (lo + hi) / 2, lo, hi, 10, 1)
+
+
+def test_verdicts_say_resolved_width_and_the_papers_claim() -> None:
+    abs_small = _effect("aligned", 0.01, 0.05)
+    sync_big = _effect("sync", 0.2, 0.4)
+    effects = [abs_small, sync_big]
+    assert resolved(abs_small) == "resolved: slower"
+    assert resolved(_effect("aligned", -0.05, -0.01)) == "resolved: faster"
+    assert resolved(_effect("aligned", -0.01, 0.01)).startswith("not resolved")
+    assert width(abs_small) == "4.0 pts" and "(> 10 pts)" in width(sync_big)
+    assert claim(abs_small, effects).startswith("holds")
+    assert claim(_effect("aligned", 0.12, 0.2), effects).startswith("fails")
+    assert claim(_effect("aligned", 0.05, 0.2), effects).startswith("undecided")
+    assert claim(sync_big, effects) == "holds: sync costs more than ABS"
+    assert claim(_effect("sync", -0.02, 0.0), effects) == "fails: sync costs less than ABS"
+    assert claim(_effect("sync", 0.03, 0.1), effects).startswith("undecided")
+
+
+def test_sync_trends_compare_the_ends_of_each_sweep() -> None:
+    effects = [
+        _effect("sync", 0.3, 0.5, interval_s=0.05),
+        _effect("sync", 0.0, 0.02, interval_s=1.0),
+        _effect("sync", 0.2, 0.4, interval_s=0.05, keys=10_000),
+        _effect("sync", 0.25, 0.45, interval_s=1.0, keys=10_000),
+    ]
+    by = {t.what: t.verdict() for t in trends(effects)}
+    assert by["interval, 100 keys: sync at 0.05 s costs more than at 1 s"] == "holds"
+    assert by["interval, 10,000 keys: sync at 0.05 s costs more than at 1 s"].startswith(
+        "undecided"
+    )
+    assert by["interval @ 1 s: sync with 10,000 keys costs more than with 100"] == "holds"
+
+
+class _Control:
+    def __init__(self) -> None:
+        self.triggered = 0
+
+    def trigger_checkpoint(self) -> None:
+        self.triggered += 1
+
+
+def test_a_trigger_is_skipped_while_the_last_checkpoint_has_not_committed(
+    tmp_path: Path,
+) -> None:
+    control = _Control()
+    fire = InFlightSkip(control, tmp_path)  # type: ignore[arg-type]
+    fire()
+    assert control.triggered == 1
+    (tmp_path / checkpoint_dir_name(1)).mkdir()
+    fire()  # checkpoint 1 is being written: no manifest yet
+    assert (control.triggered, fire.skipped) == (1, 1)
+    (tmp_path / checkpoint_dir_name(1) / MANIFEST_FILE).write_text("{}")
+    fire()
+    assert (control.triggered, fire.skipped) == (2, 1)
+    # Checkpoint 2 never commits (aborted): after `stale_s` the next fires regardless.
+    fire.stale_s = 0.0
+    fire()
+    assert (control.triggered, fire.skipped) == (3, 1)
+
+
+def test_with_an_offset_an_on_windows_measured_span_holds_exactly_its_checkpoints() -> None:
+    from snapcut.experiments.windowed import Trigger
+
+    # A 1 s interval in windows of 0.2 s guard + 1 s: one trigger, at the guard's end.
+    trigger = Trigger(None, 1.2, 0.2, 1.0, 0.0, offset_s=0.2)
+    events = trigger._events(0.0)
+    every = [next(events) for _ in range(9)]
+    assert [e for e in every if e[1] == "trigger"] == [(1.4, "trigger", 1)]
+    trigger = Trigger(None, 0.6, 0.1, 0.25, 0.0, offset_s=0.1)
+    events = trigger._events(0.0)
+    every = [next(events) for _ in range(10)]
+    assert [e[0] for e in every if e[1] == "trigger"] == [0.7, 0.95]
+
+
+def test_a_windowed_run_that_ended_early_is_run_once_more_at_its_own_rate() -> None:
+    from rich.console import Console
+
+    from snapcut.experiments.measurement import Measurement
+    from snapcut.experiments.runner import execute
+
+    def whole(cell: Cell, workdir: Path, budget_s: float | None = None) -> Measurement:
+        return Measurement(1.0, 1.0, cell.records, 0, 0, 0, 0, 0, 0, 0, 0.05, [], [], [])
+
+    asked: list[tuple[float, int]] = []
+
+    def windows(
+        cell: Cell, plan: WindowPlan, rate: float, workdir: Path, *, run: int = 0
+    ) -> WindowRun:
+        asked.append((rate, run))
+        n = 5 if run == 0 else 2 * plan.on_windows + 1  # the first: two on windows
+        r = _run(cell, [100.0 if i % 2 == 0 else 90.0 for i in range(n)], run)
+        r.records, r.runtime_s = 1000, 4.0
+        return r
+
+    preset = dataclasses.replace(PRESETS["tiny"], repetitions=1, on_windows=6, window_cell_s=99)
+    cells = [_cell("none", None), _cell("aligned", 0.1)]
+    plan = Plan(resolve(["interval"]), preset, 1, cells)
+    out = execute(plan, Console(quiet=True), run=whole, windows=windows)
+    assert asked == [(1000.0, 0), (250.0, 1)]  # the whole runs' rate, then its own
+    [e] = out.effects
+    assert e.runs == 2 and e.samples == 2 + 6
+
+
+def test_the_figures_with_intervals_draw_experiments_1_and_2(tmp_path: Path) -> None:
+    from snapcut.experiments.figure import paper_figure, state_figure
+
+    effects = [
+        _effect(p, lo, hi, interval_s=iv, keys=k)
+        for p, lo, hi in (("aligned", 0.0, 0.05), ("sync", 0.1, 0.3))
+        for iv in (0.1, 1.0)
+        for k in (100, 10_000)
+    ]
+    state = [
+        dataclasses.replace(e, cell=dataclasses.replace(e.cell, experiment="state-size"))
+        for e in effects
+    ]
+    [fig1] = paper_figure(effects, tmp_path)
+    [fig2] = state_figure(state, tmp_path)
+    for f in (fig1, fig2):
+        assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
+    assert paper_figure(state, tmp_path) == [] and state_figure(effects, tmp_path) == []
