@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
+from table_sink import fail_driver_at
 from tests.s3_support import SECRET_KEY, S3Server, closed_port
 from tests.spark_support import dwell_frames, start_session, stream, write_inputs
 
@@ -292,17 +293,6 @@ def test_task_failures_mid_batch_on_s3_still_match(
         assert SECRET_KEY not in json.dumps(c.manifest)
         assert c.manifest["state"]["root"] == redact(roots.state)
         assert c.manifest["state"]["root"].startswith("s3://***@")
-
-
-def fail_driver_at(monkeypatch: pytest.MonkeyPatch, point: str, batch: int) -> None:
-    real = fp.hit
-
-    def hit(name: str, b: int, partition: int) -> None:
-        if (name, b) == (point, batch):
-            raise fp.InjectedFailure(f"injected driver failure at {point} (batch {b})")
-        real(name, b, partition)
-
-    monkeypatch.setattr(fp, "hit", hit)
 
 
 def test_a_restart_after_crashed_commits_shows_no_partial_batch_and_cleans_up(

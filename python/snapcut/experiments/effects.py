@@ -122,6 +122,18 @@ WINDOW_COLUMNS = [
 ]
 
 
+def cell_columns(c: Cell) -> list[object]:
+    """The columns that name a cell, first in both CSVs."""
+    return [
+        c.experiment,
+        c.scenario,
+        c.protocol,
+        "" if c.interval_s is None else c.interval_s,
+        c.keys,
+        c.parallelism,
+    ]
+
+
 def write_windows_csv(runs: list[WindowRun], path: Path) -> None:
     """One line per measured window of every windowed run."""
     with path.open("w", newline="") as f:
@@ -132,12 +144,7 @@ def write_windows_csv(runs: list[WindowRun], path: Path) -> None:
             for i, rate in enumerate(r.rates):
                 w.writerow(
                     [
-                        c.experiment,
-                        c.scenario,
-                        c.protocol,
-                        "" if c.interval_s is None else c.interval_s,
-                        c.keys,
-                        c.parallelism,
+                        *cell_columns(c),
                         r.run,
                         i,
                         int(i % 2 == 1),
@@ -185,12 +192,7 @@ def write_effects_csv(effects: list[Effect], path: Path) -> None:
             c = e.cell
             w.writerow(
                 [
-                    c.experiment,
-                    c.scenario,
-                    c.protocol,
-                    "" if c.interval_s is None else c.interval_s,
-                    c.keys,
-                    c.parallelism,
+                    *cell_columns(c),
                     e.method,
                     num(e.overhead),
                     num(e.low),
