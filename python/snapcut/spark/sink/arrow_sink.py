@@ -573,6 +573,7 @@ class _TableBatch:
             self.app_id,
             self.batch,
             counts,
+            self.files,
         )
         self.info = self.output.commit(self.table, commit)
         failpoints.hit("sink.after_table_commit", self.batch, 0)

@@ -114,7 +114,6 @@ class IcebergOutput(TableOutput):
         self.catalog_uri = _fs.redact(self.catalog_properties.get("uri", catalog_name))
         self._catalog: Catalog | None = None
         self._checked: str | None = None
-        self._files: TableFiles | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_catalog": None}
@@ -253,8 +252,7 @@ class IcebergOutput(TableOutput):
         with table_errors(self.name, "resolving the table's location"):
             location = table.location() if table is not None else self._new_location(schema)
             fs, path = self._filesystem(location)
-        self._files = TableFiles(fs, f"{path}/data", batch_dir(query_id, batch))
-        return self._files
+        return TableFiles(fs, f"{path}/data", batch_dir(query_id, batch))
 
     def _new_location(self, schema: pa.Schema) -> str:
         """Where the catalog puts the table it creates: the namespace is
@@ -285,7 +283,6 @@ class IcebergOutput(TableOutput):
         creates the table (with its owner's app id as a table property)."""
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
 
-        assert self._files is not None, "files() comes first"
         props = {k: str(v) for k, v in commit.properties().items()}
         mode, app_id, batch = commit.mode, commit.app_id, commit.batch
         catalog = self.catalog()
@@ -311,7 +308,9 @@ class IcebergOutput(TableOutput):
             elif mode == "update":
                 assert commit.rows is not None
                 removed, merged = self._merge(table, commit.key, commit.schema, commit.rows)
-                paths = [] if merged.num_rows == 0 else [self._write(location, merged)]
+                paths = (
+                    [] if merged.num_rows == 0 else [self._write(location, commit.where, merged)]
+                )
             io = txn._table.io
             added = [parquet_file_to_data_file(io, txn.table_metadata, p) for p in paths]
             update = txn.update_snapshot(snapshot_properties=props)
@@ -350,13 +349,12 @@ class IcebergOutput(TableOutput):
         merged = newest_per_key(pa.concat_tables([*old, source]), key)
         return [task.file for task in tasks], merged
 
-    def _write(self, location: str, rows: pa.Table) -> str:
+    def _write(self, location: str, where: TableFiles, rows: pa.Table) -> str:
         """Update mode: the merged rows as one Parquet file in the batch's
         directory (the driver's); returns its URI."""
-        assert self._files is not None
-        rel = f"{self._files.batch_dir}/update-{uuid.uuid4().hex[:12]}.parquet"
+        rel = f"{where.batch_dir}/update-{uuid.uuid4().hex[:12]}.parquet"
         data, _ = encode_parquet(rows)
-        _fs.write_bytes(self._files.fs, f"{self._files.table_path}/{rel}", data)
+        _fs.write_bytes(where.fs, f"{where.table_path}/{rel}", data)
         return f"{location}/data/{rel}"
 
 

@@ -140,6 +140,8 @@ class BatchCommit:
     batch: int
     counts: dict[str, int]
     """rows, files, bytes: into the commit's properties, for a replay."""
+    where: TableFiles
+    """Where the batch's files are (what the output's ``files`` gave)."""
 
     def properties(self) -> dict[str, Any]:
         """What the commit carries: the app id and batch (for a replay to
