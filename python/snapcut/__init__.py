@@ -25,6 +25,7 @@ from snapcut.checkpointing import (
     TaskState,
 )
 from snapcut.dataflow import (
+    CheckpointCounts,
     Dataflow,
     JobControl,
     KeyedStream,
@@ -37,6 +38,7 @@ from snapcut.dataflow import (
 __all__ = [
     "ChannelClosedError",
     "ChannelLog",
+    "CheckpointCounts",
     "CheckpointMetrics",
     "Checkpointing",
     "ConfigError",

@@ -502,6 +502,23 @@ def _to_batches(
         yield flush()
 
 
+class CheckpointCounts(NamedTuple):
+    """A job attempt's checkpoints so far (`JobControl.checkpoints()`)."""
+
+    started: int
+    """Triggered at the sources (a trigger waiting behind one in flight
+    counts once it starts)."""
+    completed: int
+    """Durable: committed to the snapshot store."""
+    aborted: int
+    """Expired, failed to write, or declined."""
+
+    @property
+    def in_flight(self) -> int:
+        """Started, and neither completed nor aborted yet."""
+        return self.started - self.completed - self.aborted
+
+
 class JobControl:
     """Controls a running `Dataflow.run(..., control=...)` from another thread."""
 
@@ -528,6 +545,12 @@ class JobControl:
     def cancel(self) -> None:
         """Stops the job: `run` raises TaskError("job cancelled by the user")."""
         self._inner.cancel()
+
+    def checkpoints(self) -> CheckpointCounts:
+        """The current attempt's checkpoints so far (a restart starts new
+        counts); readable after the run ended. Raises ConfigError before the
+        job started."""
+        return CheckpointCounts(*self._inner.checkpoints())
 
 
 FAILURE_POINTS = ("process", "checkpoint", "commit")

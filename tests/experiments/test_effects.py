@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from snapcut.dataflow import CheckpointCounts
 from snapcut.experiments import resolve
 from snapcut.experiments.effects import WINDOWED, Effect, windowed_effect, write_windows_csv
 from snapcut.experiments.grid import PRESETS, Cell
@@ -19,7 +20,6 @@ from snapcut.experiments.windows import (
     WindowRun,
     plan_windows,
 )
-from snapcut.snapshots.layout import MANIFEST_FILE, checkpoint_dir_name
 
 
 def _cell(protocol: str = "aligned", interval: float | None = 0.1, keys: int = 100) -> Cell:
@@ -132,30 +132,35 @@ def test_sync_trends_compare_the_ends_of_each_sweep() -> None:
 
 
 class _Control:
+    """A JobControl whose checkpoints end when the test says so."""
+
     def __init__(self) -> None:
         self.triggered = 0
+        self.counts = CheckpointCounts(0, 0, 0)
 
     def trigger_checkpoint(self) -> None:
         self.triggered += 1
 
+    def checkpoints(self) -> CheckpointCounts:
+        return self.counts
 
-def test_a_trigger_is_skipped_while_the_last_checkpoint_has_not_committed(
-    tmp_path: Path,
-) -> None:
+
+def test_a_trigger_is_skipped_while_the_last_checkpoint_is_in_flight() -> None:
     control = _Control()
-    fire = InFlightSkip(control, tmp_path)  # type: ignore[arg-type]
+    fire = InFlightSkip(control)  # type: ignore[arg-type]
     fire()
     assert control.triggered == 1
-    (tmp_path / checkpoint_dir_name(1)).mkdir()
-    fire()  # checkpoint 1 is being written: no manifest yet
+    fire()  # sent, not yet started by the coordinator: in no count
     assert (control.triggered, fire.skipped) == (1, 1)
-    (tmp_path / checkpoint_dir_name(1) / MANIFEST_FILE).write_text("{}")
+    control.counts = CheckpointCounts(1, 0, 0)
+    fire()  # started, not completed
+    assert (control.triggered, fire.skipped) == (1, 2)
+    control.counts = CheckpointCounts(1, 1, 0)
     fire()
-    assert (control.triggered, fire.skipped) == (2, 1)
-    # Checkpoint 2 never commits (aborted): after `stale_s` the next fires regardless.
-    fire.stale_s = 0.0
+    assert (control.triggered, fire.skipped) == (2, 2)
+    control.counts = CheckpointCounts(2, 1, 1)  # checkpoint 2 aborted: the next fires
     fire()
-    assert (control.triggered, fire.skipped) == (3, 1)
+    assert (control.triggered, fire.skipped) == (3, 2)
 
 
 def test_with_an_offset_an_on_windows_measured_span_holds_exactly_its_checkpoints() -> None:

@@ -277,6 +277,10 @@ def test_triggered_checkpoints_without_an_interval(tmp_path: Path) -> None:
     assert len(triggered) == 3
     periodic = [c for c in report.completed_checkpoints if not c.is_final]
     assert len(periodic) == 3 and not any(c.savepoint for c in periodic)
+    # The job's own counts, after the run: the three and the final one, all durable.
+    counts = control.checkpoints()
+    assert counts == (len(report.completed_checkpoints), len(report.completed_checkpoints), 0)
+    assert counts.in_flight == 0
     assert got(report.results["r"]) == expected()
     none = JobControl()
 
@@ -294,3 +298,5 @@ def test_triggered_checkpoints_without_an_interval(tmp_path: Path) -> None:
 def test_job_control_before_start_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not started"):
         JobControl().trigger_savepoint()
+    with pytest.raises(ConfigError, match="not started"):
+        JobControl().checkpoints()

@@ -21,10 +21,8 @@ window. Those are measured by the whole runs of the grid (`effects.py`).
 from __future__ import annotations
 
 import math
-import os
 import shutil
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,7 +31,6 @@ from snapcut.dataflow import JobControl
 from snapcut.experiments.flows import LAST_STAGE, build, build_scenario
 from snapcut.experiments.grid import ALIGNED_TIMEOUT, ALIGNMENT_TIMEOUT_S, Cell, Preset
 from snapcut.experiments.windowed import Trigger, window_counters, window_rates
-from snapcut.snapshots.layout import MANIFEST_FILE, parse_dir_name
 
 MIN_ON_WINDOWS = 4
 """Fewer on windows than this give no interval worth reading."""
@@ -105,44 +102,25 @@ class WindowRun:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-STALE_S = 30.0
-"""A checkpoint not committed this long after its trigger is taken for
-aborted (it never will be): the next trigger fires regardless."""
-
-
 class InFlightSkip:
-    """`Trigger.fire` for a durable run: triggers a checkpoint unless the
-    last one it triggered has not committed yet (its directory has no
-    manifest), as the periodic trigger waits rather than queueing; after
-    `stale_s` it stops waiting (an aborted checkpoint never commits)."""
+    """`Trigger.fire`: triggers a checkpoint unless the last one it
+    triggered has neither completed nor aborted yet (the job's own counts,
+    `JobControl.checkpoints()`), as the periodic trigger waits rather than
+    queueing."""
 
-    def __init__(self, control: JobControl, root: Path, stale_s: float = STALE_S) -> None:
-        self.control, self.root = control, root
-        self.stale_s = stale_s
+    def __init__(self, control: JobControl) -> None:
+        self.control = control
         self.fired = 0
         self.skipped = 0
-        self.last_fired = 0.0
-
-    def committed(self) -> int:
-        """How many checkpoints have committed (ids count from 1)."""
-        try:
-            names = os.listdir(self.root)
-        except FileNotFoundError:
-            return 0
-        dirs = {i: n for n in names if (i := parse_dir_name(n)) is not None}
-        for i in sorted(dirs, reverse=True):
-            if (self.root / dirs[i] / MANIFEST_FILE).exists():
-                return i
-        return 0
 
     def __call__(self) -> None:
-        waited = time.perf_counter() - self.last_fired
-        if self.fired > self.committed() and waited < self.stale_s:
+        done = self.control.checkpoints()
+        # A trigger sent and not yet started is in no count: `fired` is.
+        if self.fired > done.completed + done.aborted:
             self.skipped += 1
             return
         self.control.trigger_checkpoint()
         self.fired += 1
-        self.last_fired = time.perf_counter()
 
 
 def checkpointing(cell: Cell) -> Checkpointing:
@@ -196,7 +174,7 @@ def measure_windows(
     shutil.rmtree(root, ignore_errors=True)
     control = JobControl()
     checkpoints = cell.protocol != "none" and inject_s <= 0
-    fire = InFlightSkip(control, root) if checkpoints else None
+    fire = InFlightSkip(control) if checkpoints else None
     trigger = Trigger(
         control,
         plan.window_s,

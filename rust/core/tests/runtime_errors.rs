@@ -13,7 +13,9 @@ use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::runtime::ops::{
     collect_sink, dwell_source, ipc_file_sink, keyed_aggregate, map_batches, union, AggSpec,
 };
-use snapcut_core::runtime::{CheckpointConfig, InMemorySnapshots, Job, JobOptions};
+use snapcut_core::runtime::{
+    CheckpointConfig, CheckpointCounts, InMemorySnapshots, Job, JobOptions,
+};
 use snapcut_core::Error;
 
 fn pipeline(
@@ -212,15 +214,27 @@ fn handle_triggers_savepoints_and_cancels() {
     let snaps = Arc::new(InMemorySnapshots::new());
     let s2 = snaps.clone();
     let runner = std::thread::spawn(move || job.run(s2));
+    assert_eq!(handle.checkpoints(), CheckpointCounts::default());
     handle.trigger_savepoint().unwrap();
     handle.trigger_checkpoint().unwrap();
-    // Wait (bounded) for both to complete, then cancel.
+    // Wait (bounded) for both to complete, as the handle counts them, then cancel.
     for _ in 0..2000 {
-        if snaps.completed().len() >= 2 {
+        if handle.checkpoints().completed >= 2 {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    let counts = handle.checkpoints();
+    assert_eq!(
+        (counts.started, counts.completed, counts.aborted),
+        (2, 2, 0)
+    );
+    assert_eq!(counts.in_flight(), 0);
+    assert_eq!(
+        snaps.completed().len(),
+        2,
+        "counted complete only once committed"
+    );
     handle.cancel().unwrap();
     match runner.join().unwrap() {
         Err(Error::Task(msg)) => assert!(msg.contains("cancelled by the user"), "{msg}"),
@@ -356,8 +370,13 @@ fn expired_checkpoint_fails_the_job_when_no_failure_is_tolerated() {
 #[test]
 fn tolerated_expired_checkpoints_are_aborted_and_the_job_finishes() {
     let (job, out) = slow_snapshot_job(1_000_000);
+    let handle = job.handle();
     let snaps = Arc::new(InMemorySnapshots::new());
     let report = job.run(snaps.clone()).unwrap();
+    let counts = handle.checkpoints();
+    assert_eq!(counts.completed, 0);
+    assert_eq!(counts.aborted as usize, report.checkpoints.len());
+    assert_eq!(counts.in_flight(), 0, "{counts:?}");
     assert_eq!(out.num_rows(), 40_000);
     assert!(snaps.completed().is_empty());
     let aborted: Vec<_> = report

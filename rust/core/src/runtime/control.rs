@@ -1,7 +1,7 @@
 //! Messages between the coordinator and the tasks.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::graph::TaskIndex;
@@ -58,6 +58,62 @@ impl Mailbox {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         self.pending.store(false, Ordering::Release);
         q.drain(..).collect()
+    }
+}
+
+/// How many checkpoints of one job attempt the coordinator has started,
+/// completed and aborted: written by the coordinator, read through the
+/// attempt's [`crate::runtime::JobHandle`] from other threads.
+#[derive(Debug, Default)]
+pub(crate) struct CheckpointProgress {
+    started: AtomicU64,
+    completed: AtomicU64,
+    aborted: AtomicU64,
+}
+
+impl CheckpointProgress {
+    pub fn start(&self) {
+        self.started.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn complete(&self) {
+        self.completed.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn abort(&self) {
+        self.aborted.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Ended ones are read first: a checkpoint is never seen ended and not
+    /// started, so `in_flight` cannot underflow.
+    pub fn counts(&self) -> CheckpointCounts {
+        let completed = self.completed.load(Ordering::Acquire);
+        let aborted = self.aborted.load(Ordering::Acquire);
+        let started = self.started.load(Ordering::Acquire);
+        CheckpointCounts {
+            started,
+            completed,
+            aborted,
+        }
+    }
+}
+
+/// A job attempt's checkpoints so far ([`crate::runtime::JobHandle::checkpoints`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CheckpointCounts {
+    /// Triggered at the sources (a trigger queued behind `max_concurrent`
+    /// counts once it starts).
+    pub started: u64,
+    /// Durable: committed to the snapshot sink.
+    pub completed: u64,
+    /// Aborted: expired, failed to write, or declined by a task.
+    pub aborted: u64,
+}
+
+impl CheckpointCounts {
+    /// Started and neither completed nor aborted yet.
+    pub fn in_flight(&self) -> u64 {
+        self.started - self.completed - self.aborted
     }
 }
 

@@ -466,6 +466,7 @@ impl Coordinator {
         );
         self.last_trigger = now;
         self.shared.latest_triggered.store(id, Ordering::Release);
+        self.shared.progress.start();
         let pause = self.config.protocol.pauses_sources();
         for t in self.tasks.iter().filter(|t| t.is_source) {
             t.mailbox.push(Control::Trigger { id, pause });
@@ -514,6 +515,7 @@ impl Coordinator {
         }
         let now = Instant::now();
         self.last_end = Some(now);
+        self.shared.progress.complete();
         self.metrics
             .push(self.metrics_of(id, &f, now, CheckpointStatus::Completed));
         for t in &self.tasks {
@@ -558,6 +560,7 @@ impl Coordinator {
         let _ = self.shared.sink.abort(id);
         let now = Instant::now();
         self.last_end = Some(now);
+        self.shared.progress.abort();
         self.metrics
             .push(self.metrics_of(id, &f, now, CheckpointStatus::Aborted(reason.clone())));
         let resume = self.config.protocol.pauses_sources();

@@ -9,7 +9,9 @@ use crate::error::{Error, Result};
 use crate::graph::{LogicalGraph, PhysicalGraph};
 use crate::protocol::ProtocolKind;
 use crate::runtime::config::CheckpointConfig;
-use crate::runtime::control::{CoordMsg, Mailbox, TaskCounters};
+use crate::runtime::control::{
+    CheckpointCounts, CheckpointProgress, CoordMsg, Mailbox, TaskCounters,
+};
 use crate::runtime::coordinator::{Coordinator, Failover, TaskInfo};
 use crate::runtime::edge::{Signal, SignalRef};
 use crate::runtime::failover::{FailoverStrategy, RestartLog, RestartStrategy};
@@ -59,6 +61,7 @@ impl JobOptions {
 pub struct JobHandle {
     tx: mpsc::Sender<CoordMsg>,
     protocol: ProtocolKind,
+    progress: Arc<CheckpointProgress>,
 }
 
 impl JobHandle {
@@ -95,6 +98,13 @@ impl JobHandle {
     pub fn cancel(&self) -> Result<()> {
         self.send(CoordMsg::Cancel)
     }
+
+    /// This attempt's checkpoints so far: started, completed, aborted (a
+    /// trigger sent but not yet started is in none of them). Readable after
+    /// the attempt ended.
+    pub fn checkpoints(&self) -> CheckpointCounts {
+        self.progress.counts()
+    }
 }
 
 /// `vertex x parallelism, ...` of a set of tasks, in name order.
@@ -122,6 +132,7 @@ pub struct Job {
     first_id: Option<crate::protocol::CheckpointId>,
     /// Restarts so far (shared with earlier attempts of a durable run).
     restarts: Arc<RestartLog>,
+    progress: Arc<CheckpointProgress>,
 }
 
 impl Job {
@@ -142,6 +153,7 @@ impl Job {
             restore: None,
             first_id: None,
             restarts,
+            progress: Arc::default(),
         })
     }
 
@@ -193,6 +205,7 @@ impl Job {
         JobHandle {
             tx: self.tx.clone(),
             protocol: self.config.protocol,
+            progress: self.progress.clone(),
         }
     }
 
@@ -242,6 +255,7 @@ impl Job {
                 .collect(),
             reattach_inputs: self.options.failover == FailoverStrategy::Upstream,
             latest_triggered: AtomicU64::new(0),
+            progress: self.progress.clone(),
             cycles,
             sink,
             protocol: self.config.protocol,

@@ -60,6 +60,7 @@ mod snapshots;
 mod task;
 
 pub use config::CheckpointConfig;
+pub use control::CheckpointCounts;
 pub use edge::Item;
 pub use failover::{FailoverStrategy, Restart, RestartScope, RestartStrategy};
 pub use job::{Job, JobHandle, JobOptions};

@@ -28,6 +28,8 @@ pub(crate) struct JobShared {
     pub region_of: Vec<crate::graph::RegionIndex>,
     /// The newest checkpoint id the coordinator triggered.
     pub latest_triggered: AtomicU64,
+    /// Checkpoints started, completed and aborted (the job's handle reads them).
+    pub progress: Arc<crate::runtime::control::CheckpointProgress>,
     pub cycles: Vec<CycleTracker>,
     pub sink: Arc<dyn SnapshotSink>,
     pub protocol: ProtocolKind,

@@ -56,4 +56,12 @@ impl PyJobControl {
     fn cancel(&self) -> PyResult<()> {
         self.with(JobHandle::cancel)
     }
+
+    /// The current attempt's checkpoints: (started, completed, aborted).
+    fn checkpoints(&self) -> PyResult<(u64, u64, u64)> {
+        self.with(|h| {
+            let c = h.checkpoints();
+            Ok((c.started, c.completed, c.aborted))
+        })
+    }
 }
