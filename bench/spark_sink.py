@@ -9,7 +9,7 @@ snapshots on and off, side by side in one Spark session:
 - collect + pyarrow: a ``foreachBatch`` that collects the batch to the driver
   (``toArrow``) and writes one Arrow IPC file (no exactly-once bookkeeping)
 - ArrowSnapshotSink, state snapshots off: the same sink without ``state=``,
-  over the in-memory state of ``bench/spark_state.py``'s ``InMemoryKeyedState``
+  over the in-memory state of ``snapcut.experiments.spark_memory_state``'s ``InMemoryKeyedState``
 
 The figure is ``durationMs.triggerExecution`` (the whole micro-batch: plan,
 state, sink commit), median over every batch but the first, pooled over
@@ -38,29 +38,14 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from pyspark.sql import DataFrame, SparkSession
 
+from snapcut.experiments.spark_memory_state import in_memory
 from snapcut.spark import ArrowSnapshotSink, foreach_batch, keyed_state
-from spark_state import InMemoryKeyedState, start_session, write_input
+from spark_state import start_session, write_input
 
 SCHEMA = "user long, dwell_ms long"
 AGGS: dict[str, Any] = {"count": "count", "total": ("sum", "dwell_ms"), "avg": ("mean", "dwell_ms")}
 
 Start = Callable[[DataFrame, Path, str], Any]
-
-
-def in_memory(df: DataFrame, tag: str) -> Any:
-    return InMemoryKeyedState(
-        df,
-        ("user",),
-        tag,
-        2,
-        name="state",
-        full_every=10,
-        retain=10,
-        event_time=None,
-        watermark=None,
-        initial_state=None,
-        filesystem=None,
-    )
 
 
 def variants() -> dict[str, Start]:
@@ -102,7 +87,7 @@ def variants() -> dict[str, Start]:
             key="user",
             checkpoint_location=str(work / f"chk-{tag}"),
         )
-        out = in_memory(df, tag).aggregate(**AGGS)
+        out = in_memory(df, "user", tag, 2).aggregate(**AGGS)
         return out.writeStream.foreachBatch(sink).outputMode("update")
 
     return {

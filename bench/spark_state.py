@@ -42,10 +42,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 
-from snapcut import StateTable
+from snapcut.experiments.spark_memory_state import in_memory
 from snapcut.spark import StateUpdate, keyed_state
-from snapcut.spark.keyed_state import KeyedState
-from snapcut.spark.state.partition import BatchInfo
 
 SCHEMA = "user long, dwell_ms long"
 OUT = "user long, count long, total long"
@@ -161,39 +159,6 @@ def tws_row_processor() -> Any:
     return DwellRows()
 
 
-#: Per Python worker: (variant, partition) -> state table of the no-snapshot variant.
-_MEMORY: dict[tuple[str, int], Any] = {}
-
-
-class InMemoryKeyedState(KeyedState):
-    """Snapshots off: the same plan, kernel and Rust state table, kept only in
-    the Python worker's memory (no load, no write, no manifest). A baseline,
-    not a feature: a partition whose next task lands on another Python worker
-    starts from an empty table there (the same work per row; fine for timing)."""
-
-    def _build(self, step: Any) -> DataFrame:
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        processor = step.processor
-        tag, schema, key = self.root, processor.state_schema, processor.state_key
-
-        def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            from pyspark import TaskContext
-
-            ctx = TaskContext.get()
-            assert ctx is not None
-            p = ctx.partitionId()
-            batch = int(ctx.getLocalProperty("streaming.sql.batchId") or 0)
-            table = _MEMORY.setdefault((tag, p), StateTable(schema, key))
-            rows = pa.Table.from_batches(list(batches))
-            info = BatchInfo(batch, p, 0, int(time.time() * 1000), False)
-            yield from processor.process(table, rows, info).to_batches()
-
-        parted = self.df.repartition(self.partitions, *self.key)
-        out_type = from_arrow_schema(processor.output_schema, prefer_timestamp_ntz=False)
-        return parted.mapInArrow(run, out_type)
-
-
 def variants(root: Path) -> dict[str, Callable[[DataFrame, str], DataFrame]]:
     def snap(df: DataFrame, name: str, writes: str = "background") -> Any:
         return keyed_state(df, "user", str(root / name), 2, state_writes=writes)
@@ -206,21 +171,7 @@ def variants(root: Path) -> dict[str, Callable[[DataFrame, str], DataFrame]]:
             F.count("*").alias("count"), F.sum("dwell_ms").alias("total")
         ),
         "snapcut level 1 aggregate": lambda df, n: level1(snap(df, n)),
-        "snapcut level 1, snapshots off": lambda df, n: level1(
-            InMemoryKeyedState(
-                df,
-                ("user",),
-                n,
-                2,
-                name="state",
-                full_every=10,
-                retain=10,
-                event_time=None,
-                watermark=None,
-                initial_state=None,
-                filesystem=None,
-            )
-        ),
+        "snapcut level 1, snapshots off": lambda df, n: level1(in_memory(df, "user", n, 2)),
         "snapcut level 1, sync state writes": lambda df, n: level1(snap(df, n, "sync")),
         "snapcut level 2 map_batches": lambda df, n: snap(df, n).map_batches(
             dwell_batch, state_schema=STATE, output_schema=OUT

@@ -224,3 +224,27 @@ def test_the_figures_with_intervals_draw_experiments_1_and_2(tmp_path: Path) -> 
     for f in (fig1, fig2):
         assert f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f.stat().st_size > 10_000
     assert paper_figure(state, tmp_path) == [] and state_figure(effects, tmp_path) == []
+
+
+def test_paired_batches_recover_a_known_slowdown_and_pair_within_a_round() -> None:
+    """Experiment 7's estimator: sync's batches take 1.3x the same round's
+    snapshots-off batch (with noise), background's the same time; a slower
+    round slows all three variants alike and must not leak into the ratio."""
+    import random
+
+    from snapcut.experiments.spark_writes import PAIRED_BATCHES, paired_effects
+
+    rng = random.Random(3)
+    batches: dict[tuple[Cell, int], tuple[float, ...]] = {}
+    for rnd in range(4):
+        speed = 1.0 + rnd  # round 3 runs 4x slower than round 0
+        base = [speed * rng.uniform(0.8, 1.2) for _ in range(8)]
+        for variant, factor in (("none", 1.0), ("background", 1.0), ("sync", 1.3)):
+            cell = Cell("spark", variant, None, 1000, 2, 500)
+            batches[(cell, rnd)] = tuple(t * factor * rng.uniform(0.97, 1.03) for t in base)
+    effects = {e.cell.protocol: e for e in paired_effects(batches)}
+    assert set(effects) == {"background", "sync"}
+    sync, background = effects["sync"], effects["background"]
+    assert sync.method == PAIRED_BATCHES and (sync.samples, sync.runs) == (32, 4)
+    assert sync.low <= 0.3 <= sync.high and sync.width < 0.05, sync
+    assert background.low <= 0.0 <= background.high, background

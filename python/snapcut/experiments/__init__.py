@@ -6,7 +6,8 @@ Experiments (one module each): 1 `interval` (runtime vs snapshot
 interval), 2 `state-size`, 3 `timeline` (the stall timeline), 4
 `backpressure` (a slow operator, a hot key), 5 `parallelism`, 6
 `scaling-sim` (5 to 1,000 nodes in the timed simulator, calibrated on this
-machine).
+machine), 7 `spark` (the same question on Spark: background vs sync state
+writes of `keyed_state`, against snapshots off).
 `python -m snapcut.experiments --quick` or `snapcut experiment --quick`
 writes results.csv (whole runs), timeline.csv, windows.csv and effects.csv
 (the windowed method: every overhead cell of 1, 2, 4 and 5 with a 95 %
@@ -21,6 +22,7 @@ from snapcut.experiments import (
     interval,
     parallelism,
     scaling_sim,
+    spark_writes,
     state_size,
     timeline,
 )
@@ -35,6 +37,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         parallelism.EXPERIMENT,
         backpressure.EXPERIMENT,
         scaling_sim.EXPERIMENT,
+        spark_writes.EXPERIMENT,
     )
 }
 """In the order they run: 1 and 3 first (the paper's figure and its stalls);

@@ -8,7 +8,8 @@ windows.csv, effects.csv, report.md and PNG plots to --out.
   --full   the real grid; says how long it will take before it starts
 
 Experiments: interval (1), timeline (3), state-size (2), parallelism (5),
-backpressure (4), scaling-sim (6, a calibrated simulation of 5 to 1,000 nodes);
+backpressure (4), scaling-sim (6, a calibrated simulation of 5 to 1,000 nodes),
+spark (7, background vs sync state writes on Spark; --quick and --full only);
 --experiments picks some (names or numbers, comma-separated).
 """
 
@@ -44,7 +45,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="NAMES",
         help="which experiments: interval,timeline,state-size,parallelism,backpressure,"
-        "scaling-sim (or 1,3,2,5,4,6); "
+        "scaling-sim,spark (or 1,3,2,5,4,6,7; spark needs pyspark and Java 17); "
         "default all",
     )
     p.add_argument(

@@ -87,6 +87,13 @@ class Preset:
     """About how long one windowed run may take; long windows get fewer on
     windows to fit (never fewer than `MIN_ON_WINDOWS`)."""
     window_runs: int = 1
+    spark_keys: tuple[int, ...] = ()
+    """Experiment 7 (Spark): state sizes; none: the experiment has no cells
+    (--tiny: CI's grid starts no Spark; tests/spark runs experiment 7)."""
+    spark_records: int = 0
+    """Experiment 7: rows per measured micro-batch."""
+    spark_batches: int = 0
+    """Experiment 7: measured micro-batches per query."""
     windowed_experiments: tuple[str, ...] | None = None
     """Experiments whose overhead cells run windowed (None: every one that
     can; --tiny keeps CI short with experiment 1 alone)."""
@@ -143,6 +150,9 @@ PRESETS: dict[str, Preset] = {
         window_warmup_s=0.5,
         on_windows=6,
         window_cell_s=8.0,
+        spark_keys=(10_000, 100_000),
+        spark_records=100_000,
+        spark_batches=4,
     ),
     "full": Preset(
         name="full",
@@ -173,6 +183,9 @@ PRESETS: dict[str, Preset] = {
         window_warmup_s=1.0,
         on_windows=12,
         window_cell_s=33.0,
+        spark_keys=(10_000, 1_000_000, 10_000_000),
+        spark_records=500_000,
+        spark_batches=4,
         smoke=False,
     ),
 }

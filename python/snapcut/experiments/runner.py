@@ -34,6 +34,7 @@ from snapcut.experiments.grid import Cell, Preset, schedule
 from snapcut.experiments.job import run_cell
 from snapcut.experiments.machine import Machine
 from snapcut.experiments.measurement import Measurement
+from snapcut.experiments.spark_writes import paired_effects
 from snapcut.experiments.windowed import on_overheads
 from snapcut.experiments.windows import (
     MIN_ON_WINDOWS,
@@ -175,6 +176,8 @@ class Outcome:
     """Per overhead cell of a windowed experiment: windowed, or whole runs for a runaway."""
     unmeasured: list[Cell] = field(default_factory=list)
     """Windowed cells whose runs had no on window between two off ones (ended early)."""
+    batches: dict[tuple[Cell, int], tuple[float, ...]] = field(default_factory=dict)
+    """(cell, round) -> its micro-batches' seconds (experiment 7, Spark)."""
 
 
 def calibrate(plan: Plan, run: RunFn, workdir: Path) -> float:
@@ -224,6 +227,8 @@ def execute(
                     m = run(cell, workdir, budget_s=plan.budget(cell))
                 row = row_of(cell, m, repetition=rep, order=i)
                 out.rows.append(row)
+                if m.batch_s:
+                    out.batches[(cell, rep)] = m.batch_s
                 if cell.timeline and cell not in out.timelines:
                     out.timelines[cell] = m
                 if cell.protocol == "none" and simulate is None:
@@ -304,6 +309,7 @@ def effects_of(out: Outcome, plan: Plan) -> list[Effect]:
         by_cell.setdefault(w.cell, []).append(w)
     effects = [e for ws in by_cell.values() if (e := windowed_effect(ws)) is not None]
     effects += whole_run_effects(out.rows, set(plan.runaway_cells))
+    effects += paired_effects(out.batches)
     order = {c: i for i, c in enumerate(plan.cells)}
     return sorted(effects, key=lambda e: order.get(e.cell, len(order)))
 

@@ -1,0 +1,71 @@
+"""Experiment 7 (`snapcut experiment --experiments spark`) end to end on a
+small size: the three variants' queries run in rotated rounds through the
+grid runner, every micro-batch after the state-building one is measured,
+and background / sync get a paired effect against snapshots off."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from tests.spark_support import start_session
+
+from snapcut import ConfigError
+from snapcut.experiments import EXPERIMENTS
+from snapcut.experiments.grid import PRESETS, Cell
+from snapcut.experiments.runner import Plan, execute
+from snapcut.experiments.spark_writes import PAIRED_BATCHES, VARIANTS, simulate
+from snapcut.experiments.verdicts import claim
+
+SIZE = dataclasses.replace(
+    PRESETS["tiny"], spark_keys=(2_000,), spark_records=4_000, spark_batches=2
+)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    # The experiment's own session (getOrCreate) is this one.
+    session = start_session("local[2]")
+    yield session
+    session.stop()
+
+
+def test_experiment_7_pairs_each_variants_batches_with_snapshots_off(spark: Any) -> None:
+    experiment = EXPERIMENTS["spark"]
+    cells = experiment.cells(SIZE, None)
+    assert {c.protocol for c in cells} == set(VARIANTS)
+    plan = Plan([experiment], SIZE, 2, cells)
+    out = execute(plan, Console(file=io.StringIO()))
+    assert len(out.rows) == 6 and len(out.batches) == 6
+    # Rounds rotate the order: no variant always runs first.
+    firsts = {r.cell.protocol for r in out.rows if r.order % 3 == 0}
+    assert len(firsts) == 2, [(r.order, r.cell.protocol) for r in out.rows]
+    for (cell, _round), times in out.batches.items():
+        assert len(times) == SIZE.spark_batches and all(t > 0 for t in times), (cell, times)
+    for row in out.rows:
+        # Each measured batch committed one state version (none: no snapshots).
+        want = 0 if row.cell.protocol == "none" else SIZE.spark_batches
+        assert row.checkpoints == want, row
+    effects = {e.cell.protocol: e for e in out.effects}
+    assert set(effects) == {"background", "sync"}
+    # sync is held against background writes (the asynchronous phase), not `aligned`
+    assert not claim(effects["sync"], out.effects).startswith("no ABS cell")
+    verdict = claim(effects["background"], out.effects)
+    assert verdict.startswith(("holds: ABS", "fails: ABS", "undecided")), verdict
+    for e in effects.values():
+        assert e.method == PAIRED_BATCHES
+        assert (e.samples, e.runs) == (2 * SIZE.spark_batches, 2)
+        assert e.low <= e.overhead <= e.high
+
+
+def test_a_query_without_a_measured_batch_is_refused(spark: Any, tmp_path: Path) -> None:
+    cell = Cell("spark", "sync", None, 100, 2, 200)
+    with pytest.raises(ConfigError, match="at least one measured one"):
+        simulate(cell, [], dataclasses.replace(SIZE, spark_batches=0), tmp_path)
+    with pytest.raises(ConfigError, match="is not one of"):
+        simulate(dataclasses.replace(cell, protocol="aligned"), [], SIZE, tmp_path)
