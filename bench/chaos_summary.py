@@ -1,6 +1,8 @@
 """Sums the chunk summaries `bench/chaos_all.sh` (and `bench/chaos_spark.sh`,
 rows "spark", for its --remote chunks "spark-connect", and for its --step tws
-chunks "spark-tws") wrote into one row per protocol."""
+chunks "spark-tws"; `bench/chaos_spark_tables.sh`, rows "spark-delta",
+"spark-iceberg" and their "-cluster" chunks, with the tables' commit counts)
+wrote into one row per protocol."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import sys
 from pathlib import Path
 
 KEYS = ("runs", "kills", "recoveries", "lost", "duplicated", "mismatched")
+TABLE_KEYS = ("table_commits", "table_double_commits", "table_missing_batches")
+TABLES = ("spark-delta", "spark-delta-cluster", "spark-iceberg", "spark-iceberg-cluster")
 EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files", "seconds")
 
 
@@ -23,8 +27,10 @@ def main(root: str = str(Path(__file__).resolve().parent / "results")) -> None:
         "spark",
         "spark-connect",
         "spark-tws",
+        *TABLES,
     ):
         folder = "chaos_spark" if p.startswith("spark") else "chaos"
+        folder = "chaos_spark_tables" if p in TABLES else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if not path.exists():
             continue
@@ -42,6 +48,9 @@ def main(root: str = str(Path(__file__).resolve().parent / "results")) -> None:
                 kinds[name] = kinds.get(name, 0) + n
         if kinds:  # Spark: kills by kind (driver tree, crash points, executors)
             fp += "; by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items()))
+        if p in TABLES:  # one commit per batch: the doubles and missing must be 0
+            table = {k: sum(c.get(k, 0) for c in chunks) for k in TABLE_KEYS}
+            fp += "; table: " + ", ".join(f"{k} {v}" for k, v in table.items())
         print(f"| {p} | " + " | ".join(cells) + f" | {fp} |")
 
 

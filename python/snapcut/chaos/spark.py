@@ -14,8 +14,10 @@ One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
   in Spark's offset log, or committed in its commit log; n from the seed),
   or, for n = 0, a random 0-8 s after the start (JVM start-up);
 - ``driver_failpoint``: a driver crash point (``sink.before_commit``: output
-  staged and state acknowledged, no manifest; ``sink.after_commit``: manifest
-  published, Spark has not committed the batch) SIGKILLs the driver tree;
+  staged and state acknowledged, no manifest; ``sink.after_table_commit``,
+  with a table output: the batch is in the table, no manifest;
+  ``sink.after_commit``: manifest published, Spark has not committed the
+  batch) SIGKILLs the driver tree;
 - ``python_worker_failpoint``: a task crash point (``state.before_write``,
   ``state.after_write``, ``state.after_ack``, ``sink.before_stage``,
   ``sink.after_stage``) SIGKILLs the Python worker running one state
@@ -42,6 +44,11 @@ same events:
   (``read_output_arrow``) or final state (``read_state_arrow``) differs from
   pandas' count, total and average.
 
+``--output delta|iceberg``: the sink merges the rows by user into a Delta or
+Iceberg table instead of its root; the same comparison runs on the table's
+rows and its history is checked for one commit per batch
+(:mod:`snapcut.chaos.spark_tables`).
+
 Every choice comes from ``--seed`` and the run number (see
 :func:`snapcut.chaos.core.run_rng`), so a failing run replays its input and its
 kill plan; the moment a timed kill lands within its window is wall-clock.
@@ -58,7 +65,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +88,22 @@ from snapcut.chaos.core import (
     run_campaign,
     run_rng,
 )
+from snapcut.chaos.spark_compare import (
+    check_final,
+    check_plan,
+    check_updates,
+    expected_updates,
+    output_rows,
+    reference,
+    state_rows,
+)
+from snapcut.chaos.spark_tables import (
+    TableRead,
+    TableTarget,
+    check_output,
+    check_table,
+    read_table_run,
+)
 from snapcut.jobs.spark_session import check_remote
 from snapcut.spark import committed_output, failpoints, read_output_arrow, read_state_arrow
 
@@ -92,7 +114,7 @@ from snapcut.spark.roots import PROTOCOL
 from snapcut.spark.sink.root import SINK_META_FILE, read_batch_output_arrow
 
 DRIVER_POINTS = ("sink.before_commit", "sink.after_table_commit", "sink.after_commit")
-# Reached only with a Delta output, which the campaigns do not run yet.
+# Reached only with a table output (--output delta|iceberg).
 TABLE_POINTS = ("sink.after_table_commit",)
 
 
@@ -122,18 +144,6 @@ POLL_S = 0.05
 
 
 TREE_SCAN_S = 0.5
-
-
-Totals = tuple[int, int]
-
-
-"""(count, total) of one user."""
-
-
-Row = tuple[int, int, float]
-
-
-"""(count, total, avg) as committed."""
 
 
 STEPS = ("aggregate", "tws")
@@ -172,7 +182,10 @@ class SparkOptions:
     instead of a classic driver: killing the tree kills the server."""
     max_kills: int = 2
     kill_mode: str = "mixed"
-    failpoints: tuple[str, ...] = tuple(p for p in failpoints.POINTS if p not in TABLE_POINTS)
+    failpoints: tuple[str, ...] | None = None
+    """The crash points kills choose from; None: every one the output reaches."""
+    output: str = "arrow"
+    """Where the sink's rows go: its root ("arrow"), a "delta" or "iceberg" table."""
     workdir: str | None = None
     keep: bool = False
     attempt_timeout: float = ATTEMPT_TIMEOUT_S
@@ -182,6 +195,16 @@ class SparkOptions:
 
     def cluster(self) -> bool:
         return (self.remote or self.master).startswith("local-cluster")
+
+    def points(self) -> tuple[str, ...]:
+        if self.failpoints is not None:
+            return self.failpoints
+        skip = () if self.output != "arrow" else TABLE_POINTS
+        return tuple(p for p in failpoints.POINTS if p not in skip)
+
+    def table(self, run_dir: Path) -> TableTarget | None:
+        """The run's table (None: the rows go to the sink root)."""
+        return None if self.output == "arrow" else TableTarget(self.output, run_dir / "table")
 
     def batches(self) -> int:
         """Micro-batches of a run that never fails."""
@@ -197,19 +220,25 @@ class SparkOptions:
             raise ConfigError(
                 "executor kills need executor JVMs: use --master local-cluster[2,1,1024]"
             )
-        unknown = set(self.failpoints) - set(failpoints.POINTS)
+        unknown = set(self.points()) - set(failpoints.POINTS)
         if unknown:
             raise ConfigError(
                 f"unknown Spark failpoints {sorted(unknown)}; known: {', '.join(failpoints.POINTS)}"
             )
+        check_output(self.output)
+        if self.output == "arrow" and set(TABLE_POINTS) & set(self.points()):
+            raise ConfigError(
+                f"{', '.join(TABLE_POINTS)} is reached with a table output only: add "
+                "--output delta or --output iceberg, or leave the point out"
+            )
         if self.step not in STEPS:
             raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")
-        if self.kill_mode in ("mixed", "failpoint") and not self.failpoints:
+        if self.kill_mode in ("mixed", "failpoint") and not self.points():
             raise ConfigError("failpoint kills need at least one failpoint")
         if self.remote is not None:
             check_remote(self.remote, "snapcut chaos --engine spark", local_only=True)
         spark_master = self.remote or self.master
-        task_points = [p for p in self.failpoints if p not in DRIVER_POINTS]
+        task_points = [p for p in self.points() if p not in DRIVER_POINTS]
         if (
             self.kill_mode in ("mixed", "failpoint")
             and task_points
@@ -233,7 +262,11 @@ class SparkSummary(Summary):
     the driver after a driver kill plus the kills of a worker or executor
     that the attempt survived (Spark retried the tasks, the batch committed).
     ``timer_kills`` are the harness's (driver tree, executor),
-    ``failpoint_kills`` the crash points' (driver tree, Python worker)."""
+    ``failpoint_kills`` the crash points' (driver tree, Python worker).
+    With a table output, ``table_commits`` counts its commits,
+    ``table_double_commits`` those beyond one per batch and
+    ``table_missing_batches`` the committed batches it lacks
+    (:func:`snapcut.chaos.spark_tables.check_table`); either fails the campaign."""
 
     engine: str = "spark"
     master: str = ""
@@ -244,6 +277,14 @@ class SparkSummary(Summary):
     timed_not_reached: int = 0
     attempts: int = 0
     run_seconds: list[float] = field(default_factory=list)
+    output: str = "arrow"
+    table_commits: int = 0
+    table_double_commits: int = 0
+    table_missing_batches: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return super().ok and self.table_double_commits + self.table_missing_batches == 0
 
 
 def generate_events(files: int, records: int, users: int, seed: int) -> list[pd.DataFrame]:
@@ -283,36 +324,6 @@ def write_input(directory: Path, frames: list[pd.DataFrame]) -> list[str]:
     return names
 
 
-def totals(frame: pd.DataFrame) -> dict[int, Totals]:
-    """count and total dwell per user, in pandas."""
-    g = frame.groupby("user")["dwell_ms"].agg(["size", "sum"])
-    return {int(u): (int(c), int(t)) for u, c, t in zip(g.index, g["size"], g["sum"], strict=True)}
-
-
-def reference(frames: list[pd.DataFrame]) -> dict[int, Totals]:
-    """The failure-free final result: every event counted once."""
-    return totals(pd.concat(frames, ignore_index=True))
-
-
-def expected_updates(
-    frames: list[pd.DataFrame], plan: dict[int, list[int]]
-) -> dict[tuple[int, int], Totals]:
-    """(batch, user) → (count, total) that a failure-free run of `plan`
-    (batch → input files) commits in update mode: each batch, the users it
-    touched with their running totals."""
-    running: dict[int, Totals] = {}
-    out: dict[tuple[int, int], Totals] = {}
-    for batch in sorted(plan):
-        if not plan[batch]:
-            continue
-        rows = pd.concat([frames[i] for i in plan[batch]], ignore_index=True)
-        for user, (c, t) in totals(rows).items():
-            c0, t0 = running.get(user, (0, 0))
-            running[user] = (c0 + c, t0 + t)
-            out[(batch, user)] = running[user]
-    return out
-
-
 @dataclass
 class RunOutput:
     plan: dict[int, list[int]]
@@ -324,6 +335,8 @@ class RunOutput:
     state: pa.Table | None
     """``read_state_arrow``: the newest committed state."""
     unreadable: list[str] = field(default_factory=list)
+    table: TableRead | None = None
+    """A table output's history and the batches committed to it."""
 
 
 def _log_entries(directory: Path) -> dict[int, Path]:
@@ -381,12 +394,18 @@ def progress(checkpoint: Path) -> int:
     return len(_log_entries(checkpoint / "offsets")) + spark_commits(checkpoint)
 
 
-def read_run(run_dir: Path, names: list[str], step: str = "aggregate") -> RunOutput:
-    """Spark's plan, the sink's committed batches and the final state of a
-    run of the job's `step`."""
+def read_run(
+    run_dir: Path, names: list[str], step: str = "aggregate", table: TableTarget | None = None
+) -> RunOutput:
+    """Spark's plan, the sink's committed batches (from its root, or its
+    `table`) and the final state of a run of the job's `step`."""
     out = RunOutput(read_plan(run_dir / "chk", names), {}, None, None)
     sink = run_dir / "out"
-    if (sink / SINK_META_FILE).exists():
+    if table is not None:
+        done = set(_log_entries(run_dir / "chk" / "commits"))
+        run = read_table_run(table, sink, done)
+        out.batches, out.final, out.table = run.batches, run.final, run.read
+    elif (sink / SINK_META_FILE).exists():
         for manifest in committed_output(str(sink)):
             batch = int(manifest["checkpoint_id"])
             try:
@@ -404,93 +423,6 @@ def read_run(run_dir: Path, names: list[str], step: str = "aggregate") -> RunOut
     except SnapshotError as e:
         out.unreadable.append(f"read_state_arrow: {e}")
     return out
-
-
-def _rows(table: pa.Table | None, avg: Callable[[dict[str, Any]], float]) -> dict[int, list[Row]]:
-    if table is None:
-        return {}
-    out: dict[int, list[Row]] = {}
-    for r in table.to_pylist():
-        out.setdefault(int(r["user"]), []).append((r["count"], r["total"], avg(r)))
-    return out
-
-
-def output_rows(table: pa.Table | None) -> dict[int, list[Row]]:
-    """user → its rows of an output table (user, count, total, avg)."""
-    return _rows(table, lambda r: float(r["avg"]))
-
-
-def state_rows(table: pa.Table | None) -> dict[int, list[Row]]:
-    """user → its state rows: the aggregate's (user, count, total, avg__sum,
-    avg__count), or the processor's totals (user, count, total)."""
-    if table is not None and "avg__sum" not in table.column_names:
-        return _rows(table, lambda r: r["total"] / r["count"])
-    return _rows(table, lambda r: r["avg__sum"] / r["avg__count"])
-
-
-def same(row: Row, want: Totals) -> bool:
-    count, total, avg = row
-    if (count, total) != want:
-        return False
-    return abs(avg - want[1] / want[0]) <= 1e-9 * max(1.0, abs(avg))
-
-
-def check_plan(frames: list[pd.DataFrame], plan: dict[int, list[int]], check: Check) -> None:
-    """Every input file read by exactly one batch; else its events count as
-    lost (no batch) or duplicated (each extra batch)."""
-    reads = Counter(i for files in plan.values() for i in files)
-    for i, frame in enumerate(frames):
-        if reads[i] == 0:
-            check.lost += len(frame)
-            check.problems.append(f"input file {i} was read by no batch")
-        elif reads[i] > 1:
-            check.duplicated += (reads[i] - 1) * len(frame)
-            check.problems.append(f"input file {i} was read by {reads[i]} batches")
-
-
-def check_updates(
-    want: dict[tuple[int, int], Totals], batches: dict[int, pa.Table], check: Check
-) -> set[int]:
-    """The committed rows of every batch against `want`; the users with a wrong row."""
-    got: dict[tuple[int, int], list[Row]] = {}
-    for batch, table in batches.items():
-        for user, rows in output_rows(table).items():
-            got.setdefault((batch, user), []).extend(rows)
-    lost = sorted(want.keys() - got.keys())
-    extra = {k: len(v) - (k in want) for k, v in got.items() if len(v) > (k in want)}
-    check.lost += len(lost)
-    check.duplicated += sum(extra.values())
-    if lost:
-        check.problems.append(f"{len(lost)} (batch, user) rows lost, e.g. {lost[0]}")
-    if extra:
-        k = min(extra)
-        check.problems.append(f"{sum(extra.values())} rows extra, e.g. {k}: {got[k]}")
-    wrong = sorted(k for k, rows in got.items() if k in want and not same(rows[0], want[k]))
-    if wrong:
-        k = wrong[0]
-        check.problems.append(
-            f"{len(wrong)} committed rows differ from a failure-free run, e.g. (batch, user) "
-            f"{k}: {got[k]}, expected {want[k]}"
-        )
-    return {u for _, u in wrong}
-
-
-def check_final(
-    what: str, rows: dict[int, list[Row]], ref: dict[int, Totals], check: Check
-) -> set[int]:
-    """One row per user equal to the reference; the users for which not."""
-    bad = {
-        u
-        for u in ref.keys() | rows.keys()
-        if u not in ref or len(rows.get(u, [])) != 1 or not same(rows[u][0], ref[u])
-    }
-    if bad:
-        u = min(bad)
-        check.problems.append(
-            f"{what}: {len(bad)} users differ from pandas, e.g. user {u}: got {rows.get(u, [])}, "
-            f"expected {ref.get(u)}"
-        )
-    return bad
 
 
 def compare(frames: list[pd.DataFrame], out: RunOutput) -> Check:
@@ -542,7 +474,8 @@ def plan_kill(rng: random.Random, opts: SparkOptions, committed: int) -> KillPla
     kind = kinds[int(u_kind * len(kinds))]
     remaining = max(1, opts.batches() - committed)
     if kind == "failpoint":
-        point = opts.failpoints[int(u_point * len(opts.failpoints))]
+        points = opts.points()
+        point = points[int(u_point * len(points))]
         batch = committed + int(u_batch * remaining)
         partition = 0 if point in DRIVER_POINTS else int(u_part * opts.partitions)
         return KillPlan(kind, failpoint=f"{point}:{batch}:{partition}:kill:0")
@@ -564,6 +497,7 @@ class Attempt:
 
 
 def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
+    table = opts.table(run_dir)
     return [
         sys.executable,
         "-m",
@@ -581,6 +515,7 @@ def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
         "--step",
         opts.step,
         *(["--master", opts.master] if opts.remote is None else ["--remote", opts.remote]),
+        *([] if table is None else table.child_args()),
     ]
 
 
@@ -740,6 +675,9 @@ def run_one(
     fresh_dir(run_dir)
     frames = generate_events(opts.files, opts.records, opts.users, rng.randrange(2**32))
     names = write_input(run_dir / "input", frames)
+    table = opts.table(run_dir)
+    if table is not None:
+        table.prepare()
     planned = planned_kills(rng, opts.max_kills)
     hit_log = run_dir / "failpoints.jsonl"
     started = time.monotonic()
@@ -769,7 +707,14 @@ def run_one(
     if attempts > 1 and committed > 0:
         summary.restored += 1
     summary.run_seconds.append(round(time.monotonic() - started, 1))
-    return compare(frames, read_run(run_dir, names, opts.step))
+    out = read_run(run_dir, names, opts.step, table)
+    check = compare(frames, out)
+    if out.table is not None:
+        facts = check_table(out.table, check)
+        summary.table_commits += facts.commits
+        summary.table_double_commits += facts.double_commits
+        summary.table_missing_batches += facts.missing_batches
+    return check
 
 
 def run_spark_chaos(
@@ -786,6 +731,7 @@ def run_spark_chaos(
         master=opts.master,
         remote=opts.remote,
         files=opts.files,
+        output=opts.output,
     )
     return run_campaign(
         summary,

@@ -76,13 +76,12 @@ from snapcut.chaos.spark import (
     _log_entries,
     check_sizes,
     compare,
-    expected_updates,
     generate_events,
     progress,
     read_run,
-    reference,
     write_input,
 )
+from snapcut.chaos.spark_compare import expected_updates, reference
 from snapcut.jobs.spark_chain import A_FINISHED, B_RUNNING, RESTART_MARK
 from snapcut.spark.query_checkpoint import read_offsets
 from snapcut.spark.roots import PROTOCOL

@@ -141,6 +141,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="the job's stateful step: snapcut's aggregate (default) or a StatefulProcessor "
         "with value, list and map state through transform_with_state_in_pandas",
     )
+    spark.add_argument(
+        "--output",
+        default=None,
+        metavar="arrow|delta|iceberg",
+        help="where the sink's rows go: its root (arrow, default), or merged by user into a "
+        "Delta table or an Iceberg table (SQLite catalog) under the run's directory; the "
+        "summary adds the table's commits per batch",
+    )
     p.set_defaults(handler=main)
 
 
@@ -178,7 +186,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def refuse_spark_flags(args: argparse.Namespace) -> None:
-    for flag in ("files", "files_per_batch", "partitions", "master", "remote", "step"):
+    for flag in ("files", "files_per_batch", "partitions", "master", "remote", "step", "output"):
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
     if args.kill_mode not in KILL_MODES:
@@ -251,6 +259,7 @@ def chain_options(args: argparse.Namespace) -> ChainOptions:
         ("--failpoints", args.failpoints is not None),
         ("--remote", args.remote is not None),
         ("--step", args.step is not None),
+        ("--output", args.output is not None),
     ):
         if given:
             raise ConfigError(f"{flag} does not apply to --topology chain")
@@ -296,8 +305,9 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
             "--job-seconds, --unsafe-sink and --no-fsync apply to --engine local only"
         )
     defaults = SparkOptions()
+    # None: every crash point the output reaches (SparkOptions.points).
     points = (
-        defaults.failpoints
+        None
         if args.failpoints is None
         else tuple(f.strip() for f in args.failpoints.split(",") if f.strip())
     )
@@ -321,4 +331,5 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         workdir=args.workdir,
         keep=args.keep,
         step=pick(args.step, defaults.step),
+        output=pick(args.output, defaults.output),
     )

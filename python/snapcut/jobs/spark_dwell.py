@@ -8,7 +8,12 @@ trigger; re-running it with the same paths resumes from its checkpoint.
 
     python -m snapcut.jobs.spark_dwell INPUT STATE_ROOT CHECKPOINT OUTPUT [--partitions 3]
         [--sink parquet|arrow] [--step aggregate|tws] [--trigger available-now|'1 second']
-        [--remote URL]
+        [--remote URL] [--output arrow|delta|iceberg --table T [--catalog JSON]]
+
+``--output delta --table PATH`` / ``--output iceberg --table ns.table
+--catalog JSON`` (pyiceberg's ``load_catalog`` properties): the sink merges
+each batch's rows by user into that table (``DeltaOutput`` / ``IcebergOutput``)
+and OUTPUT, its root, keeps the manifests (``--sink arrow`` only).
 
 ``--remote``: run on Spark Connect (``local[2]``: a local server in this
 process's JVM; ``sc://host:15002``: a running one) instead of ``--master``.
@@ -17,6 +22,8 @@ process's JVM; ``sc://host:15002``: a running one) instead of ``--master``.
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
@@ -41,12 +48,25 @@ def main(argv: list[str] | None = None) -> int:
         "StatefulProcessor through transform_with_state_in_pandas",
     )
     parser.add_argument(
+        "--output",
+        dest="table_output",  # not "output": the positional OUTPUT (the sink root) is
+        choices=("arrow", "delta", "iceberg"),
+        default="arrow",
+        help="--sink arrow: the rows into the sink root (default), a Delta or an Iceberg table",
+    )
+    parser.add_argument("--table", default=None, help="the Delta table's path, or 'ns.table'")
+    parser.add_argument("--catalog", default=None, help="Iceberg: load_catalog properties, JSON")
+    parser.add_argument(
         "--trigger",
         default="available-now",
         help="'available-now' (run to the end of the input, then exit) or a processing-time "
         "interval such as '1 second' (run until stopped)",
     )
     args = parser.parse_args(argv)
+    if args.table_output != "arrow" and (args.sink != "arrow" or args.table is None):
+        parser.error(f"--output {args.table_output} needs --sink arrow and --table")
+    if (args.table_output == "iceberg") != (args.catalog is not None):
+        parser.error("--catalog goes with --output iceberg (and it needs one)")
     from snapcut.jobs.spark_session import build_session, check_remote
     from snapcut.spark import ArrowSnapshotSink, keyed_state
 
@@ -82,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             key="user",
             state=state,
             checkpoint_location=args.checkpoint,
+            output=table_output(args.table_output, args.table, args.catalog),
         )
         writer = averages.writeStream.foreachBatch(sink).outputMode("update")
     else:
@@ -97,6 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     query.awaitTermination()
     spark.stop()
     return 0
+
+
+def table_output(output: str, table: str | None, catalog: str | None) -> Any:
+    """The sink's ``output=``: None (the sink root), a DeltaOutput or an IcebergOutput."""
+    if output == "delta":
+        from snapcut.spark import DeltaOutput
+
+        return DeltaOutput(str(table))
+    if output == "iceberg":
+        from snapcut.spark import IcebergOutput
+
+        return IcebergOutput(json.loads(str(catalog)), str(table))
+    return None
 
 
 if __name__ == "__main__":
