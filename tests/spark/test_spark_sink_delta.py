@@ -35,10 +35,10 @@ from table_sink import (  # the fixtures: pytest finds them here
     totals,
     user_totals,
 )
-from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, AuthS3Server, S3Server, closed_port
 from tests.spark_support import stream
 
-from snapcut import ConfigError, SnapshotError, snapshots
+from snapcut import ConfigError, ObjectStoreError, SnapshotError, snapshots
 from snapcut.spark import (
     ArrowSnapshotSink,
     DeltaOutput,
@@ -363,3 +363,65 @@ def test_append_on_s3(
     history = log_commits(s3.filesystem(), f"{bucket}/events")
     one_commit_per_batch(uri, FILES, history, storage_options=options)
     assert [manifest(root, b)["output"]["delta"]["version"] for b in range(FILES)] == [0, 1, 2]
+
+
+def no_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No credential source outside what a test passes (the ``s3`` fixture
+    of another test may have set the AWS_* variables in this process)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_missing_and_refused_credentials_are_refused_before_anything_is_written(
+    spark: Any, s3_auth: AuthS3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a store that checks credentials: none at all, none for delta-rs,
+    a key the store does not know for delta-rs or for the executors'
+    filesystem, each an ObjectStoreError naming the table, the client, the
+    key and the option to set, raised before the batch's Spark job; then
+    the right keys commit (so the refusals were the credentials')."""
+    no_aws_environment(monkeypatch, tmp_path)
+    uri = f"s3://{s3_auth.bucket}/events"
+    right = {"AWS_ACCESS_KEY_ID": s3_auth.access_key, "AWS_SECRET_ACCESS_KEY": s3_auth.secret_key}
+    wrong = {"AWS_ACCESS_KEY_ID": "AKIASNAPCUTWRONGKEY", "AWS_SECRET_ACCESS_KEY": "nope"}
+    # Where no credentials are given delta-rs asks the instance metadata
+    # service: a closed port answers at once, anywhere.
+    imds = {"AWS_METADATA_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}
+    base = {
+        "AWS_ENDPOINT_URL": f"http://{s3_auth.endpoint}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": REGION,
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+    }
+    fs_none, fs_right = s3_auth.filesystem(None), s3_auth.filesystem()
+    fs_wrong = s3_auth.filesystem("AKIASNAPCUTWRONGFS", "nope")
+    cases = [
+        (imds, fs_none, r"executors' pyarrow filesystem has no S3 credentials .*filesystem="),
+        (
+            imds,
+            fs_right,
+            r"delta-rs \(storage_options\) has no S3 credentials .*'AWS_ACCESS_KEY_ID'",
+        ),
+        (
+            wrong,
+            fs_right,
+            r"refused the credentials AKIASNAPCUTWRONGKEY of delta-rs .*storage_options=",
+        ),
+        (right, fs_wrong, r"refused the credentials AKIASNAPCUTWRONGFS of the executors' pyarrow"),
+    ]
+    df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
+    root = tmp_path / "out"
+    for keys, fs, message in cases:
+        output = DeltaOutput(uri, storage_options={**base, **keys}, filesystem=fs)
+        with pytest.raises(ObjectStoreError, match=message) as refused:
+            ArrowSnapshotSink(str(root), output=output)(df, 0)
+        assert f"output table {uri}" in str(refused.value)
+        assert "nope" not in str(refused.value)  # a secret is never shown
+        assert s3_auth.keys("events") == []
+        assert not list(root.glob("chk-*"))
+    output = DeltaOutput(uri, storage_options={**base, **right}, filesystem=fs_right)
+    ArrowSnapshotSink(str(root), output=output)(df, 0)
+    got = table_at(uri, storage_options={**base, **right}).to_pylist()
+    assert sorted((r["user"], r["n"]) for r in got) == [(1, 3), (2, 4)]

@@ -7,8 +7,9 @@ between the catalog commit and snapcut's manifest, then a restart, commit
 nothing twice; with ``state=`` the manifest names the snapshot of the batch
 whose state it names; bad inputs (a table of another query, an incompatible
 schema, an identifier that is a namespace, a catalog that cannot be reached,
-a root written with another output, no pyiceberg) fail typed and commit
-nothing; one append round trip with the warehouse on S3 (moto)."""
+a root written with another output, no pyiceberg, missing or refused S3
+credentials) fail typed and commit nothing; one append round trip with the
+warehouse on S3 (moto)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ from table_sink import (  # the fixtures: pytest finds them here
     totals,
     user_totals,
 )
-from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, AuthS3Server, S3Server
 from tests.spark_support import stream
 
-from snapcut import ConfigError, SnapshotError, StorageError, snapshots
+from snapcut import ConfigError, ObjectStoreError, SnapshotError, StorageError, snapshots
 from snapcut.spark import (
     ArrowSnapshotSink,
     DeltaOutput,
@@ -397,3 +398,51 @@ def test_append_on_s3(
     assert [manifest(root, b)["output"]["iceberg"]["snapshot_id"] for b in range(FILES)] == ids
     data = s3.filesystem().get_file_info(pafs.FileSelector(f"{bucket}/warehouse", recursive=True))
     assert any("/data/snapcut-b00000000-" in i.path for i in data)
+
+
+def test_missing_and_refused_credentials_are_refused_before_anything_is_written(
+    spark: Any, s3_auth: AuthS3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a store that checks credentials: no credentials, a key the store
+    does not know in the catalog properties or in the executors'
+    filesystem, each an ObjectStoreError naming the table, the client, the
+    key and the property to set, raised before the batch's Spark job and
+    the catalog commit; then the right key commits (so the refusals were
+    the credentials')."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    props = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"s3://{s3_auth.bucket}/warehouse",
+        "s3.endpoint": f"http://{s3_auth.endpoint}",
+        "s3.region": REGION,
+    }
+    right = {"s3.access-key-id": s3_auth.access_key, "s3.secret-access-key": s3_auth.secret_key}
+    wrong = {"s3.access-key-id": "AKIASNAPCUTWRONGKEY", "s3.secret-access-key": "nope"}
+    cases = [
+        ({}, None, r"FileIO \(catalog properties\) has no S3 credentials .*'s3.access-key-id'"),
+        (wrong, None, r"refused the credentials AKIASNAPCUTWRONGKEY of pyiceberg's FileIO"),
+        (
+            right,
+            s3_auth.filesystem("AKIASNAPCUTWRONGFS", "nope"),
+            r"refused the credentials AKIASNAPCUTWRONGFS of the executors' .*filesystem=",
+        ),
+    ]
+    df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
+    root = tmp_path / "out"
+    for keys, fs, message in cases:
+        output = IcebergOutput({**props, **keys}, TABLE, filesystem=fs)
+        with pytest.raises(ObjectStoreError, match=message) as refused:
+            ArrowSnapshotSink(str(root), output=output)(df, 0)
+        assert f"output table {TABLE}" in str(refused.value)
+        assert "nope" not in str(refused.value)  # a secret is never shown
+        assert s3_auth.keys("warehouse") == []
+        assert load_catalog("snapcut", **props).list_tables("ns") == []
+        assert not list(root.glob("chk-*"))
+    sink = ArrowSnapshotSink(str(root), output=IcebergOutput({**props, **right}, TABLE))
+    sink(df, 0)
+    got = scan(load({**props, **right})).to_pylist()
+    assert sorted((r["user"], r["n"]) for r in got) == [(1, 3), (2, 4)]

@@ -22,6 +22,7 @@ version by itself: delta-rs #2580/#3821).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -33,6 +34,7 @@ import pyarrow.fs as pafs
 
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError
+from snapcut.spark.sink import credentials
 from snapcut.spark.sink.root import newest_per_key
 from snapcut.spark.sink.table import (
     APP_ID_KEY,
@@ -105,6 +107,7 @@ class DeltaOutput(TableOutput):
         )
         self.fs, self.path = _fs.resolve(inner, filesystem)
         self._checked: str | None = None
+        self._probed = False
 
     format = "delta"
 
@@ -120,14 +123,18 @@ class DeltaOutput(TableOutput):
         files is refused (not a Delta table)."""
         deltalake = _deltalake()
         opts = self.storage_options or None
+        files = credentials.filesystem_client(self.fs)
         with _errors(self.name, "opening the table"):
             # Not DeltaTable.is_deltatable: its list request times out against
             # moto's S3 server (delta-rs 1.6.6) where opening the table works.
-            log = self.fs.get_file_info(
-                pafs.FileSelector(f"{self.path}/_delta_log", allow_not_found=True)
-            )
+            with credentials.checked(self.name, files):
+                log = self.fs.get_file_info(
+                    pafs.FileSelector(f"{self.path}/_delta_log", allow_not_found=True)
+                )
             if any(i.base_name.endswith(".json") or ".checkpoint." in i.base_name for i in log):
-                table: DeltaTable = deltalake.DeltaTable(self.uri, storage_options=opts)
+                with credentials.checked(self.name, self._delta_client()):
+                    table: DeltaTable = deltalake.DeltaTable(self.uri, storage_options=opts)
+                self._probed = True
                 return table
             info = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         if info:
@@ -137,7 +144,33 @@ class DeltaOutput(TableOutput):
                 f"({shown}) and no _delta_log/. Pass an empty or new path, or an existing "
                 "Delta table (nothing was written)"
             )
+        self._probe_delta()
         return None
+
+    def _delta_client(self) -> credentials.S3Client | None:
+        """delta-rs' credentials, where the table is on S3."""
+        return credentials.delta_client(self.storage_options) if self._on_s3() else None
+
+    def _on_s3(self) -> bool:
+        return self.uri.split("://", 1)[0].lower() in ("s3", "s3a")
+
+    def _probe_delta(self) -> None:
+        """A new table on S3: delta-rs' first request would be the commit,
+        after the executors wrote the batch's files; its credentials are
+        tried now, once, by opening the (missing) table."""
+        if self._probed or not self._on_s3():
+            return
+        from deltalake.exceptions import TableNotFoundError
+
+        opts = self.storage_options or None
+        client = self._delta_client()
+        with (
+            _errors(self.name, "opening the table"),
+            credentials.checked(self.name, client),
+            contextlib.suppress(TableNotFoundError),
+        ):
+            _deltalake().DeltaTable(self.uri, storage_options=opts)
+        self._probed = True
 
     def check(self, dt: DeltaTable | None, app_id: str, schema: pa.Schema) -> None:
         """Refuses, before the batch writes anything, a table another snapcut

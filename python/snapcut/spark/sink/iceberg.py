@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError
+from snapcut.spark.sink import credentials
 from snapcut.spark.sink.root import newest_per_key
 from snapcut.spark.sink.table import (
     APP_ID_KEY,
@@ -114,6 +116,7 @@ class IcebergOutput(TableOutput):
         self.catalog_uri = _fs.redact(self.catalog_properties.get("uri", catalog_name))
         self._catalog: Catalog | None = None
         self._checked: str | None = None
+        self._probed: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_catalog": None}
@@ -175,9 +178,13 @@ class IcebergOutput(TableOutput):
         from pyiceberg.exceptions import NoSuchTableError
 
         catalog = self.catalog()
+        warehouse = self.catalog_properties.get("warehouse", "")
+        io = credentials.catalog_client(self.catalog_properties) if _on_s3(warehouse) else None
         with table_errors(self.name, "loading the table from the catalog"):
             try:
-                table: Table = catalog.load_table(self.identifier)
+                # Reads the table's metadata file with the catalog's FileIO.
+                with credentials.checked(self.name, io):
+                    table: Table = catalog.load_table(self.identifier)
                 return table
             except NoSuchTableError:
                 pass
@@ -252,7 +259,31 @@ class IcebergOutput(TableOutput):
         with table_errors(self.name, "resolving the table's location"):
             location = table.location() if table is not None else self._new_location(schema)
             fs, path = self._filesystem(location)
-        return TableFiles(fs, f"{path}/data", batch_dir(query_id, batch))
+        files = TableFiles(fs, f"{path}/data", batch_dir(query_id, batch))
+        self._probe(location, files)
+        return files
+
+    def _probe(self, location: str, files: TableFiles) -> None:
+        """On S3, once: each client's credentials are tried with a read
+        before the executors write (their first request would be a task's
+        write, the catalog's FileIO's the commit's metadata file)."""
+        if self._probed == location or not _on_s3(location):
+            return
+        from pyiceberg.io import load_file_io
+
+        io_client = credentials.catalog_client(self.catalog_properties)
+        data_client: credentials.S3Client | None = io_client
+        if self.filesystem is not None:
+            data_client = credentials.filesystem_client(files.fs)
+        where = f"{files.table_path}/{files.batch_dir}"
+        with table_errors(self.name, "trying the store's credentials"):
+            with credentials.checked(self.name, data_client):
+                files.fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
+            if self.filesystem is not None:  # the FileIO is another client
+                io = load_file_io(self.catalog_properties, location)
+                with credentials.checked(self.name, io_client):
+                    io.new_input(f"{location}/metadata/snapcut-credentials-probe").exists()
+        self._probed = location
 
     def _new_location(self, schema: pa.Schema) -> str:
         """Where the catalog puts the table it creates: the namespace is
@@ -356,6 +387,10 @@ class IcebergOutput(TableOutput):
         data, _ = encode_parquet(rows)
         _fs.write_bytes(where.fs, f"{where.table_path}/{rel}", data)
         return f"{location}/data/{rel}"
+
+
+def _on_s3(location: str) -> bool:
+    return location.split("://", 1)[0].lower() in ("s3", "s3a", "s3n")
 
 
 def _summary(snapshot: Any) -> dict[str, Any]:
