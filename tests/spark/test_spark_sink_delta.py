@@ -48,6 +48,7 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark.sink import delta as delta_module
+from snapcut.spark.sink.root import read_sink_meta
 
 __all__ = ["armed", "dwell", "points", "spark"]  # fixtures, imported for pytest
 
@@ -336,6 +337,85 @@ def test_a_root_written_with_a_table_refuses_another_output(spark: Any, tmp_path
     with pytest.raises(ConfigError, match="was created with output=None"):
         ArrowSnapshotSink(str(plain_root), output=DeltaOutput(str(tmp_path / "t3")))(df, 1)
     assert not (tmp_path / "t3").exists()
+
+
+def evolving_rows(mode: str) -> tuple[pd.DataFrame, pd.DataFrame, set[tuple[Any, ...]]]:
+    """Batch 0's rows, a restarted query's batch 1 with a new column
+    ``note``, and the table's (user, n, note) rows after both, per mode."""
+    first = pd.DataFrame({"user": [1, 2], "n": [3, 4]})
+    second = pd.DataFrame({"user": [1, 3], "n": [5, 6], "note": ["a", "b"]})
+    want = {
+        "append": {(1, 3, None), (2, 4, None), (1, 5, "a"), (3, 6, "b")},
+        "update": {(1, 5, "a"), (2, 4, None), (3, 6, "b")},
+    }[mode]
+    return first, second, want
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_new_column_is_added_only_with_schema_mode_merge(
+    spark: Any, mode: str, tmp_path: Path
+) -> None:
+    root, table = tmp_path / "out", tmp_path / "table"
+    key = "user" if mode == "update" else None
+    first, second, want = evolving_rows(mode)
+
+    def sink(**kw: Any) -> ArrowSnapshotSink:
+        return ArrowSnapshotSink(
+            str(root), output_mode=mode, key=key, output=DeltaOutput(str(table), **kw)
+        )
+
+    sink()(spark.createDataFrame(first), 0)
+    df = spark.createDataFrame(second)
+    with pytest.raises(ConfigError, match=r"added \['note'\]\. .*schema_mode='merge'"):
+        sink()(df, 1)
+    assert len(commits(table)) == 1
+    assert snapshots.open(str(root)).list() == [0]
+    merging = sink(schema_mode="merge")
+    merging(df, 1)
+    got = {(r["user"], r["n"], r["note"]) for r in table_at(table).to_pylist()}
+    assert got == want
+    assert table_at(table, 0).column_names == ["user", "n"]
+    # The column is its own commit (delta-rs' write transaction keeps the
+    # schema), carrying the app id; then the batch's one commit.
+    history = commits(table)
+    assert history[1]["snapcut.columns_added_for_batch"] == 1
+    assert "snapcut.batch" not in history[1]
+    assert history[2]["snapcut.batch"] == 1
+    assert manifest(root, 1)["output"]["delta"]["version"] == 2
+    meta = read_sink_meta(str(root))
+    assert meta["arrow_schema"].names == ["user", "n", "note"]
+    assert meta["columns_added"] == [{"batch": 1, "columns": ["note"]}]
+    # The evolved schema is the root's now: the next batch is one commit.
+    merging(spark.createDataFrame(second.assign(n=[7, 8])), 2)
+    assert [h.get("snapcut.batch") for h in commits(table)] == [0, None, 1, 2]
+    # Anything but added columns stays refused, opt-in or not.
+    for bad, change in (
+        (second.assign(n=["x", "y"]), r"changed n int64 -> string"),
+        (second.drop(columns="note"), r"removed \['note'\]"),
+    ):
+        with pytest.raises(ConfigError, match=change):
+            merging(spark.createDataFrame(bad), 3)
+    assert len(commits(table)) == 4
+
+
+def test_a_table_without_the_output_s_column_names_the_option(spark: Any, tmp_path: Path) -> None:
+    """A new root on an existing table that lacks a column of the output:
+    the table's check names the column and the option; then it is added."""
+    table = tmp_path / "table"
+    deltalake.write_deltalake(str(table), pa.table({"user": [1], "n": [2]}))
+    df = spark.createDataFrame(pd.DataFrame({"user": [3], "n": [4], "note": ["c"]}))
+    sink = ArrowSnapshotSink(str(tmp_path / "out"), output=DeltaOutput(str(table)))
+    with pytest.raises(
+        ConfigError, match=r"does not have the output's column\(s\) \['note'\]: pass DeltaOutput"
+    ):
+        sink(df, 0)
+    assert len(commits(table)) == 1
+    with pytest.raises(ConfigError, match=r"schema_mode=\) must be None .* or 'merge'"):
+        DeltaOutput(str(table), schema_mode="overwrite")
+    output = DeltaOutput(str(table), schema_mode="merge")
+    ArrowSnapshotSink(str(tmp_path / "out2"), output=output)(df, 0)
+    got = {(r["user"], r["n"], r["note"]) for r in table_at(table).to_pylist()}
+    assert got == {(1, 2, None), (3, 4, "c")}
 
 
 # --- S3 ---------------------------------------------------------------------

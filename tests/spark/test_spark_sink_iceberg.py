@@ -52,6 +52,7 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark.sink import iceberg as iceberg_module
+from snapcut.spark.sink.root import read_sink_meta
 
 __all__ = ["armed", "dwell", "points", "spark"]  # fixtures, imported for pytest
 
@@ -319,6 +320,77 @@ def test_an_incompatible_schema_is_refused(spark: Any, tmp_path: Path) -> None:
         {"user": 1, "n": "x"},
         {"user": 2, "n": "y"},
     ]
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_new_column_is_added_only_with_schema_mode_merge(
+    spark: Any, mode: str, tmp_path: Path
+) -> None:
+    """A restarted query's batch with a new column: refused naming it and
+    schema_mode='merge'; with the opt-in, added (optional) in the batch's
+    one snapshot, older rows null (update: the merged old files too);
+    anything but added columns stays refused."""
+    root = tmp_path / "out"
+    key = "user" if mode == "update" else None
+    first = pd.DataFrame({"user": [1, 2], "n": [3, 4]})
+    second = pd.DataFrame({"user": [1, 3], "n": [5, 6], "note": ["a", "b"]})
+    want = {
+        "append": {(1, 3, None), (2, 4, None), (1, 5, "a"), (3, 6, "b")},
+        "update": {(1, 5, "a"), (2, 4, None), (3, 6, "b")},
+    }[mode]
+
+    def sink(**kw: Any) -> ArrowSnapshotSink:
+        out = IcebergOutput(catalog_properties(tmp_path), TABLE, **kw)
+        return ArrowSnapshotSink(str(root), output_mode=mode, key=key, output=out)
+
+    sink()(spark.createDataFrame(first), 0)
+    df = spark.createDataFrame(second)
+    with pytest.raises(
+        ConfigError, match=r"added \['note'\]\. .*IcebergOutput\(\.\.\., schema_mode"
+    ):
+        sink()(df, 1)
+    assert len(load(tmp_path).snapshots()) == 1
+    merging = sink(schema_mode="merge")
+    merging(df, 1)
+    table = load(tmp_path)
+    got = {(r["user"], r["n"], r["note"]) for r in scan(table).to_pylist()}
+    assert got == want
+    ids = one_snapshot_per_batch(table, 2)
+    assert table.schema().find_field("note").optional
+    assert [s.schema_id for s in table.snapshots()] == [0, 1]
+    assert manifest(root, 1)["output"]["iceberg"]["snapshot_id"] == ids[1]
+    meta = read_sink_meta(str(root))
+    assert meta["columns_added"] == [{"batch": 1, "columns": ["note"]}]
+    merging(spark.createDataFrame(second.assign(n=[7, 8])), 2)
+    one_snapshot_per_batch(load(tmp_path), 3)
+    for bad, change in (
+        (second.assign(n=["x", "y"]), r"changed n int64 -> string"),
+        (second.drop(columns="note"), r"removed \['note'\]"),
+    ):
+        with pytest.raises(ConfigError, match=change):
+            merging(spark.createDataFrame(bad), 3)
+    assert len(load(tmp_path).snapshots()) == 3
+
+
+def test_a_table_without_the_output_s_column_names_the_option(spark: Any, tmp_path: Path) -> None:
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
+    catalog.create_namespace("ns")
+    made = catalog.create_table(TABLE, pa.schema([("user", pa.int64()), ("n", pa.int64())]))
+    made.append(pa.table({"user": pa.array([1], pa.int64()), "n": pa.array([2], pa.int64())}))
+    df = spark.createDataFrame(pd.DataFrame({"user": [3], "n": [4], "note": ["c"]}))
+    sink = ArrowSnapshotSink(str(tmp_path / "out"), output=output(tmp_path))
+    with pytest.raises(
+        ConfigError,
+        match=r"output's column\(s\) \['note'\]: pass IcebergOutput\(\.\.\., schema_mode",
+    ):
+        sink(df, 0)
+    assert len(load(tmp_path).snapshots()) == 1
+    with pytest.raises(ConfigError, match=r"schema_mode=\) must be None"):
+        IcebergOutput(catalog_properties(tmp_path), TABLE, schema_mode="union")
+    merging = IcebergOutput(catalog_properties(tmp_path), TABLE, schema_mode="merge")
+    ArrowSnapshotSink(str(tmp_path / "out2"), output=merging)(df, 0)
+    got = {(r["user"], r["n"], r["note"]) for r in scan(load(tmp_path)).to_pylist()}
+    assert got == {(1, 2, None), (3, 4, "c")}
 
 
 def test_not_a_table_and_an_unreachable_catalog_are_refused(spark: Any, tmp_path: Path) -> None:

@@ -43,7 +43,9 @@ from snapcut.spark.sink.table import (
     TableFiles,
     TableOutput,
     batch_dir,
+    check_schema_mode,
     encode_parquet,
+    new_columns,
     refuse_owner_or_schema,
     utc_timestamps,
 )
@@ -88,15 +90,20 @@ class DeltaOutput(TableOutput):
     delta-rs' (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, credentials, ...);
     ``filesystem`` the pyarrow filesystem the executors write data files
     with (default: resolved from ``uri``; pass one for a store whose URI
-    alone does not say how to reach it). Picklable."""
+    alone does not say how to reach it); ``schema_mode="merge"``: columns
+    the output adds (a restarted query's new column) are added to the
+    table, nullable (without it such a batch is refused). Picklable."""
 
     def __init__(
         self,
         uri: str | os.PathLike[str],
         storage_options: dict[str, str] | None = None,
         filesystem: Any = None,
+        *,
+        schema_mode: str | None = None,
     ) -> None:
         _deltalake()
+        self.schema_mode = check_schema_mode(schema_mode, "DeltaOutput")
         self.uri = os.fspath(uri)
         self.storage_options = dict(storage_options or {})
         self.name = _fs.redact(self.uri)
@@ -181,7 +188,7 @@ class DeltaOutput(TableOutput):
             history = list(self._history(dt))
             have = pa.schema(dt.schema().to_arrow())
         owners = {str(h[APP_ID_KEY]) for h in history if h.get(APP_ID_KEY) is not None}
-        refuse_owner_or_schema(self.name, owners, app_id, have, schema)
+        refuse_owner_or_schema(self, owners, app_id, have, schema)
         self._checked = app_id
 
     def committed_version(
@@ -248,6 +255,24 @@ class DeltaOutput(TableOutput):
         assert done is not None, "the commit just made is in the table"
         return done
 
+    def _add_columns(self, dt: DeltaTable, commit: BatchCommit) -> None:
+        """The columns the output adds (``schema_mode="merge"``; check()
+        refused them otherwise), added in a commit of their own before the
+        batch's: delta-rs' create_write_transaction does not change a
+        table's schema. It carries the app id, not the batch: a crash
+        before the batch's commit leaves a table whose schema is the
+        output's, and the re-run batch commits once."""
+        added = new_columns(pa.schema(dt.schema().to_arrow()), commit.schema)
+        if not added:
+            return
+        assert self.schema_mode == "merge", "check() refuses new columns without the opt-in"
+        from deltalake import CommitProperties
+
+        deltalake = _deltalake()
+        fields = deltalake.Schema.from_arrow(pa.schema(added)).fields
+        info = {APP_ID_KEY: commit.app_id, "snapcut.columns_added_for_batch": commit.batch}
+        dt.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata=info))
+
     def _commit(self, dt: DeltaTable | None, commit: BatchCommit, props: Any) -> None:
         deltalake = _deltalake()
         from deltalake.transaction import (
@@ -259,6 +284,8 @@ class DeltaOutput(TableOutput):
         opts = self.storage_options or None
         mode, key, schema = commit.mode, commit.key, commit.schema
         files, rows = commit.files, commit.rows
+        if dt is not None:
+            self._add_columns(dt, commit)
         if mode == "update":
             assert rows is not None
             source = newest_per_key(rows, key).cast(schema)

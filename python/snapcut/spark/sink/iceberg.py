@@ -51,7 +51,9 @@ from snapcut.spark.sink.table import (
     TableFiles,
     TableOutput,
     batch_dir,
+    check_schema_mode,
     encode_parquet,
+    new_columns,
     refuse_owner_or_schema,
     table_errors,
     utc_timestamps,
@@ -83,7 +85,11 @@ class IcebergOutput(TableOutput):
     ``identifier`` the table, ``"namespace.table"``; ``filesystem`` the
     pyarrow filesystem the executors write data files with (default: the one
     pyiceberg's FileIO opens for the table's location from the catalog
-    properties). Picklable (the catalog is opened where it is used)."""
+    properties); ``schema_mode="merge"``: columns the output adds (a
+    restarted query's new column) are added to the table, optional, in the
+    batch's own catalog commit (pyiceberg's ``union_by_name``; without it
+    such a batch is refused). Picklable (the catalog is opened where it is
+    used)."""
 
     format = "iceberg"
 
@@ -94,8 +100,10 @@ class IcebergOutput(TableOutput):
         *,
         catalog_name: str = "snapcut",
         filesystem: Any = None,
+        schema_mode: str | None = None,
     ) -> None:
         _pyiceberg()
+        self.schema_mode = check_schema_mode(schema_mode, "IcebergOutput")
         parts = identifier.split(".") if isinstance(identifier, str) else []
         if len(parts) < 2 or not all(parts):
             raise ConfigError(
@@ -212,7 +220,7 @@ class IcebergOutput(TableOutput):
             owners |= {_summary(s).get(APP_ID_KEY) for s in table.snapshots()}
             have = schema_to_pyarrow(table.schema(), include_field_ids=False)
         found = {str(o) for o in owners if o is not None}
-        refuse_owner_or_schema(self.name, found, app_id, have, schema)
+        refuse_owner_or_schema(self, found, app_id, have, schema)
         self._checked = app_id
 
     def committed_version(
@@ -326,9 +334,12 @@ class IcebergOutput(TableOutput):
                 )
             else:
                 txn = table.transaction()
+            if table is not None:
+                self._add_columns(txn, commit.schema)
             if txn.table_metadata.name_mapping() is None:
                 # The tasks' Parquet files have no field ids: readers map
-                # their columns by name (as pyiceberg's add_files sets it).
+                # their columns by name (as pyiceberg's add_files sets it;
+                # its schema update maps the columns it adds).
                 mapping = txn.table_metadata.schema().name_mapping.model_dump_json()
                 txn.set_properties(**{"schema.name-mapping.default": mapping})
             location = txn.table_metadata.location.rstrip("/")
@@ -358,6 +369,18 @@ class IcebergOutput(TableOutput):
         assert done is not None, "the commit just made is in the table"
         return done
 
+    def _add_columns(self, txn: Any, schema: pa.Schema) -> None:
+        """The columns the output adds (``schema_mode="merge"``; check()
+        refused them otherwise), added in the batch's transaction."""
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        have = schema_to_pyarrow(txn.table_metadata.schema(), include_field_ids=False)
+        added = new_columns(have, schema)
+        if added:
+            assert self.schema_mode == "merge", "check() refuses new columns without the opt-in"
+            with txn.update_schema() as update:
+                update.union_by_name(pa.schema(added))
+
     def _merge(
         self, table: Table | None, key: Sequence[str], schema: pa.Schema, rows: pa.Table
     ) -> tuple[list[Any], pa.Table]:
@@ -376,7 +399,7 @@ class IcebergOutput(TableOutput):
         old = []
         for task in tasks:
             with table.io.new_input(task.file.file_path).open() as f:
-                old.append(pq.read_table(f).select(schema.names).cast(schema))
+                old.append(_conform(pq.read_table(f), schema))
         merged = newest_per_key(pa.concat_tables([*old, source]), key)
         return [task.file for task in tasks], merged
 
@@ -387,6 +410,16 @@ class IcebergOutput(TableOutput):
         data, _ = encode_parquet(rows)
         _fs.write_bytes(where.fs, f"{where.table_path}/{rel}", data)
         return f"{location}/data/{rel}"
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A data file's rows in the output's columns: a column added to the
+    table after the file was written (``schema_mode="merge"``) is null."""
+    columns = [
+        rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
 
 
 def _on_s3(location: str) -> bool:
