@@ -27,9 +27,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
+import io
 import json
 import os
 import platform
+import pstats
 import statistics
 import subprocess
 import sys
@@ -108,11 +111,34 @@ def sink_for(output: str, mode: str, work: Path, tag: str) -> tuple[Sink, Any, s
     return sink, sink, where
 
 
-def run(spark: SparkSession, output: str, mode: str, src: Path, work: Path) -> dict[str, Any]:
+def profiled(write: Sink, profiler: cProfile.Profile) -> Sink:
+    """`write` with `profiler` on during each call (foreachBatch runs it in
+    a py4j callback thread, which a profiler started elsewhere misses)."""
+
+    def call(batch: DataFrame, batch_id: int) -> None:
+        profiler.enable()
+        try:
+            write(batch, batch_id)
+        finally:
+            profiler.disable()
+
+    return call
+
+
+def run(
+    spark: SparkSession,
+    output: str,
+    mode: str,
+    src: Path,
+    work: Path,
+    profiler: cProfile.Profile | None = None,
+) -> dict[str, Any]:
     """One availableNow query of `output` over `src` (one file a batch)."""
     tag = f"{output.split()[0].replace('-', '_')}_{mode}_{time.monotonic_ns()}"
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(src))
     write, sink, where = sink_for(output, mode, work, tag)
+    if profiler is not None:
+        write = profiled(write, profiler)
     q = (
         query(df, mode)
         .writeStream.foreachBatch(write)
@@ -220,6 +246,31 @@ def measure(
     return results
 
 
+def profile(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Where one output's batches spend the driver's time (after a warm-up
+    query): cumulative time of the foreachBatch call's functions."""
+    output, mode = args.profile
+    text = [f"# {output}, {mode}: cProfile of the foreachBatch calls; {machine()['uptime']}"]
+    for keys in args.keys:
+        with tempfile.TemporaryDirectory() as d:
+            work = Path(d)
+            write_input(work / "in", keys, args.rows, args.batches)
+            run(spark, output, mode, work / "in", work)  # warm-up
+            profiler = cProfile.Profile()
+            res = run(spark, output, mode, work / "in", work, profiler)
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(40)
+        text += [
+            f"## {keys} keys: {len(res['trigger_s'])} batches, triggerExecution "
+            f"{[round(t, 3) for t in res['trigger_s']]} s, stage {res['stage_s']} s, "
+            f"commit {res['commit_s']} s",
+            out.getvalue(),
+        ]
+    Path(args.out).write_text("\n".join(text))
+    spark.stop()
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--keys", type=int, nargs="+", default=[10_000, 100_000])
@@ -230,8 +281,17 @@ def main() -> int:
     parser.add_argument("--outputs", nargs="+", choices=OUTPUTS, default=list(OUTPUTS))
     default_out = Path(__file__).resolve().parent / "results" / "lakehouse" / "lakehouse.json"
     parser.add_argument("--out", default=str(default_out))
+    parser.add_argument(
+        "--profile",
+        nargs=2,
+        metavar=("OUTPUT", "MODE"),
+        help="instead: one query of OUTPUT in MODE per --keys under cProfile (the "
+        "foreachBatch call), the top functions by cumulative time to --out (text)",
+    )
     args = parser.parse_args()
     spark = start_session("3g")
+    if args.profile:
+        return profile(spark, args)
     results: dict[str, Any] = {"machine_before": machine(), "args": vars(args), "runs": {}}
     with tempfile.TemporaryDirectory() as d:  # warm-up, not recorded
         warm = Path(d)
