@@ -9,6 +9,8 @@
 - `runtime_root`: a real job of the local runtime with durable checkpoints.
 - `s3`: a real S3 server on 127.0.0.1 (moto's standalone server, one per
   test module; tests/s3_support.py), for roots on an object store.
+- `s3_auth`: moto's S3 server checking credentials (its own process), one
+  bucket and one IAM user's key, for missing and refused credentials.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pytest
-from tests.s3_support import S3Server, moto_server
+from tests.s3_support import AuthS3Server, S3Server, moto_auth_server, moto_server
 
 from snapcut import Checkpointing, Dataflow, StateTable, snapshots
 from snapcut._core import SnapshotStore
@@ -293,4 +295,13 @@ def s3() -> Iterator[S3Server]:
     AWS_* variables of S3Server.env() set meanwhile; ``s3.bucket()`` makes a
     fresh bucket, ``s3.filesystem()`` / ``s3.uri(path)`` name it."""
     with moto_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def s3_auth() -> Iterator[AuthS3Server]:
+    """moto's S3 server with request authentication on (its own process),
+    for one test module: one bucket, one IAM user's key that may use it
+    (tests/s3_support.py)."""
+    with moto_auth_server() as server:
         yield server

@@ -35,10 +35,10 @@ from table_sink import (  # the fixtures: pytest finds them here
     totals,
     user_totals,
 )
-from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, AuthS3Server, S3Server, closed_port
 from tests.spark_support import stream
 
-from snapcut import ConfigError, SnapshotError, snapshots
+from snapcut import ConfigError, ObjectStoreError, SnapshotError, snapshots
 from snapcut.spark import (
     ArrowSnapshotSink,
     DeltaOutput,
@@ -48,6 +48,7 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark.sink import delta as delta_module
+from snapcut.spark.sink.root import read_sink_meta
 
 __all__ = ["armed", "dwell", "points", "spark"]  # fixtures, imported for pytest
 
@@ -338,6 +339,85 @@ def test_a_root_written_with_a_table_refuses_another_output(spark: Any, tmp_path
     assert not (tmp_path / "t3").exists()
 
 
+def evolving_rows(mode: str) -> tuple[pd.DataFrame, pd.DataFrame, set[tuple[Any, ...]]]:
+    """Batch 0's rows, a restarted query's batch 1 with a new column
+    ``note``, and the table's (user, n, note) rows after both, per mode."""
+    first = pd.DataFrame({"user": [1, 2], "n": [3, 4]})
+    second = pd.DataFrame({"user": [1, 3], "n": [5, 6], "note": ["a", "b"]})
+    want = {
+        "append": {(1, 3, None), (2, 4, None), (1, 5, "a"), (3, 6, "b")},
+        "update": {(1, 5, "a"), (2, 4, None), (3, 6, "b")},
+    }[mode]
+    return first, second, want
+
+
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_new_column_is_added_only_with_schema_mode_merge(
+    spark: Any, mode: str, tmp_path: Path
+) -> None:
+    root, table = tmp_path / "out", tmp_path / "table"
+    key = "user" if mode == "update" else None
+    first, second, want = evolving_rows(mode)
+
+    def sink(**kw: Any) -> ArrowSnapshotSink:
+        return ArrowSnapshotSink(
+            str(root), output_mode=mode, key=key, output=DeltaOutput(str(table), **kw)
+        )
+
+    sink()(spark.createDataFrame(first), 0)
+    df = spark.createDataFrame(second)
+    with pytest.raises(ConfigError, match=r"added \['note'\]\. .*schema_mode='merge'"):
+        sink()(df, 1)
+    assert len(commits(table)) == 1
+    assert snapshots.open(str(root)).list() == [0]
+    merging = sink(schema_mode="merge")
+    merging(df, 1)
+    got = {(r["user"], r["n"], r["note"]) for r in table_at(table).to_pylist()}
+    assert got == want
+    assert table_at(table, 0).column_names == ["user", "n"]
+    # The column is its own commit (delta-rs' write transaction keeps the
+    # schema), carrying the app id; then the batch's one commit.
+    history = commits(table)
+    assert history[1]["snapcut.columns_added_for_batch"] == 1
+    assert "snapcut.batch" not in history[1]
+    assert history[2]["snapcut.batch"] == 1
+    assert manifest(root, 1)["output"]["delta"]["version"] == 2
+    meta = read_sink_meta(str(root))
+    assert meta["arrow_schema"].names == ["user", "n", "note"]
+    assert meta["columns_added"] == [{"batch": 1, "columns": ["note"]}]
+    # The evolved schema is the root's now: the next batch is one commit.
+    merging(spark.createDataFrame(second.assign(n=[7, 8])), 2)
+    assert [h.get("snapcut.batch") for h in commits(table)] == [0, None, 1, 2]
+    # Anything but added columns stays refused, opt-in or not.
+    for bad, change in (
+        (second.assign(n=["x", "y"]), r"changed n int64 -> string"),
+        (second.drop(columns="note"), r"removed \['note'\]"),
+    ):
+        with pytest.raises(ConfigError, match=change):
+            merging(spark.createDataFrame(bad), 3)
+    assert len(commits(table)) == 4
+
+
+def test_a_table_without_the_output_s_column_names_the_option(spark: Any, tmp_path: Path) -> None:
+    """A new root on an existing table that lacks a column of the output:
+    the table's check names the column and the option; then it is added."""
+    table = tmp_path / "table"
+    deltalake.write_deltalake(str(table), pa.table({"user": [1], "n": [2]}))
+    df = spark.createDataFrame(pd.DataFrame({"user": [3], "n": [4], "note": ["c"]}))
+    sink = ArrowSnapshotSink(str(tmp_path / "out"), output=DeltaOutput(str(table)))
+    with pytest.raises(
+        ConfigError, match=r"does not have the output's column\(s\) \['note'\]: pass DeltaOutput"
+    ):
+        sink(df, 0)
+    assert len(commits(table)) == 1
+    with pytest.raises(ConfigError, match=r"schema_mode=\) must be None .* or 'merge'"):
+        DeltaOutput(str(table), schema_mode="overwrite")
+    output = DeltaOutput(str(table), schema_mode="merge")
+    ArrowSnapshotSink(str(tmp_path / "out2"), output=output)(df, 0)
+    got = {(r["user"], r["n"], r["note"]) for r in table_at(table).to_pylist()}
+    assert got == {(1, 2, None), (3, 4, "c")}
+
+
 # --- S3 ---------------------------------------------------------------------
 
 
@@ -363,3 +443,65 @@ def test_append_on_s3(
     history = log_commits(s3.filesystem(), f"{bucket}/events")
     one_commit_per_batch(uri, FILES, history, storage_options=options)
     assert [manifest(root, b)["output"]["delta"]["version"] for b in range(FILES)] == [0, 1, 2]
+
+
+def no_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No credential source outside what a test passes (the ``s3`` fixture
+    of another test may have set the AWS_* variables in this process)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def test_missing_and_refused_credentials_are_refused_before_anything_is_written(
+    spark: Any, s3_auth: AuthS3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a store that checks credentials: none at all, none for delta-rs,
+    a key the store does not know for delta-rs or for the executors'
+    filesystem, each an ObjectStoreError naming the table, the client, the
+    key and the option to set, raised before the batch's Spark job; then
+    the right keys commit (so the refusals were the credentials')."""
+    no_aws_environment(monkeypatch, tmp_path)
+    uri = f"s3://{s3_auth.bucket}/events"
+    right = {"AWS_ACCESS_KEY_ID": s3_auth.access_key, "AWS_SECRET_ACCESS_KEY": s3_auth.secret_key}
+    wrong = {"AWS_ACCESS_KEY_ID": "AKIASNAPCUTWRONGKEY", "AWS_SECRET_ACCESS_KEY": "nope"}
+    # Where no credentials are given delta-rs asks the instance metadata
+    # service: a closed port answers at once, anywhere.
+    imds = {"AWS_METADATA_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}
+    base = {
+        "AWS_ENDPOINT_URL": f"http://{s3_auth.endpoint}",
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": REGION,
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+    }
+    fs_none, fs_right = s3_auth.filesystem(None), s3_auth.filesystem()
+    fs_wrong = s3_auth.filesystem("AKIASNAPCUTWRONGFS", "nope")
+    cases = [
+        (imds, fs_none, r"executors' pyarrow filesystem has no S3 credentials .*filesystem="),
+        (
+            imds,
+            fs_right,
+            r"delta-rs \(storage_options\) has no S3 credentials .*'AWS_ACCESS_KEY_ID'",
+        ),
+        (
+            wrong,
+            fs_right,
+            r"refused the credentials AKIASNAPCUTWRONGKEY of delta-rs .*storage_options=",
+        ),
+        (right, fs_wrong, r"refused the credentials AKIASNAPCUTWRONGFS of the executors' pyarrow"),
+    ]
+    df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
+    root = tmp_path / "out"
+    for keys, fs, message in cases:
+        output = DeltaOutput(uri, storage_options={**base, **keys}, filesystem=fs)
+        with pytest.raises(ObjectStoreError, match=message) as refused:
+            ArrowSnapshotSink(str(root), output=output)(df, 0)
+        assert f"output table {uri}" in str(refused.value)
+        assert "nope" not in str(refused.value)  # a secret is never shown
+        assert s3_auth.keys("events") == []
+        assert not list(root.glob("chk-*"))
+    output = DeltaOutput(uri, storage_options={**base, **right}, filesystem=fs_right)
+    ArrowSnapshotSink(str(root), output=output)(df, 0)
+    got = table_at(uri, storage_options={**base, **right}).to_pylist()
+    assert sorted((r["user"], r["n"]) for r in got) == [(1, 3), (2, 4)]

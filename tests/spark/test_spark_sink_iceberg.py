@@ -7,8 +7,9 @@ between the catalog commit and snapcut's manifest, then a restart, commit
 nothing twice; with ``state=`` the manifest names the snapshot of the batch
 whose state it names; bad inputs (a table of another query, an incompatible
 schema, an identifier that is a namespace, a catalog that cannot be reached,
-a root written with another output, no pyiceberg) fail typed and commit
-nothing; one append round trip with the warehouse on S3 (moto)."""
+a root written with another output, no pyiceberg, missing or refused S3
+credentials) fail typed and commit nothing; one append round trip with the
+warehouse on S3 (moto)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,10 @@ from table_sink import (  # the fixtures: pytest finds them here
     totals,
     user_totals,
 )
-from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, S3Server
+from tests.s3_support import ACCESS_KEY, REGION, SECRET_KEY, AuthS3Server, S3Server
 from tests.spark_support import stream
 
-from snapcut import ConfigError, SnapshotError, StorageError, snapshots
+from snapcut import ConfigError, ObjectStoreError, SnapshotError, StorageError, snapshots
 from snapcut.spark import (
     ArrowSnapshotSink,
     DeltaOutput,
@@ -51,6 +52,7 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark.sink import iceberg as iceberg_module
+from snapcut.spark.sink.root import read_sink_meta
 
 __all__ = ["armed", "dwell", "points", "spark"]  # fixtures, imported for pytest
 
@@ -320,6 +322,77 @@ def test_an_incompatible_schema_is_refused(spark: Any, tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("mode", ["append", "update"])
+def test_a_new_column_is_added_only_with_schema_mode_merge(
+    spark: Any, mode: str, tmp_path: Path
+) -> None:
+    """A restarted query's batch with a new column: refused naming it and
+    schema_mode='merge'; with the opt-in, added (optional) in the batch's
+    one snapshot, older rows null (update: the merged old files too);
+    anything but added columns stays refused."""
+    root = tmp_path / "out"
+    key = "user" if mode == "update" else None
+    first = pd.DataFrame({"user": [1, 2], "n": [3, 4]})
+    second = pd.DataFrame({"user": [1, 3], "n": [5, 6], "note": ["a", "b"]})
+    want = {
+        "append": {(1, 3, None), (2, 4, None), (1, 5, "a"), (3, 6, "b")},
+        "update": {(1, 5, "a"), (2, 4, None), (3, 6, "b")},
+    }[mode]
+
+    def sink(**kw: Any) -> ArrowSnapshotSink:
+        out = IcebergOutput(catalog_properties(tmp_path), TABLE, **kw)
+        return ArrowSnapshotSink(str(root), output_mode=mode, key=key, output=out)
+
+    sink()(spark.createDataFrame(first), 0)
+    df = spark.createDataFrame(second)
+    with pytest.raises(
+        ConfigError, match=r"added \['note'\]\. .*IcebergOutput\(\.\.\., schema_mode"
+    ):
+        sink()(df, 1)
+    assert len(load(tmp_path).snapshots()) == 1
+    merging = sink(schema_mode="merge")
+    merging(df, 1)
+    table = load(tmp_path)
+    got = {(r["user"], r["n"], r["note"]) for r in scan(table).to_pylist()}
+    assert got == want
+    ids = one_snapshot_per_batch(table, 2)
+    assert table.schema().find_field("note").optional
+    assert [s.schema_id for s in table.snapshots()] == [0, 1]
+    assert manifest(root, 1)["output"]["iceberg"]["snapshot_id"] == ids[1]
+    meta = read_sink_meta(str(root))
+    assert meta["columns_added"] == [{"batch": 1, "columns": ["note"]}]
+    merging(spark.createDataFrame(second.assign(n=[7, 8])), 2)
+    one_snapshot_per_batch(load(tmp_path), 3)
+    for bad, change in (
+        (second.assign(n=["x", "y"]), r"changed n int64 -> string"),
+        (second.drop(columns="note"), r"removed \['note'\]"),
+    ):
+        with pytest.raises(ConfigError, match=change):
+            merging(spark.createDataFrame(bad), 3)
+    assert len(load(tmp_path).snapshots()) == 3
+
+
+def test_a_table_without_the_output_s_column_names_the_option(spark: Any, tmp_path: Path) -> None:
+    catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
+    catalog.create_namespace("ns")
+    made = catalog.create_table(TABLE, pa.schema([("user", pa.int64()), ("n", pa.int64())]))
+    made.append(pa.table({"user": pa.array([1], pa.int64()), "n": pa.array([2], pa.int64())}))
+    df = spark.createDataFrame(pd.DataFrame({"user": [3], "n": [4], "note": ["c"]}))
+    sink = ArrowSnapshotSink(str(tmp_path / "out"), output=output(tmp_path))
+    with pytest.raises(
+        ConfigError,
+        match=r"output's column\(s\) \['note'\]: pass IcebergOutput\(\.\.\., schema_mode",
+    ):
+        sink(df, 0)
+    assert len(load(tmp_path).snapshots()) == 1
+    with pytest.raises(ConfigError, match=r"schema_mode=\) must be None"):
+        IcebergOutput(catalog_properties(tmp_path), TABLE, schema_mode="union")
+    merging = IcebergOutput(catalog_properties(tmp_path), TABLE, schema_mode="merge")
+    ArrowSnapshotSink(str(tmp_path / "out2"), output=merging)(df, 0)
+    got = {(r["user"], r["n"], r["note"]) for r in scan(load(tmp_path)).to_pylist()}
+    assert got == {(1, 2, None), (3, 4, "c")}
+
+
 def test_not_a_table_and_an_unreachable_catalog_are_refused(spark: Any, tmp_path: Path) -> None:
     df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
     catalog = load_catalog("snapcut", **catalog_properties(tmp_path))
@@ -397,3 +470,51 @@ def test_append_on_s3(
     assert [manifest(root, b)["output"]["iceberg"]["snapshot_id"] for b in range(FILES)] == ids
     data = s3.filesystem().get_file_info(pafs.FileSelector(f"{bucket}/warehouse", recursive=True))
     assert any("/data/snapcut-b00000000-" in i.path for i in data)
+
+
+def test_missing_and_refused_credentials_are_refused_before_anything_is_written(
+    spark: Any, s3_auth: AuthS3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """On a store that checks credentials: no credentials, a key the store
+    does not know in the catalog properties or in the executors'
+    filesystem, each an ObjectStoreError naming the table, the client, the
+    key and the property to set, raised before the batch's Spark job and
+    the catalog commit; then the right key commits (so the refusals were
+    the credentials')."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-credentials"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    props = {
+        "type": "sql",
+        "uri": f"sqlite:///{tmp_path}/catalog.db",
+        "warehouse": f"s3://{s3_auth.bucket}/warehouse",
+        "s3.endpoint": f"http://{s3_auth.endpoint}",
+        "s3.region": REGION,
+    }
+    right = {"s3.access-key-id": s3_auth.access_key, "s3.secret-access-key": s3_auth.secret_key}
+    wrong = {"s3.access-key-id": "AKIASNAPCUTWRONGKEY", "s3.secret-access-key": "nope"}
+    cases = [
+        ({}, None, r"FileIO \(catalog properties\) has no S3 credentials .*'s3.access-key-id'"),
+        (wrong, None, r"refused the credentials AKIASNAPCUTWRONGKEY of pyiceberg's FileIO"),
+        (
+            right,
+            s3_auth.filesystem("AKIASNAPCUTWRONGFS", "nope"),
+            r"refused the credentials AKIASNAPCUTWRONGFS of the executors' .*filesystem=",
+        ),
+    ]
+    df = spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]}))
+    root = tmp_path / "out"
+    for keys, fs, message in cases:
+        output = IcebergOutput({**props, **keys}, TABLE, filesystem=fs)
+        with pytest.raises(ObjectStoreError, match=message) as refused:
+            ArrowSnapshotSink(str(root), output=output)(df, 0)
+        assert f"output table {TABLE}" in str(refused.value)
+        assert "nope" not in str(refused.value)  # a secret is never shown
+        assert s3_auth.keys("warehouse") == []
+        assert load_catalog("snapcut", **props).list_tables("ns") == []
+        assert not list(root.glob("chk-*"))
+    sink = ArrowSnapshotSink(str(root), output=IcebergOutput({**props, **right}, TABLE))
+    sink(df, 0)
+    got = scan(load({**props, **right})).to_pylist()
+    assert sorted((r["user"], r["n"]) for r in got) == [(1, 3), (2, 4)]

@@ -8,7 +8,8 @@ micro-batch's output as Arrow IPC files plus a manifest (docs/format.md).
 
 Layout of a sink root (a local path or any pyarrow-filesystem URI)::
 
-    <root>/_snapcut_sink.json            output mode, key columns, schema (fixed for the root)
+    <root>/_snapcut_sink.json            output mode, key columns, schema (fixed; a table
+                                         output's grows by schema_mode="merge")
     <root>/_snapcut_owner.json           the streaming query that writes the root
     <root>/_staging/...                  files of batches not (yet) committed: never read
     <root>/chk-<N>/manifest.json         the commit of batch N (docs/format.md)
@@ -56,7 +57,10 @@ the manifests.
 **Schemas.** A root holds one schema (names and types; nullability may
 vary): readers such as pyarrow.dataset and DuckDB then see one table. A batch
 whose schema differs fails with a ConfigError naming the change, before
-anything is written; write the new schema to a new root.
+anything is written; write the new schema to a new root. A table output with
+``schema_mode="merge"`` takes a batch that adds columns: the table gets them
+(nullable) in the batch's commit, then the root's description records the
+new schema (``columns_added``).
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ from snapcut.spark.sink.root import (
     STAGING_DIR,
     CommittedBatch,
     SinkRoot,
+    added_columns,
     schema_change,
 )
 from snapcut.spark.sink.staging import (
@@ -244,7 +249,7 @@ class ArrowSnapshotSink:
             report = BatchReport(batch_id, committed=False)
             self.reports.append(report)
             return report
-        self._check_meta(schema, batch_id)
+        evolved = self._check_meta(schema, batch_id)
         table = None if self.output is None else _TableBatch.open(self, owner, schema, batch_id)
         state = self._state_root()
         checkpoint = self._checkpoint_location(batch_df, owner)
@@ -283,6 +288,11 @@ class ArrowSnapshotSink:
         if table is not None:
             report.table_version = table.commit(files, report)
             files = []  # the rows are in the table, the root names none
+        if evolved is not None:
+            # After the table's commit, before the manifest: the root's
+            # schema follows the table's (a crash in between re-runs the
+            # batch, which finds its commit and evolves the root again).
+            self._writable(lambda: self.root.dir.write_json(SINK_META_FILE, evolved))
         extra: dict[str, Any] = {
             "output": {
                 "mode": self.output_mode,
@@ -339,7 +349,11 @@ class ArrowSnapshotSink:
                 "to (nothing committed was touched)"
             ) from e
 
-    def _check_meta(self, schema: pa.Schema, batch_id: int) -> None:
+    def _check_meta(self, schema: pa.Schema, batch_id: int) -> dict[str, Any] | None:
+        """Refuses a batch the root cannot take; returns the root's new
+        description if the batch adds columns to a table output that
+        takes them (``schema_mode="merge"``), to write once the table has
+        them."""
         missing = [k for k in self.key if k not in schema.names]
         if missing:
             raise ConfigError(
@@ -360,7 +374,7 @@ class ArrowSnapshotSink:
             if self.output is not None:
                 meta["output"] = self._output_meta()
             self._writable(lambda: self.root.dir.write_json(SINK_META_FILE, meta))
-            return
+            return None
         have = self.root.meta()
         for what, mine in (
             ("output_mode", self.output_mode),
@@ -374,13 +388,32 @@ class ArrowSnapshotSink:
                     "was changed)"
                 )
         change = schema_change(have["arrow_schema"], schema)
-        if change:
-            raise ConfigError(
-                f"batch {batch_id}'s DataFrame does not have the schema of sink root {self.name} "
-                f"(fixed by batch {have['first_batch']}): {change}. A root holds one schema so "
-                "that its readers see one table: select/cast to the root's schema, or write to "
-                "a new root (the committed batches are untouched)"
+        if not change:
+            return None
+        added = added_columns(have["arrow_schema"], schema)
+        if added and self.output is not None and self.output.schema_mode == "merge":
+            evolved = {k: v for k, v in have.items() if k != "arrow_schema"}
+            evolved["schema"] = schema_to_json(schema)
+            evolved["schema_ipc"] = base64.b64encode(schema_bytes(schema)).decode()
+            evolved["columns_added"] = [
+                *have.get("columns_added", []),
+                {"batch": batch_id, "columns": added},
+            ]
+            return evolved
+        fix = (
+            "A root holds one schema so that its readers see one table: select/cast to the "
+            "root's schema, or write to a new root"
+        )
+        if added and self.output is not None:
+            fix = (
+                f"To add the column(s) to the table (its older rows read null) and to the "
+                f"root's schema, pass {self.output.merge_option()}; or select the root's columns"
             )
+        raise ConfigError(
+            f"batch {batch_id}'s DataFrame does not have the schema of sink root {self.name} "
+            f"(fixed by batch {have['first_batch']}): {change}. {fix} (the committed batches "
+            "are untouched)"
+        )
 
     def _output_meta(self) -> dict[str, Any] | None:
         return None if self.output is None else self.output.describe()

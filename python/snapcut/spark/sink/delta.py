@@ -22,6 +22,7 @@ version by itself: delta-rs #2580/#3821).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -33,6 +34,7 @@ import pyarrow.fs as pafs
 
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError
+from snapcut.spark.sink import credentials
 from snapcut.spark.sink.root import newest_per_key
 from snapcut.spark.sink.table import (
     APP_ID_KEY,
@@ -41,7 +43,9 @@ from snapcut.spark.sink.table import (
     TableFiles,
     TableOutput,
     batch_dir,
+    check_schema_mode,
     encode_parquet,
+    new_columns,
     refuse_owner_or_schema,
     utc_timestamps,
 )
@@ -86,15 +90,20 @@ class DeltaOutput(TableOutput):
     delta-rs' (``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``, credentials, ...);
     ``filesystem`` the pyarrow filesystem the executors write data files
     with (default: resolved from ``uri``; pass one for a store whose URI
-    alone does not say how to reach it). Picklable."""
+    alone does not say how to reach it); ``schema_mode="merge"``: columns
+    the output adds (a restarted query's new column) are added to the
+    table, nullable (without it such a batch is refused). Picklable."""
 
     def __init__(
         self,
         uri: str | os.PathLike[str],
         storage_options: dict[str, str] | None = None,
         filesystem: Any = None,
+        *,
+        schema_mode: str | None = None,
     ) -> None:
         _deltalake()
+        self.schema_mode = check_schema_mode(schema_mode, "DeltaOutput")
         self.uri = os.fspath(uri)
         self.storage_options = dict(storage_options or {})
         self.name = _fs.redact(self.uri)
@@ -105,6 +114,7 @@ class DeltaOutput(TableOutput):
         )
         self.fs, self.path = _fs.resolve(inner, filesystem)
         self._checked: str | None = None
+        self._probed = False
 
     format = "delta"
 
@@ -120,14 +130,18 @@ class DeltaOutput(TableOutput):
         files is refused (not a Delta table)."""
         deltalake = _deltalake()
         opts = self.storage_options or None
+        files = credentials.filesystem_client(self.fs)
         with _errors(self.name, "opening the table"):
             # Not DeltaTable.is_deltatable: its list request times out against
             # moto's S3 server (delta-rs 1.6.6) where opening the table works.
-            log = self.fs.get_file_info(
-                pafs.FileSelector(f"{self.path}/_delta_log", allow_not_found=True)
-            )
+            with credentials.checked(self.name, files):
+                log = self.fs.get_file_info(
+                    pafs.FileSelector(f"{self.path}/_delta_log", allow_not_found=True)
+                )
             if any(i.base_name.endswith(".json") or ".checkpoint." in i.base_name for i in log):
-                table: DeltaTable = deltalake.DeltaTable(self.uri, storage_options=opts)
+                with credentials.checked(self.name, self._delta_client()):
+                    table: DeltaTable = deltalake.DeltaTable(self.uri, storage_options=opts)
+                self._probed = True
                 return table
             info = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
         if info:
@@ -137,7 +151,33 @@ class DeltaOutput(TableOutput):
                 f"({shown}) and no _delta_log/. Pass an empty or new path, or an existing "
                 "Delta table (nothing was written)"
             )
+        self._probe_delta()
         return None
+
+    def _delta_client(self) -> credentials.S3Client | None:
+        """delta-rs' credentials, where the table is on S3."""
+        return credentials.delta_client(self.storage_options) if self._on_s3() else None
+
+    def _on_s3(self) -> bool:
+        return self.uri.split("://", 1)[0].lower() in ("s3", "s3a")
+
+    def _probe_delta(self) -> None:
+        """A new table on S3: delta-rs' first request would be the commit,
+        after the executors wrote the batch's files; its credentials are
+        tried now, once, by opening the (missing) table."""
+        if self._probed or not self._on_s3():
+            return
+        from deltalake.exceptions import TableNotFoundError
+
+        opts = self.storage_options or None
+        client = self._delta_client()
+        with (
+            _errors(self.name, "opening the table"),
+            credentials.checked(self.name, client),
+            contextlib.suppress(TableNotFoundError),
+        ):
+            _deltalake().DeltaTable(self.uri, storage_options=opts)
+        self._probed = True
 
     def check(self, dt: DeltaTable | None, app_id: str, schema: pa.Schema) -> None:
         """Refuses, before the batch writes anything, a table another snapcut
@@ -148,7 +188,7 @@ class DeltaOutput(TableOutput):
             history = list(self._history(dt))
             have = pa.schema(dt.schema().to_arrow())
         owners = {str(h[APP_ID_KEY]) for h in history if h.get(APP_ID_KEY) is not None}
-        refuse_owner_or_schema(self.name, owners, app_id, have, schema)
+        refuse_owner_or_schema(self, owners, app_id, have, schema)
         self._checked = app_id
 
     def committed_version(
@@ -215,6 +255,24 @@ class DeltaOutput(TableOutput):
         assert done is not None, "the commit just made is in the table"
         return done
 
+    def _add_columns(self, dt: DeltaTable, commit: BatchCommit) -> None:
+        """The columns the output adds (``schema_mode="merge"``; check()
+        refused them otherwise), added in a commit of their own before the
+        batch's: delta-rs' create_write_transaction does not change a
+        table's schema. It carries the app id, not the batch: a crash
+        before the batch's commit leaves a table whose schema is the
+        output's, and the re-run batch commits once."""
+        added = new_columns(pa.schema(dt.schema().to_arrow()), commit.schema)
+        if not added:
+            return
+        assert self.schema_mode == "merge", "check() refuses new columns without the opt-in"
+        from deltalake import CommitProperties
+
+        deltalake = _deltalake()
+        fields = deltalake.Schema.from_arrow(pa.schema(added)).fields
+        info = {APP_ID_KEY: commit.app_id, "snapcut.columns_added_for_batch": commit.batch}
+        dt.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata=info))
+
     def _commit(self, dt: DeltaTable | None, commit: BatchCommit, props: Any) -> None:
         deltalake = _deltalake()
         from deltalake.transaction import (
@@ -226,6 +284,8 @@ class DeltaOutput(TableOutput):
         opts = self.storage_options or None
         mode, key, schema = commit.mode, commit.key, commit.schema
         files, rows = commit.files, commit.rows
+        if dt is not None:
+            self._add_columns(dt, commit)
         if mode == "update":
             assert rows is not None
             source = newest_per_key(rows, key).cast(schema)

@@ -37,10 +37,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError
+from snapcut.spark.sink import credentials
 from snapcut.spark.sink.root import newest_per_key
 from snapcut.spark.sink.table import (
     APP_ID_KEY,
@@ -49,7 +51,9 @@ from snapcut.spark.sink.table import (
     TableFiles,
     TableOutput,
     batch_dir,
+    check_schema_mode,
     encode_parquet,
+    new_columns,
     refuse_owner_or_schema,
     table_errors,
     utc_timestamps,
@@ -81,7 +85,11 @@ class IcebergOutput(TableOutput):
     ``identifier`` the table, ``"namespace.table"``; ``filesystem`` the
     pyarrow filesystem the executors write data files with (default: the one
     pyiceberg's FileIO opens for the table's location from the catalog
-    properties). Picklable (the catalog is opened where it is used)."""
+    properties); ``schema_mode="merge"``: columns the output adds (a
+    restarted query's new column) are added to the table, optional, in the
+    batch's own catalog commit (pyiceberg's ``union_by_name``; without it
+    such a batch is refused). Picklable (the catalog is opened where it is
+    used)."""
 
     format = "iceberg"
 
@@ -92,8 +100,10 @@ class IcebergOutput(TableOutput):
         *,
         catalog_name: str = "snapcut",
         filesystem: Any = None,
+        schema_mode: str | None = None,
     ) -> None:
         _pyiceberg()
+        self.schema_mode = check_schema_mode(schema_mode, "IcebergOutput")
         parts = identifier.split(".") if isinstance(identifier, str) else []
         if len(parts) < 2 or not all(parts):
             raise ConfigError(
@@ -114,6 +124,7 @@ class IcebergOutput(TableOutput):
         self.catalog_uri = _fs.redact(self.catalog_properties.get("uri", catalog_name))
         self._catalog: Catalog | None = None
         self._checked: str | None = None
+        self._probed: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_catalog": None}
@@ -175,9 +186,13 @@ class IcebergOutput(TableOutput):
         from pyiceberg.exceptions import NoSuchTableError
 
         catalog = self.catalog()
+        warehouse = self.catalog_properties.get("warehouse", "")
+        io = credentials.catalog_client(self.catalog_properties) if _on_s3(warehouse) else None
         with table_errors(self.name, "loading the table from the catalog"):
             try:
-                table: Table = catalog.load_table(self.identifier)
+                # Reads the table's metadata file with the catalog's FileIO.
+                with credentials.checked(self.name, io):
+                    table: Table = catalog.load_table(self.identifier)
                 return table
             except NoSuchTableError:
                 pass
@@ -205,7 +220,7 @@ class IcebergOutput(TableOutput):
             owners |= {_summary(s).get(APP_ID_KEY) for s in table.snapshots()}
             have = schema_to_pyarrow(table.schema(), include_field_ids=False)
         found = {str(o) for o in owners if o is not None}
-        refuse_owner_or_schema(self.name, found, app_id, have, schema)
+        refuse_owner_or_schema(self, found, app_id, have, schema)
         self._checked = app_id
 
     def committed_version(
@@ -252,7 +267,31 @@ class IcebergOutput(TableOutput):
         with table_errors(self.name, "resolving the table's location"):
             location = table.location() if table is not None else self._new_location(schema)
             fs, path = self._filesystem(location)
-        return TableFiles(fs, f"{path}/data", batch_dir(query_id, batch))
+        files = TableFiles(fs, f"{path}/data", batch_dir(query_id, batch))
+        self._probe(location, files)
+        return files
+
+    def _probe(self, location: str, files: TableFiles) -> None:
+        """On S3, once: each client's credentials are tried with a read
+        before the executors write (their first request would be a task's
+        write, the catalog's FileIO's the commit's metadata file)."""
+        if self._probed == location or not _on_s3(location):
+            return
+        from pyiceberg.io import load_file_io
+
+        io_client = credentials.catalog_client(self.catalog_properties)
+        data_client: credentials.S3Client | None = io_client
+        if self.filesystem is not None:
+            data_client = credentials.filesystem_client(files.fs)
+        where = f"{files.table_path}/{files.batch_dir}"
+        with table_errors(self.name, "trying the store's credentials"):
+            with credentials.checked(self.name, data_client):
+                files.fs.get_file_info(pafs.FileSelector(where, allow_not_found=True))
+            if self.filesystem is not None:  # the FileIO is another client
+                io = load_file_io(self.catalog_properties, location)
+                with credentials.checked(self.name, io_client):
+                    io.new_input(f"{location}/metadata/snapcut-credentials-probe").exists()
+        self._probed = location
 
     def _new_location(self, schema: pa.Schema) -> str:
         """Where the catalog puts the table it creates: the namespace is
@@ -295,9 +334,12 @@ class IcebergOutput(TableOutput):
                 )
             else:
                 txn = table.transaction()
+            if table is not None:
+                self._add_columns(txn, commit.schema)
             if txn.table_metadata.name_mapping() is None:
                 # The tasks' Parquet files have no field ids: readers map
-                # their columns by name (as pyiceberg's add_files sets it).
+                # their columns by name (as pyiceberg's add_files sets it;
+                # its schema update maps the columns it adds).
                 mapping = txn.table_metadata.schema().name_mapping.model_dump_json()
                 txn.set_properties(**{"schema.name-mapping.default": mapping})
             location = txn.table_metadata.location.rstrip("/")
@@ -327,6 +369,18 @@ class IcebergOutput(TableOutput):
         assert done is not None, "the commit just made is in the table"
         return done
 
+    def _add_columns(self, txn: Any, schema: pa.Schema) -> None:
+        """The columns the output adds (``schema_mode="merge"``; check()
+        refused them otherwise), added in the batch's transaction."""
+        from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+        have = schema_to_pyarrow(txn.table_metadata.schema(), include_field_ids=False)
+        added = new_columns(have, schema)
+        if added:
+            assert self.schema_mode == "merge", "check() refuses new columns without the opt-in"
+            with txn.update_schema() as update:
+                update.union_by_name(pa.schema(added))
+
     def _merge(
         self, table: Table | None, key: Sequence[str], schema: pa.Schema, rows: pa.Table
     ) -> tuple[list[Any], pa.Table]:
@@ -345,7 +399,7 @@ class IcebergOutput(TableOutput):
         old = []
         for task in tasks:
             with table.io.new_input(task.file.file_path).open() as f:
-                old.append(pq.read_table(f).select(schema.names).cast(schema))
+                old.append(_conform(pq.read_table(f), schema))
         merged = newest_per_key(pa.concat_tables([*old, source]), key)
         return [task.file for task in tasks], merged
 
@@ -356,6 +410,20 @@ class IcebergOutput(TableOutput):
         data, _ = encode_parquet(rows)
         _fs.write_bytes(where.fs, f"{where.table_path}/{rel}", data)
         return f"{location}/data/{rel}"
+
+
+def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A data file's rows in the output's columns: a column added to the
+    table after the file was written (``schema_mode="merge"``) is null."""
+    columns = [
+        rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(columns, names=schema.names).cast(schema)
+
+
+def _on_s3(location: str) -> bool:
+    return location.split("://", 1)[0].lower() in ("s3", "s3a", "s3n")
 
 
 def _summary(snapshot: Any) -> dict[str, Any]:

@@ -26,6 +26,7 @@ __all__ = [
     "SINK_META_FILE",
     "CommittedBatch",
     "SinkRoot",
+    "added_columns",
     "committed_output",
     "read_batch_output_arrow",
     "read_output_arrow",
@@ -244,6 +245,16 @@ def schema_change(old: pa.Schema, new: pa.Schema) -> str:
     if not parts and old.names != new.names:
         parts.append(f"column order {old.names} -> {new.names}")
     return "; ".join(parts)
+
+
+def added_columns(old: pa.Schema, new: pa.Schema) -> list[str] | None:
+    """The columns `new` adds to `old` when that is all that differs (every
+    column of `old` is in `new` with its type; order and nullability
+    aside), else None."""
+    for field in old:
+        if field.name not in new.names or new.field(field.name).type != field.type:
+            return None
+    return [n for n in new.names if n not in old.names]
 
 
 # -- the readers' function forms (one SinkRoot each) -----------------------------

@@ -29,16 +29,19 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from snapcut._core import ConfigError, SnapshotError, StorageError
-from snapcut.spark.sink.root import schema_change
+from snapcut.spark.sink.root import added_columns, schema_change
 
 __all__ = [
     "APP_ID_KEY",
     "BATCH_KEY",
+    "SCHEMA_MODES",
     "BatchCommit",
     "TableFiles",
     "TableOutput",
     "batch_dir",
+    "check_schema_mode",
     "encode_parquet",
+    "new_columns",
     "refuse_owner_or_schema",
     "table_errors",
     "utc_timestamps",
@@ -46,6 +49,19 @@ __all__ = [
 
 APP_ID_KEY = "snapcut.app_id"
 BATCH_KEY = "snapcut.batch"
+SCHEMA_MODES = (None, "merge")
+"""``schema_mode``: None, the table's schema is fixed; "merge", columns the
+output adds are added to the table (delta-rs' ``schema_mode="merge"``,
+pyiceberg's ``union_by_name``), nothing else changes."""
+
+
+def check_schema_mode(schema_mode: object, output: str) -> str | None:
+    if schema_mode not in SCHEMA_MODES:
+        raise ConfigError(
+            f"{output}(..., schema_mode=) must be None (the table's schema is fixed) or "
+            f"'merge' (columns the output adds are added to the table), got {schema_mode!r}"
+        )
+    return None if schema_mode is None else str(schema_mode)
 
 
 @contextlib.contextmanager
@@ -157,11 +173,13 @@ def counts_of(info: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def refuse_owner_or_schema(
-    name: str, owners: set[str], app_id: str, have: pa.Schema, schema: pa.Schema
+    output: TableOutput, owners: set[str], app_id: str, have: pa.Schema, schema: pa.Schema
 ) -> None:
     """The checks of an existing table before a batch writes anything:
     `owners`, the app ids its commits carry, must be this sink's only;
-    `have`, its schema, must be the output's (names and types)."""
+    `have`, its schema, must be the output's (names and types), or, with
+    ``schema_mode="merge"``, the output's less the columns it adds."""
+    name = output.name
     others = sorted(owners - {app_id})
     if others:
         raise ConfigError(
@@ -171,12 +189,29 @@ def refuse_owner_or_schema(
             "sink root (nothing was written)"
         )
     change = schema_change(have, schema)
-    if change:
+    if not change:
+        return
+    added = added_columns(have, schema)
+    if added and output.schema_mode == "merge":
+        return  # the commit adds them
+    if added:
         raise ConfigError(
-            f"output table {name} does not have the output's schema: {change}. "
-            "select/cast the output to the table's columns, or write to a new table "
-            "(nothing was written)"
+            f"output table {name} does not have the output's column(s) {added}: pass "
+            f"{output.merge_option()} to add them to the table (its older rows read null), "
+            "or select the table's columns (nothing was written)"
         )
+    only = "; schema_mode='merge' only adds columns" if output.schema_mode == "merge" else ""
+    raise ConfigError(
+        f"output table {name} does not have the output's schema: {change}{only}. "
+        "select/cast the output to the table's columns, or write to a new table "
+        "(nothing was written)"
+    )
+
+
+def new_columns(have: pa.Schema, schema: pa.Schema) -> list[pa.Field]:
+    """The fields of `schema` the table (`have`) lacks, nullable: the rows
+    it already has read null there."""
+    return [f.with_nullable(True) for f in schema if f.name not in have.names]
 
 
 class TableOutput(abc.ABC):
@@ -189,6 +224,12 @@ class TableOutput(abc.ABC):
     """The manifest's key (``output.<format>``) and the root's description's."""
     name: str
     """The table without credentials, for messages and manifests."""
+    schema_mode: str | None = None
+    """None or "merge" (:data:`SCHEMA_MODES`)."""
+
+    def merge_option(self) -> str:
+        """How a user opts in to adding columns, for messages."""
+        return f"{type(self).__name__}(..., schema_mode='merge')"
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
