@@ -285,6 +285,29 @@ def test_a_table_of_another_query_is_refused(
     assert not list((tmp_path / "b").glob("chk-*"))
 
 
+def test_a_crash_before_the_first_commit_restarts_on_its_own_files(
+    spark: Any,
+    dwell: tuple[Path, pd.DataFrame],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The driver dies after batch 0's executors wrote their Parquet files into
+    the table's path, before the first Delta commit (no _delta_log yet): the
+    restart takes those files for its own batch's, not for a foreign path."""
+    directory, events = dwell
+    root, table, chk = tmp_path / "out", tmp_path / "table", tmp_path / "chk"
+    df = stream(spark, directory)
+    fail_driver_at(monkeypatch, "sink.before_commit", 0)
+    with pytest.raises(Exception, match=r"injected driver failure at sink\.before_commit"):
+        run(df, ArrowSnapshotSink(str(root), output=DeltaOutput(str(table))), chk)
+    assert list(table.glob("snapcut-b00000000-*/*.parquet"))
+    assert not list(table.glob("_delta_log/*.json"))
+    monkeypatch.undo()
+    run(df, ArrowSnapshotSink(str(root), output=DeltaOutput(str(table))), chk)
+    one_commit_per_batch(table, FILES)
+    assert event_rows(table_at(table)) == event_rows(events)
+
+
 def test_a_path_that_is_not_a_delta_table_is_refused(spark: Any, tmp_path: Path) -> None:
     table = tmp_path / "not-delta"
     table.mkdir()

@@ -38,6 +38,7 @@ from snapcut.spark.sink import credentials
 from snapcut.spark.sink.root import newest_per_key
 from snapcut.spark.sink.table import (
     APP_ID_KEY,
+    BATCH_DIR,
     BATCH_KEY,
     BatchCommit,
     TableFiles,
@@ -143,7 +144,11 @@ class DeltaOutput(TableOutput):
                     table: DeltaTable = deltalake.DeltaTable(self.uri, storage_options=opts)
                 self._probed = True
                 return table
-            info = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+            info = [
+                i
+                for i in self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+                if not _uncommitted(i)
+            ]
         if info:
             shown = ", ".join(sorted(i.base_name for i in info)[:5])
             raise ConfigError(
@@ -319,3 +324,13 @@ class DeltaOutput(TableOutput):
                 how = "overwrite" if mode == "complete" else "append"
                 actions: list[AddAction | RemoveAction] = list(adds)
                 dt.create_write_transaction(actions, how, schema, commit_properties=props)
+
+
+def _uncommitted(info: pafs.FileInfo) -> bool:
+    """What a sink killed before its first Delta commit leaves at the path:
+    batch directories of data files no commit references (replaced when the
+    batch runs again), and a `_delta_log/` with no commit in it. Not other
+    files: those are refused."""
+    if info.type != pafs.FileType.Directory:
+        return False
+    return info.base_name == "_delta_log" or BATCH_DIR.fullmatch(info.base_name) is not None

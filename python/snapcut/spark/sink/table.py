@@ -19,6 +19,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -95,6 +96,11 @@ def batch_dir(query_id: str, batch: int) -> str:
     # Not "_"-prefixed: Delta's VACUUM skips such directories, so the files a
     # complete-mode overwrite removes would never be deleted.
     return f"snapcut-b{batch:08d}-{query_id[:8]}"
+
+
+BATCH_DIR = re.compile(r"snapcut-b\d{8}-[0-9a-zA-Z-]{1,8}")
+"""A `batch_dir` name: files executors wrote for a batch, whether or not a
+table commit ever referenced them."""
 
 
 def clean_files(files: TableFiles, keep: Sequence[str] = ()) -> None:
