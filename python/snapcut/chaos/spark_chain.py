@@ -81,7 +81,7 @@ from snapcut.chaos.spark import (
     read_run,
     write_input,
 )
-from snapcut.chaos.spark_compare import expected_updates, reference
+from snapcut.chaos.spark_compare import expected_updates, reference, tally
 from snapcut.jobs.spark_chain import A_FINISHED, B_RUNNING, RESTART_MARK
 from snapcut.spark.query_checkpoint import read_offsets
 from snapcut.spark.roots import PROTOCOL
@@ -235,15 +235,7 @@ def judge_b(
     for batch, table in batches.items():
         for user, rows in figures(table).items():
             got.setdefault((batch, user), []).extend(rows)
-    lost = sorted(want.keys() - got.keys())
-    extra = {k: len(v) - (k in want) for k, v in got.items() if len(v) > (k in want)}
-    check.lost += len(lost)
-    check.duplicated += sum(extra.values())
-    if lost:
-        check.problems.append(f"B: {len(lost)} (batch, user) rows lost, e.g. {lost[0]}")
-    if extra:
-        k = min(extra)
-        check.problems.append(f"B: {sum(extra.values())} rows extra, e.g. {k}: {got[k]}")
+    tally(want, got, check, "B: ")
     bad = {user for (b, user), rows in got.items() if want.get((b, user), rows[0]) != rows[0]}
     if bad:
         check.problems.append(f"B: {len(bad)} users have a committed row unlike pandas'")

@@ -6,7 +6,7 @@ lost, duplicated and mismatched rows into a :class:`~snapcut.chaos.core.Check`."
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -98,6 +98,26 @@ def check_plan(frames: list[pd.DataFrame], plan: dict[int, list[int]], check: Ch
             check.problems.append(f"input file {i} was read by {reads[i]} batches")
 
 
+def tally(
+    want: Mapping[tuple[int, int], Any],
+    got: Mapping[tuple[int, int], list[Any]],
+    check: Check,
+    who: str = "",
+) -> None:
+    """Counts into `check` the (batch, user) rows `want` has and `got` lacks
+    (lost) and the rows `got` has beyond one per wanted key (duplicated);
+    `who` prefixes the problems ("B: ")."""
+    lost = sorted(want.keys() - got.keys())
+    extra = {k: len(v) - (k in want) for k, v in got.items() if len(v) > (k in want)}
+    check.lost += len(lost)
+    check.duplicated += sum(extra.values())
+    if lost:
+        check.problems.append(f"{who}{len(lost)} (batch, user) rows lost, e.g. {lost[0]}")
+    if extra:
+        k = min(extra)
+        check.problems.append(f"{who}{sum(extra.values())} rows extra, e.g. {k}: {got[k]}")
+
+
 def check_updates(
     want: dict[tuple[int, int], Totals], batches: dict[int, pa.Table], check: Check
 ) -> set[int]:
@@ -106,15 +126,7 @@ def check_updates(
     for batch, table in batches.items():
         for user, rows in output_rows(table).items():
             got.setdefault((batch, user), []).extend(rows)
-    lost = sorted(want.keys() - got.keys())
-    extra = {k: len(v) - (k in want) for k, v in got.items() if len(v) > (k in want)}
-    check.lost += len(lost)
-    check.duplicated += sum(extra.values())
-    if lost:
-        check.problems.append(f"{len(lost)} (batch, user) rows lost, e.g. {lost[0]}")
-    if extra:
-        k = min(extra)
-        check.problems.append(f"{sum(extra.values())} rows extra, e.g. {k}: {got[k]}")
+    tally(want, got, check)
     wrong = sorted(k for k, rows in got.items() if k in want and not same(rows[0], want[k]))
     if wrong:
         k = wrong[0]
