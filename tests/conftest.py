@@ -64,7 +64,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         params = getattr(item, "callspec", None)
         on_connect = params is not None and params.params.get("spark") == "connect"
         if on_connect or item.get_closest_marker("connect_port") is not None:
-            # Marked too, so `-m connect_port` selects the whole group.
+            # Marked too, so `-m connect_port` selects the whole group
+            # (scripts/test.sh runs it after the parallel run, alone).
             item.add_marker(pytest.mark.connect_port)
             item.add_marker(pytest.mark.xdist_group(CONNECT_PORT_GROUP))
         elif item.get_closest_marker("local_cluster") is not None:

@@ -7,7 +7,8 @@ from its checkpoint reads every batch of A once; a retention gap, a state
 root and bad options fail with typed, named errors. The reader's offsets and
 planning are also checked directly on a real sink root (no Spark). The
 chain itself also runs on Spark Connect; the other cases exercise the
-reader, the same on both kinds of session, on a classic one only."""
+reader, the same on both kinds of session, on a classic one only (the
+Connect tests run alone in CI, so each costs its whole time there)."""
 
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ from snapcut.spark.source.stream import SinkStreamReader
 
 # Spark starts a Python data source's stream reader as a fresh Python
 # process and gives it a fixed 10 s to connect back, which a loaded machine
-# can miss: scripts/test.sh runs a test that failed with exactly that once more.
-pytestmark = [pytest.mark.spark]
+# can miss; in CI these tests run with the Connect tests, alone.
+pytestmark = [pytest.mark.spark, pytest.mark.connect_port]
 
 FILES = 4
 SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
