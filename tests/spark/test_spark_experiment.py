@@ -51,6 +51,7 @@ def test_experiment_7_pairs_each_variants_batches_with_snapshots_off(spark: Any)
         # Each measured batch committed one state version (none: no snapshots).
         want = 0 if row.cell.protocol == "none" else SIZE.spark_batches
         assert row.checkpoints == want, row
+        assert (row.state_bytes_max > 0) == (row.cell.protocol != "none"), row
     effects = {e.cell.protocol: e for e in out.effects}
     assert set(effects) == {"background", "sync"}
     # sync is held against background writes (the asynchronous phase), not `aligned`

@@ -143,11 +143,15 @@ def run_query(spark: Any, variant: str, src: Path, work: Path, tag: str) -> list
     return times[1:]
 
 
-def state_writes_ms(root: Path) -> list[float]:
+def state_writes(root: Path) -> tuple[list[float], int]:
     """Per committed version after the first: the state write's ms (the
-    manifests' ``spark.write_ms``)."""
+    manifests' ``spark.write_ms``); and the most state bytes a version
+    wrote (``spark.state_bytes``), read from the same manifests once."""
     manifests = [json.loads(m.read_text()) for m in sorted(root.glob("chk-*/manifest.json"))]
-    return [float(m["spark"]["write_ms"]) for m in manifests[1:]]
+    if not manifests:
+        raise ConfigError(f"experiment {NAME}: no committed state version under {root}")
+    written = max(int(m["spark"]["state_bytes"]) for m in manifests)
+    return [float(m["spark"]["write_ms"]) for m in manifests[1:]], written
 
 
 def simulate(cell: Cell, _rows: list[Any], preset: Preset, workdir: Path) -> Measurement:
@@ -166,7 +170,7 @@ def simulate(cell: Cell, _rows: list[Any], preset: Preset, workdir: Path) -> Mea
     started = time.perf_counter()
     times = run_query(spark, cell.protocol, src, work, tag)
     wall = time.perf_counter() - started
-    writes = [] if cell.protocol == "none" else state_writes_ms(work / "state" / tag)
+    writes, state_bytes = ([], 0) if cell.protocol == "none" else state_writes(work / "state" / tag)
     runtime = sum(times)
     return Measurement(
         runtime_s=runtime,
@@ -175,7 +179,7 @@ def simulate(cell: Cell, _rows: list[Any], preset: Preset, workdir: Path) -> Mea
         checkpoints=len(writes),
         checkpoint_ms_median=statistics.median(writes) if writes else 0.0,
         checkpoint_ms_max=max(writes) if writes else 0.0,
-        state_bytes_max=0,
+        state_bytes_max=state_bytes,
         stall_s=0.0,
         alignment_ms_max=0.0,
         logged_records_max=0,
