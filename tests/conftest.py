@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         on_connect = params is not None and params.params.get("spark") == "connect"
         if on_connect or item.get_closest_marker("connect_port") is not None:
             # Marked too, so `-m connect_port` selects the whole group
-            # (scripts/test.sh runs it after the parallel run, alone).
+            # (scripts/test.sh runs it in one process at full priority, beside the rest at nice 10).
             item.add_marker(pytest.mark.connect_port)
             item.add_marker(pytest.mark.xdist_group(CONNECT_PORT_GROUP))
         elif item.get_closest_marker("local_cluster") is not None:

@@ -55,9 +55,10 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
     # tests (its reader process has a fixed 10 s to connect back: run alone).
     alone = "test_spark_source_stream.py"
     assert any(alone in n for n in connect)
+    assert any("test_chained_chaos_on_spark_is_exactly_once" in n for n in connect)
     assert not any(n.endswith("[classic]") and alone not in n for n in connect)
     assert cluster == {"test_spark_cluster.py", "test_spark_archives.py"}
-    # `-m connect_port` (scripts/test.sh's serial run) selects exactly that group
+    # `-m connect_port` (scripts/test.sh's full-priority run) selects exactly that group
     assert recorder.marked_connect == set(connect)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,31 +105,42 @@ class SourceRoots:
 
 
 def build(spark: Any, base: Path) -> SourceRoots:
-    """Runs both queries to their eighth batch under `base`."""
-    frames = dwell_frames(files=BATCHES, rows=200, users=30, seed=11, drift=4)
-    events = write_inputs(base / "events", frames)
+    """Runs both queries to their eighth batch under `base`, at once (each
+    micro-batch waits on its own planning and commit; two overlap them)."""
     roots = SourceRoots(base / "level1", base / "sink", base / "tws")
-    ks = keyed_state(stream(spark, events), "user", str(roots.level1), 2, full_every=3)
-    agg = ks.aggregate(count="count", total=("sum", "dwell_ms"))
-    chk = str(base / "chk-level1")
-    # checkpoint_location=: Spark Connect tells foreachBatch neither query id nor checkpoint.
-    sink = ArrowSnapshotSink(
-        str(roots.sink), output_mode="update", key="user", state=ks, checkpoint_location=chk
-    )
-    (
-        agg.writeStream.foreachBatch(sink)
-        .outputMode("update")
-        .option("checkpointLocation", chk)
-        .trigger(availableNow=True)
-        .start()
-        .awaitTermination()
-    )
-    inputs = write_inputs(base / "tws-in", tws_frames())
-    df = spark.readStream.schema(TWS_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs))
-    s = keyed_state(df, key="id", root=str(roots.tws), partitions=2, full_every=3)
-    q = s.transform_with_state_in_pandas(Churn(), TWS_OUT, "Update", "ProcessingTime")
-    # ProcessingTime runs no-data batches after the last file: stop after the eighth.
-    run_to_end(q, base / "chk-tws", stop_after=BATCHES)
+
+    def level1() -> None:
+        frames = dwell_frames(files=BATCHES, rows=200, users=30, seed=11, drift=4)
+        events = write_inputs(base / "events", frames)
+        ks = keyed_state(stream(spark, events), "user", str(roots.level1), 2, full_every=3)
+        agg = ks.aggregate(count="count", total=("sum", "dwell_ms"))
+        chk = str(base / "chk-level1")
+        # checkpoint_location=: Spark Connect tells foreachBatch neither query id nor checkpoint.
+        sink = ArrowSnapshotSink(
+            str(roots.sink), output_mode="update", key="user", state=ks, checkpoint_location=chk
+        )
+        (
+            agg.writeStream.foreachBatch(sink)
+            .outputMode("update")
+            .option("checkpointLocation", chk)
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+
+    def tws() -> None:
+        inputs = write_inputs(base / "tws-in", tws_frames())
+        df = (
+            spark.readStream.schema(TWS_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs))
+        )
+        s = keyed_state(df, key="id", root=str(roots.tws), partitions=2, full_every=3)
+        q = s.transform_with_state_in_pandas(Churn(), TWS_OUT, "Update", "ProcessingTime")
+        # ProcessingTime runs no-data batches after the last file: stop after the eighth.
+        run_to_end(q, base / "chk-tws", stop_after=BATCHES)
+
+    with ThreadPoolExecutor(2) as pool:
+        for done in [pool.submit(level1), pool.submit(tws)]:
+            done.result()
     return roots
 
 

@@ -131,6 +131,9 @@ def test_bad_flags_are_refused(
     assert message in capsys.readouterr().err
 
 
+# B reads A's root through the streaming data source, whose reader process has
+# Spark's fixed 10 s to connect back: with the Connect tests, at full priority.
+@pytest.mark.connect_port
 def test_chained_chaos_on_spark_is_exactly_once(tmp_path: Path) -> None:
     """One run of 2 files (A: 2 batches; B: 1-2), one SIGKILL of the driver
     tree, resumed from both checkpoints: the harness end to end (the recorded

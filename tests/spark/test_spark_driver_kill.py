@@ -78,7 +78,7 @@ def test_driver_sigkill_at_random_moments_then_restart_is_exactly_once(tmp_path:
         proc = subprocess.Popen(
             job(directory, crashed),
             env=env,
-            start_new_session=True,
+            process_group=0,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )

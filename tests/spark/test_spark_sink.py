@@ -463,7 +463,7 @@ def test_a_sigkilled_driver_restarts_to_one_snapshot_per_batch(tmp_path: Path) -
         # stderr to a file: a pipe nobody reads would block Spark's logging.
         with log.open("wb") as err:
             proc = subprocess.Popen(
-                args, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=err
+                args, env=env, process_group=0, stdout=subprocess.DEVNULL, stderr=err
             )
         if kills < 1:
             # Kill once this run has committed a new batch, a little later.

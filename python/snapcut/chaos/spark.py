@@ -543,8 +543,16 @@ class _Child:
 
     def __init__(self, cmd: list[str], env: dict[str, str], stderr: Path) -> None:
         with stderr.open("wb") as err:  # a file: an unread pipe blocks Spark's logging
+            # A process group of its own (kill_tree kills it whole), in this
+            # session: the child keeps this process's scheduling (nice, and the
+            # session's autogroup), where a new session would escape it.
             self.proc = subprocess.Popen(
-                cmd, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+                cmd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                process_group=0,
             )
         self.started = time.monotonic()
         self.seen: dict[tuple[int, int], procs.Proc] = {}

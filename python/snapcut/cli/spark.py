@@ -30,12 +30,14 @@ def cmd_rescale(args: argparse.Namespace) -> int:
         )
         return 2
     from snapcut.jobs.spark_session import build_session, check_remote
-    from snapcut.spark.state.rescale import rescale
+    from snapcut.spark.state.rescale import plan_rescale, rescale
 
     try:
         if args.remote is not None:
             check_remote(args.remote, "snapcut spark rescale")
-    except SnapcutError as err:
+        # Bad input fails here, before a JVM starts (rescale checks again).
+        plan_rescale(args.root, args.to, args.partitions, batch=args.batch)
+    except (SnapcutError, OSError, pa.ArrowException) as err:
         print(f"snapcut spark rescale: error: {err}", file=sys.stderr)
         return 2
     spark = build_session("snapcut-rescale", master=args.master, remote=args.remote)

@@ -148,7 +148,11 @@ def start_query(
         trigger,
         *([] if remote is None else ["--remote", remote]),
     ]
-    return subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
+    # Its own process group (kill_group), in this session: it keeps this
+    # process's scheduling (nice, the session's autogroup).
+    return subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, process_group=0
+    )
 
 
 def committed(paths: DemoPaths) -> list[int]:

@@ -29,7 +29,7 @@ from snapcut.spark.state.partition import NO_EVENT_TIME
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import ROOT_META_FILE
 
-__all__ = ["RescaleReport", "rescale"]
+__all__ = ["RescalePlan", "RescaleReport", "plan_rescale", "rescale"]
 
 _RESULT = pa.schema([("partition", pa.int64()), ("rows", pa.int64()), ("bytes", pa.int64())])
 
@@ -48,6 +48,46 @@ class RescaleReport:
     bytes: int
 
 
+@dataclass(frozen=True)
+class RescalePlan:
+    """A rescale checked against both roots, before any Spark job runs."""
+
+    old: StateRoot
+    new: StateRoot
+    manifest: dict[str, Any]
+    version: int
+
+
+def plan_rescale(
+    root: str,
+    to: str,
+    partitions: int,
+    *,
+    batch: int | None = None,
+    filesystem: Any = None,
+    to_filesystem: Any = None,
+) -> RescalePlan:
+    """Every check :func:`rescale` makes before it writes, without Spark: the
+    command line calls it before it starts a session, so bad input fails in
+    a second, not after a JVM started. Raises ConfigError (or the reader's
+    error for a batch that is not committed); changes nothing."""
+    if partitions < 1:
+        raise ConfigError(f"partitions must be at least 1, got {partitions}")
+    old = StateRoot.existing(root, filesystem)
+    spec = old.spec
+    if spec.tables:
+        raise ConfigError(
+            f"{root} holds transformWithState state variables; rescaling such a root is not "
+            "supported yet (nothing was changed): restart the query with the same partitions"
+        )
+    manifest = old.manifest_at(batch)
+    version = int(manifest["checkpoint_id"])
+    new_spec = dataclasses.replace(spec, uri=to, partitions=partitions, filesystem=to_filesystem)
+    new = StateRoot(new_spec)
+    _refuse_existing(new, to)
+    return RescalePlan(old, new, manifest, version)
+
+
 def rescale(
     spark: Any,
     root: str,
@@ -60,21 +100,12 @@ def rescale(
 ) -> RescaleReport:
     """Writes committed batch ``batch`` (default: the newest) of state root
     ``root`` into the new root ``to`` with ``partitions`` partitions."""
-    if partitions < 1:
-        raise ConfigError(f"partitions must be at least 1, got {partitions}")
-    old = StateRoot.existing(root, filesystem)
-    meta, spec = old.meta(), old.spec
-    if spec.tables:
-        raise ConfigError(
-            f"{root} holds transformWithState state variables; rescaling such a root is not "
-            "supported yet (nothing was changed): restart the query with the same partitions"
-        )
-    manifest = old.manifest_at(batch)
-    version = int(manifest["checkpoint_id"])
-    new_spec = dataclasses.replace(spec, uri=to, partitions=partitions, filesystem=to_filesystem)
-    new = StateRoot(new_spec)
-    _refuse_existing(new, to)
-    new.init(meta["operator"])
+    plan = plan_rescale(
+        root, to, partitions, batch=batch, filesystem=filesystem, to_filesystem=to_filesystem
+    )
+    old, new, manifest, version = plan.old, plan.new, plan.manifest, plan.version
+    spec = old.spec
+    new.init(old.meta()["operator"])
     owner = old.dir.owner()
     if owner is not None:
         new.claim(owner)

@@ -1,7 +1,7 @@
 //! Every corruption is detected with a clear `Error::Snapshot`, and
 //! `latest_intact` falls back to the newest intact checkpoint, saying why.
 
-mod store_common;
+use crate::store_common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! Random tables, checkpoints, aborts and retention against a model: every
 //! checkpoint the store still lists rebuilds exactly the state it captured.
 
-mod store_common;
+use crate::store_common;
 
 use std::collections::BTreeMap;
 

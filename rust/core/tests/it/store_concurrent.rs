@@ -4,7 +4,7 @@
 //! a later one without a stored base, and every completed checkpoint
 //! restores to exactly the state at its barrier.
 
-mod store_common;
+use crate::store_common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,6 @@
 //! The durable store end to end: commit, read back, chains, retention, abort.
 
-mod store_common;
+use crate::store_common;
 
 use std::collections::BTreeMap;
 
