@@ -129,7 +129,7 @@ mypy python/
 # its core when it asks, and the others take what it leaves. The Rust builds
 # (clippy, the test binaries, loom) take what both leave; their tests run
 # after pytest, built.
-step "in parallel: pytest, 2 workers (nice 10) | the Spark Connect tests (nice 0) | the Rust builds go on (nice 19)"
+step "in parallel: pytest, 2 workers (nice 10) | the Spark Connect tests, then the bench smoke (nice 0) | the Rust builds go on (nice 19)"
 export PYSPARK_PYTHON="$(command -v python)"
 # pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
@@ -151,6 +151,14 @@ started=$SECONDS
 python -m pytest -q -m connect_port --durations=5 \
   --junitxml=target/pytest-ci-connect.xml tests || rc=$?
 echo "pytest (Spark Connect tests): exit $rc after $((SECONDS - started)) s"
+# Then, in this stream too (at nice 0, beside the other tests):
+step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
+# ~55 s alone on the 2-vCPU machine, ~50 s of it Spark (session start, the first
+# query, 8 more one-batch queries). If that grows, run the others only (~6 s):
+# add -m "not spark" (bench/README.md). No timings here, so the test JVMs'
+# options (tests/conftest.py) apply: C1 only, serial GC.
+JDK_JAVA_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" \
+  python -m pytest bench --benchmark-disable -q -x || rc=$?
 wait "$pytest_pid" || rc=$?
 step "pytest (2 workers): its output"
 cat "$pytest_log"
@@ -186,11 +194,4 @@ for module, s in took.most_common(15):
 PY
 [ "$rc" = 0 ] || exit "$rc"
 
-step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
-# 54-58 s measured on the busy 2-vCPU machine (load 5), ~50 s of it Spark (session
-# start ~17 s, the first query ~16 s, 8 more one-batch queries). If that grows,
-# run the others only (~6 s): add -m "not spark" (bench/README.md).
-# No timings here, so the test JVMs' options (tests/conftest.py) apply: C1 only, serial GC.
-JDK_JAVA_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" \
-  python -m pytest bench --benchmark-disable -q -x
 step "done"
