@@ -116,6 +116,9 @@ from snapcut.spark.sink.root import SINK_META_FILE, read_batch_output_arrow
 DRIVER_POINTS = ("sink.before_commit", "sink.after_table_commit", "sink.after_commit")
 # Reached only with a table output (--output delta|iceberg).
 TABLE_POINTS = ("sink.after_table_commit",)
+# Not reached with a table output: its update mode (the dwell job's) takes the
+# batch's rows on the driver with toArrow, no sink task stages anything.
+STAGE_POINTS = ("sink.before_stage", "sink.after_stage")
 
 
 KILL_MODES = ("mixed", "timer", "failpoint", "executor")
@@ -199,7 +202,7 @@ class SparkOptions:
     def points(self) -> tuple[str, ...]:
         if self.failpoints is not None:
             return self.failpoints
-        skip = () if self.output != "arrow" else TABLE_POINTS
+        skip = STAGE_POINTS if self.output != "arrow" else TABLE_POINTS
         return tuple(p for p in failpoints.POINTS if p not in skip)
 
     def table(self, run_dir: Path) -> TableTarget | None:
@@ -230,6 +233,11 @@ class SparkOptions:
             raise ConfigError(
                 f"{', '.join(TABLE_POINTS)} is reached with a table output only: add "
                 "--output delta or --output iceberg, or leave the point out"
+            )
+        if self.output != "arrow" and set(STAGE_POINTS) & set(self.points()):
+            raise ConfigError(
+                f"{', '.join(STAGE_POINTS)} is not reached with a table output (its update "
+                "mode stages no files: the driver takes the rows): leave the point out"
             )
         if self.step not in STEPS:
             raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")

@@ -14,8 +14,8 @@ batch, with pyiceberg (imported lazily: snapcut works without it).
   -<token>.parquet``, unreferenced until committed); the driver adds the
   winning attempts' files in one snapshot (a fast append; complete mode: an
   overwrite that also removes every data file of the current snapshot);
-- update: the tasks stage Arrow IPC in the sink root as the Arrow output does
-  and the driver merges the batch's rows (the newest row per key)
+- update: the driver takes the batch's rows with ``toArrow()`` and merges
+  them (the newest row per key)
   copy-on-write: the data files that may hold a key of the batch (pruned by
   their column statistics) are read, merged with the batch's rows and
   replaced by one new file, in one overwrite snapshot. The batch's rows and
