@@ -222,6 +222,12 @@ def newest_per_key(table: pa.Table, key: Sequence[str]) -> pa.Table:
     compare as IS NOT DISTINCT FROM (one null key is one key)."""
     if unique_keys(table, key):
         return table  # every row is its key's newest, already in that order
+    return newest_by_group(table, key)
+
+
+def newest_by_group(table: pa.Table, key: Sequence[str]) -> pa.Table:
+    """:func:`newest_per_key` without the uniqueness check, for rows known
+    to repeat keys (a table's old rows followed by a batch's)."""
     order = pa.array(range(table.num_rows), pa.int64())
     table = table.append_column(ORDER_COLUMN, order)
     newest = table.group_by(list(key), use_threads=False).aggregate([(ORDER_COLUMN, "max")])
