@@ -20,8 +20,10 @@ One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
   batch) SIGKILLs the driver tree;
 - ``python_worker_failpoint``: a task crash point (``state.before_write``,
   ``state.after_write``, ``state.after_ack``, ``sink.before_stage``,
-  ``sink.after_stage``) SIGKILLs the Python worker running one state
-  partition's task, attempt 0: the driver lives on and Spark retries the task;
+  ``sink.after_stage``; the last two with the Arrow output only: a table
+  output's update mode stages nothing) SIGKILLs the Python worker running one
+  state partition's task, attempt 0: the driver lives on and Spark retries
+  the task;
 - ``executor_sigkill`` (``--master local-cluster[...]`` only): the harness
   SIGKILLs one executor JVM with its Python workers at a random moment;
   Spark re-runs its tasks elsewhere.
