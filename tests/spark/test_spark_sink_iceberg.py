@@ -198,6 +198,35 @@ def test_an_empty_batch_is_one_snapshot_too(spark: Any, mode: str, tmp_path: Pat
     assert sorted((r["user"], r["n"]) for r in scan(table, ids[1]).to_pylist()) == empty
 
 
+def test_an_update_of_many_keys_prunes_files_by_the_keys_range(spark: Any, tmp_path: Path) -> None:
+    """Beyond IN_LITERALS distinct keys a batch's file filter is their range,
+    not an In of every key: a file outside the range is not rewritten, every
+    file inside it is merged (the newest row per key wins)."""
+    many = iceberg_module.IN_LITERALS + 500
+    sink = ArrowSnapshotSink(
+        str(tmp_path / "out"), output_mode="update", key="user", output=output(tmp_path)
+    )
+    batches = [
+        pd.DataFrame({"user": range(0, many), "n": 0}),  # one file of keys [0, many)
+        pd.DataFrame({"user": range(10 * many, 10 * many + 5), "n": 1}),  # In: a second file
+        pd.DataFrame({"user": range(many // 2, many // 2 + many), "n": 2}),  # range: the first
+    ]
+    want: dict[int, int] = {}
+    for b, frame in enumerate(batches):
+        sink(spark.createDataFrame(frame), b)
+        want.update(zip(frame["user"], frame["n"], strict=True))
+    table = load(tmp_path)
+    one_snapshot_per_batch(table, len(batches))
+    assert {r["user"]: r["n"] for r in scan(table).to_pylist()} == want
+    assert len(scan(table)) == len(want)
+    # Batch 2's snapshot replaced the first file only; batch 1's file stays.
+    files = [t.file.file_path for t in table.scan().plan_files()]
+    assert len(files) == 2 and sum("snapcut-b00000001" in f for f in files) == 1
+    source = pa.table({"user": pa.array(range(many), pa.int64())})
+    assert "GreaterThanOrEqual" in repr(iceberg_module._key_filter(source, ["user"]))
+    assert repr(iceberg_module._key_filter(source.slice(0, 10), ["user"])).startswith("In(")
+
+
 # --- exactly once -----------------------------------------------------------
 
 

@@ -20,8 +20,10 @@ One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
   batch) SIGKILLs the driver tree;
 - ``python_worker_failpoint``: a task crash point (``state.before_write``,
   ``state.after_write``, ``state.after_ack``, ``sink.before_stage``,
-  ``sink.after_stage``) SIGKILLs the Python worker running one state
-  partition's task, attempt 0: the driver lives on and Spark retries the task;
+  ``sink.after_stage``; the last two with the Arrow output only: a table
+  output's update mode stages nothing) SIGKILLs the Python worker running one
+  state partition's task, attempt 0: the driver lives on and Spark retries
+  the task;
 - ``executor_sigkill`` (``--master local-cluster[...]`` only): the harness
   SIGKILLs one executor JVM with its Python workers at a random moment;
   Spark re-runs its tasks elsewhere.
@@ -116,6 +118,9 @@ from snapcut.spark.sink.root import SINK_META_FILE, read_batch_output_arrow
 DRIVER_POINTS = ("sink.before_commit", "sink.after_table_commit", "sink.after_commit")
 # Reached only with a table output (--output delta|iceberg).
 TABLE_POINTS = ("sink.after_table_commit",)
+# Not reached with a table output: its update mode (the dwell job's) takes the
+# batch's rows on the driver with toArrow, no sink task stages anything.
+STAGE_POINTS = ("sink.before_stage", "sink.after_stage")
 
 
 KILL_MODES = ("mixed", "timer", "failpoint", "executor")
@@ -199,7 +204,7 @@ class SparkOptions:
     def points(self) -> tuple[str, ...]:
         if self.failpoints is not None:
             return self.failpoints
-        skip = () if self.output != "arrow" else TABLE_POINTS
+        skip = STAGE_POINTS if self.output != "arrow" else TABLE_POINTS
         return tuple(p for p in failpoints.POINTS if p not in skip)
 
     def table(self, run_dir: Path) -> TableTarget | None:
@@ -230,6 +235,11 @@ class SparkOptions:
             raise ConfigError(
                 f"{', '.join(TABLE_POINTS)} is reached with a table output only: add "
                 "--output delta or --output iceberg, or leave the point out"
+            )
+        if self.output != "arrow" and set(STAGE_POINTS) & set(self.points()):
+            raise ConfigError(
+                f"{', '.join(STAGE_POINTS)} is not reached with a table output (its update "
+                "mode stages no files: the driver takes the rows): leave the point out"
             )
         if self.step not in STEPS:
             raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")

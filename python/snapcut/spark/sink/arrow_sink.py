@@ -98,8 +98,8 @@ from snapcut.spark.sink.root import (
     schema_change,
 )
 from snapcut.spark.sink.staging import (
-    FILES_DDL,
     StagingTarget,
+    files_struct,
     no_space,
     output_file_name,
     stage_function,
@@ -260,13 +260,20 @@ class ArrowSnapshotSink:
             target = table.target(target)
         t1 = time.perf_counter()
         files: list[dict[str, Any]] = []
+        rows: pa.Table | None = None
         if table is None or table.done is None:
-            # The batch's one Spark action: executors write the data, the
-            # driver gets their file descriptions. (Not for a batch whose
-            # table commit is already there: only its manifest is missing.)
+            # The batch's one Spark action, announced so that a keyed_state
+            # step in its plan writes state version `batch_id` (state=). Not
+            # for a batch whose table commit is already there: only its
+            # manifest is missing.
             with announced(batch_df.sparkSession, owner, batch_id):
-                staged = batch_df.mapInArrow(stage_function(target), FILES_DDL).collect()
-            files = [r.asDict() for r in staged]
+                if table is not None and table.takes_rows:
+                    rows = batch_df.toArrow()
+                else:
+                    # Executors write the data, the driver gets their files.
+                    stage = stage_function(target)
+                    staged = batch_df.mapInArrow(stage, files_struct()).collect()
+                    files = [r.asDict() for r in staged]
         t2 = time.perf_counter()
         state_record = None
         if state is not None:
@@ -285,8 +292,12 @@ class ArrowSnapshotSink:
             stage_ms=round((t2 - t1) * 1000, 3),
             state_wait_ms=round((t3 - t2) * 1000, 3),
         )
+        if rows is not None:
+            # Taken on the driver: no file was staged; bytes are the rows'
+            # Arrow buffers (what the staged IPC files' size was, less framing).
+            report.rows, report.bytes = rows.num_rows, rows.nbytes
         if table is not None:
-            report.table_version = table.commit(files, report)
+            report.table_version = table.commit(files, report, rows)
             files = []  # the rows are in the table, the root names none
         if evolved is not None:
             # After the table's commit, before the manifest: the root's
@@ -579,23 +590,42 @@ class _TableBatch:
             sink._writable(lambda: made.output.clean(made.files))
         return made
 
+    @property
+    def takes_rows(self) -> bool:
+        """Update mode: the driver merges the batch's rows into the table
+        (delta-rs' MERGE, Iceberg's copy-on-write), so it takes them with
+        ``toArrow()``, which ships them from the JVM straight to the
+        driver, on a classic and a Spark Connect session alike (where
+        foreachBatch runs in the server's Python worker). Staging them as
+        Arrow IPC on the executors and reading that back cost one Python
+        UDF per batch and a second pass over the rows, and bought nothing:
+        Spark's collect returns one successful attempt's rows per
+        partition, as the staged files' attempt bookkeeping did, and the
+        root names no file of a table output. The one new limit: a batch's
+        rows must fit ``spark.driver.maxResultSize`` (which the staging
+        job's file descriptions never approached); the driver held them
+        all before as well. Append and complete keep the executors writing
+        Parquet into the table: those rows never need the driver."""
+        return self.sink.output_mode == "update"
+
     def target(self, ipc: StagingTarget) -> StagingTarget:
-        """Update mode stages Arrow IPC in the root (the driver merges the
-        rows); append and complete write Parquet into the table."""
-        if self.sink.output_mode == "update":
-            return ipc
+        """Append and complete write Parquet into the table (update mode
+        stages nothing: :attr:`takes_rows`)."""
         return replace(ipc, schema_ipc=schema_bytes(self.schema), table=self.files)
 
-    def commit(self, files: list[dict[str, Any]], report: BatchReport) -> int:
+    def commit(
+        self, files: list[dict[str, Any]], report: BatchReport, rows: pa.Table | None = None
+    ) -> int:
         """The batch's one table commit (none if it is there already);
-        returns the commit's version (Delta) or snapshot id (Iceberg)."""
+        returns the commit's version (Delta) or snapshot id (Iceberg).
+        `rows`: the batch's rows (update mode, :attr:`takes_rows`)."""
         if self.done is not None:
             # Replayed: the table has the batch; its counts are in its commit.
             report.rows, report.files, report.bytes = counts_of(self.done)
             return int(self.done["version"])
-        rows = None
-        if self.sink.output_mode == "update":
-            rows = _read_staged(self.sink.root, files, self.schema)
+        if self.takes_rows:
+            assert rows is not None, "update mode takes the batch's rows on the driver"
+            rows = rows.cast(self.schema)
         counts = {"rows": report.rows, "files": report.files, "bytes": report.bytes}
         commit = BatchCommit(
             self.sink.output_mode,
@@ -625,17 +655,3 @@ class _TableBatch:
             "app_id": self.app_id,
             "replayed": self.done is not None,
         }
-
-
-def _read_staged(root: SinkRoot, files: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
-    """The batch's staged Arrow IPC files (update mode), in partition order."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    tables = [
-        ipc.open_file(
-            pa.BufferReader(_fs.read_bytes(root.fs, f"{root.path}/{f['path']}"))
-        ).read_all()
-        for f in files
-    ]
-    return pa.concat_tables(tables).cast(schema) if tables else schema.empty_table()

@@ -9,9 +9,9 @@ works without it).
   in one commit (``create_write_transaction``, ``"append"`` or
   ``"overwrite"``; the first batch creates the table with them).
 - update: delta-rs' MERGE cannot take files written elsewhere (it rewrites
-  the target's files itself), so the tasks stage Arrow IPC in the sink root as
-  the Arrow output does and the driver merges the batch's rows (the newest row
-  per key) with ``DeltaTable.merge``: the batch's rows pass through the driver.
+  the target's files itself), so the driver takes the batch's rows with
+  ``toArrow()`` and merges them (the newest row per key) with
+  ``DeltaTable.merge``: the batch's rows pass through the driver.
 
 Every commit carries the app transaction ``(app_id, batch id)`` and
 ``snapcut.app_id`` / ``snapcut.batch`` in its commit info: a batch whose commit
@@ -255,8 +255,15 @@ class DeltaOutput(TableOutput):
         opts = self.storage_options or None
         with _errors(self.name, f"the commit of batch {commit.batch}"):
             self._commit(dt, commit, props)
-            fresh = deltalake.DeltaTable(self.uri, storage_options=opts)
-            done = self.committed_version(fresh, commit.app_id, commit.batch, limit=16)
+            if dt is None:  # the commit created the table
+                dt = deltalake.DeltaTable(self.uri, storage_options=opts)
+            else:
+                # Brought up to the log's newest version (MERGE moved it
+                # already; a write transaction does not): the commit just
+                # made is among the versions read, without re-opening the
+                # table from its log.
+                dt.update_incremental()
+            done = self.committed_version(dt, commit.app_id, commit.batch, limit=16)
         assert done is not None, "the commit just made is in the table"
         return done
 

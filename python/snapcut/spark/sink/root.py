@@ -218,12 +218,39 @@ def read_output_file(backend: FsBackend, batch: int, entry: dict[str, Any]) -> p
 
 
 def newest_per_key(table: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The newest (last) row of each key, in the order of those rows; keys
+    compare as IS NOT DISTINCT FROM (one null key is one key)."""
+    if unique_keys(table, key):
+        return table  # every row is its key's newest, already in that order
+    return newest_by_group(table, key)
+
+
+def newest_by_group(table: pa.Table, key: Sequence[str]) -> pa.Table:
+    """:func:`newest_per_key` without the uniqueness check, for rows known
+    to repeat keys (a table's old rows followed by a batch's)."""
     order = pa.array(range(table.num_rows), pa.int64())
     table = table.append_column(ORDER_COLUMN, order)
     newest = table.group_by(list(key), use_threads=False).aggregate([(ORDER_COLUMN, "max")])
     idx = pc.sort_indices(newest[f"{ORDER_COLUMN}_max"])
     rows = table.take(pc.take(newest[f"{ORDER_COLUMN}_max"], idx))
     return rows.drop_columns([ORDER_COLUMN])
+
+
+def unique_keys(table: pa.Table, key: Sequence[str]) -> bool:
+    """Whether no two rows of `table` share a key, checked by one hash count
+    (no grouping, no take): Spark's update output of an aggregation has one
+    row per key, so ``newest_per_key`` can skip its group-by and sort. Only a
+    single key column is checked (False otherwise: the general path)."""
+    if table.num_rows <= 1:
+        return True
+    if len(key) != 1:
+        return False
+    try:
+        # mode="all": a null key is one more distinct value, as it is one key.
+        distinct = pc.count_distinct(table[key[0]], mode="all").as_py()
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return False  # a key type the hash count does not take
+    return bool(distinct == table.num_rows)
 
 
 def schema_change(old: pa.Schema, new: pa.Schema) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from snapcut.spark.sink.table import TableFiles, encode_parquet
 __all__ = [
     "FILES_DDL",
     "StagingTarget",
+    "files_struct",
     "no_space",
     "output_file_name",
     "stage_function",
@@ -50,6 +52,16 @@ _FILES_SCHEMA = pa.schema(
     ]
 )
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+@functools.cache
+def files_struct() -> Any:
+    """:data:`FILES_DDL` as a pyspark StructType, built once per process
+    in Python: ``mapInArrow`` given the DDL string parses it in the JVM (a
+    py4j round trip) on every batch."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(_FILES_SCHEMA)
 
 
 def output_file_name(partition: int, file: int) -> str:
