@@ -267,25 +267,21 @@ class DeltaOutput(TableOutput):
         assert done is not None, "the commit just made is in the table"
         return done
 
-    def _add_columns(self, dt: DeltaTable, commit: BatchCommit) -> None:
-        """The columns the output adds (``schema_mode="merge"``; check()
-        refused them otherwise), added in a commit of their own before the
-        batch's: delta-rs' create_write_transaction does not change a
-        table's schema. It carries the app id, not the batch: a crash
-        before the batch's commit leaves a table whose schema is the
-        output's, and the re-run batch commits once."""
-        added = new_columns(pa.schema(dt.schema().to_arrow()), commit.schema)
-        if not added:
-            return
+    def _widens(self, dt: DeltaTable | None, commit: BatchCommit) -> bool:
+        """Whether the batch adds columns to the table (``schema_mode="merge"``;
+        check() refused them otherwise)."""
+        if dt is None or not new_columns(pa.schema(dt.schema().to_arrow()), commit.schema):
+            return False
         assert self.schema_mode == "merge", "check() refuses new columns without the opt-in"
-        from deltalake import CommitProperties
-
-        deltalake = _deltalake()
-        fields = deltalake.Schema.from_arrow(pa.schema(added)).fields
-        info = {APP_ID_KEY: commit.app_id, "snapcut.columns_added_for_batch": commit.batch}
-        dt.alter.add_columns(fields, commit_properties=CommitProperties(custom_metadata=info))
+        return True
 
     def _commit(self, dt: DeltaTable | None, commit: BatchCommit, props: Any) -> None:
+        """The batch's one commit. A batch that adds columns widens the
+        schema in that same commit: MERGE with ``merge_schema``, or
+        ``write_deltalake(schema_mode="merge")`` for an empty update batch,
+        an append or a complete batch (delta-rs' create_write_transaction
+        keeps the table's schema, so the executors' files of such a batch
+        are read back and written again; they are then removed)."""
         deltalake = _deltalake()
         from deltalake.transaction import (
             AddAction,
@@ -296,8 +292,7 @@ class DeltaOutput(TableOutput):
         opts = self.storage_options or None
         mode, key, schema = commit.mode, commit.key, commit.schema
         files, rows = commit.files, commit.rows
-        if dt is not None:
-            self._add_columns(dt, commit)
+        widens = self._widens(dt, commit)
         if mode == "update":
             assert rows is not None
             source = newest_per_key(rows, key).cast(schema)
@@ -308,29 +303,64 @@ class DeltaOutput(TableOutput):
             elif source.num_rows == 0:
                 # MERGE of no rows makes no commit (delta-rs 1.6.6): an empty
                 # append carries the batch's app transaction instead.
-                empty: list[AddAction | RemoveAction] = []
-                dt.create_write_transaction(empty, "append", schema, commit_properties=props)
+                if widens:
+                    deltalake.write_deltalake(
+                        dt, source, mode="append", schema_mode="merge", commit_properties=props
+                    )
+                else:
+                    empty: list[AddAction | RemoveAction] = []
+                    dt.create_write_transaction(empty, "append", schema, commit_properties=props)
             else:
                 on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in key)
                 dt.merge(
-                    source, on, source_alias="s", target_alias="t", commit_properties=props
-                ).when_matched_update_all().when_not_matched_insert_all().execute()
-        else:
-            now = int(time.time() * 1000)
-            adds = [AddAction(f["path"], f["bytes"], {}, now, True, f["stats"]) for f in files]
-            if dt is None:
-                create_table_with_add_actions(
-                    self.uri,
-                    deltalake.Schema.from_arrow(schema),
-                    adds,
-                    mode="error",
-                    storage_options=opts,
+                    source,
+                    on,
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=widens,
                     commit_properties=props,
-                )
-            else:
-                how = "overwrite" if mode == "complete" else "append"
-                actions: list[AddAction | RemoveAction] = list(adds)
-                dt.create_write_transaction(actions, how, schema, commit_properties=props)
+                ).when_matched_update_all().when_not_matched_insert_all().execute()
+            return
+        how = "overwrite" if mode == "complete" else "append"
+        if widens:
+            assert dt is not None
+            written = self._read_files(files, schema)
+            deltalake.write_deltalake(
+                dt, written, mode=how, schema_mode="merge", commit_properties=props
+            )
+            self._remove_files(files)
+            return
+        now = int(time.time() * 1000)
+        adds = [AddAction(f["path"], f["bytes"], {}, now, True, f["stats"]) for f in files]
+        if dt is None:
+            create_table_with_add_actions(
+                self.uri,
+                deltalake.Schema.from_arrow(schema),
+                adds,
+                mode="error",
+                storage_options=opts,
+                commit_properties=props,
+            )
+        else:
+            actions: list[AddAction | RemoveAction] = list(adds)
+            dt.create_write_transaction(actions, how, schema, commit_properties=props)
+
+    def _read_files(self, files: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+        """The executors' Parquet files of the batch (paths relative to the table)."""
+        import pyarrow.parquet as pq
+
+        parts = [
+            pq.read_table(f"{self.path}/{f['path']}", filesystem=self.fs).cast(schema)
+            for f in files
+        ]
+        return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    def _remove_files(self, files: list[dict[str, Any]]) -> None:
+        """Best effort: the executors' files of a batch that was written
+        again (no commit names them; VACUUM would remove them too)."""
+        for f in files:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(f"{self.path}/{f['path']}")
 
 
 def _uncommitted(info: pafs.FileInfo) -> bool:
