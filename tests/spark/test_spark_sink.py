@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from pyspark.sql import functions as F
@@ -179,6 +180,40 @@ def test_update_mode_keeps_the_newest_row_per_key(
     assert as_totals(read_output_arrow(str(root), batch=0)) == totals(first)
     assert as_totals(read_output(spark, str(root), batch=0).toArrow()) == totals(first)
     assert all(manifest(root, b)["output"]["rows"] <= 40 for b in range(FILES))
+
+
+@pytest.mark.both_sessions
+def test_update_mode_into_a_delta_table_takes_the_rows_on_the_driver(
+    spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path
+) -> None:
+    """A table output in update mode takes each batch with ``toArrow()`` where
+    foreachBatch runs: this process (classic) or the Connect server's Python
+    worker. The table holds the newest row per key, one commit per batch."""
+    deltalake = pytest.importorskip("deltalake")
+    from snapcut.spark import DeltaOutput
+
+    directory, events = dwell
+    root, table = tmp_path / "out", tmp_path / "table"
+    agg = (
+        stream(spark, directory)
+        .groupBy("user")
+        .agg(F.count("*").alias("n"), F.sum("dwell_ms").alias("total"))
+    )
+    sink = ArrowSnapshotSink(
+        str(root),
+        output_mode="update",
+        key="user",
+        output=DeltaOutput(str(table)),
+    )
+    run(agg, sink, tmp_path / "chk", "update")
+    dt = deltalake.DeltaTable(str(table))
+    assert as_totals(pa.table(dt.to_pyarrow_table())) == totals(events)
+    history = list(reversed(dt.history()))
+    assert [h.get("snapcut.batch") for h in history] == list(range(FILES))
+    for b in range(FILES):
+        record = manifest(root, b)["output"]
+        assert record["delta"]["version"] == b and record["files"] == 0
+        assert 0 < record["rows"] <= 40
 
 
 @pytest.mark.both_sessions
