@@ -117,19 +117,22 @@ ruff check python tests bench
 ruff format --check python tests bench
 mypy python/
 
-# What runs next runs at once, by priority (nice): the Spark Connect tests
-# (nice 0), the other tests on two xdist workers (nice 10), the Rust builds
-# (nice 19). Spark waits a fixed 10 s for Connect's foreachBatch worker to
-# connect back (PythonWorkerFactory); beside the other tests at the same
-# priority it ran out (twice in a row, beside a Spark chaos run), so those
-# tests ran alone, after the rest (~700 s with a core mostly idle). With the
-# others at nice 10 (weight 110 against 1024 per thread, and every child in
-# this session: the chaos and demo harnesses start theirs in a new process
-# group, not a new session, so they inherit it) a Connect test's worker gets
-# its core when it asks, and the others take what it leaves. The Rust builds
-# (clippy, the test binaries, loom) take what both leave; their tests run
-# after pytest, built.
-step "in parallel: pytest, 2 workers (nice 10) | the Spark Connect tests, then the bench smoke (nice 0) | the Rust builds go on (nice 19)"
+# What runs next runs at once, by priority (nice): the tests marked
+# connect_port (nice 0, one at a time), the other tests on two xdist workers
+# (nice 10), the Rust builds (nice 19). Spark waits a fixed 10 s for some
+# Python processes it starts to connect back (PythonWorkerFactory's simple
+# workers: Connect's foreachBatch worker, the streaming data source's
+# reader, Spark's own transformWithState's driver worker); beside the other
+# tests at the same priority that ran out (twice in a row, beside a Spark
+# chaos run; and for transformWithState's worker beside the Connect tests),
+# so such tests ran alone, after the rest (~700 s with a core mostly idle).
+# They are marked connect_port (pyproject.toml). With the others at nice 10
+# (weight 110 against 1024 per thread, and every child in this session: the
+# chaos and demo harnesses start theirs in a new process group, not a new
+# session, so they inherit it) such a worker gets its core when it asks,
+# and the others take what it leaves. The Rust builds (clippy, the test
+# binaries, loom) take what both leave; their tests run after pytest, built.
+step "in parallel: pytest, 2 workers (nice 10) | the connect_port tests (Spark Connect, 10 s connect-backs), then the bench smoke (nice 0) | the Rust builds go on (nice 19)"
 export PYSPARK_PYTHON="$(command -v python)"
 # pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
@@ -150,7 +153,7 @@ rc=0
 started=$SECONDS
 python -m pytest -q -m connect_port --durations=5 \
   --junitxml=target/pytest-ci-connect.xml tests || rc=$?
-echo "pytest (Spark Connect tests): exit $rc after $((SECONDS - started)) s"
+echo "pytest (connect_port tests): exit $rc after $((SECONDS - started)) s"
 # Then, in this stream too (at nice 0, beside the other tests):
 step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
 # ~55 s alone on the 2-vCPU machine, ~50 s of it Spark (session start, the first

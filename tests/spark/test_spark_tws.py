@@ -259,6 +259,10 @@ def test_bad_inputs_are_refused_before_the_query_starts(
         s.transform_with_state_in_pandas(Tally(), OUT, "Update", "None", eventTimeColumnName="ts")
 
 
+# Spark's own transformWithState runs its processor's set-up in a driver-side
+# Python worker (transform_with_state_driver_worker) that has Spark's fixed
+# 10 s to connect back: with the Connect tests, at full priority (conftest.py).
+@pytest.mark.connect_port
 def test_row_variant_on_a_batch_dataframe(spark: SparkSession, tmp_path: Path) -> None:
     class RowCount(StatefulProcessor):
         def init(self, handle: StatefulProcessorHandle) -> None:

@@ -98,6 +98,12 @@ from pyspark.sql.streaming.tws_tester import TwsTester
 from snapcut.spark import keyed_state
 from spark_support import run_to_end, start_session, stream, write_inputs
 
+# Spark's transformWithState runs each processor's set-up in a driver-side
+# Python worker (transform_with_state_driver_worker) that has Spark's fixed
+# 10 s to connect back: the module runs with the Connect tests, at full
+# priority (tests/conftest.py, scripts/test.sh).
+pytestmark = pytest.mark.connect_port
+
 PARTITIONS = 2  # = spark.sql.shuffle.partitions of the session
 WATERMARK = "10 seconds"
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
