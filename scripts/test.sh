@@ -139,7 +139,8 @@ export PYSPARK_PYTHON="$(command -v python)"
 export SNAPCUT_WHEEL="$PWD/$wheel"
 pytest_log=target/ci-pytest.log
 # Two xdist workers (tests/conftest.py keeps each Spark module on one worker and
-# the local-cluster modules one at a time): ~2,100 s in one process, ~1,400 s so.
+# the local-cluster modules one at a time): ~1,400 s alone on both cores (2026-11-27);
+# ~2,600 s at nice 10 beside the connect_port stream (1,740 s), fresh11, 2026-11-28.
 (
   started=$SECONDS
   rc=0
