@@ -118,21 +118,27 @@ ruff format --check python tests bench
 mypy python/
 
 # What runs next runs at once, by priority (nice): the tests marked
-# connect_port (nice 0, one at a time), the other tests on two xdist workers
-# (nice 10), the Rust builds (nice 19). Spark waits a fixed 10 s for some
-# Python processes it starts to connect back (PythonWorkerFactory's simple
-# workers: Connect's foreachBatch worker, the streaming data source's
-# reader, Spark's own transformWithState's driver worker); beside the other
-# tests at the same priority that ran out (twice in a row, beside a Spark
-# chaos run; and for transformWithState's worker beside the Connect tests),
-# so such tests ran alone, after the rest (~700 s with a core mostly idle).
-# They are marked connect_port (pyproject.toml). With the others at nice 10
-# (weight 110 against 1024 per thread, and every child in this session: the
-# chaos and demo harnesses start theirs in a new process group, not a new
-# session, so they inherit it) such a worker gets its core when it asks,
-# and the others take what it leaves. The Rust builds (clippy, the test
-# binaries, loom) take what both leave; their tests run after pytest, built.
-step "in parallel: pytest, 2 workers (nice 10) | the connect_port tests (Spark Connect, 10 s connect-backs), then the bench smoke (nice 0) | the Rust builds go on (nice 19)"
+# connect_port in two streams at nice 0 (those that start a Connect server,
+# marked connect_server, one at a time: port 15002; and the others), the
+# other tests on two xdist workers (nice 10), the Rust builds (nice 19).
+# Spark waits a fixed 10 s for some Python processes it starts to connect
+# back (PythonWorkerFactory's simple workers: Connect's foreachBatch worker,
+# the streaming data source's reader, Spark's own transformWithState's
+# driver worker); beside the other tests at the same priority that ran out
+# (twice in a row, beside a Spark chaos run; and for transformWithState's
+# worker beside the Connect tests), so such tests ran alone, after the rest
+# (~700 s with a core mostly idle). They are marked connect_port
+# (pyproject.toml). With the others at nice 10 (weight 110 against 1024 per
+# thread, and every child in this session: the chaos and demo harnesses
+# start theirs in a new process group, not a new session, so they inherit
+# it) such a worker gets its core when it asks, and the others take what it
+# leaves. The Rust builds (clippy, the test binaries, loom) take what both
+# leave; their tests run after pytest, built.
+# Measured alone on a quiet machine (2026-11-28, fast mode): connect_server
+# 41 tests 458 s, the other connect_port 46 tests 715 s (the parity module
+# 537 s), the rest 780 tests 729 s on 2 workers; in CPU seconds (the
+# process trees) 235, 595 and 686: no stream keeps a core busy alone.
+step "in parallel: pytest, 2 workers (nice 10) | the connect_server tests, then the bench smoke (nice 0) | the other connect_port tests (nice 0) | the Rust builds go on (nice 19)"
 export PYSPARK_PYTHON="$(command -v python)"
 # pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
@@ -150,11 +156,24 @@ pytest_log=target/ci-pytest.log
   exit "$rc"
 ) >"$pytest_log" 2>&1 &
 pytest_pid=$!
+# The connect_port tests that start no Connect server (the parity module with
+# Spark's transformWithState, the streaming data source's reader): a second
+# full-priority stream, since they need not wait for the port (~700 s alone).
+back_log=target/ci-pytest-connect-back.log
+(
+  started=$SECONDS
+  rc=0
+  python -m pytest -q -m "connect_port and not connect_server" --durations=5 \
+    --junitxml=target/pytest-ci-connect-back.xml tests || rc=$?
+  echo "pytest (connect_port tests without a Connect server): exit $rc after $((SECONDS - started)) s"
+  exit "$rc"
+) >"$back_log" 2>&1 &
+back_pid=$!
 rc=0
 started=$SECONDS
-python -m pytest -q -m connect_port --durations=5 \
+python -m pytest -q -m connect_server --durations=5 \
   --junitxml=target/pytest-ci-connect.xml tests || rc=$?
-echo "pytest (connect_port tests): exit $rc after $((SECONDS - started)) s"
+echo "pytest (connect_server tests): exit $rc after $((SECONDS - started)) s"
 # Then, in this stream too (at nice 0, beside the other tests):
 step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
 # ~55 s alone on the 2-vCPU machine, ~50 s of it Spark (session start, the first
@@ -163,6 +182,9 @@ step "pytest bench (smoke: every benchmark runs once at a small size, as a test;
 # options (tests/conftest.py) apply: C1 only, serial GC.
 JDK_JAVA_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" \
   python -m pytest bench --benchmark-disable -q -x || rc=$?
+wait "$back_pid" || rc=$?
+step "pytest (connect_port tests without a Connect server): its output"
+cat "$back_log"
 wait "$pytest_pid" || rc=$?
 step "pytest (2 workers): its output"
 cat "$pytest_log"
@@ -178,7 +200,7 @@ step "loom model checks (built above)"
 LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} CARGO_TARGET_DIR="$rust_target" \
   cargo test -p snapcut-channel --release --features loom --test loom
 step "where pytest's time went"
-python - target/pytest-ci.xml target/pytest-ci-connect.xml <<'PY' || true
+python - target/pytest-ci.xml target/pytest-ci-connect.xml target/pytest-ci-connect-back.xml <<'PY' || true
 """Where pytest's time went, by module (each test's setup, call and teardown): the 15 slowest."""
 import collections
 import sys

@@ -52,8 +52,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     For ``pytest -n 2 --dist loadgroup`` (two xdist workers) each Spark module
     is one xdist group, so its module-scoped session starts once, on one
     worker; except that everything that starts a local Connect server (the
-    ``connect`` session kind, tests marked ``connect_port``) binds port 15002,
-    so those tests share one group and run one at a time; and the modules
+    ``connect`` session kind, tests marked ``connect_server``) binds port
+    15002, so those tests share one group and run one at a time (with the
+    tests marked ``connect_port``: a Python process Spark starts must
+    connect back within 10 s, so they run at full priority); and the modules
     marked ``local_cluster`` share another (two local-cluster masters started
     in the same second name their applications alike, and their executors
     then share a work directory). Runs first, so xdist sees the groups."""
@@ -63,10 +65,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.spark)
         params = getattr(item, "callspec", None)
         on_connect = params is not None and params.params.get("spark") == "connect"
-        if on_connect or item.get_closest_marker("connect_port") is not None:
-            # Marked too, so `-m connect_port` selects the whole group
-            # (scripts/test.sh runs it in one process at full priority, beside the rest at nice 10).
+        # Marked too, so `-m connect_server` selects the port's tests and
+        # `-m connect_port` the whole group (scripts/test.sh runs the port's
+        # tests in one process and the others of the group in another, both
+        # at full priority, beside the rest at nice 10).
+        if on_connect:
+            item.add_marker(pytest.mark.connect_server)
+        if item.get_closest_marker("connect_server") is not None:
             item.add_marker(pytest.mark.connect_port)
+        if item.get_closest_marker("connect_port") is not None:
             item.add_marker(pytest.mark.xdist_group(CONNECT_PORT_GROUP))
         elif item.get_closest_marker("local_cluster") is not None:
             item.add_marker(pytest.mark.xdist_group(LOCAL_CLUSTER_GROUP))

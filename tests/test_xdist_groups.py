@@ -18,6 +18,7 @@ class GroupRecorder:
     def __init__(self) -> None:
         self.groups: dict[str, list[str]] = {}
         self.marked_connect: set[str] = set()
+        self.marked_server: set[str] = set()
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -26,6 +27,8 @@ class GroupRecorder:
             self.groups[item.nodeid] = [str(m.args[0]) for m in marks]
             if item.get_closest_marker("connect_port") is not None:
                 self.marked_connect.add(item.nodeid)
+            if item.get_closest_marker("connect_server") is not None:
+                self.marked_server.add(item.nodeid)
 
 
 def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
@@ -60,8 +63,19 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
     assert any("test_spark_tws_parity.py" in n for n in connect)
     assert not any(n.endswith("[classic]") and not any(a in n for a in alone) for n in connect)
     assert cluster == {"test_spark_cluster.py", "test_spark_archives.py"}
-    # `-m connect_port` (scripts/test.sh's full-priority run) selects exactly that group
+    # `-m connect_port` (scripts/test.sh's full-priority runs) selects exactly that group,
+    # `-m connect_server` the part that binds the port: the Connect session
+    # kind and the tests that start `--remote` children, no classic session's test
     assert recorder.marked_connect == set(connect)
+    assert recorder.marked_server < recorder.marked_connect
+    assert all(
+        n.endswith("[connect]") or "[connect-" in n or "connect" in n.split("::")[1]
+        for n in recorder.marked_server
+    ), sorted(recorder.marked_server)
+    assert not any("[classic" in n for n in recorder.marked_server)
+    assert any("test_chaos_on_spark_connect_is_exactly_once" in n for n in recorder.marked_server)
+    assert any("test_demo_kills_restarts_and_verifies[connect]" in n for n in recorder.marked_server)
+    assert not any("test_spark_tws_parity.py" in n for n in recorder.marked_server)
 
 
 def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path: Path) -> None:

@@ -321,7 +321,7 @@ def test_chaos_into_a_table_commits_each_batch_once(tmp_path: Path, output: str)
     assert res.returncode == 0, res.stdout
 
 
-@pytest.mark.connect_port
+@pytest.mark.connect_server
 def test_chaos_on_spark_connect_is_exactly_once(tmp_path: Path) -> None:
     """The same harness on Spark Connect (``--remote local[2,4]``: a local
     Connect server in the job's process tree). Seed 13 draws the crash point

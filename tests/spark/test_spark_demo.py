@@ -19,7 +19,7 @@ from snapcut.demo.spark import compare, event_frames, expected_per_user
 
 @pytest.mark.parametrize(
     "remote",
-    [None, pytest.param("local[2,4]", marks=pytest.mark.connect_port)],
+    [None, pytest.param("local[2,4]", marks=pytest.mark.connect_server)],
     ids=["classic", "connect"],
 )
 def test_demo_kills_restarts_and_verifies(tmp_path: Path, remote: str | None) -> None:

@@ -370,11 +370,12 @@ def evolving_rows(mode: str) -> tuple[pd.DataFrame, pd.DataFrame, set[tuple[Any,
     want = {
         "append": {(1, 3, None), (2, 4, None), (1, 5, "a"), (3, 6, "b")},
         "update": {(1, 5, "a"), (2, 4, None), (3, 6, "b")},
+        "complete": {(1, 5, "a"), (3, 6, "b")},
     }[mode]
     return first, second, want
 
 
-@pytest.mark.parametrize("mode", ["append", "update"])
+@pytest.mark.parametrize("mode", ["append", "update", "complete"])
 def test_a_new_column_is_added_only_with_schema_mode_merge(
     spark: Any, mode: str, tmp_path: Path
 ) -> None:
@@ -425,6 +426,29 @@ def test_a_new_column_is_added_only_with_schema_mode_merge(
         with pytest.raises(ConfigError, match=change):
             merging(spark.createDataFrame(bad), 3)
     assert len(commits(table)) == 3
+
+
+def test_an_empty_update_batch_that_adds_a_column_is_one_commit(
+    spark: Any, tmp_path: Path
+) -> None:
+    """An update batch with no rows but a new column (MERGE of no rows makes
+    no commit in delta-rs): one commit that widens the schema, rows kept."""
+    root, table = tmp_path / "out", tmp_path / "table"
+    sink = ArrowSnapshotSink(
+        str(root),
+        output_mode="update",
+        key="user",
+        output=DeltaOutput(str(table), schema_mode="merge"),
+    )
+    sink(spark.createDataFrame(pd.DataFrame({"user": [1, 2], "n": [3, 4]})), 0)
+    empty = spark.createDataFrame([], "user long, n long, note string")
+    sink(empty, 1)
+    assert [h.get("snapcut.batch") for h in commits(table)] == [0, 1]
+    after = table_at(table)
+    assert after.column_names == ["user", "n", "note"]
+    assert {(r["user"], r["n"], r["note"]) for r in after.to_pylist()} == {(1, 3, None), (2, 4, None)}
+    assert manifest(root, 1)["output"]["delta"]["version"] == 1
+    assert read_sink_meta(str(root))["columns_added"] == [{"batch": 1, "columns": ["note"]}]
 
 
 def test_a_table_without_the_output_s_column_names_the_option(spark: Any, tmp_path: Path) -> None:
