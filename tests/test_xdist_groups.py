@@ -73,9 +73,10 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
         for n in recorder.marked_server
     ), sorted(recorder.marked_server)
     assert not any("[classic" in n for n in recorder.marked_server)
-    assert any("test_chaos_on_spark_connect_is_exactly_once" in n for n in recorder.marked_server)
-    assert any("test_demo_kills_restarts_and_verifies[connect]" in n for n in recorder.marked_server)
-    assert not any("test_spark_tws_parity.py" in n for n in recorder.marked_server)
+    server = recorder.marked_server
+    assert any("test_chaos_on_spark_connect_is_exactly_once" in n for n in server)
+    assert any("test_demo_kills_restarts_and_verifies[connect]" in n for n in server)
+    assert not any("test_spark_tws_parity.py" in n for n in server)
 
 
 def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path: Path) -> None:

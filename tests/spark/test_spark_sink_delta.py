@@ -428,9 +428,7 @@ def test_a_new_column_is_added_only_with_schema_mode_merge(
     assert len(commits(table)) == 3
 
 
-def test_an_empty_update_batch_that_adds_a_column_is_one_commit(
-    spark: Any, tmp_path: Path
-) -> None:
+def test_an_empty_update_batch_that_adds_a_column_is_one_commit(spark: Any, tmp_path: Path) -> None:
     """An update batch with no rows but a new column (MERGE of no rows makes
     no commit in delta-rs): one commit that widens the schema, rows kept."""
     root, table = tmp_path / "out", tmp_path / "table"
@@ -446,7 +444,8 @@ def test_an_empty_update_batch_that_adds_a_column_is_one_commit(
     assert [h.get("snapcut.batch") for h in commits(table)] == [0, 1]
     after = table_at(table)
     assert after.column_names == ["user", "n", "note"]
-    assert {(r["user"], r["n"], r["note"]) for r in after.to_pylist()} == {(1, 3, None), (2, 4, None)}
+    rows = {(r["user"], r["n"], r["note"]) for r in after.to_pylist()}
+    assert rows == {(1, 3, None), (2, 4, None)}
     assert manifest(root, 1)["output"]["delta"]["version"] == 1
     assert read_sink_meta(str(root))["columns_added"] == [{"batch": 1, "columns": ["note"]}]
 
