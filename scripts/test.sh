@@ -120,7 +120,7 @@ mypy python/
 # What runs next runs at once, by priority (nice): the tests marked
 # connect_port in two streams at nice 0 (those that start a Connect server,
 # marked connect_server, one at a time: port 15002; and the others), the
-# other tests on two xdist workers (nice 10), the Rust builds (nice 19).
+# other tests on three xdist workers (nice 10), the Rust builds (nice 19).
 # Spark waits a fixed 10 s for some Python processes it starts to connect
 # back (PythonWorkerFactory's simple workers: Connect's foreachBatch worker,
 # the streaming data source's reader, Spark's own transformWithState's
@@ -138,21 +138,24 @@ mypy python/
 # 41 tests 458 s, the other connect_port 46 tests 715 s (the parity module
 # 537 s), the rest 780 tests 729 s on 2 workers; in CPU seconds (the
 # process trees) 235, 595 and 686: no stream keeps a core busy alone.
-step "in parallel: pytest, 2 workers (nice 10) | the connect_server tests, then the bench smoke (nice 0) | the other connect_port tests (nice 0) | the Rust builds go on (nice 19)"
+step "in parallel: pytest, 3 workers (nice 10) | the connect_server tests, then the bench smoke (nice 0) | the other connect_port tests (nice 0) | the Rust builds go on (nice 19)"
 export PYSPARK_PYTHON="$(command -v python)"
 # pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
 export SNAPCUT_WHEEL="$PWD/$wheel"
 pytest_log=target/ci-pytest.log
-# Two xdist workers (tests/conftest.py keeps each Spark module on one worker and
-# the local-cluster modules one at a time): ~1,400 s alone on both cores (2026-11-27);
-# ~2,600 s at nice 10 beside the connect_port stream (1,740 s), fresh11, 2026-11-28.
+# Three xdist workers (tests/conftest.py keeps each Spark module on one worker and
+# the local-cluster modules one at a time). With two (fresh12, 2026-11-28, the whole
+# run 1,915 s): 1,415 s at nice 10, beside the connect_server stream (698 s, then
+# the bench 35 s) and the other connect_port stream (555 s), then ~680 s alone,
+# where two workers keep about one core busy (most of a small Spark query's
+# time is latency): a third worker takes more of the CPU the others leave.
 (
   started=$SECONDS
   rc=0
-  nice -n 10 python -m pytest -q -n 2 --dist loadgroup -m "not connect_port" --durations=15 \
+  nice -n 10 python -m pytest -q -n 3 --dist loadgroup -m "not connect_port" --durations=15 \
     --junitxml=target/pytest-ci.xml tests || rc=$?
-  echo "pytest (2 workers): exit $rc after $((SECONDS - started)) s"
+  echo "pytest (3 workers): exit $rc after $((SECONDS - started)) s"
   exit "$rc"
 ) >"$pytest_log" 2>&1 &
 pytest_pid=$!
@@ -186,7 +189,7 @@ wait "$back_pid" || rc=$?
 step "pytest (connect_port tests without a Connect server): its output"
 cat "$back_log"
 wait "$pytest_pid" || rc=$?
-step "pytest (2 workers): its output"
+step "pytest (3 workers): its output"
 cat "$pytest_log"
 rust_rc=0
 wait "$rust_pid" || rust_rc=$?
