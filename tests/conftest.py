@@ -49,7 +49,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Everything under tests/spark/ starts Spark: marked ``spark``, so
     ``-m "not spark"`` (``scripts/test.sh --fast``) leaves it out.
 
-    For ``pytest -n 2 --dist loadgroup`` (two xdist workers) each Spark module
+    For ``pytest -n N --dist loadgroup`` (N xdist workers) each Spark module
     is one xdist group, so its module-scoped session starts once, on one
     worker; except that everything that starts a local Connect server (the
     ``connect`` session kind, tests marked ``connect_server``) binds port
