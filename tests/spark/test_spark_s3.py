@@ -42,7 +42,7 @@ from snapcut.spark import (
 )
 from snapcut.spark import failpoints as fp
 from snapcut.spark.roots import schema_bytes
-from snapcut.spark.sink import arrow_sink as sink_module
+from snapcut.spark.sink import commit as sink_module
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import RootSpec
 

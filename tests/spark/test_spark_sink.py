@@ -57,7 +57,7 @@ from snapcut.spark import (
     read_state_arrow,
 )
 from snapcut.spark import failpoints as fp
-from snapcut.spark.sink import arrow_sink as sink_module
+from snapcut.spark.sink import commit as sink_module
 from snapcut.spark.state import root as state_root_module
 from snapcut.spark.state.root import StateRoot, spec_of
 

@@ -56,7 +56,7 @@ SPARK_LAYER: list[tuple[str, str | tuple[str, int], str]] = [
     ("spark/state/root.py", "StateRoot.ack_path", "acknowledgement path"),
     ("spark/state/root.py", "StateRoot.acked", "acknowledgement names"),
     ("spark/state/root.py", "StateRoot.finalize", 'the "spark" record'),
-    ("spark/sink/arrow_sink.py", "ArrowSnapshotSink._commit", "output entries"),
+    ("spark/sink/commit.py", "commit_batch", "output entries"),
     ("spark/sink/root.py", "output_files", "output entries"),
     # stage_partition: the Rust encoder writes the files; the staged name
     # and where a file ends (max_file_bytes) are the sink's

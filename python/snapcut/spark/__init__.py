@@ -38,9 +38,10 @@ from snapcut.spark.processors import (
     TIMEOUT_COLUMN,
     StateUpdate,
 )
-from snapcut.spark.sink.arrow_sink import ArrowSnapshotSink, BatchReport
+from snapcut.spark.sink.arrow_sink import ArrowSnapshotSink
 from snapcut.spark.sink.delta import DeltaOutput
 from snapcut.spark.sink.iceberg import IcebergOutput
+from snapcut.spark.sink.report import BatchReport
 from snapcut.spark.sink.root import (
     CommittedBatch,
     committed_output,

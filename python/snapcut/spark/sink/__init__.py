@@ -3,7 +3,13 @@ sink, and its root.
 
 - :mod:`.staging` — executors write a batch's rows under ``_staging/``;
 - :mod:`.arrow_sink` — the sink: checks, the batch's one Spark action, the
-  wait for the state root's version N, the atomic commit;
+  wait for the state root's version N; what it did per batch is a
+  :class:`~.report.BatchReport`;
+- :mod:`.commit` — a batch's commit into the root: files moved into
+  ``chk-<N>``, the manifest, the atomic rename; the removal of what no
+  commit names;
+- :mod:`.table_batch` — one batch's walk through a table output: checks,
+  the replay test, the one table commit, the manifest's record;
 - :mod:`.table` — what the table outputs share: the ``TableOutput`` base
   the sink's per-batch table walk talks to, Parquet data files, the
   ``snapcut.app_id``/``snapcut.batch`` commit properties;

@@ -67,27 +67,24 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
 from snapcut import _fs
 from snapcut._core import ConfigError, StorageError
-from snapcut.snapshots import SnapshotWriter, checkpoint_dir_name, file_entry
 from snapcut.spark import failpoints
 from snapcut.spark.arguments import frame_arrow_schema
 from snapcut.spark.batch_identity import announced, query_id
 from snapcut.spark.query_checkpoint import read_offsets, running_checkpoint
-from snapcut.spark.roots import BATCH_OWNER, PROTOCOL, schema_bytes, schema_to_json
+from snapcut.spark.roots import BATCH_OWNER, schema_bytes, schema_to_json
+from snapcut.spark.sink.commit import clean_staging, commit_batch, now_ms
+from snapcut.spark.sink.report import BatchReport
 from snapcut.spark.sink.root import (
     OUTPUT_MODES,
-    OUTPUT_ROLE,
     SINK_FORMAT,
     SINK_FORMAT_VERSION,
     SINK_META_FILE,
@@ -97,14 +94,9 @@ from snapcut.spark.sink.root import (
     added_columns,
     schema_change,
 )
-from snapcut.spark.sink.staging import (
-    StagingTarget,
-    files_struct,
-    no_space,
-    output_file_name,
-    stage_function,
-)
-from snapcut.spark.sink.table import BatchCommit, TableOutput, counts_of
+from snapcut.spark.sink.staging import StagingTarget, files_struct, no_space, stage_function
+from snapcut.spark.sink.table import TableOutput
+from snapcut.spark.sink.table_batch import TableBatch
 from snapcut.spark.source.register import register
 from snapcut.spark.state.root import StateRoot
 
@@ -113,25 +105,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 __all__ = ["ArrowSnapshotSink", "BatchReport", "CommittedBatch"]
-
-
-@dataclass
-class BatchReport:
-    """What the sink did with one batch (``sink.reports``)."""
-
-    batch_id: int
-    committed: bool
-    """False: the batch was already committed and skipped (a re-delivery)."""
-    rows: int = 0
-    files: int = 0
-    bytes: int = 0
-    stage_ms: float = 0.0
-    state_wait_ms: float = 0.0
-    commit_ms: float = 0.0
-    total_ms: float = 0.0
-    table_version: int | None = None
-    """A table output's commit holding the batch: Delta's table version,
-    Iceberg's snapshot id."""
 
 
 class ArrowSnapshotSink:
@@ -237,7 +210,7 @@ class ArrowSnapshotSink:
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> BatchReport:
         """Writes and commits one batch (what ``foreachBatch`` calls)."""
         t0 = time.perf_counter()
-        started_ms = _now_ms()
+        started_ms = now_ms()
         self._ensure_root()
         # The root is then readable with spark.read(Stream).format("snapcut").
         register(batch_df.sparkSession)
@@ -250,10 +223,21 @@ class ArrowSnapshotSink:
             self.reports.append(report)
             return report
         evolved = self._check_meta(schema, batch_id)
-        table = None if self.output is None else _TableBatch.open(self, owner, schema, batch_id)
+        table = None
+        if self.output is not None:
+            table = TableBatch(
+                self.output,
+                self.output_mode,
+                self.key,
+                self.root.path,
+                owner,
+                schema,
+                batch_id,
+                self._writable,
+            )
         state = self._state_root()
         checkpoint = self._checkpoint_location(batch_df, owner)
-        self._writable(self._clean_staging)
+        self._writable(lambda: clean_staging(self.root))
 
         target = StagingTarget(self.root, batch_id, schema_bytes(schema), self.max_file_bytes)
         if table is not None:
@@ -325,7 +309,7 @@ class ArrowSnapshotSink:
         }
         if state_record is not None:
             extra["state"] = state_record
-        self._writable(lambda: self._commit(batch_id, files, extra, started_ms))
+        self._writable(lambda: commit_batch(self.root, batch_id, files, extra, started_ms))
         # Committed. What is left under _staging/ (losing attempts) is garbage.
         with contextlib.suppress(OSError):
             self.fs.delete_dir(f"{self.path}/{STAGING_DIR}")
@@ -380,7 +364,7 @@ class ArrowSnapshotSink:
                 "schema": schema_to_json(schema),
                 "schema_ipc": base64.b64encode(schema_bytes(schema)).decode(),
                 "first_batch": batch_id,
-                "created_ms": _now_ms(),
+                "created_ms": now_ms(),
             }
             if self.output is not None:
                 meta["output"] = self._output_meta()
@@ -457,66 +441,6 @@ class ArrowSnapshotSink:
             )
         return found
 
-    # -- commit ----------------------------------------------------------------
-
-    def _clean_staging(self) -> None:
-        """Removes every staged file (uncommitted batches, losing attempts) and,
-        where directories are not renamed atomically, uncommitted chk dirs."""
-        staging = f"{self.path}/{STAGING_DIR}"
-        if _fs.exists(self.fs, staging):
-            self.fs.delete_dir(staging)
-        if not self.local:
-            SnapshotWriter(self.path, filesystem=self.fs).cleanup_partial(below=2**62)
-
-    def _commit(
-        self, batch_id: int, files: list[dict[str, Any]], extra: dict[str, Any], now: int
-    ) -> None:
-        # The entries' shape is the format's (Rust); the sink adds its own fields.
-        entries = [
-            file_entry(
-                output_file_name(f["partition"], f["file"]),
-                OUTPUT_ROLE,
-                f["rows"],
-                f["bytes"],
-                f["crc32c"],
-                {k: f[k] for k in ("partition", "file", "attempt")},
-            )
-            for f in files
-        ]
-        final = self.root.chk(batch_id)
-        if self.local:
-            pending_root = f"{self.path}/{STAGING_DIR}/commit-{batch_id:08d}-{uuid.uuid4().hex}"
-            target = f"{pending_root}/{checkpoint_dir_name(batch_id)}"
-        else:
-            pending_root, target = self.path, final
-        if not _fs.is_object_store(self.fs):
-            self.fs.create_dir(target, recursive=True)
-        for f, e in zip(files, entries, strict=True):
-            self.fs.move(f"{self.path}/{f['path']}", f"{target}/{e['path']}")
-        SnapshotWriter(pending_root, filesystem=self.fs).commit(
-            batch_id,
-            entries,
-            protocol=PROTOCOL,
-            graph_fingerprint=f"spark-sink:{extra['spark']['query_id']}",
-            started_ms=now,
-            finished_ms=_now_ms(),
-            extra=extra,
-        )
-        if not self.local:
-            return
-        local_target = _fs.local_path(self.fs, target)
-        local_final = _fs.local_path(self.fs, final)
-        assert local_target is not None and local_final is not None
-        try:
-            os.rename(local_target, local_final)
-        except OSError as e:
-            if e.errno in (errno.EEXIST, errno.ENOTEMPTY) and self.committed(batch_id):
-                return  # committed meanwhile by another run of the same batch
-            raise
-        _fsync_dir(os.path.dirname(local_final))
-        with contextlib.suppress(OSError):
-            self.fs.delete_dir(pending_root)
-
 
 def _refuse_below_a_file(fs: Any, path: str, what: str) -> None:
     """Fails early, where the sink is built, if the root cannot ever be a
@@ -550,108 +474,3 @@ def _state_location(source: Any) -> tuple[str, Any]:
     if isinstance(source, str | os.PathLike):
         return os.fspath(source), None
     return str(source.root), getattr(source, "filesystem", None)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-class _TableBatch:
-    """One batch's walk through a table output (Delta or Iceberg): the
-    table's checks and the replay test before the Spark action, the staging
-    target, the one table commit, what the manifest records."""
-
-    def __init__(self, sink: ArrowSnapshotSink, owner: str, schema: pa.Schema, batch: int) -> None:
-        assert sink.output is not None
-        self.sink, self.output, self.owner, self.batch = sink, sink.output, owner, batch
-        self.app_id = f"snapcut:{owner}:{sink.root.path}"
-        self.schema = self.output.table_schema(schema)
-        self.table = self.output.table()
-        self.output.check(self.table, self.app_id, self.schema)
-        self.done = self.output.committed_version(self.table, self.app_id, batch)
-        self.files = self.output.files(self.table, owner, batch, self.schema)
-        self.info: dict[str, Any] | None = self.done
-
-    @classmethod
-    def open(
-        cls, sink: ArrowSnapshotSink, owner: str, schema: pa.Schema, batch: int
-    ) -> _TableBatch:
-        made = cls(sink, owner, schema, batch)
-        if made.done is None:
-            # A run that failed before the table commit left files here.
-            sink._writable(lambda: made.output.clean(made.files))
-        return made
-
-    @property
-    def takes_rows(self) -> bool:
-        """Update mode: the driver merges the batch's rows into the table
-        (delta-rs' MERGE, Iceberg's copy-on-write), so it takes them with
-        ``toArrow()``, which ships them from the JVM straight to the
-        driver, on a classic and a Spark Connect session alike (where
-        foreachBatch runs in the server's Python worker). Staging them as
-        Arrow IPC on the executors and reading that back cost one Python
-        UDF per batch and a second pass over the rows, and bought nothing:
-        Spark's collect returns one successful attempt's rows per
-        partition, as the staged files' attempt bookkeeping did, and the
-        root names no file of a table output. The one new limit: a batch's
-        rows must fit ``spark.driver.maxResultSize`` (which the staging
-        job's file descriptions never approached); the driver held them
-        all before as well. Append and complete keep the executors writing
-        Parquet into the table: those rows never need the driver."""
-        return self.sink.output_mode == "update"
-
-    def target(self, ipc: StagingTarget) -> StagingTarget:
-        """Append and complete write Parquet into the table (update mode
-        stages nothing: :attr:`takes_rows`)."""
-        return replace(ipc, schema_ipc=schema_bytes(self.schema), table=self.files)
-
-    def commit(
-        self, files: list[dict[str, Any]], report: BatchReport, rows: pa.Table | None = None
-    ) -> int:
-        """The batch's one table commit (none if it is there already);
-        returns the commit's version (Delta) or snapshot id (Iceberg).
-        `rows`: the batch's rows (update mode, :attr:`takes_rows`)."""
-        if self.done is not None:
-            # Replayed: the table has the batch; its counts are in its commit.
-            report.rows, report.files, report.bytes = counts_of(self.done)
-            return int(self.done["version"])
-        if self.takes_rows:
-            assert rows is not None, "update mode takes the batch's rows on the driver"
-            rows = rows.cast(self.schema)
-        counts = {"rows": report.rows, "files": report.files, "bytes": report.bytes}
-        commit = BatchCommit(
-            self.sink.output_mode,
-            self.sink.key,
-            self.schema,
-            files,
-            rows,
-            self.app_id,
-            self.batch,
-            counts,
-            self.files,
-        )
-        self.info = self.output.commit(self.table, commit)
-        failpoints.hit("sink.after_table_commit", self.batch, 0)
-        if self.sink.output_mode != "update":
-            # Committed: what else is in the batch's directory lost.
-            keep = [f["path"] for f in files]
-            with contextlib.suppress(OSError):
-                self.output.clean(self.files, keep)
-        return int(self.info["version"])
-
-    def record(self) -> dict[str, Any]:
-        """The manifest's ``output.<format>``."""
-        assert self.info is not None
-        return {
-            **self.output.record(self.info),
-            "app_id": self.app_id,
-            "replayed": self.done is not None,
-        }

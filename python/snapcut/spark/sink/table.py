@@ -1,6 +1,6 @@
 """What the sink's table outputs share (:mod:`.delta`, :mod:`.iceberg`):
 the :class:`TableOutput` base the sink's one table walk per batch talks to
-(``_TableBatch`` in :mod:`.arrow_sink`), where the executors' Parquet data
+(:class:`~.table_batch.TableBatch`), where the executors' Parquet data
 files go (:class:`TableFiles`, deterministic names from query, batch,
 partition and attempt), their encoding, the snapshot/commit properties that
 carry the batch id, and the errors of a table library as typed errors.

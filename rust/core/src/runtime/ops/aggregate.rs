@@ -681,10 +681,18 @@ impl Operator for KeyedAggregate {
         // Its capture was never stored, so it can never be a base; its
         // changes still count as unconfirmed, now in the open interval.
         if let Some(epoch) = self.unconfirmed.remove(&id) {
-            // An epoch of every slot needs no marks: the next capture is full.
-            if let Some(slots) = &epoch.slots {
-                let capacity = self.len();
-                self.dirty.mark(slots, capacity);
+            let capacity = self.len();
+            match &epoch.slots {
+                Some(slots) => self.dirty.mark(slots, capacity),
+                // An epoch of every slot: every slot counts as changed, not
+                // only for the next capture (full anyway) but for each diff
+                // on a base confirmed before it, which may still be taken
+                // while that full capture is not confirmed (its changes
+                // would be missing from them otherwise).
+                None => {
+                    let all: Vec<u32> = (0..capacity as u32).collect();
+                    self.dirty.mark(&all, capacity);
+                }
             }
             // Diffs in flight stay valid (their base is confirmed). The next
             // capture is still full, as a safety net: the abort may have been
