@@ -689,10 +689,7 @@ impl Operator for KeyedAggregate {
                 // on a base confirmed before it, which may still be taken
                 // while that full capture is not confirmed (its changes
                 // would be missing from them otherwise).
-                None => {
-                    let all: Vec<u32> = (0..capacity as u32).collect();
-                    self.dirty.mark(&all, capacity);
-                }
+                None => self.dirty.mark_all(capacity),
             }
             // Diffs in flight stay valid (their base is confirmed). The next
             // capture is still full, as a safety net: the abort may have been

@@ -63,6 +63,20 @@ impl DirtySlots {
         self.members += added;
     }
 
+    /// Makes every slot below `capacity` a member, without listing them.
+    pub(crate) fn mark_all(&mut self, capacity: usize) {
+        if self.untracked() || self.members >= capacity {
+            return;
+        }
+        let words = capacity.div_ceil(64);
+        self.bits.clear();
+        self.bits.resize(words, u64::MAX);
+        if capacity % 64 != 0 {
+            self.bits[words - 1] = (1u64 << (capacity % 64)) - 1;
+        }
+        self.members = capacity;
+    }
+
     fn untracked(&self) -> bool {
         self.untracked_left > 0
     }
@@ -233,5 +247,14 @@ mod tests {
         assert_eq!(DirtySlots::default().union([], 10), Vec::<u32>::new());
         // The union leaves the open set as it was.
         assert_eq!(dirty.take(100), Some(vec![3, 64, 70]));
+    }
+
+    #[test]
+    fn mark_all_makes_every_slot_below_capacity_a_member() {
+        let mut d = DirtySlots::default();
+        d.mark(&[3], 70);
+        d.mark_all(70);
+        assert!(d.covers_all(70));
+        assert_eq!(d.union([], 70), (0..70).collect::<Vec<u32>>());
     }
 }
