@@ -151,6 +151,7 @@ impl SnapshotStore {
             cleanup_partial_on_open,
             materialize_every,
             fsync: fsync.parse().map_py()?,
+            ..Default::default()
         };
         let inner = py.detach(|| CoreStore::open(root, options)).map_py()?;
         Ok(Self { inner })
