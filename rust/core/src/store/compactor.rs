@@ -8,13 +8,16 @@
 //!
 //! Bounded: one job at a time, at most [`QUEUE`] waiting, at most one per
 //! task in flight or waiting for adoption (a job that does not fit is
-//! dropped; the next commit plans it again). `pause` sleeps before each job,
+//! dropped; the next commit plans it again). A task whose runs cannot be
+//! merged (keys of a type runs do not order, a key twice in a file) is not
+//! compacted again by this compactor: its runs stay as they are, and every
+//! commit would otherwise read them in vain. `pause` sleeps before each job,
 //! leaving the cores to the tasks. Dropping the compactor stops it: the job
 //! in hand is abandoned at its next step, and the drop waits at most
 //! [`SHUTDOWN_TIMEOUT`] for the thread, then leaves it to finish alone (its
 //! output is removed when the root is next opened).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,6 +80,8 @@ pub struct CompactionStats {
     /// Jobs that failed (an input unreadable, a state whose keys runs do
     /// not order); the state stays as it was.
     pub failed: u64,
+    /// Tasks not compacted any more: their runs could not be merged.
+    pub refused: u64,
 }
 
 #[derive(Default)]
@@ -85,6 +90,8 @@ struct Shared {
     finished: Mutex<Vec<Finished>>,
     /// Per task with a job in flight or waiting: its inputs' checkpoints.
     pending: Mutex<BTreeMap<TaskId, Vec<CheckpointId>>>,
+    /// Tasks whose runs could not be merged (not I/O: the data).
+    refused: Mutex<BTreeSet<TaskId>>,
     submitted: AtomicU64,
     merged: AtomicU64,
     adopted: AtomicU64,
@@ -140,9 +147,18 @@ impl Compactor {
     }
 
     /// Hands `job` over without waiting; false (the job dropped) when the
-    /// queue is full or the task has a job already.
+    /// queue is full, the task has a job already or its runs were refused.
     pub fn submit(&self, job: Job) -> bool {
         let Some(jobs) = &self.jobs else { return false };
+        if self
+            .shared
+            .refused
+            .lock()
+            .expect("compactor poisoned")
+            .contains(&job.task)
+        {
+            return false;
+        }
         let mut pending = self.shared.pending.lock().expect("compactor poisoned");
         if pending.contains_key(&job.task) {
             return false;
@@ -220,6 +236,7 @@ impl Compactor {
             adopted: get(&s.adopted),
             discarded: get(&s.discarded),
             failed: get(&s.failed),
+            refused: s.refused.lock().expect("compactor poisoned").len() as u64,
         }
     }
 }
@@ -256,7 +273,8 @@ impl Worker {
     }
 
     fn run(&self, job: Job) {
-        let outcome = self.pause().and_then(|()| self.merge(&job));
+        self.pause();
+        let outcome = self.merge(&job);
         match outcome {
             Ok(Some(done)) => {
                 self.shared.merged.fetch_add(1, Ordering::Relaxed);
@@ -287,16 +305,24 @@ impl Worker {
     }
 
     /// Sleeps `pause` in short steps, so a stop is not kept waiting.
-    fn pause(&self) -> Result<()> {
+    fn pause(&self) {
         let until = Instant::now() + self.pause;
         while !self.stopped() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Ok(());
+                return;
             }
             std::thread::sleep(left.min(Duration::from_millis(20)));
         }
-        Ok(())
+    }
+
+    /// `task`'s runs cannot be merged: do not try again.
+    fn refuse(&self, task: &TaskId) {
+        self.shared
+            .refused
+            .lock()
+            .expect("compactor poisoned")
+            .insert(task.clone());
     }
 
     /// The job's output written under `compacting/`; `None` if stopped.
@@ -313,16 +339,16 @@ impl Worker {
             let (schema, parts) = decode_ipc(bytes, &what)?;
             batches.push(format::concat(&schema, &parts)?);
         }
-        let key = match &job.key {
-            Some(key) => key.clone(),
-            None => batches[0]
-                .schema()
-                .metadata()
-                .get(KEY_METADATA)
-                .cloned()
-                .ok_or_else(|| Error::Snapshot(format!("state of {} names no key", job.task)))?,
-        };
-        let merged = format::merge_batches(&batches, &key, job.plan.kind)?;
+        let key = job
+            .key
+            .clone()
+            .or_else(|| batches[0].schema().metadata().get(KEY_METADATA).cloned());
+        let merged = key
+            .as_deref()
+            .ok_or_else(|| Error::Snapshot(format!("state of {} names no key", job.task)))
+            .and_then(|key| format::merge_batches(&batches, key, job.plan.kind))
+            .inspect_err(|_| self.refuse(&job.task))?;
+        let key = key.expect("merged by its key");
         drop(batches);
         if self.stopped() {
             return Ok(None);

@@ -403,3 +403,67 @@ fn a_restored_table_diffs_on_top_of_merged_runs() {
         assert_eq!(state_of(store.reader(), id), at[&id]);
     }
 }
+
+#[test]
+fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
+    use arrow_array::{BooleanArray, Float64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+    use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
+    use std::sync::Arc;
+
+    // Float keys: the chain rebuilds them, runs do not order them.
+    let batch = |keys: Vec<f64>, diff: bool| {
+        let mut fields = vec![
+            Field::new("k", DataType::Float64, false),
+            Field::new("v", DataType::Int64, false),
+        ];
+        let n = keys.len();
+        let mut cols: Vec<Arc<dyn arrow_array::Array>> = vec![
+            Arc::new(Float64Array::from(keys)),
+            Arc::new(Int64Array::from(vec![1; n])),
+        ];
+        if diff {
+            fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+            cols.push(Arc::new(BooleanArray::from(vec![false; n])));
+        }
+        let schema =
+            Schema::new_with_metadata(fields, [(KEY_METADATA.to_string(), "k".to_string())].into());
+        RecordBatch::try_new(Arc::new(schema), cols).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 1)).unwrap();
+    for id in 1..=4u64 {
+        let state = StateCapture {
+            kind: match id {
+                1 => StateKind::Full,
+                _ => StateKind::Diff { base: id - 1 },
+            },
+            batch: batch(vec![id as f64, 0.5], id > 1),
+        };
+        let snapshot = TaskSnapshot {
+            task: agg(),
+            state: Some(state),
+            channels: vec![],
+            source_offset: None,
+            alignment_nanos: 0,
+            sent_seq: Vec::new(),
+            taken_seq: Vec::new(),
+        };
+        store.task_snapshot(id, snapshot).unwrap();
+        store.commit(meta(id, false)).unwrap();
+        assert!(store.wait_for_compactions(WAIT));
+    }
+    let stats = store.compaction_stats();
+    assert_eq!(
+        (stats.submitted, stats.failed, stats.refused, stats.adopted),
+        (1, 1, 1, 0),
+        "tried once, then left alone: {stats:?}"
+    );
+    let state = store.reader().state(4, &agg()).unwrap().unwrap();
+    assert_eq!(state.num_rows(), 5, "keys 0.5 and 1..=4");
+    assert_eq!(
+        state_entry(&store.reader().manifest(4).unwrap()).runs.len(),
+        4
+    );
+}
