@@ -79,7 +79,11 @@ fn diff(rng: &mut Rng, keys: u64, changed: u64) -> RecordBatch {
         picked.insert((rng.next() % (keys + keys / 100)) as i64);
     }
     let mut k: Vec<i64> = picked.into_iter().collect();
-    k.sort_unstable_by_key(|&key| rng.next() ^ key as u64);
+    k.sort_unstable();
+    // Fisher-Yates: a capture's order is its tracking order, not the keys'.
+    for i in (1..k.len()).rev() {
+        k.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+    }
     let deletes = (changed / 10) as usize;
     let live = k.len() - deletes;
     let deleted: Vec<bool> = (0..k.len()).map(|i| i >= live).collect();
