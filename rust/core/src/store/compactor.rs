@@ -12,7 +12,9 @@
 //! merged (keys of a type runs do not order, a key twice in a file) is not
 //! compacted again by this compactor: its runs stay as they are, and every
 //! commit would otherwise read them in vain. `pause` sleeps before each job,
-//! leaving the cores to the tasks. Dropping the compactor stops it: the job
+//! leaving the cores to the tasks; a [`CompactionHold`] (tests, tools) keeps
+//! every job from starting its merge while it lives, at most
+//! [`HOLD_TIMEOUT`]. Dropping the compactor stops it: the job
 //! in hand is abandoned at its next step, and the drop waits at most
 //! [`SHUTDOWN_TIMEOUT`] for the thread, then leaves it to finish alone (its
 //! output is removed when the root is next opened).
@@ -22,7 +24,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -45,6 +47,11 @@ pub const QUEUE: usize = 4;
 /// How long dropping the compactor waits for its thread: longer than a
 /// merge of a 10M-key state on a slow machine takes (~2-4 s).
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a job waits at most for the [`CompactionHold`]s to go before
+/// it merges anyway: a hold forgotten by a test or a tool never stops
+/// compaction for good.
+pub const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A compaction of `task`'s runs, keyed by `key`.
 #[derive(Clone, Debug)]
@@ -92,6 +99,9 @@ struct Shared {
     pending: Mutex<BTreeMap<TaskId, Vec<CheckpointId>>>,
     /// Tasks whose runs could not be merged (not I/O: the data).
     refused: Mutex<BTreeSet<TaskId>>,
+    /// [`CompactionHold`]s alive; `released` is told when one goes.
+    holds: Mutex<usize>,
+    released: Condvar,
     submitted: AtomicU64,
     merged: AtomicU64,
     adopted: AtomicU64,
@@ -227,6 +237,16 @@ impl Compactor {
         }
     }
 
+    /// Keeps every job from starting its merge until the hold is dropped
+    /// (or [`HOLD_TIMEOUT`] passed): jobs are still handed over, retention
+    /// still keeps their inputs, commits go on without them.
+    pub fn hold(&self) -> CompactionHold {
+        *self.shared.holds.lock().expect("compactor poisoned") += 1;
+        CompactionHold {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
     pub fn stats(&self) -> CompactionStats {
         let s = &self.shared;
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
@@ -241,9 +261,30 @@ impl Compactor {
     }
 }
 
+/// While it lives, the compactor merges nothing (see [`Compactor::hold`]).
+#[must_use = "the compactor is held only while the hold lives"]
+pub struct CompactionHold {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CompactionHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompactionHold")
+    }
+}
+
+impl Drop for CompactionHold {
+    fn drop(&mut self) {
+        let mut holds = self.shared.holds.lock().unwrap_or_else(|e| e.into_inner());
+        *holds = holds.saturating_sub(1);
+        self.shared.released.notify_all();
+    }
+}
+
 impl Drop for Compactor {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.released.notify_all();
         drop(self.jobs.take());
         let exited = self.exited.lock().unwrap_or_else(|e| e.into_inner());
         match exited.recv_timeout(SHUTDOWN_TIMEOUT) {
@@ -274,6 +315,7 @@ impl Worker {
 
     fn run(&self, job: Job) {
         self.pause();
+        self.wait_while_held();
         let outcome = self.merge(&job);
         match outcome {
             Ok(Some(done)) => {
@@ -313,6 +355,27 @@ impl Worker {
                 return;
             }
             std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+    }
+
+    /// Waits while a [`CompactionHold`] lives, at most [`HOLD_TIMEOUT`],
+    /// and not once the compactor is stopping.
+    fn wait_while_held(&self) {
+        let until = Instant::now() + HOLD_TIMEOUT;
+        let mut holds = self.shared.holds.lock().expect("compactor poisoned");
+        while *holds > 0 && !self.stopped() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            // Short steps: a stop sets a flag the condvar is not tied to.
+            let step = left.min(Duration::from_millis(20));
+            holds = self
+                .shared
+                .released
+                .wait_timeout(holds, step)
+                .expect("compactor poisoned")
+                .0;
         }
     }
 

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arrow_schema::Schema;
 use serde_json::Value;
 
-use super::compactor::{CompactionStats, Compactor, Job};
+use super::compactor::{CompactionHold, CompactionStats, Compactor, Job};
 use super::files::{write_atomic, write_ipc, Fsync, FsyncMode};
 use super::format::{self, InProgress, ManifestMeta, Written};
 use super::manifest::{
@@ -187,6 +187,18 @@ impl SnapshotStore {
     /// For tests and tools: a commit never waits for compactions.
     pub fn wait_for_compactions(&self, timeout: Duration) -> bool {
         self.compactor.as_ref().is_none_or(|c| c.wait_idle(timeout))
+    }
+
+    /// Keeps the background compaction from merging anything while the
+    /// returned hold lives (at most [`COMPACTION_HOLD_TIMEOUT`]): jobs are
+    /// still handed over and their inputs kept, commits go on, nothing is
+    /// merged or adopted. For tests and tools, to see a compaction in
+    /// flight without depending on its speed. `None` without
+    /// `materialize_every`.
+    ///
+    /// [`COMPACTION_HOLD_TIMEOUT`]: super::COMPACTION_HOLD_TIMEOUT
+    pub fn hold_compactions(&self) -> Option<CompactionHold> {
+        self.compactor.as_ref().map(Compactor::hold)
     }
 
     /// Ids of the completed checkpoints this store holds, oldest first.
