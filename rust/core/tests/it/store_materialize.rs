@@ -50,10 +50,21 @@ fn graph() -> LogicalGraph {
     g
 }
 
+/// The bound on each wait for the compactor: far above a merge of this
+/// test's few thousand keys on a loaded machine (milliseconds to a second),
+/// so running out of it is a hung compactor, not a slow one.
+const WAIT: Duration = Duration::from_secs(60);
+
 /// Records the kind of every state capture the `agg` tasks hand over.
+/// Before each commit it waits (at most [`WAIT`]) for the compactions
+/// handed over so far, so the commit adopts what they merged: whether a
+/// merge is adopted within the run does not depend on the compactor's
+/// speed under load. The store's commit itself never waits for them.
 struct Recording {
     store: Arc<SnapshotStore>,
     kinds: Mutex<Vec<(CheckpointId, String, StateKind)>>,
+    /// Commits before which the compactions were not done within [`WAIT`].
+    hung: Mutex<Vec<CheckpointId>>,
 }
 
 impl SnapshotSink for Recording {
@@ -65,6 +76,9 @@ impl SnapshotSink for Recording {
         self.store.task_snapshot(id, s)
     }
     fn commit(&self, meta: CheckpointMeta) -> snapcut_core::Result<()> {
+        if !self.store.wait_for_compactions(WAIT) {
+            self.hung.lock().unwrap().push(meta.id);
+        }
         self.store.commit(meta)
     }
     fn abort(&self, id: CheckpointId) -> snapcut_core::Result<()> {
@@ -140,11 +154,17 @@ fn tasks_send_only_diffs_and_the_store_compacts_them() {
     let sink = Arc::new(Recording {
         store,
         kinds: Mutex::new(Vec::new()),
+        hung: Mutex::new(Vec::new()),
     });
     Job::new(graph(), config(), JobOptions::default())
         .unwrap()
         .run(sink.clone())
         .unwrap();
+    let hung = sink.hung.lock().unwrap().clone();
+    assert!(
+        hung.is_empty(),
+        "compactor still busy after {WAIT:?} before {hung:?}"
+    );
     let kinds = sink.kinds.lock().unwrap().clone();
     let fulls: Vec<_> = kinds.iter().filter(|k| k.2 == StateKind::Full).collect();
     assert_eq!(
