@@ -248,3 +248,7 @@ def test_paired_batches_recover_a_known_slowdown_and_pair_within_a_round() -> No
     assert sync.method == PAIRED_BATCHES and (sync.samples, sync.runs) == (32, 4)
     assert sync.low <= 0.3 <= sync.high and sync.width < 0.05, sync
     assert background.low <= 0.0 <= background.high, background
+    from snapcut.experiments.effects_report import effects_table
+
+    row = next(line for line in effects_table([sync], [sync]).splitlines() if "| sync |" in line)
+    assert "| paired batches |" in row and "windowed" not in row, row
