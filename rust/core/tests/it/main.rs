@@ -26,5 +26,4 @@ mod store_concurrent;
 mod store_materialize;
 mod store_props;
 mod store_roundtrip;
-mod store_tiers;
 mod store_verify;

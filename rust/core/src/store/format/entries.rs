@@ -26,7 +26,6 @@ fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
         kind: None,
         base: None,
         chain: Vec::new(),
-        runs: Vec::new(),
         key: None,
         edge: None,
         input: None,
