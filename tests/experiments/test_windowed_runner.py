@@ -80,7 +80,11 @@ def test_an_injected_slowdown_is_recovered_through_the_runner(
             gaps.setdefault(s0, []).append(t1 - t0)
     off, on = (statistics.mean(gaps[s]) for s in (SLOW_S, round(SLOW_S + INJECT_S, 6)))
     truth = on / off - 1
-    assert 0.3 < truth < 0.6, (truth, INJECT_S / (BATCH / statistics.median(run.rates[0::2])))
+    # The injection must be a clear slowdown for the rest to mean anything; how
+    # clear depends on the machine's load (a loaded guest oversleeps both
+    # windows, which shrinks the ratio: 0.285 was seen in CI), so only its
+    # order is checked here. Whether the windows find it is checked below.
+    assert 0.15 < truth < 0.8, (truth, INJECT_S / (BATCH / statistics.median(run.rates[0::2])))
     # Batches straddling a switch, the timeline's 50 ms buckets: two points.
     assert effect.low - 0.02 <= truth <= effect.high + 0.02, (effect, truth)
     assert resolved(effect) == "resolved: slower"

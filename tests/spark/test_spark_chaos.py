@@ -223,6 +223,18 @@ def test_a_driver_crash_point_kills_the_driver_tree_and_logs_the_hit(tmp_path: P
     assert hit["point"] == "sink.after_commit" and hit["where"] == "driver"
 
 
+def test_a_child_is_hung_only_after_a_stall_not_a_long_run() -> None:
+    """A slow attempt that keeps stepping is not hung (at low priority on a
+    loaded machine one took 275 s to its third step); one whose steps stop
+    for the timeout is."""
+    clock = chaos.StallClock(timeout=10.0, started=100.0, steps=2)
+    assert not clock.hung(109.0, 2)
+    assert not clock.hung(115.0, 3)  # a step: the clock restarts at 115
+    assert not clock.hung(124.0, 3) and not clock.hung(130.0, 4)
+    assert not clock.hung(140.0, 4)  # exactly the timeout is not over it
+    assert clock.hung(140.5, 4)
+
+
 def test_kill_plans_replay_from_the_seed() -> None:
     opts = chaos.SparkOptions(files=5, partitions=3)
     a = [chaos.plan_kill(random.Random(9), opts, c) for c in range(5)]

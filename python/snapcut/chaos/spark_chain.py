@@ -72,6 +72,7 @@ from snapcut.chaos.spark import (
     POLL_S,
     STARTUP_WINDOW_S,
     STEP_WINDOW_S,
+    StallClock,
     _Child,
     _log_entries,
     check_sizes,
@@ -91,7 +92,9 @@ __all__ = ["ChainOptions", "ChainSummary", "run_chain_chaos"]
 
 KILL_KINDS = ("a_only", "a_and_b", "b_only", "neither")
 
-#: Seconds one attempt may take (two queries in one driver on a loaded machine).
+#: Seconds an attempt may go without a step of its chain (two queries in one
+#: driver on a loaded machine) before it is called hung; counted from the last
+#: step, as `snapcut.chaos.spark.ATTEMPT_TIMEOUT_S` is.
 ATTEMPT_TIMEOUT_S = 420.0
 
 Figures = tuple[int, int, int, int, int]
@@ -316,21 +319,23 @@ def run_attempt(
     env = {**os.environ, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
     base = chain_progress(run_dir)
     child = _Child(child_cmd(opts, run_dir), env, stderr)
+    stall = StallClock(opts.attempt_timeout, child.started, base)
     window: float | None = None
     killed: str | None = None
     try:
         while child.proc.poll() is None:
             now = time.monotonic()
-            if now - child.started > opts.attempt_timeout:
+            steps = chain_progress(run_dir)
+            if stall.hung(now, steps):
                 child.kill_driver()
                 child.proc.wait()
                 tail = stderr.read_text(errors="replace")[-2000:]
                 raise ChaosError(
-                    f"the chain hung for {opts.attempt_timeout:.0f} s; killed:\n{tail}"
+                    f"the chain made no progress for {opts.attempt_timeout:.0f} s; killed:\n{tail}"
                 )
             child.scan()
             if kill is not None and killed is None:
-                if window is None and chain_progress(run_dir) - base >= kill.after_steps:
+                if window is None and steps - base >= kill.after_steps:
                     window = now
                 if window is not None and now - window >= kill.delay:
                     b = (run_dir / B_RUNNING).exists()
