@@ -315,6 +315,10 @@ def test_store_side_materialization_bounds_chains(tmp_path: Path) -> None:
         table.update(rows([cid], cid))
         _, kind, batch = table.checkpoint(cid)
         store.task_snapshot(cid, "agg", 0, state=(kind, None if kind == "full" else cid - 1, batch))
+        # The store merges in the background and the next commit adopts
+        # the output: waiting (bounded: 60 s is a stuck compactor, a merge
+        # of 5 rows takes milliseconds) makes that independent of the load.
+        assert store.wait_for_compactions(60.0)
         store.commit(cid)
     snaps = snapshots.open(tmp_path.as_uri())
     chains = {c.id: c.files[0]["chain"] for c in snaps}

@@ -229,14 +229,22 @@ def test_verify_checks_that_each_file_opens(local_root: Root) -> None:
 
 
 def test_verify_checks_the_chain_of_each_state(local_root: Root) -> None:
-    """A chain naming a checkpoint that holds no state for the task."""
+    """A chain naming a checkpoint that holds no state for the task (an
+    entry without runs, as format 1 writes it); runs that do not end with a
+    full (format 2)."""
     path = chk(local_root.path, 5) / "manifest.json"
     m = json.loads(path.read_text())
     entry = next(f for f in m["files"] if f["path"] == "agg-1.state.arrow")
+    runs = entry.pop("runs")
     entry["chain"] = [3, 5]
     path.write_text(json.dumps(m))
     [check] = snapshots.verify_checkpoints(local_root.path, which=5)
     assert any("needs a full state at checkpoint 3" in r for r in check.reasons())
+    entry["runs"] = [dict(runs[0], kind="diff")]
+    entry["chain"] = [5]
+    path.write_text(json.dumps(m))
+    [check] = snapshots.verify_checkpoints(local_root.path, which=5)
+    assert any("a diff, not a full" in r for r in check.reasons()), check.reasons()
 
 
 # --- diff ---

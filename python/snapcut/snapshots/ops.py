@@ -81,7 +81,9 @@ class CheckpointRow:
     a chain), "full" when every one is full, None without state. records: rows of every
     file but the source offsets (state rows of a diff are its changed keys).
     chain: the longest chain of checkpoints a state file here is rebuilt
-    from, oldest (the full) first, ending with this id.
+    from, oldest (the full) first, ending with this id (for a state listing
+    runs, format 2: the checkpoints holding them). runs: the most files a
+    task's state here is rebuilt from (its runs, or its chain), 0 without state.
     """
 
     id: int
@@ -94,6 +96,7 @@ class CheckpointRow:
     bytes: int = 0
     records: int | None = None
     chain: list[int] = field(default_factory=list)
+    runs: int = 0
     savepoint: bool = False
     error: str | None = None
 

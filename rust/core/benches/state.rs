@@ -74,8 +74,8 @@ fn main() {
         vertex: "agg".into(),
         subtask: 0,
     };
-    // SNAPCUT_BENCH_MATERIALIZE=1: tables send only diffs; the store turns
-    // the checkpoint that would make a chain longer than DIFFS into a full one.
+    // SNAPCUT_BENCH_MATERIALIZE=1: tables send only diffs; the store merges
+    // a task's runs in the background once DIFFS diffs sit on its full.
     let materialize = std::env::var("SNAPCUT_BENCH_MATERIALIZE").is_ok_and(|v| v == "1");
     let options = StoreOptions {
         retain: 20,
@@ -146,7 +146,7 @@ fn main() {
         let written = t.elapsed();
         if materialize && id == DIFFS + 1 {
             println!(
-                "| commit of the checkpoint the store materialized (id {id}) | {:.0} ms |",
+                "| commit that hands the store's compactor its first merge (id {id}) | {:.0} ms |",
                 ms(written)
             );
         }
@@ -198,7 +198,7 @@ fn main() {
     }
 
     println!(
-        "keys: {n}, changed per checkpoint: {changed} (10% of them deletes), chain: 1 full + {DIFFS} diffs, store materializes: {materialize}"
+        "keys: {n}, changed per checkpoint: {changed} (10% of them deletes), chain: 1 full + {DIFFS} diffs, store compacts: {materialize}"
     );
     println!("| measure | median |");
     println!("|---|---|");

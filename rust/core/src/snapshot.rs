@@ -104,8 +104,9 @@ pub trait SnapshotSink: Send + Sync {
     /// The newest committed checkpoint that can be restored, whole (diffs
     /// resolved), if any: where a failed region restarts from.
     fn latest_completed(&self) -> Result<Option<CompletedCheckpoint>>;
-    /// Whether this sink bounds diff chains itself (rebuilding full state
-    /// from a chain off the tasks' threads). Then operators send only diffs
+    /// Whether this sink bounds diff chains itself (merging them off the
+    /// tasks' threads: the store's compactor, or rebuilding full state in
+    /// memory). Then operators send only diffs
     /// after their first capture, and no task ever stalls for an O(state)
     /// full capture; otherwise they send a full one every `full_every`.
     fn materializes(&self) -> bool {

@@ -151,6 +151,7 @@ impl SnapshotStore {
             cleanup_partial_on_open,
             materialize_every,
             fsync: fsync.parse().map_py()?,
+            ..Default::default()
         };
         let inner = py.detach(|| CoreStore::open(root, options)).map_py()?;
         Ok(Self { inner })
@@ -242,6 +243,15 @@ impl SnapshotStore {
 
     fn abort(&self, py: Python<'_>, id: u64) -> PyResult<()> {
         py.detach(|| self.inner.abort(id)).map_py()
+    }
+
+    /// Waits, at most `timeout` seconds, until every background compaction
+    /// handed over is done (its output waiting for the next commit to adopt
+    /// it); True if so. For tests and tools: a commit never waits for them.
+    fn wait_for_compactions(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
+        let timeout = std::time::Duration::try_from_secs_f64(timeout)
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("timeout: {e}")))?;
+        Ok(py.detach(|| self.inner.wait_for_compactions(timeout)))
     }
 
     /// Ids of completed checkpoints still held.

@@ -50,8 +50,9 @@ pub struct DurableReport {
 }
 
 /// The store a durable run writes to: it keeps `retained` checkpoints and
-/// rebuilds full state every `full_every` checkpoints of a diff chain, so
-/// the tasks themselves only ever capture what changed.
+/// merges a task's runs in the background once `full_every` diffs sit on
+/// its full, so the tasks themselves only ever capture what changed and no
+/// commit rebuilds a state.
 fn store_options(config: &CheckpointConfig, fsync: FsyncMode) -> StoreOptions {
     StoreOptions {
         retain: config.retained,

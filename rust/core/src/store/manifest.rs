@@ -11,7 +11,9 @@ use crate::snapshot::TaskId;
 /// Value of the manifest's `format` field.
 pub const FORMAT_NAME: &str = "snapcut-snapshot";
 /// The manifest format version this code writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version 2 added a state entry's `runs` ([`RunEntry`]); version 1 roots
+/// (no runs: the chain alone rebuilds a state) are read as they are.
+pub const FORMAT_VERSION: u32 = 2;
 /// File name of the manifest inside a checkpoint directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// Temporary name the manifest is written under before the atomic rename.
@@ -102,6 +104,17 @@ impl From<FileRole> for String {
     }
 }
 
+/// `<vertex>-<subtask>.run-<first>-<last>.state.arrow`: a compaction's
+/// output merging the runs of checkpoints `first..=last`, stored in the
+/// directory of the checkpoint that adopted it.
+pub fn run_file_name(task: &TaskId, first: CheckpointId, last: CheckpointId) -> String {
+    format!(
+        "{}-{}.run-{first}-{last}.state.arrow",
+        file_component(&task.vertex),
+        task.subtask
+    )
+}
+
 /// Whether a state file is a full table or a diff against `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -134,6 +147,11 @@ pub struct FileEntry {
     /// (the full) first, ending with this checkpoint.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chain: Vec<CheckpointId>,
+    /// State files (format 2): the sorted runs the task's state is made of,
+    /// newest first, the oldest a full; empty when the `chain` alone
+    /// rebuilds it (format 1, or a writer that lists no runs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<RunEntry>,
     /// State files: the key column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
@@ -156,6 +174,61 @@ impl FileEntry {
             vertex: self.vertex.clone()?,
             subtask: self.subtask?,
         })
+    }
+}
+
+/// One sorted run of a task's state (format 2): a state file of some
+/// checkpoint, a diff as a task wrote it or a compaction's output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunEntry {
+    /// The checkpoint whose directory holds the file.
+    pub checkpoint: CheckpointId,
+    /// File name inside that directory.
+    pub path: String,
+    /// `full`: a base, the whole state as of its last merged checkpoint (the
+    /// oldest run only); `diff`: upserts and `__deleted` tombstones.
+    pub kind: FileKind,
+    pub rows: u64,
+    pub bytes: u64,
+    pub crc32c: u32,
+    /// Smallest and largest key held (integers as numbers, UTF-8 keys as
+    /// strings, other bytes as `{"hex": ...}`); absent when empty or not known
+    /// (a run listed from a format 1 chain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_range: Option<(serde_json::Value, serde_json::Value)>,
+    /// The checkpoints whose state files this run holds merged, oldest first
+    /// (one for a file as a task wrote it); its last is the checkpoint whose
+    /// state the runs up to this one rebuild.
+    pub merges: Vec<CheckpointId>,
+}
+
+impl RunEntry {
+    /// The checkpoint whose state the runs up to this one rebuild.
+    pub fn state_at(&self) -> CheckpointId {
+        self.merges.last().copied().unwrap_or(self.checkpoint)
+    }
+
+    /// The run's file as a state file entry of `task` (keyed by `key`), to
+    /// be read and checked like one.
+    pub fn file_entry(&self, task: &TaskId, key: Option<String>) -> FileEntry {
+        FileEntry {
+            path: self.path.clone(),
+            role: FileRole::State,
+            rows: self.rows,
+            bytes: self.bytes,
+            crc32c: self.crc32c,
+            vertex: Some(task.vertex.clone()),
+            subtask: Some(task.subtask),
+            kind: Some(self.kind),
+            base: None,
+            chain: Vec::new(),
+            runs: Vec::new(),
+            key,
+            edge: None,
+            input: None,
+            from_subtask: None,
+            extra: Default::default(),
+        }
     }
 }
 

@@ -14,6 +14,7 @@
 //! [`crate::snapshot::SnapshotSink`]; [`SnapshotReader`] lists, verifies and
 //! rebuilds state from manifests alone.
 
+mod compactor;
 mod files;
 pub mod format;
 mod manifest;
@@ -21,12 +22,17 @@ mod reader;
 mod sink;
 mod writer;
 
+pub use compactor::{
+    CompactionHold, CompactionStats, COMPACTING_DIR, HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT,
+    QUEUE as COMPACTION_QUEUE, SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
+};
 pub use files::FsyncMode;
 pub use format::Written;
 pub use manifest::{
-    channel_file_name, checkpoint_dir_name, file_component, parse_checkpoint_dir, state_file_name,
-    FileEntry, FileKind, FileRole, Manifest, TaskEntry, CHECKPOINT_DIR_PREFIX, FORMAT_NAME,
-    FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
+    channel_file_name, checkpoint_dir_name, file_component, parse_checkpoint_dir, run_file_name,
+    state_file_name, FileEntry, FileKind, FileRole, Manifest, RunEntry, TaskEntry,
+    CHECKPOINT_DIR_PREFIX, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE,
+    SOURCES_FILE,
 };
 pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};

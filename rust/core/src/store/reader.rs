@@ -178,7 +178,9 @@ impl SnapshotReader {
     }
 
     /// The state captures that rebuild `task`'s state at checkpoint `id`:
-    /// the nearest full one then every diff up to `id` (empty if stateless).
+    /// a full one then diffs up to `id` (empty if stateless), each with the
+    /// checkpoint whose state it ends at: the runs its entry lists, or its
+    /// chain (format 1), walked by [`format::state_links`].
     pub fn state_chain(
         &self,
         id: CheckpointId,
@@ -188,19 +190,18 @@ impl SnapshotReader {
         let Some(entry) = manifest.state_file(task) else {
             return Ok(Vec::new());
         };
-        let chain = format::state_chain(id, entry);
-        let mut out = Vec::with_capacity(chain.len());
-        for cid in chain {
-            let m = if cid == id {
-                manifest.clone()
-            } else {
-                self.manifest(cid)?
-            };
-            let f = format::chain_link(id, task, cid, &m)?;
-            let (schema, batches) = self.read_file(cid, f)?;
+        let links = format::state_links(id, task, entry, |cid| self.manifest(cid))?;
+        let mut out = Vec::with_capacity(links.len());
+        for link in links {
+            let (schema, batches) = self.read_file(link.checkpoint, &link.entry)?;
             let batch = format::concat(&schema, &batches)?;
-            let kind = format::link_kind(cid, f)?;
-            out.push((cid, StateCapture { kind, batch }));
+            out.push((
+                link.state_at,
+                StateCapture {
+                    kind: link.kind,
+                    batch,
+                },
+            ));
         }
         Ok(out)
     }

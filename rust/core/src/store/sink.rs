@@ -1,29 +1,30 @@
 //! [`SnapshotStore`]: the durable [`SnapshotSink`]. Task snapshots are staged
-//! and written by the background writer; `commit` waits for them, writes
-//! `sources.arrow`, then the manifest by atomic rename, then applies retention.
+//! and written by the background writer; `commit` waits for them, lists
+//! each state's runs (adopting what the compactor merged since), writes
+//! `sources.arrow`, then the manifest by atomic rename, then applies
+//! retention and hands the compactor the runs that grew too many.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow_schema::Schema;
+use serde_json::Value;
 
-use super::files::{read_checked, write_atomic, write_ipc, Fsync, FsyncMode};
-use super::format::{self, decode_ipc, InProgress, ManifestMeta, Written};
+use super::compactor::{CompactionHold, CompactionStats, Compactor, Job};
+use super::files::{write_atomic, write_ipc, Fsync, FsyncMode};
+use super::format::{self, InProgress, ManifestMeta, Written};
 use super::manifest::{
-    FileEntry, FileKind, FileRole, Manifest, TaskEntry, MANIFEST_FILE, MANIFEST_TMP_FILE,
-    SOURCES_FILE,
+    FileEntry, FileRole, Manifest, TaskEntry, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
 };
-use super::reader::{table_for, SnapshotReader};
+use super::reader::SnapshotReader;
 use super::writer::Writer;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{
-    CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateCapture, StateKind, TaskSnapshot,
-};
+use crate::snapshot::{CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateKind, TaskSnapshot};
 use crate::state::KEY_METADATA;
 
 /// Retention and housekeeping settings of a [`SnapshotStore`].
@@ -34,13 +35,18 @@ pub struct StoreOptions {
     pub retain: usize,
     /// Remove partial checkpoint directories (no manifest) when opening.
     pub cleanup_partial_on_open: bool,
-    /// Bound state diff chains in the store: a diff that would make a chain
-    /// longer than this is replaced, at commit, by the full state rebuilt
-    /// from its chain. The tables can then send only diffs (their
-    /// `full_every` set high), so no task ever stalls for an O(state) full
-    /// capture; the cost moves to `commit` (the coordinator's thread).
-    /// `None`: keep whatever the tables send.
+    /// Bound the runs a task's state is made of: once this many diffs sit
+    /// on its full, a background thread merges them (the newest
+    /// `max(n, 2)` into one, or every run into a new full once the diffs
+    /// hold more than a quarter of the full's rows), and a later commit
+    /// names the merged run instead of them. The tables can then send only
+    /// diffs (their `full_every` set high), so no task ever stalls for an
+    /// O(state) full capture, and no commit waits for a merge either.
+    /// `None`: keep whatever the tables send, no compaction.
     pub materialize_every: Option<usize>,
+    /// A pause before each compaction, leaving the cores to the tasks
+    /// (with `materialize_every`). Zero: compact as soon as planned.
+    pub compaction_pause: Duration,
     /// How a checkpoint is made durable before its manifest counts: with
     /// `PerFile` or `Syncfs` a completed checkpoint survives an OS crash or
     /// power loss; with `Off` only the process being killed.
@@ -53,16 +59,25 @@ impl Default for StoreOptions {
             retain: 3,
             cleanup_partial_on_open: true,
             materialize_every: None,
+            compaction_pause: Duration::ZERO,
             fsync: FsyncMode::default(),
         }
     }
+}
+
+/// A file staged for a checkpoint: its entry (sizes to come), when it is
+/// written, and for a state file the key range of its rows.
+struct StagedFile {
+    entry: FileEntry,
+    done: Receiver<Result<Written>>,
+    key_range: Option<(Value, Value)>,
 }
 
 /// What a checkpoint has staged so far.
 #[derive(Default)]
 struct Staged {
     tasks: Vec<TaskEntry>,
-    files: Vec<(FileEntry, Receiver<Result<Written>>)>,
+    files: Vec<StagedFile>,
 }
 
 /// Durable snapshot store on a local directory: one writer per root.
@@ -77,6 +92,8 @@ pub struct SnapshotStore {
     committed: Mutex<BTreeMap<CheckpointId, Manifest>>,
     /// Completed checkpoints this store has removed (retention).
     dropped: Mutex<BTreeSet<CheckpointId>>,
+    /// With `materialize_every`: merges runs in the background.
+    compactor: Option<Compactor>,
 }
 
 impl std::fmt::Debug for SnapshotStore {
@@ -108,6 +125,14 @@ impl SnapshotStore {
             }
         }
         let fsync = Arc::new(Fsync::new(options.fsync));
+        let compactor = match options.materialize_every {
+            Some(_) => Some(Compactor::start(
+                root.clone(),
+                Arc::clone(&fsync),
+                options.compaction_pause,
+            )?),
+            None => None,
+        };
         let store = Self {
             reader,
             options,
@@ -116,6 +141,7 @@ impl SnapshotStore {
             staged: Mutex::new(BTreeMap::new()),
             committed: Mutex::new(committed),
             dropped: Mutex::new(BTreeSet::new()),
+            compactor,
         };
         if store.options.cleanup_partial_on_open {
             store.cleanup_partial(CheckpointId::MAX)?;
@@ -145,6 +171,34 @@ impl SnapshotStore {
     /// `Syncfs` is not available).
     pub fn fsync_mode(&self) -> FsyncMode {
         self.fsync.mode()
+    }
+
+    /// What the background compaction has done (all zero without
+    /// `materialize_every`).
+    pub fn compaction_stats(&self) -> CompactionStats {
+        self.compactor
+            .as_ref()
+            .map(Compactor::stats)
+            .unwrap_or_default()
+    }
+
+    /// Waits, at most `timeout`, until every compaction handed over is done
+    /// (its output waiting for the next commit to adopt it); true if so.
+    /// For tests and tools: a commit never waits for compactions.
+    pub fn wait_for_compactions(&self, timeout: Duration) -> bool {
+        self.compactor.as_ref().is_none_or(|c| c.wait_idle(timeout))
+    }
+
+    /// Keeps the background compaction from merging anything while the
+    /// returned hold lives (at most [`COMPACTION_HOLD_TIMEOUT`]): jobs are
+    /// still handed over and their inputs kept, commits go on, nothing is
+    /// merged or adopted. For tests and tools, to see a compaction in
+    /// flight without depending on its speed. `None` without
+    /// `materialize_every`.
+    ///
+    /// [`COMPACTION_HOLD_TIMEOUT`]: super::COMPACTION_HOLD_TIMEOUT
+    pub fn hold_compactions(&self) -> Option<CompactionHold> {
+        self.compactor.as_ref().map(Compactor::hold)
     }
 
     /// Ids of the completed checkpoints this store holds, oldest first.
@@ -188,11 +242,19 @@ impl SnapshotStore {
                 StateKind::Diff { base } => Some(base),
             };
             let key = schema.metadata().get(KEY_METADATA).cloned();
+            // O(rows of the capture), as the capture itself.
+            let key_range = key
+                .as_deref()
+                .and_then(|k| format::key_range(&state.batch, k));
             let entry = format::state_entry(&task, key, base, UNWRITTEN);
             let done =
                 self.writer
                     .submit(dir.clone(), entry.path.clone(), schema, vec![state.batch]);
-            files.push((entry, done));
+            files.push(StagedFile {
+                entry,
+                done,
+                key_range,
+            });
         }
         for log in snapshot.channels {
             let schema = match log.records.first() {
@@ -212,7 +274,11 @@ impl SnapshotStore {
             let done = self
                 .writer
                 .submit(dir.clone(), entry.path.clone(), schema, log.records);
-            files.push((entry, done));
+            files.push(StagedFile {
+                entry,
+                done,
+                key_range: None,
+            });
         }
         let mut staged = self.staged.lock().expect("store poisoned");
         let st = staged.entry(id).or_default();
@@ -246,8 +312,14 @@ impl SnapshotStore {
         let id = meta.id;
         let dir = self.reader.checkpoint_dir(id);
         let mut files = Vec::with_capacity(staged.files.len() + 1);
+        let mut key_ranges = BTreeMap::new();
         let mut first_err = None;
-        for (mut entry, done) in staged.files {
+        for StagedFile {
+            mut entry,
+            done,
+            key_range,
+        } in staged.files
+        {
             match done
                 .recv()
                 .unwrap_or_else(|_| Err(Error::Snapshot("snapshot writer thread died".into())))
@@ -256,6 +328,9 @@ impl SnapshotStore {
                     entry.rows = w.rows;
                     entry.bytes = w.bytes;
                     entry.crc32c = w.crc32c;
+                    if let Some(range) = key_range {
+                        key_ranges.insert(entry.path.clone(), range);
+                    }
                     files.push(entry);
                 }
                 Err(e) => {
@@ -267,29 +342,39 @@ impl SnapshotStore {
             return Err(e);
         }
         for f in files.iter_mut().filter(|f| f.role == FileRole::State) {
-            f.chain = match f.base {
-                None => vec![id],
+            let key_range = key_ranges.remove(&f.path);
+            let base_runs = match f.base {
+                None => None,
                 Some(base) => {
                     let task = f.task().expect("state files name their task");
                     let base = self.resolve_base(id, base, &task, committed);
                     f.base = Some(base);
+                    // Refuses a base whose chain is gone.
                     format::diff_chain(id, &task, base, committed.get(&base), |c| {
                         committed.contains_key(&c)
-                    })?
+                    })?;
+                    let base_entry = committed
+                        .get(&base)
+                        .and_then(|m| m.state_file(&task))
+                        .expect("diff_chain found the base's state file");
+                    Some(format::runs_of(base, &task, base_entry, |cid| {
+                        committed.get(&cid).cloned().ok_or_else(|| {
+                            Error::Snapshot(format!(
+                                "checkpoint {id}: state of {task} needs checkpoint {cid}, \
+                                 which is not committed"
+                            ))
+                        })
+                    })?)
                 }
             };
-        }
-        if let Some(limit) = self.options.materialize_every {
-            for f in files.iter_mut().filter(|f| f.role == FileRole::State) {
-                if f.chain.len() > limit.max(1) {
-                    self.materialize(id, f)?;
-                }
-            }
+            f.runs = format::runs_after(id, f, key_range, base_runs.as_deref());
+            f.chain = format::runs_chain(&f.runs);
         }
         let mut tasks = staged.tasks;
         tasks.sort_by(|a, b| (&a.vertex, a.subtask).cmp(&(&b.vertex, b.subtask)));
         fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        self.adopt_compactions(id, &dir, &mut files);
         files.push(self.write_sources(&dir, &tasks)?);
         let manifest = format::build_manifest(
             ManifestMeta {
@@ -353,35 +438,56 @@ impl SnapshotStore {
             .map_or(base, |(&n, _)| n)
     }
 
-    /// Replaces the (not yet visible) diff file `entry` of checkpoint `id`
-    /// by the full state its chain rebuilds.
-    fn materialize(&self, id: CheckpointId, entry: &mut FileEntry) -> Result<()> {
-        let task = entry.task().expect("state files name their task");
-        let base = entry.base.expect("only diffs have chains to shorten");
-        let dir = self.reader.checkpoint_dir(id);
-        let mut chain = self.reader.state_chain(base, &task)?;
-        let (schema, batches) = decode_ipc(read_checked(&dir, entry, id)?, &entry.path)?;
-        let diff = arrow_select::concat::concat_batches(&schema, &batches)
-            .map_err(|e| Error::Snapshot(format!("state diff of {task}: {e}")))?;
-        chain.push((
-            id,
-            StateCapture {
-                kind: StateKind::Diff { base },
-                batch: diff,
-            },
-        ));
-        let mut table = table_for(chain[0].1.batch.schema_ref(), id, &task)?;
-        table.restore(&chain)?;
-        let full = table.to_batch();
-        let schema = full.schema();
-        let w = write_ipc(&dir.join(&entry.path), &schema, &[full], &self.fsync)?;
-        entry.kind = Some(FileKind::Full);
-        entry.base = None;
-        entry.chain = vec![id];
-        entry.rows = w.rows;
-        entry.bytes = w.bytes;
-        entry.crc32c = w.crc32c;
-        Ok(())
+    /// Names in `files` (the state entries of checkpoint `id`, not yet
+    /// visible) the runs the compactor merged since the last commit, each
+    /// moved into `dir`, in place of the runs it merged; an output whose
+    /// inputs are no longer among its task's runs is removed. Only renames:
+    /// the merging happened on the compactor's thread.
+    fn adopt_compactions(&self, id: CheckpointId, dir: &Path, files: &mut [FileEntry]) {
+        let Some(compactor) = &self.compactor else {
+            return;
+        };
+        for done in compactor.take_finished() {
+            let output = format::merged_run(
+                &done.plan,
+                id,
+                done.name.clone(),
+                done.written,
+                done.key_range.clone(),
+            );
+            let entry = files
+                .iter_mut()
+                .find(|f| f.role == FileRole::State && f.task().as_ref() == Some(&done.task));
+            let adopted = entry.and_then(|f| {
+                let runs = format::adopt(&f.runs, &done.plan.inputs, output)?;
+                fs::rename(&done.staged, dir.join(&done.name)).ok()?;
+                f.runs = runs;
+                f.chain = format::runs_chain(&f.runs);
+                Some(())
+            });
+            if adopted.is_none() {
+                let _ = fs::remove_file(&done.staged);
+            }
+            compactor.settled(&done, adopted.is_some());
+        }
+    }
+
+    /// Hands the compactor the tasks of `manifest` whose runs call for a
+    /// merge ([`format::plan_compaction`]); never waits.
+    fn schedule_compactions(&self, manifest: &Manifest) {
+        let (Some(compactor), Some(limit)) = (&self.compactor, self.options.materialize_every)
+        else {
+            return;
+        };
+        for (task, f) in format::state_files(manifest) {
+            if let Some(plan) = format::plan_compaction(&f.runs, limit) {
+                compactor.submit(Job {
+                    task,
+                    key: f.key.clone(),
+                    plan,
+                });
+            }
+        }
     }
 
     fn write_sources(&self, dir: &Path, tasks: &[TaskEntry]) -> Result<FileEntry> {
@@ -411,8 +517,14 @@ impl SnapshotStore {
             .iter()
             .map(|(id, st)| InProgress {
                 id: *id,
-                bases: Some(st.files.iter().filter_map(|(f, _)| f.base).collect()),
+                bases: Some(st.files.iter().filter_map(|f| f.entry.base).collect()),
             })
+            .chain(self.compactor.as_ref().map(|c| InProgress {
+                // A compaction reads its inputs' files: they stay until
+                // its output is adopted or discarded.
+                id: CheckpointId::MAX,
+                bases: Some(c.needed()),
+            }))
             .collect();
         let drop = format::retention(committed, &in_progress, self.options.retain);
         for id in &drop {
@@ -470,6 +582,7 @@ impl SnapshotSink for SnapshotStore {
             .unwrap_or_default();
         match self.finish(&meta, staged, &committed) {
             Ok(manifest) => {
+                self.schedule_compactions(&manifest);
                 committed.insert(id, manifest);
             }
             Err(e) => {
@@ -496,8 +609,8 @@ impl SnapshotSink for SnapshotStore {
         let staged = self.staged.lock().expect("store poisoned").remove(&id);
         if let Some(staged) = staged {
             // Let queued writes land before deleting, or they would recreate files.
-            for (_, done) in staged.files {
-                let _ = done.recv();
+            for f in staged.files {
+                let _ = f.done.recv();
             }
         }
         let dir = self.reader.checkpoint_dir(id);

@@ -26,4 +26,5 @@ mod store_concurrent;
 mod store_materialize;
 mod store_props;
 mod store_roundtrip;
+mod store_tiers;
 mod store_verify;

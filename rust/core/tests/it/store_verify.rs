@@ -6,7 +6,9 @@ use crate::store_common;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use snapcut_core::store::{SnapshotReader, SnapshotStore, StoreOptions, MANIFEST_FILE};
+use snapcut_core::store::{
+    SnapshotReader, SnapshotStore, StoreOptions, FORMAT_VERSION, MANIFEST_FILE,
+};
 use snapcut_core::Error;
 use store_common::*;
 
@@ -142,9 +144,10 @@ fn newer_format_version() {
     let dir = tempfile::tempdir().unwrap();
     let r = three(dir.path());
     let path = dir.path().join("chk-00000003").join(MANIFEST_FILE);
-    let text = fs::read_to_string(&path)
-        .unwrap()
-        .replace("\"format_version\": 1", "\"format_version\": 99");
+    let text = fs::read_to_string(&path).unwrap().replace(
+        &format!("\"format_version\": {FORMAT_VERSION}"),
+        "\"format_version\": 99",
+    );
     fs::write(&path, text).unwrap();
     let msg = snapshot_err(r.verify(3));
     assert!(

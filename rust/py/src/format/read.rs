@@ -3,11 +3,11 @@
 //! from its chain.
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
 use pyo3_arrow::input::AnyRecordBatch;
 use snapcut_core::snapshot::StateKind;
 use snapcut_core::store::{format, FileKind};
 
+use super::io::Io;
 use super::{entry_dict, table, task};
 use crate::errors::IntoPyResult;
 
@@ -132,15 +132,16 @@ fn export_plan<'py>(
         .collect()
 }
 
-/// `(checkpoint, "full" | "diff", entry)`: one link of a state chain.
+/// `(checkpoint, "full" | "diff", entry)`: one link of a state chain, the
+/// file `entry` in the directory of `checkpoint`.
 type ChainLink<'py> = (u64, &'static str, Bound<'py, PyAny>);
 
 /// The state files that rebuild `(vertex, subtask)`'s state at checkpoint
 /// `checkpoint_id` (`manifest`: its manifest bytes), oldest first; None when
 /// the manifest holds no state for the task. `manifest_of(id)` returns a
 /// base checkpoint's manifest bytes: Python moves the bytes (its errors pass
-/// through), the chain rules are `format::state_chain`, `chain_link` and
-/// `link_kind`.
+/// through), the rule is `format::state_links` (a format 2 entry's runs, or
+/// a format 1 chain).
 #[pyfunction]
 fn state_chain<'py>(
     py: Python<'py>,
@@ -155,25 +156,20 @@ fn state_chain<'py>(
     let Some(entry) = top.state_file(&t) else {
         return Ok(None);
     };
-    let mut out = Vec::new();
-    for cid in format::state_chain(checkpoint_id, entry) {
-        let base;
-        let m = if cid == checkpoint_id {
-            &top
-        } else {
-            let bytes = manifest_of.call1((cid,))?;
-            let bytes = bytes.cast::<PyBytes>()?.as_bytes();
-            base = format::parse_manifest(bytes, "manifest", cid).map_py()?;
-            &base
-        };
-        let f = format::chain_link(checkpoint_id, &t, cid, m).map_py()?;
-        let kind = match format::link_kind(cid, f).map_py()? {
-            StateKind::Full => "full",
-            StateKind::Diff { .. } => "diff",
-        };
-        out.push((cid, kind, entry_dict(py, f)?));
-    }
-    Ok(Some(out))
+    let io = Io::new(manifest_of);
+    let links = format::state_links(checkpoint_id, &t, entry, |cid| io.manifest(cid));
+    let links = io.finish(links)?;
+    links
+        .into_iter()
+        .map(|l| {
+            let kind = match l.kind {
+                StateKind::Full => "full",
+                StateKind::Diff { .. } => "diff",
+            };
+            Ok((l.checkpoint, kind, entry_dict(py, &l.entry)?))
+        })
+        .collect::<PyResult<Vec<_>>>()
+        .map(Some)
 }
 
 /// Full state from a chain of `(kind, table)`: one "full", then "diff"s.

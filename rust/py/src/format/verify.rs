@@ -43,7 +43,8 @@ fn check_structure(
 type VerifyPlan<'py> = (Vec<(u64, Bound<'py, PyAny>)>, Vec<String>);
 
 /// What verifying checkpoint `checkpoint_id` reads (`format::plan_verify`):
-/// every file of it and the state files of the bases its chains need, and
+/// every file of it, the state files of the bases its chains need and the
+/// run files only its runs list (a compaction's output), and
 /// its structural problems (a base whose manifest `manifest_of(id)` cannot
 /// give is one).
 #[pyfunction]
@@ -57,7 +58,7 @@ fn verify_plan<'py>(
     let io = Io::new(manifest_of);
     let (plan, bases) = format::plan_verify_with(checkpoint_id, &m, |id| io.manifest(id));
     io.finish(Ok(()))?;
-    let files = plan
+    let mut files = plan
         .files
         .iter()
         .map(|&(cid, i)| {
@@ -67,7 +68,10 @@ fn verify_plan<'py>(
             };
             Ok((cid, entry_dict(py, &owner.files[i])?))
         })
-        .collect::<PyResult<_>>()?;
+        .collect::<PyResult<Vec<_>>>()?;
+    for (cid, f) in &plan.runs {
+        files.push((*cid, entry_dict(py, f)?));
+    }
     Ok((files, plan.problems))
 }
 

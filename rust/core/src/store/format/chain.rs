@@ -3,12 +3,10 @@
 //! checkpoint, resolved when its manifest is built; a restore and a verify
 //! walk it link by link.
 
-use std::collections::BTreeMap;
-
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateKind, TaskId};
-use crate::store::manifest::{FileEntry, FileKind, FileRole, Manifest};
+use crate::store::manifest::{FileEntry, FileKind, Manifest};
 
 /// The chain of a state diff of `task` at `id` based on `base`: the chain of
 /// `base`'s state file for the task (its manifest: `base_manifest`), then `id`.
@@ -45,31 +43,6 @@ pub fn chain_after(id: CheckpointId, base_chain: Option<&[CheckpointId]>) -> Vec
     let mut chain = base_chain.map(<[_]>::to_vec).unwrap_or_default();
     chain.push(id);
     chain
-}
-
-/// Gives each state entry of checkpoint `id` without a chain its chain: a
-/// full's is `[id]`, a diff's its base's chain then `id`, the base's
-/// manifest read through `manifest_of` (`None`: not there to be read, and
-/// the diff is refused).
-pub fn resolve_chains(
-    id: CheckpointId,
-    files: &mut [FileEntry],
-    mut manifest_of: impl FnMut(CheckpointId) -> Option<Manifest>,
-) -> Result<()> {
-    let mut bases: BTreeMap<CheckpointId, Option<Manifest>> = BTreeMap::new();
-    for f in files.iter_mut() {
-        if f.role != FileRole::State || !f.chain.is_empty() {
-            continue;
-        }
-        f.chain = match (f.kind, f.base, f.task()) {
-            (Some(FileKind::Diff), Some(base), Some(t)) => {
-                let m = bases.entry(base).or_insert_with(|| manifest_of(base));
-                diff_chain(id, &t, base, m.as_ref(), |_| true)?
-            }
-            _ => vec![id],
-        };
-    }
-    Ok(())
 }
 
 /// The checkpoints whose state files rebuild `task`'s state at `id`
@@ -114,47 +87,5 @@ pub(super) fn kind_name(kind: FileKind) -> &'static str {
     match kind {
         FileKind::Full => "full",
         FileKind::Diff => "diff",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::format::state_entry;
-    use crate::store::format::testing::{manifest, NOTHING};
-
-    #[test]
-    fn chains_resolve_from_the_base_once() {
-        let task = TaskId {
-            vertex: "a".into(),
-            subtask: 0,
-        };
-        let mut files = vec![
-            state_entry(&task, Some("k".into()), Some(4), NOTHING),
-            state_entry(
-                &TaskId {
-                    vertex: "b".into(),
-                    subtask: 0,
-                },
-                Some("k".into()),
-                None,
-                NOTHING,
-            ),
-        ];
-        let mut reads = 0;
-        resolve_chains(5, &mut files, |id| {
-            reads += 1;
-            Some(manifest(id, false, &[&[3, 4]]))
-        })
-        .unwrap();
-        assert_eq!(
-            (files[0].chain.clone(), files[1].chain.clone(), reads),
-            (vec![3, 4, 5], vec![5], 1)
-        );
-        let mut orphan = vec![state_entry(&task, Some("k".into()), Some(4), NOTHING)];
-        let err = resolve_chains(5, &mut orphan, |_| None)
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("take a full capture instead"), "{err}");
     }
 }

@@ -26,6 +26,7 @@ fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
         kind: None,
         base: None,
         chain: Vec::new(),
+        runs: Vec::new(),
         key: None,
         edge: None,
         input: None,

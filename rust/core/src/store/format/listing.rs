@@ -74,8 +74,12 @@ pub struct Summary {
     /// Rows of every file but the source offsets.
     pub records: u64,
     /// The longest chain a state file is rebuilt from (the first of the
-    /// longest), or `[id]`.
+    /// longest), or `[id]`; for a state listing runs, the checkpoints that
+    /// hold them.
     pub chain: Vec<CheckpointId>,
+    /// The most files a task's state here is rebuilt from: its runs, or
+    /// its chain (format 1); 0 without state.
+    pub runs: usize,
     pub savepoint: bool,
 }
 
@@ -123,6 +127,14 @@ pub fn summarize(manifest: &Manifest) -> Summary {
             .map(|f| f.rows)
             .sum(),
         chain,
+        runs: state
+            .iter()
+            .map(|f| match f.runs.len() {
+                0 => f.chain.len().max(1),
+                n => n,
+            })
+            .max()
+            .unwrap_or(0),
         savepoint: manifest.savepoint,
     }
 }
@@ -177,7 +189,7 @@ mod tests {
     fn a_summary_takes_the_first_longest_chain() {
         let m = manifest(4, true, &[&[2, 3, 4], &[1, 2, 4], &[4]]);
         let s = summarize(&m);
-        assert_eq!(s.chain, vec![2, 3, 4]);
+        assert_eq!((s.chain, s.runs), (vec![2, 3, 4], 3));
         assert_eq!(
             (s.kind, s.engine, s.savepoint),
             (Some(FileKind::Diff), "local", true)

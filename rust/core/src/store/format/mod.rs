@@ -16,27 +16,37 @@
 //!   serialised, parsed and looked up;
 //! - `listing`: a root's checkpoints as a listing shows them, summarised;
 //! - `chain`: diff chains, resolved and walked;
+//! - `runs`: a state as sorted runs (format 2), listed or implied by a
+//!   chain, and the links a restore reads;
+//! - `compaction`: which runs to merge, the merge, and its adoption;
 //! - `rebuild`: state rebuilt from a chain;
 //! - `verify`: a file checked against its entry, a checkpoint verified;
 //! - `retention`: which checkpoints may be deleted;
 //! - `export`: which file becomes which part of an export.
 //!
 //! The modules depend on each other in one direction only (`entries`,
-//! `verify` → `encode`; `rebuild`, `verify` → `chain`), never on this one.
+//! `verify` → `encode`; `rebuild`, `verify`, `runs` → `chain`; `verify` →
+//! `runs`), never on this one.
 
 mod chain;
+mod compaction;
 mod encode;
 mod entries;
 mod export;
 mod listing;
 mod rebuild;
 mod retention;
+mod runs;
 mod tables;
 #[cfg(test)]
 mod testing;
 mod verify;
 
-pub use chain::{chain_after, chain_link, diff_chain, link_kind, resolve_chains, state_chain};
+pub use chain::{chain_after, chain_link, diff_chain, link_kind, state_chain};
+pub use compaction::{
+    adopt, merge_batches, merge_span, merged_run, plan_compaction, CompactionPlan, MergeKind,
+    BASE_MERGE_RATIO,
+};
 pub use encode::{concat, decode_ipc, encode_ipc, encode_ipc_into, EncodeError, Written};
 pub use entries::{
     build_manifest, channel_entry, channel_files, manifest_bytes, other_entry, parse_manifest,
@@ -46,6 +56,10 @@ pub use export::{export_plan, ExportPart};
 pub use listing::{missing_manifest, scan_listing, summarize, Summary};
 pub use rebuild::rebuild_state;
 pub use retention::{retention, retention_of_root, InProgress};
+pub use runs::{
+    check_runs, key_json, key_range, own_run, resolve_chains, runs_after, runs_chain, runs_of,
+    state_links, StateLink,
+};
 pub use tables::{sort_by_key, sources_batch, sources_schema, state_batch};
 pub use verify::{
     check_file, check_structure, missing_file, plan_verify, plan_verify_with, verify_with,

@@ -9,6 +9,7 @@ use arrow_buffer::Buffer;
 
 use super::chain::{kind_name, state_chain};
 use super::encode::decode_buffer;
+use super::runs::check_runs;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::state::DELETED_COLUMN;
@@ -92,9 +93,13 @@ pub struct VerifyPlan {
     /// checkpoint (oldest first): every file of the checkpoint itself, the
     /// state files of each base its chains need.
     pub files: Vec<(CheckpointId, usize)>,
+    /// Run files no manifest lists (a compaction's output, format 2), as
+    /// their run entries describe them, with the checkpoint holding each.
+    pub runs: Vec<(CheckpointId, FileEntry)>,
     /// Problems of no single file: an unreadable base manifest, a chain that
     /// does not end with the checkpoint, names a base without state for the
-    /// task, or does not start with a full.
+    /// task, or does not start with a full; runs out of order
+    /// ([`check_runs`]) or listed unlike the file they name.
     pub problems: Vec<String>,
 }
 
@@ -137,6 +142,10 @@ pub fn plan_verify(
     }
     for entry in manifest.files.iter().filter(|f| f.role == FileRole::State) {
         let Some(task) = entry.task() else { continue };
+        if !entry.runs.is_empty() {
+            plan_runs(id, &task, entry, &get, &mut plan);
+            continue;
+        }
         let chain = state_chain(id, entry);
         if chain.last() != Some(&id) {
             plan.problems.push(format!(
@@ -169,6 +178,41 @@ pub fn plan_verify(
         }
     }
     plan
+}
+
+/// The runs of `task`'s state `entry` at `id` in `plan`: checked in order,
+/// and each file no manifest lists added to `plan.runs`.
+fn plan_runs<'m>(
+    id: CheckpointId,
+    task: &crate::snapshot::TaskId,
+    entry: &FileEntry,
+    get: &impl Fn(CheckpointId) -> Option<&'m Manifest>,
+    plan: &mut VerifyPlan,
+) {
+    if let Err(e) = check_runs(id, task, &entry.runs) {
+        plan.problems.push(match e {
+            Error::Snapshot(m) => m,
+            e => e.to_string(),
+        });
+        return;
+    }
+    for run in &entry.runs {
+        let Some(m) = get(run.checkpoint) else {
+            continue;
+        }; // reported above
+        match m.files.iter().find(|f| f.path == run.path) {
+            None => plan
+                .runs
+                .push((run.checkpoint, run.file_entry(task, entry.key.clone()))),
+            Some(f) if (f.rows, f.bytes, f.crc32c) != (run.rows, run.bytes, run.crc32c) => {
+                plan.problems.push(format!(
+                    "checkpoint {id}: state of {task} lists run {} of checkpoint {} unlike                      that checkpoint's manifest (rows, bytes, crc32c)",
+                    run.path, run.checkpoint
+                ))
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 /// Plans the verification of checkpoint `id` reading the manifests it needs
@@ -225,6 +269,9 @@ pub fn verify_with(
         };
         check(cid, f).map_err(|e| wrap(cid, e))?;
     }
+    for (cid, f) in &plan.runs {
+        check(*cid, f).map_err(|e| wrap(*cid, e))?;
+    }
     Ok(())
 }
 
@@ -267,6 +314,39 @@ mod tests {
         assert_eq!(plan.files, vec![(3, 0)]);
         assert!(plan.problems[0].contains("needs base checkpoint 1: snapshot error: gone"));
         assert!(bases[&1].is_err());
+    }
+
+    #[test]
+    fn a_plan_checks_runs_and_the_run_files_no_manifest_lists() {
+        use crate::store::format::{own_run, runs_chain};
+        use crate::store::manifest::RunEntry;
+        let base = manifest(1, false, &[&[1]]);
+        let mut top = manifest(3, false, &[&[1, 3]]);
+        let own = own_run(3, &top.files[0], None);
+        // A compaction's output adopted at 3, merging the diff of 2.
+        let merged = RunEntry {
+            path: "a-0.run-2-2.state.arrow".into(),
+            merges: vec![2],
+            ..own.clone()
+        };
+        let full = own_run(1, &base.files[0], None);
+        top.files[0].runs = vec![own, merged.clone(), full];
+        top.files[0].chain = runs_chain(&top.files[0].runs);
+        let bases = BTreeMap::from([(1, Ok(base.clone()))]);
+        let plan = plan_verify(3, &top, &bases);
+        assert_eq!(plan.problems, Vec::<String>::new());
+        assert_eq!(plan.files, vec![(1, 0), (3, 0)]);
+        assert_eq!(plan.runs.len(), 1);
+        assert_eq!(
+            (plan.runs[0].0, plan.runs[0].1.path.as_str()),
+            (3, merged.path.as_str())
+        );
+        // Runs out of order, or unlike the file a manifest lists, are problems.
+        top.files[0].runs.swap(0, 1);
+        assert!(plan_verify(3, &top, &bases).problems[0].contains("start with"));
+        top.files[0].runs.swap(0, 1);
+        top.files[0].runs[2].crc32c = 7;
+        assert!(plan_verify(3, &top, &bases).problems[0].contains("unlike"));
     }
 
     #[test]

@@ -1,0 +1,440 @@
+//! The compactor: one background thread that merges a task's runs
+//! ([`format::plan_compaction`], [`format::merge_batches`]) so that no
+//! commit ever rebuilds a state. The store hands it a job after a commit;
+//! it writes the merged run under `<root>/compacting/` (a temporary name,
+//! then a rename, so a finished output is whole); the next commit adopts it
+//! into its manifest ([`format::adopt`]) or discards it when its inputs are
+//! gone from the task's runs. Commit never waits for it.
+//!
+//! Bounded: one job at a time, at most [`QUEUE`] waiting, at most one per
+//! task in flight or waiting for adoption (a job that does not fit is
+//! dropped; the next commit plans it again). A task whose runs cannot be
+//! merged (keys of a type runs do not order, a key twice in a file) is not
+//! compacted again by this compactor: its runs stay as they are, and every
+//! commit would otherwise read them in vain. `pause` sleeps before each job,
+//! leaving the cores to the tasks; a [`CompactionHold`] (tests, tools) keeps
+//! every job from starting its merge while it lives, at most
+//! [`HOLD_TIMEOUT`]. Dropping the compactor stops it: the job
+//! in hand is abandoned at its next step, and the drop waits at most
+//! [`SHUTDOWN_TIMEOUT`] for the thread, then leaves it to finish alone (its
+//! output is removed when the root is next opened).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::files::{read_checked, write_ipc, Fsync};
+use super::format::{self, decode_ipc, CompactionPlan, Written};
+use super::manifest::{checkpoint_dir_name, run_file_name};
+use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::snapshot::TaskId;
+use crate::state::KEY_METADATA;
+
+/// Directory under the root where outputs wait for their adoption.
+pub const COMPACTING_DIR: &str = "compacting";
+
+/// Jobs waiting behind the one in hand.
+pub const QUEUE: usize = 4;
+
+/// How long dropping the compactor waits for its thread: longer than a
+/// merge of a 10M-key state on a slow machine takes (~2-4 s).
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a job waits at most for the [`CompactionHold`]s to go before
+/// it merges anyway: a hold forgotten by a test or a tool never stops
+/// compaction for good.
+pub const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A compaction of `task`'s runs, keyed by `key`.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub task: TaskId,
+    pub key: Option<String>,
+    pub plan: CompactionPlan,
+}
+
+/// A merged run waiting under `compacting/` for a commit to adopt it.
+#[derive(Debug)]
+pub struct Finished {
+    pub task: TaskId,
+    pub plan: CompactionPlan,
+    /// Where it waits, and its name in the adopting checkpoint.
+    pub staged: PathBuf,
+    pub name: String,
+    pub written: Written,
+    pub key_range: Option<(Value, Value)>,
+}
+
+/// What the compactor has done since the store opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionStats {
+    /// Jobs handed over (not dropped for a full queue or a busy task).
+    pub submitted: u64,
+    /// Outputs written.
+    pub merged: u64,
+    /// Outputs a commit named in its manifest.
+    pub adopted: u64,
+    /// Outputs thrown away: their inputs were superseded or pruned.
+    pub discarded: u64,
+    /// Jobs that failed (an input unreadable, a state whose keys runs do
+    /// not order); the state stays as it was.
+    pub failed: u64,
+    /// Tasks not compacted any more: their runs could not be merged.
+    pub refused: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    stop: AtomicBool,
+    finished: Mutex<Vec<Finished>>,
+    /// Per task with a job in flight or waiting: its inputs' checkpoints.
+    pending: Mutex<BTreeMap<TaskId, Vec<CheckpointId>>>,
+    /// Tasks whose runs could not be merged (not I/O: the data).
+    refused: Mutex<BTreeSet<TaskId>>,
+    /// [`CompactionHold`]s alive; `released` is told when one goes.
+    holds: Mutex<usize>,
+    released: Condvar,
+    submitted: AtomicU64,
+    merged: AtomicU64,
+    adopted: AtomicU64,
+    discarded: AtomicU64,
+    failed: AtomicU64,
+}
+
+pub struct Compactor {
+    jobs: Option<SyncSender<Job>>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    /// Told when the thread ends (a `Mutex` only to make it `Sync`).
+    exited: Mutex<Receiver<()>>,
+}
+
+impl Compactor {
+    /// Starts the thread for `root`, clearing what an earlier process left
+    /// under `compacting/`.
+    pub fn start(root: PathBuf, fsync: Arc<Fsync>, pause: Duration) -> Result<Self> {
+        let staging = root.join(COMPACTING_DIR);
+        match fs::remove_dir_all(&staging) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("removing {}", staging.display()), e)),
+        }
+        fs::create_dir_all(&staging)
+            .map_err(|e| Error::io(format!("creating {}", staging.display()), e))?;
+        let (jobs, queue) = mpsc::sync_channel::<Job>(QUEUE);
+        let (exit, exited) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let worker = Worker {
+            root,
+            staging,
+            fsync,
+            pause,
+            shared: Arc::clone(&shared),
+        };
+        let thread = std::thread::Builder::new()
+            .name("snapcut-compactor".into())
+            .spawn(move || {
+                while let Ok(job) = queue.recv() {
+                    worker.run(job);
+                }
+                let _ = exit.send(());
+            })
+            .map_err(|e| Error::io("starting the compactor thread", e))?;
+        Ok(Self {
+            jobs: Some(jobs),
+            shared,
+            thread: Some(thread),
+            exited: Mutex::new(exited),
+        })
+    }
+
+    /// Hands `job` over without waiting; false (the job dropped) when the
+    /// queue is full, the task has a job already or its runs were refused.
+    pub fn submit(&self, job: Job) -> bool {
+        let Some(jobs) = &self.jobs else { return false };
+        if self
+            .shared
+            .refused
+            .lock()
+            .expect("compactor poisoned")
+            .contains(&job.task)
+        {
+            return false;
+        }
+        let mut pending = self.shared.pending.lock().expect("compactor poisoned");
+        if pending.contains_key(&job.task) {
+            return false;
+        }
+        let inputs = job.plan.inputs.iter().map(|r| r.checkpoint).collect();
+        let task = job.task.clone();
+        match jobs.try_send(job) {
+            Ok(()) => {
+                pending.insert(task, inputs);
+                self.shared.submitted.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// The outputs finished since the last call, for a commit to adopt or
+    /// discard (each then [`Self::settled`]).
+    pub fn take_finished(&self) -> Vec<Finished> {
+        std::mem::take(&mut *self.shared.finished.lock().expect("compactor poisoned"))
+    }
+
+    /// `done` was adopted (or else discarded): its task may compact again.
+    pub fn settled(&self, done: &Finished, adopted: bool) {
+        self.shared
+            .pending
+            .lock()
+            .expect("compactor poisoned")
+            .remove(&done.task);
+        let count = if adopted {
+            &self.shared.adopted
+        } else {
+            &self.shared.discarded
+        };
+        count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The checkpoints whose files jobs in flight read: retention keeps them.
+    pub fn needed(&self) -> Vec<CheckpointId> {
+        let pending = self.shared.pending.lock().expect("compactor poisoned");
+        let mut ids: Vec<CheckpointId> = pending.values().flatten().copied().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Waits until every job handed over is done (its output waiting for
+    /// a commit, or dropped), at most `timeout`; false if it ran out.
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let until = Instant::now() + timeout;
+        loop {
+            let idle = {
+                let pending = self.shared.pending.lock().expect("compactor poisoned");
+                let finished = self.shared.finished.lock().expect("compactor poisoned");
+                pending
+                    .keys()
+                    .all(|t| finished.iter().any(|f| &f.task == t))
+            };
+            if idle {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Keeps every job from starting its merge until the hold is dropped
+    /// (or [`HOLD_TIMEOUT`] passed): jobs are still handed over, retention
+    /// still keeps their inputs, commits go on without them.
+    pub fn hold(&self) -> CompactionHold {
+        *self.shared.holds.lock().expect("compactor poisoned") += 1;
+        CompactionHold {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    pub fn stats(&self) -> CompactionStats {
+        let s = &self.shared;
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CompactionStats {
+            submitted: get(&s.submitted),
+            merged: get(&s.merged),
+            adopted: get(&s.adopted),
+            discarded: get(&s.discarded),
+            failed: get(&s.failed),
+            refused: s.refused.lock().expect("compactor poisoned").len() as u64,
+        }
+    }
+}
+
+/// While it lives, the compactor merges nothing (see [`Compactor::hold`]).
+#[must_use = "the compactor is held only while the hold lives"]
+pub struct CompactionHold {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for CompactionHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompactionHold")
+    }
+}
+
+impl Drop for CompactionHold {
+    fn drop(&mut self) {
+        let mut holds = self.shared.holds.lock().unwrap_or_else(|e| e.into_inner());
+        *holds = holds.saturating_sub(1);
+        self.shared.released.notify_all();
+    }
+}
+
+impl Drop for Compactor {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.released.notify_all();
+        drop(self.jobs.take());
+        let exited = self.exited.lock().unwrap_or_else(|e| e.into_inner());
+        match exited.recv_timeout(SHUTDOWN_TIMEOUT) {
+            Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+                if let Some(thread) = self.thread.take() {
+                    let _ = thread.join();
+                }
+            }
+            // Left to finish alone: it writes only under `compacting/`.
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+    }
+}
+
+/// The thread's side.
+struct Worker {
+    root: PathBuf,
+    staging: PathBuf,
+    fsync: Arc<Fsync>,
+    pause: Duration,
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Relaxed)
+    }
+
+    fn run(&self, job: Job) {
+        self.pause();
+        self.wait_while_held();
+        let outcome = self.merge(&job);
+        match outcome {
+            Ok(Some(done)) => {
+                self.shared.merged.fetch_add(1, Ordering::Relaxed);
+                self.shared
+                    .finished
+                    .lock()
+                    .expect("compactor poisoned")
+                    .push(done);
+            }
+            Ok(None) => {
+                self.release(&job.task);
+            }
+            Err(_) => {
+                // Nothing adopted, nothing lost: the runs stay as they are,
+                // and a later commit plans the job again.
+                self.shared.failed.fetch_add(1, Ordering::Relaxed);
+                self.release(&job.task);
+            }
+        }
+    }
+
+    fn release(&self, task: &TaskId) {
+        self.shared
+            .pending
+            .lock()
+            .expect("compactor poisoned")
+            .remove(task);
+    }
+
+    /// Sleeps `pause` in short steps, so a stop is not kept waiting.
+    fn pause(&self) {
+        let until = Instant::now() + self.pause;
+        while !self.stopped() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(20)));
+        }
+    }
+
+    /// Waits while a [`CompactionHold`] lives, at most [`HOLD_TIMEOUT`],
+    /// and not once the compactor is stopping.
+    fn wait_while_held(&self) {
+        let until = Instant::now() + HOLD_TIMEOUT;
+        let mut holds = self.shared.holds.lock().expect("compactor poisoned");
+        while *holds > 0 && !self.stopped() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            // Short steps: a stop sets a flag the condvar is not tied to.
+            let step = left.min(Duration::from_millis(20));
+            holds = self
+                .shared
+                .released
+                .wait_timeout(holds, step)
+                .expect("compactor poisoned")
+                .0;
+        }
+    }
+
+    /// `task`'s runs cannot be merged: do not try again.
+    fn refuse(&self, task: &TaskId) {
+        self.shared
+            .refused
+            .lock()
+            .expect("compactor poisoned")
+            .insert(task.clone());
+    }
+
+    /// The job's output written under `compacting/`; `None` if stopped.
+    fn merge(&self, job: &Job) -> Result<Option<Finished>> {
+        let mut batches = Vec::with_capacity(job.plan.inputs.len());
+        for run in &job.plan.inputs {
+            if self.stopped() {
+                return Ok(None);
+            }
+            let dir = self.root.join(checkpoint_dir_name(run.checkpoint));
+            let entry = run.file_entry(&job.task, job.key.clone());
+            let bytes = read_checked(&dir, &entry, run.checkpoint)?;
+            let what = format!("checkpoint {} file {}", run.checkpoint, run.path);
+            let (schema, parts) = decode_ipc(bytes, &what)?;
+            batches.push(format::concat(&schema, &parts)?);
+        }
+        let key = job
+            .key
+            .clone()
+            .or_else(|| batches[0].schema().metadata().get(KEY_METADATA).cloned());
+        let merged = key
+            .as_deref()
+            .ok_or_else(|| Error::Snapshot(format!("state of {} names no key", job.task)))
+            .and_then(|key| format::merge_batches(&batches, key, job.plan.kind))
+            .inspect_err(|_| self.refuse(&job.task))?;
+        let key = key.expect("merged by its key");
+        drop(batches);
+        if self.stopped() {
+            return Ok(None);
+        }
+        let (first, last) = format::merge_span(&job.plan);
+        let name = run_file_name(&job.task, first, last);
+        let tmp = self.staging.join(format!("{name}.tmp"));
+        let staged = self.staging.join(&name);
+        let written = write_ipc(
+            &tmp,
+            &merged.schema(),
+            std::slice::from_ref(&merged),
+            &self.fsync,
+        )?;
+        fs::rename(&tmp, &staged)
+            .map_err(|e| Error::io(format!("renaming into {}", staged.display()), e))?;
+        Ok(Some(Finished {
+            task: job.task.clone(),
+            plan: job.plan.clone(),
+            staged,
+            name,
+            written,
+            key_range: format::key_range(&merged, &key),
+        }))
+    }
+}

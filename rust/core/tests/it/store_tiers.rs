@@ -1,0 +1,525 @@
+//! Tiered compaction in the background (issue 37): the store merges a
+//! task's runs off the commit path, a later commit adopts the output, and
+//! every checkpoint still restores what it captured; format 1 roots read
+//! as before; retention keeps every run a checkpoint or a compaction needs.
+
+use crate::store_common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::Int64Array;
+use proptest::prelude::*;
+use snapcut_core::snapshot::TaskId;
+use snapcut_core::state::StateTable;
+use snapcut_core::store::{
+    FileKind, Manifest, SnapshotReader, SnapshotStore, StoreOptions, COMPACTING_DIR,
+};
+use store_common::*;
+
+/// The bound on every wait for the compactor in these tests: far above a
+/// merge of their few hundred keys on a loaded machine (milliseconds), so
+/// running out of it is a hung compactor, not a slow one.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn agg() -> TaskId {
+    task("agg", 0)
+}
+
+fn options(retain: usize, every: usize) -> StoreOptions {
+    StoreOptions {
+        retain,
+        materialize_every: Some(every),
+        ..Default::default()
+    }
+}
+
+fn state_of(reader: &SnapshotReader, id: u64) -> BTreeMap<i64, i64> {
+    let b = reader.state(id, &agg()).unwrap().unwrap();
+    let k = b.column(0).as_primitive::<Int64Type>();
+    let v = b.column(1).as_primitive::<Int64Type>();
+    (0..b.num_rows())
+        .map(|i| (k.value(i), v.value(i)))
+        .collect()
+}
+
+/// A table restored from checkpoint `id`, as a restarted task holds it.
+fn restored(reader: &SnapshotReader, id: u64) -> StateTable {
+    let mut t = table(u32::MAX);
+    t.restore(&reader.state_chain(id, &agg()).unwrap()).unwrap();
+    t
+}
+
+fn state_entry(m: &Manifest) -> &snapcut_core::store::FileEntry {
+    m.state_file(&agg()).unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Upsert(Vec<i64>, i64),
+    Delete(Vec<i64>),
+    Commit,
+    /// Wait for the compactions handed over (the next commit adopts them).
+    Compact,
+    /// Continue from a table restored from the newest checkpoint.
+    Restore,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (proptest::collection::vec(0i64..40, 1..8), any::<i32>())
+            .prop_map(|(k, v)| Op::Upsert(k, v.into())),
+        2 => proptest::collection::vec(0i64..40, 1..5).prop_map(Op::Delete),
+        4 => Just(Op::Commit),
+        2 => Just(Op::Compact),
+        1 => Just(Op::Restore),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn every_retained_checkpoint_restores_the_model_through_compactions(
+        ops in proptest::collection::vec(op(), 1..60),
+        retain in 1usize..4,
+        every in 1usize..4,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SnapshotStore::open(dir.path(), options(retain, every)).unwrap();
+        // Diffs only after the first capture: the store bounds the runs.
+        let mut t = table(u32::MAX);
+        let mut model: BTreeMap<i64, i64> = BTreeMap::new();
+        let mut at: BTreeMap<u64, BTreeMap<i64, i64>> = BTreeMap::new();
+        let mut id = 0u64;
+        for op in ops {
+            match op {
+                Op::Upsert(keys, add) => {
+                    t.upsert(&rows(keys.iter().copied(), add)).unwrap();
+                    for k in keys { model.insert(k, k.wrapping_add(add)); }
+                }
+                Op::Delete(keys) => {
+                    t.delete(&Int64Array::from(keys.clone())).unwrap();
+                    for k in keys { model.remove(&k); }
+                }
+                Op::Commit => {
+                    id += 1;
+                    checkpoint(&store, &mut t, id, false);
+                    at.insert(id, model.clone());
+                }
+                Op::Compact => prop_assert!(store.wait_for_compactions(WAIT)),
+                Op::Restore => {
+                    if let Some(&last) = at.keys().next_back() {
+                        t = restored(store.reader(), last);
+                        model = at[&last].clone();
+                    }
+                }
+            }
+        }
+        let listed = store.reader().list().unwrap();
+        for id in at.keys().rev().take(retain) {
+            prop_assert!(listed.contains(id), "retained checkpoint {} missing", id);
+        }
+        for &id in &listed {
+            store.reader().verify(id).unwrap();
+            prop_assert_eq!(&state_of(store.reader(), id), &at[&id], "checkpoint {}", id);
+            let m = store.reader().manifest(id).unwrap();
+            let runs = &state_entry(&m).runs;
+            prop_assert_eq!(runs.last().map(|r| r.kind), Some(FileKind::Full));
+        }
+        let stats = store.compaction_stats();
+        prop_assert!(stats.failed == 0, "{:?}", stats);
+        drop(store);
+        // Outputs never adopted are cleared when the root is opened again.
+        let again = SnapshotStore::open(dir.path(), options(retain, every)).unwrap();
+        prop_assert_eq!(again.reader().list().unwrap(), listed);
+        prop_assert_eq!(std::fs::read_dir(dir.path().join(COMPACTING_DIR)).unwrap().count(), 0);
+    }
+}
+
+/// Base keys of checkpoint 1: a tier merge of a few small diffs stays
+/// under a quarter of them.
+const BASE_KEYS: std::ops::Range<i64> = 10_000..11_000;
+
+/// Writes checkpoints `ids` into `store`: checkpoint 1 creates
+/// [`BASE_KEYS`] too, each writes `width` keys overlapping the previous
+/// checkpoint's and deletes one; returns the model at each.
+fn write_wide(
+    store: &SnapshotStore,
+    t: &mut StateTable,
+    ids: std::ops::RangeInclusive<u64>,
+    model: &mut BTreeMap<i64, i64>,
+    width: i64,
+) -> BTreeMap<u64, BTreeMap<i64, i64>> {
+    let mut at = BTreeMap::new();
+    for id in ids {
+        if id == 1 {
+            t.upsert(&rows(BASE_KEYS, 0)).unwrap();
+            model.extend(BASE_KEYS.map(|k| (k, k)));
+        }
+        let base = id as i64 * (width - 2);
+        t.upsert(&rows(base..base + width, 100 * id as i64))
+            .unwrap();
+        for k in base..base + width {
+            model.insert(k, k + 100 * id as i64);
+        }
+        t.delete(&Int64Array::from(vec![base - 2])).unwrap();
+        model.remove(&(base - 2));
+        checkpoint(store, t, id, false);
+        at.insert(id, model.clone());
+    }
+    at
+}
+
+/// [`write_wide`] with 5 keys a checkpoint.
+fn write(
+    store: &SnapshotStore,
+    t: &mut StateTable,
+    ids: std::ops::RangeInclusive<u64>,
+    model: &mut BTreeMap<i64, i64>,
+) -> BTreeMap<u64, BTreeMap<i64, i64>> {
+    write_wide(store, t, ids, model, 5)
+}
+
+#[test]
+fn compaction_output_is_adopted_by_the_next_commit_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 2)).unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    let mut at = write(&store, &mut t, 1..=3, &mut model);
+    assert!(store.wait_for_compactions(WAIT));
+    assert_eq!(store.compaction_stats().merged, 1);
+    at.extend(write(&store, &mut t, 4..=4, &mut model));
+    let stats = store.compaction_stats();
+    assert_eq!((stats.adopted, stats.discarded), (1, 0), "{stats:?}");
+    let m = store.reader().manifest(4).unwrap();
+    let runs = &state_entry(&m).runs;
+    // The diffs of 2 and 3 merged into one run in checkpoint 4's directory.
+    let merged: Vec<_> = runs
+        .iter()
+        .map(|r| (r.checkpoint, r.merges.clone()))
+        .collect();
+    assert_eq!(merged, vec![(4, vec![4]), (4, vec![2, 3]), (1, vec![1])]);
+    assert_eq!(state_entry(&m).chain, vec![1, 4]);
+    assert_eq!(runs[1].kind, FileKind::Diff);
+    assert!(runs[1].key_range.is_some() && runs[0].key_range.is_some());
+    assert_eq!(m.format_version, 2);
+    for id in 1..=4 {
+        store.reader().verify(id).unwrap();
+        assert_eq!(state_of(store.reader(), id), at[&id], "checkpoint {id}");
+    }
+    // A corrupt run is named by verify and refused on restore.
+    let path = dir.path().join("chk-00000004").join(&runs[1].path);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xFF;
+    std::fs::write(&path, bytes).unwrap();
+    let err = store.reader().verify(4).unwrap_err().to_string();
+    assert!(
+        err.contains(&runs[1].path) && err.contains("checksum"),
+        "{err}"
+    );
+    assert!(store.reader().state(4, &agg()).is_err());
+    assert_eq!(state_of(store.reader(), 3), at[&3]);
+}
+
+#[test]
+fn diffs_grow_into_a_base_merge_and_then_tier_merges() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(2, 2)).unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    let mut at = BTreeMap::new();
+    let mut bases = 0;
+    for id in 1..=12u64 {
+        at.extend(write_wide(&store, &mut t, id..=id, &mut model, 100));
+        assert!(store.wait_for_compactions(WAIT));
+        let m = store.reader().manifest(id).unwrap();
+        let runs = &state_entry(&m).runs;
+        assert!(runs.len() <= 4, "checkpoint {id}: {} runs", runs.len());
+        bases += usize::from(runs.last().unwrap().merges.len() > 1);
+        assert_eq!(state_of(store.reader(), id), at[&id], "checkpoint {id}");
+    }
+    assert!(bases > 0, "a base merge was adopted");
+    let stats = store.compaction_stats();
+    assert!(stats.adopted >= 4 && stats.failed == 0, "{stats:?}");
+    // Retention (2) removed the merged checkpoints' directories.
+    assert!(store.reader().list().unwrap().len() <= 4);
+}
+
+#[test]
+fn a_format_1_root_still_restores_and_compacts_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = BTreeMap::new();
+    let mut t = table(u32::MAX);
+    let mut at;
+    {
+        // No compaction: the runs are the chain, so stripping them and the
+        // version gives exactly the manifests snapcut 1 wrote.
+        let plain = StoreOptions {
+            retain: 10,
+            ..Default::default()
+        };
+        let store = SnapshotStore::open(dir.path(), plain).unwrap();
+        at = write(&store, &mut t, 1..=4, &mut model);
+    }
+    for id in 1..=4u64 {
+        let path = dir
+            .path()
+            .join(format!("chk-{id:08}"))
+            .join("manifest.json");
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        json["format_version"] = 1.into();
+        for f in json["files"].as_array_mut().unwrap() {
+            f.as_object_mut().unwrap().remove("runs");
+        }
+        std::fs::write(&path, serde_json::to_vec_pretty(&json).unwrap()).unwrap();
+    }
+    let reader = SnapshotReader::open(dir.path()).unwrap();
+    for id in 1..=4 {
+        let m = reader.verify(id).unwrap();
+        assert_eq!((m.format_version, state_entry(&m).runs.len()), (1, 0));
+        assert_eq!(state_of(&reader, id), at[&id], "format 1 checkpoint {id}");
+    }
+    // A store continues on the format 1 chain, compacting its files.
+    let store = SnapshotStore::open(dir.path(), options(10, 2)).unwrap();
+    let mut t = restored(store.reader(), 4);
+    at.extend(write(&store, &mut t, 5..=5, &mut model));
+    let runs = state_entry(&store.reader().manifest(5).unwrap())
+        .runs
+        .clone();
+    assert_eq!(
+        runs.iter().map(|r| r.checkpoint).collect::<Vec<_>>(),
+        vec![5, 4, 3, 2, 1]
+    );
+    assert!(store.wait_for_compactions(WAIT));
+    at.extend(write(&store, &mut t, 6..=6, &mut model));
+    assert_eq!(store.compaction_stats().adopted, 1);
+    for id in 1..=6 {
+        store.reader().verify(id).unwrap();
+        assert_eq!(state_of(store.reader(), id), at[&id], "checkpoint {id}");
+    }
+}
+
+#[test]
+fn commits_go_on_while_a_compaction_is_held_and_adopt_it_once_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 1)).unwrap();
+    // Held: a compaction as slow as can be, whatever the machine's load.
+    let hold = store.hold_compactions().unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    let mut at = write(&store, &mut t, 1..=6, &mut model);
+    let stats = store.compaction_stats();
+    // One job per task: handed over once, the later commits hand none.
+    assert_eq!(
+        (stats.submitted, stats.merged, stats.adopted),
+        (1, 0, 0),
+        "a compaction is in hand, none done: {stats:?}"
+    );
+    // Every commit went through without it, each on all the runs before.
+    for id in 1..=6 {
+        let m = store.reader().manifest(id).unwrap();
+        let runs = &state_entry(&m).runs;
+        assert_eq!(runs.len(), id as usize, "checkpoint {id}: nothing merged");
+        assert!(runs.iter().all(|r| r.merges == vec![r.checkpoint]));
+        assert_eq!(state_of(store.reader(), id), at[&id]);
+    }
+    assert!(
+        !store.wait_for_compactions(Duration::from_millis(50)),
+        "held: not idle"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path().join(COMPACTING_DIR))
+            .unwrap()
+            .count(),
+        0
+    );
+    // Released, it merges (the wait bounded by WAIT), and the next commit
+    // adopts its output.
+    drop(hold);
+    assert!(store.wait_for_compactions(WAIT));
+    assert_eq!(store.compaction_stats().merged, 1);
+    at.extend(write(&store, &mut t, 7..=7, &mut model));
+    let stats = store.compaction_stats();
+    assert_eq!(
+        (stats.adopted, stats.discarded, stats.failed),
+        (1, 0, 0),
+        "{stats:?}"
+    );
+    let m = store.reader().manifest(7).unwrap();
+    assert!(
+        state_entry(&m).runs.iter().any(|r| r.merges.len() > 1),
+        "{:?}",
+        state_entry(&m).runs
+    );
+    for id in 1..=7 {
+        store.reader().verify(id).unwrap();
+        assert_eq!(state_of(store.reader(), id), at[&id], "checkpoint {id}");
+    }
+}
+
+#[test]
+fn dropping_the_store_abandons_a_held_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 1)).unwrap();
+    let hold = store.hold_compactions().unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    let at = write(&store, &mut t, 1..=3, &mut model);
+    let stats = store.compaction_stats();
+    assert_eq!((stats.submitted, stats.merged), (1, 0), "{stats:?}");
+    // The drop stops the job waiting at the hold (the hold still alive):
+    // it returns (bounded by COMPACTION_SHUTDOWN_TIMEOUT either way) and
+    // the job stages nothing.
+    drop(store);
+    let left: Vec<_> = std::fs::read_dir(dir.path().join(COMPACTING_DIR))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "nothing staged: {left:?}");
+    drop(hold);
+    let reader = SnapshotReader::open(dir.path()).unwrap();
+    assert_eq!(reader.list().unwrap(), vec![1, 2, 3]);
+    for id in 1..=3 {
+        assert_eq!(state_of(&reader, id), at[&id]);
+    }
+}
+
+#[test]
+fn retention_keeps_the_runs_of_kept_checkpoints_and_of_compactions_in_flight() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(1, 2)).unwrap();
+    // Held until checkpoint 4 is committed: the merge is in flight then,
+    // however fast the compactor would be.
+    let hold = store.hold_compactions().unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    write(&store, &mut t, 1..=3, &mut model);
+    // 3 lists runs [3, 2, 1]: retain 1 keeps all three.
+    assert_eq!(store.reader().list().unwrap(), vec![1, 2, 3]);
+    // A full capture at 4 needs none of them, but the tier merge of 2 and
+    // 3 (handed over at 3) still reads them.
+    t.checkpoint_aborted();
+    let at = write(&store, &mut t, 4..=4, &mut model);
+    assert_eq!(
+        state_entry(&store.reader().manifest(4).unwrap()).runs.len(),
+        1
+    );
+    assert_eq!(store.reader().list().unwrap(), vec![1, 2, 3, 4]);
+    let stats = store.compaction_stats();
+    assert_eq!((stats.submitted, stats.merged), (1, 0), "{stats:?}");
+    drop(hold);
+    assert!(store.wait_for_compactions(WAIT));
+    write(&store, &mut t, 5..=5, &mut model);
+    let stats = store.compaction_stats();
+    assert_eq!((stats.merged, stats.adopted, stats.discarded), (1, 0, 1));
+    // Its output discarded, nothing needs 1..=3 any more.
+    assert_eq!(store.reader().list().unwrap(), vec![4, 5]);
+    assert_eq!(state_of(store.reader(), 4), at[&4]);
+
+    // After a base merge, a kept checkpoint needs the adopter's directory
+    // and no longer the merged ones.
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(1, 2)).unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    write(&store, &mut t, 1..=3, &mut model);
+    assert!(store.wait_for_compactions(WAIT));
+    let at = write(&store, &mut t, 4..=5, &mut model);
+    let m = store.reader().manifest(5).unwrap();
+    let needed = m.needs();
+    assert_eq!(store.reader().list().unwrap(), needed);
+    assert!(!needed.contains(&2) && !needed.contains(&3), "{needed:?}");
+    assert_eq!(state_of(store.reader(), 5), at[&5]);
+}
+
+#[test]
+fn a_restored_table_diffs_on_top_of_merged_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 2)).unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    write(&store, &mut t, 1..=3, &mut model);
+    assert!(store.wait_for_compactions(WAIT));
+    write(&store, &mut t, 4..=4, &mut model);
+    drop(store);
+    // A restarted job: the chain it restores from has a merged run.
+    let store = SnapshotStore::open(dir.path(), options(10, 2)).unwrap();
+    let chain = store.reader().state_chain(4, &agg()).unwrap();
+    assert_eq!(
+        chain.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        vec![1, 3, 4]
+    );
+    let mut t = restored(store.reader(), 4);
+    let at = write(&store, &mut t, 5..=6, &mut model);
+    for id in 5..=6 {
+        assert_eq!(state_of(store.reader(), id), at[&id]);
+    }
+}
+
+#[test]
+fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
+    use arrow_array::{BooleanArray, Float64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+    use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
+    use std::sync::Arc;
+
+    // Float keys: the chain rebuilds them, runs do not order them.
+    let batch = |keys: Vec<f64>, diff: bool| {
+        let mut fields = vec![
+            Field::new("k", DataType::Float64, false),
+            Field::new("v", DataType::Int64, false),
+        ];
+        let n = keys.len();
+        let mut cols: Vec<Arc<dyn arrow_array::Array>> = vec![
+            Arc::new(Float64Array::from(keys)),
+            Arc::new(Int64Array::from(vec![1; n])),
+        ];
+        if diff {
+            fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+            cols.push(Arc::new(BooleanArray::from(vec![false; n])));
+        }
+        let schema =
+            Schema::new_with_metadata(fields, [(KEY_METADATA.to_string(), "k".to_string())].into());
+        RecordBatch::try_new(Arc::new(schema), cols).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 1)).unwrap();
+    for id in 1..=4u64 {
+        let state = StateCapture {
+            kind: match id {
+                1 => StateKind::Full,
+                _ => StateKind::Diff { base: id - 1 },
+            },
+            batch: batch(vec![id as f64, 0.5], id > 1),
+        };
+        let snapshot = TaskSnapshot {
+            task: agg(),
+            state: Some(state),
+            channels: vec![],
+            source_offset: None,
+            alignment_nanos: 0,
+            sent_seq: Vec::new(),
+            taken_seq: Vec::new(),
+        };
+        store.task_snapshot(id, snapshot).unwrap();
+        store.commit(meta(id, false)).unwrap();
+        assert!(store.wait_for_compactions(WAIT));
+    }
+    let stats = store.compaction_stats();
+    assert_eq!(
+        (stats.submitted, stats.failed, stats.refused, stats.adopted),
+        (1, 1, 1, 0),
+        "tried once, then left alone: {stats:?}"
+    );
+    let state = store.reader().state(4, &agg()).unwrap().unwrap();
+    assert_eq!(state.num_rows(), 5, "keys 0.5 and 1..=4");
+    assert_eq!(
+        state_entry(&store.reader().manifest(4).unwrap()).runs.len(),
+        4
+    );
+}
