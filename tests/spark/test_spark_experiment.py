@@ -1,7 +1,8 @@
 """Experiment 7 (`snapcut experiment --experiments spark`) end to end on a
-small size: the three variants' queries run in rotated rounds through the
-grid runner, every micro-batch after the state-building one is measured,
-and background / sync get a paired effect against snapshots off."""
+small size: the three variants' queries run at once in each round, fed one
+micro-batch at a time in turn, through the grid runner; every micro-batch
+after the state-building one is measured, and background / sync get a
+paired effect against snapshots off."""
 
 from __future__ import annotations
 
@@ -19,7 +20,15 @@ from snapcut import ConfigError
 from snapcut.experiments import EXPERIMENTS
 from snapcut.experiments.grid import PRESETS, Cell
 from snapcut.experiments.runner import Plan, execute
-from snapcut.experiments.spark_writes import PAIRED_BATCHES, VARIANTS, simulate
+from snapcut.experiments.spark_writes import (
+    PAIRED_BATCHES,
+    VARIANTS,
+    feed,
+    run_round,
+    simulate,
+    start_query,
+    write_inputs,
+)
 from snapcut.experiments.verdicts import claim
 
 SIZE = dataclasses.replace(
@@ -70,3 +79,32 @@ def test_a_query_without_a_measured_batch_is_refused(spark: Any, tmp_path: Path)
         simulate(cell, [], dataclasses.replace(SIZE, spark_batches=0), tmp_path)
     with pytest.raises(ConfigError, match="is not one of"):
         simulate(dataclasses.replace(cell, protocol="aligned"), [], SIZE, tmp_path)
+
+
+def test_a_round_feeds_the_variants_batch_by_batch_in_rotated_turns(
+    spark: Any, tmp_path: Path
+) -> None:
+    src = write_inputs(tmp_path / "in", 300, 600, 3)
+    got = run_round(spark, src, 3, tmp_path / "work", turn=1)
+    assert set(got) == set(VARIANTS)
+    for v in got.values():
+        assert len(v.times) == 3 and all(t > 0 for t in v.times), v
+        assert len(v.fed) == 4 and v.wall_s >= sum(v.times) * 0.5, v
+    # Batch i of every variant is fed before batch i + 1 of any: they share a moment.
+    for i in range(3):
+        assert max(v.fed[i] for v in got.values()) < min(v.fed[i + 1] for v in got.values())
+    # The first fed of each batch turns (turn 1, then +1 per batch): no variant always first.
+    firsts = [min(got, key=lambda name: got[name].fed[i]) for i in range(4)]
+    assert firsts[:3] == [VARIANTS[1], VARIANTS[2], VARIANTS[0]], firsts
+
+
+def test_a_batch_that_does_not_come_times_out_naming_its_query(spark: Any, tmp_path: Path) -> None:
+    [file] = [*write_inputs(tmp_path / "in", 50, 0, 0).glob("part-*.parquet")]
+    q = start_query(spark, "none", tmp_path / "work", "late")
+    try:
+        # Its one file makes one batch: a second never comes.
+        with pytest.raises(TimeoutError, match="query late did not finish its batch 2 within 2 s"):
+            feed(q, file, 2, timeout=2.0)
+        assert q.handle.isActive
+    finally:
+        q.handle.stop()
