@@ -108,3 +108,15 @@ def test_a_batch_that_does_not_come_times_out_naming_its_query(spark: Any, tmp_p
         assert q.handle.isActive
     finally:
         q.handle.stop()
+
+
+def test_a_stopped_query_or_missing_input_is_an_error_not_a_wait(
+    spark: Any, tmp_path: Path
+) -> None:
+    src = write_inputs(tmp_path / "in", 50, 20, 1)
+    with pytest.raises(ConfigError, match="holds 2 input files, expected 4"):
+        run_round(spark, src, 3, tmp_path / "work", turn=0)
+    q = start_query(spark, "none", tmp_path / "work", "gone")
+    q.handle.stop()
+    with pytest.raises(RuntimeError, match="query gone stopped before its batch 1"):
+        feed(q, sorted(src.glob("part-*.parquet"))[0], 1, timeout=60.0)

@@ -39,6 +39,7 @@ for their cells' turns.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -182,7 +183,9 @@ def feed(q: _Query, file: Path, n: int, timeout: float = BATCH_TIMEOUT_S) -> flo
             return float(done[n - 1]["durationMs"]["addBatch"]) / 1000
         failure = q.handle.exception()
         if failure is not None or not q.handle.isActive:
-            raise ConfigError(f"experiment {NAME}: query {q.tag} stopped: {failure}")
+            raise RuntimeError(
+                f"experiment {NAME}: query {q.tag} stopped before its batch {n}: {failure}"
+            )
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"experiment {NAME}: query {q.tag} did not finish its batch {n} within "
@@ -246,10 +249,11 @@ def state_writes(root: Path) -> tuple[list[float], int]:
     return [float(m["spark"]["write_ms"]) for m in manifests[1:]], written
 
 
-#: Per input (keys, rows per batch, batches): the measurements of the
-#: current round that their cells have not taken yet.
-_PENDING: dict[tuple[int, int, int], dict[str, Measurement]] = {}
-_TURNS = [0]
+#: Per grid run and input (its work directory, keys, rows per batch,
+#: batches): the measurements of the current round that their cells have not
+#: taken yet (keyed by the directory, so another grid run never takes them).
+_PENDING: dict[tuple[Path, int, int, int], dict[str, Measurement]] = {}
+_TURNS = itertools.count()
 
 
 def simulate(cell: Cell, _rows: list[Any], preset: Preset, workdir: Path) -> Measurement:
@@ -265,15 +269,13 @@ def simulate(cell: Cell, _rows: list[Any], preset: Preset, workdir: Path) -> Mea
             "the state-building batch and at least one measured one (spark_batches >= 1)"
         )
     per_batch = cell.records // batches
-    size = (cell.keys, per_batch, batches)
-    pending = _PENDING.get(size, {})
+    work = workdir / NAME
+    key = (work, cell.keys, per_batch, batches)
+    pending = _PENDING.get(key, {})
     if cell.protocol not in pending:
-        work = workdir / NAME
-        src = write_inputs(work / f"input-{cell.keys}-{per_batch}-{batches}", *size)
-        turn = _TURNS[0]
-        _TURNS[0] += 1
-        variants = run_round(_session(), src, batches, work, turn)
-        pending = _PENDING[size] = {
+        src = write_inputs(work / f"input-{cell.keys}-{per_batch}-{batches}", *key[1:])
+        variants = run_round(_session(), src, batches, work, next(_TURNS))
+        pending = _PENDING[key] = {
             v: measured(v, r, per_batch, work / "state") for v, r in variants.items()
         }
     return pending.pop(cell.protocol)
