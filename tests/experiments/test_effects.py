@@ -226,22 +226,31 @@ def test_the_figures_with_intervals_draw_experiments_1_and_2(tmp_path: Path) -> 
     assert paper_figure(state, tmp_path) == [] and state_figure(effects, tmp_path) == []
 
 
-def test_paired_batches_recover_a_known_slowdown_and_pair_within_a_round() -> None:
+def test_paired_batches_recover_a_known_slowdown_and_pair_within_a_round(
+    tmp_path: Path,
+) -> None:
     """Experiment 7's estimator: sync's batches take 1.3x the same round's
     snapshots-off batch (with noise), background's the same time; a slower
     round slows all three variants alike and must not leak into the ratio."""
     import random
 
-    from snapcut.experiments.spark_writes import PAIRED_BATCHES, paired_effects
+    from snapcut.experiments.spark_writes import (
+        PAIRED_BATCHES,
+        paired_effects,
+        write_batches_csv,
+    )
 
     rng = random.Random(3)
-    batches: dict[tuple[Cell, int], tuple[float, ...]] = {}
+    # Two grid rounds of two query rounds each: four query rounds, clustered apart.
+    played: dict[tuple[Cell, int], list[tuple[float, ...]]] = {}
     for rnd in range(4):
-        speed = 1.0 + rnd  # round 3 runs 4x slower than round 0
+        speed = 1.0 + rnd  # query round 3 runs 4x slower than query round 0
         base = [speed * rng.uniform(0.8, 1.2) for _ in range(8)]
         for variant, factor in (("none", 1.0), ("background", 1.0), ("sync", 1.3)):
             cell = Cell("spark", variant, None, 1000, 2, 500)
-            batches[(cell, rnd)] = tuple(t * factor * rng.uniform(0.97, 1.03) for t in base)
+            times = tuple(t * factor * rng.uniform(0.97, 1.03) for t in base)
+            played.setdefault((cell, rnd // 2), []).append(times)
+    batches = {k: tuple(v) for k, v in played.items()}
     effects = {e.cell.protocol: e for e in paired_effects(batches)}
     assert set(effects) == {"background", "sync"}
     sync, background = effects["sync"], effects["background"]
@@ -252,3 +261,8 @@ def test_paired_batches_recover_a_known_slowdown_and_pair_within_a_round() -> No
 
     row = next(line for line in effects_table([sync], [sync]).splitlines() if "| sync |" in line)
     assert "| paired batches |" in row and "windowed" not in row, row
+    # batches.csv: every measured batch, by grid round and query round.
+    write_batches_csv(batches, tmp_path / "batches.csv")
+    lines = (tmp_path / "batches.csv").read_text().splitlines()
+    assert len(lines) == 1 + 4 * 3 * 8, lines[:3]
+    assert lines[1].startswith("spark,") and {ln.split(",")[4] for ln in lines[1:]} == {"0", "1"}

@@ -271,6 +271,7 @@ def test_bad_options_are_refused(
 # --- on Spark --------------------------------------------------------------------
 
 
+@pytest.mark.full_priority
 @pytest.mark.parametrize(
     ("step", "seed", "kind"),
     [("aggregate", 15, "driver_sigkill"), ("tws", 16, "python_worker_failpoint")],
@@ -306,6 +307,7 @@ def test_chaos_on_spark_is_exactly_once(tmp_path: Path, step: str, seed: int, ki
     assert res.returncode == 0, res.stdout
 
 
+@pytest.mark.full_priority
 @pytest.mark.parametrize("output", ["delta", "iceberg"])
 def test_chaos_into_a_table_commits_each_batch_once(tmp_path: Path, output: str) -> None:
     """``--output delta|iceberg``: one run of 3 files, its driver killed at

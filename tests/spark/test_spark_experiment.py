@@ -32,7 +32,7 @@ from snapcut.experiments.spark_writes import (
 from snapcut.experiments.verdicts import claim
 
 SIZE = dataclasses.replace(
-    PRESETS["tiny"], spark_keys=(2_000,), spark_records=4_000, spark_batches=2
+    PRESETS["tiny"], spark_keys=(2_000,), spark_records=4_000, spark_batches=2, spark_rounds=(2,)
 )
 
 
@@ -54,11 +54,14 @@ def test_experiment_7_pairs_each_variants_batches_with_snapshots_off(spark: Any)
     # Rounds rotate the order: no variant always runs first.
     firsts = {r.cell.protocol for r in out.rows if r.order % 3 == 0}
     assert len(firsts) == 2, [(r.order, r.cell.protocol) for r in out.rows]
-    for (cell, _round), times in out.batches.items():
-        assert len(times) == SIZE.spark_batches and all(t > 0 for t in times), (cell, times)
+    for (cell, _round), played in out.batches.items():
+        # Each grid round runs the size's query rounds (spark_rounds).
+        assert len(played) == 2, (cell, played)
+        for times in played:
+            assert len(times) == SIZE.spark_batches and all(t > 0 for t in times), (cell, times)
     for row in out.rows:
         # Each measured batch committed one state version (none: no snapshots).
-        want = 0 if row.cell.protocol == "none" else SIZE.spark_batches
+        want = 0 if row.cell.protocol == "none" else 2 * SIZE.spark_batches
         assert row.checkpoints == want, row
         assert (row.state_bytes_max > 0) == (row.cell.protocol != "none"), row
     effects = {e.cell.protocol: e for e in out.effects}
@@ -69,7 +72,8 @@ def test_experiment_7_pairs_each_variants_batches_with_snapshots_off(spark: Any)
     assert verdict.startswith(("holds: ABS", "fails: ABS", "undecided")), verdict
     for e in effects.values():
         assert e.method == PAIRED_BATCHES
-        assert (e.samples, e.runs) == (2 * SIZE.spark_batches, 2)
+        # Clustered by query round: 2 grid rounds x 2 query rounds.
+        assert (e.samples, e.runs) == (4 * SIZE.spark_batches, 4)
         assert e.low <= e.overhead <= e.high
 
 
@@ -79,6 +83,11 @@ def test_a_query_without_a_measured_batch_is_refused(spark: Any, tmp_path: Path)
         simulate(cell, [], dataclasses.replace(SIZE, spark_batches=0), tmp_path)
     with pytest.raises(ConfigError, match="is not one of"):
         simulate(dataclasses.replace(cell, protocol="aligned"), [], SIZE, tmp_path)
+    # spark_rounds names a count per size, each at least 1.
+    for wrong in ((2, 2), (0,)):
+        bad = dataclasses.replace(SIZE, spark_rounds=wrong)
+        with pytest.raises(ConfigError, match="must give a count >= 1 for each of spark_keys"):
+            EXPERIMENTS["spark"].cells(bad, None)
 
 
 def test_a_round_feeds_the_variants_batch_by_batch_in_rotated_turns(

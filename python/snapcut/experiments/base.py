@@ -26,7 +26,7 @@ class Experiment:
     """Runs a cell in a model instead of a real job (sees the rows so far)."""
     notes: Callable[[list[Row], list[Summary]], str] | None = None
     """Extra report text for this experiment."""
-    estimate: Callable[[Cell], float] | None = None
-    """Seconds a run of a cell takes, when not records / rate."""
+    estimate: Callable[[Cell, Preset], float] | None = None
+    """Seconds a run of a cell takes in a preset, when not records / rate."""
     windowed: bool = False
     """Its overhead cells are also measured by the windowed method (`windows.py`)."""

@@ -26,5 +26,6 @@ class Measurement:
     completed: float = 1.0
     """Share of the records the sources had emitted when the run ended: below
     1 only for a run stopped at its time budget (`runtime_s` then projected)."""
-    batch_s: tuple[float, ...] = ()
-    """Experiment 7 (Spark): the seconds of each measured micro-batch."""
+    batch_s: tuple[tuple[float, ...], ...] = ()
+    """Experiment 7 (Spark): per query round of this turn, the seconds of
+    each measured micro-batch."""

@@ -12,6 +12,7 @@ from snapcut.experiments.effects_report import HOW_TO_READ, effects_table, trend
 from snapcut.experiments.grid import Preset
 from snapcut.experiments.machine import Machine
 from snapcut.experiments.runner import BUDGET_FACTOR, BUDGET_FLOOR_S, Outcome
+from snapcut.experiments.spark_writes import write_batches_csv
 
 PROTOCOLS = (
     ("none", "nothing (the baseline)"),
@@ -204,6 +205,10 @@ def write_all(
     write_timelines(outcome.timelines, outdir / "timeline.csv")
     write_windows_csv(outcome.windows, outdir / "windows.csv")
     write_effects_csv(outcome.effects, outdir / "effects.csv")
+    names = ["results.csv", "timeline.csv", "windows.csv", "effects.csv"]
+    if outcome.batches:
+        write_batches_csv(outcome.batches, outdir / "batches.csv")
+        names.append("batches.csv")
     plots: dict[str, list[Path]] = {}
     if make_plots:
         from snapcut.experiments.figure import paper_figure, state_figure
@@ -215,7 +220,7 @@ def write_all(
                 plots[e.name] = with_intervals[e.name](outcome.effects, outdir) + plots[e.name]
     report = outdir / "report.md"
     report.write_text(markdown(outcome, experiments, preset, machine, command, plots))
-    files = [outdir / n for n in ("results.csv", "timeline.csv", "windows.csv", "effects.csv")]
+    files = [outdir / n for n in names]
     files.append(report)
     files.extend(p for ps in plots.values() for p in ps)
     return files

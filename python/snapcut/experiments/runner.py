@@ -30,6 +30,7 @@ from snapcut.experiments.effects import (
     windowed_effect,
     write_windows_csv,
 )
+from snapcut.experiments.flows import BATCH, parse_scenario
 from snapcut.experiments.grid import Cell, Preset, schedule
 from snapcut.experiments.job import run_cell
 from snapcut.experiments.machine import Machine
@@ -104,8 +105,13 @@ class Plan:
     def _unbounded_estimate(self, cell: Cell) -> float:
         e = self._experiment(cell)
         if e is not None and e.estimate is not None:
-            return e.estimate(cell)
+            return e.estimate(cell, self.preset)
         work = cell.records / max(self.rate, 1.0)
+        if cell.scenario:
+            # Experiment 4's slow operator sleeps per batch it is sent: about
+            # one per source batch (fitted: 20M records at 2 ms, ~11 s a run).
+            _kind, slow_ms = parse_scenario(cell.scenario)
+            work += cell.records / BATCH * slow_ms / 1e3
         if cell.protocol == "sync" and cell.interval_s:
             # Every checkpoint writes all state (two stages keyed by user)
             # while the job stands still. The interval timer keeps running
@@ -176,8 +182,9 @@ class Outcome:
     """Per overhead cell of a windowed experiment: windowed, or whole runs for a runaway."""
     unmeasured: list[Cell] = field(default_factory=list)
     """Windowed cells whose runs had no on window between two off ones (ended early)."""
-    batches: dict[tuple[Cell, int], tuple[float, ...]] = field(default_factory=dict)
-    """(cell, round) -> its micro-batches' seconds (experiment 7, Spark)."""
+    batches: dict[tuple[Cell, int], tuple[tuple[float, ...], ...]] = field(default_factory=dict)
+    """(cell, grid round) -> per query round, its micro-batches' seconds
+    (experiment 7, Spark)."""
 
 
 def calibrate(plan: Plan, run: RunFn, workdir: Path) -> float:

@@ -26,19 +26,22 @@ same speed mode of the guest (whole queries one after another were minutes
 apart: 3 rounds of them gave intervals 30 to 79 points wide). Batch i of a
 variant is paired with batch i of the same round's ``none``. A cell's
 overhead is the median of ``t(variant) / t(none) - 1`` over those pairs,
-with a 95 % bootstrap interval clustered by round
+with a 95 % bootstrap interval clustered by query round
 (`windowed.clustered_median_ci`). The time of a batch is Spark's
 ``durationMs.addBatch``: the stateful stage and the sink's commit, which
 waits for every state partition's acknowledgement (so a background write
 has ended before the next query's batch starts).
 
 The grid runner asks for one cell at a time; the first cell of a size in a
-round runs the whole round and keeps the other two variants' measurements
-for their cells' turns.
+grid round runs that size's query rounds (the preset's ``spark_rounds``:
+more at small sizes, where a round is cheap) and keeps the other two
+variants' measurements for their cells' turns. One unmeasured round at the
+smallest size warms the session up first.
 """
 
 from __future__ import annotations
 
+import csv
 import itertools
 import json
 import os
@@ -79,6 +82,8 @@ POLL_S = 0.05
 def cells(p: Preset, _protocols: tuple[str, ...] | None) -> list[Cell]:
     """Its variants are state-write modes, not protocols: ``--protocols``
     does not apply."""
+    for keys in p.spark_keys:
+        rounds(p, keys)  # a preset with wrong rounds fails before the grid starts
     return [
         Cell(NAME, v, None, keys, PARTITIONS, p.spark_records * p.spark_batches)
         for keys in p.spark_keys
@@ -86,10 +91,26 @@ def cells(p: Preset, _protocols: tuple[str, ...] | None) -> list[Cell]:
     ]
 
 
-def estimate(cell: Cell) -> float:
-    """Seconds one query of `cell` takes: a guess from this machine's Spark
-    benches (a query ~4 s, building 1M keys ~2 s, 1M measured rows ~1.5 s)."""
-    return 4.0 + 2e-6 * cell.keys + 1.5e-6 * cell.records
+def rounds(p: Preset, keys: int) -> int:
+    """Query rounds per grid round at `keys` (the preset's ``spark_rounds``)."""
+    if not p.spark_rounds:
+        return 1
+    if len(p.spark_rounds) != len(p.spark_keys) or min(p.spark_rounds) < 1:
+        raise ConfigError(
+            f"experiment {NAME}: spark_rounds {p.spark_rounds} must give a count >= 1 for "
+            f"each of spark_keys {p.spark_keys} (or be empty: one round each)"
+        )
+    if keys not in p.spark_keys:
+        raise ConfigError(f"experiment {NAME}: {keys} keys is not one of {p.spark_keys}")
+    return p.spark_rounds[p.spark_keys.index(keys)]
+
+
+def estimate(cell: Cell, p: Preset) -> float:
+    """Seconds one variant's queries of `cell` take in a grid round: fitted
+    to the full grid's rounds on this machine (a query ~3 s to start, feed
+    and stop, building 1M keys ~1.5 s, 1M measured rows ~1.2 s), times its
+    rounds."""
+    return (3.0 + 1.5e-6 * cell.keys + 1.2e-6 * cell.records) * rounds(p, cell.keys)
 
 
 @cache
@@ -254,12 +275,18 @@ def state_writes(root: Path) -> tuple[list[float], int]:
 #: taken yet (keyed by the directory, so another grid run never takes them).
 _PENDING: dict[tuple[Path, int, int, int], dict[str, Measurement]] = {}
 _TURNS = itertools.count()
+_WARMED: set[Path] = set()
+"""Work directories whose session has run its unmeasured warm-up round."""
 
 
 def simulate(cell: Cell, _rows: list[Any], preset: Preset, workdir: Path) -> Measurement:
-    """`cell`'s measurement in this round (the grid's hook for a cell that
-    is not a job of the local runtime): the round's first cell of a size
-    runs the round, the other two take what it kept."""
+    """`cell`'s measurement in this grid round (the grid's hook for a cell
+    that is not a job of the local runtime): the first cell of a size in a
+    grid round runs that size's query rounds, the other two take what it
+    kept. The grid run's first round is preceded by one unmeasured round at
+    the smallest size: the session's first queries are slower (JIT, Python
+    workers starting), which would read as an effect of whichever variant
+    ran first."""
     if cell.protocol not in VARIANTS:
         raise ConfigError(f"experiment {NAME}: variant {cell.protocol!r} is not one of {VARIANTS}")
     batches = preset.spark_batches
@@ -273,21 +300,37 @@ def simulate(cell: Cell, _rows: list[Any], preset: Preset, workdir: Path) -> Mea
     key = (work, cell.keys, per_batch, batches)
     pending = _PENDING.get(key, {})
     if cell.protocol not in pending:
+        count = rounds(preset, cell.keys)
+        if work not in _WARMED:
+            smallest = min(preset.spark_keys, default=cell.keys)
+            warm = write_inputs(
+                work / f"input-{smallest}-{per_batch}-{batches}", smallest, per_batch, batches
+            )
+            run_round(_session(), warm, batches, work, next(_TURNS))
+            _WARMED.add(work)
         src = write_inputs(work / f"input-{cell.keys}-{per_batch}-{batches}", *key[1:])
-        variants = run_round(_session(), src, batches, work, next(_TURNS))
+        played = [run_round(_session(), src, batches, work, next(_TURNS)) for _ in range(count)]
         pending = _PENDING[key] = {
-            v: measured(v, r, per_batch, work / "state") for v, r in variants.items()
+            v: measured(v, [r[v] for r in played], per_batch, work / "state") for v in VARIANTS
         }
     return pending.pop(cell.protocol)
 
 
-def measured(variant: str, r: _Variant, per_batch: int, states: Path) -> Measurement:
-    writes, state_bytes = ([], 0) if variant == "none" else state_writes(states / r.tag)
-    runtime = sum(r.times)
+def measured(variant: str, played: list[_Variant], per_batch: int, states: Path) -> Measurement:
+    """One variant's measurement over its query rounds of a grid round."""
+    writes: list[float] = []
+    state_bytes = 0
+    if variant != "none":
+        for r in played:
+            w, b = state_writes(states / r.tag)
+            writes += w
+            state_bytes = max(state_bytes, b)
+    times = [t for r in played for t in r.times]
+    runtime = sum(times)
     return Measurement(
         runtime_s=runtime,
-        wall_s=r.wall_s,
-        throughput_rps=per_batch * len(r.times) / runtime,
+        wall_s=sum(r.wall_s for r in played),
+        throughput_rps=per_batch * len(times) / runtime,
         checkpoints=len(writes),
         checkpoint_ms_median=statistics.median(writes) if writes else 0.0,
         checkpoint_ms_max=max(writes) if writes else 0.0,
@@ -299,23 +342,26 @@ def measured(variant: str, r: _Variant, per_batch: int, states: Path) -> Measure
         source_timeline=[],
         last_stage_timeline=[],
         checkpoint_windows=[],
-        batch_s=tuple(r.times),
+        batch_s=tuple(tuple(r.times) for r in played),
     )
 
 
-def paired_effects(batches: dict[tuple[Cell, int], tuple[float, ...]]) -> list[Effect]:
-    """Per cell other than ``none``: micro-batch i of round r against batch i
-    of round r's ``none`` of the same size; the median ratio - 1 and its
-    interval clustered by round."""
+def paired_effects(batches: dict[tuple[Cell, int], tuple[tuple[float, ...], ...]]) -> list[Effect]:
+    """Per cell other than ``none``: micro-batch i of a query round against
+    batch i of the same query round's ``none`` of the same size; the median
+    ratio - 1 and its interval clustered by query round."""
     out = []
     for cell in sorted({c for c, _ in batches if c.protocol != "none"}):
         base = Cell(cell.experiment, "none", None, cell.keys, cell.parallelism, cell.records)
         per_round = []
-        for (c, rnd), times in sorted(batches.items(), key=lambda kv: kv[0][1]):
+        for (c, rnd), played in sorted(batches.items(), key=lambda kv: kv[0][1]):
             off = batches.get((base, rnd))
             if c != cell or off is None:
                 continue
-            per_round.append([t / o - 1 for t, o in zip(times, off, strict=False) if o > 0])
+            for times, off_times in zip(played, off, strict=True):
+                per_round.append(
+                    [t / o - 1 for t, o in zip(times, off_times, strict=False) if o > 0]
+                )
         pooled = [x for r in per_round for x in r]
         if not pooled:
             continue
@@ -333,6 +379,19 @@ def paired_effects(batches: dict[tuple[Cell, int], tuple[float, ...]]) -> list[E
             )
         )
     return out
+
+
+def write_batches_csv(
+    batches: dict[tuple[Cell, int], tuple[tuple[float, ...], ...]], path: Path
+) -> None:
+    """batches.csv: one line per measured micro-batch (the pairs' raw data)."""
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["experiment", "protocol", "keys", "round", "query_round", "batch", "seconds"])
+        for (cell, rnd), played in sorted(batches.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            for q, times in enumerate(played):
+                for b, t in enumerate(times):
+                    w.writerow([cell.experiment, cell.protocol, cell.keys, rnd, q, b + 1, t])
 
 
 def plot(_summaries: list[Summary], _timelines: Timelines, _outdir: Path) -> list[Path]:

@@ -66,11 +66,12 @@ class WindowPlan:
 def plan_windows(cell: Cell, preset: Preset) -> WindowPlan:
     """Windows sized to `cell`'s interval: the measured span is the preset's
     span rounded to a whole number of intervals (at least one); long
-    windows get fewer on windows, to keep the run near `window_cell_s`."""
+    windows get fewer on windows, to keep the run near `window_cell_seconds`."""
     iv = cell.interval_s or preset.window_span_s
     span = iv * max(1, round(preset.window_span_s / iv))
     window = preset.window_guard_s + span
-    fit = math.floor((preset.window_cell_s - preset.window_warmup_s) / window / 2 - 1)
+    cell_s = preset.window_cell_seconds(cell.experiment)
+    fit = math.floor((cell_s - preset.window_warmup_s) / window / 2 - 1)
     on = max(min(preset.on_windows, MIN_ON_WINDOWS), min(preset.on_windows, fit))
     return WindowPlan(span, preset.window_guard_s, preset.window_warmup_s, on)
 
