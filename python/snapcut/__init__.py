@@ -22,6 +22,7 @@ from snapcut.checkpointing import (
     Checkpointing,
     CheckpointMetrics,
     Snapshot,
+    StoreMetrics,
     TaskState,
 )
 from snapcut.dataflow import (
@@ -54,6 +55,7 @@ __all__ = [
     "SnapshotError",
     "StateTable",
     "StorageError",
+    "StoreMetrics",
     "Stream",
     "TaskError",
     "TaskFailure",

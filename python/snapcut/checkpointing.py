@@ -47,6 +47,13 @@ def _count(name: str, value: object) -> int:
     return value
 
 
+def _share(name: str, value: object) -> float:
+    """A number; its range is checked in Rust (`CompactionBudget::validate`)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ConfigError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class Checkpointing:
     """Checkpointing of a job (Flink's `CheckpointConfig`).
@@ -81,6 +88,14 @@ class Checkpointing:
         A diff is relative to the last checkpoint known to have completed,
         so with max_concurrent > 1 an aborted checkpoint never breaks a
         later one.
+    compaction_cpu_share: a durable run's store merges each task's runs in
+        a background thread (`docs/format.md`, runs and compaction); after
+        each merge the thread rests so that it works at most this share of
+        one core's time (0.01 <= share <= 1; 1, the default: no rest), leaving
+        the rest to the tasks.
+    compaction_bytes_per_s: and writes at most this many bytes per second
+        (None, the default: no limit). Neither ever delays a commit: a
+        slower compactor leaves more runs for a restore to read.
     restart_attempts: after a task fails, restart from the last completed
         checkpoint this many times in all (Flink's fixed-delay restart
         strategy; 0 = no restarts, the default). Without checkpoints, a
@@ -109,6 +124,8 @@ class Checkpointing:
     alignment_timeout: Seconds = 0.0
     final_checkpoint: bool = True
     full_every: int = 10
+    compaction_cpu_share: float = 1.0
+    compaction_bytes_per_s: int | None = None
     restart_attempts: int = 0
     restart_delay: Seconds = 1.0
     failover: str = "region"
@@ -133,6 +150,10 @@ class Checkpointing:
             alignment_timeout=_seconds("alignment_timeout", self.alignment_timeout),
             final_checkpoint=self.final_checkpoint,
             full_every=_count("full_every", self.full_every),
+            compaction_cpu_share=_share("compaction_cpu_share", self.compaction_cpu_share),
+            compaction_bytes_per_s=None
+            if self.compaction_bytes_per_s is None
+            else _count("compaction_bytes_per_s", self.compaction_bytes_per_s),
         )
         _count("restart_attempts", self.restart_attempts)
         _seconds("restart_delay", self.restart_delay)
@@ -152,6 +173,31 @@ class Checkpointing:
 
 
 @dataclass(frozen=True)
+class StoreMetrics:
+    """What the durable store tells of a completed checkpoint.
+
+    bytes_written: its own files. runs_max / runs_total: the most sorted
+    runs one task's state is made of, and every task's (a restore reads
+    them). debt_bytes: diff runs on the tasks' fulls, what compaction
+    folds. compactions_pending: merges handed to the background compactor
+    and not yet adopted. Since the store opened: compactions_adopted,
+    compaction_bytes_read / _written, compaction_busy_s / _rested_s (its
+    working and resting time: `Checkpointing.compaction_cpu_share`).
+    """
+
+    bytes_written: int
+    runs_max: int
+    runs_total: int
+    debt_bytes: int
+    compactions_pending: int
+    compactions_adopted: int
+    compaction_bytes_read: int
+    compaction_bytes_written: int
+    compaction_busy_s: float
+    compaction_rested_s: float
+
+
+@dataclass(frozen=True)
 class CheckpointMetrics:
     """One checkpoint as the runtime measured it.
 
@@ -160,7 +206,7 @@ class CheckpointMetrics:
     alignment_ns: per task ("vertex-subtask"), time spent aligning barriers.
     state_bytes: Arrow memory of every captured state. logged_records /
     logged_batches: in-flight records recorded (channel state, back-edge
-    logs, data overtaken by unaligned barriers).
+    logs, data overtaken by unaligned barriers). store: `StoreMetrics`.
     """
 
     id: int
@@ -176,6 +222,9 @@ class CheckpointMetrics:
     state_bytes: int
     logged_records: int
     logged_batches: int
+    store: StoreMetrics | None = None
+    """A completed checkpoint of a durable run: its files, runs and the
+    compaction (None: aborted, or checkpoints kept in memory)."""
 
     @property
     def completed(self) -> bool:

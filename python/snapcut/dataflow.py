@@ -30,6 +30,7 @@ from snapcut.checkpointing import (
     Checkpointing,
     CheckpointMetrics,
     Snapshot,
+    StoreMetrics,
     TaskState,
 )
 
@@ -651,7 +652,7 @@ class RunReport:
     def from_raw(raw: dict[str, Any]) -> RunReport:
         return RunReport(
             results=dict(raw["results"]),
-            checkpoints=[CheckpointMetrics(**c) for c in raw["checkpoints"]],
+            checkpoints=[_checkpoint(c) for c in raw["checkpoints"]],
             snapshots=[_snapshot(c) for c in raw["snapshots"]],
             protocol=str(raw["protocol"]),
             records_in=int(raw["records_in"]),
@@ -679,6 +680,11 @@ class RunReport:
     def throughput(self) -> float:
         """Source records per second of wall time."""
         return self.records_in / max(self.duration_s, 1e-9)
+
+
+def _checkpoint(c: dict[str, Any]) -> CheckpointMetrics:
+    store = c.pop("store", None)
+    return CheckpointMetrics(**c, store=None if store is None else StoreMetrics(**store))
 
 
 def _snapshot(c: dict[str, Any]) -> Snapshot:

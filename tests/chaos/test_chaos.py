@@ -101,6 +101,8 @@ def test_protocol_none_is_rejected_with_the_reason() -> None:
         chaos.run_chaos(chaos.Options(protocol="abs", runs=1))
     with pytest.raises(ConfigError, match="unknown failpoints"):
         chaos.run_chaos(chaos.Options(runs=1, failpoints=("store.nowhere",)))
+    with pytest.raises(ConfigError, match="full_every must be an int >= 1"):
+        chaos.run_chaos(chaos.Options(runs=1, full_every=0))
 
 
 def test_cli_rejects_none(capsys: pytest.CaptureFixture[str]) -> None:
@@ -133,7 +135,9 @@ def test_exactly_once_under_kills_without_fsync(tmp_path: Path) -> None:
 
 def test_cli_refuses_no_fsync_on_spark(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["chaos", "--engine", "spark", "--no-fsync", "--runs", "1"]) == 2
-    assert "--no-fsync apply to --engine local only" in capsys.readouterr().err
+    assert "--no-fsync and --full-every apply to --engine local only" in capsys.readouterr().err
+    assert cli_main(["chaos", "--engine", "spark", "--full-every", "0", "--runs", "1"]) == 2
+    assert "--full-every apply to --engine local only" in capsys.readouterr().err
 
 
 def test_cli_prints_the_summary_last(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -185,6 +189,45 @@ def test_kill_mid_manifest_write_keeps_the_previous_checkpoint(
     assert finished["restored_from"] == 2
     check = chaos.check_output(tmp_path / "out", ref)
     assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+
+
+@pytest.mark.parametrize("point", chaos.COMPACTION_FAILPOINTS)
+def test_a_kill_inside_compaction_loses_nothing_and_leaves_no_stray_run(
+    point: str, tmp_path: Path
+) -> None:
+    """Crash points inside the store's background compaction: the merged run
+    written, not renamed (``compaction.before_rename``), or moved into a
+    checkpoint whose manifest is not written (``compaction.adopted``). 20k
+    users over 40k records keep captures diffs, and ``full_every=2`` merges
+    them after every second checkpoint. The resumed job's output is exactly
+    the failure-free one, every checkpoint left verifies, and nothing
+    half-written is left."""
+    opts = chaos.Options(records=40_000, users=20_000, seed=SEED, full_every=2)
+    env = dict(os.environ, SNAPCUT_FAILPOINTS=f"{point}=1")
+    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=False)
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-2000:])
+    assert f"failpoint {point} hit 1" in killed.stderr
+    root = tmp_path / "checkpoints"
+    if point == "compaction.before_rename":
+        # Killed mid-compaction: its output is still a temporary file.
+        assert list((root / "compacting").glob("*.tmp")), list(root.rglob("*"))
+    else:
+        # Killed mid-commit: a merged run sits in a checkpoint with no manifest.
+        partial = [d for d in root.glob("chk-*") if not (d / "manifest.json").exists()]
+        assert any(list(d.glob("*.run-*")) for d in partial), list(root.rglob("*"))
+    env.pop("SNAPCUT_FAILPOINTS")
+    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["restored_from"] is not None
+    ref = chaos.reference(opts.users, opts.records, opts.seed)
+    check = chaos.check_output(tmp_path / "out", ref)
+    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+    snaps = snapcut.snapshots.open(str(root))
+    assert all(why is None for why in snaps.verify().values()), snaps.verify()
+    # The reopened store cleared what the killed compactor left half-written.
+    assert not list((root / "compacting").glob("*.tmp"))
 
 
 def test_a_bad_failpoint_spec_stops_the_job_with_a_clear_message(tmp_path: Path) -> None:
@@ -277,5 +320,7 @@ def test_cli_fan_out_prints_the_summary(capsys: pytest.CaptureFixture[str], tmp_
 def test_cli_fan_out_refuses_dwell_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["chaos", "--topology", "fan-out", "--unsafe-sink", "--runs", "1"]) == 2
     assert "--unsafe-sink applies to --topology dwell only" in capsys.readouterr().err
+    assert cli_main(["chaos", "--topology", "fan-out", "--full-every", "2", "--runs", "1"]) == 2
+    assert "--full-every applies to --topology dwell only" in capsys.readouterr().err
     assert cli_main(["chaos", "--topology", "fan-out", "--protocol", "sync", "--runs", "1"]) == 2
     assert "the fan-out job runs" in capsys.readouterr().err

@@ -56,6 +56,13 @@ def test_it_is_frozen() -> None:
         ({"retained": 0}, "retained checkpoints must be at least 1"),
         ({"tolerable_failures": -1}, "tolerable_failures must not be negative"),
         ({"final_checkpoint": "yes"}, "final_checkpoint must be a bool"),
+        ({"compaction_cpu_share": 0}, r"compaction_cpu_share must be in \[0.01, 1\]"),
+        ({"compaction_cpu_share": 1.5}, r"compaction_cpu_share must be in \[0.01, 1\]"),
+        ({"compaction_cpu_share": float("nan")}, r"compaction_cpu_share must be in \[0.01, 1\]"),
+        ({"compaction_cpu_share": "half"}, "compaction_cpu_share must be a number"),
+        ({"compaction_bytes_per_s": 0}, "compaction_bytes_per_s must be positive"),
+        ({"compaction_bytes_per_s": -5}, "compaction_bytes_per_s must not be negative"),
+        ({"compaction_bytes_per_s": 1.5}, "compaction_bytes_per_s must be an int"),
     ],
 )
 def test_bad_configuration_is_a_config_error(kwargs: dict[str, object], message: str) -> None:

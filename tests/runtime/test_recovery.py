@@ -3,6 +3,7 @@ resume, restart_attempts, the exactly-once write_arrow sink."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -300,3 +301,40 @@ def test_job_control_before_start_is_a_config_error() -> None:
         JobControl().trigger_savepoint()
     with pytest.raises(ConfigError, match="not started"):
         JobControl().checkpoints()
+
+
+def test_a_durable_run_reports_its_files_runs_and_compaction(tmp_path: Path) -> None:
+    """Every completed checkpoint of a durable run says what its commit
+    wrote, how many sorted runs its states are made of and what the
+    (budgeted) compactor has done; checkpoints kept in memory say nothing."""
+
+    def slowly(batch: pa.RecordBatch) -> pa.RecordBatch:
+        time.sleep(0.01)  # ~1 s a task: dozens of checkpoints
+        return batch
+
+    def flow() -> Dataflow:
+        # Two batches a channel: a barrier waits behind ~20 ms of sleeps, not 640.
+        f = Dataflow(parallelism=2, channel_capacity=2)
+        ev = f.generate_dwell_events(users=USERS, count=COUNT, seed=SEED, batch_size=200)
+        ev.map(slowly).key_by("user").aggregate(n="count", total=("sum", "dwell_ms")).collect("r")
+        return f
+
+    cfg = Checkpointing(interval=0.02, full_every=2, retained=3, compaction_cpu_share=0.5)
+    report = flow().run(cfg, checkpoint_dir=tmp_path / "chk")
+    assert got(report.results["r"]) == expected()
+    stores = [c.store for c in report.completed_checkpoints]
+    assert len(stores) >= 3, report.checkpoints
+    seen = [s for s in stores if s is not None]
+    assert len(seen) == len(stores)
+    for s in seen:
+        assert s.bytes_written > 0 and 1 <= s.runs_max <= s.runs_total, s
+        # Half a core: a job rests as long as it worked, after its output is out.
+        assert s.compaction_rested_s <= s.compaction_busy_s + 1e-6, s
+    # Diffs stack on the fulls between compactions.
+    assert any(s.runs_max >= 2 and s.debt_bytes > 0 for s in seen), seen
+    for a, b in itertools.pairwise(seen):
+        assert b.compaction_bytes_written >= a.compaction_bytes_written, (a, b)
+        assert b.compactions_adopted >= a.compactions_adopted, (a, b)
+    in_memory = flow().run(cfg)
+    assert in_memory.completed_checkpoints
+    assert all(c.store is None for c in in_memory.checkpoints)

@@ -15,7 +15,7 @@ import pyarrow.fs as pafs
 import pytest
 
 import snapcut
-from snapcut import SnapshotError, StateTable, StorageError, snapshots
+from snapcut import ConfigError, SnapshotError, StateTable, StorageError, snapshots
 from snapcut._core import SnapshotStore
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
@@ -308,10 +308,11 @@ def test_empty_channel_log_reads_as_an_empty_table(tmp_path: Path, kind: str) ->
     assert chk.verify() is None
 
 
-def test_store_side_materialization_bounds_chains(tmp_path: Path) -> None:
-    store = SnapshotStore(tmp_path, retain=1, materialize_every=2)
+def commit_diffs(store: SnapshotStore, checkpoints: int) -> None:
+    """Checkpoints 1..`checkpoints` of task agg-0, each adding key `cid`:
+    a full, then diffs; each commit adopts the merges finished before it."""
     table = StateTable(SCHEMA, "k", full_every=1_000_000)
-    for cid in range(1, 6):
+    for cid in range(1, checkpoints + 1):
         table.update(rows([cid], cid))
         _, kind, batch = table.checkpoint(cid)
         store.task_snapshot(cid, "agg", 0, state=(kind, None if kind == "full" else cid - 1, batch))
@@ -320,8 +321,31 @@ def test_store_side_materialization_bounds_chains(tmp_path: Path) -> None:
         # of 5 rows takes milliseconds) makes that independent of the load.
         assert store.wait_for_compactions(60.0)
         store.commit(cid)
+
+
+def test_store_side_materialization_bounds_chains(tmp_path: Path) -> None:
+    store = SnapshotStore(tmp_path, retain=1, materialize_every=2)
+    commit_diffs(store, 5)
     snaps = snapshots.open(tmp_path.as_uri())
     chains = {c.id: c.files[0]["chain"] for c in snaps}
     assert all(len(chain) <= 2 for chain in chains.values()), chains
     state = snaps.latest().state("agg", 0)
     assert state is not None and as_dict(state) == {k: 2 * k for k in range(1, 6)}
+
+
+def test_a_compaction_budget_rests_the_compactor_and_bad_budgets_are_refused(
+    tmp_path: Path,
+) -> None:
+    store = SnapshotStore(tmp_path / "ok", retain=1, materialize_every=2, compaction_cpu_share=0.5)
+    commit_diffs(store, 6)
+    stats = store.compaction_stats()
+    assert stats["adopted"] >= 1 and stats["failed"] == 0, stats
+    assert stats["bytes_read"] > 0 and stats["bytes_written"] > 0, stats
+    # Half a core: each job rests as long as it worked.
+    assert stats["busy_s"] > 0 and stats["rested_s"] == pytest.approx(stats["busy_s"], abs=1e-6)
+    state = snapshots.open((tmp_path / "ok").as_uri()).latest().state("agg", 0)
+    assert state is not None and as_dict(state) == {k: 2 * k for k in range(1, 7)}
+    with pytest.raises(ConfigError, match=r"compaction_cpu_share must be in \[0.01, 1\]"):
+        SnapshotStore(tmp_path / "bad", materialize_every=2, compaction_cpu_share=0.0)
+    with pytest.raises(ConfigError, match="compaction_bytes_per_s must be positive"):
+        SnapshotStore(tmp_path / "bad", materialize_every=2, compaction_bytes_per_s=0)

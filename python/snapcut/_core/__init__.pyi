@@ -123,6 +123,8 @@ def checkpoint_config(
     alignment_timeout: float,
     final_checkpoint: bool,
     full_every: int = 10,
+    compaction_cpu_share: float = 1.0,
+    compaction_bytes_per_s: int | None = None,
 ) -> _CheckpointConfig:
     """Builds and validates a checkpoint configuration; raises ConfigError."""
 
@@ -309,6 +311,8 @@ class SnapshotStore:
         cleanup_partial_on_open: bool = True,
         materialize_every: int | None = None,
         fsync: str = "syncfs",
+        compaction_cpu_share: float = 1.0,
+        compaction_bytes_per_s: int | None = None,
     ) -> None: ...
     def task_snapshot(
         self,
@@ -331,6 +335,7 @@ class SnapshotStore:
     ) -> None: ...
     def abort(self, id: int) -> None: ...
     def wait_for_compactions(self, timeout: float) -> bool: ...
+    def compaction_stats(self) -> dict[str, float]: ...
     def completed(self) -> builtins.list[int]: ...
     @property
     def root(self) -> str: ...

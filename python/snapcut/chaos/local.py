@@ -74,6 +74,14 @@ FAILPOINTS = (
 )
 
 
+#: Crash points inside the store's background compaction: a merged run
+#: written but not renamed, and a merged run moved into a checkpoint whose
+#: manifest is not written. Not armed by default: a job reaches them only
+#: with diffs to merge (more users than an interval touches, a small
+#: ``full_every``); arm them with ``failpoints=``.
+COMPACTION_FAILPOINTS = ("compaction.before_rename", "compaction.adopted")
+
+
 #: Crash points on the restore path: only a resumed attempt reaches them.
 RESTORE_FAILPOINTS = ("restore.after_load", "sink.during_restore")
 
@@ -128,6 +136,9 @@ class Options:
     kill_mode: str = "mixed"
     #: Checkpointing.failover of the job (it matters once a task fails).
     failover: str = "region"
+    #: Checkpointing.full_every of the job: the store compacts a task's
+    #: runs once this many diffs sit on its full.
+    full_every: int = 10
 
     def batch(self) -> int:
         if self.batch_size is not None:
@@ -157,6 +168,7 @@ class Options:
             ("max_kills", self.max_kills, 0),
             ("seed", self.seed, 0),
             ("batch_size", self.batch(), 1),
+            ("full_every", self.full_every, 1),
         ):
             if not isinstance(v, int) or isinstance(v, bool) or v < least:
                 raise ConfigError(f"{what} must be an int >= {least}, got {v!r}")
@@ -172,11 +184,10 @@ class Options:
             raise ConfigError("failpoint kills need at least one failpoint")
         if not 0 < self.job_seconds < 600:
             raise ConfigError(f"job_seconds must be in (0, 600), got {self.job_seconds!r}")
-        unknown = set(self.failpoints) - set(FAILPOINTS)
+        known = FAILPOINTS + COMPACTION_FAILPOINTS
+        unknown = set(self.failpoints) - set(known)
         if unknown:
-            raise ConfigError(
-                f"unknown failpoints {sorted(unknown)}; known: {', '.join(FAILPOINTS)}"
-            )
+            raise ConfigError(f"unknown failpoints {sorted(unknown)}; known: {', '.join(known)}")
 
 
 @dataclass(frozen=True)
@@ -304,6 +315,8 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
         str(run_dir / "out"),
         "--failover",
         opts.failover,
+        "--full-every",
+        str(opts.full_every),
     ]
     if resume:
         cmd.append("--resume")

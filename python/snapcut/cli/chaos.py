@@ -94,6 +94,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="local: checkpoints are not fsynced (they survive kills, not an OS crash)",
     )
+    p.add_argument(
+        "--full-every",
+        type=int,
+        default=None,
+        help="local dwell: the job's Checkpointing.full_every (its store compacts a task's "
+        "runs once this many diffs sit on its full; default 10); with more --users than an "
+        "interval touches and --failpoints compaction.before_rename,compaction.adopted, "
+        "kills land inside compactions",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument(
         "--topology",
@@ -201,6 +210,7 @@ def fan_out_options(args: argparse.Namespace) -> FanOutOptions:
         ("--failpoints", args.failpoints is not None),
         ("--unsafe-sink", args.unsafe_sink),
         ("--no-fsync", args.no_fsync),
+        ("--full-every", args.full_every is not None),
     ):
         if given:
             raise ConfigError(f"{flag} applies to --topology dwell only")
@@ -240,6 +250,7 @@ def local_options(args: argparse.Namespace) -> Options:
         kill_mode=args.kill_mode,
         failpoints=tuple(f.strip() for f in failpoints if f.strip()),
         failover=args.failover or "region",
+        full_every=10 if args.full_every is None else args.full_every,
     )
 
 
@@ -256,6 +267,7 @@ def chain_options(args: argparse.Namespace) -> ChainOptions:
         ("--job-seconds", args.job_seconds is not None),
         ("--unsafe-sink", args.unsafe_sink),
         ("--no-fsync", args.no_fsync),
+        ("--full-every", args.full_every is not None),
         ("--failpoints", args.failpoints is not None),
         ("--remote", args.remote is not None),
         ("--step", args.step is not None),
@@ -300,9 +312,10 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         )
     if args.topology != "dwell" or args.failover is not None or args.process_kills:
         raise ConfigError("--topology, --failover and --process-kills apply to --engine local only")
-    if args.job_seconds is not None or args.unsafe_sink or args.no_fsync:
+    local_only = (args.job_seconds, args.full_every)
+    if any(v is not None for v in local_only) or args.unsafe_sink or args.no_fsync:
         raise ConfigError(
-            "--job-seconds, --unsafe-sink and --no-fsync apply to --engine local only"
+            "--job-seconds, --unsafe-sink, --no-fsync and --full-every apply to --engine local only"
         )
     defaults = SparkOptions()
     # None: every crash point the output reaches (SparkOptions.points).

@@ -51,6 +51,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--unsafe-sink", action="store_true")
     p.add_argument("--no-fsync", action="store_true", help="checkpoints are not fsynced")
     p.add_argument("--failover", default="region", help="Checkpointing.failover")
+    p.add_argument("--full-every", type=int, default=10, help="Checkpointing.full_every")
     return p.parse_args(argv)
 
 
@@ -111,7 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     flow = build(args)
     checkpointing = Checkpointing(
-        protocol=args.protocol, interval=args.interval, retained=2, failover=args.failover
+        protocol=args.protocol,
+        interval=args.interval,
+        retained=2,
+        failover=args.failover,
+        full_every=args.full_every,
     )
     kwargs: dict[str, Any] = {}
     if supports_recovery():

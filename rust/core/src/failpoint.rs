@@ -55,6 +55,14 @@ pub const POINTS: &[(&str, &str)] = &[
         "sink.during_restore",
         "a restoring sink published some of the files its checkpoint staged, not all",
     ),
+    (
+        "compaction.before_rename",
+        "the compactor wrote a merged run under compacting/, not yet renamed",
+    ),
+    (
+        "compaction.adopted",
+        "a commit moved a merged run into its checkpoint directory, the manifest naming it is not written",
+    ),
 ];
 
 /// One armed point: crash on hit number `nth` (1-based).

@@ -8,6 +8,7 @@
 //! files and a manifest — the runtime does not know which one it talks to.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
@@ -92,6 +93,29 @@ pub struct CheckpointMeta {
     pub savepoint: bool,
 }
 
+/// What a durable store tells of a checkpoint it committed (its metrics:
+/// `CheckpointMetrics::store`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreMetrics {
+    /// Bytes of the checkpoint's own files (what its commit wrote).
+    pub bytes_written: u64,
+    /// Most sorted runs one task's state is made of, and every task's runs.
+    pub runs_max: u64,
+    pub runs_total: u64,
+    /// Bytes of diff runs on the tasks' fulls: what a restore reads beyond
+    /// them, and what compaction folds.
+    pub debt_bytes: u64,
+    /// Compactions handed over and not yet adopted or dropped.
+    pub compactions_pending: u64,
+    /// The compactor since the store opened: outputs adopted, bytes read
+    /// and written, time working and resting (its budget).
+    pub compactions_adopted: u64,
+    pub compaction_bytes_read: u64,
+    pub compaction_bytes_written: u64,
+    pub compaction_busy: Duration,
+    pub compaction_rested: Duration,
+}
+
 /// Where completed task snapshots go. Implementations must be callable from
 /// many task threads at once.
 pub trait SnapshotSink: Send + Sync {
@@ -111,6 +135,11 @@ pub trait SnapshotSink: Send + Sync {
     /// full capture; otherwise they send a full one every `full_every`.
     fn materializes(&self) -> bool {
         false
+    }
+    /// What the store tells of committed checkpoint `id` (`None`: a sink
+    /// with no files, or `id` no longer held).
+    fn store_metrics(&self, _id: CheckpointId) -> Option<StoreMetrics> {
+        None
     }
 }
 

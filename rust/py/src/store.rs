@@ -15,7 +15,7 @@ use snapcut_core::snapshot::{
 };
 use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
 use snapcut_core::store::{
-    self, SnapshotReader as CoreReader, SnapshotStore as CoreStore, StoreOptions,
+    self, CompactionBudget, SnapshotReader as CoreReader, SnapshotStore as CoreStore, StoreOptions,
 };
 
 use crate::errors::{ConfigError, IntoPyResult};
@@ -137,7 +137,8 @@ pub struct SnapshotStore {
 #[pymethods]
 impl SnapshotStore {
     #[new]
-    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = "syncfs"))]
+    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = "syncfs", compaction_cpu_share = 1.0, compaction_bytes_per_s = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         root: std::path::PathBuf,
@@ -145,12 +146,18 @@ impl SnapshotStore {
         cleanup_partial_on_open: bool,
         materialize_every: Option<usize>,
         fsync: &str,
+        compaction_cpu_share: f64,
+        compaction_bytes_per_s: Option<u64>,
     ) -> PyResult<Self> {
         let options = StoreOptions {
             retain,
             cleanup_partial_on_open,
             materialize_every,
             fsync: fsync.parse().map_py()?,
+            compaction: CompactionBudget {
+                cpu_share: compaction_cpu_share,
+                bytes_per_s: compaction_bytes_per_s,
+            },
             ..Default::default()
         };
         let inner = py.detach(|| CoreStore::open(root, options)).map_py()?;
@@ -252,6 +259,29 @@ impl SnapshotStore {
         let timeout = std::time::Duration::try_from_secs_f64(timeout)
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("timeout: {e}")))?;
         Ok(py.detach(|| self.inner.wait_for_compactions(timeout)))
+    }
+
+    /// What the background compaction has done since the store opened:
+    /// jobs submitted, merged, adopted, discarded, failed; tasks refused;
+    /// bytes read and written; seconds busy and resting (its budget).
+    fn compaction_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.compaction_stats();
+        let d = PyDict::new(py);
+        for (name, n) in [
+            ("submitted", s.submitted),
+            ("merged", s.merged),
+            ("adopted", s.adopted),
+            ("discarded", s.discarded),
+            ("failed", s.failed),
+            ("refused", s.refused),
+            ("bytes_read", s.bytes_read),
+            ("bytes_written", s.bytes_written),
+        ] {
+            d.set_item(name, n)?;
+        }
+        d.set_item("busy_s", s.busy.as_secs_f64())?;
+        d.set_item("rested_s", s.rested.as_secs_f64())?;
+        Ok(d)
     }
 
     /// Ids of completed checkpoints still held.

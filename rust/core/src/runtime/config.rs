@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::protocol::ProtocolKind;
+use crate::store::CompactionBudget;
 
 /// How a job takes checkpoints (Flink's `CheckpointConfig`).
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +33,9 @@ pub struct CheckpointConfig {
     /// Incremental keyed state: every `full_every`-th checkpoint is a full
     /// capture, the others diffs (changed keys + tombstones); 1 = always full.
     pub full_every: u32,
+    /// How much of the machine the durable store's background compaction
+    /// may take (a share of one core, bytes written per second).
+    pub compaction: CompactionBudget,
 }
 
 impl Default for CheckpointConfig {
@@ -47,6 +51,7 @@ impl Default for CheckpointConfig {
             alignment_timeout: Duration::ZERO,
             final_checkpoint: true,
             full_every: 10,
+            compaction: CompactionBudget::UNBOUNDED,
         }
     }
 }
@@ -73,6 +78,7 @@ impl CheckpointConfig {
                 "full_every must be at least 1 (1 = every checkpoint is a full capture)".into(),
             ));
         }
+        self.compaction.validate()?;
         if self.retained == 0 {
             return Err(Error::Config(
                 "retained checkpoints must be at least 1".into(),

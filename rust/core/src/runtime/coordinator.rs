@@ -516,8 +516,9 @@ impl Coordinator {
         let now = Instant::now();
         self.last_end = Some(now);
         self.shared.progress.complete();
-        self.metrics
-            .push(self.metrics_of(id, &f, now, CheckpointStatus::Completed));
+        let mut m = self.metrics_of(id, &f, now, CheckpointStatus::Completed);
+        m.store = self.shared.sink.store_metrics(id);
+        self.metrics.push(m);
         for t in &self.tasks {
             t.mailbox.push(Control::Committed(id));
             t.waker.notify();
@@ -603,6 +604,7 @@ impl Coordinator {
             state_bytes: 0,
             logged_records: 0,
             logged_batches: 0,
+            store: None,
         };
         for (t, ack) in self.tasks.iter().zip(&f.acks) {
             if let Some(a) = ack {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::protocol::{CheckpointId, ProtocolKind};
-use crate::snapshot::TaskId;
+use crate::snapshot::{StoreMetrics, TaskId};
 
 /// How a checkpoint ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +34,9 @@ pub struct CheckpointMetrics {
     /// Records and batches recorded in flight (channel state, back-edge logs).
     pub logged_records: u64,
     pub logged_batches: u64,
+    /// A completed checkpoint's files, runs and compaction, as the durable
+    /// store tells them (`None`: aborted, or a sink without files).
+    pub store: Option<StoreMetrics>,
 }
 
 impl CheckpointMetrics {

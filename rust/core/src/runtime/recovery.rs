@@ -57,6 +57,7 @@ fn store_options(config: &CheckpointConfig, fsync: FsyncMode) -> StoreOptions {
     StoreOptions {
         retain: config.retained,
         materialize_every: Some(config.full_every.max(1) as usize),
+        compaction: config.compaction,
         fsync,
         ..Default::default()
     }
@@ -166,4 +167,27 @@ pub fn job_from_store(
         .restore_from(&checkpoint)?
         .first_checkpoint_id(next);
     Ok((job, store))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::CompactionBudget;
+
+    #[test]
+    fn a_durable_runs_store_gets_the_jobs_compaction_budget() {
+        let budget = CompactionBudget {
+            cpu_share: 0.25,
+            bytes_per_s: Some(64 << 20),
+        };
+        let config = CheckpointConfig {
+            compaction: budget,
+            full_every: 4,
+            retained: 2,
+            ..Default::default()
+        };
+        let options = store_options(&config, FsyncMode::Off);
+        assert_eq!(options.compaction, budget);
+        assert_eq!((options.materialize_every, options.retain), (Some(4), 2));
+    }
 }

@@ -11,7 +11,11 @@
 //! dropped; the next commit plans it again). A task whose runs cannot be
 //! merged (keys of a type runs do not order, a key twice in a file) is not
 //! compacted again by this compactor: its runs stay as they are, and every
-//! commit would otherwise read them in vain. `pause` sleeps before each job,
+//! commit would otherwise read them in vain. A [`CompactionBudget`] bounds
+//! its share of the machine: after each job the thread rests long enough
+//! that its working time stays within a share of one core and the bytes it
+//! writes within a rate (RocksDB's rate limiter, by the job rather than by
+//! the write). `pause` sleeps before each job,
 //! leaving the cores to the tasks; a [`CompactionHold`] (tests, tools) keeps
 //! every job from starting its merge while it lives, at most
 //! [`HOLD_TIMEOUT`]. Dropping the compactor stops it: the job
@@ -53,6 +57,67 @@ pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 /// compaction for good.
 pub const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The least [`CompactionBudget::cpu_share`]: 1 % of a core.
+pub const MIN_CPU_SHARE: f64 = 0.01;
+
+/// How much of the machine the compactor may take: a share of one core's
+/// time and, optionally, bytes written per second. After a job that worked
+/// `busy` (reading, merging, writing) and wrote `bytes`, the thread rests
+/// [`Self::rest`] before the next one, so over its jobs it works at most
+/// `cpu_share` of the time and writes at most `bytes_per_s`. A commit never
+/// waits on the rest: a job's output is handed over before it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CompactionBudget {
+    /// Share of one core's time, from [`MIN_CPU_SHARE`] to 1; 1 = no rest.
+    pub cpu_share: f64,
+    /// Bytes written per second at most; `None` = no limit.
+    pub bytes_per_s: Option<u64>,
+}
+
+impl CompactionBudget {
+    /// Compact as fast as one thread can (the default).
+    pub const UNBOUNDED: Self = Self {
+        cpu_share: 1.0,
+        bytes_per_s: None,
+    };
+
+    /// Rejects a share below [`MIN_CPU_SHARE`] or above 1 and a zero rate,
+    /// naming the setting.
+    pub fn validate(&self) -> Result<()> {
+        // At least 1 %: the rest is at most 99 times the work, never an overflow.
+        if !(MIN_CPU_SHARE..=1.0).contains(&self.cpu_share) {
+            return Err(Error::Config(format!(
+                "compaction_cpu_share must be in [0.01, 1] (a share of one core; 1 = no limit), \
+                 got {}",
+                self.cpu_share
+            )));
+        }
+        if self.bytes_per_s == Some(0) {
+            return Err(Error::Config(
+                "compaction_bytes_per_s must be positive, or None for no limit".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How long to rest after a job that worked `busy` and wrote `bytes`:
+    /// the longer of `busy * (1 / share - 1)` and the time `bytes` take at
+    /// `bytes_per_s` beyond `busy`.
+    pub fn rest(&self, busy: Duration, bytes: u64) -> Duration {
+        let by_cpu = busy.mul_f64(1.0 / self.cpu_share - 1.0);
+        let by_bytes = self.bytes_per_s.map_or(Duration::ZERO, |rate| {
+            Duration::from_secs_f64(bytes as f64 / rate as f64).saturating_sub(busy)
+        });
+        by_cpu.max(by_bytes)
+    }
+}
+
+impl Default for CompactionBudget {
+    fn default() -> Self {
+        Self::UNBOUNDED
+    }
+}
+
 /// A compaction of `task`'s runs, keyed by `key`.
 #[derive(Clone, Debug)]
 pub struct Job {
@@ -89,6 +154,13 @@ pub struct CompactionStats {
     pub failed: u64,
     /// Tasks not compacted any more: their runs could not be merged.
     pub refused: u64,
+    /// Bytes of run files read and of outputs written.
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Time spent in jobs (reading, merging, writing) and resting after
+    /// them ([`CompactionBudget::rest`]).
+    pub busy: Duration,
+    pub rested: Duration,
 }
 
 #[derive(Default)]
@@ -107,6 +179,10 @@ struct Shared {
     adopted: AtomicU64,
     discarded: AtomicU64,
     failed: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    busy_ns: AtomicU64,
+    rested_ns: AtomicU64,
 }
 
 pub struct Compactor {
@@ -119,8 +195,13 @@ pub struct Compactor {
 
 impl Compactor {
     /// Starts the thread for `root`, clearing what an earlier process left
-    /// under `compacting/`.
-    pub fn start(root: PathBuf, fsync: Arc<Fsync>, pause: Duration) -> Result<Self> {
+    /// under `compacting/` (`budget` validated by the store).
+    pub fn start(
+        root: PathBuf,
+        fsync: Arc<Fsync>,
+        pause: Duration,
+        budget: CompactionBudget,
+    ) -> Result<Self> {
         let staging = root.join(COMPACTING_DIR);
         match fs::remove_dir_all(&staging) {
             Ok(()) => {}
@@ -137,6 +218,7 @@ impl Compactor {
             staging,
             fsync,
             pause,
+            budget,
             shared: Arc::clone(&shared),
         };
         let thread = std::thread::Builder::new()
@@ -206,6 +288,15 @@ impl Compactor {
         count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Jobs handed over and not yet adopted or dropped.
+    pub fn pending(&self) -> u64 {
+        self.shared
+            .pending
+            .lock()
+            .expect("compactor poisoned")
+            .len() as u64
+    }
+
     /// The checkpoints whose files jobs in flight read: retention keeps them.
     pub fn needed(&self) -> Vec<CheckpointId> {
         let pending = self.shared.pending.lock().expect("compactor poisoned");
@@ -257,6 +348,10 @@ impl Compactor {
             discarded: get(&s.discarded),
             failed: get(&s.failed),
             refused: s.refused.lock().expect("compactor poisoned").len() as u64,
+            bytes_read: get(&s.bytes_read),
+            bytes_written: get(&s.bytes_written),
+            busy: Duration::from_nanos(get(&s.busy_ns)),
+            rested: Duration::from_nanos(get(&s.rested_ns)),
         }
     }
 }
@@ -305,7 +400,12 @@ struct Worker {
     staging: PathBuf,
     fsync: Arc<Fsync>,
     pause: Duration,
+    budget: CompactionBudget,
     shared: Arc<Shared>,
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Worker {
@@ -314,9 +414,18 @@ impl Worker {
     }
 
     fn run(&self, job: Job) {
-        self.pause();
+        self.sleep(self.pause);
         self.wait_while_held();
+        let started = Instant::now();
         let outcome = self.merge(&job);
+        let busy = started.elapsed();
+        let written = match &outcome {
+            Ok(Some(done)) => done.written.bytes,
+            _ => 0,
+        };
+        let s = &self.shared;
+        s.busy_ns.fetch_add(nanos(busy), Ordering::Relaxed);
+        s.bytes_written.fetch_add(written, Ordering::Relaxed);
         match outcome {
             Ok(Some(done)) => {
                 self.shared.merged.fetch_add(1, Ordering::Relaxed);
@@ -336,6 +445,10 @@ impl Worker {
                 self.release(&job.task);
             }
         }
+        // After the output is handed over: a commit never waits on the rest.
+        let rest = self.budget.rest(busy, written);
+        s.rested_ns.fetch_add(nanos(rest), Ordering::Relaxed);
+        self.sleep(rest);
     }
 
     fn release(&self, task: &TaskId) {
@@ -346,9 +459,9 @@ impl Worker {
             .remove(task);
     }
 
-    /// Sleeps `pause` in short steps, so a stop is not kept waiting.
-    fn pause(&self) {
-        let until = Instant::now() + self.pause;
+    /// Sleeps `span` in short steps, so a stop is not kept waiting.
+    fn sleep(&self, span: Duration) {
+        let until = Instant::now() + span;
         while !self.stopped() {
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -398,6 +511,9 @@ impl Worker {
             let dir = self.root.join(checkpoint_dir_name(run.checkpoint));
             let entry = run.file_entry(&job.task, job.key.clone());
             let bytes = read_checked(&dir, &entry, run.checkpoint)?;
+            self.shared
+                .bytes_read
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
             let what = format!("checkpoint {} file {}", run.checkpoint, run.path);
             let (schema, parts) = decode_ipc(bytes, &what)?;
             batches.push(format::concat(&schema, &parts)?);
@@ -426,6 +542,7 @@ impl Worker {
             std::slice::from_ref(&merged),
             &self.fsync,
         )?;
+        crate::failpoint::hit("compaction.before_rename");
         fs::rename(&tmp, &staged)
             .map_err(|e| Error::io(format!("renaming into {}", staged.display()), e))?;
         Ok(Some(Finished {
@@ -436,5 +553,69 @@ impl Worker {
             written,
             key_range: format::key_range(&merged, &key),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_rest_keeps_work_within_the_share_and_writes_within_the_rate() {
+        let quarter = CompactionBudget {
+            cpu_share: 0.25,
+            bytes_per_s: None,
+        };
+        assert_eq!(quarter.rest(100 * MS, u64::MAX), 300 * MS);
+        let rate = CompactionBudget {
+            cpu_share: 1.0,
+            bytes_per_s: Some(1_000_000),
+        };
+        // 500 kB at 1 MB/s take 500 ms: 100 ms of work, then 400 ms of rest.
+        assert_eq!(rate.rest(100 * MS, 500_000), 400 * MS);
+        assert_eq!(rate.rest(Duration::from_secs(1), 500_000), Duration::ZERO);
+        let both = CompactionBudget {
+            cpu_share: 0.5,
+            bytes_per_s: Some(1_000_000),
+        };
+        assert_eq!(both.rest(100 * MS, 500_000), 400 * MS);
+        assert_eq!(both.rest(400 * MS, 100), 400 * MS);
+        let free = CompactionBudget::default();
+        assert_eq!(free, CompactionBudget::UNBOUNDED);
+        assert_eq!(free.rest(Duration::from_secs(5), u64::MAX), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_share_outside_a_hundredth_to_one_or_a_zero_rate_is_refused() {
+        for share in [0.0, 0.009, -0.5, 1.01, f64::NAN, f64::INFINITY] {
+            let b = CompactionBudget {
+                cpu_share: share,
+                bytes_per_s: None,
+            };
+            let msg = b.validate().unwrap_err().to_string();
+            assert!(
+                msg.contains("compaction_cpu_share must be in [0.01, 1]"),
+                "{msg}"
+            );
+        }
+        let b = CompactionBudget {
+            cpu_share: 1.0,
+            bytes_per_s: Some(0),
+        };
+        let msg = b.validate().unwrap_err().to_string();
+        assert!(
+            msg.contains("compaction_bytes_per_s must be positive"),
+            "{msg}"
+        );
+        for ok in [0.01, 0.5, 1.0] {
+            CompactionBudget {
+                cpu_share: ok,
+                bytes_per_s: Some(1),
+            }
+            .validate()
+            .unwrap();
+        }
     }
 }

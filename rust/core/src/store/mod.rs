@@ -23,8 +23,9 @@ mod sink;
 mod writer;
 
 pub use compactor::{
-    CompactionHold, CompactionStats, COMPACTING_DIR, HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT,
-    QUEUE as COMPACTION_QUEUE, SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
+    CompactionBudget, CompactionHold, CompactionStats, COMPACTING_DIR,
+    HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT, QUEUE as COMPACTION_QUEUE,
+    SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
 };
 pub use files::FsyncMode;
 pub use format::Written;

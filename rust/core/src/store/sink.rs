@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arrow_schema::Schema;
 use serde_json::Value;
 
-use super::compactor::{CompactionHold, CompactionStats, Compactor, Job};
+use super::compactor::{CompactionBudget, CompactionHold, CompactionStats, Compactor, Job};
 use super::files::{write_atomic, write_ipc, Fsync, FsyncMode};
 use super::format::{self, InProgress, ManifestMeta, Written};
 use super::manifest::{
@@ -24,11 +24,13 @@ use super::reader::SnapshotReader;
 use super::writer::Writer;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateKind, TaskSnapshot};
+use crate::snapshot::{
+    CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateKind, StoreMetrics, TaskSnapshot,
+};
 use crate::state::KEY_METADATA;
 
 /// Retention and housekeeping settings of a [`SnapshotStore`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct StoreOptions {
     /// Completed checkpoints kept (savepoints and bases still needed by a kept
     /// checkpoint's diff chain are kept in addition). At least 1.
@@ -47,6 +49,9 @@ pub struct StoreOptions {
     /// A pause before each compaction, leaving the cores to the tasks
     /// (with `materialize_every`). Zero: compact as soon as planned.
     pub compaction_pause: Duration,
+    /// How much of the machine the compactor may take (with
+    /// `materialize_every`): [`CompactionBudget`]. Default: unbounded.
+    pub compaction: CompactionBudget,
     /// How a checkpoint is made durable before its manifest counts: with
     /// `PerFile` or `Syncfs` a completed checkpoint survives an OS crash or
     /// power loss; with `Off` only the process being killed.
@@ -60,6 +65,7 @@ impl Default for StoreOptions {
             cleanup_partial_on_open: true,
             materialize_every: None,
             compaction_pause: Duration::ZERO,
+            compaction: CompactionBudget::UNBOUNDED,
             fsync: FsyncMode::default(),
         }
     }
@@ -114,6 +120,7 @@ impl SnapshotStore {
                 "store retain must be at least 1 completed checkpoint".into(),
             ));
         }
+        options.compaction.validate()?;
         fs::create_dir_all(&root)
             .map_err(|e| Error::io(format!("creating snapshot root {}", root.display()), e))?;
         let reader = SnapshotReader::open(&root)?;
@@ -130,6 +137,7 @@ impl SnapshotStore {
                 root.clone(),
                 Arc::clone(&fsync),
                 options.compaction_pause,
+                options.compaction,
             )?),
             None => None,
         };
@@ -461,6 +469,7 @@ impl SnapshotStore {
             let adopted = entry.and_then(|f| {
                 let runs = format::adopt(&f.runs, &done.plan.inputs, output)?;
                 fs::rename(&done.staged, dir.join(&done.name)).ok()?;
+                crate::failpoint::hit("compaction.adopted");
                 f.runs = runs;
                 f.chain = format::runs_chain(&f.runs);
                 Some(())
@@ -603,6 +612,26 @@ impl SnapshotSink for SnapshotStore {
 
     fn materializes(&self) -> bool {
         self.options.materialize_every.is_some()
+    }
+
+    fn store_metrics(&self, id: CheckpointId) -> Option<StoreMetrics> {
+        let counts = {
+            let committed = self.committed.lock().expect("store poisoned");
+            format::run_counts(committed.get(&id)?)
+        };
+        let stats = self.compaction_stats();
+        Some(StoreMetrics {
+            bytes_written: counts.files_bytes,
+            runs_max: counts.runs_max,
+            runs_total: counts.runs_total,
+            debt_bytes: counts.debt_bytes,
+            compactions_pending: self.compactor.as_ref().map_or(0, Compactor::pending),
+            compactions_adopted: stats.adopted,
+            compaction_bytes_read: stats.bytes_read,
+            compaction_bytes_written: stats.bytes_written,
+            compaction_busy: stats.busy,
+            compaction_rested: stats.rested,
+        })
     }
 
     fn abort(&self, id: CheckpointId) -> Result<()> {

@@ -1,8 +1,11 @@
 //! Shared helpers of the store tests (included with `mod` by each test file).
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use snapcut_core::protocol::ProtocolKind;
@@ -28,6 +31,31 @@ pub fn rows(keys: impl IntoIterator<Item = i64>, add: i64) -> RecordBatch {
         ],
     )
     .unwrap()
+}
+
+/// Key to value of a batch with Int64 columns `k` and `v` (`schema()`).
+pub fn as_map(b: &RecordBatch) -> BTreeMap<i64, i64> {
+    let k = b.column_by_name("k").unwrap().as_primitive::<Int64Type>();
+    let v = b.column_by_name("v").unwrap().as_primitive::<Int64Type>();
+    (0..b.num_rows())
+        .map(|i| (k.value(i), v.value(i)))
+        .collect()
+}
+
+/// Upserts `keys` (value `k + add`) into the table and into its model.
+pub fn upsert_both(t: &mut StateTable, model: &mut BTreeMap<i64, i64>, keys: &[i64], add: i64) {
+    t.upsert(&rows(keys.iter().copied(), add)).unwrap();
+    for &k in keys {
+        model.insert(k, k.wrapping_add(add));
+    }
+}
+
+/// Deletes `keys` from the table and from its model.
+pub fn delete_both(t: &mut StateTable, model: &mut BTreeMap<i64, i64>, keys: &[i64]) {
+    t.delete(&Int64Array::from(keys.to_vec())).unwrap();
+    for k in keys {
+        model.remove(k);
+    }
 }
 
 pub fn table(full_every: u32) -> StateTable {

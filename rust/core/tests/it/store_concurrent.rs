@@ -27,7 +27,7 @@ use snapcut_core::snapshot::{
     CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateCapture, StateKind, TaskSnapshot,
 };
 use snapcut_core::store::{FileKind, FileRole, SnapshotStore, StoreOptions};
-use store_common::{meta, task};
+use store_common::{as_map, meta, task};
 
 type Agg = BTreeMap<i64, (i64, i64)>;
 
@@ -358,7 +358,7 @@ fn a_checkpoint_kept_as_one_tasks_base_stays_whole_for_the_others() {
     assert_eq!(store.completed(), vec![2, 3, 5, 6]);
     let five = store.reader().load(5).unwrap();
     let a5 = five.tasks[&task("a", 0)].state.as_ref().unwrap();
-    assert_eq!(table_state(&a5.batch).len(), 3);
+    assert_eq!(as_map(&a5.batch).len(), 3);
 }
 
 // ---- the runtime with several checkpoints in flight ----------------------------
@@ -640,14 +640,6 @@ impl Rng {
     }
 }
 
-fn table_state(b: &RecordBatch) -> BTreeMap<i64, i64> {
-    let k = b.column_by_name("k").unwrap().as_primitive::<Int64Type>();
-    let v = b.column_by_name("v").unwrap().as_primitive::<Int64Type>();
-    (0..b.num_rows())
-        .map(|i| (k.value(i), v.value(i)))
-        .collect()
-}
-
 /// Random upserts and deletes, checkpoints with up to three in flight,
 /// completions in id order and aborts of any in-flight one: every committed
 /// checkpoint reads back as the table was when it was taken.
@@ -721,11 +713,7 @@ fn random_table_run(seed: u64, confirm: bool) -> snapcut_core::Result<usize> {
     assert!(committed.len() >= 15, "seed {seed}: {committed:?}");
     for id in committed {
         let got = store.reader().state(id, &task("agg", 0))?.unwrap();
-        assert_eq!(
-            table_state(&got),
-            taken[&id],
-            "seed {seed}: checkpoint {id}"
-        );
+        assert_eq!(as_map(&got), taken[&id], "seed {seed}: checkpoint {id}");
     }
     Ok(skipping)
 }

@@ -5,9 +5,6 @@ use crate::store_common;
 
 use std::collections::BTreeMap;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::Int64Array;
 use proptest::prelude::*;
 use snapcut_core::snapshot::{SnapshotSink, TaskSnapshot};
 use snapcut_core::store::{SnapshotStore, StoreOptions};
@@ -48,14 +45,8 @@ proptest! {
         let mut id = 0u64;
         for op in ops {
             match op {
-                Op::Upsert(keys, add) => {
-                    t.upsert(&rows(keys.iter().copied(), add)).unwrap();
-                    for k in keys { model.insert(k, k.wrapping_add(add)); }
-                }
-                Op::Delete(keys) => {
-                    t.delete(&Int64Array::from(keys.clone())).unwrap();
-                    for k in keys { model.remove(&k); }
-                }
+                Op::Upsert(keys, add) => upsert_both(&mut t, &mut model, &keys, add),
+                Op::Delete(keys) => delete_both(&mut t, &mut model, &keys),
                 Op::Commit => {
                     id += 1;
                     checkpoint(&store, &mut t, id, false);
@@ -81,10 +72,7 @@ proptest! {
         }
         for id in listed {
             store.reader().verify(id).unwrap();
-            let b = store.reader().state(id, &task("agg", 0)).unwrap().unwrap();
-            let k = b.column(0).as_primitive::<Int64Type>();
-            let v = b.column(1).as_primitive::<Int64Type>();
-            let got: BTreeMap<i64, i64> = (0..b.num_rows()).map(|i| (k.value(i), v.value(i))).collect();
+            let got = as_map(&store.reader().state(id, &task("agg", 0)).unwrap().unwrap());
             prop_assert_eq!(&got, &at[&id], "checkpoint {}", id);
         }
     }

@@ -14,14 +14,6 @@ use snapcut_core::store::{
 use snapcut_core::Error;
 use store_common::*;
 
-fn as_map(b: &arrow_array::RecordBatch) -> BTreeMap<i64, i64> {
-    let k = b.column(0).as_primitive::<Int64Type>();
-    let v = b.column(1).as_primitive::<Int64Type>();
-    (0..b.num_rows())
-        .map(|i| (k.value(i), v.value(i)))
-        .collect()
-}
-
 #[test]
 fn state_rebuilds_at_every_retained_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

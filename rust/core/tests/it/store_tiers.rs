@@ -8,14 +8,13 @@ use crate::store_common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
 use arrow_array::Int64Array;
 use proptest::prelude::*;
 use snapcut_core::snapshot::TaskId;
 use snapcut_core::state::StateTable;
 use snapcut_core::store::{
-    FileKind, Manifest, SnapshotReader, SnapshotStore, StoreOptions, COMPACTING_DIR,
+    CompactionBudget, FileKind, Manifest, SnapshotReader, SnapshotStore, StoreOptions,
+    COMPACTING_DIR,
 };
 use store_common::*;
 
@@ -37,12 +36,7 @@ fn options(retain: usize, every: usize) -> StoreOptions {
 }
 
 fn state_of(reader: &SnapshotReader, id: u64) -> BTreeMap<i64, i64> {
-    let b = reader.state(id, &agg()).unwrap().unwrap();
-    let k = b.column(0).as_primitive::<Int64Type>();
-    let v = b.column(1).as_primitive::<Int64Type>();
-    (0..b.num_rows())
-        .map(|i| (k.value(i), v.value(i)))
-        .collect()
+    as_map(&reader.state(id, &agg()).unwrap().unwrap())
 }
 
 /// A table restored from checkpoint `id`, as a restarted task holds it.
@@ -95,14 +89,8 @@ proptest! {
         let mut id = 0u64;
         for op in ops {
             match op {
-                Op::Upsert(keys, add) => {
-                    t.upsert(&rows(keys.iter().copied(), add)).unwrap();
-                    for k in keys { model.insert(k, k.wrapping_add(add)); }
-                }
-                Op::Delete(keys) => {
-                    t.delete(&Int64Array::from(keys.clone())).unwrap();
-                    for k in keys { model.remove(&k); }
-                }
+                Op::Upsert(keys, add) => upsert_both(&mut t, &mut model, &keys, add),
+                Op::Delete(keys) => delete_both(&mut t, &mut model, &keys),
                 Op::Commit => {
                     id += 1;
                     checkpoint(&store, &mut t, id, false);
@@ -223,6 +211,57 @@ fn compaction_output_is_adopted_by_the_next_commit_and_checked() {
     );
     assert!(store.reader().state(4, &agg()).is_err());
     assert_eq!(state_of(store.reader(), 3), at[&3]);
+}
+
+#[test]
+fn a_budgeted_compactor_rests_for_its_share_and_counts_its_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = CompactionBudget {
+        cpu_share: 0.25,
+        bytes_per_s: None,
+    };
+    let budgeted = StoreOptions {
+        compaction: budget,
+        ..options(10, 2)
+    };
+    let store = SnapshotStore::open(dir.path(), budgeted).unwrap();
+    let mut t = table(u32::MAX);
+    let mut model = BTreeMap::new();
+    let mut at = BTreeMap::new();
+    for id in 1..=8u64 {
+        at.extend(write(&store, &mut t, id..=id, &mut model));
+        assert!(store.wait_for_compactions(WAIT));
+    }
+    let stats = store.compaction_stats();
+    assert!(stats.adopted >= 2 && stats.failed == 0, "{stats:?}");
+    assert!(stats.bytes_read > 0 && stats.bytes_written > 0, "{stats:?}");
+    // Every job rests three times what it worked (a quarter of the time),
+    // each rounded to the nanosecond.
+    let (busy, rested) = (stats.busy.as_nanos(), stats.rested.as_nanos());
+    assert!(busy > 0, "{stats:?}");
+    assert!(
+        rested.abs_diff(3 * busy) <= 4 * u128::from(stats.submitted),
+        "{stats:?}"
+    );
+    for id in 1..=8 {
+        assert_eq!(state_of(store.reader(), id), at[&id], "checkpoint {id}");
+    }
+    // A budget out of range is refused when the store opens, naming it.
+    for (cpu_share, bytes_per_s, named) in [
+        (0.0, None, "compaction_cpu_share"),
+        (2.0, None, "compaction_cpu_share"),
+        (1.0, Some(0), "compaction_bytes_per_s"),
+    ] {
+        let bad = StoreOptions {
+            compaction: CompactionBudget {
+                cpu_share,
+                bytes_per_s,
+            },
+            ..options(1, 2)
+        };
+        let err = SnapshotStore::open(dir.path().join("bad"), bad).unwrap_err();
+        assert!(err.to_string().contains(named), "{err}");
+    }
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::runtime::CheckpointConfig;
+use snapcut_core::store::CompactionBudget;
 use snapcut_core::Error;
 
 use crate::errors::IntoPyResult;
@@ -40,7 +41,7 @@ fn seconds(name: &str, value: f64) -> Result<Duration, Error> {
 /// Builds and validates a checkpoint configuration (times in seconds).
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (protocol, interval, timeout, min_pause, max_concurrent, tolerable_failures, retained, alignment_timeout, final_checkpoint, full_every=10))]
+#[pyo3(signature = (protocol, interval, timeout, min_pause, max_concurrent, tolerable_failures, retained, alignment_timeout, final_checkpoint, full_every=10, compaction_cpu_share=1.0, compaction_bytes_per_s=None))]
 pub fn checkpoint_config(
     protocol: &str,
     interval: Option<f64>,
@@ -52,6 +53,8 @@ pub fn checkpoint_config(
     alignment_timeout: f64,
     final_checkpoint: bool,
     full_every: u32,
+    compaction_cpu_share: f64,
+    compaction_bytes_per_s: Option<u64>,
 ) -> PyResult<PyCheckpointConfig> {
     let build = || -> Result<CheckpointConfig, Error> {
         let config = CheckpointConfig {
@@ -65,6 +68,10 @@ pub fn checkpoint_config(
             alignment_timeout: seconds("alignment_timeout", alignment_timeout)?,
             final_checkpoint,
             full_every,
+            compaction: CompactionBudget {
+                cpu_share: compaction_cpu_share,
+                bytes_per_s: compaction_bytes_per_s,
+            },
         };
         config.validate()?;
         Ok(config)

@@ -69,6 +69,28 @@ fn metrics<'py>(py: Python<'py>, m: &CheckpointMetrics) -> PyResult<Bound<'py, P
     d.set_item("state_bytes", m.state_bytes)?;
     d.set_item("logged_records", m.logged_records)?;
     d.set_item("logged_batches", m.logged_batches)?;
+    let store = match &m.store {
+        Some(st) => {
+            let sd = PyDict::new(py);
+            for (name, n) in [
+                ("bytes_written", st.bytes_written),
+                ("runs_max", st.runs_max),
+                ("runs_total", st.runs_total),
+                ("debt_bytes", st.debt_bytes),
+                ("compactions_pending", st.compactions_pending),
+                ("compactions_adopted", st.compactions_adopted),
+                ("compaction_bytes_read", st.compaction_bytes_read),
+                ("compaction_bytes_written", st.compaction_bytes_written),
+            ] {
+                sd.set_item(name, n)?;
+            }
+            sd.set_item("compaction_busy_s", st.compaction_busy.as_secs_f64())?;
+            sd.set_item("compaction_rested_s", st.compaction_rested.as_secs_f64())?;
+            Some(sd)
+        }
+        None => None,
+    };
+    d.set_item("store", store)?;
     Ok(d)
 }
 

@@ -192,6 +192,43 @@ pub fn state_files(manifest: &Manifest) -> impl Iterator<Item = (TaskId, &FileEn
         .filter_map(|f| Some((f.task()?, f)))
 }
 
+/// What a manifest says of its files and runs (the store's metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Bytes of the files it lists (its own).
+    pub files_bytes: u64,
+    /// Most runs one task's state is made of (its chain's files where it
+    /// lists no runs), and every task's.
+    pub runs_max: u64,
+    pub runs_total: u64,
+    /// Bytes of diff runs on the tasks' fulls.
+    pub debt_bytes: u64,
+}
+
+pub fn run_counts(manifest: &Manifest) -> RunCounts {
+    let mut c = RunCounts {
+        files_bytes: manifest.files.iter().map(|f| f.bytes).sum(),
+        ..Default::default()
+    };
+    for (_, f) in state_files(manifest) {
+        let runs = if f.runs.is_empty() {
+            f.chain.len().max(1)
+        } else {
+            f.runs.len()
+        };
+        let runs = runs as u64;
+        c.runs_max = c.runs_max.max(runs);
+        c.runs_total += runs;
+        c.debt_bytes += f
+            .runs
+            .iter()
+            .filter(|r| r.kind == FileKind::Diff)
+            .map(|r| r.bytes)
+            .sum::<u64>();
+    }
+    c
+}
+
 /// The channel files `task` recorded at a checkpoint, in manifest order.
 pub fn channel_files<'m>(
     manifest: &'m Manifest,

@@ -50,7 +50,7 @@ pub use compaction::{
 pub use encode::{concat, decode_ipc, encode_ipc, encode_ipc_into, EncodeError, Written};
 pub use entries::{
     build_manifest, channel_entry, channel_files, manifest_bytes, other_entry, parse_manifest,
-    sources_entry, state_entry, state_files, task_entries, ManifestMeta,
+    run_counts, sources_entry, state_entry, state_files, task_entries, ManifestMeta, RunCounts,
 };
 pub use export::{export_plan, ExportPart};
 pub use listing::{missing_manifest, scan_listing, summarize, Summary};
