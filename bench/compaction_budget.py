@@ -54,6 +54,7 @@ def run_case(case: str, keys: int, records: int, interval: float) -> dict[str, A
         "checkpoint_ms_max": max(ms, default=None),
         "runs_max": max(c.store.runs_max for c in rep.completed_checkpoints if c.store),
         "compactions_adopted": last.compactions_adopted,
+        "compactions_pending": last.compactions_pending,
         "compaction_busy_s": last.compaction_busy_s,
         "compaction_rested_s": last.compaction_rested_s,
         "compaction_bytes_written": last.compaction_bytes_written,
@@ -91,7 +92,8 @@ def main() -> None:
             f"[{min(over) * 100:+.1f}, {max(over) * 100:+.1f}]; per run "
             + "; ".join(
                 f"{c['checkpoints']} ckpts {c['checkpoint_ms_median']:.0f}/"
-                f"{c['checkpoint_ms_max']:.0f} ms, adopted {c['compactions_adopted']}, "
+                f"{c['checkpoint_ms_max']:.0f} ms, adopted {c['compactions_adopted']} "
+                f"(pending {c['compactions_pending']}), "
                 f"busy {c['compaction_busy_s']:.1f} s rested {c['compaction_rested_s']:.1f} s"
                 for c in runs[case]
             ),
