@@ -53,11 +53,11 @@ def run_case(case: str, keys: int, records: int, interval: float) -> dict[str, A
         "checkpoint_ms_median": statistics.median(ms) if ms else None,
         "checkpoint_ms_max": max(ms, default=None),
         "runs_max": max(c.store.runs_max for c in rep.completed_checkpoints if c.store),
-        "compactions_adopted": last.compactions_adopted,
-        "compactions_pending": last.compactions_pending,
-        "compaction_busy_s": last.compaction_busy_s,
-        "compaction_rested_s": last.compaction_rested_s,
-        "compaction_bytes_written": last.compaction_bytes_written,
+        "compactions_adopted": last.compaction.adopted,
+        "compactions_pending": last.compaction.pending,
+        "compaction_busy_s": last.compaction.busy_s,
+        "compaction_rested_s": last.compaction.rested_s,
+        "compaction_bytes_written": last.compaction.bytes_written,
     }
 
 

@@ -173,28 +173,42 @@ class Checkpointing:
 
 
 @dataclass(frozen=True)
+class CompactionStats:
+    """What a durable store's background compactor has done since the
+    store opened: jobs submitted, merged (outputs written), adopted (named
+    by a commit), discarded (their inputs superseded), failed and pending
+    (handed over, not yet adopted or dropped); tasks refused (runs that
+    cannot merge); bytes read and written; seconds working and resting
+    (`Checkpointing.compaction_cpu_share`)."""
+
+    submitted: int
+    merged: int
+    adopted: int
+    discarded: int
+    failed: int
+    refused: int
+    pending: int
+    bytes_read: int
+    bytes_written: int
+    busy_s: float
+    rested_s: float
+
+
+@dataclass(frozen=True)
 class StoreMetrics:
     """What the durable store tells of a completed checkpoint.
 
     bytes_written: its own files. runs_max / runs_total: the most sorted
     runs one task's state is made of, and every task's (a restore reads
     them). debt_bytes: diff runs on the tasks' fulls, what compaction
-    folds. compactions_pending: merges handed to the background compactor
-    and not yet adopted. Since the store opened: compactions_adopted,
-    compaction_bytes_read / _written, compaction_busy_s / _rested_s (its
-    working and resting time: `Checkpointing.compaction_cpu_share`).
+    folds. compaction: the compactor at this commit.
     """
 
     bytes_written: int
     runs_max: int
     runs_total: int
     debt_bytes: int
-    compactions_pending: int
-    compactions_adopted: int
-    compaction_bytes_read: int
-    compaction_bytes_written: int
-    compaction_busy_s: float
-    compaction_rested_s: float
+    compaction: CompactionStats
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from snapcut.checkpointing import (
     ChannelLog,
     Checkpointing,
     CheckpointMetrics,
+    CompactionStats,
     Snapshot,
     StoreMetrics,
     TaskState,
@@ -684,7 +685,9 @@ class RunReport:
 
 def _checkpoint(c: dict[str, Any]) -> CheckpointMetrics:
     store = c.pop("store", None)
-    return CheckpointMetrics(**c, store=None if store is None else StoreMetrics(**store))
+    if store is not None:
+        store = StoreMetrics(**store | {"compaction": CompactionStats(**store["compaction"])})
+    return CheckpointMetrics(**c, store=store)
 
 
 def _snapshot(c: dict[str, Any]) -> Snapshot:

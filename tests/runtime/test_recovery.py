@@ -329,12 +329,12 @@ def test_a_durable_run_reports_its_files_runs_and_compaction(tmp_path: Path) -> 
     for s in seen:
         assert s.bytes_written > 0 and 1 <= s.runs_max <= s.runs_total, s
         # Half a core: a job rests as long as it worked, after its output is out.
-        assert s.compaction_rested_s <= s.compaction_busy_s + 1e-6, s
+        assert s.compaction.rested_s <= s.compaction.busy_s + 1e-6, s
     # Diffs stack on the fulls between compactions.
     assert any(s.runs_max >= 2 and s.debt_bytes > 0 for s in seen), seen
     for a, b in itertools.pairwise(seen):
-        assert b.compaction_bytes_written >= a.compaction_bytes_written, (a, b)
-        assert b.compactions_adopted >= a.compactions_adopted, (a, b)
+        assert b.compaction.bytes_written >= a.compaction.bytes_written, (a, b)
+        assert b.compaction.adopted >= a.compaction.adopted, (a, b)
     in_memory = flow().run(cfg)
     assert in_memory.completed_checkpoints
     assert all(c.store is None for c in in_memory.checkpoints)

@@ -93,6 +93,33 @@ pub struct CheckpointMeta {
     pub savepoint: bool,
 }
 
+/// What a store's background compactor has done since the store opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionStats {
+    /// Jobs handed over (not dropped for a full queue or a busy task).
+    pub submitted: u64,
+    /// Outputs written.
+    pub merged: u64,
+    /// Outputs a commit named in its manifest.
+    pub adopted: u64,
+    /// Outputs thrown away: their inputs were superseded or pruned.
+    pub discarded: u64,
+    /// Jobs that failed (an input unreadable, a state whose keys runs do
+    /// not order); the state stays as it was.
+    pub failed: u64,
+    /// Tasks not compacted any more: their runs could not be merged.
+    pub refused: u64,
+    /// Jobs handed over and not yet adopted or dropped.
+    pub pending: u64,
+    /// Bytes of run files read and of outputs written.
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    /// Time spent in jobs (reading, merging, writing) and resting after
+    /// them ([`CompactionBudget::rest`]).
+    pub busy: Duration,
+    pub rested: Duration,
+}
+
 /// What a durable store tells of a checkpoint it committed (its metrics:
 /// `CheckpointMetrics::store`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,15 +132,8 @@ pub struct StoreMetrics {
     /// Bytes of diff runs on the tasks' fulls: what a restore reads beyond
     /// them, and what compaction folds.
     pub debt_bytes: u64,
-    /// Compactions handed over and not yet adopted or dropped.
-    pub compactions_pending: u64,
-    /// The compactor since the store opened: outputs adopted, bytes read
-    /// and written, time working and resting (its budget).
-    pub compactions_adopted: u64,
-    pub compaction_bytes_read: u64,
-    pub compaction_bytes_written: u64,
-    pub compaction_busy: Duration,
-    pub compaction_rested: Duration,
+    /// The compactor at this commit.
+    pub compaction: CompactionStats,
 }
 
 /// Where completed task snapshots go. Implementations must be callable from

@@ -15,7 +15,8 @@ use snapcut_core::snapshot::{
 };
 use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
 use snapcut_core::store::{
-    self, CompactionBudget, SnapshotReader as CoreReader, SnapshotStore as CoreStore, StoreOptions,
+    self, CompactionBudget, CompactionStats, SnapshotReader as CoreReader,
+    SnapshotStore as CoreStore, StoreOptions,
 };
 
 use crate::errors::{ConfigError, IntoPyResult};
@@ -261,27 +262,10 @@ impl SnapshotStore {
         Ok(py.detach(|| self.inner.wait_for_compactions(timeout)))
     }
 
-    /// What the background compaction has done since the store opened:
-    /// jobs submitted, merged, adopted, discarded, failed; tasks refused;
-    /// bytes read and written; seconds busy and resting (its budget).
+    /// What the background compaction has done since the store opened
+    /// (`compaction_dict`).
     fn compaction_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.compaction_stats();
-        let d = PyDict::new(py);
-        for (name, n) in [
-            ("submitted", s.submitted),
-            ("merged", s.merged),
-            ("adopted", s.adopted),
-            ("discarded", s.discarded),
-            ("failed", s.failed),
-            ("refused", s.refused),
-            ("bytes_read", s.bytes_read),
-            ("bytes_written", s.bytes_written),
-        ] {
-            d.set_item(name, n)?;
-        }
-        d.set_item("busy_s", s.busy.as_secs_f64())?;
-        d.set_item("rested_s", s.rested.as_secs_f64())?;
-        Ok(d)
+        compaction_dict(py, &self.inner.compaction_stats())
     }
 
     /// Ids of completed checkpoints still held.
@@ -321,4 +305,30 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SnapshotStore>()?;
     m.add("SNAPSHOT_FORMAT", format_constants(m.py())?)?;
     Ok(())
+}
+
+/// A compactor's counts as Python sees them (`snapcut.CompactionStats`):
+/// jobs submitted, merged, adopted, discarded, failed and pending; tasks
+/// refused; bytes read and written; seconds busy and resting (its budget).
+pub(crate) fn compaction_dict<'py>(
+    py: Python<'py>,
+    s: &CompactionStats,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (name, n) in [
+        ("submitted", s.submitted),
+        ("merged", s.merged),
+        ("adopted", s.adopted),
+        ("discarded", s.discarded),
+        ("failed", s.failed),
+        ("refused", s.refused),
+        ("pending", s.pending),
+        ("bytes_read", s.bytes_read),
+        ("bytes_written", s.bytes_written),
+    ] {
+        d.set_item(name, n)?;
+    }
+    d.set_item("busy_s", s.busy.as_secs_f64())?;
+    d.set_item("rested_s", s.rested.as_secs_f64())?;
+    Ok(d)
 }

@@ -39,7 +39,7 @@ use super::format::{self, decode_ipc, CompactionPlan, Written};
 use super::manifest::{checkpoint_dir_name, run_file_name};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::TaskId;
+use crate::snapshot::{CompactionStats, TaskId};
 use crate::state::KEY_METADATA;
 
 /// Directory under the root where outputs wait for their adoption.
@@ -136,31 +136,6 @@ pub struct Finished {
     pub name: String,
     pub written: Written,
     pub key_range: Option<(Value, Value)>,
-}
-
-/// What the compactor has done since the store opened.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CompactionStats {
-    /// Jobs handed over (not dropped for a full queue or a busy task).
-    pub submitted: u64,
-    /// Outputs written.
-    pub merged: u64,
-    /// Outputs a commit named in its manifest.
-    pub adopted: u64,
-    /// Outputs thrown away: their inputs were superseded or pruned.
-    pub discarded: u64,
-    /// Jobs that failed (an input unreadable, a state whose keys runs do
-    /// not order); the state stays as it was.
-    pub failed: u64,
-    /// Tasks not compacted any more: their runs could not be merged.
-    pub refused: u64,
-    /// Bytes of run files read and of outputs written.
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    /// Time spent in jobs (reading, merging, writing) and resting after
-    /// them ([`CompactionBudget::rest`]).
-    pub busy: Duration,
-    pub rested: Duration,
 }
 
 #[derive(Default)]
@@ -288,15 +263,6 @@ impl Compactor {
         count.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Jobs handed over and not yet adopted or dropped.
-    pub fn pending(&self) -> u64 {
-        self.shared
-            .pending
-            .lock()
-            .expect("compactor poisoned")
-            .len() as u64
-    }
-
     /// The checkpoints whose files jobs in flight read: retention keeps them.
     pub fn needed(&self) -> Vec<CheckpointId> {
         let pending = self.shared.pending.lock().expect("compactor poisoned");
@@ -348,6 +314,7 @@ impl Compactor {
             discarded: get(&s.discarded),
             failed: get(&s.failed),
             refused: s.refused.lock().expect("compactor poisoned").len() as u64,
+            pending: s.pending.lock().expect("compactor poisoned").len() as u64,
             bytes_read: get(&s.bytes_read),
             bytes_written: get(&s.bytes_written),
             busy: Duration::from_nanos(get(&s.busy_ns)),

@@ -22,10 +22,10 @@ mod reader;
 mod sink;
 mod writer;
 
+pub use crate::snapshot::CompactionStats;
 pub use compactor::{
-    CompactionBudget, CompactionHold, CompactionStats, COMPACTING_DIR,
-    HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT, QUEUE as COMPACTION_QUEUE,
-    SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
+    CompactionBudget, CompactionHold, COMPACTING_DIR, HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT,
+    QUEUE as COMPACTION_QUEUE, SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
 };
 pub use files::FsyncMode;
 pub use format::Written;

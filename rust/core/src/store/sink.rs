@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arrow_schema::Schema;
 use serde_json::Value;
 
-use super::compactor::{CompactionBudget, CompactionHold, CompactionStats, Compactor, Job};
+use super::compactor::{CompactionBudget, CompactionHold, Compactor, Job};
 use super::files::{write_atomic, write_ipc, Fsync, FsyncMode};
 use super::format::{self, InProgress, ManifestMeta, Written};
 use super::manifest::{
@@ -25,7 +25,8 @@ use super::writer::Writer;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{
-    CheckpointMeta, CompletedCheckpoint, SnapshotSink, StateKind, StoreMetrics, TaskSnapshot,
+    CheckpointMeta, CompactionStats, CompletedCheckpoint, SnapshotSink, StateKind, StoreMetrics,
+    TaskSnapshot,
 };
 use crate::state::KEY_METADATA;
 
@@ -619,18 +620,12 @@ impl SnapshotSink for SnapshotStore {
             let committed = self.committed.lock().expect("store poisoned");
             format::run_counts(committed.get(&id)?)
         };
-        let stats = self.compaction_stats();
         Some(StoreMetrics {
             bytes_written: counts.files_bytes,
             runs_max: counts.runs_max,
             runs_total: counts.runs_total,
             debt_bytes: counts.debt_bytes,
-            compactions_pending: self.compactor.as_ref().map_or(0, Compactor::pending),
-            compactions_adopted: stats.adopted,
-            compaction_bytes_read: stats.bytes_read,
-            compaction_bytes_written: stats.bytes_written,
-            compaction_busy: stats.busy,
-            compaction_rested: stats.rested,
+            compaction: self.compaction_stats(),
         })
     }
 

@@ -14,6 +14,7 @@ use snapcut_core::runtime::{
 use snapcut_core::snapshot::{CompletedCheckpoint, TaskSnapshot};
 
 use super::convert::table_to_pyarrow;
+use crate::store::compaction_dict;
 
 /// A completed checkpoint kept on the Rust side, so that a job can be
 /// restored from it (`Dataflow.run(restore_from=snapshot)`).
@@ -72,20 +73,11 @@ fn metrics<'py>(py: Python<'py>, m: &CheckpointMetrics) -> PyResult<Bound<'py, P
     let store = match &m.store {
         Some(st) => {
             let sd = PyDict::new(py);
-            for (name, n) in [
-                ("bytes_written", st.bytes_written),
-                ("runs_max", st.runs_max),
-                ("runs_total", st.runs_total),
-                ("debt_bytes", st.debt_bytes),
-                ("compactions_pending", st.compactions_pending),
-                ("compactions_adopted", st.compactions_adopted),
-                ("compaction_bytes_read", st.compaction_bytes_read),
-                ("compaction_bytes_written", st.compaction_bytes_written),
-            ] {
-                sd.set_item(name, n)?;
-            }
-            sd.set_item("compaction_busy_s", st.compaction_busy.as_secs_f64())?;
-            sd.set_item("compaction_rested_s", st.compaction_rested.as_secs_f64())?;
+            sd.set_item("bytes_written", st.bytes_written)?;
+            sd.set_item("runs_max", st.runs_max)?;
+            sd.set_item("runs_total", st.runs_total)?;
+            sd.set_item("debt_bytes", st.debt_bytes)?;
+            sd.set_item("compaction", compaction_dict(py, &st.compaction)?)?;
             Some(sd)
         }
         None => None,
