@@ -19,6 +19,7 @@ from snapcut.experiments.windows import (
     WindowPlan,
     WindowRun,
     plan_windows,
+    run_records,
 )
 
 
@@ -70,6 +71,26 @@ def _run(cell: Cell, rates: list[float], run: int = 0) -> WindowRun:
         skipped=1,
         plan=WindowPlan(0.5, 0.1, 0.5, 4),
     )
+
+
+def test_a_windowed_run_is_sized_for_its_on_windows_slowdown() -> None:
+    """A run spends equal time in off windows (at `rate`) and on windows (at
+    rate / (1 + x)): its records fill `run_seconds` at the mean of the two,
+    and `off_rate` recovers the off rate from such a run."""
+    from snapcut.experiments.runner import off_rate
+
+    plan = WindowPlan(1.0, 0.2, 1.0, 12)
+    rate = 1e6
+    plain, doubled = run_records(rate, plan, 0.0), run_records(rate, plan, 1.0)
+    assert plain == int(rate * plan.run_seconds)
+    assert plan.seconds < plan.run_seconds <= plan.seconds * 1.2
+    # Half the time at half the rate: three quarters of the records.
+    assert abs(doubled / plain - 0.75) < 1e-6
+    assert run_records(rate, plan, -0.2) == plain  # a faster on window is not assumed
+    assert run_records(rate, plan, 50.0) == run_records(rate, plan, 3.0)  # capped
+    w = _run(_cell(), [100.0 if i % 2 == 0 else 50.0 for i in range(25)])
+    w.records, w.runtime_s = doubled, plan.run_seconds
+    assert abs(off_rate(w) / rate - 1) < 1e-6
 
 
 def test_a_windowed_effect_is_the_median_on_window_overhead_with_a_run_clustered_interval(
@@ -184,14 +205,21 @@ def test_a_windowed_run_that_ended_early_is_run_once_more_at_its_own_rate() -> N
     from snapcut.experiments.runner import execute
 
     def whole(cell: Cell, workdir: Path, budget_s: float | None = None) -> Measurement:
-        return Measurement(1.0, 1.0, cell.records, 0, 0, 0, 0, 0, 0, 0, 0.05, [], [], [])
+        t = 1.0 if cell.protocol == "none" else 1.5
+        return Measurement(t, t, cell.records, 0, 0, 0, 0, 0, 0, 0, 0.05, [], [], [])
 
-    asked: list[tuple[float, int]] = []
+    asked: list[tuple[float, int, float]] = []
 
     def windows(
-        cell: Cell, plan: WindowPlan, rate: float, workdir: Path, *, run: int = 0
+        cell: Cell,
+        plan: WindowPlan,
+        rate: float,
+        workdir: Path,
+        *,
+        run: int = 0,
+        overhead: float = 0.0,
     ) -> WindowRun:
-        asked.append((rate, run))
+        asked.append((rate, run, overhead))
         n = 5 if run == 0 else 2 * plan.on_windows + 1  # the first: two on windows
         r = _run(cell, [100.0 if i % 2 == 0 else 90.0 for i in range(n)], run)
         r.records, r.runtime_s = 1000, 4.0
@@ -201,7 +229,8 @@ def test_a_windowed_run_that_ended_early_is_run_once_more_at_its_own_rate() -> N
     cells = [_cell("none", None), _cell("aligned", 0.1)]
     plan = Plan(resolve(["interval"]), preset, 1, cells)
     out = execute(plan, Console(quiet=True), run=whole, windows=windows)
-    assert asked == [(1000.0, 0), (250.0, 1)]  # the whole runs' rate, then its own
+    # The whole runs' rate and overhead (+50 %), then its own mean rate.
+    assert asked == [(1000.0, 0, 0.5), (250.0, 1, 0.0)]
     [e] = out.effects
     assert e.runs == 2 and e.samples == 2 + 6
 

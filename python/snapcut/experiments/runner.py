@@ -73,7 +73,14 @@ class RunFn(Protocol):
 
 class WindowFn(Protocol):
     def __call__(
-        self, cell: Cell, plan: WindowPlan, rate: float, workdir: Path, *, run: int = 0
+        self,
+        cell: Cell,
+        plan: WindowPlan,
+        rate: float,
+        workdir: Path,
+        *,
+        run: int = 0,
+        overhead: float = 0.0,
     ) -> WindowRun: ...
 
 
@@ -161,7 +168,7 @@ class Plan:
 
     def windowed_estimate(self) -> float:
         """Seconds of every windowed run (each is sized to its plan)."""
-        return sum(self.window_plan(c).seconds + SETUP_S for _, c in self.window_runs)
+        return sum(self.window_plan(c).run_seconds + SETUP_S for _, c in self.window_runs)
 
     def _experiment(self, cell: Cell) -> Experiment | None:
         """The experiment `cell` belongs to (None: a calibration cell)."""
@@ -258,26 +265,30 @@ def execute(
                     # Later estimates (and the time left) follow the machine.
                     plan.rate = statistics.median(measured_rates)
             window_runs = plan.window_runs
-            # Records/s of the last windowed run of each job (a group): sizes the next.
+            # Records/s without checkpoints that the last windowed run of each
+            # job (a group) reached: sizes the next.
             learned: dict[tuple[str, str, int, int, int], float] = {}
             for i, (rep, cell) in enumerate(window_runs):
                 step = f"w{i + 1}/{len(window_runs)}"
                 wp = plan.window_plan(cell)
                 progress.update(task, description=f"{cell.label()} (windowed)", step=step)
                 rate = learned.get(cell.group()) or baseline_rate(out.rows, cell, plan.rate)
-                w = windows(cell, wp, rate, workdir, run=rep)
+                w = windows(
+                    cell, wp, rate, workdir, run=rep, overhead=expected_overhead(out.rows, cell)
+                )
                 out.windows.append(w)
-                learned[cell.group()] = w.records / max(w.runtime_s, 1e-3)
+                learned[cell.group()] = off_rate(w)
                 if len(on_overheads(w.rates)) < min(MIN_ON_WINDOWS, wp.on_windows):
                     # The job ran slower than its whole runs said (a busier machine,
                     # more keys to insert): once more, sized at this run's own rate.
                     again = rep + plan.preset.window_runs
-                    w = windows(cell, wp, learned[cell.group()], workdir, run=again)
+                    own = w.records / max(w.runtime_s, 1e-3)
+                    w = windows(cell, wp, own, workdir, run=again)
                     out.windows.append(w)
-                    learned[cell.group()] = w.records / max(w.runtime_s, 1e-3)
+                    learned[cell.group()] = off_rate(w)
                 if on_row is not None:
                     on_row(out)
-                progress.advance(task, wp.seconds + SETUP_S)
+                progress.advance(task, wp.run_seconds + SETUP_S)
                 if not console.is_terminal:
                     eff = windowed_effect([x for x in out.windows if x.cell == cell])
                     said = (
@@ -307,6 +318,29 @@ def baseline_rate(rows: list[Row], cell: Cell, default: float) -> float:
     ]
     # Short whole runs include the job's start: their rate is a lower bound.
     return max(rates) if rates else default
+
+
+def expected_overhead(rows: list[Row], cell: Cell) -> float:
+    """How much `cell`'s checkpoints slow its job, by its whole runs: the
+    median runtime over its group's `none` median, - 1 (0 without both)."""
+    own = [r.runtime_s for r in rows if r.cell == cell and r.runtime_s > 0]
+    base = [
+        r.runtime_s
+        for r in rows
+        if r.protocol == "none" and r.cell.group() == cell.group() and r.runtime_s > 0
+    ]
+    if not own or not base:
+        return 0.0
+    return statistics.median(own) / statistics.median(base) - 1
+
+
+def off_rate(w: WindowRun) -> float:
+    """Records/s of `w`'s job without checkpoints: its mean rate, with its
+    on windows' measured slowdown taken out (`windows.run_records` inverted)."""
+    mean = w.records / max(w.runtime_s, 1e-3)
+    slowdowns = on_overheads(w.rates)
+    x = max(statistics.median(slowdowns), 0.0) if slowdowns else 0.0
+    return mean * 2 / (1 + 1 / (1 + x))
 
 
 def effects_of(out: Outcome, plan: Plan) -> list[Effect]:
