@@ -171,9 +171,11 @@ back_log=target/ci-pytest-connect-back.log
   python -m pytest -q -m "connect_port and not connect_server" --durations=5 \
     --junitxml=target/pytest-ci-connect-back.xml tests || rc=$?
   echo "pytest (connect_port tests without a Connect server): exit $rc after $((SECONDS - started)) s"
-  # Then the Spark chaos harnesses (marked full_priority): each attempt starts a
-  # driver and a JVM; at nice 10 beside two full-priority streams the aggregate
-  # one took 520 s (47 s alone) and set the pool's length (fresh18: 1,354 s).
+  # Then the Spark kill-and-restart harnesses (marked full_priority: the chaos
+  # ones and the two driver-SIGKILL tests): each attempt starts a driver and a
+  # JVM; at nice 10 beside two full-priority streams the aggregate chaos one
+  # took 520 s (47 s alone) and set the pool's length (fresh18: 1,354 s); the
+  # SIGKILL tests took 88 and 95 s there (fresh20).
   started=$SECONDS
   python -m pytest -q -m "full_priority and not connect_port" --durations=5 \
     --junitxml=target/pytest-ci-full-priority.xml tests || rc=$?

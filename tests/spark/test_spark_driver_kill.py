@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from tests.spark_support import dwell_frames, write_inputs
 
 from snapcut.chaos.spark import expected_updates, read_plan
@@ -65,6 +66,7 @@ def state_files(root: Path) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.full_priority
 def test_driver_sigkill_at_random_moments_then_restart_is_exactly_once(tmp_path: Path) -> None:
     frames = dwell_frames(files=FILES, rows=1500, users=150)
     directory = write_inputs(tmp_path / "events", frames)

@@ -469,6 +469,7 @@ def test_a_missing_state_acknowledgement_fails_the_batch_until_it_arrives(
     assert spec_of(str(state_root)).partitions == 3
 
 
+@pytest.mark.full_priority
 def test_a_sigkilled_driver_restarts_to_one_snapshot_per_batch(tmp_path: Path) -> None:
     """The dwell-time job with the sink and state= in a child process,
     SIGKILLed (driver JVM, Python and workers) once a batch has committed,
