@@ -9,9 +9,11 @@ opposite, and is *undecided* when they overlap the line between the two.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
-from snapcut.experiments.effects import Effect
+from snapcut.experiments.effects import WINDOWED, Effect
+from snapcut.experiments.spark_writes import PAIRED_BATCHES
 
 NEAR_BASELINE = 0.10
 """ABS "near the baseline": an overhead of at most +10 % (the project's
@@ -34,10 +36,30 @@ def resolved(e: Effect) -> str:
     return "not resolved (interval spans 0)"
 
 
+def samples_for_target(e: Effect) -> tuple[int, int, str] | None:
+    """What a wide cell would need for a TARGET_WIDTH interval, were its
+    width to shrink as 1/sqrt(n) (a bootstrap interval of a median does,
+    roughly): (n needed, n now, what n counts: the units its interval
+    resamples); None for a cell within it."""
+    if e.width <= TARGET_WIDTH:
+        return None
+    if e.method == PAIRED_BATCHES:
+        n, what = e.runs, "query rounds"
+    elif e.method == WINDOWED:
+        n, what = e.samples, "on windows"
+    else:
+        n, what = e.samples, "rounds"
+    if n < 1:
+        return None
+    return math.ceil(n * (e.width / TARGET_WIDTH) ** 2), n, what
+
+
 def width(e: Effect) -> str:
     pts = 100 * e.width
-    flag = "" if e.width <= TARGET_WIDTH else f" (> {100 * TARGET_WIDTH:g} pts)"
-    return f"{pts:.1f} pts{flag}"
+    need = samples_for_target(e)
+    if need is None:
+        return f"{pts:.1f} pts"
+    return f"{pts:.1f} pts (> {100 * TARGET_WIDTH:g} pts: ~{need[0]} {need[2]}, has {need[1]})"
 
 
 def claim(e: Effect, effects: list[Effect]) -> str:
