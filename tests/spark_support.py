@@ -176,6 +176,19 @@ class BatchFiles:
         tmp.rename(path)
 
 
+def observed_progress(df: DataFrame, checkpoint: Path, name: str) -> list[dict[str, Any]]:
+    """Runs the query to the end (availableNow, its batches collected);
+    each batch's observed metrics of the keyed_state step ``name``."""
+    q = (
+        df.writeStream.foreachBatch(lambda d, _: d.collect())
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    return [p["observedMetrics"][f"snapcut_{name}"] for p in q.recentProgress]
+
+
 def read_batch_files(directory: Path) -> dict[int, pa.Table]:
     import pyarrow.feather as feather
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -123,6 +125,7 @@ OPS = st.lists(
         st.tuples(st.just("up"), st.lists(st.tuples(st.integers(0, 15), I64), max_size=5)),
         st.tuples(st.just("del"), st.lists(st.integers(0, 15), max_size=4)),
         st.tuples(st.just("chk"), st.just([])),
+        st.tuples(st.just("flush"), st.just([])),
     ),
     max_size=30,
 )
@@ -156,10 +159,14 @@ def test_storable_type_says_what_a_state_table_takes(data_type: pa.DataType) -> 
 
 
 @settings(max_examples=60, deadline=None)
-@given(OPS, st.integers(1, 4))
-def test_random_ops_match_a_dict(ops: list[tuple[str, list]], full_every: int) -> None:
+@given(OPS, st.integers(1, 4), st.sampled_from([None, "1MB"]))
+def test_random_ops_match_a_dict(
+    ops: list[tuple[str, list]], full_every: int, state_memory: str | None
+) -> None:
+    """With a memory budget, "flush" moves the rows into a run on disk
+    (without one it is skipped): reads, diffs and restores agree all the same."""
     schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
-    t = StateTable(schema, "k", full_every=full_every)
+    t = StateTable(schema, "k", full_every=full_every, state_memory=state_memory)
     model: dict[int, int] = {}
     chain: list[tuple[int, str, pa.RecordBatch]] = []
     for op, arg in ops:
@@ -170,6 +177,9 @@ def test_random_ops_match_a_dict(ops: list[tuple[str, list]], full_every: int) -
             t.delete(pa.array(arg, pa.int64()))
             for k in arg:
                 model.pop(k, None)
+        elif op == "flush":
+            if state_memory is not None:
+                t.flush()
         else:
             taken = t.checkpoint()
             chain = [taken] if taken[1] == "full" else [*chain, taken]
@@ -179,3 +189,37 @@ def test_random_ops_match_a_dict(ops: list[tuple[str, list]], full_every: int) -
             assert dict(zip(d["k"], d["v"], strict=True)) == model
         d = t.to_arrow().to_pydict()
         assert dict(zip(d["k"], d["v"], strict=True)) == model
+
+
+def test_a_memory_budget_spills_to_files_and_reads_them_back(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
+    t = StateTable(schema, "k", state_memory="1MB", spill_dir=tmp_path, full_every=1000)
+    assert t.state_memory == 1 << 20
+    n = 200_000
+    for start in range(0, n, 20_000):
+        keys = pa.array(range(start, start + 20_000), pa.int64())
+        t.update(pa.record_batch([keys, keys], schema=schema))
+    stats = t.spill_stats()
+    assert stats is not None and stats["flushes"] >= 2, stats
+    assert stats["memtable_bytes"] <= 1 << 20, stats
+    assert [p.name[:6] for p in tmp_path.iterdir()] == ["spill-"]
+    assert len(t) == n
+    got = t.get(pa.array([5, 150_000, n + 1], pa.int64())).to_pydict()
+    assert got == {"k": [5, 150_000], "v": [5, 150_000]}
+    del t
+    assert not list(tmp_path.iterdir()), "the runs go with the table"
+
+
+def test_bad_memory_budgets_are_refused_with_the_fix(tmp_path: Path) -> None:
+    schema = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
+    with pytest.raises(ConfigError, match="below the minimum of 1048576 bytes"):
+        StateTable(schema, "k", state_memory=4096)
+    with pytest.raises(ConfigError, match="256MB"):
+        StateTable(schema, "k", state_memory="lots")
+    with pytest.raises(ValueError, match="state_memory must be bytes"):
+        StateTable(schema, "k", state_memory=1.5)
+    with pytest.raises(ValueError, match="needs state_memory"):
+        StateTable(schema, "k", spill_dir=tmp_path)
+    assert StateTable(schema, "k").spill_stats() is None
+    with pytest.raises(ConfigError, match="memory budget"):
+        StateTable(schema, "k").flush()

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from snapcut.spark import keyed_state
-from spark_support import start_session
+from spark_support import observed_progress, start_session
 
 PARTITIONS = 2  # = spark.sql.shuffle.partitions of the session: the same rows meet per task
 Steps = list[list[dict[str, Any]]]
@@ -519,14 +519,7 @@ def test_the_step_reports_its_state_figures_in_the_query_progress(
     out = keyed_state(
         df, key="key", root=str(tmp_path / "state"), partitions=PARTITIONS, name="counts"
     ).applyInPandasWithState(case.func, case.output, case.state, "update", case.timeout)
-    q = (
-        out.writeStream.foreachBatch(lambda d, _: d.collect())
-        .option("checkpointLocation", str(tmp_path / "chk"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    q.awaitTermination()
-    progress = [p["observedMetrics"]["snapcut_counts"] for p in q.recentProgress]
+    progress = observed_progress(out, tmp_path / "chk", "counts")
     assert [(p["rows_in"], p["rows_out"], p["state_rows"]) for p in progress] == [
         (3, 2, 2),
         (1, 1, 3),

@@ -19,6 +19,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout as SparkTimeout
 from tests.spark_support import (
     concat,
     dwell_frames,
+    observed_progress,
     rows_of,
     run_to_end,
     start_session,
@@ -499,3 +500,42 @@ def test_a_second_query_on_the_same_root_is_refused(spark: Any, tmp_path: Path) 
     with pytest.raises(Exception, match="belongs to query"):
         run_to_end(query(), tmp_path / "chk-b")
     assert snapshots.open(root).list() == [0]
+
+
+def test_a_memory_budget_spills_state_and_reports_it(spark: Any, tmp_path: Path) -> None:
+    """``state_memory="1MB"``: each partition's table (~30k keys, a few MB)
+    flushes to local runs and reads them back; the state and the output
+    equal pandas, and the query progress counts the rows flushed and the
+    keys looked up in the runs. The Spark conf gives the default, and a
+    budget that cannot work fails before any batch."""
+    from snapcut import ConfigError
+    from snapcut.spark import STATE_MEMORY_CONF
+
+    frames = dwell_frames(files=3, rows=40_000, users=60_000, seed=37)
+    directory = write_inputs(tmp_path / "events", frames)
+    events = pd.concat(frames, ignore_index=True)
+    ks = keyed_state(
+        stream(spark, directory), "user", str(tmp_path / "state"), 2, name="big", state_memory="1MB"
+    )
+    assert ks.options.state_memory == 1 << 20
+    out = ks.aggregate(count="count", total=("sum", "dwell_ms"))
+    progress = observed_progress(out, tmp_path / "chk", "big")
+    assert len(progress) == 3
+    assert sum(p["state_rows_flushed"] for p in progress) > 0, progress
+    assert sum(p["state_run_probes"] for p in progress) > 0, progress
+    assert max(p["state_runs_max"] for p in progress) >= 1, progress
+    assert sum(p["state_cache_hits"] + p["state_cache_misses"] for p in progress) == 3 * 2
+    state = read_state_arrow(str(tmp_path / "state")).to_pylist()
+    have = {r["user"]: (r["count"], r.get("total__sum", r.get("total"))) for r in state}
+    assert have == expected_totals(events)
+    spark.conf.set(STATE_MEMORY_CONF, "64MB")
+    try:
+        fresh = keyed_state(stream(spark, directory), "user", str(tmp_path / "s2"), 2)
+        assert fresh.options.state_memory == 64 << 20
+        spark.conf.set(STATE_MEMORY_CONF, "12 parsecs")
+        with pytest.raises(ConfigError, match="not a size"):
+            keyed_state(stream(spark, directory), "user", str(tmp_path / "s3"), 2)
+    finally:
+        spark.conf.unset(STATE_MEMORY_CONF)
+    with pytest.raises(ConfigError, match="below the minimum of 1048576 bytes"):
+        keyed_state(stream(spark, directory), "user", str(tmp_path / "s4"), 2, state_memory=4096)

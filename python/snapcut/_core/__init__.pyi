@@ -205,6 +205,10 @@ SNAPSHOT_FORMAT: dict[str, Any]
 def crc32c(data: bytes) -> int:
     """CRC-32C (Castagnoli) of `data`: the checksum of every snapshot file."""
 
+def state_memory_bytes(value: int | str) -> int:
+    """A state memory budget in bytes from bytes or a size ("256MB", binary
+    units as Spark reads them): ConfigError unless it parses and is >= 1 MiB."""
+
 def storable_type(data_type: Any) -> bool:
     """Whether a StateTable column holds this pyarrow DataType natively."""
 
@@ -212,8 +216,24 @@ class StateTable:
     """Keyed state table with change tracking for incremental checkpoints."""
 
     def __init__(
-        self, schema: Any, key: str, full_every: int = 10, group: str | None = None
-    ) -> None: ...
+        self,
+        schema: Any,
+        key: str,
+        full_every: int = 10,
+        group: str | None = None,
+        state_memory: int | str | None = None,
+        spill_dir: str | PathLike[str] | None = None,
+    ) -> None:
+        """`state_memory`: bytes (or "256MB") of rows kept in memory; past
+        it they spill to sorted runs mapped from files under `spill_dir`
+        (default: the temp dir). None: all in memory."""
+    @property
+    def state_memory(self) -> int | None: ...
+    def spill_stats(self) -> dict[str, int] | None:
+        """flushes, rows_flushed, bytes_flushed, merges, run_probes, run_hits,
+        runs, memtable_bytes (None without state_memory)."""
+    def flush(self) -> None:
+        """Moves the in-memory rows into a run now (needs state_memory)."""
     def update(self, batch: Any) -> None:
         """Upserts the rows of a pyarrow RecordBatch or Table by key."""
     def lookup_groups(self, groups: Any) -> tuple[Any, Any]:

@@ -31,7 +31,7 @@ pyspark.
 
 from snapcut.spark.batch_identity import foreach_batch
 from snapcut.spark.group_state import GroupState, GroupStateTimeout
-from snapcut.spark.keyed_state import KeyedState, keyed_state
+from snapcut.spark.keyed_state import STATE_MEMORY_CONF, KeyedState, keyed_state
 from snapcut.spark.processors import (
     PRESENT_COLUMN,
     TIMED_OUT_COLUMN,
@@ -55,6 +55,7 @@ from snapcut.spark.state.rescale import RescaleReport, rescale
 
 __all__ = [
     "PRESENT_COLUMN",
+    "STATE_MEMORY_CONF",
     "TIMED_OUT_COLUMN",
     "TIMEOUT_COLUMN",
     "ArrowSnapshotSink",

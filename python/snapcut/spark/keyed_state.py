@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from snapcut._core import state_memory_bytes
 from snapcut.spark.aggregates import plan_aggregate
 from snapcut.spark.arguments import key_columns, parse_duration_ms
 from snapcut.spark.arguments import output_mode as output_mode_of
@@ -31,7 +32,10 @@ from snapcut.spark.state.stage import StateOptions, StepPlan, build_stage
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["KeyedState", "keyed_state", "parse_duration_ms"]
+__all__ = ["STATE_MEMORY_CONF", "KeyedState", "keyed_state", "parse_duration_ms"]
+
+STATE_MEMORY_CONF = "spark.snapcut.state.memory"
+"""The Spark conf of ``keyed_state``'s default ``state_memory``."""
 
 
 class KeyedState:
@@ -52,7 +56,10 @@ class KeyedState:
         initial_state: Any,
         filesystem: Any,
         state_writes: str = "background",
+        state_memory: int | str | None = None,
     ) -> None:
+        if state_memory is None:
+            state_memory = df.sparkSession.conf.get(STATE_MEMORY_CONF, None)
         self.options = StateOptions(
             root=str(root),
             partitions=partitions,
@@ -61,6 +68,7 @@ class KeyedState:
             filesystem=filesystem,
             state_writes=state_writes,
             initial_state=initial_state,
+            state_memory=None if state_memory is None else state_memory_bytes(state_memory),
         )
         self.df = df
         self.state_root: StateRoot | None = None
@@ -278,6 +286,7 @@ def keyed_state(
     initial_state: Any = None,
     filesystem: Any = None,
     state_writes: str = "background",
+    state_memory: int | str | None = None,
 ) -> KeyedState:
     """Keys a streaming (or batch) DataFrame for stateful processing.
 
@@ -295,7 +304,11 @@ def keyed_state(
     ``(root, batch)`` of another state root, to start from;
     ``state_writes``: ``"background"`` writes version N on a thread while the
     task's output goes to Spark, ``"sync"`` before the task emits any output
-    (either way the task ends only once version N is durable).
+    (either way the task ends only once version N is durable);
+    ``state_memory``: bytes (or ``"256MB"``) of each state table's rows a
+    Python worker keeps in memory, the rest spilled to sorted runs in local
+    files (default: the Spark conf ``spark.snapcut.state.memory``, else all in
+    memory; a table with a group column stays in memory).
     """
     from snapcut.spark.source.register import register
 
@@ -315,4 +328,5 @@ def keyed_state(
         initial_state=initial_state,
         filesystem=filesystem,
         state_writes=state_writes,
+        state_memory=state_memory,
     )

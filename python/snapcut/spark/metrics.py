@@ -6,7 +6,11 @@ its output with one metrics row (marked by :data:`FLAG`); the step sums them
 with ``DataFrame.observe`` under the name ``snapcut_<name>`` and drops them,
 so ``query.lastProgress["observedMetrics"]["snapcut_<name>"]`` holds, per
 micro-batch: rows in, rows out, late rows dropped, keys timed out, state rows
-(keys held after the batch), state bytes written and the slowest state write.
+(keys held after the batch), state bytes written and the slowest state write;
+the state cache's hits (a task found its partition's tables in its worker)
+and misses (it read them from the root); and, for tables with a memory
+budget (``keyed_state(state_memory=...)``), rows flushed to local runs,
+keys looked up in the runs and found there, and the most runs a table had.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["FIELDS", "FLAG", "internal_schema", "metrics_batch", "observe_and_strip"]
+__all__ = ["FIELDS", "FLAG", "MAXIMA", "internal_schema", "metrics_batch", "observe_and_strip"]
 
 FLAG = "__snapcut_metrics"
 FIELDS = (
@@ -29,7 +33,15 @@ FIELDS = (
     "state_rows",
     "state_bytes_written",
     "state_write_ms_max",
+    "state_cache_hits",
+    "state_cache_misses",
+    "state_rows_flushed",
+    "state_run_probes",
+    "state_run_hits",
+    "state_runs_max",
 )
+MAXIMA = frozenset({"state_write_ms_max", "state_runs_max"})
+"""Figures the step reports as the largest task's, not the sum."""
 _COLUMN = "__snapcut_m_"
 
 
@@ -67,14 +79,8 @@ def observe_and_strip(df: DataFrame, vertex: str, output: pa.Schema) -> DataFram
     from pyspark.sql import functions as F
 
     sums = [
-        F.coalesce(F.sum(F.col(_COLUMN + n)), F.lit(0)).alias(n)
+        F.coalesce((F.max if n in MAXIMA else F.sum)(F.col(_COLUMN + n)), F.lit(0)).alias(n)
         for n in FIELDS
-        if n != "state_write_ms_max"
     ]
-    sums.append(
-        F.coalesce(F.max(F.col(_COLUMN + "state_write_ms_max")), F.lit(0)).alias(
-            "state_write_ms_max"
-        )
-    )
     observed = df.observe(observation_name(vertex), *sums)
     return observed.where(F.col(FLAG).isNull()).select(*[F.col(n) for n in output.names])

@@ -7,10 +7,12 @@ use arrow_array::{new_empty_array, Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
-use snapcut_core::state::{self, StatePolicy, StateTable as CoreTable};
+use snapcut_core::state::{self, parse_memory, StatePolicy, StateTable as CoreTable};
+use snapcut_core::store::LocalRuns;
 
 use crate::errors::IntoPyResult;
 
@@ -23,6 +25,19 @@ pub struct StateTable {
 }
 
 /// `"full"` or `"diff"`, as returned by `checkpoint()` and taken by `restore()`.
+/// A memory budget given as bytes (an int) or a size string ("256MB").
+pub fn memory_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    if let Ok(text) = value.cast::<PyString>() {
+        return parse_memory(text.to_str()?).map_py();
+    }
+    value.extract::<usize>().map_err(|_| {
+        PyValueError::new_err(format!(
+            "state_memory must be bytes (a non-negative int) or a size such as '256MB', got {}",
+            value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
 pub fn kind_name(kind: StateKind) -> &'static str {
     match kind {
         StateKind::Full => "full",
@@ -99,12 +114,35 @@ impl StateTable {
     /// whose rows can be read and deleted together (`lookup_groups`,
     /// `delete_groups`), e.g. the grouping key of a composite key.
     #[new]
-    #[pyo3(signature = (schema, key, full_every = 10, group = None))]
-    fn new(schema: PySchema, key: &str, full_every: u32, group: Option<&str>) -> PyResult<Self> {
+    #[pyo3(signature = (schema, key, full_every = 10, group = None, state_memory = None, spill_dir = None))]
+    fn new(
+        schema: PySchema,
+        key: &str,
+        full_every: u32,
+        group: Option<&str>,
+        state_memory: Option<&Bound<'_, PyAny>>,
+        spill_dir: Option<std::path::PathBuf>,
+    ) -> PyResult<Self> {
         let mut inner =
             CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
         if let Some(column) = group {
             inner = inner.with_group(column).map_py()?;
+        }
+        match (state_memory, spill_dir) {
+            (Some(memory), dir) => {
+                let budget = memory_bytes(memory)?;
+                // Spark's spark.local.dir defaults to the temp dir too.
+                let dir = dir.unwrap_or_else(std::env::temp_dir);
+                let runs = LocalRuns::new(&dir).map_py()?;
+                inner = inner.with_memory_budget(budget, Box::new(runs)).map_py()?;
+            }
+            (None, Some(dir)) => {
+                return Err(PyValueError::new_err(format!(
+                    "spill_dir={} needs state_memory= (a budget past which rows spill there)",
+                    dir.display()
+                )))
+            }
+            (None, None) => {}
         }
         Ok(Self {
             inner,
@@ -335,6 +373,37 @@ impl StateTable {
         self.inner.len()
     }
 
+    /// The memory budget in bytes (`None`: unbounded).
+    #[getter]
+    fn state_memory(&self) -> Option<usize> {
+        self.inner.memory_budget()
+    }
+
+    /// What spilling did so far (`None` without a memory budget): flushes,
+    /// rows and bytes flushed, merges, run probes and hits, runs, and the
+    /// memtable's estimated bytes.
+    fn spill_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(s) = self.inner.spill_stats() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("flushes", s.flushes)?;
+        d.set_item("rows_flushed", s.rows_flushed)?;
+        d.set_item("bytes_flushed", s.bytes_flushed)?;
+        d.set_item("merges", s.merges)?;
+        d.set_item("run_probes", s.run_probes)?;
+        d.set_item("run_hits", s.run_hits)?;
+        d.set_item("runs", s.runs)?;
+        d.set_item("memtable_bytes", s.memtable_bytes)?;
+        Ok(Some(d))
+    }
+
+    /// Moves the in-memory rows into a run now (needs `state_memory`).
+    fn flush(&mut self, py: Python<'_>) -> PyResult<()> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.flush()).map_py()
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "StateTable(key={:?}, len={}, changed={}, last_checkpoint={:?})",
@@ -373,7 +442,15 @@ fn storable_type(data_type: PyDataType) -> bool {
     state::storable_type(data_type.as_ref())
 }
 
+/// A state memory budget in bytes, from bytes or a size ("256MB"):
+/// ConfigError unless it parses and is at least 1 MiB.
+#[pyfunction]
+fn state_memory_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    state::check_memory_budget(memory_bytes(value)?).map_py()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StateTable>()?;
+    m.add_function(wrap_pyfunction!(state_memory_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(storable_type, m)?)
 }

@@ -131,6 +131,7 @@ class PartitionTask:
         initial: Any = None,
         cache: StateCache = CACHE,
         run_id: str | None = None,
+        state_memory: int | None = None,
     ) -> None:
         self.root = root
         self.batch_id = batch_id
@@ -140,6 +141,8 @@ class PartitionTask:
         self.initial = initial
         self.cache = cache
         self.run_id = run_id
+        self.state_memory = state_memory
+        self._spilled: dict[str, int] = {}
         spec = root.spec
         # The schemas are part of the key: a restart with a migrated schema
         # in the same process must not take the old tables.
@@ -148,11 +151,14 @@ class PartitionTask:
         self.migrated: list[str] = []
 
     def _new_table(self, layout: TableLayout) -> StateTable:
+        # A table with a group column (transformWithState's list and map
+        # state) keeps its rows in memory: its groups are read whole.
         return StateTable(
             schema_of(layout),
             layout.state_key,
             full_every=self.root.spec.full_every,
             group=layout.group,
+            state_memory=self.state_memory if layout.group is None else None,
         )
 
     def _new_tables(self) -> Tables:
@@ -231,6 +237,7 @@ class PartitionTask:
             run_id=self.run_id,
         )
         tables = self._loaded.tables
+        self._spilled = spill_totals(tables)
         state = tables if self.root.spec.tables else next(iter(tables.values()))
         out = processor.process(state, rows, self._info)
         self._metrics = {
@@ -289,6 +296,8 @@ class PartitionTask:
     def figures(self) -> dict[str, int]:
         """This task's part of the step's observed metrics (after :meth:`commit`)."""
         ack = self._ack
+        spilled = spill_totals(self._loaded.tables)
+        hit = bool(ack["from_cache"])
         return {
             "rows_in": int(ack["rows_in"]),
             "rows_out": int(ack["rows_out"]),
@@ -297,7 +306,22 @@ class PartitionTask:
             "state_rows": int(ack["state_keys"]),
             "state_bytes_written": sum(int(e["bytes"]) for e in ack["files"]),
             "state_write_ms_max": round(float(ack["write_ms"])),
+            "state_cache_hits": int(hit),
+            "state_cache_misses": int(not hit),
+            **{f"state_{k}": spilled[k] - self._spilled.get(k, 0) for k in SPILL_SUMS},
+            "state_runs_max": spilled["runs_max"],
         }
+
+
+SPILL_SUMS = ("rows_flushed", "run_probes", "run_hits")
+
+
+def spill_totals(tables: Tables) -> dict[str, int]:
+    """What the tables' spilling did so far (0 without a memory budget)."""
+    stats = [s for t in tables.values() if (s := t.spill_stats()) is not None]
+    out = {k: sum(s[k] for s in stats) for k in SPILL_SUMS}
+    out["runs_max"] = max((s["runs"] for s in stats), default=0)
+    return out
 
 
 def schema_of(layout: TableLayout) -> pa.Schema:

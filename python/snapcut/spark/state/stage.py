@@ -40,6 +40,9 @@ class StateOptions:
     filesystem: Any
     state_writes: str
     initial_state: Any
+    state_memory: int | None = None
+    """Bytes of each state table's rows a Python worker keeps in memory
+    (parsed and checked by :func:`state_memory_bytes`); None: all."""
 
     def __post_init__(self) -> None:
         if self.state_writes not in STATE_WRITES:
@@ -131,6 +134,7 @@ def build_stage(
         stage_schema,
         options.state_writes,
         streaming=df.isStreaming,
+        state_memory=options.state_memory,
     )
     stage_type = from_arrow_schema(stage_schema, prefer_timestamp_ntz=False)
     out = metrics.observe_and_strip(parted.mapInArrow(udf, stage_type), keyed.name, output)

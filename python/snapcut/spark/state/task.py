@@ -35,6 +35,7 @@ def make_task_function(
     state_writes: str = "background",
     *,
     streaming: bool,
+    state_memory: int | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs in each Python worker: the output in
     `stage_schema` (:func:`snapcut.spark.metrics.internal_schema`), then the
@@ -64,6 +65,7 @@ def make_task_function(
             delay_ms,
             initial=initial,
             run_id=ctx.getLocalProperty("sql.streaming.runId"),
+            state_memory=state_memory,
         )
         out = task.apply(rows, processor, batch_ts)
         if state_writes == "sync":

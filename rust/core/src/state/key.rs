@@ -273,6 +273,14 @@ impl KeySet {
         }
     }
 
+    pub(crate) fn contains(&self, key: &Key) -> bool {
+        match (self, key) {
+            (KeySet::Int(s), Key::Int(k)) => s.contains(k),
+            (KeySet::Bytes(s), Key::Bytes(k)) => s.contains(k),
+            _ => false,
+        }
+    }
+
     pub(crate) fn remove(&mut self, key: &Key) {
         match (self, key) {
             (KeySet::Int(s), Key::Int(k)) => {

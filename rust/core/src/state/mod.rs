@@ -26,12 +26,17 @@ mod key;
 mod lookup_tests;
 pub mod pickled;
 pub mod runs;
+#[cfg(test)]
+mod spill_tests;
 mod table;
 
 pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};
 pub use encode::encode_keys;
 pub use key::Key;
-pub use table::{StatePolicy, StateTable, DELETED_COLUMN, KEY_METADATA};
+pub use table::{
+    check_memory_budget, parse_memory, InMemoryRuns, RunSink, SpillStats, StatePolicy, StateTable,
+    DELETED_COLUMN, KEY_METADATA, MAX_RUNS, MIN_STATE_MEMORY,
+};
 
 /// Whether a [`StateTable`] value column holds `data_type` natively (the
 /// one place that says which Arrow types state can be kept as).

@@ -19,6 +19,12 @@ use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
 
+mod spill;
+pub use spill::{
+    check_memory_budget, parse_memory, InMemoryRuns, RunSink, SpillStats, MAX_RUNS,
+    MIN_STATE_MEMORY,
+};
+
 /// Name of the tombstone column of a diff batch.
 pub const DELETED_COLUMN: &str = "__deleted";
 /// Schema metadata key naming the key column of a state batch (files carry it,
@@ -68,6 +74,8 @@ pub struct StateTable {
     confirm: Option<Confirm>,
     /// Rows by a group column, if [`StateTable::with_group`] set one.
     group: Option<GroupIndex>,
+    /// Runs below the memtable, if [`StateTable::with_memory_budget`] set one.
+    spill: Option<spill::Spill>,
 }
 
 /// Bookkeeping of confirmed-base mode (several checkpoints in flight).
@@ -162,6 +170,7 @@ impl StateTable {
             restoring: false,
             confirm: None,
             group: None,
+            spill: None,
             schema,
         })
     }
@@ -170,6 +179,13 @@ impl StateTable {
     /// grouping key that prefixes a composite key), for
     /// [`Self::lookup_groups`] and [`Self::delete_groups`].
     pub fn with_group(mut self, column: &str) -> Result<Self> {
+        if self.spill.is_some() {
+            return Err(Error::Config(
+                "a state table with a memory budget cannot take a group column: its groups' \
+                 rows must stay in memory"
+                    .into(),
+            ));
+        }
         let col = self.schema.index_of(column).map_err(|_| {
             Error::Config(format!(
                 "group column '{column}' is not in the state schema (columns: {})",
@@ -228,9 +244,9 @@ impl StateTable {
         self.policy
     }
 
-    /// Number of live keys.
+    /// Number of live keys (in memory and, with a memory budget, in runs).
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.index.len() + self.outside_len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -239,7 +255,7 @@ impl StateTable {
 
     /// Upper bound of keys changed (upserted or deleted) since the last checkpoint.
     pub fn changed_len(&self) -> usize {
-        self.log.len() + self.tombstones.len()
+        self.log.len() + self.tombstones.len() + self.pending_rows()
     }
 
     /// The checkpoint the next diff would be based on.
@@ -262,6 +278,7 @@ impl StateTable {
             ),
             None => None,
         };
+        self.before_upsert(&arrays)?;
         self.index.reserve(key_array.len());
         let mut len = self.occupied.len() as u32;
         let free = &mut self.free;
@@ -314,13 +331,14 @@ impl StateTable {
                 logged.scatter(&entries, array.as_ref());
             }
         }
-        Ok(())
+        self.after_write()
     }
 
     /// Removes `keys` (absent ones are ignored); returns how many were present.
     pub fn delete(&mut self, keys: &dyn Array) -> Result<usize> {
         let keys = self.key_type.keys(self.key_column(), keys)?;
         let mut removed = 0;
+        let mut elsewhere = Vec::new();
         for key in keys {
             if let Some(slot) = self.index.remove(&key) {
                 self.occupied[slot as usize] = false;
@@ -329,11 +347,17 @@ impl StateTable {
                 }
                 self.free.push(slot);
                 self.log.remove(slot);
+                self.shadow(&key);
                 if self.logging() {
                     self.tombstones.insert(key);
                 }
                 removed += 1;
+            } else if self.has_runs() {
+                elsewhere.push(key);
             }
+        }
+        if !elsewhere.is_empty() {
+            removed += self.delete_from_runs(elsewhere)?;
         }
         Ok(removed)
     }
@@ -341,6 +365,12 @@ impl StateTable {
     /// The rows of the given keys that are present, in the order asked.
     pub fn get(&self, keys: &dyn Array) -> Result<RecordBatch> {
         self.key_type.check(self.key_column(), keys)?;
+        if self.has_runs() {
+            let (rows, present) = self.lookup_with_runs(keys)?;
+            let rows = filter_record_batch(&rows, &present).map_err(arrow_err)?;
+            return RecordBatch::try_new(self.schema.clone(), rows.columns().to_vec())
+                .map_err(arrow_err);
+        }
         let slots: Vec<u32> = self.index.slots_of(keys).into_iter().flatten().collect();
         Ok(self.gather(&slots))
     }
@@ -351,6 +381,9 @@ impl StateTable {
     /// were present. The batch has [`Self::lookup_schema`].
     pub fn lookup(&self, keys: &dyn Array) -> Result<(RecordBatch, BooleanArray)> {
         self.key_type.check(self.key_column(), keys)?;
+        if self.has_runs() {
+            return self.lookup_with_runs(keys);
+        }
         let slots = self.index.slots_of(keys);
         let present = BooleanArray::from(slots.iter().map(Option::is_some).collect::<Vec<_>>());
         let found: Vec<u32> = slots.iter().flatten().copied().collect();
@@ -424,14 +457,28 @@ impl StateTable {
         })
     }
 
-    /// Every live row (slot order, which is not key order).
+    /// Every live row (slot order, which is not key order; key order once
+    /// runs hold part of the state).
     pub fn to_batch(&self) -> RecordBatch {
+        if self.has_runs() {
+            return self
+                .full_with_runs()
+                .expect("a table's own runs merge: they share its schema and are sorted");
+        }
         self.gather(&self.live_slots())
     }
 
     /// The changes since the last checkpoint as a diff batch, without
-    /// starting a new checkpoint: upserts then tombstones.
+    /// starting a new checkpoint: upserts then tombstones (in key order
+    /// once flushes moved some of them into runs).
     pub fn changes(&self) -> RecordBatch {
+        self.interval_changes()
+            .expect("a table's own runs merge: they share its schema and are sorted")
+    }
+
+    /// The changes since the last checkpoint held in memory: the change log
+    /// and the tombstones.
+    fn log_changes(&self) -> RecordBatch {
         if self.last_checkpoint.is_none() {
             // Before the first checkpoint nothing is logged: everything changed.
             return self.diff_batch(&self.columns, &self.live_slots(), &[]);
@@ -498,7 +545,7 @@ impl StateTable {
     /// keys need no tombstones then: a full capture replaces the state
     /// instead of patching it.
     fn changed_every_key(&self) -> bool {
-        self.logging() && self.changed_len() > 0 && self.log.len() == self.len()
+        self.logging() && !self.has_runs() && self.changed_len() > 0 && self.log.len() == self.len()
     }
 
     /// The whole table, read from the change log when it covers every live
@@ -704,6 +751,8 @@ impl StateTable {
 
     /// Removes every key and all change tracking.
     pub fn clear(&mut self) {
+        self.clear_runs();
+        self.drop_pending();
         self.index.clear();
         for c in &mut self.columns {
             c.resize(0);
@@ -719,6 +768,23 @@ impl StateTable {
 
     fn reset_tracking(&mut self) {
         self.log.clear();
+        self.tombstones.drain();
+        self.drop_pending();
+    }
+
+    /// Empties the memtable after a flush (its rows are in a run), giving
+    /// its memory back rather than keeping the capacity.
+    fn empty_memtable(&mut self) {
+        self.index = self.key_type.new_index();
+        self.columns = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| new_column(f.data_type(), f.is_nullable()).expect("checked supported"))
+            .collect();
+        self.occupied = Vec::new();
+        self.free = Vec::new();
+        self.log = ChangeLog::new(&self.schema);
         self.tombstones.drain();
     }
 

@@ -20,6 +20,7 @@ pub mod format;
 mod manifest;
 mod reader;
 mod sink;
+mod spill;
 mod writer;
 
 pub use crate::snapshot::CompactionStats;
@@ -38,3 +39,4 @@ pub use manifest::{
 pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};
 pub use sink::{SnapshotStore, StoreOptions};
+pub use spill::LocalRuns;

@@ -103,7 +103,8 @@ pub fn decode_ipc(bytes: Vec<u8>, what: &str) -> Result<(SchemaRef, Vec<RecordBa
     decode_buffer(Buffer::from_vec(bytes), what)
 }
 
-pub(super) fn decode_buffer(buffer: Buffer, what: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+/// As [`decode_ipc`], of bytes already in a buffer (a mapped file).
+pub fn decode_buffer(buffer: Buffer, what: &str) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let err = |e: String| Error::Snapshot(format!("{what} is not a readable Arrow IPC file: {e}"));
     if buffer.len() < 16 {
         return Err(err(format!("{} bytes is too short", buffer.len())));

@@ -47,7 +47,9 @@ pub use compaction::{
     adopt, merge_batches, merge_span, merged_run, plan_compaction, CompactionPlan, MergeKind,
     BASE_MERGE_RATIO,
 };
-pub use encode::{concat, decode_ipc, encode_ipc, encode_ipc_into, EncodeError, Written};
+pub use encode::{
+    concat, decode_buffer, decode_ipc, encode_ipc, encode_ipc_into, EncodeError, Written,
+};
 pub use entries::{
     build_manifest, channel_entry, channel_files, manifest_bytes, other_entry, parse_manifest,
     run_counts, sources_entry, state_entry, state_files, task_entries, ManifestMeta, RunCounts,

@@ -1,0 +1,323 @@
+//! A `StateTable` with a memory budget against a model map: random
+//! upserts, deletes, flushes, lookups, checkpoints and restores; the
+//! table's reads, its length and every checkpoint (restored into a plain
+//! table) must agree with a `BTreeMap` that applied the same operations.
+//! Then the budget itself: flushes keep the memtable near it, the runs go
+//! to local files, and bad budgets are refused.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::{parse_memory, InMemoryRuns, StatePolicy, StateTable, MAX_RUNS, MIN_STATE_MEMORY};
+use crate::protocol::CheckpointId;
+use crate::snapshot::{StateCapture, StateKind};
+use crate::store::LocalRuns;
+
+fn schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+        Field::new("s", DataType::Utf8, true),
+    ]))
+}
+
+fn rows(pairs: &[(i64, i64)]) -> RecordBatch {
+    RecordBatch::try_new(
+        schema(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(pairs.iter().map(|p| p.0))),
+            Arc::new(Int64Array::from_iter_values(pairs.iter().map(|p| p.1))),
+            Arc::new(StringArray::from_iter(
+                pairs
+                    .iter()
+                    .map(|p| (p.1 % 3 != 0).then(|| format!("s{}", p.1))),
+            )),
+        ],
+    )
+    .unwrap()
+}
+
+fn as_map(batch: &RecordBatch) -> BTreeMap<i64, i64> {
+    let k = batch.column(0).as_primitive::<Int64Type>();
+    let v = batch.column(1).as_primitive::<Int64Type>();
+    (0..batch.num_rows())
+        .map(|i| (k.value(i), v.value(i)))
+        .collect()
+}
+
+fn spilling(policy: StatePolicy) -> StateTable {
+    StateTable::new(schema(), "k", policy)
+        .unwrap()
+        .with_memory_budget(MIN_STATE_MEMORY, Box::new(InMemoryRuns))
+        .unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Upsert(Vec<(i64, i64)>),
+    Delete(Vec<i64>),
+    Flush,
+    Lookup(Vec<i64>),
+    Checkpoint,
+    Abort,
+    Restore,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let key = -30i64..30;
+    prop_oneof![
+        4 => prop::collection::vec((key.clone(), -100i64..100), 0..12).prop_map(Op::Upsert),
+        2 => prop::collection::vec(key.clone(), 0..8).prop_map(Op::Delete),
+        2 => Just(Op::Flush),
+        2 => prop::collection::vec(key, 0..12).prop_map(Op::Lookup),
+        2 => Just(Op::Checkpoint),
+        1 => Just(Op::Abort),
+        1 => Just(Op::Restore),
+    ]
+}
+
+/// Checkpoints taken and stored, oldest first, as a restore reads them:
+/// the chain from the newest full on.
+#[derive(Default)]
+struct Stored {
+    chain: Vec<(CheckpointId, StateCapture)>,
+    model: BTreeMap<i64, i64>,
+}
+
+fn check(ops: Vec<Op>, policy: StatePolicy) -> Result<(), TestCaseError> {
+    let mut t = spilling(policy);
+    let mut model: BTreeMap<i64, i64> = BTreeMap::new();
+    let mut stored = Stored::default();
+    let mut next: CheckpointId = 1;
+    for op in ops {
+        match op {
+            Op::Upsert(pairs) => {
+                // Within a batch the last row of a key wins.
+                t.upsert(&rows(&pairs)).unwrap();
+                for (k, v) in pairs {
+                    model.insert(k, v);
+                }
+            }
+            Op::Delete(keys) => {
+                let mut expected = 0;
+                let mut gone = std::collections::BTreeSet::new();
+                for k in &keys {
+                    if gone.insert(*k) && model.remove(k).is_some() {
+                        expected += 1;
+                    }
+                }
+                let removed = t.delete(&Int64Array::from(keys)).unwrap();
+                prop_assert_eq!(removed, expected);
+            }
+            Op::Flush => t.flush().unwrap(),
+            Op::Lookup(keys) => {
+                let (found, present) = t.lookup(&Int64Array::from(keys.clone())).unwrap();
+                prop_assert_eq!(found.schema(), t.lookup_schema());
+                let v = found.column(1).as_primitive::<Int64Type>();
+                for (i, k) in keys.iter().enumerate() {
+                    prop_assert_eq!(present.value(i), model.contains_key(k), "key {}", k);
+                    let got = (!v.is_null(i)).then(|| v.value(i));
+                    prop_assert_eq!(got, model.get(k).copied(), "key {}", k);
+                }
+                let got = t.get(&Int64Array::from(keys.clone())).unwrap();
+                let want: Vec<i64> = keys
+                    .iter()
+                    .filter(|k| model.contains_key(k))
+                    .copied()
+                    .collect();
+                let got_keys: Vec<i64> =
+                    got.column(0).as_primitive::<Int64Type>().values().to_vec();
+                prop_assert_eq!(got_keys, want);
+            }
+            Op::Checkpoint => {
+                let capture = t.checkpoint(next).unwrap();
+                match capture.kind {
+                    StateKind::Full => stored.chain.clear(),
+                    StateKind::Diff { base } => {
+                        prop_assert_eq!(Some(base), stored.chain.last().map(|c| c.0))
+                    }
+                }
+                stored.chain.push((next, capture));
+                stored.model = model.clone();
+                next += 1;
+                // The stored chain restores into a plain table as the model.
+                let mut plain = StateTable::new(schema(), "k", policy).unwrap();
+                plain.restore(&stored.chain).unwrap();
+                prop_assert_eq!(as_map(&plain.to_batch()), stored.model.clone());
+            }
+            Op::Abort => {
+                // A checkpoint taken and never stored: the next must be full.
+                t.checkpoint(next).unwrap();
+                t.checkpoint_aborted();
+                next += 1;
+            }
+            Op::Restore => {
+                if stored.chain.is_empty() {
+                    continue;
+                }
+                t.restore(&stored.chain).unwrap();
+                model = stored.model.clone();
+            }
+        }
+        prop_assert_eq!(t.len(), model.len());
+        prop_assert_eq!(as_map(&t.to_batch()), model.clone());
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn a_spilling_table_agrees_with_the_model(
+        ops in prop::collection::vec(op(), 1..60),
+        full_every in 1u32..6,
+    ) {
+        check(ops, StatePolicy { full_every })?;
+    }
+}
+
+#[test]
+fn the_budget_flushes_the_memtable_and_runs_merge_past_the_limit() {
+    let mut t = spilling(StatePolicy {
+        full_every: u32::MAX,
+    });
+    let mut model = BTreeMap::new();
+    // 400k distinct keys in batches of 10k: far more than 1 MiB holds.
+    for b in 0..40i64 {
+        let pairs: Vec<(i64, i64)> = (0..10_000).map(|i| (b * 10_000 + i, b)).collect();
+        t.upsert(&rows(&pairs)).unwrap();
+        model.extend(pairs);
+        let stats = t.spill_stats().unwrap();
+        assert!(
+            stats.memtable_bytes <= MIN_STATE_MEMORY,
+            "after batch {b}: {stats:?}"
+        );
+        assert!(stats.runs <= MAX_RUNS, "{stats:?}");
+    }
+    let stats = t.spill_stats().unwrap();
+    assert!(stats.flushes >= 10 && stats.merges >= 1, "{stats:?}");
+    assert_eq!(t.len(), model.len());
+    // Rewrites of old keys find them in the runs, and the count holds.
+    t.upsert(&rows(&[(5, -1), (123_456, -2), (999_999, -3)]))
+        .unwrap();
+    assert_eq!(t.len(), model.len() + 1);
+    assert!(t.spill_stats().unwrap().run_hits >= 2);
+    model.insert(5, -1);
+    model.insert(123_456, -2);
+    model.insert(999_999, -3);
+    assert_eq!(as_map(&t.to_batch()), model);
+}
+
+#[test]
+fn a_checkpoint_after_flushes_holds_only_the_changes() {
+    let mut t = spilling(StatePolicy {
+        full_every: u32::MAX,
+    });
+    let all: Vec<(i64, i64)> = (0..1000).map(|k| (k, 0)).collect();
+    t.upsert(&rows(&all)).unwrap();
+    let first = t.checkpoint(1).unwrap();
+    assert_eq!(
+        (first.kind, first.batch.num_rows()),
+        (StateKind::Full, 1000)
+    );
+    t.upsert(&rows(&[(1, 1), (2, 2)])).unwrap();
+    t.flush().unwrap();
+    t.upsert(&rows(&[(3, 3)])).unwrap();
+    t.delete(&Int64Array::from(vec![4])).unwrap();
+    t.flush().unwrap();
+    t.upsert(&rows(&[(1, 11)])).unwrap();
+    let diff = t.checkpoint(2).unwrap();
+    assert_eq!(diff.kind, StateKind::Diff { base: 1 });
+    let keys: Vec<i64> = diff
+        .batch
+        .column(0)
+        .as_primitive::<Int64Type>()
+        .values()
+        .to_vec();
+    assert_eq!(keys, vec![1, 2, 3, 4], "sorted: the flushed changes merged");
+    let deleted = diff.batch.column(3).as_boolean();
+    assert_eq!(
+        deleted.iter().collect::<Vec<_>>(),
+        vec![Some(false), Some(false), Some(false), Some(true)]
+    );
+    assert_eq!(
+        diff.batch.column(1).as_primitive::<Int64Type>().value(0),
+        11
+    );
+    // And the next checkpoint starts afresh.
+    t.upsert(&rows(&[(7, 7)])).unwrap();
+    assert_eq!(t.checkpoint(3).unwrap().batch.num_rows(), 1);
+}
+
+#[test]
+fn runs_spilled_to_local_files_are_mapped_back_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = LocalRuns::new(dir.path()).unwrap();
+    let spill_dir = runs.dir().to_path_buf();
+    let mut t = StateTable::new(schema(), "k", StatePolicy::default())
+        .unwrap()
+        .with_memory_budget(MIN_STATE_MEMORY, Box::new(runs))
+        .unwrap();
+    let mut model = BTreeMap::new();
+    for b in 0..(MAX_RUNS as i64 + 3) {
+        let pairs: Vec<(i64, i64)> = (0..500).map(|i| (b * 300 + i, b)).collect();
+        t.upsert(&rows(&pairs)).unwrap();
+        model.extend(pairs);
+        t.flush().unwrap();
+        let files = std::fs::read_dir(&spill_dir).unwrap().count();
+        assert!(
+            (1..=MAX_RUNS).contains(&files),
+            "{files} files after flush {b}"
+        );
+    }
+    t.delete(&Int64Array::from(vec![0, 1, 2])).unwrap();
+    for k in 0..3 {
+        model.remove(&k);
+    }
+    assert_eq!(as_map(&t.to_batch()), model);
+    assert_eq!(t.len(), model.len());
+    drop(t);
+    assert!(!spill_dir.exists(), "the table's runs go with it");
+}
+
+#[test]
+fn bad_budgets_and_sizes_are_refused_with_what_to_do() {
+    let small = StateTable::new(schema(), "k", StatePolicy::default())
+        .unwrap()
+        .with_memory_budget(1000, Box::new(InMemoryRuns))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        small.contains("1000 bytes") && small.contains("1048576"),
+        "{small}"
+    );
+    let grouped = StateTable::new(schema(), "k", StatePolicy::default())
+        .unwrap()
+        .with_group("v")
+        .unwrap()
+        .with_memory_budget(MIN_STATE_MEMORY, Box::new(InMemoryRuns))
+        .unwrap_err()
+        .to_string();
+    assert!(grouped.contains("group column"), "{grouped}");
+    assert_eq!(parse_memory("256MB").unwrap(), 256 << 20);
+    assert_eq!(parse_memory(" 256m ").unwrap(), 256 << 20);
+    assert_eq!(parse_memory("1GiB").unwrap(), 1 << 30);
+    assert_eq!(parse_memory("4096").unwrap(), 4096);
+    for bad in [
+        "",
+        "MB",
+        "12 parsecs",
+        "-5",
+        "1.5GB",
+        "99999999999999999999t",
+    ] {
+        let e = parse_memory(bad).unwrap_err().to_string();
+        assert!(e.contains("256MB"), "{bad}: {e}");
+    }
+}

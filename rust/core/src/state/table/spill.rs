@@ -1,0 +1,593 @@
+//! Spilling (issue 37): a [`StateTable`] with a memory budget keeps its
+//! newest rows in memory (the memtable: its slots) over sorted runs that
+//! hold the rest (a [`RunSet`], newest first), as RocksDB keeps a memtable
+//! over its levels. When the memtable outgrows the budget after a write,
+//! its rows, with a tombstone for every key deleted since (the runs may
+//! hold it), become one more run (a flush), which a [`RunSink`] keeps where
+//! it likes (the store's `LocalRuns` writes it to a local Arrow IPC file
+//! and maps it back, so it costs page cache, not heap); the memtable then
+//! starts empty.
+//!
+//! A key's value is the memtable's if it holds the key, else nothing if it
+//! was deleted since the last flush (a *shadow*), else the newest run's.
+//! Checkpoints stay O(changed keys): a flush also hands the sink the
+//! changes since the last checkpoint (the change log's rows and the
+//! tombstones) as a *pending* run, and a diff is the pending runs merged
+//! with the change log. Past [`MAX_RUNS`] runs, a flush merges them all
+//! into one base, so a lookup searches a bounded number of runs.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::{make_array, UInt32Array};
+use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, OffsetSizeTrait, RecordBatch};
+use arrow_schema::{DataType, Schema};
+use arrow_select::interleave::interleave;
+
+use super::{arrow_err, StateTable};
+use crate::error::{Error, Result};
+use crate::state::key::{Key, KeySet};
+use crate::state::runs::{merge, Run, RunSet, DEFAULT_FPP};
+
+/// The least memory budget: 1 MiB, a few thousand rows of a wide table.
+pub const MIN_STATE_MEMORY: usize = 1 << 20;
+
+/// Runs a spilling table keeps before a flush merges them into one.
+pub const MAX_RUNS: usize = 8;
+
+/// Bytes a memtable key costs in the index beside its row (hash map entry
+/// and its share of empty buckets).
+const INDEX_BYTES_PER_KEY: usize = 24;
+
+/// Bytes a shadow or tombstone costs (a hash set entry).
+const KEY_SET_BYTES: usize = 32;
+
+/// Where a spilling table's runs go: in memory (tests, [`InMemoryRuns`]) or
+/// to local files (`crate::store::LocalRuns`).
+pub trait RunSink: Send + Sync {
+    /// Keeps `run` (sorted; tombstones included unless a base) and returns
+    /// the run to read it from from now on.
+    fn keep(&mut self, run: Run) -> Result<Arc<Run>>;
+    /// `runs` will not be read again (merged, or a checkpoint took them):
+    /// what `keep` made for them may go.
+    fn release(&mut self, runs: &[Arc<Run>]);
+}
+
+/// Runs kept as they are, in memory: for tests of the rules.
+#[derive(Debug, Default)]
+pub struct InMemoryRuns;
+
+impl RunSink for InMemoryRuns {
+    fn keep(&mut self, run: Run) -> Result<Arc<Run>> {
+        Ok(Arc::new(run))
+    }
+
+    fn release(&mut self, _runs: &[Arc<Run>]) {}
+}
+
+/// What a spilling table did so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpillStats {
+    /// Flushes of the memtable into a run.
+    pub flushes: u64,
+    /// Rows those flushes wrote, tombstones included.
+    pub rows_flushed: u64,
+    /// `Run::size_bytes` of the runs flushed.
+    pub bytes_flushed: u64,
+    /// Merges of every run into one base.
+    pub merges: u64,
+    /// Keys looked up in the runs (the memtable lacked them) and of them
+    /// found there (a live row or a tombstone).
+    pub run_probes: u64,
+    pub run_hits: u64,
+    /// Runs now, and the memtable's estimated bytes now.
+    pub runs: usize,
+    pub memtable_bytes: usize,
+}
+
+pub(super) struct Spill {
+    budget: usize,
+    sink: Box<dyn RunSink>,
+    runs: RunSet,
+    /// Changes since the last checkpoint that flushes moved out of the
+    /// change log, newest first.
+    pending: Vec<Arc<Run>>,
+    /// Live keys whose newest value is only in the runs.
+    outside: usize,
+    /// Keys deleted since the last flush that the runs may hold.
+    shadows: KeySet,
+    /// Bytes of a row's fixed-width values; the variable-width ones are
+    /// measured as they come (`var_bytes` over `var_rows`).
+    fixed_row_bytes: usize,
+    var_bytes: u64,
+    var_rows: u64,
+    stats: SpillStats,
+    probes: AtomicU64,
+    hits: AtomicU64,
+}
+
+impl Spill {
+    fn release_all(&mut self) {
+        let runs: Vec<Arc<Run>> = self
+            .runs
+            .iter()
+            .cloned()
+            .chain(self.pending.drain(..))
+            .collect();
+        self.sink.release(&runs);
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        self.release_all();
+    }
+}
+
+/// Bytes of a row of `schema` in slot storage, without variable-width
+/// values: each value and its validity byte.
+fn fixed_row_bytes(schema: &Schema) -> usize {
+    schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::Boolean => 2,
+            t => t.primitive_width().unwrap_or(16) + 1,
+        })
+        .sum()
+}
+
+fn offsets_span<O: OffsetSizeTrait>(offsets: &[O]) -> u64 {
+    match (offsets.first(), offsets.last()) {
+        (Some(a), Some(b)) => (b.as_usize() - a.as_usize()) as u64,
+        _ => 0,
+    }
+}
+
+/// Bytes of the values of a variable-width array (its slice only).
+fn var_bytes(array: &dyn Array) -> u64 {
+    match array.data_type() {
+        DataType::Utf8 => offsets_span(array.as_string::<i32>().value_offsets()),
+        DataType::LargeUtf8 => offsets_span(array.as_string::<i64>().value_offsets()),
+        DataType::Binary => offsets_span(array.as_binary::<i32>().value_offsets()),
+        DataType::LargeBinary => offsets_span(array.as_binary::<i64>().value_offsets()),
+        _ => 0,
+    }
+}
+
+/// Parses a memory size: a number of bytes, or a number with a unit as
+/// Spark's byte strings take them (`k`, `m`, `g`, `t`, with or without `b`
+/// or `ib`, any case; binary: `256m` and `256MB` are 256 MiB).
+pub fn parse_memory(text: &str) -> Result<usize> {
+    let bad = || {
+        Error::Config(format!(
+            "state memory '{text}' is not a size: give bytes (268435456) or a number with a \
+             unit (256MB, 256m, 1GiB; binary units, as Spark reads them)"
+        ))
+    };
+    let t = text.trim().to_ascii_lowercase();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    if digits == 0 {
+        return Err(bad());
+    }
+    let n: usize = t[..digits].parse().map_err(|_| bad())?;
+    let shift = match t[digits..].trim() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1usize << shift).ok_or_else(bad)
+}
+
+/// `budget_bytes` if a table can work within it: at least [`MIN_STATE_MEMORY`].
+pub fn check_memory_budget(budget_bytes: usize) -> Result<usize> {
+    if budget_bytes < MIN_STATE_MEMORY {
+        return Err(Error::Config(format!(
+            "state memory of {budget_bytes} bytes is below the minimum of {MIN_STATE_MEMORY} \
+             bytes (1 MiB) a table needs between two flushes; raise it, or leave it unset for \
+             no limit"
+        )));
+    }
+    Ok(budget_bytes)
+}
+
+impl StateTable {
+    /// Keeps at most about `budget_bytes` of rows in memory: past it, a
+    /// write flushes the memtable into a sorted run that `sink` keeps
+    /// (module docs). Reads, writes, deletes and checkpoints then see the
+    /// memtable and the runs as one table. A budget below
+    /// [`MIN_STATE_MEMORY`] is refused, naming both; so is a table with a
+    /// group column (its groups' rows must stay in memory).
+    pub fn with_memory_budget(
+        mut self,
+        budget_bytes: usize,
+        sink: Box<dyn RunSink>,
+    ) -> Result<Self> {
+        check_memory_budget(budget_bytes)?;
+        if self.group.is_some() {
+            return Err(Error::Config(
+                "a state table with a group column keeps its rows in memory: leave its memory \
+                 budget unset"
+                    .into(),
+            ));
+        }
+        let runs = RunSet::new(&self.schema, self.key_column())?;
+        self.spill = Some(Spill {
+            budget: budget_bytes,
+            sink,
+            runs,
+            pending: Vec::new(),
+            outside: 0,
+            shadows: self.key_type.new_set(),
+            fixed_row_bytes: fixed_row_bytes(&self.schema),
+            var_bytes: 0,
+            var_rows: 0,
+            stats: SpillStats::default(),
+            probes: AtomicU64::new(0),
+            hits: AtomicU64::new(0),
+        });
+        self.after_write()?;
+        Ok(self)
+    }
+
+    /// The memory budget in bytes, if one was set.
+    pub fn memory_budget(&self) -> Option<usize> {
+        self.spill.as_ref().map(|s| s.budget)
+    }
+
+    /// What spilling did so far (`None` without a memory budget).
+    pub fn spill_stats(&self) -> Option<SpillStats> {
+        let s = self.spill.as_ref()?;
+        Some(SpillStats {
+            run_probes: s.probes.load(Ordering::Relaxed),
+            run_hits: s.hits.load(Ordering::Relaxed),
+            runs: s.runs.len(),
+            memtable_bytes: self.memtable_bytes(s),
+            ..s.stats
+        })
+    }
+
+    /// Live keys whose newest value is only in the runs.
+    pub(super) fn outside_len(&self) -> usize {
+        self.spill.as_ref().map_or(0, |s| s.outside)
+    }
+
+    /// Whether reads must look past the memtable.
+    pub(super) fn has_runs(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| !s.runs.is_empty())
+    }
+
+    /// Rows of the pending runs (changes since the last checkpoint that
+    /// flushes moved out of the change log).
+    pub(super) fn pending_rows(&self) -> usize {
+        self.spill
+            .as_ref()
+            .map_or(0, |s| s.pending.iter().map(|r| r.len()).sum())
+    }
+
+    /// Whether the changes since the last checkpoint are partly in pending runs.
+    fn has_pending(&self) -> bool {
+        self.spill.as_ref().is_some_and(|s| !s.pending.is_empty())
+    }
+
+    fn memtable_bytes(&self, s: &Spill) -> usize {
+        let var = s.var_bytes.checked_div(s.var_rows).unwrap_or(0) as usize;
+        let row = s.fixed_row_bytes + var;
+        // The table's slots and the change log's copy of the rows written.
+        self.occupied.len() * (row + INDEX_BYTES_PER_KEY + 1)
+            + self.log.len() * row
+            + (s.shadows.len() + self.tombstones.len()) * KEY_SET_BYTES
+    }
+
+    /// Before `arrays` (schema order) are upserted: measures their
+    /// variable-width values; keys new to the memtable that the runs hold
+    /// leave `outside`, and a shadow of an upserted key goes (its new row
+    /// hides the runs' from now on).
+    pub(super) fn before_upsert(&mut self, arrays: &[ArrayRef]) -> Result<()> {
+        let key_col = self.key_col;
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(());
+        };
+        let rows = arrays.first().map_or(0, |a| a.len()) as u64;
+        spill.var_bytes += arrays.iter().map(|a| var_bytes(a.as_ref())).sum::<u64>();
+        spill.var_rows += rows;
+        if spill.runs.is_empty() && spill.shadows.len() == 0 {
+            return Ok(());
+        }
+        let keys = arrays[key_col].as_ref();
+        let slots = self.index.slots_of(keys);
+        let absent: Vec<u32> = (0..slots.len() as u32)
+            .filter(|&i| slots[i as usize].is_none())
+            .collect();
+        if absent.is_empty() {
+            return Ok(());
+        }
+        let probes =
+            arrow_select::take::take(keys, &UInt32Array::from(absent), None).map_err(arrow_err)?;
+        let name = self.schema.field(key_col).name();
+        let mut seen = HashSet::new();
+        let mut ask = Vec::new();
+        for key in self.key_type.keys(name, probes.as_ref())? {
+            if !seen.insert(key.clone()) {
+                continue;
+            }
+            if spill.shadows.contains(&key) {
+                // Deleted since the flush: not counted in `outside`.
+                spill.shadows.remove(&key);
+            } else {
+                ask.push(key);
+            }
+        }
+        if ask.is_empty() || spill.runs.is_empty() {
+            return Ok(());
+        }
+        let asked = self.key_type.array(&ask);
+        let lookup = spill.runs.lookup(asked.as_ref())?;
+        let found = lookup.hits().iter().filter(|h| h.is_some()).count();
+        let stats = lookup.stats();
+        spill.probes.fetch_add(ask.len() as u64, Ordering::Relaxed);
+        spill
+            .hits
+            .fetch_add((stats.found + stats.deleted) as u64, Ordering::Relaxed);
+        spill.outside -= found;
+        Ok(())
+    }
+
+    /// After a write: flushes the memtable if it outgrew the budget.
+    pub(super) fn after_write(&mut self) -> Result<()> {
+        let over = (self.spill.as_ref()).is_some_and(|s| self.memtable_bytes(s) > s.budget);
+        if over {
+            self.flush()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Deletes `keys` that the memtable lacks from the runs (each at most
+    /// once, the shadowed ones already gone); returns how many were live.
+    pub(super) fn delete_from_runs(&mut self, keys: Vec<Key>) -> Result<usize> {
+        let logging = self.logging();
+        let Some(spill) = self.spill.as_mut() else {
+            return Ok(0);
+        };
+        let mut seen = HashSet::new();
+        let ask: Vec<Key> = keys
+            .into_iter()
+            .filter(|k| !spill.shadows.contains(k) && seen.insert(k.clone()))
+            .collect();
+        if ask.is_empty() {
+            return Ok(0);
+        }
+        let asked = self.key_type.array(&ask);
+        let hits = spill.runs.lookup(asked.as_ref())?.hits().to_vec();
+        spill.probes.fetch_add(ask.len() as u64, Ordering::Relaxed);
+        let mut removed = 0;
+        for (key, hit) in ask.into_iter().zip(hits) {
+            if hit.is_some() {
+                spill.outside -= 1;
+                spill.shadows.insert(key.clone());
+                if logging {
+                    self.tombstones.insert(key);
+                }
+                removed += 1;
+            }
+        }
+        spill.hits.fetch_add(removed as u64, Ordering::Relaxed);
+        Ok(removed)
+    }
+
+    /// A key deleted from the memtable: the runs may hold an older row.
+    pub(super) fn shadow(&mut self, key: &Key) {
+        if let Some(spill) = self.spill.as_mut().filter(|s| !s.runs.is_empty()) {
+            spill.shadows.insert(key.clone());
+        }
+    }
+
+    /// `StateTable::lookup` with runs: the memtable's rows, and for the keys
+    /// it lacks that no shadow hides, the runs' (one batched search).
+    pub(super) fn lookup_with_runs(&self, keys: &dyn Array) -> Result<(RecordBatch, BooleanArray)> {
+        let spill = self.spill.as_ref().expect("a table with runs spills");
+        let n = keys.len();
+        let slots = self.index.slots_of(keys);
+        let hidden: Vec<bool> = if spill.shadows.len() == 0 {
+            vec![false; n]
+        } else {
+            self.key_type
+                .keys(self.key_column(), keys)?
+                .iter()
+                .map(|k| spill.shadows.contains(k))
+                .collect()
+        };
+        let ask: Vec<u32> = (0..n as u32)
+            .filter(|&i| slots[i as usize].is_none() && !hidden[i as usize])
+            .collect();
+        let probes = arrow_select::take::take(keys, &UInt32Array::from(ask.clone()), None)
+            .map_err(arrow_err)?;
+        let lookup = spill.runs.lookup(probes.as_ref())?;
+        let stats = lookup.stats();
+        spill.probes.fetch_add(ask.len() as u64, Ordering::Relaxed);
+        spill
+            .hits
+            .fetch_add((stats.found + stats.deleted) as u64, Ordering::Relaxed);
+        let (from_runs, found_in_runs) = lookup.to_batch()?;
+        let in_memory: Vec<u32> = slots.iter().flatten().copied().collect();
+        // Per asked key: (0, memtable row), (1, probe) or (2, 0): a null row.
+        let mut picks = Vec::with_capacity(n);
+        let mut present = Vec::with_capacity(n);
+        let (mut mem, mut probe) = (0usize, 0usize);
+        for (i, slot) in slots.iter().enumerate() {
+            if slot.is_some() {
+                picks.push((0, mem));
+                present.push(true);
+                mem += 1;
+            } else if !hidden[i] {
+                let found = found_in_runs.value(probe);
+                picks.push(if found { (1, probe) } else { (2, 0) });
+                present.push(found);
+                probe += 1;
+            } else {
+                picks.push((2, 0));
+                present.push(false);
+            }
+        }
+        let mut arrays: Vec<ArrayRef> = Vec::with_capacity(self.columns.len());
+        for (i, column) in self.columns.iter().enumerate() {
+            if i == self.key_col {
+                arrays.push(make_array(keys.to_data()));
+                continue;
+            }
+            let mine = column.gather(&in_memory);
+            let null = new_null_array(self.schema.field(i).data_type(), 1);
+            let sources = [mine.as_ref(), from_runs.column(i).as_ref(), null.as_ref()];
+            arrays.push(interleave(&sources, &picks).map_err(arrow_err)?);
+        }
+        let batch = RecordBatch::try_new(self.lookup_schema.clone(), arrays)
+            .expect("columns match the lookup schema");
+        Ok((batch, BooleanArray::from(present)))
+    }
+
+    /// Every key the memtable deleted since the last flush, once.
+    fn deleted_since_flush(&self) -> Vec<Key> {
+        let mut keys: HashSet<Key> = self.tombstones.to_vec().into_iter().collect();
+        if let Some(s) = &self.spill {
+            keys.extend(s.shadows.to_vec());
+        }
+        keys.into_iter().collect()
+    }
+
+    /// The memtable as a run: its live rows and a tombstone for every key
+    /// deleted since the last flush (`None` if it holds neither).
+    fn memtable_run(&self) -> Result<Option<Run>> {
+        let live = self.live_slots();
+        let dead = self.deleted_since_flush();
+        if live.is_empty() && dead.is_empty() {
+            return Ok(None);
+        }
+        let batch = self.diff_batch(&self.columns, &live, &dead);
+        Run::from_unsorted(batch, self.key_column(), DEFAULT_FPP).map(Some)
+    }
+
+    /// The change log (changes since the last checkpoint or flush) as a run.
+    fn log_run(&self) -> Result<Option<Run>> {
+        let live = self.log.live();
+        let dead = self.tombstones.to_vec();
+        if live.is_empty() && dead.is_empty() {
+            return Ok(None);
+        }
+        let batch = self.diff_batch(&self.log.columns, &live, &dead);
+        Run::from_unsorted(batch, self.key_column(), DEFAULT_FPP).map(Some)
+    }
+
+    /// Moves the memtable into a run (and, while logging, its changes since
+    /// the last checkpoint into a pending run), then empties it, giving its
+    /// memory back; past [`MAX_RUNS`] runs merges them into one base.
+    pub fn flush(&mut self) -> Result<()> {
+        if self.spill.is_none() {
+            return Err(Error::Config(
+                "flush needs a memory budget (StateTable::with_memory_budget)".into(),
+            ));
+        }
+        let run = self.memtable_run()?;
+        let pending = if self.logging() {
+            self.log_run()?
+        } else {
+            None
+        };
+        let len = self.len();
+        let spill = self.spill.as_mut().expect("checked above");
+        if let Some(run) = run {
+            spill.stats.flushes += 1;
+            spill.stats.rows_flushed += run.len() as u64;
+            spill.stats.bytes_flushed += run.size_bytes() as u64;
+            let kept = spill.sink.keep(run)?;
+            spill.runs.push_newest(kept)?;
+        }
+        if let Some(changes) = pending {
+            let kept = spill.sink.keep(changes)?;
+            spill.pending.insert(0, kept);
+        }
+        spill.outside = len;
+        spill.shadows.drain();
+        if spill.runs.len() > MAX_RUNS {
+            let inputs: Vec<&Run> = spill.runs.iter().map(|r| r.as_ref()).collect();
+            let base = merge(&inputs, true, DEFAULT_FPP)?.run;
+            let kept = spill.sink.keep(base)?;
+            let end = spill.runs.len();
+            let old = spill.runs.replace(0..end, kept)?;
+            spill.sink.release(&old);
+            spill.stats.merges += 1;
+        }
+        self.empty_memtable();
+        Ok(())
+    }
+
+    /// The state as one full batch when runs hold part of it.
+    pub(super) fn full_with_runs(&self) -> Result<RecordBatch> {
+        let spill = self.spill.as_ref().expect("a table with runs spills");
+        self.merged(self.memtable_run()?, spill.runs.runs(), self.schema.clone())
+    }
+
+    /// The changes since the last checkpoint when flushes moved some of
+    /// them into pending runs: those and the change log, merged.
+    pub(super) fn changes_with_pending(&self) -> Result<RecordBatch> {
+        let spill = self.spill.as_ref().expect("pending runs spill");
+        self.merged(self.log_run()?, &spill.pending, self.diff_schema.clone())
+    }
+
+    /// `newest` over `older` (newest first) merged into one batch of
+    /// `schema`: the table's (a base: tombstones dropped, since `older` ends
+    /// with the oldest run) or the diff schema (tombstones kept).
+    fn merged(
+        &self,
+        newest: Option<Run>,
+        older: &[Arc<Run>],
+        schema: arrow_schema::SchemaRef,
+    ) -> Result<RecordBatch> {
+        let inputs: Vec<&Run> = newest
+            .iter()
+            .chain(older.iter().map(|r| r.as_ref()))
+            .collect();
+        let base = schema.column_with_name(super::DELETED_COLUMN).is_none();
+        let merged = merge(&inputs, base, DEFAULT_FPP)?.run;
+        RecordBatch::try_new(schema, merged.batch().columns().to_vec()).map_err(arrow_err)
+    }
+
+    /// The changes since the last checkpoint, wherever they are.
+    pub(super) fn interval_changes(&self) -> Result<RecordBatch> {
+        if self.has_pending() {
+            return self.changes_with_pending();
+        }
+        if self.last_checkpoint.is_none() && self.has_runs() {
+            // Before the first checkpoint everything changed.
+            let full = self.full_with_runs()?;
+            let mut columns = full.columns().to_vec();
+            columns.push(Arc::new(BooleanArray::from(vec![false; full.num_rows()])));
+            return RecordBatch::try_new(self.diff_schema.clone(), columns).map_err(arrow_err);
+        }
+        Ok(self.log_changes())
+    }
+
+    /// A checkpoint took the changes: the pending runs are done with.
+    pub(super) fn drop_pending(&mut self) {
+        if let Some(spill) = self.spill.as_mut() {
+            let done: Vec<Arc<Run>> = spill.pending.drain(..).collect();
+            spill.sink.release(&done);
+        }
+    }
+
+    /// Forgets the runs (a `clear`, a restore).
+    pub(super) fn clear_runs(&mut self) {
+        if let Some(spill) = self.spill.as_mut() {
+            spill.release_all();
+            spill.runs = RunSet::new(&self.schema, self.schema.field(self.key_col).name())
+                .expect("the table's schema made a run set before");
+            spill.outside = 0;
+            spill.shadows.drain();
+        }
+    }
+}

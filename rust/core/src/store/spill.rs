@@ -1,0 +1,146 @@
+//! Local runs of spilling state tables (issue 37): [`LocalRuns`] writes
+//! each run a table flushes (`StateTable::with_memory_budget`) as an Arrow
+//! IPC file in a directory of its own and reads it back mapped, so a
+//! spilled run costs page cache, which the kernel can take back, rather
+//! than heap. A released run's file goes at once (a mapping still read
+//! keeps its pages until dropped); the directory goes with the `LocalRuns`.
+//! Nothing here is durable: a checkpoint writes the state's changes through
+//! the snapshot store as ever, and a restart restores from it.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::panic::RefUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use arrow_buffer::Buffer;
+
+use super::format::{concat, decode_buffer, encode_ipc_into, EncodeError};
+use crate::error::{Error, Result};
+use crate::state::runs::Run;
+use crate::state::RunSink;
+
+/// Tables' run directories made by this process so far (their names).
+static DIRS: AtomicU64 = AtomicU64::new(0);
+
+/// A mapped run file: owns the mapping its arrays point into (never read
+/// through this field; dropping it unmaps the file).
+struct Mapped {
+    _map: memmap2::Mmap,
+}
+
+// The mapping is read-only and never changes after it is made.
+impl RefUnwindSafe for Mapped {}
+
+/// Spilled runs of one table, as files under a directory of their own.
+pub struct LocalRuns {
+    dir: PathBuf,
+    next: u64,
+    kept: Vec<(Arc<Run>, PathBuf)>,
+}
+
+impl std::fmt::Debug for LocalRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalRuns")
+            .field("dir", &self.dir)
+            .field("runs", &self.kept.len())
+            .finish()
+    }
+}
+
+impl LocalRuns {
+    /// Runs in a new directory under `parent` (created if missing; local
+    /// and writable, or the error names it).
+    pub fn new(parent: &Path) -> Result<Self> {
+        let n = DIRS.fetch_add(1, Ordering::Relaxed);
+        let dir = parent.join(format!("spill-{}-{n}", std::process::id()));
+        fs::create_dir_all(&dir).map_err(|e| {
+            Error::io(
+                format!("creating the state spill directory {}", dir.display()),
+                e,
+            )
+        })?;
+        Ok(Self {
+            dir,
+            next: 0,
+            kept: Vec::new(),
+        })
+    }
+
+    /// The directory the runs are in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn write(&self, run: &Run, path: &Path) -> Result<()> {
+        let what = path.display().to_string();
+        let io = |e| Error::io(format!("writing spilled run {what}"), e);
+        let file = File::create(path).map_err(io)?;
+        let batch = run.batch();
+        let (mut out, _) = encode_ipc_into(
+            BufWriter::new(file),
+            batch.schema_ref(),
+            std::slice::from_ref(batch),
+            &what,
+        )
+        .map_err(|e| match e {
+            EncodeError::Io(e) => io(e),
+            EncodeError::Format(e) => e,
+        })?;
+        out.flush().map_err(io)
+    }
+
+    fn map(path: &Path) -> Result<Buffer> {
+        let what = path.display().to_string();
+        let io = |e| Error::io(format!("mapping spilled run {what}"), e);
+        let file = File::open(path).map_err(io)?;
+        // SAFETY: the file is this process's own, written above and never
+        // written again; it is only removed (the mapping stays valid).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        let len = map.len();
+        let ptr = NonNull::new(map.as_ptr() as *mut u8)
+            .ok_or_else(|| Error::Snapshot(format!("{what}: mapped at a null address")))?;
+        // SAFETY: `ptr` and `len` describe the mapping that the owner keeps
+        // alive for as long as the buffer (and every slice of it) lives.
+        Ok(unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(Mapped { _map: map })) })
+    }
+}
+
+impl RunSink for LocalRuns {
+    fn keep(&mut self, run: Run) -> Result<Arc<Run>> {
+        let path = self.dir.join(format!("run-{:06}.arrow", self.next));
+        self.next += 1;
+        self.write(&run, &path)?;
+        let what = path.display().to_string();
+        let (schema, batches) = decode_buffer(Self::map(&path)?, &what)?;
+        let batch = concat(&schema, &batches)?;
+        let kept = Arc::new(Run::from_parts(
+            batch,
+            run.key_column(),
+            &run.filter_bytes(),
+            &what,
+        )?);
+        self.kept.push((Arc::clone(&kept), path));
+        Ok(kept)
+    }
+
+    fn release(&mut self, runs: &[Arc<Run>]) {
+        self.kept.retain(|(kept, path)| {
+            if runs.iter().any(|r| Arc::ptr_eq(r, kept)) {
+                // Best effort: the directory goes with the table anyway.
+                let _ = fs::remove_file(path);
+                false
+            } else {
+                true
+            }
+        });
+    }
+}
+
+impl Drop for LocalRuns {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
