@@ -2,7 +2,9 @@
 rows "spark", for its --remote chunks "spark-connect", and for its --step tws
 chunks "spark-tws"; `bench/chaos_spark_tables.sh`, rows "spark-delta",
 "spark-iceberg" and their "-cluster" chunks, with the tables' commit counts)
-wrote into one row per protocol."""
+wrote into one row per protocol. Arguments: the results root, and the folder
+of the local runtime's chunks (default `chaos`; `chaos_compaction` for the
+kills inside compaction, `CHAOS_OUT=chaos_compaction bash bench/chaos_all.sh`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ TABLES = ("spark-delta", "spark-delta-cluster", "spark-iceberg", "spark-iceberg-
 EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files", "seconds")
 
 
-def main(root: str = str(Path(__file__).resolve().parent / "results")) -> None:
+def main(
+    root: str = str(Path(__file__).resolve().parent / "results"), local: str = "chaos"
+) -> None:
     print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
     for p in (
@@ -29,7 +33,7 @@ def main(root: str = str(Path(__file__).resolve().parent / "results")) -> None:
         "spark-tws",
         *TABLES,
     ):
-        folder = "chaos_spark" if p.startswith("spark") else "chaos"
+        folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if not path.exists():
