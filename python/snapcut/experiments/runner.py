@@ -41,6 +41,7 @@ from snapcut.experiments.windows import (
     MIN_ON_WINDOWS,
     WindowPlan,
     WindowRun,
+    mean_rate_share,
     measure_windows,
     plan_windows,
 )
@@ -339,8 +340,7 @@ def off_rate(w: WindowRun) -> float:
     on windows' measured slowdown taken out (`windows.run_records` inverted)."""
     mean = w.records / max(w.runtime_s, 1e-3)
     slowdowns = on_overheads(w.rates)
-    x = max(statistics.median(slowdowns), 0.0) if slowdowns else 0.0
-    return mean * 2 / (1 + 1 / (1 + x))
+    return mean / mean_rate_share(statistics.median(slowdowns) if slowdowns else 0.0)
 
 
 def effects_of(out: Outcome, plan: Plan) -> list[Effect]:

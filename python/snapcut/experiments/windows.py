@@ -73,14 +73,20 @@ class WindowPlan:
         return self.seconds * (1 + MARGIN_SHARE) + MARGIN_WINDOWS * self.window_s
 
 
+def mean_rate_share(overhead: float) -> float:
+    """A windowed run's mean rate over its off windows' rate: equal time in
+    off windows and in on windows slowed by `overhead` (clamped to
+    [0, MAX_EXPECTED_OVERHEAD])."""
+    x = min(max(overhead, 0.0), MAX_EXPECTED_OVERHEAD)
+    return (1 + 1 / (1 + x)) / 2
+
+
 def run_records(rate: float, plan: WindowPlan, overhead: float) -> int:
     """Records for a windowed run of `plan` lasting `plan.run_seconds`: off
-    windows run at `rate` records/s, on windows at rate / (1 + overhead),
-    and the run spends equal time in each (sizing by the off rate alone ran
-    the 10M-key cells, +100 %, 1.4x their plan)."""
-    x = min(max(overhead, 0.0), MAX_EXPECTED_OVERHEAD)
-    mean = rate * (1 + 1 / (1 + x)) / 2
-    return max(int(mean * plan.run_seconds), 1)
+    windows run at `rate` records/s, on windows at rate / (1 + overhead)
+    (sizing by the off rate alone ran the 10M-key cells, +100 %, 1.4x their
+    plan)."""
+    return max(int(rate * mean_rate_share(overhead) * plan.run_seconds), 1)
 
 
 def plan_windows(cell: Cell, preset: Preset) -> WindowPlan:

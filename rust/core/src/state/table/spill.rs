@@ -29,7 +29,7 @@ use arrow_select::interleave::interleave;
 use super::{arrow_err, StateTable};
 use crate::error::{Error, Result};
 use crate::state::key::{Key, KeySet};
-use crate::state::runs::{merge, Run, RunSet, DEFAULT_FPP};
+use crate::state::runs::{merge, Lookup, Run, RunSet, DEFAULT_FPP};
 
 /// The least memory budget: 1 MiB, a few thousand rows of a wide table.
 pub const MIN_STATE_MEMORY: usize = 1 << 20;
@@ -109,6 +109,18 @@ pub(super) struct Spill {
 }
 
 impl Spill {
+    /// One batched search of the runs for `probes`, counted in the stats
+    /// (a hit: a live row or a tombstone answered the probe).
+    fn search<'a>(&'a self, probes: &'a dyn Array) -> Result<Lookup<'a>> {
+        let lookup = self.runs.lookup(probes)?;
+        let stats = lookup.stats();
+        self.probes
+            .fetch_add(probes.len() as u64, Ordering::Relaxed);
+        self.hits
+            .fetch_add((stats.found + stats.deleted) as u64, Ordering::Relaxed);
+        Ok(lookup)
+    }
+
     fn release_all(&mut self) {
         let runs: Vec<Arc<Run>> = self
             .runs
@@ -327,13 +339,7 @@ impl StateTable {
             return Ok(());
         }
         let asked = self.key_type.array(&ask);
-        let lookup = spill.runs.lookup(asked.as_ref())?;
-        let found = lookup.hits().iter().filter(|h| h.is_some()).count();
-        let stats = lookup.stats();
-        spill.probes.fetch_add(ask.len() as u64, Ordering::Relaxed);
-        spill
-            .hits
-            .fetch_add((stats.found + stats.deleted) as u64, Ordering::Relaxed);
+        let found = spill.search(asked.as_ref())?.stats().found;
         spill.outside -= found;
         Ok(())
     }
@@ -364,8 +370,7 @@ impl StateTable {
             return Ok(0);
         }
         let asked = self.key_type.array(&ask);
-        let hits = spill.runs.lookup(asked.as_ref())?.hits().to_vec();
-        spill.probes.fetch_add(ask.len() as u64, Ordering::Relaxed);
+        let hits = spill.search(asked.as_ref())?.hits().to_vec();
         let mut removed = 0;
         for (key, hit) in ask.into_iter().zip(hits) {
             if hit.is_some() {
@@ -377,7 +382,6 @@ impl StateTable {
                 removed += 1;
             }
         }
-        spill.hits.fetch_add(removed as u64, Ordering::Relaxed);
         Ok(removed)
     }
 
@@ -408,13 +412,7 @@ impl StateTable {
             .collect();
         let probes = arrow_select::take::take(keys, &UInt32Array::from(ask.clone()), None)
             .map_err(arrow_err)?;
-        let lookup = spill.runs.lookup(probes.as_ref())?;
-        let stats = lookup.stats();
-        spill.probes.fetch_add(ask.len() as u64, Ordering::Relaxed);
-        spill
-            .hits
-            .fetch_add((stats.found + stats.deleted) as u64, Ordering::Relaxed);
-        let (from_runs, found_in_runs) = lookup.to_batch()?;
+        let (from_runs, found_in_runs) = spill.search(probes.as_ref())?.to_batch()?;
         let in_memory: Vec<u32> = slots.iter().flatten().copied().collect();
         // Per asked key: (0, memtable row), (1, probe) or (2, 0): a null row.
         let mut picks = Vec::with_capacity(n);
