@@ -82,6 +82,7 @@ def churn(root: Path, files: int, mb: float, rounds: int, fsync: bool) -> dict[s
         "files": files,
         "mb": mb,
         "fsync": fsync,
+        "bytes_per_round": files * len(data),
         "kernel_ms": kernel,
         "user_ms": user,
         "outside_ms": outside,

@@ -536,9 +536,10 @@ def test_file_churn_measures_per_file_and_per_mb_and_refuses_bad_input(tmp_path:
     ]
     assert {r["fsync"] for r in data["rows"]} == {False, True}
     assert all(r["wall_ms"] > 0 and r["outside_ms"] >= 0 for r in data["rows"])
-    # Writing 12 MB a round takes longer than writing nothing.
+    # Each row wrote what it names (no timing compared: this is a test, not a bench).
     rows = {(r["files"], r["mb"], r["fsync"]): r for r in data["rows"]}
-    assert rows[(20, 12.0, False)]["wall_ms"] > rows[(20, 0.0, False)]["wall_ms"]
+    assert rows[(20, 0.0, False)]["bytes_per_round"] == 0
+    assert 12 * 2**20 - 20 <= rows[(20, 12.0, True)]["bytes_per_round"] <= 12 * 2**20
     md = (tmp_path / "file_churn.md").read_text()
     assert "- Without fsync, kernel and outside CPU" in md and "- With fsync" in md
     few = run(str(PEERS / "file_churn.py"), "--rounds", "2", "--out", str(tmp_path))
