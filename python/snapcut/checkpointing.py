@@ -7,6 +7,7 @@ Types are checked here; the values are validated once, in Rust
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -96,6 +97,18 @@ class Checkpointing:
     compaction_bytes_per_s: and writes at most this many bytes per second
         (None, the default: no limit). Neither ever delays a commit: a
         slower compactor leaves more runs for a restore to read.
+    state_memory: bytes (an int, or a size such as "256MB", read as Spark
+        reads sizes) of keyed state each keyed aggregate subtask keeps in
+        memory; past it, its rows spill to sorted runs (Arrow IPC files
+        mapped back from disk) under spill_dir, and reads search memory,
+        then the runs (pruned by key range and bloom filter). None, the
+        default: no limit. At least 1 MiB. Checkpoints stay incremental
+        (the flushed changes go into the next diff). A Python keyed process
+        (`key_by().process(...)`) keeps its state objects in memory
+        whatever this says. docs/runtime.md, "State beyond memory".
+    spill_dir: a local directory for state_memory's runs (each subtask
+        spills into a directory of its own under it, removed when the task
+        ends); default: the system temp directory.
     restart_attempts: after a task fails, restart from the last completed
         checkpoint this many times in all (Flink's fixed-delay restart
         strategy; 0 = no restarts, the default). Without checkpoints, a
@@ -126,6 +139,8 @@ class Checkpointing:
     full_every: int = 10
     compaction_cpu_share: float = 1.0
     compaction_bytes_per_s: int | None = None
+    state_memory: int | str | None = None
+    spill_dir: str | os.PathLike[str] | None = None
     restart_attempts: int = 0
     restart_delay: Seconds = 1.0
     failover: str = "region"
@@ -154,6 +169,8 @@ class Checkpointing:
             compaction_bytes_per_s=None
             if self.compaction_bytes_per_s is None
             else _count("compaction_bytes_per_s", self.compaction_bytes_per_s),
+            state_memory=self.state_memory,
+            spill_dir=None if self.spill_dir is None else os.fspath(self.spill_dir),
         )
         _count("restart_attempts", self.restart_attempts)
         _seconds("restart_delay", self.restart_delay)

@@ -631,7 +631,11 @@ class RunReport:
     (`Checkpointing.failover="upstream"`). task_timeline: per task, the
     records it received (a source: emitted) per `timeline_bucket_s` bucket,
     over all its incarnations (a restarted task adds to what it counted
-    before it failed).
+    before it failed). spill: per task whose keyed state spills
+    (`Checkpointing.state_memory`), what its table did by the task's end
+    (its last incarnation): flushes, rows_flushed, bytes_flushed, merges,
+    run_probes and run_hits (keys looked up in the runs, and found there),
+    runs and memtable_bytes (at the end), as `StateTable.spill_stats()`.
     """
 
     results: dict[str, pa.Table]
@@ -648,6 +652,7 @@ class RunReport:
     timeline: dict[str, list[int]] = field(default_factory=dict)
     replayed_dropped: dict[str, int] = field(default_factory=dict)
     task_timeline: dict[str, list[int]] = field(default_factory=dict)
+    spill: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @staticmethod
     def from_raw(raw: dict[str, Any]) -> RunReport:
@@ -670,6 +675,10 @@ class RunReport:
             replayed_dropped={str(k): int(n) for k, n in raw.get("replayed_dropped", {}).items()},
             task_timeline={
                 str(k): [int(n) for n in v] for k, v in raw.get("task_timeline", {}).items()
+            },
+            spill={
+                str(k): {str(f): int(n) for f, n in v.items()}
+                for k, v in raw.get("spill", {}).items()
             },
         )
 

@@ -135,9 +135,13 @@ def test_exactly_once_under_kills_without_fsync(tmp_path: Path) -> None:
 
 def test_cli_refuses_no_fsync_on_spark(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["chaos", "--engine", "spark", "--no-fsync", "--runs", "1"]) == 2
-    assert "--no-fsync and --full-every apply to --engine local only" in capsys.readouterr().err
+    assert "--no-fsync, --full-every and --state-memory apply to --engine local only" in (
+        capsys.readouterr().err
+    )
     assert cli_main(["chaos", "--engine", "spark", "--full-every", "0", "--runs", "1"]) == 2
-    assert "--full-every apply to --engine local only" in capsys.readouterr().err
+    assert "--state-memory apply to --engine local only" in capsys.readouterr().err
+    assert cli_main(["chaos", "--engine", "spark", "--state-memory", "1MB", "--runs", "1"]) == 2
+    assert "--state-memory apply to --engine local only" in capsys.readouterr().err
 
 
 def test_cli_prints_the_summary_last(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -228,6 +232,39 @@ def test_a_kill_inside_compaction_loses_nothing_and_leaves_no_stray_run(
     assert all(why is None for why in snaps.verify().values()), snaps.verify()
     # The reopened store cleared what the killed compactor left half-written.
     assert not list((root / "compacting").glob("*.tmp"))
+
+
+@pytest.mark.parametrize("point", chaos.SPILL_FAILPOINTS)
+def test_a_kill_while_state_spills_loses_nothing_and_leaves_no_stray_run(
+    point: str, tmp_path: Path
+) -> None:
+    """Crash points of keyed state over its memory budget: a spilled run
+    written, not mapped back (``spill.after_run``), or the runs merged into
+    one, the old ones not removed (``spill.merged``). ~360k distinct users
+    under a 1 MiB budget per subtask flush every ~15k keys and merge past 8
+    runs.
+    Spilled runs are never part of a checkpoint: the resumed job's output is
+    exactly the failure-free one, and the killed process's runs are removed
+    when the next one spills."""
+    opts = chaos.Options(records=400_000, users=2_000_000, seed=SEED, state_memory="1MB")
+    env = dict(os.environ, SNAPCUT_FAILPOINTS=f"{point}=1")
+    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=False)
+    assert cmd[cmd.index("--state-memory") + 1] == "1MB"
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-2000:])
+    assert f"failpoint {point} hit 1" in killed.stderr
+    left = list((tmp_path / "spill").glob("spill-*"))
+    assert left, "the killed job left its spilled runs"
+    env.pop("SNAPCUT_FAILPOINTS")
+    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["spill_flushes"] > 0, summary
+    ref = chaos.reference(opts.users, opts.records, opts.seed)
+    check = chaos.check_output(tmp_path / "out", ref)
+    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+    assert not any(d.exists() for d in left), "the dead job's runs were removed"
 
 
 def test_a_bad_failpoint_spec_stops_the_job_with_a_clear_message(tmp_path: Path) -> None:

@@ -125,6 +125,8 @@ def checkpoint_config(
     full_every: int = 10,
     compaction_cpu_share: float = 1.0,
     compaction_bytes_per_s: int | None = None,
+    state_memory: int | str | None = None,
+    spill_dir: str | None = None,
 ) -> _CheckpointConfig:
     """Builds and validates a checkpoint configuration; raises ConfigError."""
 

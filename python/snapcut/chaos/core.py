@@ -91,6 +91,10 @@ class Summary:
     failpoints: dict[str, int] = field(default_factory=dict)
     restored: int = 0
     skipped_checkpoints: int = 0
+    #: Flushes and merges of spilling keyed state in the attempts that
+    #: finished (killed ones report nothing): `--state-memory`.
+    spill_flushes: int = 0
+    spill_merges: int = 0
     errors: int = 0
     corrupt_files: int = 0
     failed_runs: list[int] = field(default_factory=list)

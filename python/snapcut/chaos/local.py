@@ -81,6 +81,10 @@ FAILPOINTS = (
 #: ``full_every``); arm them with ``failpoints=``.
 COMPACTION_FAILPOINTS = ("compaction.before_rename", "compaction.adopted")
 
+#: Crash points of keyed state spilling past its memory budget (`state_memory`):
+#: a spilled run written, not mapped back; spilled runs merged, the old not removed.
+SPILL_FAILPOINTS = ("spill.after_run", "spill.merged")
+
 
 #: Crash points on the restore path: only a resumed attempt reaches them.
 RESTORE_FAILPOINTS = ("restore.after_load", "sink.during_restore")
@@ -139,6 +143,9 @@ class Options:
     #: Checkpointing.full_every of the job: the store compacts a task's
     #: runs once this many diffs sit on its full.
     full_every: int = 10
+    #: Checkpointing.state_memory of the job (None: no budget): small enough,
+    #: its keyed aggregates spill and merge runs mid-run.
+    state_memory: str | None = None
 
     def batch(self) -> int:
         if self.batch_size is not None:
@@ -184,7 +191,7 @@ class Options:
             raise ConfigError("failpoint kills need at least one failpoint")
         if not 0 < self.job_seconds < 600:
             raise ConfigError(f"job_seconds must be in (0, 600), got {self.job_seconds!r}")
-        known = FAILPOINTS + COMPACTION_FAILPOINTS
+        known = FAILPOINTS + COMPACTION_FAILPOINTS + SPILL_FAILPOINTS
         unknown = set(self.failpoints) - set(known)
         if unknown:
             raise ConfigError(f"unknown failpoints {sorted(unknown)}; known: {', '.join(known)}")
@@ -318,6 +325,8 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
         "--full-every",
         str(opts.full_every),
     ]
+    if opts.state_memory is not None:
+        cmd += ["--state-memory", opts.state_memory, "--spill-dir", str(run_dir / "spill")]
     if resume:
         cmd.append("--resume")
     if opts.unsafe_sink:
@@ -412,6 +421,8 @@ def run_one(
         if done.get("restored_from") is not None:
             summary.restored += 1
         summary.skipped_checkpoints += int(done.get("skipped", 0))
+        summary.spill_flushes += int(done.get("spill_flushes", 0))
+        summary.spill_merges += int(done.get("spill_merges", 0))
         return Outcome.FINISHED
 
     restart_until_done(attempt, summary, planned=planned, spare=5)

@@ -103,6 +103,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "interval touches and --failpoints compaction.before_rename,compaction.adopted, "
         "kills land inside compactions",
     )
+    p.add_argument(
+        "--state-memory",
+        default=None,
+        help="local dwell: the job's Checkpointing.state_memory (e.g. 1MB; default: no "
+        "budget); with many --users its keyed aggregates spill and merge runs mid-run, and "
+        "--failpoints spill.after_run,spill.merged kill inside them",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument(
         "--topology",
@@ -211,6 +218,7 @@ def fan_out_options(args: argparse.Namespace) -> FanOutOptions:
         ("--unsafe-sink", args.unsafe_sink),
         ("--no-fsync", args.no_fsync),
         ("--full-every", args.full_every is not None),
+        ("--state-memory", args.state_memory is not None),
     ):
         if given:
             raise ConfigError(f"{flag} applies to --topology dwell only")
@@ -251,6 +259,7 @@ def local_options(args: argparse.Namespace) -> Options:
         failpoints=tuple(f.strip() for f in failpoints if f.strip()),
         failover=args.failover or "region",
         full_every=10 if args.full_every is None else args.full_every,
+        state_memory=args.state_memory,
     )
 
 
@@ -268,6 +277,7 @@ def chain_options(args: argparse.Namespace) -> ChainOptions:
         ("--unsafe-sink", args.unsafe_sink),
         ("--no-fsync", args.no_fsync),
         ("--full-every", args.full_every is not None),
+        ("--state-memory", args.state_memory is not None),
         ("--failpoints", args.failpoints is not None),
         ("--remote", args.remote is not None),
         ("--step", args.step is not None),
@@ -312,10 +322,11 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         )
     if args.topology != "dwell" or args.failover is not None or args.process_kills:
         raise ConfigError("--topology, --failover and --process-kills apply to --engine local only")
-    local_only = (args.job_seconds, args.full_every)
+    local_only = (args.job_seconds, args.full_every, args.state_memory)
     if any(v is not None for v in local_only) or args.unsafe_sink or args.no_fsync:
         raise ConfigError(
-            "--job-seconds, --unsafe-sink, --no-fsync and --full-every apply to --engine local only"
+            "--job-seconds, --unsafe-sink, --no-fsync, --full-every and --state-memory apply "
+            "to --engine local only"
         )
     defaults = SparkOptions()
     # None: every crash point the output reaches (SparkOptions.points).

@@ -52,6 +52,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--no-fsync", action="store_true", help="checkpoints are not fsynced")
     p.add_argument("--failover", default="region", help="Checkpointing.failover")
     p.add_argument("--full-every", type=int, default=10, help="Checkpointing.full_every")
+    p.add_argument("--state-memory", default=None, help="Checkpointing.state_memory")
+    p.add_argument("--spill-dir", default=None, help="Checkpointing.spill_dir")
     return p.parse_args(argv)
 
 
@@ -117,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         retained=2,
         failover=args.failover,
         full_every=args.full_every,
+        state_memory=args.state_memory,
+        spill_dir=args.spill_dir,
     )
     kwargs: dict[str, Any] = {}
     if supports_recovery():
@@ -134,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "skipped": len(skipped),
                 "checkpoints": len(report.completed_checkpoints),
                 "recovery": bool(kwargs),
+                # What the tasks' spilling state did, summed (state_memory).
+                "spill_flushes": sum(t["flushes"] for t in report.spill.values()),
+                "spill_merges": sum(t["merges"] for t in report.spill.values()),
             }
         ),
         flush=True,

@@ -63,6 +63,14 @@ pub const POINTS: &[(&str, &str)] = &[
         "compaction.adopted",
         "a commit moved a merged run into its checkpoint directory, the manifest naming it is not written",
     ),
+    (
+        "spill.after_run",
+        "a state table over its memory budget wrote a spilled run, not yet mapped back",
+    ),
+    (
+        "spill.merged",
+        "a state table merged its spilled runs into one, the old ones not yet removed",
+    ),
 ];
 
 /// One armed point: crash on hit number `nth` (1-based).

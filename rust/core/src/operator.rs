@@ -9,7 +9,9 @@ use arrow_array::RecordBatch;
 
 use crate::error::Result;
 use crate::protocol::{CheckpointId, InputId};
+use crate::runtime::StateMemory;
 use crate::snapshot::StateCapture;
+use crate::state::SpillStats;
 
 /// The unit of data on every channel: a columnar batch of records.
 pub type Batch = RecordBatch;
@@ -73,6 +75,19 @@ pub trait Operator: Send {
     /// Called once before anything else: every `full_every`-th checkpoint of
     /// incremental state is a full capture (`CheckpointConfig::full_every`).
     fn set_full_every(&mut self, _full_every: u32) {}
+
+    /// Keyed state past `memory.budget` bytes spills to sorted runs under
+    /// `memory.spill_dir`. Set before any batch or restore. Operators whose
+    /// state cannot spill keep it in memory (the default). Fails if the
+    /// spill directory cannot be made.
+    fn set_state_memory(&mut self, _memory: &StateMemory) -> Result<()> {
+        Ok(())
+    }
+
+    /// What spilling did so far, for operators whose state spills.
+    fn spill_stats(&self) -> Option<SpillStats> {
+        None
+    }
 }
 
 /// A replayable source subtask: its position is a record offset.

@@ -11,7 +11,7 @@ use pyo3::types::{PyDict, PyString};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
-use snapcut_core::state::{self, parse_memory, StatePolicy, StateTable as CoreTable};
+use snapcut_core::state::{self, parse_memory, SpillStats, StatePolicy, StateTable as CoreTable};
 use snapcut_core::store::LocalRuns;
 
 use crate::errors::IntoPyResult;
@@ -36,6 +36,21 @@ pub fn memory_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
             value.repr().map_or_else(|_| "?".into(), |r| r.to_string())
         ))
     })
+}
+
+/// A spilling table's `SpillStats` as a dict (`StateTable.spill_stats()`,
+/// `RunReport.spill`).
+pub fn spill_stats_dict<'py>(py: Python<'py>, s: &SpillStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("flushes", s.flushes)?;
+    d.set_item("rows_flushed", s.rows_flushed)?;
+    d.set_item("bytes_flushed", s.bytes_flushed)?;
+    d.set_item("merges", s.merges)?;
+    d.set_item("run_probes", s.run_probes)?;
+    d.set_item("run_hits", s.run_hits)?;
+    d.set_item("runs", s.runs)?;
+    d.set_item("memtable_bytes", s.memtable_bytes)?;
+    Ok(d)
 }
 
 pub fn kind_name(kind: StateKind) -> &'static str {
@@ -383,19 +398,10 @@ impl StateTable {
     /// rows and bytes flushed, merges, run probes and hits, runs, and the
     /// memtable's estimated bytes.
     fn spill_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(s) = self.inner.spill_stats() else {
-            return Ok(None);
-        };
-        let d = PyDict::new(py);
-        d.set_item("flushes", s.flushes)?;
-        d.set_item("rows_flushed", s.rows_flushed)?;
-        d.set_item("bytes_flushed", s.bytes_flushed)?;
-        d.set_item("merges", s.merges)?;
-        d.set_item("run_probes", s.run_probes)?;
-        d.set_item("run_hits", s.run_hits)?;
-        d.set_item("runs", s.runs)?;
-        d.set_item("memtable_bytes", s.memtable_bytes)?;
-        Ok(Some(d))
+        self.inner
+            .spill_stats()
+            .map(|s| spill_stats_dict(py, &s))
+            .transpose()
     }
 
     /// Moves the in-memory rows into a run now (needs `state_memory`).

@@ -36,6 +36,20 @@ pub struct CheckpointConfig {
     /// How much of the machine the durable store's background compaction
     /// may take (a share of one core, bytes written per second).
     pub compaction: CompactionBudget,
+    /// Keyed state kept in memory per operator subtask before it spills to
+    /// sorted runs on local disk (`None`: no limit, all of it in memory).
+    pub state_memory: Option<StateMemory>,
+}
+
+/// A memory budget for keyed state and where state past it spills.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateMemory {
+    /// Bytes of rows an operator subtask's state table keeps in memory
+    /// (at least [`crate::state::MIN_STATE_MEMORY`]).
+    pub budget: usize,
+    /// A local directory; each subtask's table spills into a directory of
+    /// its own under it, removed when the table goes.
+    pub spill_dir: std::path::PathBuf,
 }
 
 impl Default for CheckpointConfig {
@@ -52,6 +66,7 @@ impl Default for CheckpointConfig {
             final_checkpoint: true,
             full_every: 10,
             compaction: CompactionBudget::UNBOUNDED,
+            state_memory: None,
         }
     }
 }
@@ -79,6 +94,16 @@ impl CheckpointConfig {
             ));
         }
         self.compaction.validate()?;
+        if let Some(memory) = &self.state_memory {
+            crate::state::check_memory_budget(memory.budget)?;
+            if memory.spill_dir.exists() && !memory.spill_dir.is_dir() {
+                return Err(Error::Config(format!(
+                    "state spill directory {} is not a directory; name a local directory (it \
+                     is created if missing)",
+                    memory.spill_dir.display()
+                )));
+            }
+        }
         if self.retained == 0 {
             return Err(Error::Config(
                 "retained checkpoints must be at least 1".into(),

@@ -137,6 +137,8 @@ pub(crate) struct TaskCounters {
     /// Records received (a source: emitted) per time bucket since the job
     /// started (`JobOptions::timeline_bucket`); empty when that is zero.
     pub timeline: Vec<u64>,
+    /// What its operator's spilling state did (`CheckpointConfig::state_memory`).
+    pub spill: Option<crate::state::SpillStats>,
 }
 
 impl TaskCounters {

@@ -363,6 +363,7 @@ impl Job {
                 records_out: c.records_out,
                 replayed_dropped: c.replayed_dropped,
                 timeline,
+                spill: c.spill,
             });
         }
         Ok(report)

@@ -158,6 +158,9 @@ impl<'a> Launcher<'a> {
                 } else {
                     self.config.full_every
                 });
+                if let Some(memory) = &self.config.state_memory {
+                    op.set_state_memory(memory)?;
+                }
             }
             if let Some(snap) = snap {
                 match &mut body {

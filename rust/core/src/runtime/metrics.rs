@@ -62,6 +62,9 @@ pub struct TaskReport {
     /// Records received (a source: emitted) per timeline bucket, over all
     /// its incarnations (empty without a timeline).
     pub timeline: Vec<u64>,
+    /// What its operator's spilling state did by its end (the last
+    /// incarnation's), with `CheckpointConfig::state_memory`.
+    pub spill: Option<crate::state::SpillStats>,
 }
 
 /// What [`crate::runtime::Job::run`] returns.

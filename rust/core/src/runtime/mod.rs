@@ -59,7 +59,7 @@ pub mod recovery;
 mod snapshots;
 mod task;
 
-pub use config::CheckpointConfig;
+pub use config::{CheckpointConfig, StateMemory};
 pub use control::CheckpointCounts;
 pub use edge::Item;
 pub use failover::{FailoverStrategy, Restart, RestartScope, RestartStrategy};

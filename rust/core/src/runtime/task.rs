@@ -176,6 +176,9 @@ impl Task {
         }));
         let (index, coord) = (self.index, self.coord.clone());
         self.counters.replayed_dropped += self.outputs.replayed_dropped;
+        if let Body::Operator(op) = &self.body {
+            self.counters.spill = op.spill_stats();
+        }
         let msg = match result {
             Ok(Ok(())) => CoordMsg::TaskDone {
                 task: index,

@@ -286,6 +286,28 @@ fn runs_spilled_to_local_files_are_mapped_back_and_removed() {
     assert!(!spill_dir.exists(), "the table's runs go with it");
 }
 
+#[cfg(target_os = "linux")]
+#[test]
+fn spill_directories_of_processes_gone_are_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let gone = child.id();
+    child.wait().unwrap();
+    let orphan = dir.path().join(format!("spill-{gone}-0"));
+    let alive = dir.path().join("spill-1-0"); // init never exits
+    let mine = dir.path().join(format!("spill-{}-999", std::process::id()));
+    let other = dir.path().join("not-a-spill-dir");
+    for d in [&orphan, &alive, &mine, &other] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("run-000000.arrow"), b"x").unwrap();
+    }
+    let runs = LocalRuns::new(dir.path()).unwrap();
+    assert!(!orphan.exists(), "a killed process's runs are removed");
+    for d in [&alive, &mine, &other, &runs.dir().to_path_buf()] {
+        assert!(d.exists(), "{} stays", d.display());
+    }
+}
+
 #[test]
 fn bad_budgets_and_sizes_are_refused_with_what_to_do() {
     let small = StateTable::new(schema(), "k", StatePolicy::default())

@@ -268,8 +268,26 @@ impl StateTable {
     /// within a batch a later row wins over an earlier one with the same key.
     pub fn upsert(&mut self, batch: &RecordBatch) -> Result<()> {
         let arrays = self.columns_of(batch)?;
+        self.key_type
+            .check(self.key_column(), arrays[self.key_col].as_ref())?;
+        // A spilling table takes a large batch (a restore's full state, a
+        // backfill) a slice at a time, flushing between slices, so that its
+        // memtable stays near the budget however many keys one write brings.
+        let step = self.upsert_slice_rows(&arrays);
+        let rows = arrays[self.key_col].len();
+        if rows <= step {
+            return self.upsert_arrays(arrays);
+        }
+        for start in (0..rows).step_by(step) {
+            let len = step.min(rows - start);
+            self.upsert_arrays(arrays.iter().map(|a| a.slice(start, len)).collect())?;
+        }
+        Ok(())
+    }
+
+    /// Upserts checked columns in schema order.
+    fn upsert_arrays(&mut self, arrays: Vec<ArrayRef>) -> Result<()> {
         let key_array = arrays[self.key_col].as_ref();
-        self.key_type.check(self.key_column(), key_array)?;
         // Read (and check) the groups before anything changes.
         let groups = match &self.group {
             Some(g) => Some(

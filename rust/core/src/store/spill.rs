@@ -54,6 +54,7 @@ impl LocalRuns {
     /// Runs in a new directory under `parent` (created if missing; local
     /// and writable, or the error names it).
     pub fn new(parent: &Path) -> Result<Self> {
+        remove_orphans(parent);
         let n = DIRS.fetch_add(1, Ordering::Relaxed);
         let dir = parent.join(format!("spill-{}-{n}", std::process::id()));
         fs::create_dir_all(&dir).map_err(|e| {
@@ -108,11 +109,47 @@ impl LocalRuns {
     }
 }
 
+/// Removes the spill directories under `parent` that processes no longer
+/// running left (killed before their tables dropped them): spilled runs are
+/// never part of a checkpoint, so nothing reads them again. A directory of
+/// a live process, or one whose process cannot be told, stays.
+fn remove_orphans(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    let me = std::process::id();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("spill-"))
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != me && process_gone(pid) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn process_gone(pid: u32) -> bool {
+    Path::new("/proc/self").exists() && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn process_gone(_pid: u32) -> bool {
+    false
+}
+
 impl RunSink for LocalRuns {
     fn keep(&mut self, run: Run) -> Result<Arc<Run>> {
         let path = self.dir.join(format!("run-{:06}.arrow", self.next));
         self.next += 1;
         self.write(&run, &path)?;
+        crate::failpoint::hit("spill.after_run");
         let what = path.display().to_string();
         let (schema, batches) = decode_buffer(Self::map(&path)?, &what)?;
         let batch = concat(&schema, &batches)?;

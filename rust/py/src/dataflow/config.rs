@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::runtime::CheckpointConfig;
+use snapcut_core::runtime::{CheckpointConfig, StateMemory};
 use snapcut_core::store::CompactionBudget;
 use snapcut_core::Error;
 
 use crate::errors::IntoPyResult;
+use crate::state::memory_bytes;
 
 /// A validated checkpoint configuration, opaque to Python.
 #[pyclass(frozen, module = "snapcut._core", name = "_CheckpointConfig")]
@@ -41,7 +42,7 @@ fn seconds(name: &str, value: f64) -> Result<Duration, Error> {
 /// Builds and validates a checkpoint configuration (times in seconds).
 #[allow(clippy::too_many_arguments)]
 #[pyfunction]
-#[pyo3(signature = (protocol, interval, timeout, min_pause, max_concurrent, tolerable_failures, retained, alignment_timeout, final_checkpoint, full_every=10, compaction_cpu_share=1.0, compaction_bytes_per_s=None))]
+#[pyo3(signature = (protocol, interval, timeout, min_pause, max_concurrent, tolerable_failures, retained, alignment_timeout, final_checkpoint, full_every=10, compaction_cpu_share=1.0, compaction_bytes_per_s=None, state_memory=None, spill_dir=None))]
 pub fn checkpoint_config(
     protocol: &str,
     interval: Option<f64>,
@@ -55,7 +56,24 @@ pub fn checkpoint_config(
     full_every: u32,
     compaction_cpu_share: f64,
     compaction_bytes_per_s: Option<u64>,
+    state_memory: Option<&Bound<'_, PyAny>>,
+    spill_dir: Option<std::path::PathBuf>,
 ) -> PyResult<PyCheckpointConfig> {
+    let state_memory = match (state_memory, spill_dir) {
+        (Some(memory), dir) => Some(StateMemory {
+            budget: memory_bytes(memory)?,
+            // Spark's spark.local.dir defaults to the temp dir too.
+            spill_dir: dir.unwrap_or_else(std::env::temp_dir),
+        }),
+        (None, Some(dir)) => {
+            return Err(Error::Config(format!(
+                "spill_dir={} needs state_memory= (a budget past which keyed state spills there)",
+                dir.display()
+            )))
+            .map_py()
+        }
+        (None, None) => None,
+    };
     let build = || -> Result<CheckpointConfig, Error> {
         let config = CheckpointConfig {
             protocol: protocol.parse::<ProtocolKind>()?,
@@ -72,6 +90,7 @@ pub fn checkpoint_config(
                 cpu_share: compaction_cpu_share,
                 bytes_per_s: compaction_bytes_per_s,
             },
+            state_memory,
         };
         config.validate()?;
         Ok(config)

@@ -205,6 +205,13 @@ pub fn to_py<'py>(
         dropped.set_item(t.task.to_string(), t.replayed_dropped)?;
     }
     d.set_item("replayed_dropped", dropped)?;
+    let spill = PyDict::new(py);
+    for t in &report.tasks {
+        if let Some(s) = &t.spill {
+            spill.set_item(t.task.to_string(), crate::state::spill_stats_dict(py, s)?)?;
+        }
+    }
+    d.set_item("spill", spill)?;
     let task_timeline = PyDict::new(py);
     for t in &report.tasks {
         task_timeline.set_item(t.task.to_string(), t.timeline.clone())?;

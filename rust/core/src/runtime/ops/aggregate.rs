@@ -25,11 +25,13 @@ use arrow_schema::{DataType, Field, Schema};
 use rustc_hash::FxHashMap;
 
 use super::dirty::DirtySlots;
+use super::spilling_aggregate::SpillingAggregate;
 use crate::error::{Error, Result};
 use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::{CheckpointId, InputId};
+use crate::runtime::StateMemory;
 use crate::snapshot::{StateCapture, StateKind};
-use crate::state::{DELETED_COLUMN, KEY_METADATA};
+use crate::state::{SpillStats, DELETED_COLUMN, KEY_METADATA};
 
 pub use crate::state::{AggFunc, AggSpec};
 
@@ -180,6 +182,9 @@ pub struct KeyedAggregate {
     /// Pass every input batch on, unchanged, after folding it in (a
     /// streaming stateful stage); then `finish` emits nothing.
     forward: bool,
+    /// Under a memory budget, this operator is the spilling one: every call
+    /// goes there (`set_state_memory`).
+    spilling: Option<Box<SpillingAggregate>>,
 }
 
 /// What one capture closed: the slots touched since the capture before it
@@ -216,7 +221,14 @@ impl KeyedAggregate {
             force_full: false,
             full_every: 1,
             forward: false,
+            spilling: None,
         }
+    }
+
+    /// The state of an operator that has seen no batch: placeholder int64
+    /// key and value columns.
+    pub(super) fn empty_state(&self) -> Result<RecordBatch> {
+        self.state(None)
     }
 
     /// This operator passes each input batch on after folding it into its
@@ -535,6 +547,8 @@ impl KeyedAggregate {
                 .collect())
         };
         let floats = |a: &ArrayRef| -> Result<Vec<Option<f64>>> {
+            // The spilling operator keeps an integer column's mean sum as int64.
+            let a = &arrow_cast::cast(a, &DataType::Float64).map_err(|e| bad(e.to_string()))?;
             Ok(a.as_primitive_opt::<Float64Type>()
                 .ok_or_else(|| bad("expected float64".into()))?
                 .iter()
@@ -587,6 +601,9 @@ impl KeyedAggregate {
 
 impl Operator for KeyedAggregate {
     fn process(&mut self, _input: InputId, batch: Batch, out: &mut dyn Emitter) -> Result<()> {
+        if let Some(s) = self.spilling.as_mut() {
+            return s.process(_input, batch, out);
+        }
         if batch.num_rows() == 0 {
             return Ok(());
         }
@@ -619,6 +636,9 @@ impl Operator for KeyedAggregate {
     }
 
     fn snapshot(&mut self, id: CheckpointId) -> Result<Option<StateCapture>> {
+        if let Some(s) = self.spilling.as_mut() {
+            return s.snapshot(id);
+        }
         let last = self.unconfirmed.keys().next_back().copied();
         if let Some(last) = last.max(self.confirmed.as_ref().map(|c| c.0)) {
             if id <= last {
@@ -668,6 +688,9 @@ impl Operator for KeyedAggregate {
     }
 
     fn commit(&mut self, id: CheckpointId) -> Result<()> {
+        if let Some(s) = self.spilling.as_mut() {
+            return s.commit(id);
+        }
         // Completions arrive in id order; one for a capture already folded
         // into a newer confirmed one (or never taken) changes nothing.
         if let Some(epoch) = self.unconfirmed.remove(&id) {
@@ -678,6 +701,9 @@ impl Operator for KeyedAggregate {
     }
 
     fn abort(&mut self, id: CheckpointId) -> Result<()> {
+        if let Some(s) = self.spilling.as_mut() {
+            return s.abort(id);
+        }
         // Its capture was never stored, so it can never be a base; its
         // changes still count as unconfirmed, now in the open interval.
         if let Some(epoch) = self.unconfirmed.remove(&id) {
@@ -702,12 +728,47 @@ impl Operator for KeyedAggregate {
     }
 
     fn set_full_every(&mut self, full_every: u32) {
+        if let Some(s) = self.spilling.as_mut() {
+            s.set_full_every(full_every);
+        }
         // With 1, `mark_dirty` tracked nothing: no diff may rest on that.
         self.force_full |= self.full_every == 1 && full_every > 1;
         self.full_every = full_every.max(1);
     }
 
+    fn set_state_memory(&mut self, memory: &StateMemory) -> Result<()> {
+        if self.len() > 0 {
+            return Err(Error::Config(
+                "a keyed aggregate's memory budget is set before its first batch".into(),
+            ));
+        }
+        std::fs::create_dir_all(&memory.spill_dir).map_err(|e| {
+            Error::io(
+                format!(
+                    "creating the state spill directory {}",
+                    memory.spill_dir.display()
+                ),
+                e,
+            )
+        })?;
+        self.spilling = Some(Box::new(SpillingAggregate::new(
+            self.key.clone(),
+            self.specs.clone(),
+            self.forward,
+            self.full_every,
+            memory.clone(),
+        )));
+        Ok(())
+    }
+
+    fn spill_stats(&self) -> Option<SpillStats> {
+        self.spilling.as_ref().and_then(|s| s.spill_stats())
+    }
+
     fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
+        if let Some(s) = self.spilling.as_mut() {
+            return s.restore(chain);
+        }
         match chain {
             [] => Ok(()),
             [full] if full.kind == StateKind::Full => {
@@ -729,6 +790,9 @@ impl Operator for KeyedAggregate {
     }
 
     fn finish(&mut self, out: &mut dyn Emitter) -> Result<()> {
+        if let Some(s) = self.spilling.as_mut() {
+            return s.finish(out);
+        }
         if self.len() > 0 && !self.forward {
             out.emit(self.results()?)?;
         }

@@ -11,7 +11,9 @@ use crate::error::{Error, Result};
 use crate::graph::{LogicalGraph, VertexKind};
 use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::{CheckpointId, InputId};
+use crate::runtime::StateMemory;
 use crate::snapshot::StateCapture;
+use crate::state::SpillStats;
 
 /// Where in a task's life the failure strikes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,5 +189,11 @@ impl Operator for FaultyOperator {
     }
     fn set_full_every(&mut self, full_every: u32) {
         self.inner.set_full_every(full_every)
+    }
+    fn set_state_memory(&mut self, memory: &StateMemory) -> Result<()> {
+        self.inner.set_state_memory(memory)
+    }
+    fn spill_stats(&self) -> Option<SpillStats> {
+        self.inner.spill_stats()
     }
 }

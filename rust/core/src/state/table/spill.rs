@@ -344,6 +344,20 @@ impl StateTable {
         Ok(())
     }
 
+    /// Rows one upsert writes before the memtable is checked against the
+    /// budget: a quarter of the budget's worth (at least 1,024 rows), or
+    /// every row without a budget.
+    pub(super) fn upsert_slice_rows(&self, arrays: &[ArrayRef]) -> usize {
+        let Some(spill) = self.spill.as_ref() else {
+            return usize::MAX;
+        };
+        let rows = arrays.first().map_or(0, |a| a.len()).max(1);
+        let var = arrays.iter().map(|a| var_bytes(a.as_ref())).sum::<u64>() as usize / rows;
+        // A row's bytes in the slots and in the change log, and its index entry.
+        let row = 2 * (spill.fixed_row_bytes + var) + INDEX_BYTES_PER_KEY + 1;
+        (spill.budget / 4 / row).max(1024)
+    }
+
     /// After a write: flushes the memtable if it outgrew the budget.
     pub(super) fn after_write(&mut self) -> Result<()> {
         let over = (self.spill.as_ref()).is_some_and(|s| self.memtable_bytes(s) > s.budget);
@@ -517,6 +531,7 @@ impl StateTable {
             let kept = spill.sink.keep(base)?;
             let end = spill.runs.len();
             let old = spill.runs.replace(0..end, kept)?;
+            crate::failpoint::hit("spill.merged");
             spill.sink.release(&old);
             spill.stats.merges += 1;
         }
