@@ -286,6 +286,37 @@ fn runs_spilled_to_local_files_are_mapped_back_and_removed() {
     assert!(!spill_dir.exists(), "the table's runs go with it");
 }
 
+#[test]
+fn a_restore_adopts_the_full_state_as_one_run_without_the_memtable() {
+    // 200k keys, far over the 1 MiB budget, in one full capture and a diff.
+    let mut plain = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    let pairs: Vec<(i64, i64)> = (0..200_000).rev().map(|k| (k, k * 2)).collect();
+    plain.upsert(&rows(&pairs)).unwrap();
+    let full = plain.checkpoint(1).unwrap();
+    plain.upsert(&rows(&[(5, -5), (300_000, 1)])).unwrap();
+    plain.delete(&Int64Array::from(vec![7, 8])).unwrap();
+    let diff = plain.checkpoint(2).unwrap();
+    assert_eq!(diff.kind, StateKind::Diff { base: 1 });
+    let mut t = spilling(StatePolicy::default());
+    t.restore(&[(1, full), (2, diff)]).unwrap();
+    let stats = t.spill_stats().unwrap();
+    assert_eq!((stats.runs, stats.flushes), (1, 0), "{stats:?}");
+    assert!(stats.memtable_bytes < 4096, "{stats:?}");
+    assert_eq!(t.len(), 200_000 - 2 + 1);
+    assert_eq!(as_map(&t.to_batch()), as_map(&plain.to_batch()));
+    let (got, present) = t.lookup(&Int64Array::from(vec![5, 7, 9, 300_000])).unwrap();
+    assert_eq!(
+        present.iter().map(Option::unwrap).collect::<Vec<_>>(),
+        [true, false, true, true]
+    );
+    assert_eq!(got.column(1).as_primitive::<Int64Type>().value(0), -5);
+    // The next checkpoint is a diff of what changed since the restore.
+    t.upsert(&rows(&[(9, 0)])).unwrap();
+    let next = t.checkpoint(3).unwrap();
+    assert_eq!(next.kind, StateKind::Diff { base: 2 });
+    assert_eq!(next.batch.num_rows(), 1);
+}
+
 #[cfg(target_os = "linux")]
 #[test]
 fn spill_directories_of_processes_gone_are_removed() {

@@ -723,7 +723,11 @@ impl StateTable {
         first: &StateCapture,
         rest: &[(CheckpointId, StateCapture)],
     ) -> Result<CheckpointId> {
-        self.apply(&first.batch, false)?;
+        if self.spill.is_some() {
+            self.adopt_base(&first.batch)?;
+        } else {
+            self.apply(&first.batch, false)?;
+        }
         let mut prev = first_id;
         for (id, capture) in rest {
             match capture.kind {

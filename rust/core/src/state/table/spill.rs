@@ -593,6 +593,30 @@ impl StateTable {
         }
     }
 
+    /// A restore's full state becomes the table's one run, a base, sorted
+    /// once and kept by the sink (a local file, mapped): no row goes through
+    /// the memtable, so the restore holds the capture and the run, never the
+    /// table in memory as well. The table must be empty.
+    pub(super) fn adopt_base(&mut self, full: &RecordBatch) -> Result<()> {
+        let arrays = self.columns_of(full)?;
+        self.key_type
+            .check(self.key_column(), arrays[self.key_col].as_ref())?;
+        if arrays[self.key_col].is_empty() {
+            return Ok(());
+        }
+        let batch = RecordBatch::try_new(self.schema.clone(), arrays).map_err(arrow_err)?;
+        let rows = batch.num_rows();
+        let base = Run::from_unsorted(batch, self.key_column(), DEFAULT_FPP)?;
+        let spill = self
+            .spill
+            .as_mut()
+            .expect("only a spilling table adopts a base");
+        let kept = spill.sink.keep(base)?;
+        spill.runs.push_newest(kept)?;
+        spill.outside = rows;
+        Ok(())
+    }
+
     /// Forgets the runs (a `clear`, a restore).
     pub(super) fn clear_runs(&mut self) {
         if let Some(spill) = self.spill.as_mut() {
