@@ -364,3 +364,42 @@ def test_a_pickled_state_root_keeps_its_filesystem_and_spec_and_drops_read_manif
     task.run(rows([2, 3]), processor(spec), None)
     state = read_state_arrow(task_side).to_pylist()
     assert {r["user"]: r["n"] for r in state} == {1: 1, 2: 2, 3: 1}
+
+
+def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
+    tmp_path: Path,
+) -> None:
+    """``state_memory`` is a Python worker's: the partition a task works on
+    gets half (shared by its spilling tables), and putting tables back in the
+    cache flushes the largest warm ones until they hold at most the other
+    half. The state is the same as without a budget."""
+    from snapcut.spark.state.partition import table_memory
+
+    spec = make_spec(tmp_path / "budget", partitions=3, full_every=100)
+    plain = make_spec(tmp_path / "plain", partitions=3, full_every=100)
+    StateRoot(spec).init("aggregate")
+    StateRoot(plain).init("aggregate")
+    budget = 4 << 20
+    assert table_memory(budget, spec.layouts()) == 2 << 20
+    cache, plain_cache = StateCache(8), StateCache(8)
+    for batch in range(2):
+        for p in range(3):
+            data = rows(list(range(p * 100_000 + batch * 20_000, p * 100_000 + 60_000 + batch)))
+            root = StateRoot(spec)
+            task = PartitionTask(root, batch, p, "q1", None, cache=cache, state_memory=budget)
+            task.run(data, processor(spec), None)
+            run(plain, batch, p, data, plain_cache)
+            assert cache.memtable_bytes() <= budget // 2
+    flushed = sum(
+        s["rows_flushed"]
+        for _, _, tables in cache._tables.values()
+        for t in tables.values()
+        if (s := t.spill_stats()) is not None
+    )
+    assert flushed > 0
+    got = read_state_arrow(str(tmp_path / "budget")).sort_by("user")
+    want = read_state_arrow(str(tmp_path / "plain")).sort_by("user")
+    assert got.num_rows == want.num_rows > 150_000
+    assert got.select(["user", "n", "total"]).equals(want.select(["user", "n", "total"]))
+    with pytest.raises(ConfigError, match="below the minimum of 2097152 bytes"):
+        table_memory((2 << 20) - 1, spec.layouts())

@@ -503,7 +503,8 @@ def test_a_second_query_on_the_same_root_is_refused(spark: Any, tmp_path: Path) 
 
 
 def test_a_memory_budget_spills_state_and_reports_it(spark: Any, tmp_path: Path) -> None:
-    """``state_memory="1MB"``: each partition's table (~30k keys, a few MB)
+    """``state_memory="2MB"`` per Python worker (1 MiB for the table of the
+    partition a task works on): each partition's table (~30k keys, a few MB)
     flushes to local runs and reads them back; the state and the output
     equal pandas, and the query progress counts the rows flushed and the
     keys looked up in the runs. The Spark conf gives the default, and a
@@ -515,9 +516,9 @@ def test_a_memory_budget_spills_state_and_reports_it(spark: Any, tmp_path: Path)
     directory = write_inputs(tmp_path / "events", frames)
     events = pd.concat(frames, ignore_index=True)
     ks = keyed_state(
-        stream(spark, directory), "user", str(tmp_path / "state"), 2, name="big", state_memory="1MB"
+        stream(spark, directory), "user", str(tmp_path / "state"), 2, name="big", state_memory="2MB"
     )
-    assert ks.options.state_memory == 1 << 20
+    assert ks.options.state_memory == 2 << 20
     out = ks.aggregate(count="count", total=("sum", "dwell_ms"))
     progress = observed_progress(out, tmp_path / "chk", "big")
     assert len(progress) == 3
@@ -539,3 +540,9 @@ def test_a_memory_budget_spills_state_and_reports_it(spark: Any, tmp_path: Path)
         spark.conf.unset(STATE_MEMORY_CONF)
     with pytest.raises(ConfigError, match="below the minimum of 1048576 bytes"):
         keyed_state(stream(spark, directory), "user", str(tmp_path / "s4"), 2, state_memory=4096)
+    # 1 MiB parses, but half of it cannot hold a table.
+    small = keyed_state(
+        stream(spark, directory), "user", str(tmp_path / "s5"), 2, state_memory="1MB"
+    )
+    with pytest.raises(ConfigError, match="below the minimum of 2097152 bytes"):
+        small.aggregate(count="count")

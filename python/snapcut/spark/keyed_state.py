@@ -305,10 +305,13 @@ def keyed_state(
     ``state_writes``: ``"background"`` writes version N on a thread while the
     task's output goes to Spark, ``"sync"`` before the task emits any output
     (either way the task ends only once version N is durable);
-    ``state_memory``: bytes (or ``"256MB"``) of each state table's rows a
-    Python worker keeps in memory, the rest spilled to sorted runs in local
-    files (default: the Spark conf ``spark.snapcut.state.memory``, else all in
-    memory; a table with a group column stays in memory).
+    ``state_memory``: bytes (or ``"256MB"``) of state rows a Python worker
+    keeps in memory, the rest spilled to sorted runs in local files (default:
+    the Spark conf ``spark.snapcut.state.memory``, else all in memory): half
+    for the partition a task works on, shared by its tables (a table with a
+    group column stays in memory and is not counted), half for the other
+    partitions the worker keeps warm (the largest are flushed when a task
+    ends over it); at least 2 MiB per spilling table.
     """
     from snapcut.spark.source.register import register
 

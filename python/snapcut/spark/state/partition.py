@@ -16,20 +16,43 @@ import os
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from snapcut._core import SnapshotError, StateTable
+from snapcut._core import ConfigError, SnapshotError, StateTable
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import TableLayout
 
-__all__ = ["BatchInfo", "PartitionTask", "Processor", "StateCache"]
+__all__ = ["BatchInfo", "PartitionTask", "Processor", "StateCache", "table_memory"]
 
 NO_EVENT_TIME = -(2**63)
+
+MIN_TABLE_MEMORY = 1 << 20
+"""The least budget of one spilling table (Rust's MIN_STATE_MEMORY)."""
+
+
+def table_memory(state_memory: int, layouts: Sequence[TableLayout]) -> int:
+    """Each spilling table's budget under a Python worker's `state_memory`:
+    half of it goes to the partition a task works on, shared by its tables
+    that can spill (a table with a group column stays in memory); the other
+    half bounds the warm tables of the partitions the worker keeps
+    (:meth:`StateCache.put`). ConfigError if a table would get less than
+    1 MiB, naming the least budget that works."""
+    spilling = max(sum(1 for layout in layouts if layout.group is None), 1)
+    least = 2 * spilling * MIN_TABLE_MEMORY
+    if state_memory < least:
+        raise ConfigError(
+            f"state_memory of {state_memory} bytes is below the minimum of {least} bytes a "
+            f"Python worker needs for this step's {spilling} spilling state table(s): half of "
+            "it goes to the partition a task works on, at least 1 MiB a table, and half to the "
+            "partitions it keeps warm; raise it, or leave it unset for no limit"
+        )
+    return state_memory // 2 // spilling
 
 
 @dataclass(frozen=True)
@@ -93,12 +116,48 @@ class StateCache:
             return None
         return hit[2], hit[1]
 
-    def put(self, key: tuple[str, str, int], version: int, chains: Chains, tables: Tables) -> None:
+    def put(
+        self,
+        key: tuple[str, str, int],
+        version: int,
+        chains: Chains,
+        tables: Tables,
+        memory: int | None = None,
+    ) -> None:
+        """Keeps `tables` warm; with a worker budget `memory`, then flushes
+        the largest in-memory rows of the warm tables until they hold at
+        most half of it (the other half is the working partition's)."""
         with self._lock:
             self._tables[key] = (version, chains, tables)
             self._tables.move_to_end(key)
             while len(self._tables) > self.capacity:
                 self._tables.popitem(last=False)
+            if memory is not None:
+                self._trim(memory // 2)
+
+    def _trim(self, limit: int) -> None:
+        held = [
+            (stats["memtable_bytes"], table)
+            for _, _, tables in self._tables.values()
+            for table in tables.values()
+            if (stats := table.spill_stats()) is not None and stats["memtable_bytes"] > 0
+        ]
+        total = sum(n for n, _ in held)
+        for n, table in sorted(held, key=lambda h: -h[0]):
+            if total <= limit:
+                break
+            table.flush()
+            total -= n
+
+    def memtable_bytes(self) -> int:
+        """The warm tables' in-memory rows, by their own estimates."""
+        with self._lock:
+            return sum(
+                stats["memtable_bytes"]
+                for _, _, tables in self._tables.values()
+                for table in tables.values()
+                if (stats := table.spill_stats()) is not None
+            )
 
     def clear(self) -> None:
         with self._lock:
@@ -158,7 +217,9 @@ class PartitionTask:
             layout.state_key,
             full_every=self.root.spec.full_every,
             group=layout.group,
-            state_memory=self.state_memory if layout.group is None else None,
+            state_memory=None
+            if self.state_memory is None or layout.group is not None
+            else table_memory(self.state_memory, self.root.spec.layouts()),
         )
 
     def _new_tables(self) -> Tables:
@@ -291,7 +352,9 @@ class PartitionTask:
         self.root.write_ack(self.batch_id, self.partition, ack)
         failpoints.hit("state.after_ack", self.batch_id, self.partition)
         self.root.finalize_if_acked(self.batch_id)
-        self.cache.put(self.cache_key, self.batch_id, chains, loaded.tables)
+        self.cache.put(
+            self.cache_key, self.batch_id, chains, loaded.tables, memory=self.state_memory
+        )
 
     def figures(self) -> dict[str, int]:
         """This task's part of the step's observed metrics (after :meth:`commit`)."""

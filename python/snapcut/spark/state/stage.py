@@ -19,7 +19,7 @@ from snapcut.spark.keyed_input import KeyedInput
 from snapcut.spark.processors import BATCH_TS_COLUMN
 from snapcut.spark.roots import schema_bytes
 from snapcut.spark.state.initial import write_initial_state
-from snapcut.spark.state.partition import Processor
+from snapcut.spark.state.partition import Processor, table_memory
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.setup import prepare_root
 from snapcut.spark.state.spec import RootSpec, TableSpec
@@ -41,8 +41,9 @@ class StateOptions:
     state_writes: str
     initial_state: Any
     state_memory: int | None = None
-    """Bytes of each state table's rows a Python worker keeps in memory
-    (parsed and checked by :func:`state_memory_bytes`); None: all."""
+    """Bytes of state rows a Python worker keeps in memory (parsed and
+    checked by :func:`state_memory_bytes`, split by
+    :func:`snapcut.spark.state.partition.table_memory`); None: all."""
 
     def __post_init__(self) -> None:
         if self.state_writes not in STATE_WRITES:
@@ -99,6 +100,9 @@ def build_stage(
             tables=step.tables,
         )
     )
+    if options.state_memory is not None:
+        # Refused here, on the driver, before any batch runs.
+        table_memory(options.state_memory, root.spec.layouts())
     committed = prepare_root(df.sparkSession, root, step.operator)
     initial = None
     if step.tables:
