@@ -177,16 +177,27 @@ class BatchFiles:
 
 
 def observed_progress(df: DataFrame, checkpoint: Path, name: str) -> list[dict[str, Any]]:
-    """Runs the query to the end (availableNow, its batches collected);
-    each batch's observed metrics of the keyed_state step ``name``."""
+    """Runs the query to the end (availableNow, into Spark's noop sink, on
+    classic and Connect alike); each batch's observed metrics of the
+    keyed_state step ``name``."""
     q = (
-        df.writeStream.foreachBatch(lambda d, _: d.collect())
+        df.writeStream.format("noop")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start()
     )
     q.awaitTermination()
-    return [p["observedMetrics"][f"snapcut_{name}"] for p in q.recentProgress]
+    return [_metrics_dict(p["observedMetrics"][f"snapcut_{name}"]) for p in q.recentProgress]
+
+
+def _metrics_dict(row: Any) -> dict[str, Any]:
+    """An observed-metrics row as a dict: classic gives a Row of the
+    metrics; Connect's progress JSON a Row of its ``values`` and ``schema``."""
+    d = row.asDict() if hasattr(row, "asDict") else dict(row)
+    if set(d) == {"values", "schema"}:
+        names = [f["name"] for f in d["schema"]["fields"]]
+        return dict(zip(names, d["values"], strict=True))
+    return d
 
 
 def read_batch_files(directory: Path) -> dict[int, pa.Table]:

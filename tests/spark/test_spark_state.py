@@ -502,6 +502,7 @@ def test_a_second_query_on_the_same_root_is_refused(spark: Any, tmp_path: Path) 
     assert snapshots.open(root).list() == [0]
 
 
+@pytest.mark.both_sessions
 def test_a_memory_budget_spills_state_and_reports_it(spark: Any, tmp_path: Path) -> None:
     """``state_memory="2MB"`` per Python worker (1 MiB for the table of the
     partition a task works on): each partition's table (~30k keys, a few MB)
