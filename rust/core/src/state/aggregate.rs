@@ -145,7 +145,7 @@ impl KeyedAggregates {
         let groups = group_rows(keys.as_ref());
         let distinct = arrow_select::take::take(keys.as_ref(), &groups.first_rows(), None)
             .map_err(internal)?;
-        let (state, _present) = table.lookup(distinct.as_ref())?;
+        let (state, present) = table.lookup(distinct.as_ref())?;
         let mut columns: Vec<ArrayRef> = vec![distinct];
         let mut next = 1;
         for (plan, input) in self.plans.iter().zip(&inputs) {
@@ -155,7 +155,8 @@ impl KeyedAggregates {
             next += n;
         }
         let merged = RecordBatch::try_new(self.state_schema.clone(), columns).map_err(internal)?;
-        table.upsert(&merged)?;
+        // The keys are distinct and just looked up: the runs are not searched twice.
+        table.upsert_looked_up(&merged, &present)?;
         Ok(merged)
     }
 

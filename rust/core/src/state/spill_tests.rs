@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -315,6 +315,39 @@ fn a_restore_adopts_the_full_state_as_one_run_without_the_memtable() {
     let next = t.checkpoint(3).unwrap();
     assert_eq!(next.kind, StateKind::Diff { base: 2 });
     assert_eq!(next.batch.num_rows(), 1);
+}
+
+#[test]
+fn an_upsert_after_a_lookup_searches_the_runs_once() {
+    let mut hinted = spilling(StatePolicy::default());
+    let mut plain = spilling(StatePolicy::default());
+    for t in [&mut hinted, &mut plain] {
+        let pairs: Vec<(i64, i64)> = (0..30_000).map(|k| (k, k)).collect();
+        t.upsert(&rows(&pairs)).unwrap();
+        t.flush().unwrap();
+        t.delete(&Int64Array::from(vec![3])).unwrap();
+    }
+    // Keys in the runs, one deleted since the flush (a shadow), and a new one.
+    let keys = Int64Array::from(vec![1, 2, 3, 50_000, 29_999]);
+    let batch = rows(&[(1, -1), (2, -2), (3, -3), (50_000, 5), (29_999, 9)]);
+    let (_, present) = hinted.lookup(&keys).unwrap();
+    let probes = hinted.spill_stats().unwrap().run_probes;
+    hinted.upsert_looked_up(&batch, &present).unwrap();
+    assert_eq!(
+        hinted.spill_stats().unwrap().run_probes,
+        probes,
+        "no second search"
+    );
+    plain.upsert(&batch).unwrap();
+    assert_eq!(hinted.len(), plain.len());
+    assert_eq!(hinted.len(), 30_000 - 1 + 2);
+    assert_eq!(as_map(&hinted.to_batch()), as_map(&plain.to_batch()));
+    let short = BooleanArray::from(vec![true]);
+    let err = hinted
+        .upsert_looked_up(&batch, &short)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("present mask has 1 values"), "{err}");
 }
 
 #[cfg(target_os = "linux")]

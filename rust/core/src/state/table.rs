@@ -267,6 +267,27 @@ impl StateTable {
     /// every column of the schema (any order, matched by name, same types);
     /// within a batch a later row wins over an earlier one with the same key.
     pub fn upsert(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.upsert_hinted(batch, None)
+    }
+
+    /// [`Self::upsert`] of rows whose keys are distinct and were just looked
+    /// up with [`Self::lookup`] (`present`: its mask, in the batch's row
+    /// order), nothing written in between: a spilling table then knows
+    /// which keys new to memory its runs hold without searching them again.
+    pub fn upsert_looked_up(&mut self, batch: &RecordBatch, present: &BooleanArray) -> Result<()> {
+        if present.len() != batch.num_rows() || present.null_count() > 0 {
+            return Err(Error::Config(format!(
+                "upsert_looked_up: the present mask has {} values ({} null) for {} rows; pass \
+                 the mask lookup returned for exactly these keys",
+                present.len(),
+                present.null_count(),
+                batch.num_rows()
+            )));
+        }
+        self.upsert_hinted(batch, Some(present))
+    }
+
+    fn upsert_hinted(&mut self, batch: &RecordBatch, present: Option<&BooleanArray>) -> Result<()> {
         let arrays = self.columns_of(batch)?;
         self.key_type
             .check(self.key_column(), arrays[self.key_col].as_ref())?;
@@ -276,17 +297,26 @@ impl StateTable {
         let step = self.upsert_slice_rows(&arrays);
         let rows = arrays[self.key_col].len();
         if rows <= step {
-            return self.upsert_arrays(arrays);
+            return self.upsert_arrays(arrays, present);
         }
         for start in (0..rows).step_by(step) {
             let len = step.min(rows - start);
-            self.upsert_arrays(arrays.iter().map(|a| a.slice(start, len)).collect())?;
+            let part = present.map(|p| p.slice(start, len));
+            self.upsert_arrays(
+                arrays.iter().map(|a| a.slice(start, len)).collect(),
+                part.as_ref(),
+            )?;
         }
         Ok(())
     }
 
-    /// Upserts checked columns in schema order.
-    fn upsert_arrays(&mut self, arrays: Vec<ArrayRef>) -> Result<()> {
+    /// Upserts checked columns in schema order (`present`: see
+    /// [`Self::upsert_looked_up`]).
+    fn upsert_arrays(
+        &mut self,
+        arrays: Vec<ArrayRef>,
+        present: Option<&BooleanArray>,
+    ) -> Result<()> {
         let key_array = arrays[self.key_col].as_ref();
         // Read (and check) the groups before anything changes.
         let groups = match &self.group {
@@ -296,7 +326,7 @@ impl StateTable {
             ),
             None => None,
         };
-        self.before_upsert(&arrays)?;
+        self.before_upsert(&arrays, present)?;
         self.index.reserve(key_array.len());
         let mut len = self.occupied.len() as u32;
         let free = &mut self.free;

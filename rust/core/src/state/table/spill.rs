@@ -300,7 +300,11 @@ impl StateTable {
     /// variable-width values; keys new to the memtable that the runs hold
     /// leave `outside`, and a shadow of an upserted key goes (its new row
     /// hides the runs' from now on).
-    pub(super) fn before_upsert(&mut self, arrays: &[ArrayRef]) -> Result<()> {
+    pub(super) fn before_upsert(
+        &mut self,
+        arrays: &[ArrayRef],
+        present: Option<&BooleanArray>,
+    ) -> Result<()> {
         let key_col = self.key_col;
         let Some(spill) = self.spill.as_mut() else {
             return Ok(());
@@ -317,6 +321,27 @@ impl StateTable {
             .filter(|&i| slots[i as usize].is_none())
             .collect();
         if absent.is_empty() {
+            return Ok(());
+        }
+        if let Some(present) = present {
+            // Looked up just now: a key new to memory that no shadow hides
+            // was found in the runs exactly when it was present.
+            let names = self.schema.field(key_col).name();
+            let absent_keys =
+                arrow_select::take::take(keys, &UInt32Array::from(absent.clone()), None)
+                    .map_err(arrow_err)?;
+            let keyed = self.key_type.keys(names, absent_keys.as_ref())?;
+            let mut seen = HashSet::new();
+            for (&row, key) in absent.iter().zip(keyed) {
+                if !seen.insert(key.clone()) {
+                    continue;
+                }
+                if spill.shadows.contains(&key) {
+                    spill.shadows.remove(&key);
+                } else if present.value(row as usize) {
+                    spill.outside -= 1;
+                }
+            }
             return Ok(());
         }
         let probes =
