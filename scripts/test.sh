@@ -155,7 +155,7 @@ pytest_log=target/ci-pytest.log
   started=$SECONDS
   rc=0
   nice -n 10 python -m pytest -q -n 3 --dist loadgroup -m "not connect_port and not full_priority" \
-    --durations=15 \
+    --durations=40 \
     --junitxml=target/pytest-ci.xml tests || rc=$?
   echo "pytest (3 workers): exit $rc after $((SECONDS - started)) s"
   exit "$rc"
@@ -216,7 +216,7 @@ LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} CARGO_TARGET_DIR="$rust_target" 
 step "where pytest's time went"
 python - target/pytest-ci.xml target/pytest-ci-connect.xml target/pytest-ci-connect-back.xml \
   target/pytest-ci-full-priority.xml <<'PY' || true
-"""Where pytest's time went, by module (each test's setup, call and teardown): the 15 slowest."""
+"""Where pytest's time went, by module (each test's setup, call and teardown): the 25 slowest."""
 import collections
 import sys
 import xml.etree.ElementTree as ET
@@ -230,7 +230,7 @@ for case in cases:
     took[module] += float(case.get("time", 0))
     tests[module] += 1
 print(f"\nslowest modules (of {len(took)}, {sum(took.values()):.0f} s in all):")
-for module, s in took.most_common(15):
+for module, s in took.most_common(25):
     print(f"{s:8.1f} s  {tests[module]:4d} tests  {module}")
 PY
 [ "$rc" = 0 ] || exit "$rc"
