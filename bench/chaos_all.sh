@@ -12,6 +12,10 @@
 #   CHAOS_OUT=chaos_compaction CHAOS_PROTOCOLS="aligned unaligned chandy-lamport" \
 #     CHAOS_ARGS="--users 20000 --full-every 2 \
 #     --failpoints compaction.before_rename,compaction.adopted" bash bench/chaos_all.sh 2 40000 3026
+# Kills while keyed state spills past a 1 MiB budget (bench/results/chaos_spill/README.md):
+#   CHAOS_OUT=chaos_spill CHAOS_PROTOCOLS="aligned unaligned chandy-lamport" \
+#     CHAOS_ARGS="--users 2000000 --state-memory 1MB \
+#     --failpoints spill.after_run,spill.merged" bash bench/chaos_all.sh 2 400000 4026
 set -u
 chunks=${1:-4}; records=${2:-20000}; seed=${3:-2026}
 folder=${CHAOS_OUT:-chaos}; job_seconds=${CHAOS_JOB_SECONDS:-0.3}

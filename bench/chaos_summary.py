@@ -11,18 +11,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 KEYS = ("runs", "kills", "recoveries", "lost", "duplicated", "mismatched")
 TABLE_KEYS = ("table_commits", "table_double_commits", "table_missing_batches")
 TABLES = ("spark-delta", "spark-delta-cluster", "spark-iceberg", "spark-iceberg-cluster")
 EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files", "seconds")
+#: Columns of a campaign whose keyed state spilled (`--state-memory`), when any chunk has them.
+SPILL = ("spill_flushes", "spill_merges")
 
 
 def main(
     root: str = str(Path(__file__).resolve().parent / "results"), local: str = "chaos"
 ) -> None:
-    print("| protocol | " + " | ".join(KEYS + EXTRA) + " | failpoint kills by point |")
-    print("|" + "---|" * (len(KEYS) + len(EXTRA) + 2))
+    rows: list[tuple[str, list[dict[str, Any]]]] = []
     for p in (
         "aligned",
         "unaligned",
@@ -36,15 +38,19 @@ def main(
         folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
-        if not path.exists():
-            continue
-        chunks = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-        tot = {k: sum(c.get(k, 0) for c in chunks) for k in KEYS + EXTRA}
+        if path.exists():
+            rows.append((p, [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]))
+    spilled = any(k in c for _, chunks in rows for c in chunks for k in SPILL)
+    extra = EXTRA + SPILL if spilled else EXTRA
+    print("| protocol | " + " | ".join(KEYS + extra) + " | failpoint kills by point |")
+    print("|" + "---|" * (len(KEYS) + len(extra) + 2))
+    for p, chunks in rows:
+        tot = {k: sum(c.get(k, 0) for c in chunks) for k in KEYS + extra}
         points: dict[str, int] = {}
         for c in chunks:
             for name, n in c.get("failpoints", {}).items():
                 points[name] = points.get(name, 0) + n
-        cells = [str(round(tot[k], 1)) for k in KEYS + EXTRA]
+        cells = [str(round(tot[k], 1)) for k in KEYS + extra]
         fp = ", ".join(f"{k} {v}" for k, v in sorted(points.items()))
         kinds: dict[str, int] = {}
         for c in chunks:

@@ -769,24 +769,17 @@ impl Operator for KeyedAggregate {
         if let Some(s) = self.spilling.as_mut() {
             return s.restore(chain);
         }
-        match chain {
-            [] => Ok(()),
-            [full] if full.kind == StateKind::Full => {
-                self.restore_full(&full.batch)?;
-                self.dirty.reset(self.len());
-                // The restored checkpoint's id is not known here: the next
-                // capture is full.
-                self.unconfirmed.clear();
-                self.confirmed = None;
-                self.force_full = false;
-                Ok(())
-            }
-            _ => Err(Error::Snapshot(
-                "keyed aggregates restore from one full state capture (a store rebuilds it \
-                 from its diff chain); got a chain of several or a lone diff"
-                    .into(),
-            )),
-        }
+        let Some(full) = one_full_capture(chain)? else {
+            return Ok(());
+        };
+        self.restore_full(&full.batch)?;
+        self.dirty.reset(self.len());
+        // The restored checkpoint's id is not known here: the next
+        // capture is full.
+        self.unconfirmed.clear();
+        self.confirmed = None;
+        self.force_full = false;
+        Ok(())
     }
 
     fn finish(&mut self, out: &mut dyn Emitter) -> Result<()> {
@@ -797,6 +790,20 @@ impl Operator for KeyedAggregate {
             out.emit(self.results()?)?;
         }
         Ok(())
+    }
+}
+
+/// The one full capture a keyed aggregate restores from (`None`: no state),
+/// or why a chain is not that.
+pub(super) fn one_full_capture(chain: &[StateCapture]) -> Result<Option<&StateCapture>> {
+    match chain {
+        [] => Ok(None),
+        [full] if full.kind == StateKind::Full => Ok(Some(full)),
+        _ => Err(Error::Snapshot(
+            "keyed aggregates restore from one full state capture (a store rebuilds it \
+             from its diff chain); got a chain of several or a lone diff"
+                .into(),
+        )),
     }
 }
 

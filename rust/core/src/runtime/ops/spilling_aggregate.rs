@@ -22,7 +22,7 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 
-use super::aggregate::KeyedAggregate;
+use super::aggregate::{one_full_capture, KeyedAggregate};
 use crate::error::{Error, Result};
 use crate::operator::{Batch, Emitter, Operator};
 use crate::protocol::{CheckpointId, InputId};
@@ -234,21 +234,14 @@ impl Operator for SpillingAggregate {
     }
 
     fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
-        match chain {
-            [] => Ok(()),
-            [full] if full.kind == StateKind::Full => {
-                self.inner = None;
-                // Captured before a first batch: nothing to restore, and its
-                // placeholder types must not fix the table's.
-                self.restored = (full.batch.num_rows() > 0).then(|| full.batch.clone());
-                Ok(())
-            }
-            _ => Err(Error::Snapshot(
-                "keyed aggregates restore from one full state capture (a store rebuilds it \
-                 from its diff chain); got a chain of several or a lone diff"
-                    .into(),
-            )),
-        }
+        let Some(full) = one_full_capture(chain)? else {
+            return Ok(());
+        };
+        self.inner = None;
+        // Captured before a first batch: nothing to restore, and its
+        // placeholder types must not fix the table's.
+        self.restored = (full.batch.num_rows() > 0).then(|| full.batch.clone());
+        Ok(())
     }
 
     fn finish(&mut self, out: &mut dyn Emitter) -> Result<()> {
