@@ -384,7 +384,7 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
     cache, plain_cache = StateCache(8), StateCache(8)
     for batch in range(2):
         for p in range(3):
-            # 150k rows: level 1 folds them in a slice of 65,536 rows at a time.
+            # 150k rows a task: the 2 MiB table flushes within one upsert.
             data = rows(list(range(p * 200_000 + batch * 20_000, p * 200_000 + 150_000 + batch)))
             root = StateRoot(spec)
             task = PartitionTask(root, batch, p, "q1", None, cache=cache, state_memory=budget)

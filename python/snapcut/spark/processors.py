@@ -196,19 +196,7 @@ class AggregateProcessor(_Base):
             return self._output(kernel.output(table.to_arrow()))
         if rows.num_rows == 0:
             return self.output_schema.empty_table()
-        step = slice_rows(table)
-        if rows.num_rows <= step:
-            merged = kernel.apply(table, rows)
-        else:
-            # A spilling table takes a large batch (a backfill's) a slice at a
-            # time, so grouping, lookups and merged rows stay bounded by its
-            # budget; then the touched keys' final rows are read back once.
-            touched = [
-                kernel.apply(table, rows.slice(start, step)).column(0)
-                for start in range(0, rows.num_rows, step)
-            ]
-            merged, _ = table.lookup(distinct(pa.chunked_array(touched)))
-        return self._output(kernel.output(merged)).sort_by(self.state_key_sort())
+        return self._output(kernel.output(kernel.apply(table, rows))).sort_by(self.state_key_sort())
 
     def state_key_sort(self) -> list[tuple[str, str]]:
         return [(k, "ascending") for k in self.key]
@@ -216,14 +204,6 @@ class AggregateProcessor(_Base):
     def _output(self, out: Any) -> pa.Table:
         table = out if isinstance(out, pa.Table) else pa.Table.from_batches([out])
         return conform(table, self.output_schema, "aggregate output", "internal error")
-
-
-def slice_rows(table: StateTable) -> int:
-    """Input rows level 1 folds in at once: all of them without a memory
-    budget; under one, about a hundred bytes of working memory a row (its
-    group, lookup and merged rows), at most an eighth of the budget."""
-    budget = table.state_memory
-    return 2**62 if budget is None else max(65_536, budget // 8 // 100)
 
 
 Level2Function = Callable[[Any, Any, BatchInfo], Any]
