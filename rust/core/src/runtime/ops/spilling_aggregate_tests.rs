@@ -259,4 +259,41 @@ fn a_budget_below_the_minimum_or_after_a_batch_is_refused() {
     };
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("is not a directory"), "{err}");
+    // A spill directory that cannot be made fails when the operator is set up.
+    let mut op = in_memory();
+    let under_a_file = StateMemory {
+        budget: MIN_STATE_MEMORY,
+        spill_dir: dir.path().join("a-file").join("runs"),
+    };
+    let err = op.set_state_memory(&under_a_file).unwrap_err().to_string();
+    assert!(err.contains("creating the state spill directory"), "{err}");
+}
+
+#[test]
+fn a_restored_state_of_other_aggregates_is_refused_naming_the_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = in_memory();
+    first.set_full_every(1);
+    feed(&mut first, 0..2, 1_000);
+    let state = first.snapshot(1).unwrap().unwrap();
+    // Another job's aggregates: no "favg__sum" column in this state.
+    let mut other = KeyedAggregate::new("k", specs()[..5].to_vec());
+    other.set_full_every(1);
+    feed(&mut other, 0..2, 1_000);
+    let partial = other.snapshot(1).unwrap().unwrap();
+    let mut op = spilling(dir.path());
+    op.restore(std::slice::from_ref(&partial)).unwrap();
+    let mut sink = Out::default();
+    let err = op
+        .process(0, batch(5, 100, 1_000), &mut sink)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no column \"favg__sum\"") && err.contains("other aggregates"),
+        "{err}"
+    );
+    // The state of the same aggregates restores.
+    let mut op = spilling(dir.path());
+    op.restore(std::slice::from_ref(&state)).unwrap();
+    op.process(0, batch(5, 100, 1_000), &mut sink).unwrap();
 }

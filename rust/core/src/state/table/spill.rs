@@ -323,39 +323,25 @@ impl StateTable {
         if absent.is_empty() {
             return Ok(());
         }
-        if let Some(present) = present {
-            // Looked up just now: a key new to memory that no shadow hides
-            // was found in the runs exactly when it was present.
-            let names = self.schema.field(key_col).name();
-            let absent_keys =
-                arrow_select::take::take(keys, &UInt32Array::from(absent.clone()), None)
-                    .map_err(arrow_err)?;
-            let keyed = self.key_type.keys(names, absent_keys.as_ref())?;
-            let mut seen = HashSet::new();
-            for (&row, key) in absent.iter().zip(keyed) {
-                if !seen.insert(key.clone()) {
-                    continue;
-                }
-                if spill.shadows.contains(&key) {
-                    spill.shadows.remove(&key);
-                } else if present.value(row as usize) {
-                    spill.outside -= 1;
-                }
-            }
-            return Ok(());
-        }
-        let probes =
-            arrow_select::take::take(keys, &UInt32Array::from(absent), None).map_err(arrow_err)?;
+        let probes = arrow_select::take::take(keys, &UInt32Array::from(absent.clone()), None)
+            .map_err(arrow_err)?;
         let name = self.schema.field(key_col).name();
         let mut seen = HashSet::new();
         let mut ask = Vec::new();
-        for key in self.key_type.keys(name, probes.as_ref())? {
+        for (&row, key) in absent
+            .iter()
+            .zip(self.key_type.keys(name, probes.as_ref())?)
+        {
             if !seen.insert(key.clone()) {
                 continue;
             }
             if spill.shadows.contains(&key) {
                 // Deleted since the flush: not counted in `outside`.
                 spill.shadows.remove(&key);
+            } else if let Some(present) = present {
+                // Looked up just now: a key new to memory that no shadow
+                // hides was found in the runs exactly when it was present.
+                spill.outside -= usize::from(present.value(row as usize));
             } else {
                 ask.push(key);
             }
