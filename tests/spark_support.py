@@ -35,7 +35,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402 (after PYTHONPATH)
 
-from snapcut.spark import foreach_batch  # noqa: E402
+from snapcut.spark import foreach_batch, metrics  # noqa: E402
 from snapcut.spark.session_kind import is_connect  # noqa: E402, F401 (the tests' import)
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
@@ -187,17 +187,9 @@ def observed_progress(df: DataFrame, checkpoint: Path, name: str) -> list[dict[s
         .start()
     )
     q.awaitTermination()
-    return [_metrics_dict(p["observedMetrics"][f"snapcut_{name}"]) for p in q.recentProgress]
-
-
-def _metrics_dict(row: Any) -> dict[str, Any]:
-    """An observed-metrics row as a dict: classic gives a Row of the
-    metrics; Connect's progress JSON a Row of its ``values`` and ``schema``."""
-    d = row.asDict() if hasattr(row, "asDict") else dict(row)
-    if set(d) == {"values", "schema"}:
-        names = [f["name"] for f in d["schema"]["fields"]]
-        return dict(zip(names, d["values"], strict=True))
-    return d
+    got = [metrics.observed(p, name) for p in q.recentProgress]
+    assert all(g is not None for g in got), got
+    return [g for g in got if g is not None]
 
 
 def read_batch_files(directory: Path) -> dict[int, pa.Table]:

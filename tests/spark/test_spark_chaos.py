@@ -223,6 +223,73 @@ def test_a_driver_crash_point_kills_the_driver_tree_and_logs_the_hit(tmp_path: P
     assert hit["point"] == "sink.after_commit" and hit["where"] == "driver"
 
 
+SPILL_KILL = """
+import pyarrow as pa
+from snapcut import StateTable
+from snapcut.spark import failpoints
+
+def spill(start):
+    # 1 MiB of memtable holds some 10k rows of (k, v): 60k rows flush.
+    table = StateTable(
+        pa.schema([("k", pa.int64()), ("v", pa.int64())]), "k", state_memory=1 << 20
+    )
+    for i in range(start, start + 60_000, 5_000):
+        keys = list(range(i, i + 5_000))
+        table.update(pa.table({"k": keys, "v": keys}))
+    assert table.spill_stats()["flushes"] > 0
+
+with failpoints.rust_points(2, 1):
+    spill(0)  # armed for batch 3, not 2
+print("survived batch 2", flush=True)
+with failpoints.rust_points(3, 1):
+    pass  # armed, and disarmed with the block
+spill(100_000)
+print("survived the disarm", flush=True)
+with failpoints.rust_points(3, 1):
+    spill(200_000)
+print("survived batch 3", flush=True)
+"""
+
+
+def test_a_spill_crash_point_kills_inside_the_armed_block_only(tmp_path: Path) -> None:
+    """``spill.after_run`` is a crash point in Rust: a task arms it for its
+    own (batch, partition) alone, so the process dies at the first spilled
+    run inside that block and nowhere else, and the hit reaches the log in
+    the Python points' format."""
+    log = tmp_path / "hits.jsonl"
+    env = {**os.environ, fp.ENV: "spill.after_run:3:1:kill", fp.LOG_ENV: str(log)}
+    res = subprocess.run(
+        [sys.executable, "-c", SPILL_KILL], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == -signal.SIGKILL, res.stderr[-2000:]
+    assert res.stdout.split("\n")[:2] == ["survived batch 2", "survived the disarm"]
+    assert "survived batch 3" not in res.stdout
+    assert "snapcut: failpoint spill.after_run hit 1" in res.stderr
+    [hit] = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert (hit["point"], hit["batch"], hit["partition"], hit["action"]) == (
+        "spill.after_run",
+        3,
+        1,
+        "kill",
+    )
+
+
+def test_spill_points_need_a_budget_and_can_only_kill(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, budget = chaos.SparkOptions(), chaos.SparkOptions(state_memory="2MB")
+    assert not set(fp.RUST_POINTS) & set(plain.points())
+    assert set(fp.RUST_POINTS) <= set(budget.points())
+    budget.check()
+    cmd = chaos.child_cmd(budget, Path("/run"))
+    assert cmd[cmd.index("--state-memory") + 1] == "2MB" and "--metrics-log" in cmd
+    with pytest.raises(ConfigError, match="reached only when the state spills"):
+        chaos.SparkOptions(failpoints=("spill.merged",)).check()
+    with pytest.raises(ConfigError, match="not a size"):
+        chaos.SparkOptions(state_memory="lots").check()
+    monkeypatch.setenv(fp.ENV, "spill.merged:1:0:raise")
+    with pytest.raises(ConfigError, match="can only kill"), fp.rust_points(1, 0):
+        pass
+
+
 def test_a_child_is_hung_only_after_a_stall_not_a_long_run() -> None:
     """A slow attempt that keeps stepping is not hung (at low priority on a
     loaded machine one took 275 s to its third step); one whose steps stop
@@ -304,6 +371,29 @@ def test_chaos_on_spark_is_exactly_once(tmp_path: Path, step: str, seed: int, ki
     assert summary["kills"] == 1 and summary["recoveries"] >= 1, summary
     assert summary["engine"] == "spark" and sum(summary["kill_kinds"].values()) == summary["kills"]
     assert summary["kill_kinds"][kind] == 1, res.stdout
+    assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.full_priority
+def test_chaos_on_spark_with_a_memory_budget_kills_inside_a_spill(tmp_path: Path) -> None:
+    """The level-1 aggregate under ``--state-memory 2MB`` (1 MiB for the table
+    a task works on) with 45k users over 3 partitions: every batch's tables
+    flush to local runs. Seed 3 draws (see ``plan_kill``) ``spill.after_run``
+    for one task: its Python worker dies right after writing a spilled run,
+    Spark retries the task, and nothing is lost, duplicated or mismatched."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
+    cmd += ["--seed", "3", "--files", "3", "--records", "90000", "--users", "45000"]
+    cmd += ["--state-memory", "2MB", "--max-kills", "1", "--failpoints", "spill.after_run"]
+    cmd += ["--kill-mode", "failpoint", "--workdir", str(tmp_path)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert res.stdout.strip(), res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
+    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
+    assert summary["failpoints"] == {"spill.after_run": 1}, res.stdout
+    assert summary["kill_kinds"]["python_worker_failpoint"] == 1, res.stdout
+    assert summary["spill_flushes"] > 0, res.stdout
     assert res.returncode == 0, res.stdout
 
 

@@ -27,6 +27,15 @@ class StorageError(SnapcutError): ...
 def protocol_name(name: str) -> str:
     """Validates a protocol name; returns its canonical spelling or raises ConfigError."""
 
+def arm_failpoint(
+    name: str, nth: int = 1, note_path: str | None = None, note: str | None = None
+) -> None:
+    """Arms a Rust crash point in this process until disarm_failpoints(): SIGKILL
+    on its nth hit from now, after appending the line `note` to `note_path`."""
+
+def disarm_failpoints() -> None:
+    """Disarms every crash point arm_failpoint armed."""
+
 # --- sim (protocol engineer) ---
 
 class BankSim:

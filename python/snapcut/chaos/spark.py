@@ -23,7 +23,9 @@ One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
   ``sink.after_stage``; the last two with the Arrow output only: a table
   output's update mode stages nothing) SIGKILLs the Python worker running one
   state partition's task, attempt 0: the driver lives on and Spark retries
-  the task;
+  the task; with ``--state-memory`` also ``spill.after_run`` and
+  ``spill.merged``, inside a spilling state table's flush and merge (Rust
+  crash points the task arms for itself alone);
 - ``executor_sigkill`` (``--master local-cluster[...]`` only): the harness
   SIGKILLs one executor JVM with its Python workers at a random moment;
   Spark re-runs its tasks elsewhere.
@@ -77,7 +79,7 @@ import pandas as pd
 import pyarrow as pa
 
 from snapcut import _procs as procs
-from snapcut._core import ConfigError, SnapshotError
+from snapcut._core import ConfigError, SnapshotError, state_memory_bytes
 from snapcut.chaos.core import (
     ChaosError,
     Check,
@@ -216,6 +218,11 @@ class SparkOptions:
     step: str = "aggregate"
     """The job's stateful step: "aggregate" (level 1) or "tws" (a
     StatefulProcessor through transform_with_state_in_pandas)."""
+    state_memory: str | None = None
+    """The job's ``keyed_state(state_memory=)``, each Python worker's budget
+    (None: all in memory). Small enough, the state spills mid-run, and the
+    spill crash points (``spill.after_run``, ``spill.merged``) join the ones
+    kills choose from."""
 
     def cluster(self) -> bool:
         return (self.remote or self.master).startswith("local-cluster")
@@ -223,7 +230,9 @@ class SparkOptions:
     def points(self) -> tuple[str, ...]:
         if self.failpoints is not None:
             return self.failpoints
-        skip = STAGE_POINTS if self.output != "arrow" else TABLE_POINTS
+        skip = set(STAGE_POINTS if self.output != "arrow" else TABLE_POINTS)
+        if self.state_memory is None:
+            skip |= set(failpoints.RUST_POINTS)
         return tuple(p for p in failpoints.POINTS if p not in skip)
 
     def table(self, run_dir: Path) -> TableTarget | None:
@@ -262,6 +271,13 @@ class SparkOptions:
             )
         if self.step not in STEPS:
             raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")
+        if self.state_memory is not None:
+            state_memory_bytes(self.state_memory)
+        elif set(failpoints.RUST_POINTS) & set(self.points()):
+            raise ConfigError(
+                f"{', '.join(sorted(failpoints.RUST_POINTS))} are reached only when the state "
+                "spills: add --state-memory (e.g. 2MB), or leave the points out"
+            )
         if self.kill_mode in ("mixed", "failpoint") and not self.points():
             raise ConfigError("failpoint kills need at least one failpoint")
         if self.remote is not None:
@@ -545,7 +561,27 @@ def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
         opts.step,
         *(["--master", opts.master] if opts.remote is None else ["--remote", opts.remote]),
         *([] if table is None else table.child_args()),
+        *([] if opts.state_memory is None else ["--state-memory", opts.state_memory]),
+        "--metrics-log",
+        str(run_dir / METRICS_LOG),
     ]
+
+
+#: The child's step figures, a JSON line per micro-batch it finished (over all
+#: attempts: a batch re-run after a kill appears again).
+METRICS_LOG = "metrics.jsonl"
+
+
+def count_spills(run_dir: Path, summary: SparkSummary) -> None:
+    """Adds the run's spill flushes and merges (every attempt's finished
+    batches, from the child's metrics log) to the summary."""
+    log = run_dir / METRICS_LOG
+    if not log.exists():
+        return
+    for line in log.read_text().splitlines():
+        figures = json.loads(line)
+        summary.spill_flushes += int(figures.get("state_flushes", 0))
+        summary.spill_merges += int(figures.get("state_merges", 0))
 
 
 def child_env(kill: KillPlan | None, hit_log: Path) -> dict[str, str]:
@@ -748,6 +784,7 @@ def run_one(
     if attempts > 1 and committed > 0:
         summary.restored += 1
     summary.run_seconds.append(round(time.monotonic() - started, 1))
+    count_spills(run_dir, summary)
     out = read_run(run_dir, names, opts.step, table)
     check = compare(frames, out)
     if out.table is not None:

@@ -106,9 +106,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--state-memory",
         default=None,
-        help="local dwell: the job's Checkpointing.state_memory (e.g. 1MB; default: no "
-        "budget); with many --users its keyed aggregates spill and merge runs mid-run, and "
-        "--failpoints spill.after_run,spill.merged kill inside them",
+        help="the dwell job's memory budget for its state (e.g. 1MB; default: none): local, "
+        "its Checkpointing.state_memory; Spark, keyed_state(state_memory=), each Python "
+        "worker's (at least 2MB). With many --users the state spills and merges runs "
+        "mid-run, and the crash points spill.after_run,spill.merged kill inside them (on "
+        "Spark they join the default points)",
     )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument(
@@ -322,11 +324,10 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         )
     if args.topology != "dwell" or args.failover is not None or args.process_kills:
         raise ConfigError("--topology, --failover and --process-kills apply to --engine local only")
-    local_only = (args.job_seconds, args.full_every, args.state_memory)
+    local_only = (args.job_seconds, args.full_every)
     if any(v is not None for v in local_only) or args.unsafe_sink or args.no_fsync:
         raise ConfigError(
-            "--job-seconds, --unsafe-sink, --no-fsync, --full-every and --state-memory apply "
-            "to --engine local only"
+            "--job-seconds, --unsafe-sink, --no-fsync and --full-every apply to --engine local only"
         )
     defaults = SparkOptions()
     # None: every crash point the output reaches (SparkOptions.points).
@@ -356,4 +357,5 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         keep=args.keep,
         step=pick(args.step, defaults.step),
         output=pick(args.output, defaults.output),
+        state_memory=args.state_memory,
     )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
@@ -62,6 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         help="'available-now' (run to the end of the input, then exit) or a processing-time "
         "interval such as '1 second' (run until stopped)",
     )
+    parser.add_argument(
+        "--state-memory",
+        default=None,
+        help="keyed_state's state_memory: each Python worker's budget for the state "
+        "(e.g. 2MB; default: all in memory)",
+    )
+    parser.add_argument(
+        "--metrics-log",
+        default=None,
+        help="append each micro-batch's step figures (observedMetrics) to this file, "
+        "a JSON line per batch, as the query makes progress",
+    )
     args = parser.parse_args(argv)
     if args.table_output != "arrow" and (args.sink != "arrow" or args.table is None):
         parser.error(f"--output {args.table_output} needs --sink arrow and --table")
@@ -84,7 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         .parquet(args.input)
     )
     state = keyed_state(
-        events, "user", args.state_root, args.partitions, full_every=args.full_every
+        events,
+        "user",
+        args.state_root,
+        args.partitions,
+        full_every=args.full_every,
+        state_memory=args.state_memory,
     )
     if args.step == "tws":
         from snapcut.jobs.dwell_processor import OUTPUT, DwellProcessor
@@ -115,9 +133,39 @@ def main(argv: list[str] | None = None) -> int:
     else:
         writer = writer.trigger(processingTime=args.trigger)
     query = writer.start()
-    query.awaitTermination()
+    if args.metrics_log is None:
+        query.awaitTermination()
+    else:
+        await_logging_metrics(query, Path(args.metrics_log), state.input.name)
     spark.stop()
     return 0
+
+
+#: How often the metrics log looks for new progress while the query runs.
+METRICS_POLL_S = 0.5
+
+
+def await_logging_metrics(query: Any, log: Path, vertex: str) -> None:
+    """Waits for the query to end as ``awaitTermination()`` does, appending
+    each new micro-batch's figures of step `vertex` to `log` (a JSON line:
+    ``batch`` and the figures) as they appear, so a killed attempt leaves
+    those of the batches it finished."""
+    from snapcut.spark import metrics
+
+    logged: set[int] = set()
+
+    def drain() -> None:
+        with log.open("a") as f:
+            for p in query.recentProgress:
+                figures = metrics.observed(p, vertex)
+                if figures is None or p["batchId"] in logged:
+                    continue
+                logged.add(p["batchId"])
+                f.write(json.dumps({"batch": p["batchId"], **figures}) + "\n")
+
+    while not query.awaitTermination(METRICS_POLL_S):
+        drain()
+    drain()
 
 
 def table_output(output: str, table: str | None, catalog: str | None) -> Any:

@@ -21,6 +21,11 @@ and read the variable from the driver's own environment. The variable reaches
 Python workers through ``spark.executorEnv.*``; a value ``@/path`` reads the
 points from that file at every hit, so a test can re-arm a running session.
 
+``spill.after_run`` and ``spill.merged`` are crash points in Rust (a
+spilling state table's flush and merge, ``keyed_state(state_memory=)``):
+a task arms them for its own state work alone (:func:`rust_points`), and a
+hit SIGKILLs its Python worker (``kill`` is their only action).
+
 Every hit is announced on stderr (``snapcut: failpoint <point> hit ...``) and,
 if ``SNAPCUT_SPARK_FAILPOINT_LOG`` names a file, appended to it as a JSON line
 (``point``, ``batch``, ``partition``, ``action``, ``where``: "driver" or
@@ -35,7 +40,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
+from snapcut import _core
 from snapcut._core import ConfigError
 
 ENV = "SNAPCUT_SPARK_FAILPOINTS"
@@ -50,6 +58,15 @@ POINTS = {
     "sink.after_table_commit": "driver: batch N is in the Delta table, its manifest is not",
     "sink.after_commit": "driver: batch N's manifest is published, Spark has not committed N",
 }
+#: Crash points in snapcut's Rust code, reached inside a task's state work
+#: when its tables spill past ``state_memory``. The task arms them for
+#: itself alone (:func:`rust_points`): the environment would arm every task
+#: a reused Python worker runs, its retries too. They can only ``kill``.
+RUST_POINTS = {
+    "spill.after_run": "a state table over its state_memory wrote a spilled run, not mapped back",
+    "spill.merged": "a state table merged its spilled runs, the old ones not yet removed",
+}
+POINTS.update(RUST_POINTS)
 ACTIONS = ("raise", "kill", "sleep")
 CONNECT_WORKER_ENV = "SPARK_CONNECT_MODE_ENABLED"  # set by Connect's foreachBatch worker
 
@@ -74,6 +91,11 @@ def _armed() -> list[tuple[str, str, str, str, str | None]]:
                 f"{ENV} entry {item!r} must be point:batch:partition:action[:attempt] with a "
                 f"point in {sorted(POINTS)} and an action in {ACTIONS}"
             )
+        if parts[0] in RUST_POINTS and parts[3] != "kill":
+            raise ConfigError(
+                f"{ENV} entry {item!r}: {parts[0]} is a crash point in Rust code, which "
+                "can only kill (use action kill)"
+            )
         out.append((parts[0], parts[1], parts[2], parts[3], parts[4] if len(parts) == 5 else None))
     return out
 
@@ -88,6 +110,19 @@ def _task_attempt() -> int | None:
     return ctx.attemptNumber() if ctx is not None else None
 
 
+def _log_line(point: str, batch: int, partition: int, action: str, where: str) -> str:
+    return json.dumps(
+        {
+            "point": point,
+            "batch": batch,
+            "partition": partition,
+            "action": action,
+            "where": where,
+            "pid": os.getpid(),
+        }
+    )
+
+
 def _announce(point: str, batch: int, partition: int, action: str, where: str) -> None:
     print(
         f"snapcut: failpoint {point} hit (batch {batch}, partition {partition}): {action} "
@@ -98,16 +133,7 @@ def _announce(point: str, batch: int, partition: int, action: str, where: str) -
     log = os.environ.get(LOG_ENV)
     if not log:
         return
-    line = json.dumps(
-        {
-            "point": point,
-            "batch": batch,
-            "partition": partition,
-            "action": action,
-            "where": where,
-            "pid": os.getpid(),
-        }
-    )
+    line = _log_line(point, batch, partition, action, where)
     # One short O_APPEND write: lines of concurrent workers do not interleave.
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -134,15 +160,46 @@ def _kill(in_task: bool) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def hit(point: str, batch: int, partition: int) -> None:
-    if ENV not in os.environ:
-        return
+def _matching(point: str, batch: int, partition: int) -> Iterator[tuple[str, int | None]]:
+    """The actions armed for `point` at (batch, partition) and this task
+    attempt, each with the attempt (None: the driver)."""
     for name, b, p, action, attempt in _armed():
         if name != point or b not in ("*", str(batch)) or p not in ("*", str(partition)):
             continue
         task_attempt = _task_attempt()
         if attempt is not None and attempt != str(task_attempt or 0):
             continue
+        yield action, task_attempt
+
+
+@contextmanager
+def rust_points(batch: int, partition: int) -> Iterator[None]:
+    """Arms, while the block runs, the Rust crash points (:data:`RUST_POINTS`)
+    armed for this task's (batch, partition, attempt): the Python worker
+    SIGKILLs itself at the point's first hit, after the hit's line reaches
+    the log as a Python point's would. Nothing is armed after the block."""
+    if ENV not in os.environ:
+        yield
+        return
+    log = os.environ.get(LOG_ENV) or None
+    armed = False
+    try:
+        for point in RUST_POINTS:
+            for action, attempt in _matching(point, batch, partition):
+                where = "driver" if attempt is None else "task"
+                note = _log_line(point, batch, partition, action, where) if log else None
+                _core.arm_failpoint(point, 1, log, note)
+                armed = True
+        yield
+    finally:
+        if armed:
+            _core.disarm_failpoints()
+
+
+def hit(point: str, batch: int, partition: int) -> None:
+    if ENV not in os.environ:
+        return
+    for action, task_attempt in _matching(point, batch, partition):
         _announce(point, batch, partition, action, "driver" if task_attempt is None else "task")
         if action == "kill":
             _kill(task_attempt is not None)

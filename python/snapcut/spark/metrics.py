@@ -9,8 +9,10 @@ micro-batch: rows in, rows out, late rows dropped, keys timed out, state rows
 (keys held after the batch), state bytes written and the slowest state write;
 the state cache's hits (a task found its partition's tables in its worker)
 and misses (it read them from the root); and, for tables with a memory
-budget (``keyed_state(state_memory=...)``), rows flushed to local runs,
-keys looked up in the runs and found there, and the most runs a table had.
+budget (``keyed_state(state_memory=...)``), flushes to local runs and the
+rows they took, merges of those runs, keys looked up in the runs and found
+there, and the most runs a table had. :func:`observed` reads one step's
+figures out of a progress, on classic Spark and Spark Connect alike.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import pyarrow as pa
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["FIELDS", "FLAG", "MAXIMA", "internal_schema", "metrics_batch", "observe_and_strip"]
+__all__ = [
+    "FIELDS",
+    "FLAG",
+    "MAXIMA",
+    "internal_schema",
+    "metrics_batch",
+    "observe_and_strip",
+    "observed",
+]
 
 FLAG = "__snapcut_metrics"
 FIELDS = (
@@ -35,7 +45,9 @@ FIELDS = (
     "state_write_ms_max",
     "state_cache_hits",
     "state_cache_misses",
+    "state_flushes",
     "state_rows_flushed",
+    "state_merges",
     "state_run_probes",
     "state_run_hits",
     "state_runs_max",
@@ -84,3 +96,18 @@ def observe_and_strip(df: DataFrame, vertex: str, output: pa.Schema) -> DataFram
     ]
     observed = df.observe(observation_name(vertex), *sums)
     return observed.where(F.col(FLAG).isNull()).select(*[F.col(n) for n in output.names])
+
+
+def observed(progress: Any, vertex: str) -> dict[str, Any] | None:
+    """Step `vertex`'s figures in one query progress (``query.recentProgress``
+    item) as a dict; None if the progress has none (a batch with no data).
+    Classic Spark gives a Row of the figures; Spark Connect's progress JSON a
+    Row of its ``values`` and ``schema``."""
+    row = (progress["observedMetrics"] or {}).get(observation_name(vertex))
+    if row is None:
+        return None
+    d = row.asDict() if hasattr(row, "asDict") else dict(row)
+    if set(d) == {"values", "schema"}:
+        names = [f["name"] for f in d["schema"]["fields"]]
+        return dict(zip(names, d["values"], strict=True))
+    return d

@@ -17,8 +17,10 @@
 //! would silently disarm the test, so it stops the process with a message
 //! naming the problem and exit code 2.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use crate::error::{Error, Result};
 
@@ -151,10 +153,90 @@ fn armed() -> &'static [Point] {
     })
 }
 
+/// A point armed from inside the process for a while ([`arm_scoped`]): a
+/// Spark task arms `spill.after_run` for itself alone, where the
+/// environment would arm every task a reused Python worker runs.
+struct Scoped {
+    point: Point,
+    /// A line appended (and fsynced) to a file before the kill: the crash
+    /// log of the caller's harness, in its own format.
+    note: Option<(PathBuf, String)>,
+}
+
+static SCOPED_ON: AtomicBool = AtomicBool::new(false);
+
+static SCOPED: Mutex<Vec<Scoped>> = Mutex::new(Vec::new());
+
+fn scoped() -> std::sync::MutexGuard<'static, Vec<Scoped>> {
+    // A panic while holding the lock leaves only counters behind: still usable.
+    SCOPED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Arms `name` in this process until [`disarm_scoped`]: the process
+/// crashes on its `nth` hit from now, after appending `note` (a file and a
+/// line) if given. Arming a point again restarts its count.
+pub fn arm_scoped(name: &str, nth: u64, note: Option<(PathBuf, String)>) -> Result<()> {
+    let armed = parse(&format!("{name}={nth}"))?
+        .pop()
+        .ok_or_else(|| Error::Config(format!("{ENV}: no crash point in '{name}'")))?;
+    let mut points = scoped();
+    points.retain(|s| s.point.armed.name != armed.name);
+    points.push(Scoped {
+        point: Point {
+            armed,
+            hits: AtomicU64::new(0),
+        },
+        note,
+    });
+    SCOPED_ON.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Disarms every point [`arm_scoped`] armed.
+pub fn disarm_scoped() {
+    let mut points = scoped();
+    points.clear();
+    SCOPED_ON.store(false, Ordering::SeqCst);
+}
+
+fn hit_scoped(name: &str) {
+    let points = scoped();
+    for s in points.iter().filter(|s| s.point.armed.name == name) {
+        let n = s.point.hits.fetch_add(1, Ordering::SeqCst) + 1;
+        if n == s.point.armed.nth {
+            if let Some((path, line)) = &s.note {
+                append_note(path, line);
+            }
+            crash(name, n);
+        }
+    }
+}
+
+fn append_note(path: &PathBuf, line: &str) {
+    // One short O_APPEND write, as the harness's own log lines.
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| {
+            f.write_all(format!("{line}\n").as_bytes())?;
+            f.sync_all()
+        });
+    if let Err(e) = written {
+        eprintln!(
+            "snapcut: could not note the crash in {}: {e}",
+            path.display()
+        );
+    }
+}
+
 /// Marks that execution reached crash point `name`; kills the process if
 /// the point is armed and this is its n-th hit.
 #[inline]
 pub fn hit(name: &str) {
+    if SCOPED_ON.load(Ordering::Relaxed) {
+        hit_scoped(name);
+    }
     let points = armed();
     if points.is_empty() {
         return;
@@ -227,6 +309,34 @@ mod tests {
         for (name, why) in POINTS {
             assert!(name.contains('.') && !why.is_empty());
         }
+    }
+
+    #[test]
+    fn scoped_arming_checks_the_name_and_disarms() {
+        let err = arm_scoped("spill.afterrun", 1, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("unknown crash point 'spill.afterrun'"),
+            "{err}"
+        );
+        assert!(arm_scoped("spill.after_run", 0, None)
+            .unwrap_err()
+            .to_string()
+            .contains(">= 1"));
+        // Armed for a hit no test reaches (other tests of this binary may
+        // hit the point meanwhile: counts only grow, and never crash).
+        arm_scoped("spill.merged", u64::MAX, None).unwrap();
+        hit("spill.merged");
+        hit("spill.merged");
+        let before = scoped()[0].point.hits.load(Ordering::SeqCst);
+        assert!(before >= 2);
+        // Armed again: the count restarts.
+        arm_scoped("spill.merged", u64::MAX, None).unwrap();
+        assert!(scoped()[0].point.hits.load(Ordering::SeqCst) < before);
+        disarm_scoped();
+        hit("spill.merged");
+        assert!(scoped().is_empty() && !SCOPED_ON.load(Ordering::SeqCst));
     }
 
     #[test]

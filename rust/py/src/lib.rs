@@ -33,12 +33,43 @@ fn protocol_name(name: &str) -> PyResult<&'static str> {
         .map_py()
 }
 
+/// Arms a Rust crash point (`snapcut_core::failpoint::POINTS`) in this
+/// process until `disarm_failpoints()`: SIGKILL on its `nth` hit from now,
+/// after appending `note` (a line) to `note_path` if given.
+#[pyfunction]
+#[pyo3(signature = (name, nth=1, note_path=None, note=None))]
+fn arm_failpoint(
+    name: &str,
+    nth: u64,
+    note_path: Option<std::path::PathBuf>,
+    note: Option<String>,
+) -> PyResult<()> {
+    let note = match (note_path, note) {
+        (Some(path), Some(line)) => Some((path, line)),
+        (None, None) => None,
+        _ => {
+            return Err(errors::to_py(snapcut_core::Error::Config(
+                "arm_failpoint: give note_path and note together, or neither".into(),
+            )))
+        }
+    };
+    snapcut_core::failpoint::arm_scoped(name, nth, note).map_py()
+}
+
+/// Disarms every crash point `arm_failpoint` armed.
+#[pyfunction]
+fn disarm_failpoints() {
+    snapcut_core::failpoint::disarm_scoped();
+}
+
 /// The extension module `snapcut._core`.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
+    m.add_function(wrap_pyfunction!(arm_failpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(disarm_failpoints, m)?)?;
     channel::register(m)?;
     sim::register(m)?;
     dataflow::register(m)?;

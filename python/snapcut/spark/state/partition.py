@@ -376,7 +376,7 @@ class PartitionTask:
         }
 
 
-SPILL_SUMS = ("rows_flushed", "run_probes", "run_hits")
+SPILL_SUMS = ("flushes", "rows_flushed", "merges", "run_probes", "run_hits")
 
 
 def spill_totals(tables: Tables) -> dict[str, int]:

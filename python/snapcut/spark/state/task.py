@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snapcut._core import TaskError
-from snapcut.spark import metrics
+from snapcut.spark import failpoints, metrics
 from snapcut.spark.batch_identity import task_batch
 from snapcut.spark.processors import BATCH_TS_COLUMN
 from snapcut.spark.state.partition import PartitionTask, Processor
@@ -57,29 +57,32 @@ def make_task_function(
             ts = rows[BATCH_TS_COLUMN][0]
             # (A streaming batch timestamp is whole ms; a batch query's is not.)
             batch_ts = int(pc.cast(ts, pa.timestamp("ms", "UTC"), safe=False).value)
-        task = PartitionTask(
-            root,
-            batch_id,
-            partition,
-            owner,
-            delay_ms,
-            initial=initial,
-            run_id=ctx.getLocalProperty("sql.streaming.runId"),
-            state_memory=state_memory,
-        )
-        out = task.apply(rows, processor, batch_ts)
-        if state_writes == "sync":
-            task.commit()
-            for b in out.to_batches():
-                yield metrics.with_null_metrics(b, stage_schema)
-        else:
-            # Version N is written while the output goes to Spark (the asynchronous
-            # phase, within the task); the task ends only once it is durable.
-            writer = _Committer(task)
-            writer.start()
-            for b in out.to_batches():
-                yield metrics.with_null_metrics(b, stage_schema)
-            writer.finish()
+        # A spilling table's flush and merge are Rust crash points: armed
+        # for this task alone (failpoints.rust_points), as long as it runs.
+        with failpoints.rust_points(batch_id, partition):
+            task = PartitionTask(
+                root,
+                batch_id,
+                partition,
+                owner,
+                delay_ms,
+                initial=initial,
+                run_id=ctx.getLocalProperty("sql.streaming.runId"),
+                state_memory=state_memory,
+            )
+            out = task.apply(rows, processor, batch_ts)
+            if state_writes == "sync":
+                task.commit()
+                for b in out.to_batches():
+                    yield metrics.with_null_metrics(b, stage_schema)
+            else:
+                # Version N is written while the output goes to Spark (the asynchronous
+                # phase, within the task); the task ends only once it is durable.
+                writer = _Committer(task)
+                writer.start()
+                for b in out.to_batches():
+                    yield metrics.with_null_metrics(b, stage_schema)
+                writer.finish()
         yield metrics.metrics_batch(stage_schema, task.figures())
 
     return run
