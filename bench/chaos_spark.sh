@@ -5,7 +5,9 @@
 # is appended to bench/results/chaos_spark/chaos-spark.jsonl (the per-attempt lines to
 # /tmp/snapcut-chaos-bench/spark.log). One Spark child at a time. With
 # --remote (Spark Connect) among the extra args, to chaos-spark-connect.jsonl;
-# with --step tws (the transformWithState job), to chaos-spark-tws.jsonl.
+# with --step tws (the transformWithState job), to chaos-spark-tws.jsonl; with
+# --state-memory (state spilling past a budget), to
+# bench/results/chaos_spark_spill/chaos-spark-spill.jsonl.
 # Usage: bash bench/chaos_spark.sh CHUNKS RUNS SEED [extra snapcut chaos args]
 set -u
 chunks=${1:-10}; runs=${2:-10}; seed=${3:-4000}; shift 3 2>/dev/null || shift $#
@@ -13,6 +15,10 @@ export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$(command -v python)}
 out=$(dirname "$0")/results/chaos_spark/chaos-spark.jsonl
 case " $* " in *" --remote "*) out=${out%.jsonl}-connect.jsonl ;; esac
 case " $* " in *" --step tws "*) out=${out%.jsonl}-tws.jsonl ;; esac
+case " $* " in
+  *" --state-memory "*) out=$(dirname "$0")/results/chaos_spark_spill/chaos-spark-spill.jsonl ;;
+esac
+mkdir -p "$(dirname "$out")"
 log=/tmp/snapcut-chaos-bench/spark.log
 mkdir -p /tmp/snapcut-chaos-bench
 for c in $(seq 0 $((chunks - 1))); do
