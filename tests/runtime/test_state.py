@@ -223,3 +223,35 @@ def test_bad_memory_budgets_are_refused_with_the_fix(tmp_path: Path) -> None:
     assert StateTable(schema, "k").spill_stats() is None
     with pytest.raises(ConfigError, match="memory budget"):
         StateTable(schema, "k").flush()
+
+
+def test_a_time_index_finds_due_keys_of_a_spilled_table_without_reading_it(
+    tmp_path: Path,
+) -> None:
+    """``time_column=`` indexes the keys by an int64 time: ``due(t)`` gives
+    those at or before t, by time then key, whether their rows sit in memory
+    or in spilled runs, and follows deletes and a restore."""
+    schema = pa.schema(
+        [pa.field("k", pa.int64(), nullable=False), ("at", pa.int64()), ("v", pa.int64())]
+    )
+    t = StateTable(schema, "k", state_memory="1MB", spill_dir=tmp_path, time_column="at")
+    assert t.time_column == "at"
+    n = 200_000
+    for start in range(0, n, 20_000):
+        keys = pa.array(range(start, start + 20_000), pa.int64())
+        at = pa.array([None if k % 7 == 0 else k % 1000 for k in range(start, start + 20_000)])
+        t.update(pa.record_batch([keys, at, keys], schema=schema))
+    assert (t.spill_stats() or {})["flushes"] >= 2
+    want = sorted((k % 1000, k) for k in range(n) if k % 7 and k % 1000 <= 2)
+    assert t.due(2).to_pylist() == [k for _, k in want]
+    assert t.earliest_time() == 0
+    t.delete(pa.array([1, 1001], pa.int64()))
+    assert t.due(1).to_pylist() == [k for at, k in want if at <= 1 and k not in (1, 1001)]
+    _, _, full = t.checkpoint(1)
+    back = StateTable(schema, "k", time_column="at")
+    back.restore([(1, "full", full)])
+    assert back.due(2).to_pylist() == t.due(2).to_pylist()
+    with pytest.raises(ConfigError, match="must be an Int64 value column"):
+        StateTable(schema, "k", time_column="k")
+    with pytest.raises(ConfigError, match="no time index"):
+        StateTable(schema, "k").due(0)

@@ -234,12 +234,21 @@ class StateTable:
         group: str | None = None,
         state_memory: int | str | None = None,
         spill_dir: str | PathLike[str] | None = None,
+        time_column: str | None = None,
     ) -> None:
         """`state_memory`: bytes (or "256MB") of rows kept in memory; past
         it they spill to sorted runs mapped from files under `spill_dir`
-        (default: the temp dir). None: all in memory."""
+        (default: the temp dir). None: all in memory. `time_column`: an
+        int64 column (ms) indexed for `due` (timers, TTL, timeouts)."""
     @property
     def state_memory(self) -> int | None: ...
+    @property
+    def time_column(self) -> str | None: ...
+    def due(self, threshold: int) -> Any:
+        """Keys whose time is at or before `threshold`, by time then key (a
+        pyarrow Array), from the time index: the table is not read."""
+    def earliest_time(self) -> int | None:
+        """The time index's earliest time (None: empty, or no index)."""
     def spill_stats(self) -> dict[str, int] | None:
         """flushes, rows_flushed, bytes_flushed, merges, run_probes, run_hits,
         runs, memtable_bytes (None without state_memory)."""

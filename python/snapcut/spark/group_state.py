@@ -15,10 +15,10 @@ from typing import Any
 from pyspark.sql.streaming.state import GroupState as _SparkGroupState
 from pyspark.sql.streaming.state import GroupStateTimeout as _SparkGroupStateTimeout
 
+from snapcut.spark.state.spec import TIMEOUT_COLUMN
+
 __all__ = ["DEFINED_COLUMN", "TIMEOUT_COLUMN", "GroupState", "GroupStateTimeout"]
 
-TIMEOUT_COLUMN = "__timeout_ms"
-"""Level 3 with a timeout: the key's timeout (ms), null when none is set."""
 DEFINED_COLUMN = "__defined"
 """Level 3 with a timeout: whether the key holds a value (Spark keeps a removed
 key whose function set a timeout, without a value, until the timeout fires)."""

@@ -160,11 +160,11 @@ class _Base:
             threshold = info.watermark_ms
         else:
             threshold = info.processing_time_ms
-        state = table.to_arrow()
-        due = pc.fill_null(pc.less(state[TIMEOUT_COLUMN], threshold), False)
-        if len(exclude):
-            due = pc.and_(due, pc.invert(pc.is_in(state[self.state_key], value_set=exclude)))
-        keys = distinct(state[self.state_key].filter(due))
+        # Spark times a key out when its timeout is before the threshold:
+        # at or before threshold - 1 ms, from the table's time index.
+        keys = table.due(threshold - 1)
+        if len(exclude) and len(keys):
+            keys = keys.filter(pc.invert(pc.is_in(keys, value_set=exclude)))
         self.timed_out_keys = len(keys)
         return keys
 

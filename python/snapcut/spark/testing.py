@@ -77,7 +77,11 @@ class TwsTester:
         self.specs = table_specs(list(self.variables.values()), self.key_fields, self.state_key)
         self.tables = {
             table_vertex(VERTEX, t.name): StateTable(
-                t.arrow_schema, t.state_key, full_every=10, group=t.group
+                t.arrow_schema,
+                t.state_key,
+                full_every=10,
+                group=t.group,
+                time_column=t.time_column,
             )
             for t in self.specs
         }
@@ -285,7 +289,13 @@ class TwsTester:
         fresh = {}
         for t in self.specs:
             vertex = table_vertex(VERTEX, t.name)
-            table = StateTable(t.arrow_schema, t.state_key, full_every=10, group=t.group)
+            table = StateTable(
+                t.arrow_schema,
+                t.state_key,
+                full_every=10,
+                group=t.group,
+                time_column=t.time_column,
+            )
             table.restore([(self.batch_id, "full", self.tables[vertex].to_arrow())])
             fresh[vertex] = table
         self.tables = fresh

@@ -128,8 +128,10 @@ impl StateTable {
     /// `full_every`-th checkpoint is a full one. `group`: a key-typed column
     /// whose rows can be read and deleted together (`lookup_groups`,
     /// `delete_groups`), e.g. the grouping key of a composite key.
+    /// `time_column`: an int64 column (ms) whose keys `due` finds in time
+    /// order without reading the table (timers, TTL, timeouts).
     #[new]
-    #[pyo3(signature = (schema, key, full_every = 10, group = None, state_memory = None, spill_dir = None))]
+    #[pyo3(signature = (schema, key, full_every = 10, group = None, state_memory = None, spill_dir = None, time_column = None))]
     fn new(
         schema: PySchema,
         key: &str,
@@ -137,11 +139,15 @@ impl StateTable {
         group: Option<&str>,
         state_memory: Option<&Bound<'_, PyAny>>,
         spill_dir: Option<std::path::PathBuf>,
+        time_column: Option<&str>,
     ) -> PyResult<Self> {
         let mut inner =
             CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
         if let Some(column) = group {
             inner = inner.with_group(column).map_py()?;
+        }
+        if let Some(column) = time_column {
+            inner = inner.with_time_index(column).map_py()?;
         }
         match (state_memory, spill_dir) {
             (Some(memory), dir) => {
@@ -250,6 +256,26 @@ impl StateTable {
     #[getter]
     fn group(&self) -> Option<String> {
         self.inner.group_column().map(str::to_string)
+    }
+
+    /// The time column (None without a time index).
+    #[getter]
+    fn time_column(&self) -> Option<String> {
+        self.inner.time_column().map(str::to_string)
+    }
+
+    /// The keys whose time is at or before `threshold` (ms, inclusive), by
+    /// time then key, as a pyarrow Array of the key type: found in the time
+    /// index, not by reading the table.
+    fn due<'py>(&self, py: Python<'py>, threshold: i64) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &self.inner;
+        let keys = py.detach(|| inner.due(threshold)).map_py()?;
+        array_to_pyarrow(py, keys)
+    }
+
+    /// The earliest time in the time index (None: no key has one, or no index).
+    fn earliest_time(&self) -> Option<i64> {
+        self.inner.earliest_time()
     }
 
     /// Deletes keys (absent ones ignored); returns how many were present.

@@ -217,6 +217,7 @@ class PartitionTask:
             layout.state_key,
             full_every=self.root.spec.full_every,
             group=layout.group,
+            time_column=layout.time,
             state_memory=None
             if self.state_memory is None or layout.group is not None
             else table_memory(self.state_memory, self.root.spec.layouts()),

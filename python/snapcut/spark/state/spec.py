@@ -17,8 +17,12 @@ from snapcut._core import ConfigError, SnapshotError
 from snapcut.spark.roots import schema_bytes, schema_from_bytes, schema_to_json
 
 __all__ = [
+    "EXPIRES_COLUMN",
     "GROUP_COLUMN",
     "ROOT_META_FILE",
+    "TIMEOUT_COLUMN",
+    "TIMER_COLUMN",
+    "TIME_COLUMNS",
     "RootSpec",
     "TableLayout",
     "TableSpec",
@@ -33,6 +37,17 @@ ROOT_FORMAT_VERSION = 1
 GROUP_COLUMN = "__group"
 """The internal column of a composite-key table (list and map state) that
 holds the grouping key's encoding: its rows are read and deleted together."""
+TIMEOUT_COLUMN = "__timeout_ms"
+"""A ``GroupState`` timeout (applyInPandasWithState, level 2): ms, or null."""
+EXPIRES_COLUMN = "__expires_ms"
+"""A transformWithState TTL: when the row (a value, a list element, a map
+entry) expires, ms."""
+TIMER_COLUMN = "__expiry_ms"
+"""A transformWithState timer's time, ms (a row per timer)."""
+TIME_COLUMNS = (TIMEOUT_COLUMN, EXPIRES_COLUMN, TIMER_COLUMN)
+"""The internal columns that say when a row is due. A table with one keeps
+its keys indexed by it (``StateTable(time_column=)``), so expiry finds the
+due keys without reading the table."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,11 @@ class TableSpec:
     @property
     def arrow_schema(self) -> pa.Schema:
         return schema_from_bytes(self.schema)
+
+    @property
+    def time_column(self) -> str | None:
+        """The column its rows are due by (:data:`TIME_COLUMNS`), if any."""
+        return time_column(self.schema)
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -90,6 +110,8 @@ class TableLayout:
     state_key: str
     schema: bytes
     group: str | None = None
+    time: str | None = None
+    """The table's time column (one of :data:`TIME_COLUMNS`), if it has one."""
 
 
 @dataclass(frozen=True)
@@ -116,9 +138,22 @@ class RootSpec:
     @functools.cached_property
     def _layouts(self) -> tuple[TableLayout, ...]:
         if not self.tables:
-            return (TableLayout(self.vertex, self.state_key, self.state_schema),)
+            return (
+                TableLayout(
+                    self.vertex,
+                    self.state_key,
+                    self.state_schema,
+                    time=time_column(self.state_schema),
+                ),
+            )
         return tuple(
-            TableLayout(table_vertex(self.vertex, t.name), t.state_key, t.schema, t.group)
+            TableLayout(
+                table_vertex(self.vertex, t.name),
+                t.state_key,
+                t.schema,
+                t.group,
+                t.time_column,
+            )
             for t in self.tables
         )
 
@@ -167,3 +202,12 @@ class RootSpec:
 def table_vertex(vertex: str, table: str) -> str:
     """The vertex of one of an operator's several state tables."""
     return f"{vertex}.{table}"
+
+
+def time_column(schema: bytes) -> str | None:
+    """The time column of a table of `schema` (IPC bytes), if it has one."""
+    names = set(schema_from_bytes(schema).names)
+    found = [c for c in TIME_COLUMNS if c in names]
+    if len(found) > 1:
+        raise SnapshotError(f"a state table has several time columns {found}; at most one")
+    return found[0] if found else None

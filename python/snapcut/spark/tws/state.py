@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from snapcut._core import ConfigError, StateTable, encode_keys
 from snapcut.spark.keys import KEY_COLUMN
@@ -381,11 +380,8 @@ class BatchState:
             v.table.update(self._frame(v, owners, extra))
 
     def _expire(self, v: VarState) -> None:
-        rows = v.table.to_arrow()
-        if rows.num_rows == 0:
-            return
-        dead = pc.fill_null(pc.less_equal(rows[EXPIRES_COLUMN], self.batch_ts_ms), False)
-        keys = rows[v.spec.state_key].filter(dead)
+        # The table's time index holds the expiries: no read of its rows.
+        keys = v.table.due(self.batch_ts_ms)
         if len(keys):
             v.table.delete(keys)
 
@@ -396,10 +392,11 @@ class BatchState:
         v = self.vars.get(TIMERS)
         if v is None:
             return []
-        rows = v.table.to_arrow()
+        # The due timers' keys from the table's time index, then their rows.
+        keys = v.table.due(threshold_ms)
         due: list[tuple[int, Key]] = []
-        if rows.num_rows:
-            hit = rows.filter(pc.less_equal(rows[TIMER_COLUMN], threshold_ms))
+        if len(keys):
+            hit = v.table.get(keys)
             times = hit[TIMER_COLUMN].to_pylist()
             cols = [hit[k].to_pylist() for k in self.key]
             due = [(t, tuple(c[i] for c in cols)) for i, t in enumerate(times)]

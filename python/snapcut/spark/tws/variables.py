@@ -30,7 +30,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from snapcut._core import ConfigError
 from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.roots import schema_bytes
-from snapcut.spark.state.spec import GROUP_COLUMN, TableSpec
+from snapcut.spark.state.spec import EXPIRES_COLUMN, GROUP_COLUMN, TIMER_COLUMN, TableSpec
 from snapcut.spark.state_values import declared_field, stored_field
 
 __all__ = [
@@ -44,9 +44,7 @@ __all__ = [
     "table_specs",
 ]
 
-EXPIRES_COLUMN = "__expires_ms"
 SEQ_COLUMN = "__seq"
-TIMER_COLUMN = "__expiry_ms"
 TIMERS = "$timers"
 KINDS = ("value", "list", "map")
 

@@ -29,6 +29,9 @@ pub mod runs;
 #[cfg(test)]
 mod spill_tests;
 mod table;
+mod time_index;
+#[cfg(test)]
+mod time_index_tests;
 
 pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};
 pub use encode::encode_keys;

@@ -91,8 +91,27 @@ struct Stored {
     model: BTreeMap<i64, i64>,
 }
 
+/// The keys of `model` whose value (the time index's column here) is at
+/// most `t`, by value then key: what `due(t)` must return.
+fn due_in(model: &BTreeMap<i64, i64>, t: i64) -> Vec<i64> {
+    let mut due: Vec<(i64, i64)> = model
+        .iter()
+        .filter(|(_, v)| **v <= t)
+        .map(|(k, v)| (*v, *k))
+        .collect();
+    due.sort();
+    due.into_iter().map(|(_, k)| k).collect()
+}
+
+fn due_of(t: &StateTable, threshold: i64) -> Vec<i64> {
+    let keys = t.due(threshold).unwrap();
+    keys.as_primitive::<Int64Type>().values().to_vec()
+}
+
 fn check(ops: Vec<Op>, policy: StatePolicy) -> Result<(), TestCaseError> {
-    let mut t = spilling(policy);
+    // Indexed by its value column as by a time: flushes, restores and
+    // deletes from runs must keep the index whole.
+    let mut t = spilling(policy).with_time_index("v").unwrap();
     let mut model: BTreeMap<i64, i64> = BTreeMap::new();
     let mut stored = Stored::default();
     let mut next: CheckpointId = 1;
@@ -148,9 +167,13 @@ fn check(ops: Vec<Op>, policy: StatePolicy) -> Result<(), TestCaseError> {
                 stored.model = model.clone();
                 next += 1;
                 // The stored chain restores into a plain table as the model.
-                let mut plain = StateTable::new(schema(), "k", policy).unwrap();
+                let mut plain = StateTable::new(schema(), "k", policy)
+                    .unwrap()
+                    .with_time_index("v")
+                    .unwrap();
                 plain.restore(&stored.chain).unwrap();
                 prop_assert_eq!(as_map(&plain.to_batch()), stored.model.clone());
+                prop_assert_eq!(due_of(&plain, 0), due_in(&stored.model, 0));
             }
             Op::Abort => {
                 // A checkpoint taken and never stored: the next must be full.
@@ -168,6 +191,9 @@ fn check(ops: Vec<Op>, policy: StatePolicy) -> Result<(), TestCaseError> {
         }
         prop_assert_eq!(t.len(), model.len());
         prop_assert_eq!(as_map(&t.to_batch()), model.clone());
+        for threshold in [-101, -50, 0, 99] {
+            prop_assert_eq!(due_of(&t, threshold), due_in(&model, threshold));
+        }
     }
     Ok(())
 }

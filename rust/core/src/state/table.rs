@@ -15,6 +15,7 @@ use super::changelog::ChangeLog;
 use super::column::{check_supported, new_column, Column};
 use super::group_index::GroupIndex;
 use super::key::{Key, KeyIndex, KeySet, KeyType};
+use super::time_index::TimeIndex;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
@@ -76,6 +77,8 @@ pub struct StateTable {
     group: Option<GroupIndex>,
     /// Runs below the memtable, if [`StateTable::with_memory_budget`] set one.
     spill: Option<spill::Spill>,
+    /// Keys by a time column, if [`StateTable::with_time_index`] set one.
+    time: Option<TimeIndex>,
 }
 
 /// Bookkeeping of confirmed-base mode (several checkpoints in flight).
@@ -171,8 +174,74 @@ impl StateTable {
             confirm: None,
             group: None,
             spill: None,
+            time: None,
             schema,
         })
+    }
+
+    /// Indexes the keys by `column` (Int64, nullable: a null time is not
+    /// indexed), for [`Self::due`]: the timers, expiries or timeouts that
+    /// passed, found without reading the table (see `time_index`).
+    pub fn with_time_index(mut self, column: &str) -> Result<Self> {
+        let col = self.schema.index_of(column).map_err(|_| {
+            Error::Config(format!(
+                "time column '{column}' is not in the state schema (columns: {})",
+                column_names(&self.schema)
+            ))
+        })?;
+        let data_type = self.schema.field(col).data_type();
+        if col == self.key_col || data_type != &DataType::Int64 {
+            return Err(Error::Config(format!(
+                "time column '{column}' must be an Int64 value column (milliseconds), not the \
+                 key; it is {data_type}"
+            )));
+        }
+        self.time = Some(TimeIndex::new(col));
+        if !self.is_empty() {
+            let rows = self.to_batch();
+            self.note_times(rows.columns())?;
+        }
+        Ok(self)
+    }
+
+    /// The time column, if the table has a time index.
+    pub fn time_column(&self) -> Option<&str> {
+        self.time
+            .as_ref()
+            .map(|t| self.schema.field(t.col).name().as_str())
+    }
+
+    /// The keys whose time is at or before `threshold` (inclusive), by time
+    /// then key: O(due keys), never a read of the table.
+    pub fn due(&self, threshold: i64) -> Result<ArrayRef> {
+        let index = self.time.as_ref().ok_or_else(|| {
+            Error::Config(
+                "this state table has no time index: create it with a time column to find \
+                 the keys that are due"
+                    .into(),
+            )
+        })?;
+        Ok(self.key_type.array(&index.due(threshold)))
+    }
+
+    /// The earliest time of the index (None: no key has a time, or no index).
+    pub fn earliest_time(&self) -> Option<i64> {
+        self.time.as_ref().and_then(TimeIndex::earliest)
+    }
+
+    /// Written rows (checked columns in schema order) update the time index;
+    /// a later row of the same key wins, as in the table.
+    fn note_times(&mut self, arrays: &[ArrayRef]) -> Result<()> {
+        let Some(index) = self.time.as_mut() else {
+            return Ok(());
+        };
+        let name = self.schema.field(self.key_col).name();
+        let keys = self.key_type.keys(name, arrays[self.key_col].as_ref())?;
+        let times = arrays[index.col].as_primitive::<Int64Type>();
+        for (i, key) in keys.into_iter().enumerate() {
+            index.set(key, times.is_valid(i).then(|| times.value(i)));
+        }
+        Ok(())
     }
 
     /// Indexes the rows by `column` as well (a key-typed column, typically a
@@ -327,6 +396,7 @@ impl StateTable {
             None => None,
         };
         self.before_upsert(&arrays, present)?;
+        self.note_times(&arrays)?;
         self.index.reserve(key_array.len());
         let mut len = self.occupied.len() as u32;
         let free = &mut self.free;
@@ -385,6 +455,9 @@ impl StateTable {
     /// Removes `keys` (absent ones are ignored); returns how many were present.
     pub fn delete(&mut self, keys: &dyn Array) -> Result<usize> {
         let keys = self.key_type.keys(self.key_column(), keys)?;
+        if let Some(index) = self.time.as_mut() {
+            keys.iter().for_each(|k| index.remove(k));
+        }
         let mut removed = 0;
         let mut elsewhere = Vec::new();
         for key in keys {
@@ -755,6 +828,10 @@ impl StateTable {
     ) -> Result<CheckpointId> {
         if self.spill.is_some() {
             self.adopt_base(&first.batch)?;
+            if self.time.is_some() {
+                let arrays = self.columns_of(&first.batch)?;
+                self.note_times(&arrays)?;
+            }
         } else {
             self.apply(&first.batch, false)?;
         }
@@ -815,6 +892,9 @@ impl StateTable {
         self.tombstones.drain();
         if let Some(g) = self.group.as_mut() {
             g.clear();
+        }
+        if let Some(t) = self.time.as_mut() {
+            t.clear();
         }
     }
 
