@@ -404,3 +404,14 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
     assert got.select(["user", "n", "total"]).equals(want.select(["user", "n", "total"]))
     with pytest.raises(ConfigError, match="below the minimum of 2097152 bytes"):
         table_memory((2 << 20) - 1, spec.layouts())
+
+
+def test_a_table_with_two_time_columns_is_refused() -> None:
+    from snapcut.spark.roots import schema_bytes
+    from snapcut.spark.state.spec import EXPIRES_COLUMN, TIMER_COLUMN, time_column
+
+    one = pa.schema([("k", pa.int64()), (TIMER_COLUMN, pa.int64())])
+    assert time_column(schema_bytes(one)) == TIMER_COLUMN
+    two = one.append(pa.field(EXPIRES_COLUMN, pa.int64()))
+    with pytest.raises(SnapshotError, match="several time columns"):
+        time_column(schema_bytes(two))

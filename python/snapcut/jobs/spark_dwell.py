@@ -155,13 +155,16 @@ def await_logging_metrics(query: Any, log: Path, vertex: str) -> None:
     logged: set[int] = set()
 
     def drain() -> None:
-        with log.open("a") as f:
-            for p in query.recentProgress:
-                figures = metrics.observed(p, vertex)
-                if figures is None or p["batchId"] in logged:
-                    continue
-                logged.add(p["batchId"])
-                f.write(json.dumps({"batch": p["batchId"], **figures}) + "\n")
+        lines = []
+        for p in query.recentProgress:
+            figures = metrics.observed(p, vertex)
+            if figures is None or p["batchId"] in logged:
+                continue
+            logged.add(p["batchId"])
+            lines.append(json.dumps({"batch": p["batchId"], **figures}) + "\n")
+        if lines:  # the file is opened only when a batch finished
+            with log.open("a") as f:
+                f.writelines(lines)
 
     while not query.awaitTermination(METRICS_POLL_S):
         drain()
