@@ -128,7 +128,10 @@ mypy python/
 # (twice in a row, beside a Spark chaos run; and for transformWithState's
 # worker beside the Connect tests), so such tests ran alone, after the rest
 # (~700 s with a core mostly idle). They are marked connect_port
-# (pyproject.toml). With the others at nice 10 (weight 110 against 1024 per
+# (pyproject.toml). Still, on a slow guest 9 of the 41 connect_server tests
+# ran out (fresh25, 2026-11-29): a test failing with that message alone runs
+# again, at most twice (pytest-rerunfailures, pyproject.toml's addopts).
+# With the others at nice 10 (weight 110 against 1024 per
 # thread, and every child in this session: the chaos and demo harnesses
 # start theirs in a new process group, not a new session, so they inherit
 # it) such a worker gets its core when it asks, and the others take what it

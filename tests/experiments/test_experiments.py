@@ -62,17 +62,18 @@ def test_tiny_grid_writes_every_cell_of_every_experiment(tiny_run: tuple[Path, s
         "sync",
     }
     for r in rows:
-        assert r.completed == 1.0  # tiny runs finish well inside their budgets
-        assert r.runtime_s > 0 and r.throughput_rps > 0
-        assert r.throughput_rps == pytest.approx(r.records / r.runtime_s, rel=0.05)
+        # Each assertion names its row: CI once failed here with no more said.
+        assert r.completed == 1.0, r  # tiny runs finish well inside their budgets
+        assert r.runtime_s > 0 and r.throughput_rps > 0, r
+        assert r.throughput_rps == pytest.approx(r.records / r.runtime_s, rel=0.05), r
         if r.protocol == "none":
-            assert r.checkpoints == 0
-    assert any(r.checkpoints > 0 for r in rows if r.protocol == "sync")
+            assert r.checkpoints == 0, r
+    assert any(r.checkpoints > 0 for r in rows if r.protocol == "sync"), rows
     # Rounds ran in rotated orders.
     first = {}
     for r in sorted(rows, key=lambda r: r.order):
         first.setdefault(r.repetition, r.cell)
-    assert first[0] != first[1]
+    assert first[0] != first[1], first
 
 
 def test_tiny_report_names_the_machine_and_shows_tables_and_plots(
