@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 import snapcut
 from snapcut import ConfigError, SnapshotError, StateTable
+from snapcut._core import encode_keys
 
 SCHEMA = pa.schema(
     [
@@ -255,3 +256,55 @@ def test_a_time_index_finds_due_keys_of_a_spilled_table_without_reading_it(
         StateTable(schema, "k", time_column="k")
     with pytest.raises(ConfigError, match="no time index"):
         StateTable(schema, "k").due(0)
+
+
+def test_groups_of_a_spilled_table_are_read_and_deleted_from_its_runs(tmp_path: Path) -> None:
+    """A table with a group column spills too when its keys begin with their
+    group (``group_prefix``): a group's rows are found in memory and in the
+    runs (one key range each), newer rows hide older ones, and a group
+    delete reaches the runs. transformWithState's list and map state."""
+    schema = pa.schema(
+        [
+            pa.field("k", pa.binary(), nullable=False),
+            pa.field("g", pa.int64(), nullable=False),
+            ("s", pa.int64()),
+            ("v", pa.int64()),
+        ]
+    )
+
+    def batch(gs: list[int], ss: list[int], vs: list[int]) -> pa.RecordBatch:
+        g, s = pa.array(gs, pa.int64()), pa.array(ss, pa.int64())
+        return pa.record_batch([encode_keys([g, s]), g, s, pa.array(vs, pa.int64())], schema=schema)
+
+    t = StateTable(
+        schema, "k", group="g", group_prefix="encoding", state_memory="1MB", spill_dir=tmp_path
+    )
+    assert t.state_memory == 1 << 20
+    groups = 20_000
+    for s in range(8):  # 8 rows a group, each pass a new row of every group
+        t.update(batch(list(range(groups)), [s] * groups, [s] * groups))
+    assert (t.spill_stats() or {})["flushes"] >= 2
+    t.update(batch([5, 5], [0, 8], [100, 108]))  # one changed, one new: in memory
+    rows, which = t.lookup_groups(pa.array([5, 7, -1], pa.int64()))
+    columns = (which.to_pylist(), rows.column("s").to_pylist(), rows.column("v").to_pylist())
+    got = sorted(zip(*columns, strict=True))
+    assert got == sorted(
+        [(0, 0, 100), *((0, s, s) for s in range(1, 8)), (0, 8, 108)]
+        + [(1, s, s) for s in range(8)]
+    )
+    assert t.delete_groups(pa.array([5, 6], pa.int64())) == 9 + 8
+    assert t.lookup_groups(pa.array([5, 6], pa.int64()))[0].num_rows == 0
+    assert len(t) == groups * 8 + 1 - 17
+    with pytest.raises(ConfigError, match="group_prefix"):
+        StateTable(schema, "k", group="g", state_memory="1MB", spill_dir=tmp_path)
+    with pytest.raises(ConfigError, match="neither 'value'"):
+        StateTable(schema, "k", group="g", group_prefix="bytes")
+    with pytest.raises(ConfigError, match="needs a binary group column"):
+        StateTable(schema, "k", group="g", group_prefix="value")
+    plain = StateTable(schema, "k", group="g", group_prefix="encoding")
+    with pytest.raises(ConfigError, match="does not begin with the encoding of its group 2"):
+        plain.update(
+            pa.record_batch(
+                [encode_keys([pa.array([1], pa.int64())]), pa.array([2]), [0], [0]], schema=schema
+            )
+        )

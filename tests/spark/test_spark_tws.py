@@ -20,7 +20,7 @@ from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValu
 from snapcut import snapshots
 from snapcut._core import ConfigError
 from snapcut.spark import keyed_state, read_state, read_state_arrow, rescale
-from spark_support import run_to_end, start_session, write_inputs
+from spark_support import observed_progress, run_to_end, start_session, write_inputs
 
 SCHEMA = "id string, v long, w string"
 SESSION_KINDS = True  # tests/conftest.py: both_sessions tests also run on Connect
@@ -84,10 +84,15 @@ def frames(*batches: list[tuple[str, int, str]]) -> list[pd.DataFrame]:
 
 
 def query(
-    spark: SparkSession, inputs: Path, root: Path, proc: StatefulProcessor, mode: str
+    spark: SparkSession,
+    inputs: Path,
+    root: Path,
+    proc: StatefulProcessor,
+    mode: str,
+    state_memory: str | None = None,
 ) -> DataFrame:
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs))
-    s = keyed_state(df, key="id", root=str(root), partitions=2)
+    s = keyed_state(df, key="id", root=str(root), partitions=2, state_memory=state_memory)
     return s.transform_with_state_in_pandas(proc, OUT, "Update", mode)
 
 
@@ -165,6 +170,41 @@ def test_processing_time_timers_fire_in_a_later_batch(spark: SparkSession, tmp_p
     assert by_batch[1] == [("a", "data", 2), ("b", "timer", 1)]
     # Batch 2 has no data (Spark's no-data batch): a's timer fires.
     assert by_batch[2] == [("a", "timer", 2)]
+
+
+def test_list_and_map_state_spill_under_a_budget_and_read_back_as_without(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``state_memory="8MB"`` per Python worker: 1 MiB for each of the four
+    tables (count, list, map, timers) of the partition a task works on, so
+    the list and the map of each partition flush to runs, and later batches
+    read a key's list and map back from them (a group's rows are the keys
+    that begin with its prefix). Every batch's output and every variable's
+    state equal the same query's without a budget."""
+    ids = 3000
+    batches = [
+        [(f"k{i}", 10 * b + j, f"w{j}") for i in range(ids) for j in range(6)] for b in range(3)
+    ]
+    inputs = tmp_path / "in"
+    write_inputs(inputs, frames(*batches))
+    want = run_to_end(
+        query(spark, inputs, tmp_path / "plain", Tally(), "None"), tmp_path / "chk-plain"
+    )
+    spilled = query(spark, inputs, tmp_path / "root", Tally(), "None", state_memory="8MB")
+    progress = observed_progress(spilled, tmp_path / "chk", "state")
+    assert len(progress) == 3
+    assert sum(p["state_flushes"] for p in progress) > 0, progress
+    assert sum(p["state_run_probes"] for p in progress[1:]) > 0, progress
+    # The budgeted query ran into the noop sink; its state is what it wrote.
+    got = read_state_arrow(str(tmp_path / "root"), variable="count").sort_by("id")
+    assert got.equals(read_state_arrow(str(tmp_path / "plain"), variable="count").sort_by("id"))
+    assert got.num_rows == ids and set(got.column("n").to_pylist()) == {18}
+    for variable, order in (("vs", ["id", "__seq"]), ("ws", ["id", "w"])):
+        sort = [(c, "ascending") for c in order]
+        mine = read_state_arrow(str(tmp_path / "root"), variable=variable).sort_by(sort)
+        theirs = read_state_arrow(str(tmp_path / "plain"), variable=variable).sort_by(sort)
+        assert mine.equals(theirs), variable
+    assert rows(want)[2][:2] == [("k0", "data", 18), ("k1", "data", 18)]
 
 
 def test_schema_evolution_on_restart(spark: SparkSession, tmp_path: Path) -> None:

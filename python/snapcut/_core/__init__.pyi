@@ -235,11 +235,15 @@ class StateTable:
         state_memory: int | str | None = None,
         spill_dir: str | PathLike[str] | None = None,
         time_column: str | None = None,
+        group_prefix: str | None = None,
     ) -> None:
         """`state_memory`: bytes (or "256MB") of rows kept in memory; past
         it they spill to sorted runs mapped from files under `spill_dir`
         (default: the temp dir). None: all in memory. `time_column`: an
-        int64 column (ms) indexed for `due` (timers, TTL, timeouts)."""
+        int64 column (ms) indexed for `due` (timers, TTL, timeouts).
+        `group_prefix`: what every (binary) key begins with, "value" (the
+        `group` column's bytes) or "encoding" (`encode_keys([group])`); a
+        table with a group and a `state_memory` needs it."""
     @property
     def state_memory(self) -> int | None: ...
     @property

@@ -308,10 +308,10 @@ def keyed_state(
     ``state_memory``: bytes (or ``"256MB"``) of state rows a Python worker
     keeps in memory, the rest spilled to sorted runs in local files (default:
     the Spark conf ``spark.snapcut.state.memory``, else all in memory): half
-    for the partition a task works on, shared by its tables (a table with a
-    group column stays in memory and is not counted), half for the other
-    partitions the worker keeps warm (the largest are flushed when a task
-    ends over it); at least 2 MiB per spilling table.
+    for the partition a task works on, shared by its tables (every state
+    variable of transformWithState, and its timers, is one), half for the
+    other partitions the worker keeps warm (the largest are flushed when a
+    task ends over it); at least 2 MiB per table.
     """
     from snapcut.spark.source.register import register
 

@@ -11,7 +11,9 @@ use pyo3::types::{PyDict, PyString};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
-use snapcut_core::state::{self, parse_memory, SpillStats, StatePolicy, StateTable as CoreTable};
+use snapcut_core::state::{
+    self, parse_memory, GroupPrefix, SpillStats, StatePolicy, StateTable as CoreTable,
+};
 use snapcut_core::store::LocalRuns;
 
 use crate::errors::IntoPyResult;
@@ -130,8 +132,12 @@ impl StateTable {
     /// `delete_groups`), e.g. the grouping key of a composite key.
     /// `time_column`: an int64 column (ms) whose keys `due` finds in time
     /// order without reading the table (timers, TTL, timeouts).
+    /// `group_prefix`: what every key begins with, "value" (the group
+    /// column's bytes) or "encoding" (`encode_keys([group])`); a table with a
+    /// group and a `state_memory` needs it to find its groups in the runs.
     #[new]
-    #[pyo3(signature = (schema, key, full_every = 10, group = None, state_memory = None, spill_dir = None, time_column = None))]
+    #[pyo3(signature = (schema, key, full_every = 10, group = None, state_memory = None, spill_dir = None, time_column = None, group_prefix = None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         schema: PySchema,
         key: &str,
@@ -140,11 +146,17 @@ impl StateTable {
         state_memory: Option<&Bound<'_, PyAny>>,
         spill_dir: Option<std::path::PathBuf>,
         time_column: Option<&str>,
+        group_prefix: Option<&str>,
     ) -> PyResult<Self> {
         let mut inner =
             CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
         if let Some(column) = group {
             inner = inner.with_group(column).map_py()?;
+        }
+        if let Some(prefix) = group_prefix {
+            inner = inner
+                .with_group_prefix(GroupPrefix::parse(prefix).map_py()?)
+                .map_py()?;
         }
         if let Some(column) = time_column {
             inner = inner.with_time_index(column).map_py()?;

@@ -37,13 +37,12 @@ MIN_TABLE_MEMORY = 1 << 20
 
 
 def table_memory(state_memory: int, layouts: Sequence[TableLayout]) -> int:
-    """Each spilling table's budget under a Python worker's `state_memory`:
-    half of it goes to the partition a task works on, shared by its tables
-    that can spill (a table with a group column stays in memory); the other
-    half bounds the warm tables of the partitions the worker keeps
+    """Each table's budget under a Python worker's `state_memory`: half of
+    it goes to the partition a task works on, shared by its tables; the
+    other half bounds the warm tables of the partitions the worker keeps
     (:meth:`StateCache.put`). ConfigError if a table would get less than
     1 MiB, naming the least budget that works."""
-    spilling = max(sum(1 for layout in layouts if layout.group is None), 1)
+    spilling = max(len(layouts), 1)
     least = 2 * spilling * MIN_TABLE_MEMORY
     if state_memory < least:
         raise ConfigError(
@@ -211,15 +210,17 @@ class PartitionTask:
 
     def _new_table(self, layout: TableLayout) -> StateTable:
         # A table with a group column (transformWithState's list and map
-        # state) keeps its rows in memory: its groups are read whole.
+        # state, its timers) spills too: a group's rows in the runs are the
+        # keys that begin with its prefix.
         return StateTable(
             schema_of(layout),
             layout.state_key,
             full_every=self.root.spec.full_every,
             group=layout.group,
+            group_prefix=layout.group_prefix,
             time_column=layout.time,
             state_memory=None
-            if self.state_memory is None or layout.group is not None
+            if self.state_memory is None
             else table_memory(self.state_memory, self.root.spec.layouts()),
         )
 

@@ -113,6 +113,17 @@ class TableLayout:
     time: str | None = None
     """The table's time column (one of :data:`TIME_COLUMNS`), if it has one."""
 
+    @property
+    def group_prefix(self) -> str | None:
+        """What the keys of a table with a group column begin with (a
+        spilling table finds a group's rows in its runs by it): the
+        ``__group`` column's bytes (it holds the grouping key's encoding),
+        else the encoding of the grouping key column itself (the composite
+        key is ``encode_keys([grouping key..., sub-key...])``)."""
+        if self.group is None:
+            return None
+        return "value" if self.group == GROUP_COLUMN else "encoding"
+
 
 @dataclass(frozen=True)
 class RootSpec:

@@ -7,12 +7,16 @@
 
 use rustc_hash::FxHashMap;
 
+use super::group_prefix::GroupPrefix;
 use super::key::{Key, KeyType};
 
 pub(crate) struct GroupIndex {
     /// The group column's position in the table's schema.
     pub(crate) col: usize,
     pub(crate) key_type: KeyType,
+    /// What the keys of a group's rows begin with, if declared
+    /// (`StateTable::with_group_prefix`): a spilling table needs it.
+    pub(crate) prefix: Option<GroupPrefix>,
     members: FxHashMap<Key, Vec<u32>>,
     of_slot: Vec<Option<Key>>,
 }
@@ -22,6 +26,7 @@ impl GroupIndex {
         Self {
             col,
             key_type,
+            prefix: None,
             members: FxHashMap::default(),
             of_slot: Vec::new(),
         }

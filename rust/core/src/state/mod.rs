@@ -19,6 +19,7 @@ mod column;
 mod encode;
 mod group;
 mod group_index;
+mod group_prefix;
 #[cfg(test)]
 mod group_tests;
 mod key;
@@ -26,6 +27,8 @@ mod key;
 mod lookup_tests;
 pub mod pickled;
 pub mod runs;
+#[cfg(test)]
+mod spill_group_tests;
 #[cfg(test)]
 mod spill_tests;
 mod table;
@@ -35,6 +38,7 @@ mod time_index_tests;
 
 pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};
 pub use encode::encode_keys;
+pub use group_prefix::GroupPrefix;
 pub use key::Key;
 pub use table::{
     check_memory_budget, parse_memory, InMemoryRuns, RunSink, SpillStats, StatePolicy, StateTable,

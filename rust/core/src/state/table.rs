@@ -14,6 +14,7 @@ use arrow_select::filter::filter_record_batch;
 use super::changelog::ChangeLog;
 use super::column::{check_supported, new_column, Column};
 use super::group_index::GroupIndex;
+use super::group_prefix::GroupPrefix;
 use super::key::{Key, KeyIndex, KeySet, KeyType};
 use super::time_index::TimeIndex;
 use crate::error::{Error, Result};
@@ -21,6 +22,7 @@ use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
 
 mod spill;
+mod spill_groups;
 pub use spill::{
     check_memory_budget, parse_memory, InMemoryRuns, RunSink, SpillStats, MAX_RUNS,
     MIN_STATE_MEMORY,
@@ -250,8 +252,8 @@ impl StateTable {
     pub fn with_group(mut self, column: &str) -> Result<Self> {
         if self.spill.is_some() {
             return Err(Error::Config(
-                "a state table with a memory budget cannot take a group column: its groups' \
-                 rows must stay in memory"
+                "a state table takes its group column (and its group prefix) before its memory \
+                 budget: call with_group first"
                     .into(),
             ));
         }
@@ -277,6 +279,42 @@ impl StateTable {
         Ok(self)
     }
 
+    /// Declares that every row's key begins with its group's `prefix`
+    /// ([`GroupPrefix`]; the table must have a group column and binary
+    /// keys): then a table with a memory budget finds a group's rows in its
+    /// runs as one key range each, and every write is checked to keep it so.
+    pub fn with_group_prefix(mut self, prefix: GroupPrefix) -> Result<Self> {
+        if self.spill.is_some() {
+            return Err(Error::Config(
+                "a state table takes its group prefix before its memory budget: call \
+                 with_group_prefix first"
+                    .into(),
+            ));
+        }
+        let col = self.group_index()?.col;
+        let key = self.schema.field(self.key_col);
+        let group = self.schema.field(col);
+        prefix.check(
+            (key.name(), key.data_type()),
+            (group.name(), group.data_type()),
+        )?;
+        let live = self.live_slots();
+        if !live.is_empty() {
+            let keys = self.columns[self.key_col].gather(&live);
+            let groups = self.columns[col].gather(&live);
+            prefix.check_rows((key.name(), keys.as_ref()), (group.name(), groups.as_ref()))?;
+        }
+        if let Some(g) = self.group.as_mut() {
+            g.prefix = Some(prefix);
+        }
+        Ok(self)
+    }
+
+    /// The group prefix, if one was declared.
+    pub fn group_prefix(&self) -> Option<GroupPrefix> {
+        self.group.as_ref().and_then(|g| g.prefix)
+    }
+
     /// The group column, if the table has one.
     pub fn group_column(&self) -> Option<&str> {
         self.group
@@ -284,7 +322,8 @@ impl StateTable {
             .map(|g| self.schema.field(g.col).name().as_str())
     }
 
-    /// Number of groups with at least one row (0 without a group column).
+    /// Number of groups with at least one row in memory (0 without a group
+    /// column; a spilling table's runs are not counted).
     pub fn group_count(&self) -> usize {
         self.group.as_ref().map_or(0, GroupIndex::len)
     }
@@ -360,6 +399,15 @@ impl StateTable {
         let arrays = self.columns_of(batch)?;
         self.key_type
             .check(self.key_column(), arrays[self.key_col].as_ref())?;
+        if let Some(g) = self.group.as_ref() {
+            if let Some(prefix) = g.prefix {
+                // The whole batch, before any of it is written.
+                prefix.check_rows(
+                    (self.key_column(), arrays[self.key_col].as_ref()),
+                    (self.schema.field(g.col).name(), arrays[g.col].as_ref()),
+                )?;
+            }
+        }
         // A spilling table takes a large batch (a restore's full state, a
         // backfill) a slice at a time, flushing between slices, so that its
         // memtable stays near the budget however many keys one write brings.
@@ -389,10 +437,10 @@ impl StateTable {
         let key_array = arrays[self.key_col].as_ref();
         // Read (and check) the groups before anything changes.
         let groups = match &self.group {
-            Some(g) => Some(
-                g.key_type
-                    .keys(self.schema.field(g.col).name(), arrays[g.col].as_ref())?,
-            ),
+            Some(g) => {
+                let name = self.schema.field(g.col).name();
+                Some(g.key_type.keys(name, arrays[g.col].as_ref())?)
+            }
             None => None,
         };
         self.before_upsert(&arrays, present)?;
@@ -547,7 +595,12 @@ impl StateTable {
     /// Every row of the asked groups (groups in the order asked, a group's
     /// rows in the order they were first written), and for each row the
     /// position of its group among `groups`.
+    /// Once runs hold part of the table, a group's rows in memory come
+    /// first, then its rows in the runs in key order.
     pub fn lookup_groups(&self, groups: &dyn Array) -> Result<(RecordBatch, UInt32Array)> {
+        if self.has_runs() {
+            return self.lookup_groups_with_runs(groups);
+        }
         let index = self.group_index()?;
         let name = self.schema.field(index.col).name();
         let keys = index.key_type.keys(name, groups)?;
@@ -557,6 +610,9 @@ impl StateTable {
 
     /// Deletes every row of the asked groups; returns how many rows went.
     pub fn delete_groups(&mut self, groups: &dyn Array) -> Result<usize> {
+        if self.has_runs() {
+            return self.delete_groups_with_runs(groups);
+        }
         let index = self.group_index()?;
         let name = self.schema.field(index.col).name();
         let keys = index.key_type.keys(name, groups)?;
@@ -918,6 +974,9 @@ impl StateTable {
         self.free = Vec::new();
         self.log = ChangeLog::new(&self.schema);
         self.tombstones.drain();
+        if let Some(g) = self.group.as_mut() {
+            g.clear();
+        }
     }
 
     fn grow(&mut self, len: usize) {

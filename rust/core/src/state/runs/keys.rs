@@ -165,6 +165,32 @@ impl KeyRange {
     }
 }
 
+/// The rows of a sorted binary key column that begin with `prefix`: one
+/// range, found by two binary searches.
+pub(crate) fn prefix_range(keys: &KeyColumn<'_>, prefix: &[u8]) -> std::ops::Range<usize> {
+    let bytes = |i: usize| match keys.at(i) {
+        KeyRef::Bytes(b) => b,
+        KeyRef::Int(_) => unreachable!("checked: binary keys"),
+    };
+    let n = keys.len();
+    let start = partition_point(0, n, |i| bytes(i) < prefix);
+    let end = partition_point(start, n, |i| bytes(i).starts_with(prefix));
+    start..end
+}
+
+/// The first `i` in `lo..hi` where `pred` turns false (`pred` true then false).
+fn partition_point(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> usize {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::sorted::hashes;
@@ -202,6 +228,26 @@ mod tests {
             assert_eq!(hashed, hashes(array.as_ref()).unwrap());
         }
         assert_eq!(read(arrays[1].as_ref()), read(arrays[0].as_ref()));
+    }
+
+    #[test]
+    fn finds_the_keys_that_begin_with_a_prefix() {
+        let sorted = BinaryArray::from_iter_values([
+            &b""[..],
+            b"a",
+            b"ab",
+            b"ab\x00",
+            b"ab\xff",
+            b"abc",
+            b"ac",
+            b"b",
+        ]);
+        let keys = KeyColumn::new(&sorted).unwrap();
+        assert_eq!(prefix_range(&keys, b"ab"), 2..6);
+        assert_eq!(prefix_range(&keys, b"a"), 1..7);
+        assert_eq!(prefix_range(&keys, b""), 0..8);
+        assert_eq!(prefix_range(&keys, b"aa"), 2..2);
+        assert_eq!(prefix_range(&keys, b"c"), 8..8);
     }
 
     #[test]

@@ -10,10 +10,10 @@ use std::ops::{AddAssign, Range};
 use std::sync::Arc;
 
 use arrow_array::{make_array, new_null_array, Array, BooleanArray, RecordBatch, UInt32Array};
-use arrow_schema::{Field, Schema, SchemaRef};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
-use super::keys::KeyColumn;
+use super::keys::{prefix_range, KeyColumn, KeyRef};
 use super::run::{check_columns, Run};
 use super::sorted::{find, hashes};
 use crate::error::{Error, Result};
@@ -330,5 +330,57 @@ impl RunSet {
             hits: search.hits,
             stats: search.stats,
         })
+    }
+
+    /// The newest live row of every key that begins with one of `prefixes`
+    /// (a binary array; binary keys): per row, (prefix's index, run, row),
+    /// prefixes in the order given, a prefix's keys in key order. A newer
+    /// run's row or tombstone of a key hides the older runs' rows of it.
+    /// Each run costs two binary searches a prefix (its keys are sorted).
+    pub fn scan_prefixes(&self, prefixes: &dyn Array) -> Result<Vec<(u32, usize, u32)>> {
+        let key_type = self.schema.field(self.key_col).data_type();
+        if !matches!(key_type, DataType::Binary | DataType::LargeBinary)
+            || !matches!(
+                prefixes.data_type(),
+                DataType::Binary | DataType::LargeBinary
+            )
+        {
+            return Err(Error::Config(format!(
+                "scanning runs by prefix needs binary keys and prefixes; the key column '{}' \
+                 is {key_type}, the prefixes {}",
+                self.key_column(),
+                prefixes.data_type()
+            )));
+        }
+        let wanted = KeyColumn::new(prefixes)?;
+        let columns: Vec<KeyColumn<'_>> = self
+            .runs
+            .iter()
+            .map(|r| KeyColumn::new(r.keys().as_ref()))
+            .collect::<Result<_>>()?;
+        let mut rows = Vec::new();
+        let mut found: Vec<(KeyRef<'_>, usize, u32)> = Vec::new();
+        for p in 0..wanted.len() {
+            let KeyRef::Bytes(prefix) = wanted.at(p) else {
+                unreachable!("binary prefixes read as bytes");
+            };
+            found.clear();
+            for (run, keys) in columns.iter().enumerate() {
+                found.extend(prefix_range(keys, prefix).map(|row| (keys.at(row), run, row as u32)));
+            }
+            // A key's newest run (the lowest index) first, then skip its older rows.
+            found.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            let mut last = None;
+            for &(key, run, row) in &found {
+                if last == Some(key) {
+                    continue;
+                }
+                last = Some(key);
+                if !self.runs[run].is_deleted(row as usize) {
+                    rows.push((p as u32, run, row));
+                }
+            }
+        }
+        Ok(rows)
     }
 }

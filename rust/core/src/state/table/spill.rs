@@ -41,6 +41,10 @@ pub const MAX_RUNS: usize = 8;
 /// and its share of empty buckets).
 const INDEX_BYTES_PER_KEY: usize = 24;
 
+/// Bytes a group index costs a memtable row: the slot's group (a key) and
+/// its place in the group's list of slots.
+const GROUP_INDEX_BYTES_PER_ROW: usize = 40;
+
 /// Bytes a shadow or tombstone costs (a hash set entry).
 const KEY_SET_BYTES: usize = 32;
 
@@ -90,14 +94,14 @@ pub struct SpillStats {
 pub(super) struct Spill {
     budget: usize,
     sink: Box<dyn RunSink>,
-    runs: RunSet,
+    pub(super) runs: RunSet,
     /// Changes since the last checkpoint that flushes moved out of the
     /// change log, newest first.
     pending: Vec<Arc<Run>>,
     /// Live keys whose newest value is only in the runs.
     outside: usize,
     /// Keys deleted since the last flush that the runs may hold.
-    shadows: KeySet,
+    pub(super) shadows: KeySet,
     /// Bytes of a row's fixed-width values; the variable-width ones are
     /// measured as they come (`var_bytes` over `var_rows`).
     fixed_row_bytes: usize,
@@ -214,19 +218,21 @@ impl StateTable {
     /// (module docs). Reads, writes, deletes and checkpoints then see the
     /// memtable and the runs as one table. A budget below
     /// [`MIN_STATE_MEMORY`] is refused, naming both; so is a table with a
-    /// group column (its groups' rows must stay in memory).
+    /// group column but no group prefix (its groups could not be found in
+    /// the runs).
     pub fn with_memory_budget(
         mut self,
         budget_bytes: usize,
         sink: Box<dyn RunSink>,
     ) -> Result<Self> {
         check_memory_budget(budget_bytes)?;
-        if self.group.is_some() {
-            return Err(Error::Config(
-                "a state table with a group column keeps its rows in memory: leave its memory \
-                 budget unset"
-                    .into(),
-            ));
+        if let Some(g) = self.group.as_ref().filter(|g| g.prefix.is_none()) {
+            return Err(Error::Config(format!(
+                "a state table with group column '{}' spills only if its keys begin with their \
+                 group (encode_keys([group, ...])): declare it with with_group_prefix (Python: \
+                 group_prefix=\"value\" or \"encoding\"), or leave the memory budget unset",
+                self.schema.field(g.col).name()
+            )));
         }
         let runs = RunSet::new(&self.schema, self.key_column())?;
         self.spill = Some(Spill {
@@ -290,8 +296,14 @@ impl StateTable {
     fn memtable_bytes(&self, s: &Spill) -> usize {
         let var = s.var_bytes.checked_div(s.var_rows).unwrap_or(0) as usize;
         let row = s.fixed_row_bytes + var;
-        // The table's slots and the change log's copy of the rows written.
-        self.occupied.len() * (row + INDEX_BYTES_PER_KEY + 1)
+        // The table's slots and the change log's copy of the rows written
+        // (and the group index's entry of each slot).
+        let group = if self.group.is_some() {
+            GROUP_INDEX_BYTES_PER_ROW
+        } else {
+            0
+        };
+        self.occupied.len() * (row + INDEX_BYTES_PER_KEY + group + 1)
             + self.log.len() * row
             + (s.shadows.len() + self.tombstones.len()) * KEY_SET_BYTES
     }
