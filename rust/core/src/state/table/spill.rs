@@ -378,7 +378,11 @@ impl StateTable {
         let var = arrays.iter().map(|a| var_bytes(a.as_ref())).sum::<u64>() as usize / rows;
         // A row's bytes in the slots and in the change log, and its index
         // entries (the key's, and the group's if the table has one).
-        let group = if self.group.is_some() { GROUP_INDEX_BYTES_PER_ROW } else { 0 };
+        let group = if self.group.is_some() {
+            GROUP_INDEX_BYTES_PER_ROW
+        } else {
+            0
+        };
         let row = 2 * (spill.fixed_row_bytes + var) + INDEX_BYTES_PER_KEY + group + 1;
         (spill.budget / 4 / row).max(1024)
     }
