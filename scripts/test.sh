@@ -117,31 +117,31 @@ ruff check python tests bench
 ruff format --check python tests bench
 mypy python/
 
-# What runs next runs at once, by priority (nice): the tests marked
-# connect_port in two streams at nice 0 (those that start a Connect server,
-# marked connect_server, one at a time: port 15002; and the others), the
-# other tests on three xdist workers (nice 10), the Rust builds (nice 19).
+# What runs next runs at once, by priority (nice): one priority stream (nice
+# -5 where the user may raise priority, as root in CI; else 0) runs, one
+# after another, the tests marked connect_server (they start a Connect
+# server on port 15002), the other tests marked connect_port, the
+# full_priority ones and the bench smoke; beside it the other tests on
+# three xdist workers (nice 10) and the Rust builds (nice 19).
 # Spark waits a fixed 10 s for some Python processes it starts to connect
 # back (PythonWorkerFactory's simple workers: Connect's foreachBatch worker,
 # the streaming data source's reader, Spark's own transformWithState's
-# driver worker); beside the other tests at the same priority that ran out
-# (twice in a row, beside a Spark chaos run; and for transformWithState's
-# worker beside the Connect tests), so such tests ran alone, after the rest
-# (~700 s with a core mostly idle). They are marked connect_port
-# (pyproject.toml). Still, on a slow guest 9 of the 41 connect_server tests
-# ran out (fresh25, 2026-11-29): a test failing with that message alone runs
-# again, at most twice (pytest-rerunfailures, pyproject.toml's addopts).
-# With the others at nice 10 (weight 110 against 1024 per
-# thread, and every child in this session: the chaos and demo harnesses
-# start theirs in a new process group, not a new session, so they inherit
-# it) such a worker gets its core when it asks, and the others take what it
-# leaves. The Rust builds (clippy, the test binaries, loom) take what both
-# leave; their tests run after pytest, built.
+# driver worker): those tests are marked connect_port (pyproject.toml). Two
+# such streams side by side at nice 0 ran out of it on a slow guest (fresh25:
+# 9 of the 41 connect_server tests; fresh26: several, some three times in a
+# row despite the reruns of pyproject.toml's addopts), each stream's JVMs
+# taking the CPU the other's new worker needed. One stream at a time, ahead
+# of everything else (weight 3121 at nice -5 against 110 per thread at nice
+# 10, and every child in this session: the chaos and demo harnesses start
+# theirs in a new process group, not a new session, so they inherit it),
+# gets a new worker its core when it asks; the others take what it leaves.
+# The Rust builds (clippy, the test binaries, loom) take what both leave;
+# their tests run after pytest, built.
 # Measured alone on a quiet machine (2026-11-28, fast mode): connect_server
 # 41 tests 458 s, the other connect_port 46 tests 715 s (the parity module
 # 537 s), the rest 780 tests 729 s on 2 workers; in CPU seconds (the
 # process trees) 235, 595 and 686: no stream keeps a core busy alone.
-step "in parallel: pytest, 3 workers (nice 10) | the connect_server tests, then the bench smoke (nice 0) | the other connect_port tests (nice 0) | the Rust builds go on (nice 19)"
+step "in parallel: pytest, 3 workers (nice 10) | the priority stream (nice -5): connect_server, the other connect_port, full_priority, the bench smoke | the Rust builds go on (nice 19)"
 export PYSPARK_PYTHON="$(command -v python)"
 # pytest and the bench import the venv's snapcut: the wheel (checked above), not python/.
 # tests/test_spark_archives.py ships this wheel to executors in a packed venv (spark.archives).
@@ -164,44 +164,33 @@ pytest_log=target/ci-pytest.log
   exit "$rc"
 ) >"$pytest_log" 2>&1 &
 pytest_pid=$!
-# The connect_port tests that start no Connect server (the parity module with
-# Spark's transformWithState, the streaming data source's reader): a second
-# full-priority stream, since they need not wait for the port (~700 s alone).
-back_log=target/ci-pytest-connect-back.log
-(
-  started=$SECONDS
-  rc=0
-  python -m pytest -q -m "connect_port and not connect_server" --durations=5 \
-    --junitxml=target/pytest-ci-connect-back.xml tests || rc=$?
-  echo "pytest (connect_port tests without a Connect server): exit $rc after $((SECONDS - started)) s"
-  # Then the Spark kill-and-restart harnesses (marked full_priority: the chaos
-  # ones and the two driver-SIGKILL tests): each attempt starts a driver and a
-  # JVM; at nice 10 beside two full-priority streams the aggregate chaos one
-  # took 520 s (47 s alone) and set the pool's length (fresh18: 1,354 s); the
-  # SIGKILL tests took 88 and 95 s there (fresh20).
-  started=$SECONDS
-  python -m pytest -q -m "full_priority and not connect_port" --durations=5 \
-    --junitxml=target/pytest-ci-full-priority.xml tests || rc=$?
-  echo "pytest (full_priority tests): exit $rc after $((SECONDS - started)) s"
-  exit "$rc"
-) >"$back_log" 2>&1 &
-back_pid=$!
+# The priority stream, in this shell. `nice -n -5` needs the right to raise
+# priority; without it nice says so and runs the command at nice 0.
+priority() { nice -n -5 "$@"; }
 rc=0
 started=$SECONDS
-python -m pytest -q -m connect_server --durations=5 \
+priority python -m pytest -q -m connect_server --durations=5 \
   --junitxml=target/pytest-ci-connect.xml tests || rc=$?
 echo "pytest (connect_server tests): exit $rc after $((SECONDS - started)) s"
-# Then, in this stream too (at nice 0, beside the other tests):
+started=$SECONDS
+priority python -m pytest -q -m "connect_port and not connect_server" --durations=5 \
+  --junitxml=target/pytest-ci-connect-back.xml tests || rc=$?
+echo "pytest (connect_port tests without a Connect server): exit $rc after $((SECONDS - started)) s"
+# The Spark kill-and-restart harnesses (marked full_priority: the chaos ones and
+# the two driver-SIGKILL tests): each attempt starts a driver and a JVM; at nice
+# 10 beside two full-priority streams the aggregate chaos one took 520 s (47 s
+# alone) and set the pool's length (fresh18: 1,354 s).
+started=$SECONDS
+priority python -m pytest -q -m "full_priority and not connect_port" --durations=5 \
+  --junitxml=target/pytest-ci-full-priority.xml tests || rc=$?
+echo "pytest (full_priority tests): exit $rc after $((SECONDS - started)) s"
 step "pytest bench (smoke: every benchmark runs once at a small size, as a test; no timings)"
 # ~55 s alone on the 2-vCPU machine, ~50 s of it Spark (session start, the first
 # query, 8 more one-batch queries). If that grows, run the others only (~6 s):
 # add -m "not spark" (bench/README.md). No timings here, so the test JVMs'
 # options (tests/conftest.py) apply: C1 only, serial GC.
 JDK_JAVA_OPTIONS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC" \
-  python -m pytest bench --benchmark-disable -q -x || rc=$?
-wait "$back_pid" || rc=$?
-step "pytest (connect_port tests without a Connect server, then the full_priority ones): its output"
-cat "$back_log"
+  priority python -m pytest bench --benchmark-disable -q -x || rc=$?
 wait "$pytest_pid" || rc=$?
 step "pytest (3 workers): its output"
 cat "$pytest_log"

@@ -55,7 +55,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     ``connect`` session kind, tests marked ``connect_server``) binds port
     15002, so those tests share one group and run one at a time (with the
     tests marked ``connect_port``: a Python process Spark starts must
-    connect back within 10 s, so they run at full priority); and the modules
+    connect back within 10 s, so they run ahead of the rest); and the modules
     marked ``local_cluster`` share another (two local-cluster masters started
     in the same second name their applications alike, and their executors
     then share a work directory). Runs first, so xdist sees the groups."""
@@ -67,8 +67,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         on_connect = params is not None and params.params.get("spark") == "connect"
         # Marked too, so `-m connect_server` selects the port's tests and
         # `-m connect_port` the whole group (scripts/test.sh runs the port's
-        # tests in one process and the others of the group in another, both
-        # at full priority, beside the rest at nice 10).
+        # tests, then the others of the group, in its priority stream, ahead
+        # of the rest at nice 10).
         if on_connect:
             item.add_marker(pytest.mark.connect_server)
         if item.get_closest_marker("connect_server") is not None:
