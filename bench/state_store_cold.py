@@ -23,12 +23,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from state_store_spark import abba, run_json
 
 WARM = 2
 """1M-row batches before the restart (after batch 0) and after the cold one."""
@@ -108,14 +109,7 @@ def one(keys: int, budget: str | None) -> dict[str, Any]:
 
 def run_one(keys: int, budget: str | None, timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--one", "--keys", str(keys)]
-    cmd += ["--budget", budget] if budget else []
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    started = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    line = [ln for ln in done.stdout.splitlines() if ln.startswith("{")][-1]
-    return json.loads(line) | {"wall_s": round(time.monotonic() - started, 1)}
+    return run_json(cmd + (["--budget", budget] if budget else []), timeout_s)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -168,16 +162,12 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"unknown variant {v!r}: snapcut or snapcut:<budget>")
         budgets.append(budget or None)
     args.out.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    with open(args.out / "runs.jsonl", "w") as f:
-        for rnd in range(args.rounds):
-            order = budgets if rnd % 2 == 0 else budgets[::-1]
-            for i, budget in enumerate(order):
-                row = run_one(args.keys, budget, args.timeout_s) | {"round": rnd, "order": i}
-                print(json.dumps(row), flush=True)
-                f.write(json.dumps(row) + "\n")
-                f.flush()
-                rows.append(row)
+    rows = abba(
+        budgets,
+        args.rounds,
+        lambda b: run_one(args.keys, b, args.timeout_s),
+        args.out / "runs.jsonl",
+    )
     print(table(rows))
     return 0
 

@@ -25,11 +25,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "spark-big-state"
 VARIANTS = ("snapcut", "native", "rocksdb")
+V = TypeVar("V")
 
 
 def parse_variant(text: str) -> tuple[str, str | None]:
@@ -43,6 +45,12 @@ def parse_variant(text: str) -> tuple[str, str | None]:
 
 def run_one(keys: int, name: str, budget: str | None, timeout_s: float) -> dict[str, Any]:
     cmd = [sys.executable, str(TOOL), str(keys), name, *([budget] if budget else [])]
+    return run_json(cmd, timeout_s)
+
+
+def run_json(cmd: list[str], timeout_s: float) -> dict[str, Any]:
+    """Runs one measurement in a process of its own (PYSPARK_PYTHON: this
+    interpreter); its last JSON line, with its wall time."""
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     started = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
@@ -99,17 +107,38 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     if args.append and path.exists():
         rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-    with open(path, "a" if args.append else "w") as f:
-        for rnd in range(args.rounds):
+    rows += abba(
+        variants,
+        args.rounds,
+        lambda v: run_one(args.keys, v[0], v[1], args.timeout_s),
+        path,
+        append=args.append,
+    )
+    print(table(rows))
+    return 0
+
+
+def abba(
+    variants: list[V],
+    rounds: int,
+    run: Callable[[V], dict[str, Any]],
+    path: Path,
+    append: bool = False,
+) -> list[dict[str, Any]]:
+    """Runs every variant once a round, each round in the opposite order to
+    the last; each row (with its round and order) is printed and written to
+    `path` as it comes."""
+    rows = []
+    with open(path, "a" if append else "w") as f:
+        for rnd in range(rounds):
             order = variants if rnd % 2 == 0 else variants[::-1]
-            for i, (name, budget) in enumerate(order):
-                row = run_one(args.keys, name, budget, args.timeout_s) | {"round": rnd, "order": i}
+            for i, variant in enumerate(order):
+                row = run(variant) | {"round": rnd, "order": i}
                 print(json.dumps(row), flush=True)
                 f.write(json.dumps(row) + "\n")
                 f.flush()
                 rows.append(row)
-    print(table(rows))
-    return 0
+    return rows
 
 
 if __name__ == "__main__":
