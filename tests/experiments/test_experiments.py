@@ -24,6 +24,7 @@ from snapcut.experiments.analysis import Row, overheads, read_csv, summarize, wr
 from snapcut.experiments.grid import PRESETS, Cell, schedule
 from snapcut.experiments.job import longest_stall
 from snapcut.experiments.machine import Machine
+from snapcut.experiments.runner import BUDGET_FLOOR_S
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -63,7 +64,15 @@ def test_tiny_grid_writes_every_cell_of_every_experiment(tiny_run: tuple[Path, s
     }
     for r in rows:
         # Each assertion names its row: CI once failed here with no more said.
-        assert r.completed == 1.0, r  # tiny runs finish well inside their budgets
+        if r.completed < 1.0:
+            # Tiny runs take well under a second alone, but a CI pool at nice 10
+            # beside a nice -5 stream gets a few % of a core: a run with
+            # checkpoints may then reach its budget and be stopped, measured from
+            # its last checkpoint (job.stopped_at_budget).
+            assert r.protocol != "none" and r.wall_s >= BUDGET_FLOOR_S, r
+            if r.completed == 0.0:
+                assert r.runtime_s == float("inf") and r.throughput_rps == 0.0, r
+                continue
         assert r.runtime_s > 0 and r.throughput_rps > 0, r
         assert r.throughput_rps == pytest.approx(r.records / r.runtime_s, rel=0.05), r
         if r.protocol == "none":
