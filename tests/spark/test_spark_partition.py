@@ -406,6 +406,42 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
         table_memory((2 << 20) - 1, spec.layouts())
 
 
+def test_a_cold_task_with_a_budget_maps_the_roots_full_as_its_base_run(tmp_path: Path) -> None:
+    """A task that does not hold its partition reads the chain from the root:
+    a local root's files are mapped, and a table with a memory budget takes the
+    full (sorted, as every state file is) as its base run as it is, with no
+    copy into a local run; the diffs after it go through the memtable. The
+    output and the state equal a root without a budget, and the task's figures
+    count the bytes it read."""
+    spec = make_spec(tmp_path / "budget", partitions=1, full_every=100)
+    plain = make_spec(tmp_path / "plain", partitions=1, full_every=100)
+    StateRoot(spec).init("aggregate")
+    StateRoot(plain).init("aggregate")
+    budget = 4 << 20
+    batches = [list(range(150_000, 0, -1)), list(range(0, 300_000, 7)), [5, 5, 149_999]]
+    for batch, users in enumerate(batches):
+        data = rows(users, v=batch + 1)
+        # No cache: every batch after the first reads its partition from the root.
+        task = PartitionTask(
+            StateRoot(spec), batch, 0, "q1", None, cache=StateCache(0), state_memory=budget
+        )
+        got = task.run(data, processor(spec), None)
+        assert got.equals(run(plain, batch, 0, data))
+        stats = task._loaded.tables["state"].spill_stats()
+        figures = task.figures()
+        assert figures["state_cache_misses"] == 1
+        if batch == 0:
+            assert figures["state_bytes_read"] == 0
+            continue
+        assert stats is not None and stats["bases_mapped"] == 1, stats
+        files = sorted((tmp_path / "budget").glob("chk-*/state-0.state.arrow"))[:batch]
+        assert figures["state_bytes_read"] >= 0.9 * sum(f.stat().st_size for f in files) > 0
+        assert figures["state_load_ms_max"] >= 0
+    got = read_state_arrow(str(tmp_path / "budget")).sort_by("user")
+    want = read_state_arrow(str(tmp_path / "plain")).sort_by("user")
+    assert got.equals(want) and got.num_rows > 150_000
+
+
 def test_a_table_with_two_time_columns_is_refused() -> None:
     from snapcut.spark.roots import schema_bytes
     from snapcut.spark.state.spec import EXPIRES_COLUMN, TIMER_COLUMN, time_column

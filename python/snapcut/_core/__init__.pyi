@@ -255,7 +255,8 @@ class StateTable:
         """The time index's earliest time (None: empty, or no index)."""
     def spill_stats(self) -> dict[str, int] | None:
         """flushes, rows_flushed, bytes_flushed, merges, run_probes, run_hits,
-        runs, memtable_bytes (None without state_memory)."""
+        runs, memtable_bytes, bases_mapped (restores that took a mapped
+        file as the base run) (None without state_memory)."""
     def flush(self) -> None:
         """Moves the in-memory rows into a run now (needs state_memory)."""
     def update(self, batch: Any) -> None:
@@ -284,8 +285,10 @@ class StateTable:
     def checkpoint_committed(self, id: int) -> None: ...
     @property
     def last_base(self) -> int | None: ...
-    def restore(self, chain: Sequence[tuple[int, str, Any]]) -> None:
-        """State at the end of a chain [(id, "full", batch), (id, "diff", batch), ...]."""
+    def restore(self, chain: Sequence[tuple[int, str, Any]], *, mapped: bool = False) -> None:
+        """State at the end of a chain [(id, "full", batch), (id, "diff", batch), ...].
+        mapped: the batches are mapped files no one writes again; with a memory
+        budget a sorted full becomes the base run as it is (no copy)."""
     def to_arrow(self) -> Any: ...
     @property
     def schema(self) -> Any: ...

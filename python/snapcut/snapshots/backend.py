@@ -163,6 +163,24 @@ class FsBackend(Backend):
         fmt.check_file(data, entry, checkpoint_id, path)
         return data
 
+    def read_mapped(self, checkpoint_id: int, entry: dict[str, Any]) -> pa.Buffer:
+        """As :meth:`read_checked`, but a local file is mapped, not read: its
+        pages stay the page cache's (no copy on the heap), and what reads it
+        later touches only the pages it needs. Other filesystems' files are
+        read as ever."""
+        path = f"{self._dir(checkpoint_id)}/{entry['path']}"
+        local = _fs.local_path(self.fs, path)
+        if local is None:
+            return pa.py_buffer(self.read_checked(checkpoint_id, entry))
+        try:
+            data = pa.memory_map(local, "r").read_buffer()
+        except OSError:
+            if _fs.exists(self.fs, path):
+                raise
+            raise fmt.missing_file(checkpoint_id, path) from None
+        fmt.check_file(memoryview(data).cast("B"), entry, checkpoint_id, path)
+        return data
+
     def verify(self, checkpoint_id: int) -> dict[str, Any]:
         raw = self.manifest_bytes(checkpoint_id)
         fmt.verify(checkpoint_id, raw, self.manifest_bytes, self.read_checked)
@@ -170,18 +188,25 @@ class FsBackend(Backend):
         return manifest
 
     def chain(
-        self, checkpoint_id: int, task: Task, manifest: dict[str, Any] | None = None
+        self,
+        checkpoint_id: int,
+        task: Task,
+        manifest: dict[str, Any] | None = None,
+        mapped: bool = False,
     ) -> builtins.list[tuple[int, str, pa.Table]] | None:
         """The ``(id, kind, table)`` files that rebuild `task`'s state at a
         checkpoint, each checked; None if the task has no state there.
         `manifest`: the checkpoint's manifest when the caller holds it (not
-        read again). Which files, in what order, is the Rust chain rule
-        (``fmt.state_chain``); this only reads the manifests and files."""
+        read again). `mapped`: local files are mapped (:meth:`read_mapped`),
+        the tables' buffers in the mapping. Which files, in what order, is
+        the Rust chain rule (``fmt.state_chain``); this only reads the
+        manifests and files."""
         raw = self.manifest_bytes(checkpoint_id) if manifest is None else _json_bytes(manifest)
         links = fmt.state_chain(checkpoint_id, raw, task[0], task[1], self.manifest_bytes)
         if links is None:
             return None
-        return [(cid, kind, read_ipc(self.read_checked(cid, entry))) for cid, kind, entry in links]
+        read = self.read_mapped if mapped else self.read_checked
+        return [(cid, kind, read_ipc(read(cid, entry))) for cid, kind, entry in links]
 
     def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
         chain = self.chain(checkpoint_id, task)

@@ -57,7 +57,7 @@ def parse_manifest(data: bytes, what: str, checkpoint_id: int) -> dict[str, Any]
     return manifest
 
 
-def read_ipc(data: bytes) -> pa.Table:
+def read_ipc(data: bytes | pa.Buffer) -> pa.Table:
     return ipc.open_file(pa.BufferReader(data)).read_all()
 
 

@@ -8,7 +8,8 @@ so ``query.lastProgress["observedMetrics"]["snapcut_<name>"]`` holds, per
 micro-batch: rows in, rows out, late rows dropped, keys timed out, state rows
 (keys held after the batch), state bytes written and the slowest state write;
 the state cache's hits (a task found its partition's tables in its worker)
-and misses (it read them from the root); and, for tables with a memory
+and misses (it read them from the root), the bytes those misses read and
+the slowest one's time to read and restore; and, for tables with a memory
 budget (``keyed_state(state_memory=...)``), flushes to local runs and the
 rows they took, merges of those runs, keys looked up in the runs and found
 there, and the most runs a table had. :func:`observed` reads one step's
@@ -45,6 +46,8 @@ FIELDS = (
     "state_write_ms_max",
     "state_cache_hits",
     "state_cache_misses",
+    "state_bytes_read",
+    "state_load_ms_max",
     "state_flushes",
     "state_rows_flushed",
     "state_merges",
@@ -52,7 +55,7 @@ FIELDS = (
     "state_run_hits",
     "state_runs_max",
 )
-MAXIMA = frozenset({"state_write_ms_max", "state_runs_max"})
+MAXIMA = frozenset({"state_write_ms_max", "state_load_ms_max", "state_runs_max"})
 """Figures the step reports as the largest task's, not the sum."""
 _COLUMN = "__snapcut_m_"
 

@@ -52,6 +52,7 @@ pub fn spill_stats_dict<'py>(py: Python<'py>, s: &SpillStats) -> PyResult<Bound<
     d.set_item("run_hits", s.run_hits)?;
     d.set_item("runs", s.runs)?;
     d.set_item("memtable_bytes", s.memtable_bytes)?;
+    d.set_item("bases_mapped", s.bases_mapped)?;
     Ok(d)
 }
 
@@ -358,11 +359,16 @@ impl StateTable {
 
     /// Replaces the contents with the state at the end of `chain`, a sequence
     /// of `(id, kind, RecordBatch)` as returned by `checkpoint()`: one full,
-    /// then the diffs that follow it.
+    /// then the diffs that follow it. `mapped=True`: the batches are mapped
+    /// files no one writes again (a root's state files read through
+    /// `pyarrow.memory_map`); a table with a memory budget then takes a
+    /// sorted full as its base run as it is, with no copy.
+    #[pyo3(signature = (chain, *, mapped = false))]
     fn restore(
         &mut self,
         py: Python<'_>,
         chain: Vec<(u64, String, AnyRecordBatch)>,
+        mapped: bool,
     ) -> PyResult<()> {
         let mut captures = Vec::with_capacity(chain.len());
         let mut prev: Option<u64> = None;
@@ -385,7 +391,14 @@ impl StateTable {
             prev = Some(id);
         }
         let inner = &mut self.inner;
-        py.detach(|| inner.restore(&captures)).map_py()
+        py.detach(|| {
+            if mapped {
+                inner.restore_mapped(&captures)
+            } else {
+                inner.restore(&captures)
+            }
+        })
+        .map_py()
     }
 
     /// Every live row as a pyarrow Table.

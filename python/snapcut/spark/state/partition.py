@@ -174,6 +174,10 @@ class Loaded:
     max_event_time_ms: int
     from_cache: bool
     late_watermark_ms: int = 0
+    bytes_read: int = 0
+    """Bytes of the state files a cache miss read from the root (their Arrow buffers)."""
+    load_ms: float = 0.0
+    """How long a cache miss took to read and restore the tables."""
 
 
 class PartitionTask:
@@ -261,9 +265,18 @@ class PartitionTask:
         from snapcut.spark.state.evolution import conform_file
 
         tables, chains = {}, {}
+        t0 = time.perf_counter()
+        read = 0
         for layout in layouts:
             table = self._new_table(layout)
-            files = self.root.read_chain(prev, self.partition, layout.vertex, conform=False)
+            # A local root's files are mapped: a table with a memory budget takes
+            # its sorted full as its base run as it is (no copy, no local file).
+            # A remote root's are read into memory, and the table copies its
+            # base into a local run, as its budget needs.
+            mapped = self.root.local
+            files = self.root.read_chain(
+                prev, self.partition, layout.vertex, conform=False, mapped=mapped
+            )
             schema = schema_of(layout)
             fitted = [(cid, kind, conform_file(t, schema)) for cid, kind, t in files]
             if any(a[2] is not b[2] for a, b in zip(files, fitted, strict=True)):
@@ -271,10 +284,14 @@ class PartitionTask:
                 # so every chain from here on has one schema.
                 self.migrated.append(layout.vertex)
             if files:
-                table.restore(fitted)
+                # A migrated file was converted in memory: not mapped.
+                unchanged = all(a[2] is b[2] for a, b in zip(files, fitted, strict=True))
+                table.restore(fitted, mapped=mapped and unchanged)
+            read += sum(t.get_total_buffer_size() for _, _, t in files)
             tables[layout.vertex] = table
             chains[layout.vertex] = [cid for cid, _, _ in files]
-        return Loaded(tables, chains, watermark, max_event, False, late_watermark)
+        load_ms = (time.perf_counter() - t0) * 1000
+        return Loaded(tables, chains, watermark, max_event, False, late_watermark, read, load_ms)
 
     def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
         """Applies the batch and makes version N durable; returns the output."""
@@ -373,6 +390,8 @@ class PartitionTask:
             "state_write_ms_max": round(float(ack["write_ms"])),
             "state_cache_hits": int(hit),
             "state_cache_misses": int(not hit),
+            "state_bytes_read": self._loaded.bytes_read,
+            "state_load_ms_max": round(self._loaded.load_ms),
             **{f"state_{k}": spilled[k] - self._spilled.get(k, 0) for k in SPILL_SUMS},
             "state_runs_max": spilled["runs_max"],
         }

@@ -70,6 +70,8 @@ class StateRoot:
         # One reader per root object (it keeps the manifests it read). No
         # existence check: init() created the root, existing() read its meta.
         self.backend = FsBackend(self.fs, self.path, check=False)
+        # Its state files can be mapped (read_chain(mapped=True)) rather than read.
+        self.local = _fs.local_path(self.fs, self.path) is not None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "dir": self.dir}
@@ -402,16 +404,18 @@ class StateRoot:
         partition: int,
         vertex: str | None = None,
         conform: bool = True,
+        mapped: bool = False,
     ) -> list[tuple[int, str, pa.Table]]:
         """The (id, kind, table) files that rebuild a partition's state (of
         table `vertex`, default the only one) at a committed batch
         (`manifest`), each checked against its size and checksum: the
-        snapshot reader's chain (``FsBackend.chain``)."""
+        snapshot reader's chain (``FsBackend.chain``; `mapped`: a local
+        root's files mapped, not read)."""
         from snapcut.spark.state.evolution import conform_file
 
         batch = int(manifest["checkpoint_id"])
         layout = self.spec.layout(vertex)
-        chain = self.backend.chain(batch, (layout.vertex, partition), manifest)
+        chain = self.backend.chain(batch, (layout.vertex, partition), manifest, mapped=mapped)
         if chain is None:
             if self.spec.tables and not any(
                 t.get("vertex") == layout.vertex for t in manifest.get("tasks", [])

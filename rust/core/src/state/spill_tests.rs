@@ -67,7 +67,9 @@ enum Op {
     Lookup(Vec<i64>),
     Checkpoint,
     Abort,
-    Restore,
+    /// `true`: as a mapped chain (`restore_mapped`), the full adopted as it is
+    /// where sorted.
+    Restore(bool),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -79,7 +81,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => prop::collection::vec(key, 0..12).prop_map(Op::Lookup),
         2 => Just(Op::Checkpoint),
         1 => Just(Op::Abort),
-        1 => Just(Op::Restore),
+        1 => any::<bool>().prop_map(Op::Restore),
     ]
 }
 
@@ -181,11 +183,15 @@ fn check(ops: Vec<Op>, policy: StatePolicy) -> Result<(), TestCaseError> {
                 t.checkpoint_aborted();
                 next += 1;
             }
-            Op::Restore => {
+            Op::Restore(mapped) => {
                 if stored.chain.is_empty() {
                     continue;
                 }
-                t.restore(&stored.chain).unwrap();
+                if mapped {
+                    t.restore_mapped(&stored.chain).unwrap();
+                } else {
+                    t.restore(&stored.chain).unwrap();
+                }
                 model = stored.model.clone();
             }
         }
@@ -341,6 +347,63 @@ fn a_restore_adopts_the_full_state_as_one_run_without_the_memtable() {
     let next = t.checkpoint(3).unwrap();
     assert_eq!(next.kind, StateKind::Diff { base: 2 });
     assert_eq!(next.batch.num_rows(), 1);
+}
+
+/// Counts the runs a table hands its sink to keep.
+#[derive(Clone, Default)]
+struct CountingRuns(Arc<std::sync::atomic::AtomicUsize>);
+
+impl super::RunSink for CountingRuns {
+    fn keep(
+        &mut self,
+        run: crate::state::runs::Run,
+    ) -> crate::error::Result<Arc<crate::state::runs::Run>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Arc::new(run))
+    }
+
+    fn release(&mut self, _runs: &[Arc<crate::state::runs::Run>]) {}
+}
+
+#[test]
+fn a_mapped_restore_takes_a_sorted_full_as_its_base_and_copies_an_unsorted_one() {
+    // A sorted full (as the Spark state files and a spilling table's fulls
+    // are) and an unsorted one (a plain table's, in slot order).
+    let sorted: Vec<(i64, i64)> = (0..50_000).map(|k| (k, k * 2)).collect();
+    let sorted_full = StateCapture {
+        kind: StateKind::Full,
+        batch: rows(&sorted),
+    };
+    let mut plain = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    let reversed: Vec<(i64, i64)> = sorted.iter().rev().copied().collect();
+    plain.upsert(&rows(&reversed)).unwrap();
+    let unsorted_full = plain.checkpoint(1).unwrap();
+    plain.upsert(&rows(&[(5, -5), (90_000, 1)])).unwrap();
+    plain.delete(&Int64Array::from(vec![7])).unwrap();
+    let diff = plain.checkpoint(2).unwrap();
+    for (full, copies) in [(sorted_full, 0), (unsorted_full, 1)] {
+        let kept = CountingRuns::default();
+        let mut t = StateTable::new(schema(), "k", StatePolicy::default())
+            .unwrap()
+            .with_memory_budget(MIN_STATE_MEMORY, Box::new(kept.clone()))
+            .unwrap();
+        t.restore_mapped(&[(1, full.clone()), (2, diff.clone())])
+            .unwrap();
+        let stats = t.spill_stats().unwrap();
+        assert_eq!(stats.bases_mapped, 1 - copies as u64, "{stats:?}");
+        assert_eq!(kept.0.load(std::sync::atomic::Ordering::Relaxed), copies);
+        assert_eq!(as_map(&t.to_batch()), as_map(&plain.to_batch()));
+        // A plain restore of the same chain copies the base whatever its order.
+        let kept = CountingRuns::default();
+        let mut copied = StateTable::new(schema(), "k", StatePolicy::default())
+            .unwrap()
+            .with_memory_budget(MIN_STATE_MEMORY, Box::new(kept.clone()))
+            .unwrap();
+        copied.restore(&[(1, full), (2, diff.clone())]).unwrap();
+        assert_eq!(copied.spill_stats().unwrap().bases_mapped, 0);
+        assert_eq!(kept.0.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(as_map(&copied.to_batch()), as_map(&plain.to_batch()));
+    }
 }
 
 #[test]

@@ -844,6 +844,21 @@ impl StateTable {
     /// Replaces the contents with the state at the end of `chain`: a full
     /// capture followed by diffs, each based on the previous entry's id.
     pub fn restore(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        self.restore_from(chain, false)
+    }
+
+    /// As [`Self::restore`], where the chain's batches are mapped state files
+    /// that no one writes again (a root's own files, read by a mapping): a
+    /// spilling table takes a sorted full as its base run as it is, with no
+    /// copy and no local file (its pages are the root file's page cache), so
+    /// a cold restore costs a checksum, an order check and a filter, and
+    /// lookups then read only the pages of the keys they touch. A table
+    /// without a memory budget restores as ever.
+    pub fn restore_mapped(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        self.restore_from(chain, true)
+    }
+
+    fn restore_from(&mut self, chain: &[(CheckpointId, StateCapture)], mapped: bool) -> Result<()> {
         let Some(((first_id, first), rest)) = chain.split_first() else {
             return Err(Error::Snapshot(
                 "state restore needs a chain starting with a full capture; got an empty chain"
@@ -858,7 +873,7 @@ impl StateTable {
         }
         self.clear();
         self.restoring = true;
-        let replayed = self.replay(*first_id, first, rest);
+        let replayed = self.replay(*first_id, first, rest, mapped);
         self.restoring = false;
         let prev = replayed?;
         self.reset_tracking();
@@ -881,9 +896,10 @@ impl StateTable {
         first_id: CheckpointId,
         first: &StateCapture,
         rest: &[(CheckpointId, StateCapture)],
+        mapped: bool,
     ) -> Result<CheckpointId> {
         if self.spill.is_some() {
-            self.adopt_base(&first.batch)?;
+            self.adopt_base(&first.batch, mapped)?;
             if self.time.is_some() {
                 let arrays = self.columns_of(&first.batch)?;
                 self.note_times(&arrays)?;

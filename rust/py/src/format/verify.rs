@@ -1,6 +1,8 @@
 //! Checking what a restore relies on: one file against its entry, and a
 //! whole checkpoint (`snapcut snapshots verify`, the backend's reads).
 
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use snapcut_core::store::format;
 
@@ -9,16 +11,29 @@ use super::{entry_dict, entry_of};
 use crate::errors::IntoPyResult;
 
 /// Checks a file's bytes against its manifest entry: size and crc32c.
+/// `data`: `bytes` or any contiguous unsigned-byte buffer (a mapped file's
+/// `memoryview(...).cast("B")`), read in place.
 #[pyfunction]
 fn check_file(
     py: Python<'_>,
-    data: &[u8],
+    data: PyBuffer<u8>,
     entry: &Bound<'_, PyAny>,
     checkpoint: u64,
     path: &str,
 ) -> PyResult<()> {
     let entry = entry_of(entry)?;
-    py.detach(|| format::check_file(&entry, data, checkpoint, path))
+    if !data.is_c_contiguous() {
+        return Err(PyValueError::new_err(format!(
+            "checking {path}: the file's bytes are not one contiguous buffer; pass bytes or a \
+             contiguous memoryview"
+        )));
+    }
+    // SAFETY: `data` holds the exporter's buffer (and so its memory) until
+    // it drops at the end of this call; the slice is only read, and a
+    // `bytes` or a read-only mapping is never written meanwhile.
+    let bytes =
+        unsafe { std::slice::from_raw_parts(data.buf_ptr() as *const u8, data.len_bytes()) };
+    py.detach(|| format::check_file(&entry, bytes, checkpoint, path))
         .map_py()
 }
 

@@ -163,14 +163,24 @@ impl Run {
     /// tombstones), or a full one (no `__deleted`: a base). Sorted here; a
     /// key twice, like any other defect, is an `Error::Config`.
     pub fn from_unsorted(batch: RecordBatch, key: &str, fpp: f64) -> Result<Self> {
+        Ok(Self::from_any_order(batch, key, fpp)?.0)
+    }
+
+    /// As [`Self::from_unsorted`], and whether the batch was sorted already:
+    /// then the run holds the batch's own buffers (a mapped file stays
+    /// mapped), else a sorted copy.
+    pub fn from_any_order(batch: RecordBatch, key: &str, fpp: f64) -> Result<(Self, bool)> {
         let shape = shape(&batch, key)?;
-        let batch = match sort_order(batch.column(shape.key_col).as_ref(), key)? {
-            None => batch,
-            Some(order) => take_record_batch(&batch, &order).map_err(|e| {
-                Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))
-            })?,
+        let (batch, sorted) = match sort_order(batch.column(shape.key_col).as_ref(), key)? {
+            None => (batch, true),
+            Some(order) => (
+                take_record_batch(&batch, &order).map_err(|e| {
+                    Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))
+                })?,
+                false,
+            ),
         };
-        Self::from_sorted_trusted(batch, key, fpp)
+        Ok((Self::from_sorted_trusted(batch, key, fpp)?, sorted))
     }
 
     /// A run rebuilt from a file and its stored filter ([`Self::filter_bytes`]),

@@ -86,6 +86,9 @@ pub struct SpillStats {
     /// found there (a live row or a tombstone).
     pub run_probes: u64,
     pub run_hits: u64,
+    /// Restores that took a mapped state file as the base run as it is
+    /// (`StateTable::restore_mapped`), with no copy.
+    pub bases_mapped: u64,
     /// Runs now, and the memtable's estimated bytes now.
     pub runs: usize,
     pub memtable_bytes: usize,
@@ -626,7 +629,12 @@ impl StateTable {
     /// once and kept by the sink (a local file, mapped): no row goes through
     /// the memtable, so the restore holds the capture and the run, never the
     /// table in memory as well. The table must be empty.
-    pub(super) fn adopt_base(&mut self, full: &RecordBatch) -> Result<()> {
+    ///
+    /// `mapped`: the batch's buffers are a mapped file that no one writes
+    /// again (a state file of the root, `StateTable::restore_mapped`): sorted
+    /// already, it becomes the base as it is, costing page cache, not heap,
+    /// and no copy; else (or unsorted) the sink keeps a sorted copy.
+    pub(super) fn adopt_base(&mut self, full: &RecordBatch, mapped: bool) -> Result<()> {
         let arrays = self.columns_of(full)?;
         self.key_type
             .check(self.key_column(), arrays[self.key_col].as_ref())?;
@@ -635,12 +643,17 @@ impl StateTable {
         }
         let batch = RecordBatch::try_new(self.schema.clone(), arrays).map_err(arrow_err)?;
         let rows = batch.num_rows();
-        let base = Run::from_unsorted(batch, self.key_column(), DEFAULT_FPP)?;
+        let (base, sorted) = Run::from_any_order(batch, self.key_column(), DEFAULT_FPP)?;
         let spill = self
             .spill
             .as_mut()
             .expect("only a spilling table adopts a base");
-        let kept = spill.sink.keep(base)?;
+        let kept = if mapped && sorted {
+            spill.stats.bases_mapped += 1;
+            Arc::new(base)
+        } else {
+            spill.sink.keep(base)?
+        };
         spill.runs.push_newest(kept)?;
         spill.outside = rows;
         Ok(())
