@@ -410,7 +410,7 @@ def test_a_cold_task_with_a_budget_maps_the_roots_full_as_its_base_run(tmp_path:
     """A task that does not hold its partition reads the chain from the root:
     a local root's files are mapped, and a table with a memory budget takes the
     full (sorted, as every state file is) as its base run as it is, with no
-    copy into a local run; the diffs after it go through the memtable. The
+    copy into a local run, and the diffs after it as runs too. The
     output and the state equal a root without a budget, and the task's figures
     count the bytes it read."""
     spec = make_spec(tmp_path / "budget", partitions=1, full_every=100)
@@ -433,7 +433,9 @@ def test_a_cold_task_with_a_budget_maps_the_roots_full_as_its_base_run(tmp_path:
         if batch == 0:
             assert figures["state_bytes_read"] == 0
             continue
+        # The diffs since the full (sorted too) are runs as they are.
         assert stats is not None and stats["bases_mapped"] == 1, stats
+        assert stats["diffs_mapped"] == batch - 1, stats
         files = sorted((tmp_path / "budget").glob("chk-*/state-0.state.arrow"))[:batch]
         assert figures["state_bytes_read"] >= 0.9 * sum(f.stat().st_size for f in files) > 0
         assert figures["state_load_ms_max"] >= 0

@@ -255,8 +255,8 @@ class StateTable:
         """The time index's earliest time (None: empty, or no index)."""
     def spill_stats(self) -> dict[str, int] | None:
         """flushes, rows_flushed, bytes_flushed, merges, run_probes, run_hits,
-        runs, memtable_bytes, bases_mapped (restores that took a mapped
-        file as the base run) (None without state_memory)."""
+        runs, memtable_bytes, bases_mapped and diffs_mapped (a mapped restore's
+        full and diffs taken as runs as they are) (None without state_memory)."""
     def flush(self) -> None:
         """Moves the in-memory rows into a run now (needs state_memory)."""
     def update(self, batch: Any) -> None:

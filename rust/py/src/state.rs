@@ -53,6 +53,7 @@ pub fn spill_stats_dict<'py>(py: Python<'py>, s: &SpillStats) -> PyResult<Bound<
     d.set_item("runs", s.runs)?;
     d.set_item("memtable_bytes", s.memtable_bytes)?;
     d.set_item("bases_mapped", s.bases_mapped)?;
+    d.set_item("diffs_mapped", s.diffs_mapped)?;
     Ok(d)
 }
 

@@ -908,9 +908,17 @@ impl StateTable {
             self.apply(&first.batch, false)?;
         }
         let mut prev = first_id;
+        // A mapped chain's diffs become runs as they are while they can; from
+        // the first that cannot on, they go through the memtable.
+        let mut adopting = mapped && self.spill.is_some();
         for (id, capture) in rest {
             match capture.kind {
-                StateKind::Diff { base } if base == prev => self.apply(&capture.batch, true)?,
+                StateKind::Diff { base } if base == prev => {
+                    adopting = adopting && self.adopt_diff(&capture.batch)?;
+                    if !adopting {
+                        self.apply(&capture.batch, true)?;
+                    }
+                }
                 kind => {
                     return Err(Error::Snapshot(format!(
                         "state restore chain broken at checkpoint {id}: expected a diff based on \

@@ -153,12 +153,10 @@ impl RunSink for LocalRuns {
         let what = path.display().to_string();
         let (schema, batches) = decode_buffer(Self::map(&path)?, &what)?;
         let batch = concat(&schema, &batches)?;
-        let kept = Arc::new(Run::from_parts(
-            batch,
-            run.key_column(),
-            &run.filter_bytes(),
-            &what,
-        )?);
+        let kept = Arc::new(match run.filter_bytes() {
+            Some(filter) => Run::from_parts(batch, run.key_column(), &filter, &what)?,
+            None => Run::from_sorted_unfiltered(batch, run.key_column(), &what)?,
+        });
         self.kept.push((Arc::clone(&kept), path));
         Ok(kept)
     }

@@ -39,7 +39,8 @@ pub struct Run {
     tombstones: Option<BooleanArray>,
     /// `None` for an empty run.
     range: Option<KeyRange>,
-    filter: BloomFilter,
+    /// `None`: no filter ([`Self::from_sorted_unfiltered`]).
+    filter: Option<BloomFilter>,
 }
 
 impl fmt::Debug for Run {
@@ -49,7 +50,10 @@ impl fmt::Debug for Run {
             .field("len", &self.len())
             .field("base", &self.is_base())
             .field("range", &self.range)
-            .field("filter_bytes", &self.filter.len_bytes())
+            .field(
+                "filter_bytes",
+                &self.filter.as_ref().map(BloomFilter::len_bytes),
+            )
             .finish()
     }
 }
@@ -155,7 +159,7 @@ impl Run {
         let keys = batch.column(shape.key_col).as_ref();
         check_sorted(keys, what)?;
         let filter = build_filter(keys, fpp)?;
-        Ok(Self::assemble(batch, shape, filter))
+        Ok(Self::assemble(batch, shape, Some(filter)))
     }
 
     /// A run of a batch made in memory, in any row order: a diff batch as
@@ -163,24 +167,26 @@ impl Run {
     /// tombstones), or a full one (no `__deleted`: a base). Sorted here; a
     /// key twice, like any other defect, is an `Error::Config`.
     pub fn from_unsorted(batch: RecordBatch, key: &str, fpp: f64) -> Result<Self> {
-        Ok(Self::from_any_order(batch, key, fpp)?.0)
+        let shape = shape(&batch, key)?;
+        let batch = match sort_order(batch.column(shape.key_col).as_ref(), key)? {
+            None => batch,
+            Some(order) => take_record_batch(&batch, &order).map_err(|e| {
+                Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))
+            })?,
+        };
+        Self::from_sorted_trusted(batch, key, fpp)
     }
 
-    /// As [`Self::from_unsorted`], and whether the batch was sorted already:
-    /// then the run holds the batch's own buffers (a mapped file stays
-    /// mapped), else a sorted copy.
-    pub fn from_any_order(batch: RecordBatch, key: &str, fpp: f64) -> Result<(Self, bool)> {
-        let shape = shape(&batch, key)?;
-        let (batch, sorted) = match sort_order(batch.column(shape.key_col).as_ref(), key)? {
-            None => (batch, true),
-            Some(order) => (
-                take_record_batch(&batch, &order).map_err(|e| {
-                    Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))
-                })?,
-                false,
-            ),
-        };
-        Ok((Self::from_sorted_trusted(batch, key, fpp)?, sorted))
+    /// A run of a sorted batch with no filter: every probe in its key range
+    /// is searched. For a base adopted from a state file as it is
+    /// (`StateTable::restore_mapped`): a base holds nearly every key a batch
+    /// looks up, so a filter would let almost all of them through, and
+    /// building one (a hash and a cache miss per key, ~1 s per 10M keys)
+    /// would be most of a cold restore. Errors as [`Self::from_sorted`].
+    pub fn from_sorted_unfiltered(batch: RecordBatch, key: &str, what: &str) -> Result<Self> {
+        let shape = shape(&batch, key).map_err(in_file(what))?;
+        check_sorted(batch.column(shape.key_col).as_ref(), what)?;
+        Ok(Self::assemble(batch, shape, None))
     }
 
     /// A run rebuilt from a file and its stored filter ([`Self::filter_bytes`]),
@@ -205,7 +211,7 @@ impl Run {
                 )));
             }
         }
-        Ok(Self::assemble(batch, shape, filter))
+        Ok(Self::assemble(batch, shape, Some(filter)))
     }
 
     /// A batch sorted by construction (a merge's output, a sorted diff):
@@ -218,10 +224,10 @@ impl Run {
             "a trusted run is unsorted"
         );
         let filter = build_filter(keys, fpp)?;
-        Ok(Self::assemble(batch, shape, filter))
+        Ok(Self::assemble(batch, shape, Some(filter)))
     }
 
-    fn assemble(batch: RecordBatch, shape: Shape, filter: BloomFilter) -> Self {
+    fn assemble(batch: RecordBatch, shape: Shape, filter: Option<BloomFilter>) -> Self {
         let keys = KeyColumn::new(batch.column(shape.key_col).as_ref()).expect("a checked key");
         let range = KeyRange::of_sorted(&keys);
         Self {
@@ -300,24 +306,33 @@ impl Run {
         self.tombstones.as_ref().is_some_and(|t| t.value(row))
     }
 
-    pub fn filter(&self) -> &BloomFilter {
-        &self.filter
+    /// The run's filter; `None` if it has none ([`Self::from_sorted_unfiltered`]).
+    pub fn filter(&self) -> Option<&BloomFilter> {
+        self.filter.as_ref()
     }
 
-    /// The filter as stored beside the run ([`Self::from_parts`] reads it).
-    pub fn filter_bytes(&self) -> Vec<u8> {
-        self.filter.to_bytes()
+    /// The filter as stored beside the run ([`Self::from_parts`] reads it);
+    /// `None` if it has none.
+    pub fn filter_bytes(&self) -> Option<Vec<u8>> {
+        self.filter.as_ref().map(BloomFilter::to_bytes)
+    }
+
+    /// Whether a key of this hash ([`super::hash`]) may be in the run by its
+    /// filter (true without one).
+    #[inline]
+    pub fn filter_may_contain(&self, hash: u64) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain(hash))
     }
 
     /// False: the run does not hold `key` (outside its range, or not in its
     /// filter). True: it may.
     pub fn may_contain(&self, key: KeyRef<'_>) -> bool {
-        self.range.as_ref().is_some_and(|r| r.contains(key)) && self.filter.may_contain(key.hash())
+        self.range.as_ref().is_some_and(|r| r.contains(key)) && self.filter_may_contain(key.hash())
     }
 
     /// Memory held: the batch's Arrow buffers and the filter (for budgets).
     pub fn size_bytes(&self) -> usize {
-        self.batch.get_array_memory_size() + self.filter.len_bytes()
+        self.batch.get_array_memory_size() + self.filter.as_ref().map_or(0, BloomFilter::len_bytes)
     }
 }
 

@@ -200,7 +200,7 @@ impl<'p> Search<'p> {
         for &p in &self.open {
             if !range.contains(self.keys.at(p as usize)) {
                 self.stats.range_pruned += 1;
-            } else if !run.filter().may_contain(self.hashes[p as usize]) {
+            } else if !run.filter_may_contain(self.hashes[p as usize]) {
                 self.stats.filter_pruned += 1;
             } else {
                 asked.push(p);

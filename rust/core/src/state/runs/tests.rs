@@ -90,7 +90,7 @@ fn an_unsorted_diff_becomes_a_sorted_run_with_its_range_and_filter() {
     assert!(r.is_deleted(0) && !r.is_deleted(2));
     assert!([-2, 3, 5, 9].iter().all(|&k| r.may_contain(KeyRef::Int(k))));
     assert!(!r.may_contain(KeyRef::Int(10)) && !r.may_contain(KeyRef::Int(-3)));
-    assert!(r.size_bytes() > r.filter().len_bytes());
+    assert!(r.size_bytes() > r.filter().unwrap().len_bytes());
     assert_eq!(r.key_column(), "k");
     assert_eq!(r.data_fields().len(), 3);
 
@@ -202,7 +202,7 @@ fn the_key_column_must_be_there_typed_and_non_null() {
 fn a_run_is_rebuilt_from_its_file_and_filter() {
     let keys: Vec<i64> = (0..1000).map(|k| k * 3).collect();
     let original = run(&keys, &vec![Some(1); keys.len()]);
-    let bytes = original.filter_bytes();
+    let bytes = original.filter_bytes().unwrap();
     let back = Run::from_parts(original.batch().clone(), "k", &bytes, "run-4.arrow").unwrap();
     assert_eq!(back.filter(), original.filter());
     assert_eq!(back.key_range(), original.key_range());
@@ -210,7 +210,7 @@ fn a_run_is_rebuilt_from_its_file_and_filter() {
     let err = Run::from_parts(original.batch().clone(), "k", &bytes[..31], "run-4.bloom");
     assert!(message(err).contains("run-4.bloom: a bloom filter of 31 bytes is corrupt"));
     // Another run's filter: it lacks (nearly all of) these keys.
-    let other = run(&[1, 2], &[Some(1), Some(2)]).filter_bytes();
+    let other = run(&[1, 2], &[Some(1), Some(2)]).filter_bytes().unwrap();
     let err = Run::from_parts(original.batch().clone(), "k", &other, "run-4.arrow").unwrap_err();
     assert!(matches!(err, Error::Snapshot(_)));
     assert!(

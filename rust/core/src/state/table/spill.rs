@@ -89,6 +89,8 @@ pub struct SpillStats {
     /// Restores that took a mapped state file as the base run as it is
     /// (`StateTable::restore_mapped`), with no copy.
     pub bases_mapped: u64,
+    /// Restored diffs taken as runs as they are (mapped, sorted).
+    pub diffs_mapped: u64,
     /// Runs now, and the memtable's estimated bytes now.
     pub runs: usize,
     pub memtable_bytes: usize,
@@ -643,20 +645,86 @@ impl StateTable {
         }
         let batch = RecordBatch::try_new(self.schema.clone(), arrays).map_err(arrow_err)?;
         let rows = batch.num_rows();
-        let (base, sorted) = Run::from_any_order(batch, self.key_column(), DEFAULT_FPP)?;
+        // A mapped file sorted already (every state file a table writes) is
+        // taken as it is, with no filter (`Run::from_sorted_unfiltered`).
+        let key = self.key_column().to_string();
+        let as_is = mapped
+            .then(|| Run::from_sorted_unfiltered(batch.clone(), &key, "a mapped full"))
+            .and_then(Result::ok);
         let spill = self
             .spill
             .as_mut()
             .expect("only a spilling table adopts a base");
-        let kept = if mapped && sorted {
-            spill.stats.bases_mapped += 1;
-            Arc::new(base)
-        } else {
-            spill.sink.keep(base)?
+        let kept = match as_is {
+            Some(base) => {
+                spill.stats.bases_mapped += 1;
+                Arc::new(base)
+            }
+            None => {
+                let base = Run::from_unsorted(batch, &key, DEFAULT_FPP)?;
+                spill.sink.keep(base)?
+            }
         };
         spill.runs.push_newest(kept)?;
         spill.outside = rows;
         Ok(())
+    }
+
+    /// Takes a restored diff (the chain's next, after the runs adopted so
+    /// far and before any row in the memtable) as one more run as it is, if
+    /// the table has room for it and it is a run already: sorted by key
+    /// (every state file a table writes is) with `__deleted` last. Its keys
+    /// are looked up in the older runs once, to count the live keys it adds
+    /// and removes. Returns whether it did; if not, the caller applies the
+    /// diff through the memtable (and every diff after it: a run adopted
+    /// later would read as older than the memtable's rows).
+    pub(super) fn adopt_diff(&mut self, diff: &RecordBatch) -> Result<bool> {
+        let room = self
+            .spill
+            .as_ref()
+            .is_some_and(|s| s.runs.len() + 2 <= MAX_RUNS && !s.runs.is_empty());
+        if !room || self.time.is_some() || self.index.len() > 0 {
+            return Ok(false);
+        }
+        // The diff's columns by name, in the diff schema's order (a tombstone's
+        // values are nulls; `__deleted` last); anything else is applied instead.
+        let arrays: Option<Vec<ArrayRef>> = self
+            .diff_schema
+            .fields()
+            .iter()
+            .map(|f| {
+                diff.column_by_name(f.name())
+                    .filter(|c| c.data_type() == f.data_type())
+                    .cloned()
+            })
+            .collect();
+        let Some(Ok(batch)) = arrays.map(|a| RecordBatch::try_new(self.diff_schema.clone(), a))
+        else {
+            return Ok(false);
+        };
+        let key = self.key_column().to_string();
+        let Ok(run) = Run::from_sorted(batch, &key, DEFAULT_FPP, "a mapped diff") else {
+            return Ok(false);
+        };
+        let spill = self
+            .spill
+            .as_mut()
+            .expect("only a spilling table adopts a diff");
+        let keys = run.keys();
+        let was_live = spill.search(keys.as_ref())?.found();
+        let mut live = spill.outside;
+        for (row, was) in was_live.values().iter().enumerate() {
+            let now = !run.is_deleted(row);
+            match (was, now) {
+                (false, true) => live += 1,
+                (true, false) => live -= 1,
+                _ => {}
+            }
+        }
+        spill.runs.push_newest(run)?;
+        spill.outside = live;
+        spill.stats.diffs_mapped += 1;
+        Ok(true)
     }
 
     /// Forgets the runs (a `clear`, a restore).
