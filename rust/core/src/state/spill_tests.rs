@@ -286,6 +286,51 @@ fn the_budget_flushes_the_memtable_and_runs_merge_past_the_limit() {
 }
 
 #[test]
+fn past_the_run_limit_small_runs_merge_above_a_large_base_and_large_ones_into_it() {
+    // A base of 100k keys (a restore), then small flushes: the runs above
+    // the base merge into one diff run and the base stays; once the runs
+    // above hold a quarter of its rows, everything merges into a new base.
+    let base: Vec<(i64, i64)> = (0..100_000).map(|k| (k, 0)).collect();
+    let mut t = spilling(StatePolicy {
+        full_every: u32::MAX,
+    });
+    t.restore_mapped(&[(1, plain_full_of(&base))]).unwrap();
+    let mut model: BTreeMap<i64, i64> = base.into_iter().collect();
+    let mut merges_above = 0;
+    for b in 1..=40i64 {
+        let pairs: Vec<(i64, i64)> = (0..1_000)
+            .map(|i| ((b * 7_919 + i * 13) % 150_000, b))
+            .collect();
+        t.upsert(&rows(&pairs)).unwrap();
+        t.delete(&Int64Array::from(vec![b * 11])).unwrap();
+        model.extend(pairs);
+        model.remove(&(b * 11));
+        let before = t.spill_stats().unwrap();
+        t.flush().unwrap();
+        let after = t.spill_stats().unwrap();
+        if after.merges > before.merges {
+            // Merged above the base: two runs left (the base and the merge).
+            assert!(after.runs <= 2, "{after:?}");
+            merges_above += usize::from(after.runs == 2);
+        }
+        assert!(after.runs <= MAX_RUNS, "{after:?}");
+        assert_eq!(t.len(), model.len(), "after flush {b}");
+    }
+    let stats = t.spill_stats().unwrap();
+    assert!(merges_above >= 2, "{stats:?}");
+    assert!(
+        stats.merges > merges_above as u64,
+        "a merge into a new base too: {stats:?}"
+    );
+    assert_eq!(as_map(&t.to_batch()), model);
+    let probes = Int64Array::from_iter_values((0..160_000).step_by(97));
+    let (_, present) = t.lookup(&probes).unwrap();
+    for (i, k) in probes.values().iter().enumerate() {
+        assert_eq!(present.value(i), model.contains_key(k), "key {k}");
+    }
+}
+
+#[test]
 fn a_checkpoint_after_flushes_holds_only_the_changes() {
     let mut t = spilling(StatePolicy {
         full_every: u32::MAX,

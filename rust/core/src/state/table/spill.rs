@@ -13,8 +13,9 @@
 //! Checkpoints stay O(changed keys): a flush also hands the sink the
 //! changes since the last checkpoint (the change log's rows and the
 //! tombstones) as a *pending* run, and a diff is the pending runs merged
-//! with the change log. Past [`MAX_RUNS`] runs, a flush merges them all
-//! into one base, so a lookup searches a bounded number of runs.
+//! with the change log. Past [`MAX_RUNS`] runs, a flush merges the runs
+//! above the base into one (or, once they hold a quarter of its rows, all
+//! of them into a new base), so a lookup searches a bounded number of runs.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,8 +35,13 @@ use crate::state::runs::{merge, Lookup, Run, RunSet, DEFAULT_FPP};
 /// The least memory budget: 1 MiB, a few thousand rows of a wide table.
 pub const MIN_STATE_MEMORY: usize = 1 << 20;
 
-/// Runs a spilling table keeps before a flush merges them into one.
+/// Runs a spilling table keeps before a flush merges them (all, or all
+/// but the base: see [`BASE_RATIO`]).
 pub const MAX_RUNS: usize = 8;
+
+/// A merge leaves the base alone while the runs above it hold fewer than
+/// 1/BASE_RATIO of its rows (the store compactor's quarter).
+const BASE_RATIO: usize = 4;
 
 /// Bytes a memtable key costs in the index beside its row (hash map entry
 /// and its share of empty buckets).
@@ -560,11 +566,23 @@ impl StateTable {
         spill.outside = len;
         spill.shadows.drain();
         if spill.runs.len() > MAX_RUNS {
-            let inputs: Vec<&Run> = spill.runs.iter().map(|r| r.as_ref()).collect();
-            let base = merge(&inputs, true, DEFAULT_FPP)?.run;
-            let kept = spill.sink.keep(base)?;
+            // As the store's compactor: the runs above the base merge into one
+            // diff run while they hold under a quarter of the base's rows (a
+            // base of 10M keys is not rewritten for every few flushes); past
+            // that, or with no base, every run merges into a new base.
             let end = spill.runs.len();
-            let old = spill.runs.replace(0..end, kept)?;
+            let runs = spill.runs.runs();
+            let above: usize = runs[..end - 1].iter().map(|r| r.len()).sum();
+            let oldest = &runs[end - 1];
+            let upto = if oldest.is_base() && above * BASE_RATIO < oldest.len() {
+                end - 1
+            } else {
+                end
+            };
+            let inputs: Vec<&Run> = runs[..upto].iter().map(|r| r.as_ref()).collect();
+            let merged = merge(&inputs, upto == end, DEFAULT_FPP)?.run;
+            let kept = spill.sink.keep(merged)?;
+            let old = spill.runs.replace(0..upto, kept)?;
             crate::failpoint::hit("spill.merged");
             spill.sink.release(&old);
             spill.stats.merges += 1;
