@@ -21,6 +21,9 @@ import pyarrow.fs as pafs
 ACCESS_KEY = "snapcut-test-key"
 SECRET_KEY = "snapcut-test-secret"
 REGION = "us-east-1"
+MOTO_START_TIMEOUT_S = 180
+"""How long a test waits for `python -m moto.server` to answer (bounded, generous:
+under CI's load its start took over 30 s once)."""
 
 
 @dataclass(frozen=True)
@@ -170,14 +173,18 @@ def moto_auth_server() -> Iterator[AuthS3Server]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        # Its imports take a few seconds alone, but a test in CI's pool (nice
+        # 10 beside a nice -5 stream) once took more than 30 s to start it (fresh28).
+        deadline = time.monotonic() + MOTO_START_TIMEOUT_S
         while True:
             try:
                 requests.get(f"{url}/moto-api/", timeout=1)
                 break
             except requests.ConnectionError:
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"moto's server did not start on {url}") from None
+                    raise RuntimeError(
+                        f"moto's server did not start on {url} within {MOTO_START_TIMEOUT_S} s"
+                    ) from None
                 time.sleep(0.1)
         setup = {
             "endpoint_url": url,
