@@ -377,13 +377,14 @@ def test_chaos_on_spark_is_exactly_once(tmp_path: Path, step: str, seed: int, ki
 @pytest.mark.full_priority
 def test_chaos_on_spark_with_a_memory_budget_kills_inside_a_spill(tmp_path: Path) -> None:
     """The level-1 aggregate under ``--state-memory 2MB`` (1 MiB for the table
-    a task works on) with 45k users over 3 partitions: every batch's tables
-    flush to local runs. Seed 3 draws (see ``plan_kill``) ``spill.after_run``
+    a task works on) with 90k users over 3 partitions, 90k records a batch:
+    every batch's tables flush to local runs (a cold task maps its partition's
+    state files as runs, so only a batch's own changes fill its memory). Seed 3 draws (see ``plan_kill``) ``spill.after_run``
     for one task: its Python worker dies right after writing a spilled run,
     Spark retries the task, and nothing is lost, duplicated or mismatched."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--seed", "3", "--files", "3", "--records", "90000", "--users", "45000"]
+    cmd += ["--seed", "3", "--files", "3", "--records", "270000", "--users", "90000"]
     cmd += ["--state-memory", "2MB", "--max-kills", "1", "--failpoints", "spill.after_run"]
     cmd += ["--kill-mode", "failpoint", "--workdir", str(tmp_path)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
