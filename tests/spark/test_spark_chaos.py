@@ -379,8 +379,9 @@ def test_chaos_on_spark_with_a_memory_budget_kills_inside_a_spill(tmp_path: Path
     """The level-1 aggregate under ``--state-memory 2MB`` (1 MiB for the table
     a task works on) with 90k users over 3 partitions, 90k records a batch:
     every batch's tables flush to local runs (a cold task maps its partition's
-    state files as runs, so only a batch's own changes fill its memory). Seed 3 draws (see ``plan_kill``) ``spill.after_run``
-    for one task: its Python worker dies right after writing a spilled run,
+    state files as runs, so only a batch's own changes fill its memory).
+    Seed 3 draws (see ``plan_kill``) ``spill.after_run`` for one task: its
+    Python worker dies right after writing a spilled run,
     Spark retries the task, and nothing is lost, duplicated or mismatched."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
