@@ -106,10 +106,12 @@ def test_a_slowdown_injected_in_on_windows_of_a_real_job_is_recovered() -> None:
     lo, hi = clustered_median_ci([overheads])
     own_s = BATCH / statistics.median(rates[0::2]) - SLEEP_OFF_S
     truth = (SLEEP_ON_S + own_s) / (SLEEP_OFF_S + own_s) - 1
-    assert 0.3 < truth <= 0.5
+    # 2 / (4 ms + c): ~0.43 on a quiet machine; under CI's load c grows (fresh29:
+    # 0.29, c = 2.8 ms), and the measured overhead with it, which is what is checked.
+    assert 0.2 < truth <= 0.5
     # `truth` leans on c estimated from the off windows (sleep overshoot and
     # channel hand-offs included): known to about two points on a quiet
     # machine, four under load (a CI check at load ~12 gave truth 0.400
     # against an interval of [0.428, 0.491]).
     assert lo - 0.04 <= truth <= hi + 0.04, (lo, statistics.median(overheads), hi, truth)
-    assert lo > 0.2
+    assert lo > 0.1
