@@ -207,3 +207,11 @@ def test_entries_are_the_dicts_of_the_manifest_written(tmp_path: Path) -> None:
         snapshots.file_entry("p.arrow", "output", 0, 0, 0, {"at": object()})
     with pytest.raises(SnapshotError, match="malformed manifest file entry"):
         fmt.check_file(b"", {"path": 1}, 1, "p")
+    # A mapped file's bytes are checked in place, as unsigned bytes in one piece.
+    data = b"abcdef"
+    with pytest.raises(ValueError, match="not one contiguous buffer"):
+        fmt.check_file(memoryview(data)[::2], state, 1, "p")
+    with pytest.raises(BufferError, match="not compatible with u8"):
+        fmt.check_file(memoryview(data).cast("b"), state, 1, "p")
+    with pytest.raises(SnapshotError):
+        fmt.check_file(memoryview(data), state, 1, "p")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -154,12 +155,7 @@ class FsBackend(Backend):
 
     def read_checked(self, checkpoint_id: int, entry: dict[str, Any]) -> bytes:
         path = f"{self._dir(checkpoint_id)}/{entry['path']}"
-        try:
-            data = _fs.read_bytes(self.fs, path)
-        except OSError:
-            if _fs.exists(self.fs, path):
-                raise
-            raise fmt.missing_file(checkpoint_id, path) from None
+        data: bytes = self._read_or_missing(checkpoint_id, path, _fs.read_bytes)
         fmt.check_file(data, entry, checkpoint_id, path)
         return data
 
@@ -172,14 +168,23 @@ class FsBackend(Backend):
         local = _fs.local_path(self.fs, path)
         if local is None:
             return pa.py_buffer(self.read_checked(checkpoint_id, entry))
+        data: pa.Buffer = self._read_or_missing(
+            checkpoint_id, path, lambda _fs, _path: pa.memory_map(local, "r").read_buffer()
+        )
+        fmt.check_file(memoryview(data).cast("B"), entry, checkpoint_id, path)
+        return data
+
+    def _read_or_missing(
+        self, checkpoint_id: int, path: str, read: Callable[[Any, str], Any]
+    ) -> Any:
+        """``read(fs, path)``; a file that is not there is the format's
+        missing-file error, naming the checkpoint and path."""
         try:
-            data = pa.memory_map(local, "r").read_buffer()
+            return read(self.fs, path)
         except OSError:
             if _fs.exists(self.fs, path):
                 raise
             raise fmt.missing_file(checkpoint_id, path) from None
-        fmt.check_file(memoryview(data).cast("B"), entry, checkpoint_id, path)
-        return data
 
     def verify(self, checkpoint_id: int) -> dict[str, Any]:
         raw = self.manifest_bytes(checkpoint_id)

@@ -279,14 +279,14 @@ class PartitionTask:
             )
             schema = schema_of(layout)
             fitted = [(cid, kind, conform_file(t, schema)) for cid, kind, t in files]
-            if any(a[2] is not b[2] for a, b in zip(files, fitted, strict=True)):
+            migrated = any(a[2] is not b[2] for a, b in zip(files, fitted, strict=True))
+            if migrated:
                 # Written before a schema migration: the next file is a full one,
                 # so every chain from here on has one schema.
                 self.migrated.append(layout.vertex)
             if files:
                 # A migrated file was converted in memory: not mapped.
-                unchanged = all(a[2] is b[2] for a, b in zip(files, fitted, strict=True))
-                table.restore(fitted, mapped=mapped and unchanged)
+                table.restore(fitted, mapped=mapped and not migrated)
             read += sum(t.get_total_buffer_size() for _, _, t in files)
             tables[layout.vertex] = table
             chains[layout.vertex] = [cid for cid, _, _ in files]

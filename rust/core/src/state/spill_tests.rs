@@ -456,10 +456,7 @@ fn a_mapped_restore_takes_a_sorted_full_as_its_base_and_copies_an_unsorted_one()
     // Even keys only: the odd ones in its range are absent, which a base
     // with no filter finds by searching.
     let sorted: Vec<(i64, i64)> = (0..50_000).map(|k| (2 * k, k)).collect();
-    let sorted_full = StateCapture {
-        kind: StateKind::Full,
-        batch: rows(&sorted),
-    };
+    let sorted_full = plain_full_of(&sorted);
     let mut plain = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
     let reversed: Vec<(i64, i64)> = sorted.iter().rev().copied().collect();
     plain.upsert(&rows(&reversed)).unwrap();

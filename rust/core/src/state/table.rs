@@ -850,10 +850,11 @@ impl StateTable {
     /// As [`Self::restore`], where the chain's batches are mapped state files
     /// that no one writes again (a root's own files, read by a mapping): a
     /// spilling table takes a sorted full as its base run as it is, with no
-    /// copy and no local file (its pages are the root file's page cache), so
-    /// a cold restore costs a checksum, an order check and a filter, and
-    /// lookups then read only the pages of the keys they touch. A table
-    /// without a memory budget restores as ever.
+    /// copy, no local file (its pages are the root file's page cache) and no
+    /// filter, and each sorted diff after it as one more run (`adopt_diff`),
+    /// so a cold restore costs order checks and one lookup of the diffs'
+    /// keys, and lookups then read only the pages of the keys they touch. A
+    /// table without a memory budget restores as ever.
     pub fn restore_mapped(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
         self.restore_from(chain, true)
     }
