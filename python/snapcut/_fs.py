@@ -17,6 +17,7 @@ import os
 import re
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from snapcut._core import StorageError
@@ -204,8 +205,9 @@ def read_bytes(fs: Any, path: str) -> bytes:
     return data
 
 
-def write_bytes(fs: Any, path: str, data: bytes) -> None:
-    """Writes a whole file; on a local filesystem also fsyncs it. On an
+def write_bytes(fs: Any, path: str, data: bytes | pa.Buffer) -> None:
+    """Writes a whole file (`data`: bytes, or a ``pyarrow.Buffer`` as the
+    encoders return a large file, not copied); on a local filesystem also fsyncs it. On an
     object store one PUT (no directory marker objects)."""
     local = local_path(fs, path)
     try:
@@ -224,7 +226,7 @@ def write_bytes(fs: Any, path: str, data: bytes) -> None:
         raise storage_error(e, fs, f"writing {path}", path) from e
 
 
-def write_atomic(fs: Any, path: str, tmp_path: str, data: bytes) -> None:
+def write_atomic(fs: Any, path: str, tmp_path: str, data: bytes | pa.Buffer) -> None:
     """Writes `path` so that a reader sees no file (or the previous one) or
     the whole new file.
 

@@ -9,6 +9,8 @@ entries and other JSON-shaped values as the dicts ``json.loads`` would give.
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 from snapcut._core import SnapshotError
 
 # Stub-only aliases (not attributes at run time): a manifest file entry
@@ -35,14 +37,14 @@ def encode_state(
     base: int | None = None,
     sort: bool = False,
     chain_at: tuple[int, list[int]] | None = None,
-) -> tuple[bytes, _Entry]: ...
+) -> tuple[pa.Buffer, _Entry]: ...
 def encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
 def encode_channel(
     vertex: str, subtask: int, edge: str, from_subtask: int, input: int, records: Any
 ) -> tuple[bytes, _Entry]: ...
 def encode_file(
     table: Any, path: str, role: str, fields: dict[str, Any] | None = None
-) -> tuple[bytes, _Entry]: ...
+) -> tuple[pa.Buffer, _Entry]: ...
 def file_entry(
     path: str,
     role: str,

@@ -57,7 +57,7 @@ class SnapshotWriter:
     def _dir(self, checkpoint_id: int) -> str:
         return f"{self.root}/{checkpoint_dir_name(checkpoint_id)}"
 
-    def _put(self, checkpoint_id: int, name: str, data: bytes) -> None:
+    def _put(self, checkpoint_id: int, name: str, data: bytes | pa.Buffer) -> None:
         path = f"{self._dir(checkpoint_id)}/{name}"
         # Atomic with a temp name of its own: an idempotent rewrite (a Spark
         # task retry) never shows a reader a truncated file.

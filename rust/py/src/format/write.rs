@@ -24,7 +24,20 @@ fn fields_of(fields: Option<&Bound<'_, PyDict>>, what: &str) -> PyResult<Fields>
     fields.map_or_else(|| Ok(Fields::new()), |f| from_py(f.as_any(), what))
 }
 
-/// A task's state file: `(bytes, entry)`. `kind` "full", or "diff"
+/// An encoded file as a `pyarrow.Buffer` over the same memory, no copy: a
+/// state file is as large as the state, and a copy into a Python `bytes`
+/// would hold it twice while it is written.
+fn file_buffer(py: Python<'_>, bytes: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
+    // (A Vec becomes an Arrow buffer as it is; pyarrow imports it through
+    // the C data interface and keeps it alive as long as the Buffer.)
+    let array = arrow_array::UInt8Array::from(bytes);
+    crate::state::array_to_pyarrow(py, std::sync::Arc::new(array))?
+        .call_method0("buffers")?
+        .get_item(1)
+}
+
+/// A task's state file: `(buffer, entry)`, the bytes a `pyarrow.Buffer`
+/// (see [`file_buffer`]). `kind` "full", or "diff"
 /// against `base`; `sort` orders the rows by `key` (deterministic bytes).
 /// With `chain_at` (`(checkpoint id, the base's chain)`, the chain a writer
 /// keeps) the entry carries its chain, and a diff's base is the chain's last.
@@ -41,7 +54,7 @@ fn encode_state<'py>(
     base: Option<u64>,
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>)> {
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
     let diff = match (kind, base) {
         ("full", _) => false,
@@ -86,7 +99,7 @@ fn encode_state<'py>(
             Ok::<_, Error>((bytes, entry))
         })
         .map_py()?;
-    Ok((PyBytes::new(py, &bytes), entry_dict(py, &entry)?))
+    Ok((file_buffer(py, bytes)?, entry_dict(py, &entry)?))
 }
 
 /// Any table as the bytes of an Arrow IPC file: `(bytes, rows, crc32c)`.
@@ -138,7 +151,8 @@ fn encode_channel<'py>(
 }
 
 /// A file of a role the format leaves to its writer (e.g. `"output"`), named
-/// `path`, with the writer's own entry `fields`: `(bytes, entry)`.
+/// `path`, with the writer's own entry `fields`: `(buffer, entry)`, the bytes
+/// a `pyarrow.Buffer` (see [`file_buffer`]).
 #[pyfunction]
 #[pyo3(signature = (table, path, role, fields = None))]
 fn encode_file<'py>(
@@ -147,14 +161,14 @@ fn encode_file<'py>(
     path: &str,
     role: &str,
     fields: Option<&Bound<'py, PyDict>>,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>)> {
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let fields = fields_of(fields, "manifest entry fields")?;
     let (schema, batches) = batches_of(table, path)?;
     let (bytes, w) = py
         .detach(|| format::encode_ipc(&schema, &batches, path))
         .map_py()?;
     let entry = format::other_entry(path, role, w, fields);
-    Ok((PyBytes::new(py, &bytes), entry_dict(py, &entry)?))
+    Ok((file_buffer(py, bytes)?, entry_dict(py, &entry)?))
 }
 
 /// The entry of a file of a role the format leaves to its writer, encoded
