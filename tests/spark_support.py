@@ -129,7 +129,11 @@ def stream(spark: SparkSession, directory: Path, schema: str = EVENTS_SCHEMA) ->
 
 
 def run_to_end(
-    df: DataFrame, checkpoint: Path, output_mode: str = "update", stop_after: int | None = None
+    df: DataFrame,
+    checkpoint: Path,
+    output_mode: str = "update",
+    stop_after: int | None = None,
+    progress: list[Any] | None = None,
 ) -> dict[int, pa.Table]:
     """Runs the query with an availableNow trigger; every batch's output by id.
 
@@ -138,7 +142,8 @@ def run_to_end(
     batches for ever, even under availableNow). Each batch is written to a
     file beside the checkpoint: under Spark Connect ``foreachBatch`` runs in
     the server's Python worker, not in this process; ``foreach_batch`` gives
-    the keyed_state steps of the plan the batch's id there."""
+    the keyed_state steps of the plan the batch's id there. ``progress``:
+    a list that gets the query's ``recentProgress``."""
     # A directory per run: a restart from the same checkpoint returns its own batches.
     out = checkpoint.parent / f"{checkpoint.name}-batches-{uuid.uuid4().hex[:8]}"
     out.mkdir(parents=True)
@@ -158,6 +163,8 @@ def run_to_end(
     q.awaitTermination()
     if q.exception() is not None:
         raise RuntimeError(str(q.exception()))
+    if progress is not None:
+        progress.extend(q.recentProgress)
     return read_batch_files(out)
 
 

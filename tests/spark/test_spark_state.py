@@ -32,6 +32,7 @@ from snapcut.spark import (
     GroupStateTimeout,
     StateUpdate,
     keyed_state,
+    metrics,
     read_state,
     read_state_arrow,
 )
@@ -131,6 +132,52 @@ def test_aggregate_matches_spark_native_batch_by_batch(
         for r in state.to_pylist()
     }
     assert have == model
+
+
+def test_a_batch_past_the_workers_input_share_is_applied_in_parts_of_whole_keys(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``state_memory="2MB"``: a task holds 512 KiB of its input. Batches of
+    100k rows over 2 partitions (~1.6 MB a partition) spill to local files by
+    key hash and are applied a file at a time: each user still gets one output
+    row a batch, equal to Spark's own aggregation, and the progress counts
+    every input row as spilled; the state equals pandas."""
+    frames = dwell_frames(files=3, rows=100_000, users=50_000, seed=41)
+    directory = write_inputs(tmp_path / "events", frames)
+    ours = keyed_state(
+        stream(spark, directory),
+        "user",
+        str(tmp_path / "state"),
+        2,
+        name="parts",
+        state_memory="2MB",
+    ).aggregate(count="count", total=("sum", "dwell_ms"), first=("first", "dwell_ms"))
+    native = (
+        stream(spark, directory)
+        .groupBy("user")
+        .agg(F.count("*").alias("count"), F.sum("dwell_ms").alias("total"))
+    )
+    progress: list[Any] = []
+    got = run_to_end(ours, tmp_path / "chk", progress=progress)
+    want = run_to_end(native, tmp_path / "chk-native")
+    assert sorted(got) == sorted(want) == [0, 1, 2]
+    for b in range(3):
+        g, w = rows_of(got[b], ["user"]), rows_of(want[b], ["user"])
+        assert [(r["user"], r["count"], r["total"]) for r in g] == [
+            (r["user"], r["count"], r["total"]) for r in w
+        ]
+    # "first" keeps the first row's value a key ever had: its rows kept their order.
+    events = pd.concat(frames, ignore_index=True)
+    firsts = events.groupby("user")["dwell_ms"].first()
+    last_rows = {r["user"]: r["first"] for b in range(3) for r in got[b].to_pylist()}
+    assert last_rows == {int(u): int(v) for u, v in firsts.items()}
+    figures = [metrics.observed(p, "parts") for p in progress]
+    assert len(figures) == 3 and all(f is not None for f in figures), progress
+    for f in figures:
+        assert f is not None and f["input_rows_spilled"] == f["rows_in"] == 100_000, f
+    state = read_state_arrow(str(tmp_path / "state")).to_pylist()
+    have = {r["user"]: (r["count"], r.get("total__sum", r.get("total"))) for r in state}
+    assert have == expected_totals(events)
 
 
 @pytest.mark.both_sessions

@@ -223,6 +223,11 @@ def state_memory_bytes(value: int | str) -> int:
 def storable_type(data_type: Any) -> bool:
     """Whether a StateTable column holds this pyarrow DataType natively."""
 
+def key_buckets(keys: Any, buckets: int) -> Any:
+    """Each key's bucket among `buckets` (a pyarrow uint32 array), by its
+    hash: every row of a key gets the same bucket in every process.
+    ConfigError on a null key, a non-key type or 0 buckets."""
+
 class StateTable:
     """Keyed state table with change tracking for incremental checkpoints."""
 

@@ -12,7 +12,9 @@ and misses (it read them from the root), the bytes those misses read and
 the slowest one's time to read and restore; and, for tables with a memory
 budget (``keyed_state(state_memory=...)``), flushes to local runs and the
 rows they took, merges of those runs, keys looked up in the runs and found
-there, and the most runs a table had. :func:`observed` reads one step's
+there, and the most runs a table had; and the input rows tasks spilled to
+local files by key hash, to apply a batch larger than a worker's input share
+in parts (:mod:`snapcut.spark.state.key_parts`). :func:`observed` reads one step's
 figures out of a progress, on classic Spark and Spark Connect alike.
 """
 
@@ -54,6 +56,7 @@ FIELDS = (
     "state_run_probes",
     "state_run_hits",
     "state_runs_max",
+    "input_rows_spilled",
 )
 MAXIMA = frozenset({"state_write_ms_max", "state_load_ms_max", "state_runs_max"})
 """Figures the step reports as the largest task's, not the sum."""

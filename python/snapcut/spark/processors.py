@@ -198,6 +198,13 @@ class AggregateProcessor(_Base):
             return self.output_schema.empty_table()
         return self._output(kernel.output(kernel.apply(table, rows))).sort_by(self.state_key_sort())
 
+    @property
+    def by_key_parts(self) -> bool:
+        """Whether a batch may be applied in parts that hold whole keys
+        (``PartitionTask.apply_parts``): in update mode a key's output row
+        depends only on its rows and state; complete mode outputs the table."""
+        return self.output_mode != "complete"
+
     def state_key_sort(self) -> list[tuple[str, str]]:
         return [(k, "ascending") for k in self.key]
 

@@ -507,8 +507,22 @@ fn state_memory_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
     state::check_memory_budget(memory_bytes(value)?).map_py()
 }
 
+/// Each key's bucket among `buckets` (a pyarrow uint32 array): every row of
+/// a key gets the same bucket, in every process (the runs' filter hash).
+/// ConfigError on a null key, a non-key type or 0 buckets.
+#[pyfunction]
+fn key_buckets<'py>(py: Python<'py>, keys: AnyArray, buckets: u32) -> PyResult<Bound<'py, PyAny>> {
+    let chunked = keys.into_chunked_array()?;
+    let array = one_array(chunked.chunks().to_vec(), chunked.data_type())?;
+    let out = py
+        .detach(|| state::runs::key_buckets(array.as_ref(), buckets))
+        .map_py()?;
+    array_to_pyarrow(py, Arc::new(arrow_array::UInt32Array::from(out)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StateTable>()?;
+    m.add_function(wrap_pyfunction!(key_buckets, m)?)?;
     m.add_function(wrap_pyfunction!(state_memory_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(storable_type, m)?)
 }

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -303,6 +303,46 @@ class PartitionTask:
         """The synchronous part: load N-1, apply the batch, return the output.
         :meth:`commit` then writes version N (it may run on another thread
         while the output goes to Spark: the table is not touched again)."""
+        state = self._begin(batch_ts_ms)
+        out = processor.process(state, rows, self._info)
+        self._metrics = {
+            "rows_in": rows.num_rows,
+            "rows_out": out.num_rows,
+            "late_rows": int(getattr(processor, "late_rows", 0)),
+            "timed_out_keys": int(getattr(processor, "timed_out_keys", 0)),
+            "batch_max_event_ms": processor.max_event_time_ms(rows),
+            "input_rows_spilled": 0,
+        }
+        return out
+
+    def apply_parts(
+        self, parts: Iterable[pa.Table], processor: Processor, batch_ts_ms: int | None
+    ) -> Iterator[pa.Table]:
+        """As :meth:`apply`, over the batch as parts that each hold whole keys
+        (:func:`snapcut.spark.state.key_parts.key_parts`), for a processor whose
+        output for a key depends only on that key's rows and state (level 1 in
+        update mode): yields each part's output as it is ready. :meth:`commit`
+        only once the parts are exhausted."""
+        state = self._begin(batch_ts_ms)
+        figures = {"rows_in": 0, "rows_out": 0, "late_rows": 0, "timed_out_keys": 0}
+        max_event = NO_EVENT_TIME
+        for rows in parts:
+            out = processor.process(state, rows, self._info)
+            figures["rows_in"] += rows.num_rows
+            figures["rows_out"] += out.num_rows
+            figures["late_rows"] += int(getattr(processor, "late_rows", 0))
+            figures["timed_out_keys"] += int(getattr(processor, "timed_out_keys", 0))
+            max_event = max(max_event, processor.max_event_time_ms(rows))
+            yield out
+        # (The parts are of a spilled input: every row went through a local file.)
+        self._metrics = {
+            **figures,
+            "batch_max_event_ms": max_event,
+            "input_rows_spilled": figures["rows_in"],
+        }
+
+    def _begin(self, batch_ts_ms: int | None) -> Any:
+        """Claims the root, loads N-1; the state a processor applies to."""
         self._started = _now_ms()
         self.root.claim(self.owner)
         self._loaded = self.load()
@@ -318,16 +358,7 @@ class PartitionTask:
         )
         tables = self._loaded.tables
         self._spilled = spill_totals(tables)
-        state = tables if self.root.spec.tables else next(iter(tables.values()))
-        out = processor.process(state, rows, self._info)
-        self._metrics = {
-            "rows_in": rows.num_rows,
-            "rows_out": out.num_rows,
-            "late_rows": int(getattr(processor, "late_rows", 0)),
-            "timed_out_keys": int(getattr(processor, "timed_out_keys", 0)),
-            "batch_max_event_ms": processor.max_event_time_ms(rows),
-        }
-        return out
+        return tables if self.root.spec.tables else next(iter(tables.values()))
 
     def commit(self) -> None:
         """Writes version N (sorted by key: deterministic bytes), acknowledges
@@ -394,6 +425,7 @@ class PartitionTask:
             "state_load_ms_max": round(self._loaded.load_ms),
             **{f"state_{k}": spilled[k] - self._spilled.get(k, 0) for k in SPILL_SUMS},
             "state_runs_max": spilled["runs_max"],
+            "input_rows_spilled": int(self._metrics["input_rows_spilled"]),
         }
 
 

@@ -19,6 +19,7 @@ from snapcut.spark.keyed_input import KeyedInput
 from snapcut.spark.processors import BATCH_TS_COLUMN
 from snapcut.spark.roots import schema_bytes
 from snapcut.spark.state.initial import write_initial_state
+from snapcut.spark.state.key_parts import input_held_bytes
 from snapcut.spark.state.partition import Processor, table_memory
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.setup import prepare_root
@@ -129,6 +130,14 @@ def build_stage(
     parted = src.repartition(options.partitions, *[F.col(k) for k in keyed.key])
     output: pa.Schema = processor.output_schema  # type: ignore[attr-defined]
     stage_schema = metrics.internal_schema(output)
+    # Under a worker's budget, a batch larger than its input share is applied
+    # in parts of whole keys, when the step allows it and its output may go
+    # before its state is written ("background").
+    by_parts = (
+        options.state_memory is not None
+        and options.state_writes == "background"
+        and bool(getattr(processor, "by_key_parts", False))
+    )
     udf = make_task_function(
         root,
         processor,
@@ -139,6 +148,9 @@ def build_stage(
         options.state_writes,
         streaming=df.isStreaming,
         state_memory=options.state_memory,
+        parts_held_bytes=input_held_bytes(options.state_memory)
+        if by_parts and options.state_memory is not None
+        else None,
     )
     stage_type = from_arrow_schema(stage_schema, prefer_timestamp_ntz=False)
     out = metrics.observe_and_strip(parted.mapInArrow(udf, stage_type), keyed.name, output)

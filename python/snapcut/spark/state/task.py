@@ -17,6 +17,7 @@ from snapcut._core import TaskError
 from snapcut.spark import failpoints, metrics
 from snapcut.spark.batch_identity import task_batch
 from snapcut.spark.processors import BATCH_TS_COLUMN
+from snapcut.spark.state.key_parts import hold, key_parts
 from snapcut.spark.state.partition import PartitionTask, Processor
 from snapcut.spark.state.root import StateRoot
 
@@ -36,11 +37,15 @@ def make_task_function(
     *,
     streaming: bool,
     state_memory: int | None = None,
+    parts_held_bytes: int | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The function ``mapInArrow`` runs in each Python worker: the output in
     `stage_schema` (:func:`snapcut.spark.metrics.internal_schema`), then the
     task's metrics row. A batch DataFrame is one epoch, batch 0; in a
-    streaming query the micro-batch id must reach the task."""
+    streaming query the micro-batch id must reach the task. With
+    `parts_held_bytes`, a task whose input outgrows it applies the batch in
+    parts of whole keys, spilled by key hash, and streams their output
+    (:mod:`snapcut.spark.state.key_parts`), then writes version N."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -50,42 +55,63 @@ def make_task_function(
             raise TaskError("the keyed_state step runs only inside a Spark task")
         partition = ctx.partitionId()
         batch_id, owner = task_batch(ctx, streaming)
-        parts = list(batches)
-        rows = pa.Table.from_batches(parts) if parts else input_schema.empty_table()
-        batch_ts = None
-        if BATCH_TS_COLUMN in rows.column_names and rows.num_rows:
-            ts = rows[BATCH_TS_COLUMN][0]
-            # (A streaming batch timestamp is whole ms; a batch query's is not.)
-            batch_ts = int(pc.cast(ts, pa.timestamp("ms", "UTC"), safe=False).value)
+        task = PartitionTask(
+            root,
+            batch_id,
+            partition,
+            owner,
+            delay_ms,
+            initial=initial,
+            run_id=ctx.getLocalProperty("sql.streaming.runId"),
+            state_memory=state_memory,
+        )
         # A spilling table's flush and merge are Rust crash points: armed
         # for this task alone (failpoints.rust_points), as long as it runs.
         with failpoints.rust_points(batch_id, partition):
-            task = PartitionTask(
-                root,
-                batch_id,
-                partition,
-                owner,
-                delay_ms,
-                initial=initial,
-                run_id=ctx.getLocalProperty("sql.streaming.runId"),
-                state_memory=state_memory,
-            )
-            out = task.apply(rows, processor, batch_ts)
-            if state_writes == "sync":
-                task.commit()
-                for b in out.to_batches():
-                    yield metrics.with_null_metrics(b, stage_schema)
+            if parts_held_bytes is None:
+                batch, rest = list(batches), None
             else:
-                # Version N is written while the output goes to Spark (the asynchronous
-                # phase, within the task); the task ends only once it is durable.
-                writer = _Committer(task)
-                writer.start()
-                for b in out.to_batches():
-                    yield metrics.with_null_metrics(b, stage_schema)
-                writer.finish()
+                batch, rest = hold(batches, parts_held_bytes)
+            if rest is not None:
+                # More input than the worker holds: applied in parts of whole
+                # keys, each part's output sent as it is ready, then version N.
+                schema = batch[0].schema
+                batch_ts = _batch_ts(pa.Table.from_batches(batch, schema))
+                parts = key_parts(batch, rest, schema, root.spec.key, batch_id)
+                del batch
+                for out in task.apply_parts(parts, processor, batch_ts):
+                    for b in out.to_batches():
+                        yield metrics.with_null_metrics(b, stage_schema)
+                task.commit()
+            else:
+                rows = pa.Table.from_batches(batch) if batch else input_schema.empty_table()
+                out = task.apply(rows, processor, _batch_ts(rows))
+                del batch, rows
+                if state_writes == "sync":
+                    task.commit()
+                    for b in out.to_batches():
+                        yield metrics.with_null_metrics(b, stage_schema)
+                else:
+                    # Version N is written while the output goes to Spark (the
+                    # asynchronous phase, within the task); the task ends only
+                    # once it is durable.
+                    writer = _Committer(task)
+                    writer.start()
+                    for b in out.to_batches():
+                        yield metrics.with_null_metrics(b, stage_schema)
+                    writer.finish()
         yield metrics.metrics_batch(stage_schema, task.figures())
 
     return run
+
+
+def _batch_ts(rows: pa.Table) -> int | None:
+    """The batch timestamp column's first value, ms (None without it)."""
+    if BATCH_TS_COLUMN not in rows.column_names or not rows.num_rows:
+        return None
+    ts = rows[BATCH_TS_COLUMN][0]
+    # (A streaming batch timestamp is whole ms; a batch query's is not.)
+    return int(pc.cast(ts, pa.timestamp("ms", "UTC"), safe=False).value)
 
 
 class _Committer(threading.Thread):

@@ -14,7 +14,7 @@ use arrow_array::Array;
 use arrow_schema::DataType;
 
 use super::hash::{hash_bytes, hash_int};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::state::key::{Key, KeyType};
 
 /// A key borrowed from a column: [`Key`] without the copy.
@@ -191,6 +191,27 @@ fn partition_point(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -
     lo
 }
 
+/// Each key's bucket among `buckets`, by its filter hash: a task that splits
+/// its input into parts holding whole keys (every row of a key in one part)
+/// puts a row in its key's bucket. The high bits of the hash pick it
+/// (Lemire's multiply-shift), so the buckets are even for any count.
+/// Errors on a non-key type, a null key or no buckets.
+pub fn key_buckets(array: &dyn Array, buckets: u32) -> Result<Vec<u32>> {
+    if buckets == 0 {
+        return Err(Error::Config("key_buckets needs at least 1 bucket".into()));
+    }
+    if array.null_count() > 0 {
+        return Err(Error::Config(format!(
+            "{} null key(s): a key's bucket needs a key",
+            array.null_count()
+        )));
+    }
+    let keys = KeyColumn::new(array)?;
+    Ok((0..keys.len())
+        .map(|i| (((keys.at(i).hash() >> 32) * u64::from(buckets)) >> 32) as u32)
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::sorted::hashes;
@@ -265,5 +286,36 @@ mod tests {
         assert_eq!(KeyRef::Bytes(b"k\"1").to_string(), r#""k\"1""#);
         assert_eq!(KeyRef::Bytes(b"\xff\x01").to_string(), "0xff01");
         assert!(KeyColumn::new(&arrow_array::Float32Array::from(vec![1.0])).is_err());
+    }
+
+    #[test]
+    fn buckets_keys_by_their_hash_evenly_and_refuses_nulls() {
+        let ints = arrow_array::Int64Array::from_iter_values(0..40_000);
+        let got = key_buckets(&ints, 8).unwrap();
+        // The same key, the same bucket, whatever its row or type.
+        let narrow = arrow_array::Int32Array::from_iter_values(0..40_000);
+        assert_eq!(key_buckets(&narrow, 8).unwrap(), got);
+        for (i, b) in got.iter().enumerate() {
+            assert_eq!(*b, (((hash_int(i as i64) >> 32) * 8) >> 32) as u32);
+        }
+        let mut counts = [0usize; 8];
+        got.iter().for_each(|b| counts[*b as usize] += 1);
+        assert!(
+            counts.iter().all(|n| (4_500..5_500).contains(n)),
+            "{counts:?}"
+        );
+        let text = arrow_array::StringArray::from(vec!["a", "b", "a"]);
+        let bytes = BinaryArray::from_iter_values([&b"a"[..], b"b", b"a"]);
+        let (t, b) = (
+            key_buckets(&text, 5).unwrap(),
+            key_buckets(&bytes, 5).unwrap(),
+        );
+        assert_eq!(t, b);
+        assert_eq!(t[0], t[2]);
+        assert_eq!(key_buckets(&ints, 1).unwrap(), vec![0; 40_000]);
+        assert!(key_buckets(&ints, 0).is_err());
+        let nulls = arrow_array::Int64Array::from(vec![Some(1), None]);
+        assert!(matches!(key_buckets(&nulls, 4), Err(Error::Config(m)) if m.contains("null")));
+        assert!(key_buckets(&arrow_array::Float64Array::from(vec![1.0]), 4).is_err());
     }
 }

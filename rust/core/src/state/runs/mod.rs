@@ -28,7 +28,7 @@ pub mod sorted;
 mod tests;
 
 pub use filter::BloomFilter;
-pub use keys::{KeyRange, KeyRef};
+pub use keys::{key_buckets, KeyRange, KeyRef};
 pub use merge::{merge, MergeStats, Merged};
 pub use run::{Run, DEFAULT_FPP};
 pub use set::{Lookup, LookupStats, RunSet};

@@ -1,0 +1,151 @@
+"""A task's input as parts that each hold whole keys: every row of a key in
+one part, in the order the rows came, so a processor can apply the batch
+and emit its output a part at a time instead of holding the partition's
+whole batch, its state lookups and its output at once (issue 37: a backfill
+batch of 10M rows a partition under a worker's ``state_memory``).
+
+Spark gives a ``mapInArrow`` task its rows in no key order (and a streaming
+query cannot sort them), so the parts come from hashing: up to
+`held_bytes` of input is held, and a batch that fits is one part, as
+before. Past it, every row goes to one of :data:`BUCKETS` local Arrow IPC
+stream files by its key's hash (``key_buckets``, the runs' filter hash),
+and once the input ends each file is one part: read, handed out and
+deleted before the next. A key's rows keep their order (a stable split),
+which ``first`` and ``last`` need."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from snapcut._core import key_buckets
+from snapcut.spark.keys import KEY_COLUMN, state_key, with_state_key
+
+__all__ = ["BUCKETS", "hold", "input_held_bytes", "key_parts"]
+
+BUCKETS = 64
+"""Files a spilled input is split into: a 10M-row partition becomes parts of
+~160k rows."""
+
+SPLIT_ROWS = 1 << 18
+"""Rows gathered before a split, so a bucket file gets few, larger batches."""
+
+
+def input_held_bytes(state_memory: int) -> int:
+    """Input a task holds before it spills, under a Python worker's
+    `state_memory`: a quarter of it (half is the working partition's
+    tables', a quarter of the rest)."""
+    return state_memory // 4
+
+
+def hold(
+    batches: Iterable[pa.RecordBatch], held_bytes: int
+) -> tuple[list[pa.RecordBatch], Iterator[pa.RecordBatch] | None]:
+    """The first of `batches`, while they total at most `held_bytes`, and
+    None if that was all of them; else the held ones (one past the limit)
+    and the iterator of the rest, for :func:`key_parts`."""
+    it = iter(batches)
+    held: list[pa.RecordBatch] = []
+    size = 0
+    for b in it:
+        held.append(b)
+        size += b.nbytes
+        if size > held_bytes:
+            return held, it
+    return held, None
+
+
+def key_parts(
+    held: list[pa.RecordBatch],
+    rest: Iterator[pa.RecordBatch],
+    schema: pa.Schema,
+    key: Sequence[str],
+    batch_id: int,
+    directory: str | None = None,
+    buckets: int = BUCKETS,
+) -> Iterator[pa.Table]:
+    """The rows of `held` and then `rest` (of `schema`) as tables holding
+    whole keys of `key`, one a bucket (empty ones skipped). The bucket files
+    go to a temporary directory in `directory` (default: the system's, as
+    the state table's local runs), removed when the parts end or the caller
+    stops early. Every row is spilled before the first part: a null key is
+    the ConfigError ``with_state_key`` names, raised before any part. The
+    caller should drop its own reference to `held`."""
+    with tempfile.TemporaryDirectory(prefix="snapcut-input-", dir=directory) as d:
+        spill = _Buckets(d, schema, key, batch_id, buckets)
+        try:
+            pending = list(held)
+            held.clear()
+            rows = sum(b.num_rows for b in pending)
+            for b in rest:
+                pending.append(b)
+                rows += b.num_rows
+                if rows >= SPLIT_ROWS:
+                    spill.add(pa.Table.from_batches(pending, schema))
+                    pending, rows = [], 0
+            if pending:
+                spill.add(pa.Table.from_batches(pending, schema))
+            del pending
+        finally:
+            spill.close()
+        yield from spill.parts()
+
+
+class _Buckets:
+    """The bucket files of one task's spilled input."""
+
+    def __init__(
+        self, directory: str, schema: pa.Schema, key: Sequence[str], batch_id: int, n: int
+    ) -> None:
+        self.directory = directory
+        self.schema = schema
+        self.key = key
+        self.batch_id = batch_id
+        self.n = n
+        self.encoded = state_key(schema, key) == KEY_COLUMN
+        self._writers: dict[int, Any] = {}
+        self._sinks: dict[int, Any] = {}
+
+    def _path(self, bucket: int) -> str:
+        return os.path.join(self.directory, f"bucket-{bucket:05d}.arrow")
+
+    def add(self, rows: pa.Table) -> None:
+        keyed = with_state_key(rows, self.key, self.batch_id)
+        ids = key_buckets(keyed[state_key(rows.schema, self.key)], self.n)
+        # A stable sort by bucket keeps each key's rows in their order.
+        order = pc.sort_indices(ids)
+        counts = np.bincount(ids.to_numpy(), minlength=self.n)
+        grouped = rows.take(order)
+        start = 0
+        for bucket, count in enumerate(counts.tolist()):
+            if count:
+                self._writer(bucket).write_table(grouped.slice(start, count))
+                start += count
+
+    def _writer(self, bucket: int) -> Any:
+        w = self._writers.get(bucket)
+        if w is None:
+            sink = pa.OSFile(self._path(bucket), "wb")
+            w = pa.ipc.new_stream(sink, self.schema)
+            self._sinks[bucket], self._writers[bucket] = sink, w
+        return w
+
+    def close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+        for s in self._sinks.values():
+            s.close()
+
+    def parts(self) -> Iterator[pa.Table]:
+        for bucket in sorted(self._writers):
+            path = self._path(bucket)
+            with pa.OSFile(path, "rb") as f:
+                part = pa.ipc.open_stream(f).read_all()
+            os.remove(path)
+            yield part
