@@ -276,13 +276,17 @@ def test_a_spill_crash_point_kills_inside_the_armed_block_only(tmp_path: Path) -
 
 def test_spill_points_need_a_budget_and_can_only_kill(monkeypatch: pytest.MonkeyPatch) -> None:
     plain, budget = chaos.SparkOptions(), chaos.SparkOptions(state_memory="2MB")
-    assert not set(fp.RUST_POINTS) & set(plain.points())
-    assert set(fp.RUST_POINTS) <= set(budget.points())
+    assert not {*fp.RUST_POINTS, *fp.INPUT_POINTS} & set(plain.points())
+    assert {*fp.RUST_POINTS, *fp.INPUT_POINTS} <= set(budget.points())
+    tws = chaos.SparkOptions(state_memory="2MB", step="tws")
+    assert set(fp.RUST_POINTS) <= set(tws.points()) and not set(fp.INPUT_POINTS) & set(tws.points())
     budget.check()
     cmd = chaos.child_cmd(budget, Path("/run"))
     assert cmd[cmd.index("--state-memory") + 1] == "2MB" and "--metrics-log" in cmd
     with pytest.raises(ConfigError, match="reached only when the state spills"):
         chaos.SparkOptions(failpoints=("spill.merged",)).check()
+    with pytest.raises(ConfigError, match="reached only when the state spills"):
+        chaos.SparkOptions(failpoints=("input.part_sent",)).check()
     with pytest.raises(ConfigError, match="not a size"):
         chaos.SparkOptions(state_memory="lots").check()
     monkeypatch.setenv(fp.ENV, "spill.merged:1:0:raise")

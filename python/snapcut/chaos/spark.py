@@ -221,8 +221,8 @@ class SparkOptions:
     state_memory: str | None = None
     """The job's ``keyed_state(state_memory=)``, each Python worker's budget
     (None: all in memory). Small enough, the state spills mid-run, and the
-    spill crash points (``spill.after_run``, ``spill.merged``) join the ones
-    kills choose from."""
+    spill crash points (``spill.after_run``, ``spill.merged``) and the input
+    one (``input.part_sent``) join the ones kills choose from."""
 
     def cluster(self) -> bool:
         return (self.remote or self.master).startswith("local-cluster")
@@ -232,7 +232,9 @@ class SparkOptions:
             return self.failpoints
         skip = set(STAGE_POINTS if self.output != "arrow" else TABLE_POINTS)
         if self.state_memory is None:
-            skip |= set(failpoints.RUST_POINTS)
+            skip |= set(failpoints.RUST_POINTS) | set(failpoints.INPUT_POINTS)
+        elif self.step != "aggregate":
+            skip |= set(failpoints.INPUT_POINTS)  # (only level 1 applies a batch in parts)
         return tuple(p for p in failpoints.POINTS if p not in skip)
 
     def table(self, run_dir: Path) -> TableTarget | None:
@@ -273,9 +275,9 @@ class SparkOptions:
             raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")
         if self.state_memory is not None:
             state_memory_bytes(self.state_memory)
-        elif set(failpoints.RUST_POINTS) & set(self.points()):
+        elif (budgeted := {*failpoints.RUST_POINTS, *failpoints.INPUT_POINTS}) & set(self.points()):
             raise ConfigError(
-                f"{', '.join(sorted(failpoints.RUST_POINTS))} are reached only when the state "
+                f"{', '.join(sorted(budgeted))} are reached only when the state "
                 "spills: add --state-memory (e.g. 2MB), or leave the points out"
             )
         if self.kill_mode in ("mixed", "failpoint") and not self.points():

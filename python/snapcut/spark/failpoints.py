@@ -25,6 +25,8 @@ points from that file at every hit, so a test can re-arm a running session.
 spilling state table's flush and merge, ``keyed_state(state_memory=)``):
 a task arms them for its own state work alone (:func:`rust_points`), and a
 hit SIGKILLs its Python worker (``kill`` is their only action).
+``input.part_sent`` is reached only by a task whose input outgrew its share
+of ``state_memory`` (applied in parts, its output already partly sent).
 
 Every hit is announced on stderr (``snapcut: failpoint <point> hit ...``) and,
 if ``SNAPCUT_SPARK_FAILPOINT_LOG`` names a file, appended to it as a JSON line
@@ -67,6 +69,13 @@ RUST_POINTS = {
     "spill.merged": "a state table merged its spilled runs, the old ones not yet removed",
 }
 POINTS.update(RUST_POINTS)
+#: Crash points of a task whose input outgrew its share of ``state_memory``
+#: and is applied in parts (:mod:`snapcut.spark.state.key_parts`).
+INPUT_POINTS = {
+    "input.part_sent": "a task spilled its input by key hash and sent one part's output; "
+    "the other parts are not applied, version N is not written",
+}
+POINTS.update(INPUT_POINTS)
 ACTIONS = ("raise", "kill", "sleep")
 CONNECT_WORKER_ENV = "SPARK_CONNECT_MODE_ENABLED"  # set by Connect's foreachBatch worker
 

@@ -79,9 +79,11 @@ def make_task_function(
                 batch_ts = _batch_ts(pa.Table.from_batches(batch, schema))
                 parts = key_parts(batch, rest, schema, root.spec.key, batch_id)
                 del batch
-                for out in task.apply_parts(parts, processor, batch_ts):
+                for i, out in enumerate(task.apply_parts(parts, processor, batch_ts)):
                     for b in out.to_batches():
                         yield metrics.with_null_metrics(b, stage_schema)
+                    if i == 0:
+                        failpoints.hit("input.part_sent", batch_id, partition)
                 task.commit()
             else:
                 rows = pa.Table.from_batches(batch) if batch else input_schema.empty_table()
