@@ -89,6 +89,7 @@ def test_a_part_set_left_early_removes_its_files_and_a_null_key_is_refused(
     parts = key_parts(first, rest, table.schema, ("user",), 0, str(tmp_path), buckets=8)
     one = next(parts)
     assert one.num_rows > 0 and len(os.listdir(tmp_path)) == 1
+    assert next(tmp_path.iterdir()).name.startswith(f"spill-{os.getpid()}-input-")
     assert len(os.listdir(next(tmp_path.iterdir()))) == 7  # the first part's file is gone
     parts.close()
     assert os.listdir(tmp_path) == []
@@ -98,6 +99,38 @@ def test_a_part_set_left_early_removes_its_files_and_a_null_key_is_refused(
     with pytest.raises(ConfigError, match=r"'user' holds .* null"):
         next(key_parts(first, rest, nulls.schema, ("user",), 4, str(tmp_path)))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_killed_workers_input_files_go_when_the_next_spilling_table_starts(
+    tmp_path: Path,
+) -> None:
+    """A worker SIGKILLed mid-batch leaves its bucket directory; it is named as
+    a state table's spill directory, so a later spilling table made in the
+    same place (a retried task's) removes it, and a live process's stays."""
+    import subprocess
+    import sys
+
+    from snapcut._core import StateTable
+
+    script = (
+        "import os, signal, sys, pyarrow as pa\n"
+        "from snapcut.spark.state.key_parts import hold, key_parts\n"
+        "t = pa.table({'user': pa.array(range(40_000), pa.int64())})\n"
+        "first, rest = hold(iter(t.to_batches(max_chunksize=1000)), 1000)\n"
+        "parts = key_parts(first, rest, t.schema, ('user',), 0, sys.argv[1], buckets=4)\n"
+        "next(parts)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    res = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True)
+    assert res.returncode == -9, res.stderr
+    [left] = os.listdir(tmp_path)
+    assert left.startswith("spill-") and "-input-" in left
+    mine = tmp_path / f"spill-{os.getpid()}-input-live"
+    mine.mkdir()
+    schema = pa.schema([("user", pa.int64()), ("n", pa.int64())])
+    StateTable(schema, "user", state_memory=2 << 20, spill_dir=str(tmp_path))
+    names = sorted(os.listdir(tmp_path))
+    assert left not in names and mine.name in names, names
 
 
 def test_key_buckets_agree_across_key_types_and_refuse_bad_input() -> None:

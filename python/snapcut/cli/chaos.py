@@ -110,7 +110,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "its Checkpointing.state_memory; Spark, keyed_state(state_memory=), each Python "
         "worker's (at least 2MB). With many --users the state spills and merges runs "
         "mid-run, and the crash points spill.after_run,spill.merged kill inside them (on "
-        "Spark they join the default points)",
+        "Spark they join the default points, with input.part_sent: a batch past a quarter "
+        "of the budget applied in parts, one part's output sent)",
     )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument(

@@ -74,10 +74,15 @@ def key_parts(
     whole keys of `key`, one a bucket (empty ones skipped). The bucket files
     go to a temporary directory in `directory` (default: the system's, as
     the state table's local runs), removed when the parts end or the caller
-    stops early. Every row is spilled before the first part: a null key is
+    stops early, and by the next spilling table made there if the process
+    dies first. Every row is spilled before the first part: a null key is
     the ConfigError ``with_state_key`` names, raised before any part. The
     caller should drop its own reference to `held`."""
-    with tempfile.TemporaryDirectory(prefix="snapcut-input-", dir=directory) as d:
+    # Named as a state table's spill directories (spill-<pid>-...): a worker
+    # killed mid-batch leaves one that the next spilling table's start removes
+    # (LocalRuns' sweep of dead processes' directories).
+    prefix = f"spill-{os.getpid()}-input-"
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=directory) as d:
         spill = _Buckets(d, schema, key, batch_id, buckets)
         try:
             pending = list(held)
