@@ -242,6 +242,13 @@ def write_atomic(fs: Any, path: str, tmp_path: str, data: bytes | pa.Buffer) -> 
     local_tmp = local_path(fs, tmp_path)
     assert local_tmp is not None
     write_bytes(fs, tmp_path, data)
+    publish_local(local_tmp, local, path)
+
+
+def publish_local(local_tmp: str, local: str, path: str) -> None:
+    """Renames a written and fsynced local file into place and fsyncs its
+    directory (`path` names it in errors): the end of :func:`write_atomic`,
+    for a file written by other means (the Rust encoder's own writes)."""
     try:
         os.replace(local_tmp, local)
         fd = os.open(os.path.dirname(local), os.O_RDONLY)

@@ -17,6 +17,7 @@ import pytest
 import snapcut
 from snapcut import ConfigError, SnapshotError, StateTable, StorageError, snapshots
 from snapcut._core import SnapshotStore
+from snapcut._core import format as fmt
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
 
@@ -211,6 +212,24 @@ def test_python_writer_on_subtree_filesystem(tmp_path: Path) -> None:
     assert state is not None and as_dict(state) == {5: 6}
     with pytest.raises(SnapshotError, match="no key column"):
         w.write_state(2, "v", 2, rows([5], 1), key="nope")
+
+
+def test_a_local_state_file_is_encoded_into_its_file_as_the_bytes_a_remote_one_gets(
+    tmp_path: Path,
+) -> None:
+    """A local root's state file is written by the Rust encoder straight into
+    its temp file, then renamed: the same bytes and entry as the encoded
+    buffer a remote root gets, and no temp file left, even when it fails."""
+    w = snapshots.SnapshotWriter(tmp_path / "root")
+    table = rows(list(range(1000, 0, -1)), 3)
+    entry = w.write_state(4, "agg", 1, table, key="k", sort=True, base_chain=[])
+    data, want = fmt.encode_state("agg", 1, table, "k", "full", None, True, (4, []))
+    assert entry == want
+    path = tmp_path / "root" / "chk-00000004" / entry["path"]
+    assert path.read_bytes() == data.to_pybytes()
+    with pytest.raises(SnapshotError, match="no key column"):
+        w.write_state(4, "agg", 2, table, key="nope")
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
 
 
 def test_duckdb_reads_a_state_file_directly(tmp_path: Path) -> None:

@@ -38,6 +38,18 @@ def encode_state(
     sort: bool = False,
     chain_at: tuple[int, list[int]] | None = None,
 ) -> tuple[pa.Buffer, _Entry]: ...
+def write_state_file(
+    dir: str,
+    tmp_suffix: str,
+    vertex: str,
+    subtask: int,
+    batch: Any,
+    key: str,
+    kind: str = "full",
+    base: int | None = None,
+    sort: bool = False,
+    chain_at: tuple[int, list[int]] | None = None,
+) -> _Entry: ...
 def encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
 def encode_channel(
     vertex: str, subtask: int, edge: str, from_subtask: int, input: int, records: Any

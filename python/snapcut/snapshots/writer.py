@@ -90,8 +90,23 @@ class SnapshotWriter:
         `base_chain`: the entry then carries its own chain (and a diff's
         base is that chain's last); else :meth:`commit` resolves it."""
         chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
-        data, entry = fmt.encode_state(vertex, subtask, table, key, kind, base, sort, chain_at)
-        self._put(checkpoint_id, entry["path"], data)
+        local_dir = _fs.local_path(self.fs, self._dir(checkpoint_id))
+        if local_dir is None:
+            data, entry = fmt.encode_state(vertex, subtask, table, key, kind, base, sort, chain_at)
+            self._put(checkpoint_id, entry["path"], data)
+            return entry
+        # A local root's file is encoded straight into its temp file (its bytes
+        # are never held whole), then renamed into place as _put would.
+        suffix = f".{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        try:
+            os.makedirs(local_dir, exist_ok=True)
+        except OSError as e:
+            raise _fs.storage_error(e, self.fs, f"creating {local_dir}", local_dir) from e
+        entry = fmt.write_state_file(
+            local_dir, suffix, vertex, subtask, table, key, kind, base, sort, chain_at
+        )
+        local = os.path.join(local_dir, entry["path"])
+        _fs.publish_local(local + suffix, local, f"{self._dir(checkpoint_id)}/{entry['path']}")
         return entry
 
     def write_channel(

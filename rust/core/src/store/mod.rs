@@ -28,7 +28,7 @@ pub use compactor::{
     CompactionBudget, CompactionHold, COMPACTING_DIR, HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT,
     QUEUE as COMPACTION_QUEUE, SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
 };
-pub use files::FsyncMode;
+pub use files::{write_ipc, Fsync, FsyncMode};
 pub use format::Written;
 pub use manifest::{
     channel_file_name, checkpoint_dir_name, file_component, parse_checkpoint_dir, run_file_name,

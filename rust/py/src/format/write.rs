@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use arrow_array::RecordBatch;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::AnyRecordBatch;
@@ -36,6 +37,53 @@ fn file_buffer(py: Python<'_>, bytes: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
         .get_item(1)
 }
 
+/// Whether a state file of `kind` against `base` is a diff, checked.
+fn is_diff(kind: &str, base: Option<u64>) -> PyResult<bool> {
+    match (kind, base) {
+        ("full", _) => Ok(false),
+        ("diff", Some(_)) => Ok(true),
+        ("diff", None) => Err(crate::errors::SnapshotError::new_err(format!(
+            "a diff needs a base id and a boolean '{DELETED_COLUMN}' column"
+        ))),
+        (other, _) => Err(crate::errors::SnapshotError::new_err(format!(
+            "state kind must be 'full' or 'diff', got '{other}'"
+        ))),
+    }
+}
+
+/// A task's state table as stored (key named, sorted if `sort`) and its
+/// entry, its sizes still to fill in by whoever encodes it.
+fn state_file(
+    t: &TaskId,
+    batch: &RecordBatch,
+    key: &str,
+    diff: bool,
+    base: Option<u64>,
+    sort: bool,
+    chain_at: Option<&(u64, Vec<u64>)>,
+) -> Result<(RecordBatch, FileEntry), Error> {
+    let batch = format::state_batch(batch, key, diff)?;
+    let batch = if sort {
+        format::sort_by_key(&batch, key)?
+    } else {
+        batch
+    };
+    let mut entry = format::state_entry(
+        t,
+        Some(key.into()),
+        base.filter(|_| diff),
+        format::Written {
+            rows: 0,
+            bytes: 0,
+            crc32c: 0,
+        },
+    );
+    if let Some((id, base_chain)) = chain_at {
+        entry.chain = format::chain_after(*id, diff.then_some(base_chain.as_slice()));
+    }
+    Ok((batch, entry))
+}
+
 /// A task's state file: `(buffer, entry)`, the bytes a `pyarrow.Buffer`
 /// (see [`file_buffer`]). `kind` "full", or "diff"
 /// against `base`; `sort` orders the rows by `key` (deterministic bytes).
@@ -56,50 +104,64 @@ fn encode_state<'py>(
     chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
     let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
-    let diff = match (kind, base) {
-        ("full", _) => false,
-        ("diff", Some(_)) => true,
-        ("diff", None) => {
-            return Err(crate::errors::SnapshotError::new_err(format!(
-                "a diff needs a base id and a boolean '{DELETED_COLUMN}' column"
-            )))
-        }
-        (other, _) => {
-            return Err(crate::errors::SnapshotError::new_err(format!(
-                "state kind must be 'full' or 'diff', got '{other}'"
-            )))
-        }
-    };
+    let diff = is_diff(kind, base)?;
     let join = crate::state::one_batch(batch)?;
     let batch = join()?;
     let t = task(vertex, subtask);
     let (bytes, entry) = py
         .detach(|| {
-            let batch = format::state_batch(&batch, key, diff)?;
-            let batch = if sort {
-                format::sort_by_key(&batch, key)?
-            } else {
-                batch
-            };
-            let mut entry = format::state_entry(
-                &t,
-                Some(key.into()),
-                base.filter(|_| diff),
-                format::Written {
-                    rows: 0,
-                    bytes: 0,
-                    crc32c: 0,
-                },
-            );
-            if let Some((id, base_chain)) = &chain_at {
-                entry.chain = format::chain_after(*id, diff.then_some(base_chain.as_slice()));
-            }
+            let (batch, mut entry) =
+                state_file(&t, &batch, key, diff, base, sort, chain_at.as_ref())?;
             let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
             (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
             Ok::<_, Error>((bytes, entry))
         })
         .map_py()?;
     Ok((file_buffer(py, bytes)?, entry_dict(py, &entry)?))
+}
+
+/// As [`encode_state`], but encoded straight into a local file: the entry's
+/// file name plus `tmp_suffix` in the directory `dir` (created, or
+/// replaced, and fsynced; removed again if the write fails). The file's
+/// bytes are never held in memory whole, as a state file as large as the
+/// state would be. Returns the entry; the caller renames the file into
+/// place (its name without the suffix).
+#[pyfunction]
+#[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
+#[allow(clippy::too_many_arguments)]
+fn write_state_file<'py>(
+    py: Python<'py>,
+    dir: std::path::PathBuf,
+    tmp_suffix: &str,
+    vertex: &str,
+    subtask: usize,
+    batch: AnyRecordBatch,
+    key: &str,
+    kind: &str,
+    base: Option<u64>,
+    sort: bool,
+    chain_at: Option<(u64, Vec<u64>)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
+    let diff = is_diff(kind, base)?;
+    let join = crate::state::one_batch(batch)?;
+    let batch = join()?;
+    let t = task(vertex, subtask);
+    let entry = py
+        .detach(|| {
+            let (batch, mut entry) =
+                state_file(&t, &batch, key, diff, base, sort, chain_at.as_ref())?;
+            let tmp = dir.join(format!("{}{tmp_suffix}", entry.path));
+            let fsync = store::Fsync::new(store::FsyncMode::PerFile);
+            let w =
+                store::write_ipc(&tmp, &batch.schema(), &[batch], &fsync).inspect_err(|_| {
+                    let _ = std::fs::remove_file(&tmp);
+                })?;
+            (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+            Ok::<_, Error>(entry)
+        })
+        .map_py()?;
+    entry_dict(py, &entry)
 }
 
 /// Any table as the bytes of an Arrow IPC file: `(bytes, rows, crc32c)`.
@@ -273,6 +335,7 @@ fn retention(
 
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(encode_state, m)?)?;
+    m.add_function(wrap_pyfunction!(write_state_file, m)?)?;
     m.add_function(wrap_pyfunction!(encode_ipc, m)?)?;
     m.add_function(wrap_pyfunction!(encode_channel, m)?)?;
     m.add_function(wrap_pyfunction!(encode_file, m)?)?;
