@@ -134,6 +134,7 @@ def test_aggregate_matches_spark_native_batch_by_batch(
     assert have == model
 
 
+@pytest.mark.both_sessions
 def test_a_batch_past_the_workers_input_share_is_applied_in_parts_of_whole_keys(
     spark: Any, tmp_path: Path
 ) -> None:

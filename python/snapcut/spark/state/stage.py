@@ -133,10 +133,12 @@ def build_stage(
     # Under a worker's budget, a batch larger than its input share is applied
     # in parts of whole keys, when the step allows it and its output may go
     # before its state is written ("background").
-    by_parts = (
-        options.state_memory is not None
+    parts_held_bytes = (
+        input_held_bytes(options.state_memory)
+        if options.state_memory is not None
         and options.state_writes == "background"
-        and bool(getattr(processor, "by_key_parts", False))
+        and getattr(processor, "by_key_parts", False)
+        else None
     )
     udf = make_task_function(
         root,
@@ -148,9 +150,7 @@ def build_stage(
         options.state_writes,
         streaming=df.isStreaming,
         state_memory=options.state_memory,
-        parts_held_bytes=input_held_bytes(options.state_memory)
-        if by_parts and options.state_memory is not None
-        else None,
+        parts_held_bytes=parts_held_bytes,
     )
     stage_type = from_arrow_schema(stage_schema, prefer_timestamp_ntz=False)
     out = metrics.observe_and_strip(parted.mapInArrow(udf, stage_type), keyed.name, output)

@@ -37,18 +37,31 @@ fn file_buffer(py: Python<'_>, bytes: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
         .get_item(1)
 }
 
-/// Whether a state file of `kind` against `base` is a diff, checked.
-fn is_diff(kind: &str, base: Option<u64>) -> PyResult<bool> {
-    match (kind, base) {
-        ("full", _) => Ok(false),
-        ("diff", Some(_)) => Ok(true),
-        ("diff", None) => Err(crate::errors::SnapshotError::new_err(format!(
-            "a diff needs a base id and a boolean '{DELETED_COLUMN}' column"
-        ))),
-        (other, _) => Err(crate::errors::SnapshotError::new_err(format!(
-            "state kind must be 'full' or 'diff', got '{other}'"
-        ))),
-    }
+/// A state file's input as one batch, whether it is a diff (checked), and
+/// its base: `base`, else the last of the chain a writer keeps (`chain_at`).
+fn state_input(
+    batch: AnyRecordBatch,
+    kind: &str,
+    base: Option<u64>,
+    chain_at: Option<&(u64, Vec<u64>)>,
+) -> PyResult<(RecordBatch, bool, Option<u64>)> {
+    let base = base.or_else(|| chain_at.and_then(|(_, c)| c.last().copied()));
+    let diff = match (kind, base) {
+        ("full", _) => false,
+        ("diff", Some(_)) => true,
+        ("diff", None) => {
+            return Err(crate::errors::SnapshotError::new_err(format!(
+                "a diff needs a base id and a boolean '{DELETED_COLUMN}' column"
+            )))
+        }
+        (other, _) => {
+            return Err(crate::errors::SnapshotError::new_err(format!(
+                "state kind must be 'full' or 'diff', got '{other}'"
+            )))
+        }
+    };
+    let join = crate::state::one_batch(batch)?;
+    Ok((join()?, diff, base))
 }
 
 /// A task's state table as stored (key named, sorted if `sort`) and its
@@ -103,10 +116,7 @@ fn encode_state<'py>(
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
-    let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
-    let diff = is_diff(kind, base)?;
-    let join = crate::state::one_batch(batch)?;
-    let batch = join()?;
+    let (batch, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
     let t = task(vertex, subtask);
     let (bytes, entry) = py
         .detach(|| {
@@ -142,10 +152,7 @@ fn write_state_file<'py>(
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let base = base.or_else(|| chain_at.as_ref().and_then(|(_, c)| c.last().copied()));
-    let diff = is_diff(kind, base)?;
-    let join = crate::state::one_batch(batch)?;
-    let batch = join()?;
+    let (batch, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
     let t = task(vertex, subtask);
     let entry = py
         .detach(|| {
