@@ -406,18 +406,22 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
         table_memory((2 << 20) - 1, spec.layouts())
 
 
-def test_a_cold_task_with_a_budget_maps_the_roots_full_as_its_base_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("budget", [4 << 20, None], ids=["budget", "no-budget"])
+def test_a_cold_task_maps_the_roots_full_as_its_base_run(
+    tmp_path: Path, budget: int | None
+) -> None:
     """A task that does not hold its partition reads the chain from the root:
-    a local root's files are mapped, and a table with a memory budget takes the
-    full (sorted, as every state file is) as its base run as it is, with no
-    copy into a local run, and the diffs after it as runs too. The
-    output and the state equal a root without a budget, and the task's figures
-    count the bytes it read."""
+    a local root's files are mapped, and its table takes the full (sorted, as
+    every state file is) as its base run as it is, with no copy into a local
+    run, and the diffs after it as runs too; without a memory budget as well
+    (opened lazily: nothing rebuilt in memory). The output and the state equal
+    a root whose tables stay warm in memory, and the task's figures count the
+    bytes it read."""
     spec = make_spec(tmp_path / "budget", partitions=1, full_every=100)
     plain = make_spec(tmp_path / "plain", partitions=1, full_every=100)
     StateRoot(spec).init("aggregate")
     StateRoot(plain).init("aggregate")
-    budget = 4 << 20
+    warm = StateCache()
     batches = [list(range(150_000, 0, -1)), list(range(0, 300_000, 7)), [5, 5, 149_999]]
     for batch, users in enumerate(batches):
         data = rows(users, v=batch + 1)
@@ -426,7 +430,7 @@ def test_a_cold_task_with_a_budget_maps_the_roots_full_as_its_base_run(tmp_path:
             StateRoot(spec), batch, 0, "q1", None, cache=StateCache(0), state_memory=budget
         )
         got = task.run(data, processor(spec), None)
-        assert got.equals(run(plain, batch, 0, data))
+        assert got.equals(run(plain, batch, 0, data, cache=warm))
         stats = task._loaded.tables["state"].spill_stats()
         figures = task.figures()
         assert figures["state_cache_misses"] == 1
@@ -436,6 +440,7 @@ def test_a_cold_task_with_a_budget_maps_the_roots_full_as_its_base_run(tmp_path:
         # The diffs since the full (sorted too) are runs as they are.
         assert stats is not None and stats["bases_mapped"] == 1, stats
         assert stats["diffs_mapped"] == batch - 1, stats
+        assert (task._loaded.tables["state"].state_memory is None) == (budget is None)
         files = sorted((tmp_path / "budget").glob("chk-*/state-0.state.arrow"))[:batch]
         assert figures["state_bytes_read"] >= 0.9 * sum(f.stat().st_size for f in files) > 0
         assert figures["state_load_ms_max"] >= 0

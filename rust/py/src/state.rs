@@ -362,8 +362,10 @@ impl StateTable {
     /// of `(id, kind, RecordBatch)` as returned by `checkpoint()`: one full,
     /// then the diffs that follow it. `mapped=True`: the batches are mapped
     /// files no one writes again (a root's state files read through
-    /// `pyarrow.memory_map`); a table with a memory budget then takes a
-    /// sorted full as its base run as it is, with no copy.
+    /// `pyarrow.memory_map`); a table then takes a sorted full as its base
+    /// run as it is, with no copy, and the sorted diffs after it as runs,
+    /// with or without a memory budget (without one it is opened lazily:
+    /// no rebuild in memory; its memtable has no limit).
     #[pyo3(signature = (chain, *, mapped = false))]
     fn restore(
         &mut self,
@@ -446,7 +448,8 @@ impl StateTable {
         self.inner.memory_budget()
     }
 
-    /// What spilling did so far (`None` without a memory budget): flushes,
+    /// What spilling did so far (`None` for a table that holds everything in
+    /// memory: no memory budget, not opened lazily by a mapped restore): flushes,
     /// rows and bytes flushed, merges, run probes and hits, runs, and the
     /// memtable's estimated bytes.
     fn spill_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {

@@ -135,11 +135,22 @@ fn sorted_chain(chain: &[(CheckpointId, StateCapture)]) -> Vec<(CheckpointId, St
         .collect()
 }
 
-fn check(ops: Vec<Op>, policy: StatePolicy, time_index: bool) -> Result<(), TestCaseError> {
+/// Without a budget (`budget` false) the table spills only once a mapped
+/// restore opened it lazily, and never flushes (`Op::Flush` is skipped).
+fn check(
+    ops: Vec<Op>,
+    policy: StatePolicy,
+    time_index: bool,
+    budget: bool,
+) -> Result<(), TestCaseError> {
     // Indexed by its value column as by a time: flushes, restores and
     // deletes from runs must keep the index whole. Without the index a
     // mapped restore takes the diffs as runs too.
-    let mut t = spilling(policy);
+    let mut t = if budget {
+        spilling(policy)
+    } else {
+        StateTable::new(schema(), "k", policy).unwrap()
+    };
     if time_index {
         t = t.with_time_index("v").unwrap();
     }
@@ -165,6 +176,9 @@ fn check(ops: Vec<Op>, policy: StatePolicy, time_index: bool) -> Result<(), Test
                 }
                 let removed = t.delete(&Int64Array::from(keys)).unwrap();
                 prop_assert_eq!(removed, expected);
+            }
+            Op::Flush if !budget => {
+                prop_assert!(t.flush().is_err(), "a table without a budget never flushes");
             }
             Op::Flush => t.flush().unwrap(),
             Op::Lookup(keys) => {
@@ -221,6 +235,11 @@ fn check(ops: Vec<Op>, policy: StatePolicy, time_index: bool) -> Result<(), Test
                 } else {
                     t.restore(&stored.chain).unwrap();
                 }
+                if !budget {
+                    // Opened lazily by a mapped restore, in memory after a plain one.
+                    prop_assert_eq!(t.spill_stats().is_some(), mapped);
+                    prop_assert_eq!(t.memory_budget(), None);
+                }
                 model = stored.model.clone();
             }
         }
@@ -241,7 +260,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..60),
         full_every in 1u32..6,
     ) {
-        check(ops, StatePolicy { full_every }, true)?;
+        check(ops, StatePolicy { full_every }, true, true)?;
     }
 
     #[test]
@@ -249,7 +268,16 @@ proptest! {
         ops in prop::collection::vec(op(), 1..60),
         full_every in 1u32..6,
     ) {
-        check(ops, StatePolicy { full_every }, false)?;
+        check(ops, StatePolicy { full_every }, false, true)?;
+    }
+
+    #[test]
+    fn a_table_without_a_budget_opened_lazily_agrees_with_the_model(
+        ops in prop::collection::vec(op(), 1..60),
+        full_every in 1u32..6,
+        time_index in any::<bool>(),
+    ) {
+        check(ops, StatePolicy { full_every }, time_index, false)?;
     }
 }
 
@@ -524,6 +552,76 @@ fn a_mapped_restore_takes_a_sorted_full_as_its_base_and_copies_an_unsorted_one()
     let next = t.checkpoint(4).unwrap();
     assert_eq!(next.kind, StateKind::Diff { base: 3 });
     assert_eq!(next.batch.num_rows(), 2);
+}
+
+#[test]
+fn a_table_without_a_budget_opens_a_mapped_chain_lazily_and_a_plain_one_in_memory() {
+    // 100k keys sorted (a state file as written) and a sorted diff after it.
+    let base: Vec<(i64, i64)> = (0..100_000).map(|k| (k, k)).collect();
+    let mut plain = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    plain.upsert(&rows(&base)).unwrap();
+    plain.checkpoint(1).unwrap();
+    plain.upsert(&rows(&[(7, -7), (200_000, 2)])).unwrap();
+    plain.delete(&Int64Array::from(vec![9, 10])).unwrap();
+    let diff = plain.checkpoint(2).unwrap();
+    let chain = sorted_chain(&[(1, plain_full_of(&base)), (2, diff)]);
+
+    let mut t = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    t.restore_mapped(&chain).unwrap();
+    let stats = t
+        .spill_stats()
+        .expect("a mapped restore opens the table lazily");
+    assert_eq!(
+        (stats.bases_mapped, stats.diffs_mapped),
+        (1, 1),
+        "{stats:?}"
+    );
+    // Nothing of the state was rebuilt in memory.
+    assert_eq!(stats.memtable_bytes, 0, "{stats:?}");
+    assert_eq!(t.memory_budget(), None);
+    assert_eq!(t.len(), plain.len());
+    assert_eq!(as_map(&t.to_batch()), as_map(&plain.to_batch()));
+    // Writes go to an unbounded memtable: no flush, whatever it holds.
+    let many: Vec<(i64, i64)> = (0..300_000).map(|k| (k, -k)).collect();
+    t.upsert(&rows(&many)).unwrap();
+    plain.upsert(&rows(&many)).unwrap();
+    let stats = t.spill_stats().unwrap();
+    assert!(stats.memtable_bytes > MIN_STATE_MEMORY, "{stats:?}");
+    assert_eq!(stats.flushes, 0, "{stats:?}");
+    assert!(t.flush().is_err(), "flush needs a budget");
+    // Its checkpoint is O(changed): a diff on the chain (the plain table,
+    // which saw every key change, writes a full), restoring the same state.
+    let capture = t.checkpoint(3).unwrap();
+    assert_eq!(capture.kind, StateKind::Diff { base: 2 });
+    plain.checkpoint(3).unwrap();
+    let mut chain3 = chain.clone();
+    chain3.push((3, capture));
+    assert_eq!(
+        as_map(&plain_table_of(&chain3).to_batch()),
+        as_map(&plain.to_batch())
+    );
+    assert_eq!(t.len(), plain.len());
+
+    // A plain restore puts it back in memory: no runs, no spill stats.
+    t.restore(&chain).unwrap();
+    assert!(t.spill_stats().is_none());
+    assert_eq!(
+        as_map(&t.to_batch()),
+        as_map(&plain_table_of(&chain).to_batch())
+    );
+    // An unsorted full cannot be a run as it is: in memory too.
+    let mut reversed = base.clone();
+    reversed.reverse();
+    let mut u = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    u.restore_mapped(&[(1, plain_full_of(&reversed))]).unwrap();
+    assert!(u.spill_stats().is_none());
+    assert_eq!(u.len(), base.len());
+}
+
+fn plain_table_of(chain: &[(CheckpointId, StateCapture)]) -> StateTable {
+    let mut t = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    t.restore(chain).unwrap();
+    t
 }
 
 fn plain_full_of(pairs: &[(i64, i64)]) -> StateCapture {

@@ -854,7 +854,9 @@ impl StateTable {
     /// filter, and each sorted diff after it as one more run (`adopt_diff`),
     /// so a cold restore costs order checks and one lookup of the diffs'
     /// keys, and lookups then read only the pages of the keys they touch. A
-    /// table without a memory budget restores as ever.
+    /// table without a memory budget is opened the same way (lazily: its
+    /// runs are the files, its memtable unbounded), unless its group has no
+    /// prefix or the full is not sorted: then it restores into memory.
     pub fn restore_mapped(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
         self.restore_from(chain, true)
     }
@@ -873,6 +875,9 @@ impl StateTable {
             )));
         }
         self.clear();
+        if !(mapped && self.open_lazily()?) {
+            self.close_lazy();
+        }
         self.restoring = true;
         let replayed = self.replay(*first_id, first, rest, mapped);
         self.restoring = false;
@@ -899,13 +904,13 @@ impl StateTable {
         rest: &[(CheckpointId, StateCapture)],
         mapped: bool,
     ) -> Result<CheckpointId> {
-        if self.spill.is_some() {
-            self.adopt_base(&first.batch, mapped)?;
+        if self.spill.is_some() && self.adopt_base(&first.batch, mapped)? {
             if self.time.is_some() {
                 let arrays = self.columns_of(&first.batch)?;
                 self.note_times(&arrays)?;
             }
         } else {
+            self.close_lazy();
             self.apply(&first.batch, false)?;
         }
         let mut prev = first_id;

@@ -103,7 +103,9 @@ pub struct SpillStats {
 }
 
 pub(super) struct Spill {
-    budget: usize,
+    /// `None`: no budget, the runs only a mapped restore's files, opened
+    /// lazily ([`StateTable::restore_mapped`]); the memtable never flushes.
+    budget: Option<usize>,
     sink: Box<dyn RunSink>,
     pub(super) runs: RunSet,
     /// Changes since the last checkpoint that flushes moved out of the
@@ -245,11 +247,16 @@ impl StateTable {
                 self.schema.field(g.col).name()
             )));
         }
-        let runs = RunSet::new(&self.schema, self.key_column())?;
-        self.spill = Some(Spill {
-            budget: budget_bytes,
+        self.spill = Some(self.new_spill(Some(budget_bytes), sink)?);
+        self.after_write()?;
+        Ok(self)
+    }
+
+    fn new_spill(&self, budget: Option<usize>, sink: Box<dyn RunSink>) -> Result<Spill> {
+        Ok(Spill {
+            budget,
             sink,
-            runs,
+            runs: RunSet::new(&self.schema, self.key_column())?,
             pending: Vec::new(),
             outside: 0,
             shadows: self.key_type.new_set(),
@@ -259,14 +266,39 @@ impl StateTable {
             stats: SpillStats::default(),
             probes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
-        });
-        self.after_write()?;
-        Ok(self)
+        })
+    }
+
+    /// Before a mapped restore of a table without a budget: its runs will
+    /// be the chain's files as they are, opened lazily (no rebuild of the
+    /// state in memory; lookups read only the pages of the keys they touch),
+    /// with no budget over the memtable. Returns whether the table spills
+    /// now; not a table with a group but no group prefix (its groups could
+    /// not be found in runs), which restores into memory as ever.
+    pub(super) fn open_lazily(&mut self) -> Result<bool> {
+        if self.spill.is_some() {
+            return Ok(true);
+        }
+        if self.group.as_ref().is_some_and(|g| g.prefix.is_none()) {
+            return Ok(false);
+        }
+        self.spill = Some(self.new_spill(None, Box::new(InMemoryRuns))?);
+        Ok(true)
+    }
+
+    /// A table opened lazily ([`Self::open_lazily`]) that restores into
+    /// memory again (a plain restore, or a chain that cannot be mapped)
+    /// holds everything in memory, as a table without a budget does.
+    pub(super) fn close_lazy(&mut self) {
+        if self.spill.as_ref().is_some_and(|s| s.budget.is_none()) {
+            self.clear_runs();
+            self.spill = None;
+        }
     }
 
     /// The memory budget in bytes, if one was set.
     pub fn memory_budget(&self) -> Option<usize> {
-        self.spill.as_ref().map(|s| s.budget)
+        self.spill.as_ref().and_then(|s| s.budget)
     }
 
     /// What spilling did so far (`None` without a memory budget).
@@ -382,7 +414,7 @@ impl StateTable {
     /// budget: a quarter of the budget's worth (at least 1,024 rows), or
     /// every row without a budget.
     pub(super) fn upsert_slice_rows(&self, arrays: &[ArrayRef]) -> usize {
-        let Some(spill) = self.spill.as_ref() else {
+        let Some((spill, budget)) = self.spill.as_ref().and_then(|s| Some((s, s.budget?))) else {
             return usize::MAX;
         };
         let rows = arrays.first().map_or(0, |a| a.len()).max(1);
@@ -395,12 +427,13 @@ impl StateTable {
             0
         };
         let row = 2 * (spill.fixed_row_bytes + var) + INDEX_BYTES_PER_KEY + group + 1;
-        (spill.budget / 4 / row).max(1024)
+        (budget / 4 / row).max(1024)
     }
 
     /// After a write: flushes the memtable if it outgrew the budget.
     pub(super) fn after_write(&mut self) -> Result<()> {
-        let over = (self.spill.as_ref()).is_some_and(|s| self.memtable_bytes(s) > s.budget);
+        let over = (self.spill.as_ref())
+            .is_some_and(|s| s.budget.is_some_and(|b| self.memtable_bytes(s) > b));
         if over {
             self.flush()
         } else {
@@ -539,7 +572,7 @@ impl StateTable {
     /// the last checkpoint into a pending run), then empties it, giving its
     /// memory back; past [`MAX_RUNS`] runs merges them into one base.
     pub fn flush(&mut self) -> Result<()> {
-        if self.spill.is_none() {
+        if self.memory_budget().is_none() {
             return Err(Error::Config(
                 "flush needs a memory budget (StateTable::with_memory_budget)".into(),
             ));
@@ -653,13 +686,15 @@ impl StateTable {
     /// `mapped`: the batch's buffers are a mapped file that no one writes
     /// again (a state file of the root, `StateTable::restore_mapped`): sorted
     /// already, it becomes the base as it is, costing page cache, not heap,
-    /// and no copy; else (or unsorted) the sink keeps a sorted copy.
-    pub(super) fn adopt_base(&mut self, full: &RecordBatch, mapped: bool) -> Result<()> {
+    /// and no copy; else (or unsorted) the sink keeps a sorted copy. A table
+    /// opened lazily has no sink to keep a copy: it adopts nothing then and
+    /// returns `false` (the caller restores it into memory).
+    pub(super) fn adopt_base(&mut self, full: &RecordBatch, mapped: bool) -> Result<bool> {
         let arrays = self.columns_of(full)?;
         self.key_type
             .check(self.key_column(), arrays[self.key_col].as_ref())?;
         if arrays[self.key_col].is_empty() {
-            return Ok(());
+            return Ok(true);
         }
         let batch = RecordBatch::try_new(self.schema.clone(), arrays).map_err(arrow_err)?;
         let rows = batch.num_rows();
@@ -678,6 +713,7 @@ impl StateTable {
                 spill.stats.bases_mapped += 1;
                 Arc::new(base)
             }
+            None if spill.budget.is_none() => return Ok(false),
             None => {
                 let base = Run::from_unsorted(batch, &key, DEFAULT_FPP)?;
                 spill.sink.keep(base)?
@@ -685,7 +721,7 @@ impl StateTable {
         };
         spill.runs.push_newest(kept)?;
         spill.outside = rows;
-        Ok(())
+        Ok(true)
     }
 
     /// Takes a restored diff (the chain's next, after the runs adopted so
