@@ -287,8 +287,9 @@ impl StateTable {
     }
 
     /// A table opened lazily ([`Self::open_lazily`]) that restores into
-    /// memory again (a plain restore, or a chain that cannot be mapped)
-    /// holds everything in memory, as a table without a budget does.
+    /// memory again (a plain restore, or a chain that cannot be mapped), or
+    /// whose memtable came to hold every live key, holds everything in
+    /// memory, as a table without a budget does.
     pub(super) fn close_lazy(&mut self) {
         if self.spill.as_ref().is_some_and(|s| s.budget.is_none()) {
             self.clear_runs();
@@ -435,10 +436,15 @@ impl StateTable {
         let over = (self.spill.as_ref())
             .is_some_and(|s| s.budget.is_some_and(|b| self.memtable_bytes(s) > b));
         if over {
-            self.flush()
-        } else {
-            Ok(())
+            return self.flush();
         }
+        // Opened lazily and every live key rewritten since: the runs hold
+        // nothing a read needs, and pin the mapped files (which retention
+        // may have deleted) for nothing.
+        if (self.spill.as_ref()).is_some_and(|s| s.budget.is_none() && s.outside == 0) {
+            self.close_lazy();
+        }
+        Ok(())
     }
 
     /// Deletes `keys` that the memtable lacks from the runs (each at most
