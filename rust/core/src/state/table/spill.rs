@@ -302,7 +302,8 @@ impl StateTable {
         self.spill.as_ref().and_then(|s| s.budget)
     }
 
-    /// What spilling did so far (`None` without a memory budget).
+    /// What spilling did so far (`None` for a table that holds everything in
+    /// memory: no memory budget, not opened lazily by a mapped restore).
     pub fn spill_stats(&self) -> Option<SpillStats> {
         let s = self.spill.as_ref()?;
         Some(SpillStats {
