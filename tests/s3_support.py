@@ -175,12 +175,15 @@ def moto_auth_server() -> Iterator[AuthS3Server]:
     try:
         # Its imports take a few seconds alone, but a test in CI's pool (nice
         # 10 beside a nice -5 stream) once took more than 30 s to start it (fresh28).
+        # A server that took the connection but answers slowly (fresh31: a read
+        # timeout of 1 s in CI's starved pool) is starting too: any request
+        # error is retried until the deadline.
         deadline = time.monotonic() + MOTO_START_TIMEOUT_S
         while True:
             try:
-                requests.get(f"{url}/moto-api/", timeout=1)
+                requests.get(f"{url}/moto-api/", timeout=10)
                 break
-            except requests.ConnectionError:
+            except requests.RequestException:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError(
                         f"moto's server did not start on {url} within {MOTO_START_TIMEOUT_S} s"
