@@ -875,7 +875,9 @@ impl StateTable {
             )));
         }
         self.clear();
-        if !(mapped && self.open_lazily()?) {
+        if mapped {
+            self.open_lazily()?;
+        } else {
             self.close_lazy();
         }
         self.restoring = true;

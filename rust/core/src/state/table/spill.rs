@@ -272,18 +272,15 @@ impl StateTable {
     /// Before a mapped restore of a table without a budget: its runs will
     /// be the chain's files as they are, opened lazily (no rebuild of the
     /// state in memory; lookups read only the pages of the keys they touch),
-    /// with no budget over the memtable. Returns whether the table spills
-    /// now; not a table with a group but no group prefix (its groups could
-    /// not be found in runs), which restores into memory as ever.
-    pub(super) fn open_lazily(&mut self) -> Result<bool> {
-        if self.spill.is_some() {
-            return Ok(true);
+    /// with no budget over the memtable (its sink is never asked to keep a
+    /// run). Not a table that spills already, nor one with a group but no
+    /// group prefix (its groups could not be found in runs), which restores
+    /// into memory as ever.
+    pub(super) fn open_lazily(&mut self) -> Result<()> {
+        if self.spill.is_none() && self.group.as_ref().is_none_or(|g| g.prefix.is_some()) {
+            self.spill = Some(self.new_spill(None, Box::new(InMemoryRuns))?);
         }
-        if self.group.as_ref().is_some_and(|g| g.prefix.is_none()) {
-            return Ok(false);
-        }
-        self.spill = Some(self.new_spill(None, Box::new(InMemoryRuns))?);
-        Ok(true)
+        Ok(())
     }
 
     /// A table opened lazily ([`Self::open_lazily`]) that restores into
