@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from snapcut import Checkpointing, ConfigError, Dataflow
+from snapcut import Checkpointing, ConfigError, Dataflow, TaskFailure
 
 USERS = 60_000
 COUNT = 400_000
@@ -70,6 +70,25 @@ def test_a_durable_run_with_a_budget_resumes_to_the_same_answer(tmp_path: Path) 
     # and ends with the same state: the store's chain of diffs restored.
     again = dwell_flow().run(cp, checkpoint_dir=str(tmp_path / "chk"), resume=True)
     assert by_user(again.results["r"]) == want
+
+
+def test_a_restart_opens_the_stored_runs_lazily(tmp_path: Path) -> None:
+    """A failed aggregate restarts from the durable root with its state files
+    mapped as the table's runs (the full as its base, the diffs after it), not
+    rebuilt in memory first, and the answer is the failure-free run's."""
+    want = by_user(dwell_flow().run(Checkpointing()).results["r"])
+    cp = budget(tmp_path / "spill", full_every=4, failover="full", restart_attempts=1)
+    report = dwell_flow().run(
+        cp,
+        checkpoint_dir=str(tmp_path / "chk"),
+        inject_failure=TaskFailure("aggregate", 0, "process", 350),
+    )
+    assert by_user(report.results["r"]) == want
+    assert len(report.restarts) == 1 and report.restarts[0].restored_from is not None
+    spilled = {t: s for t, s in report.spill.items() if t.startswith("aggregate")}
+    assert len(spilled) == 2, report.spill
+    for task, stats in spilled.items():
+        assert stats["bases_mapped"] == 1, (task, stats)
 
 
 @pytest.mark.parametrize(

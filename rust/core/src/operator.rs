@@ -7,7 +7,7 @@
 
 use arrow_array::RecordBatch;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::StateMemory;
 use crate::snapshot::StateCapture;
@@ -49,6 +49,24 @@ pub trait Operator: Send {
     /// diffs that apply on top of it, oldest first.
     fn restore(&mut self, _chain: &[StateCapture]) -> Result<()> {
         Ok(())
+    }
+
+    /// Whether this operator restores a stored state from its runs as they
+    /// are ([`Self::restore_runs`]); otherwise the runtime rebuilds them
+    /// into one full capture for [`Self::restore`]. Asked after
+    /// [`Self::set_state_memory`].
+    fn restores_runs(&self) -> bool {
+        false
+    }
+
+    /// Restores a stored state from its runs (mapped state files that no
+    /// one writes again: a full, then diffs, oldest first, each with the
+    /// checkpoint whose state it ends at), opening them lazily. Called only
+    /// where [`Self::restores_runs`] is true.
+    fn restore_runs(&mut self, _runs: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        Err(Error::Snapshot(
+            "this operator does not restore from runs; restore it from one full capture".into(),
+        ))
     }
 
     /// Every input has ended: emit whatever is held back (e.g. final aggregates).

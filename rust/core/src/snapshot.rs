@@ -168,6 +168,12 @@ pub trait SnapshotSink: Send + Sync {
 pub struct CompletedCheckpoint {
     pub meta: CheckpointMeta,
     pub tasks: BTreeMap<TaskId, TaskSnapshot>,
+    /// A checkpoint loaded without rebuilding state (a durable store's
+    /// restore point): each stateful task's state as the runs that rebuild
+    /// it, the full first, then diffs, each with the checkpoint whose state
+    /// it ends at; that task's [`TaskSnapshot::state`] is then `None`.
+    /// Empty where the states are whole in `tasks`.
+    pub state_runs: BTreeMap<TaskId, Vec<(CheckpointId, StateCapture)>>,
 }
 
 impl serde::Serialize for ProtocolKind {

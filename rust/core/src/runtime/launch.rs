@@ -8,13 +8,15 @@ use std::thread::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::graph::{LogicalGraph, PhysicalGraph, Regions, TaskIndex, VertexKind};
+use crate::operator::Operator;
+use crate::protocol::CheckpointId;
 use crate::protocol::{for_task, ProtocolKind};
 use crate::runtime::config::CheckpointConfig;
 use crate::runtime::control::{Control, CoordMsg, Mailbox};
 use crate::runtime::edge::{edge, SignalRef};
 use crate::runtime::output::{OutChannel, Outputs};
 use crate::runtime::task::{Body, Input, JobShared, Task};
-use crate::snapshot::CompletedCheckpoint;
+use crate::snapshot::{CompletedCheckpoint, StateCapture, StateKind};
 
 /// Starts tasks again after a failure (the coordinator's view of a [`Launcher`]).
 pub(crate) trait Relaunch {
@@ -166,7 +168,10 @@ impl<'a> Launcher<'a> {
                 match &mut body {
                     Body::Source(src) => src.seek(snap.source_offset.unwrap_or(0))?,
                     Body::Operator(op) => {
-                        if let Some(state) = &snap.state {
+                        let runs = from.and_then(|c| c.state_runs.get(&pt.id));
+                        if let Some(runs) = runs {
+                            restore_runs(op.as_mut(), runs)?;
+                        } else if let Some(state) = &snap.state {
                             op.restore(std::slice::from_ref(state))?;
                         }
                     }
@@ -326,6 +331,20 @@ impl Relaunch for Launcher<'_> {
 
 /// A checkpoint's per-channel numbers for a task with `n` channels (all 0
 /// when the checkpoint predates them).
+/// Restores `op` from a stored state's runs: as they are where the operator
+/// keeps runs (a budgeted keyed aggregate opens them lazily), else rebuilt
+/// here into the one full capture it restores from.
+fn restore_runs(op: &mut dyn Operator, runs: &[(CheckpointId, StateCapture)]) -> Result<()> {
+    if op.restores_runs() {
+        return op.restore_runs(runs);
+    }
+    let full = StateCapture {
+        kind: StateKind::Full,
+        batch: crate::store::rebuild_chain(runs)?,
+    };
+    op.restore(std::slice::from_ref(&full))
+}
+
 fn seqs(
     recorded: Option<&Vec<u64>>,
     n: usize,

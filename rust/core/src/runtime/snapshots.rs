@@ -117,7 +117,11 @@ impl SnapshotSink for InMemorySnapshots {
                 batch: table.to_batch(),
             });
         }
-        completed.push(CompletedCheckpoint { meta, tasks });
+        completed.push(CompletedCheckpoint {
+            meta,
+            tasks,
+            state_runs: BTreeMap::new(),
+        });
         Ok(())
     }
 

@@ -7,10 +7,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
 use arrow_schema::Schema;
 
 use super::format::{check_file, encode_ipc_into, missing_file, EncodeError, Written};
 use super::manifest::FileEntry;
+use super::mapped::map_file;
 use crate::error::{Error, Result};
 
 /// How a store makes a checkpoint durable before its manifest counts.
@@ -204,6 +206,17 @@ pub fn read_checked(dir: &Path, entry: &FileEntry, checkpoint: u64) -> Result<Ve
     };
     check_file(entry, &bytes, checkpoint, &path.display().to_string())?;
     Ok(bytes)
+}
+
+/// As [`read_checked`], through a read-only mapping ([`super::mapped`]): the
+/// file's pages are page cache, not heap, and its arrays can point into it.
+/// The checksum reads every page once.
+pub fn map_checked(dir: &Path, entry: &FileEntry, checkpoint: u64) -> Result<Buffer> {
+    let path = dir.join(&entry.path);
+    let what = path.display().to_string();
+    let buffer = map_file(&path, &what)?.ok_or_else(|| missing_file(checkpoint, &what))?;
+    check_file(entry, &buffer, checkpoint, &what)?;
+    Ok(buffer)
 }
 
 /// Writes `bytes` to `dir/name` atomically: a reader sees either no file or

@@ -18,6 +18,7 @@ mod compactor;
 mod files;
 pub mod format;
 mod manifest;
+mod mapped;
 mod reader;
 mod sink;
 mod spill;
@@ -36,6 +37,7 @@ pub use manifest::{
     CHECKPOINT_DIR_PREFIX, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE,
     SOURCES_FILE,
 };
+pub use reader::rebuild_chain;
 pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};
 pub use sink::{SnapshotStore, StoreOptions};

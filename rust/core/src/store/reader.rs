@@ -9,8 +9,8 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::Schema;
 
-use super::files::read_checked;
-use super::format::{self, decode_ipc};
+use super::files::{map_checked, read_checked};
+use super::format::{self, decode_buffer, decode_ipc};
 use super::manifest::{
     checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, Manifest, MANIFEST_FILE,
 };
@@ -120,14 +120,16 @@ impl SnapshotReader {
     }
 
     /// Checks checkpoint `id` completely: its manifest, every file's presence,
-    /// size and checksum, and the base checkpoints its state diffs need.
+    /// size and checksum, and the base checkpoints its state diffs need. The
+    /// files are checked through a mapping: a root's state larger than memory
+    /// verifies without holding any file on the heap.
     pub fn verify(&self, id: CheckpointId) -> Result<Manifest> {
         let manifest = self.manifest(id)?;
         format::verify_with(
             id,
             &manifest,
             |cid| self.manifest(cid),
-            |cid, f| read_checked(&self.checkpoint_dir(cid), f, cid).map(drop),
+            |cid, f| map_checked(&self.checkpoint_dir(cid), f, cid).map(drop),
         )?;
         Ok(manifest)
     }
@@ -186,6 +188,28 @@ impl SnapshotReader {
         id: CheckpointId,
         task: &TaskId,
     ) -> Result<Vec<(CheckpointId, StateCapture)>> {
+        self.links(id, task, false)
+    }
+
+    /// As [`Self::state_chain`], each file read through a read-only mapping
+    /// (checked against its entry all the same) and decoded in place: the
+    /// captures' arrays point into the files' pages, so opening a state
+    /// costs page cache, not heap. What a lazy restore hands to operators
+    /// that keep runs ([`crate::operator::Operator::restores_runs`]).
+    pub fn state_runs(
+        &self,
+        id: CheckpointId,
+        task: &TaskId,
+    ) -> Result<Vec<(CheckpointId, StateCapture)>> {
+        self.links(id, task, true)
+    }
+
+    fn links(
+        &self,
+        id: CheckpointId,
+        task: &TaskId,
+        mapped: bool,
+    ) -> Result<Vec<(CheckpointId, StateCapture)>> {
         let manifest = self.manifest(id)?;
         let Some(entry) = manifest.state_file(task) else {
             return Ok(Vec::new());
@@ -193,7 +217,13 @@ impl SnapshotReader {
         let links = format::state_links(id, task, entry, |cid| self.manifest(cid))?;
         let mut out = Vec::with_capacity(links.len());
         for link in links {
-            let (schema, batches) = self.read_file(link.checkpoint, &link.entry)?;
+            let (schema, batches) = if mapped {
+                let dir = self.checkpoint_dir(link.checkpoint);
+                let what = format!("checkpoint {} file {}", link.checkpoint, link.entry.path);
+                decode_buffer(map_checked(&dir, &link.entry, link.checkpoint)?, &what)?
+            } else {
+                self.read_file(link.checkpoint, &link.entry)?
+            };
             let batch = format::concat(&schema, &batches)?;
             out.push((
                 link.state_at,
@@ -213,17 +243,7 @@ impl SnapshotReader {
         if chain.is_empty() {
             return Ok(None);
         }
-        let links: Vec<(FileKind, RecordBatch)> = chain
-            .into_iter()
-            .map(|(_, c)| {
-                let kind = match c.kind {
-                    StateKind::Full => FileKind::Full,
-                    StateKind::Diff { .. } => FileKind::Diff,
-                };
-                (kind, c.batch)
-            })
-            .collect();
-        format::rebuild_state(&links).map(Some)
+        rebuild_chain(&chain).map(Some)
     }
 
     /// Channel contents `task` recorded at checkpoint `id`.
@@ -246,6 +266,19 @@ impl SnapshotReader {
     /// restores from: every task's state rebuilt to a full capture, its
     /// channel logs and source offset.
     pub fn load(&self, id: CheckpointId) -> Result<CompletedCheckpoint> {
+        self.load_with(id, false)
+    }
+
+    /// As [`Self::load`], with no state rebuilt: every task's state is its
+    /// runs as the store lists them, mapped ([`Self::state_runs`]), in
+    /// [`CompletedCheckpoint::state_runs`] (and `TaskSnapshot::state` is
+    /// `None`). A restore then opens the runs lazily where the operator
+    /// keeps runs, and rebuilds the state in the task that needs it whole.
+    pub fn load_runs(&self, id: CheckpointId) -> Result<CompletedCheckpoint> {
+        self.load_with(id, true)
+    }
+
+    fn load_with(&self, id: CheckpointId, runs: bool) -> Result<CompletedCheckpoint> {
         let manifest = self.verify(id)?;
         let protocol: ProtocolKind = manifest.protocol.parse().map_err(|e| {
             Error::Snapshot(format!(
@@ -261,12 +294,21 @@ impl SnapshotReader {
             savepoint: manifest.savepoint,
         };
         let mut tasks = BTreeMap::new();
+        let mut state_runs = BTreeMap::new();
         for t in &manifest.tasks {
             let task = t.task();
-            let state = self.state(id, &task)?.map(|batch| StateCapture {
-                kind: StateKind::Full,
-                batch,
-            });
+            let state = if runs {
+                let chain = self.state_runs(id, &task)?;
+                if !chain.is_empty() {
+                    state_runs.insert(task.clone(), chain);
+                }
+                None
+            } else {
+                self.state(id, &task)?.map(|batch| StateCapture {
+                    kind: StateKind::Full,
+                    batch,
+                })
+            };
             let snapshot = TaskSnapshot {
                 task: task.clone(),
                 state,
@@ -281,7 +323,11 @@ impl SnapshotReader {
         // Every restore reads its checkpoint here first; a crash now must
         // leave the store as it was (a restore only reads).
         crate::failpoint::hit("restore.after_load");
-        Ok(CompletedCheckpoint { meta, tasks })
+        Ok(CompletedCheckpoint {
+            meta,
+            tasks,
+            state_runs,
+        })
     }
 
     /// [`Self::load`] of the newest intact checkpoint, with the skipped ones.
@@ -290,14 +336,15 @@ impl SnapshotReader {
         Ok((self.load(manifest.checkpoint_id)?, skipped))
     }
 
-    /// Where a restart begins: the newest intact checkpoint loaded whole, or
-    /// `None` when the root holds none (every corrupt or partial one is
-    /// listed as skipped, with the reason).
+    /// Where a restart begins: the newest intact checkpoint loaded with its
+    /// states as runs ([`Self::load_runs`]: nothing rebuilt until a task
+    /// restores), or `None` when the root holds none (every corrupt or
+    /// partial one is listed as skipped, with the reason).
     pub fn restore_point(&self) -> Result<(Option<CompletedCheckpoint>, Vec<Skipped>)> {
         let mut skipped = Vec::new();
         for (id, _) in self.scan()?.into_iter().rev() {
-            // `load` verifies first: a corrupt checkpoint fails there.
-            match self.load(id) {
+            // `load_runs` verifies first: a corrupt checkpoint fails there.
+            match self.load_runs(id) {
                 Ok(checkpoint) => return Ok((Some(checkpoint), skipped)),
                 Err(e) => skipped.push(Skipped {
                     id,
@@ -317,6 +364,23 @@ impl SnapshotReader {
             .filter_map(|t| Some((t.task(), t.source_offset?)))
             .collect())
     }
+}
+
+/// The full state at the end of `chain` (a full capture, then diffs, as
+/// [`SnapshotReader::state_chain`] gives them), rebuilt in memory
+/// ([`format::rebuild_state`]: any column types).
+pub fn rebuild_chain(chain: &[(CheckpointId, StateCapture)]) -> Result<RecordBatch> {
+    let links: Vec<(FileKind, RecordBatch)> = chain
+        .iter()
+        .map(|(_, c)| {
+            let kind = match c.kind {
+                StateKind::Full => FileKind::Full,
+                StateKind::Diff { .. } => FileKind::Diff,
+            };
+            (kind, c.batch.clone())
+        })
+        .collect();
+    format::rebuild_state(&links)
 }
 
 /// An empty table able to replay a chain whose full batch has `schema`.

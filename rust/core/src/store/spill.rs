@@ -9,30 +9,20 @@
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::panic::RefUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_buffer::Buffer;
 
 use super::format::{concat, decode_buffer, encode_ipc_into, EncodeError};
+use super::mapped::map_file;
 use crate::error::{Error, Result};
 use crate::state::runs::Run;
 use crate::state::RunSink;
 
 /// Tables' run directories made by this process so far (their names).
 static DIRS: AtomicU64 = AtomicU64::new(0);
-
-/// A mapped run file: owns the mapping its arrays point into (never read
-/// through this field; dropping it unmaps the file).
-struct Mapped {
-    _map: memmap2::Mmap,
-}
-
-// The mapping is read-only and never changes after it is made.
-impl RefUnwindSafe for Mapped {}
 
 /// Spilled runs of one table, as files under a directory of their own.
 pub struct LocalRuns {
@@ -94,18 +84,12 @@ impl LocalRuns {
     }
 
     fn map(path: &Path) -> Result<Buffer> {
-        let what = path.display().to_string();
-        let io = |e| Error::io(format!("mapping spilled run {what}"), e);
-        let file = File::open(path).map_err(io)?;
-        // SAFETY: the file is this process's own, written above and never
-        // written again; it is only removed (the mapping stays valid).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        let len = map.len();
-        let ptr = NonNull::new(map.as_ptr() as *mut u8)
-            .ok_or_else(|| Error::Snapshot(format!("{what}: mapped at a null address")))?;
-        // SAFETY: `ptr` and `len` describe the mapping that the owner keeps
-        // alive for as long as the buffer (and every slice of it) lives.
-        Ok(unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(Mapped { _map: map })) })
+        let what = format!("spilled run {}", path.display());
+        map_file(path, &what)?.ok_or_else(|| {
+            Error::Snapshot(format!(
+                "{what} is missing: its directory was removed under it"
+            ))
+        })
     }
 }
 

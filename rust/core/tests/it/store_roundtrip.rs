@@ -9,7 +9,8 @@ use arrow_array::types::Int64Type;
 use arrow_array::Int64Array;
 use snapcut_core::snapshot::SnapshotSink;
 use snapcut_core::store::{
-    FileKind, FileRole, FsyncMode, SnapshotReader, SnapshotStore, StoreOptions, MANIFEST_FILE,
+    state_file_name, FileKind, FileRole, FsyncMode, SnapshotReader, SnapshotStore, StoreOptions,
+    MANIFEST_FILE,
 };
 use snapcut_core::Error;
 use store_common::*;
@@ -305,6 +306,52 @@ fn load_gives_the_runtime_a_completed_checkpoint() {
         r.checkpoint(3).unwrap().kind,
         snapcut_core::snapshot::StateKind::Diff { base: 2 }
     );
+}
+
+#[test]
+fn a_restore_point_holds_state_as_mapped_runs_and_refuses_a_corrupt_one() {
+    use snapcut_core::snapshot::StateKind;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..5, 1)).unwrap();
+    checkpoint(&store, &mut t, 1, false);
+    t.upsert(&rows(5..6, 1)).unwrap();
+    t.delete(&Int64Array::from(vec![0])).unwrap();
+    checkpoint(&store, &mut t, 2, true);
+    let (loaded, skipped) = store.reader().restore_point().unwrap();
+    assert!(skipped.is_empty());
+    let loaded = loaded.unwrap();
+    let agg = task("agg", 0);
+    // Nothing rebuilt: the task's state is its runs, the full then the diff.
+    assert!(loaded.tasks[&agg].state.is_none());
+    let runs = &loaded.state_runs[&agg];
+    let kinds: Vec<_> = runs.iter().map(|(id, c)| (*id, c.kind)).collect();
+    assert_eq!(
+        kinds,
+        vec![(1, StateKind::Full), (2, StateKind::Diff { base: 1 })]
+    );
+    assert!(!loaded.state_runs.contains_key(&task("src", 0)));
+    let rebuilt = snapcut_core::store::rebuild_chain(runs).unwrap();
+    assert_eq!(as_map(&rebuilt), (1..6).map(|k| (k, k + 1)).collect());
+    assert_eq!(
+        rebuilt,
+        store.reader().state(2, &agg).unwrap().unwrap(),
+        "the runs rebuild what the eager load does"
+    );
+    // A run file flipped on disk: the restore point passes over checkpoint 2
+    // (its diff) and names why, and checkpoint 1 restores.
+    let diff = dir.path().join("chk-00000002").join(state_file_name(&agg));
+    let mut bytes = std::fs::read(&diff).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0xff;
+    std::fs::write(&diff, bytes).unwrap();
+    let (loaded, skipped) = store.reader().restore_point().unwrap();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(skipped[0].reason.contains("checksum"), "{skipped:?}");
+    assert_eq!(loaded.unwrap().meta.id, 1);
+    let err = store.reader().state_runs(2, &agg).unwrap_err();
+    assert!(err.to_string().contains("corrupt"), "{err}");
 }
 
 #[test]

@@ -765,6 +765,19 @@ impl Operator for KeyedAggregate {
         self.spilling.as_ref().and_then(|s| s.spill_stats())
     }
 
+    fn restores_runs(&self) -> bool {
+        self.spilling.is_some()
+    }
+
+    fn restore_runs(&mut self, runs: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        match self.spilling.as_mut() {
+            Some(s) => s.restore_runs(runs),
+            None => Err(Error::Snapshot(
+                "an in-memory keyed aggregate restores from one full capture, not runs".into(),
+            )),
+        }
+    }
+
     fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
         if let Some(s) = self.spilling.as_mut() {
             return s.restore(chain);

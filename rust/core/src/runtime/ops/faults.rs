@@ -184,6 +184,12 @@ impl Operator for FaultyOperator {
     fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
         self.inner.restore(chain)
     }
+    fn restores_runs(&self) -> bool {
+        self.inner.restores_runs()
+    }
+    fn restore_runs(&mut self, runs: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        self.inner.restore_runs(runs)
+    }
     fn finish(&mut self, out: &mut dyn Emitter) -> Result<()> {
         self.inner.finish(out)
     }

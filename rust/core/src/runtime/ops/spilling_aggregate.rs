@@ -40,8 +40,11 @@ pub struct SpillingAggregate {
     full_every: u32,
     /// Created from the first batch's columns (their types fix the state's).
     inner: Option<(KeyedAggregates, StateTable)>,
-    /// A restored state that no batch has fixed the input types of yet.
-    restored: Option<RecordBatch>,
+    /// A restored state that no batch has fixed the input types of yet: a
+    /// full capture, then diffs, each with the checkpoint it ends at.
+    restored: Vec<(CheckpointId, StateCapture)>,
+    /// `restored` is a store's runs, mapped: the table opens them lazily.
+    restored_mapped: bool,
     /// The next capture must be full (a restore or an abort happened before
     /// the table existed, or the table is new).
     force_full: bool,
@@ -62,7 +65,8 @@ impl SpillingAggregate {
             forward,
             full_every,
             inner: None,
-            restored: None,
+            restored: Vec::new(),
+            restored_mapped: false,
             force_full: false,
         }
     }
@@ -99,15 +103,32 @@ impl SpillingAggregate {
         let aggs = KeyedAggregates::new(batch.schema_ref(), &self.key, self.specs.clone())
             .map_err(task)?;
         let mut table = self.new_table(&aggs)?;
-        if let Some(state) = self.restored.take() {
-            let state = cast_to(&state, &aggs.state_schema())?;
-            table.restore(&[(
-                0,
-                StateCapture {
-                    kind: StateKind::Full,
-                    batch: state,
-                },
-            )])?;
+        let restored = std::mem::take(&mut self.restored);
+        if !restored.is_empty() {
+            let (state, diff) = (table.schema(), table.diff_schema());
+            let chain = restored
+                .into_iter()
+                .map(|(id, c)| {
+                    let schema = if c.kind == StateKind::Full {
+                        &state
+                    } else {
+                        &diff
+                    };
+                    let batch = cast_to(&c.batch, schema)?;
+                    Ok((
+                        id,
+                        StateCapture {
+                            kind: c.kind,
+                            batch,
+                        },
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            if std::mem::take(&mut self.restored_mapped) {
+                table.restore_mapped(&chain)?;
+            } else {
+                table.restore(&chain)?;
+            }
         }
         // The table's first checkpoint is full, and one after a restore
         // needs a confirmed base this operator does not know the id of.
@@ -141,14 +162,28 @@ impl SpillingAggregate {
         }
         // Restored and finished with no batch in between: the input types
         // follow from the state's (sum and min/max keep their input's type).
-        let Some(state) = &self.restored else {
+        let Some(state) = self.restored_full()? else {
             return Ok(None);
         };
-        let aggs =
-            KeyedAggregates::new(&self.input_schema_of(state)?, &self.key, self.specs.clone())
-                .map_err(task)?;
-        let state = cast_to(state, &aggs.state_schema())?;
+        let aggs = KeyedAggregates::new(
+            &self.input_schema_of(&state)?,
+            &self.key,
+            self.specs.clone(),
+        )
+        .map_err(task)?;
+        let state = cast_to(&state, &aggs.state_schema())?;
         aggs.output(&state).map(Some).map_err(task)
+    }
+
+    /// The restored state whole, before any batch made the table (`None`:
+    /// nothing restored). Runs are rebuilt in memory here: only a job that
+    /// checkpoints or ends before its first batch after a restore asks.
+    fn restored_full(&self) -> Result<Option<RecordBatch>> {
+        match self.restored.as_slice() {
+            [] => Ok(None),
+            [(_, full)] if full.kind == StateKind::Full => Ok(Some(full.batch.clone())),
+            runs => crate::store::rebuild_chain(runs).map(Some),
+        }
     }
 
     fn input_schema_of(&self, state: &RecordBatch) -> Result<Schema> {
@@ -196,8 +231,8 @@ impl Operator for SpillingAggregate {
         let Some((_, table)) = self.inner.as_mut() else {
             // No batch yet: the restored state as it was, or no state (with
             // placeholder int64 columns, as the in-memory operator's).
-            let batch = match &self.restored {
-                Some(state) => state.clone(),
+            let batch = match self.restored_full()? {
+                Some(state) => state,
                 None => KeyedAggregate::new(self.key.clone(), self.specs.clone()).empty_state()?,
             };
             return Ok(Some(StateCapture {
@@ -238,9 +273,32 @@ impl Operator for SpillingAggregate {
             return Ok(());
         };
         self.inner = None;
+        self.restored_mapped = false;
         // Captured before a first batch: nothing to restore, and its
         // placeholder types must not fix the table's.
-        self.restored = (full.batch.num_rows() > 0).then(|| full.batch.clone());
+        self.restored = if full.batch.num_rows() > 0 {
+            vec![(0, full.clone())]
+        } else {
+            Vec::new()
+        };
+        Ok(())
+    }
+
+    fn restores_runs(&self) -> bool {
+        true
+    }
+
+    fn restore_runs(&mut self, runs: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        if !matches!(runs.first(), Some((_, c)) if c.kind == StateKind::Full) {
+            return Err(Error::Snapshot(
+                "keyed aggregate state runs must start with a full capture".into(),
+            ));
+        }
+        self.inner = None;
+        // As a lone empty full: state captured before a first batch.
+        let empty = runs.iter().all(|(_, c)| c.batch.num_rows() == 0);
+        self.restored = if empty { Vec::new() } else { runs.to_vec() };
+        self.restored_mapped = !empty;
         Ok(())
     }
 
