@@ -1,6 +1,7 @@
 """Checkpointing(state_memory=): a job's keyed aggregates spill past a memory
 budget and answer, checkpoint and restore exactly as without one."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,9 @@ USERS = 60_000
 COUNT = 400_000
 
 
-def dwell_flow() -> Dataflow:
+def dwell_flow(count: int = COUNT) -> Dataflow:
     flow = Dataflow(parallelism=2)
-    events = flow.generate_dwell_events(users=USERS, count=COUNT, seed=5, batch_size=1024)
+    events = flow.generate_dwell_events(users=USERS, count=count, seed=5, batch_size=1024)
     events.key_by("user").aggregate(
         n="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms")
     ).collect("r")
@@ -75,20 +76,38 @@ def test_a_durable_run_with_a_budget_resumes_to_the_same_answer(tmp_path: Path) 
 def test_a_restart_opens_the_stored_runs_lazily(tmp_path: Path) -> None:
     """A failed aggregate restarts from the durable root with its state files
     mapped as the table's runs (the full as its base, the diffs after it), not
-    rebuilt in memory first, and the answer is the failure-free run's."""
-    want = by_user(dwell_flow().run(Checkpointing()).results["r"])
-    cp = budget(tmp_path / "spill", full_every=4, failover="full", restart_attempts=1)
-    report = dwell_flow().run(
-        cp,
-        checkpoint_dir=str(tmp_path / "chk"),
-        inject_failure=TaskFailure("aggregate", 0, "process", 350),
+    rebuilt in memory first, then checkpoints a diff on the restored
+    checkpoint (not a full), and the answer is the failure-free run's."""
+    # Long enough that the failure at the second commit comes mid-run.
+    count = 5 * COUNT
+    want = by_user(dwell_flow(count).run(Checkpointing()).results["r"])
+    root = tmp_path / "chk"
+    cp = budget(
+        tmp_path / "spill", full_every=1000, retained=1000, failover="full", restart_attempts=1
+    )
+    report = dwell_flow(count).run(
+        cp, checkpoint_dir=str(root), inject_failure=TaskFailure("aggregate", 0, "commit", 2)
     )
     assert by_user(report.results["r"]) == want
-    assert len(report.restarts) == 1 and report.restarts[0].restored_from is not None
+    assert len(report.restarts) == 1, report.restarts
+    restored = report.restarts[0].restored_from
+    assert restored is not None and restored >= 2, report.restarts
     spilled = {t: s for t, s in report.spill.items() if t.startswith("aggregate")}
     assert len(spilled) == 2, report.spill
     for task, stats in spilled.items():
         assert stats["bases_mapped"] == 1, (task, stats)
+    # Each aggregate subtask's first capture on its restored table is a diff
+    # whose base is the checkpoint restored.
+    bases: dict[int, set[tuple[str, int | None]]] = {0: set(), 1: set()}
+    for manifest in sorted(root.glob("chk-*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        if m["checkpoint_id"] <= restored:
+            continue
+        for f in m["files"]:
+            if f["role"] == "state" and f["vertex"] == "aggregate":
+                bases[f["subtask"]].add((f.get("kind", "full"), f.get("base")))
+    for subtask, seen in bases.items():
+        assert ("diff", restored) in seen, (subtask, restored, seen)
 
 
 @pytest.mark.parametrize(

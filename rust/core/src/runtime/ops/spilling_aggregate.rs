@@ -104,6 +104,7 @@ impl SpillingAggregate {
             .map_err(task)?;
         let mut table = self.new_table(&aggs)?;
         let restored = std::mem::take(&mut self.restored);
+        let from_runs = std::mem::take(&mut self.restored_mapped);
         if !restored.is_empty() {
             let (state, diff) = (table.schema(), table.diff_schema());
             let chain = restored
@@ -124,15 +125,18 @@ impl SpillingAggregate {
                     ))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            if std::mem::take(&mut self.restored_mapped) {
+            if from_runs {
                 table.restore_mapped(&chain)?;
             } else {
                 table.restore(&chain)?;
             }
         }
-        // The table's first checkpoint is full, and one after a restore
-        // needs a confirmed base this operator does not know the id of.
-        self.force_full = true;
+        // A new table's first checkpoint is full, and so is one after a
+        // restore from a single capture, whose checkpoint id is not known
+        // here. A store's runs name theirs: the restored checkpoint is the
+        // table's confirmed base, and its first checkpoint a diff on it (an
+        // abort before this still forces a full).
+        self.force_full |= !from_runs;
         self.inner = Some((aggs, table));
         Ok(())
     }
@@ -299,6 +303,7 @@ impl Operator for SpillingAggregate {
         let empty = runs.iter().all(|(_, c)| c.batch.num_rows() == 0);
         self.restored = if empty { Vec::new() } else { runs.to_vec() };
         self.restored_mapped = !empty;
+        self.force_full = false;
         Ok(())
     }
 

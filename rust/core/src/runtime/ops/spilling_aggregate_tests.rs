@@ -297,3 +297,45 @@ fn a_restored_state_of_other_aggregates_is_refused_naming_the_column() {
     op.restore(std::slice::from_ref(&state)).unwrap();
     op.process(0, batch(5, 100, 1_000), &mut sink).unwrap();
 }
+
+#[test]
+fn a_store_s_runs_restore_lazily_and_the_next_capture_is_a_diff_on_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut whole = in_memory();
+    feed(&mut whole, 0..60, 30_000);
+    let want = results(&mut whole);
+    let mut first = spilling(dir.path());
+    first.set_full_every(1000);
+    feed(&mut first, 0..20, 30_000);
+    let full = first.snapshot(1).unwrap().unwrap();
+    first.commit(1).unwrap();
+    feed(&mut first, 20..30, 30_000);
+    let diff = first.snapshot(2).unwrap().unwrap();
+    first.commit(2).unwrap();
+    assert_eq!(
+        (full.kind, diff.kind),
+        (StateKind::Full, StateKind::Diff { base: 1 })
+    );
+    let runs = vec![(1, full), (2, diff)];
+    assert!(!in_memory().restores_runs());
+    let mut second = spilling(dir.path());
+    second.set_full_every(1000);
+    assert!(second.restores_runs());
+    second.restore_runs(&runs).unwrap();
+    // Before any batch a capture is the restored state whole (rebuilt).
+    let idle = second.snapshot(3).unwrap().unwrap();
+    assert_eq!(idle.kind, StateKind::Full);
+    assert_eq!(
+        idle.batch.num_rows(),
+        crate::store::rebuild_chain(&runs).unwrap().num_rows()
+    );
+    feed(&mut second, 30..60, 30_000);
+    let stats = second.spill_stats().unwrap();
+    assert_eq!(stats.bases_mapped, 1, "{stats:?}");
+    // The restored checkpoint is the table's confirmed base.
+    assert_eq!(
+        second.snapshot(4).unwrap().unwrap().kind,
+        StateKind::Diff { base: 2 }
+    );
+    assert_eq!(results(&mut second), want);
+}
