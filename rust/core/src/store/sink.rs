@@ -255,10 +255,14 @@ impl SnapshotStore {
             let key_range = key
                 .as_deref()
                 .and_then(|k| format::key_range(&state.batch, k));
-            let entry = format::state_entry(&task, key, base, UNWRITTEN);
-            let done =
-                self.writer
-                    .submit(dir.clone(), entry.path.clone(), schema, vec![state.batch]);
+            let entry = format::state_entry(&task, key.clone(), base, UNWRITTEN);
+            let done = self.writer.submit(
+                dir.clone(),
+                entry.path.clone(),
+                schema,
+                vec![state.batch],
+                key,
+            );
             files.push(StagedFile {
                 entry,
                 done,
@@ -280,9 +284,9 @@ impl SnapshotStore {
             }
             let entry =
                 format::channel_entry(&task, &log.edge, log.input, log.from_subtask, UNWRITTEN);
-            let done = self
-                .writer
-                .submit(dir.clone(), entry.path.clone(), schema, log.records);
+            let done =
+                self.writer
+                    .submit(dir.clone(), entry.path.clone(), schema, log.records, None);
             files.push(StagedFile {
                 entry,
                 done,

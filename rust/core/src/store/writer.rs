@@ -1,5 +1,5 @@
-//! The background writer: encodes and writes staged files on its own thread
-//! so a task hands over its capture and goes back to processing (the
+//! The background writer: sorts, encodes and writes staged files on its own
+//! thread so a task hands over its capture and goes back to processing (the
 //! asynchronous phase of a checkpoint).
 
 use std::path::PathBuf;
@@ -11,7 +11,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use super::files::{write_ipc, Fsync};
-use super::format::Written;
+use super::format::{self, Written};
 use crate::error::{Error, Result};
 
 /// One file to write.
@@ -20,6 +20,10 @@ pub(crate) struct Job {
     pub name: String,
     pub schema: SchemaRef,
     pub batches: Vec<RecordBatch>,
+    /// A state file's key column: its rows are sorted by it before they are
+    /// written, so every state file is a sorted run (a restore maps it as a
+    /// run as it is; a compaction's sort of it is a check).
+    pub sort_key: Option<String>,
     pub done: Sender<Result<Written>>,
 }
 
@@ -49,6 +53,7 @@ impl Writer {
         name: String,
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
+        sort_key: Option<String>,
     ) -> Receiver<Result<Written>> {
         let (done, result) = channel();
         let job = Job {
@@ -56,6 +61,7 @@ impl Writer {
             name,
             schema,
             batches,
+            sort_key,
             done,
         };
         let queue = self.queue.lock().expect("writer queue poisoned");
@@ -76,13 +82,26 @@ fn stopped() -> Error {
 
 fn run(rx: Receiver<Job>, fsync: &Fsync) {
     for job in rx {
-        let outcome = std::fs::create_dir_all(&job.dir)
-            .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))
-            .and_then(|()| write_ipc(&job.dir.join(&job.name), &job.schema, &job.batches, fsync));
+        let outcome = sorted(&job).and_then(|batches| {
+            std::fs::create_dir_all(&job.dir)
+                .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))?;
+            write_ipc(&job.dir.join(&job.name), &job.schema, &batches, fsync)
+        });
         crate::failpoint::hit("store.after_state_file");
         // The stager may have given up (abort); nobody to tell then.
         let _ = job.done.send(outcome);
     }
+}
+
+/// The job's batches, each sorted by its sort key (a state file is one batch).
+fn sorted(job: &Job) -> Result<Vec<RecordBatch>> {
+    let Some(key) = &job.sort_key else {
+        return Ok(job.batches.clone());
+    };
+    job.batches
+        .iter()
+        .map(|b| format::sort_by_key(b, key))
+        .collect()
 }
 
 impl Drop for Writer {

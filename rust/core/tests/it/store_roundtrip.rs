@@ -314,9 +314,10 @@ fn a_restore_point_holds_state_as_mapped_runs_and_refuses_a_corrupt_one() {
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
     let mut t = table(10);
-    t.upsert(&rows(0..5, 1)).unwrap();
+    // Captures in the table's (arrival) order; the store writes them sorted.
+    t.upsert(&rows([3, 0, 4, 1, 2], 1)).unwrap();
     checkpoint(&store, &mut t, 1, false);
-    t.upsert(&rows(5..6, 1)).unwrap();
+    t.upsert(&rows([7, 5], 1)).unwrap();
     t.delete(&Int64Array::from(vec![0])).unwrap();
     checkpoint(&store, &mut t, 2, true);
     let (loaded, skipped) = store.reader().restore_point().unwrap();
@@ -332,8 +333,23 @@ fn a_restore_point_holds_state_as_mapped_runs_and_refuses_a_corrupt_one() {
         vec![(1, StateKind::Full), (2, StateKind::Diff { base: 1 })]
     );
     assert!(!loaded.state_runs.contains_key(&task("src", 0)));
+    let sorted: Vec<Vec<i64>> = runs
+        .iter()
+        .map(|(_, c)| {
+            let k = c
+                .batch
+                .column_by_name("k")
+                .unwrap()
+                .as_primitive::<Int64Type>();
+            k.values().to_vec()
+        })
+        .collect();
+    assert_eq!(sorted, vec![vec![0, 1, 2, 3, 4], vec![0, 5, 7]]);
     let rebuilt = snapcut_core::store::rebuild_chain(runs).unwrap();
-    assert_eq!(as_map(&rebuilt), (1..6).map(|k| (k, k + 1)).collect());
+    assert_eq!(
+        as_map(&rebuilt),
+        [1, 2, 3, 4, 5, 7].map(|k| (k, k + 1)).into_iter().collect()
+    );
     assert_eq!(
         rebuilt,
         store.reader().state(2, &agg).unwrap().unwrap(),
