@@ -139,53 +139,23 @@ def test_a_root_written_before_reads_as_it_did(name: str, tmp_path: Path) -> Non
 def test_the_same_inputs_write_the_same_files(name: str, tmp_path: Path) -> None:
     """Every data file written again from the same inputs has the same
     content (rows, schema, metadata) and every manifest the same fields;
-    files of the Rust store (the local runtime) the same bytes, but for its
-    state files, which its writer thread now sorts by key (issue 37: every
-    state file a sorted run): the fixture's rows sorted by key, the same
-    bytes where they were sorted already, and the same bytes every time they
-    are written. Files that pyarrow encoded before are now encoded by the
-    Rust encoder (one implementation): same content, other bytes, still
-    deterministic."""
-    runtime = name == make_fixtures.RUNTIME
+    files of the Rust store (the local runtime) the same bytes. Files that
+    pyarrow encoded before are now encoded by the Rust encoder (one
+    implementation): same content, other bytes, still deterministic."""
     make_fixtures.WRITERS[name](tmp_path / name)
-    old, new, again = FIXTURES / name, tmp_path / name, tmp_path / "again"
-    if runtime:
-        make_fixtures.WRITERS[name](again)
+    old, new = FIXTURES / name, tmp_path / name
     files = sorted(p.relative_to(old) for p in old.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(new) for p in new.rglob("*") if p.is_file())
-    resorted = []
     for rel in files:
         if rel.suffix == ".arrow":
             a, b = (make_fixtures.read_ipc_file(d / rel) for d in (old, new))
-            if runtime and rel.name.endswith(".state.arrow"):
-                by_key = a.sort_by(a.schema.metadata[b"snapcut.key"].decode())
-                assert by_key.equals(b, check_metadata=True), rel
-                assert (again / rel).read_bytes() == (new / rel).read_bytes(), rel
-                if not by_key.equals(a):
-                    resorted.append(rel)
-                    continue
             assert a.equals(b, check_metadata=True), rel
-            if runtime:
+            if name == make_fixtures.RUNTIME:
                 assert (old / rel).read_bytes() == (new / rel).read_bytes(), rel
         elif rel.name == "manifest.json":
-            a, b = (make_fixtures.manifest_content(d / rel, runtime) for d in (old, new))
-            if runtime:
-                # A re-sorted file has another checksum (its size is the same);
-                # written twice, every checksum is the same.
-                assert b == make_fixtures.manifest_content(again / rel, True), rel
-                a, b = (without_checksums(m) for m in (a, b))
+            same_bytes = name == make_fixtures.RUNTIME
+            a, b = (make_fixtures.manifest_content(d / rel, same_bytes) for d in (old, new))
             assert a == as_format_1(b), rel
-    if runtime:
-        # The fixture has diffs whose tombstones came after their upserts.
-        assert resorted, "no fixture state file was out of key order"
-
-
-def without_checksums(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: without_checksums(v) for k, v in value.items() if k != "crc32c"}
-    if isinstance(value, list):
-        return [without_checksums(v) for v in value]
-    return value
 
 
 def as_format_1(manifest: dict[str, Any]) -> dict[str, Any]:

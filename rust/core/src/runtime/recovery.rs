@@ -59,6 +59,7 @@ fn store_options(config: &CheckpointConfig, fsync: FsyncMode) -> StoreOptions {
         materialize_every: Some(config.full_every.max(1) as usize),
         compaction: config.compaction,
         fsync,
+        sort_state_files: config.state_memory.is_some(),
         ..Default::default()
     }
 }

@@ -57,6 +57,14 @@ pub struct StoreOptions {
     /// `PerFile` or `Syncfs` a completed checkpoint survives an OS crash or
     /// power loss; with `Off` only the process being killed.
     pub fsync: FsyncMode,
+    /// Sort every state file by its key on the writer thread (off the task
+    /// thread), so each is a sorted run a restart maps as it is
+    /// (`SnapshotReader::load_runs`, `StateTable::restore_mapped`). The
+    /// runtime sets it for a job whose keyed state has a memory budget;
+    /// otherwise state files keep their capture's row order (a restore
+    /// rebuilds them in memory anyway, and sorting millions of rows each
+    /// checkpoint costs CPU the job would feel).
+    pub sort_state_files: bool,
 }
 
 impl Default for StoreOptions {
@@ -68,6 +76,7 @@ impl Default for StoreOptions {
             compaction_pause: Duration::ZERO,
             compaction: CompactionBudget::UNBOUNDED,
             fsync: FsyncMode::default(),
+            sort_state_files: false,
         }
     }
 }
@@ -261,7 +270,7 @@ impl SnapshotStore {
                 entry.path.clone(),
                 schema,
                 vec![state.batch],
-                key,
+                key.filter(|_| self.options.sort_state_files),
             );
             files.push(StagedFile {
                 entry,

@@ -312,9 +312,13 @@ fn load_gives_the_runtime_a_completed_checkpoint() {
 fn a_restore_point_holds_state_as_mapped_runs_and_refuses_a_corrupt_one() {
     use snapcut_core::snapshot::StateKind;
     let dir = tempfile::tempdir().unwrap();
-    let store = SnapshotStore::open(dir.path(), StoreOptions::default()).unwrap();
+    let options = StoreOptions {
+        sort_state_files: true,
+        ..Default::default()
+    };
+    let store = SnapshotStore::open(dir.path(), options).unwrap();
     let mut t = table(10);
-    // Captures in the table's (arrival) order; the store writes them sorted.
+    // Captures in the table's (arrival) order; this store writes them sorted.
     t.upsert(&rows([3, 0, 4, 1, 2], 1)).unwrap();
     checkpoint(&store, &mut t, 1, false);
     t.upsert(&rows([7, 5], 1)).unwrap();
