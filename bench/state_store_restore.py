@@ -84,12 +84,21 @@ print(json.dumps({
 """
 
 
-def child(pythonpath: str, args: argparse.Namespace, records: int, root: Path, resume: bool,
-          spill: Path) -> dict[str, Any]:
+def child(
+    pythonpath: str, args: argparse.Namespace, records: int, root: Path, resume: bool, spill: Path
+) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=pythonpath, BENCH_RESUME="1" if resume else "0")
     cmd = [
-        sys.executable, "-c", CHILD, str(args.keys), str(records), str(root), args.budget,
-        str(spill), str(args.interval), str(args.full_every),
+        sys.executable,
+        "-c",
+        CHILD,
+        str(args.keys),
+        str(records),
+        str(root),
+        args.budget,
+        str(spill),
+        str(args.interval),
+        str(args.full_every),
     ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     if done.returncode != 0:
