@@ -339,3 +339,25 @@ fn a_store_s_runs_restore_lazily_and_the_next_capture_is_a_diff_on_them() {
     );
     assert_eq!(results(&mut second), want);
 }
+
+#[test]
+fn runs_are_refused_by_an_in_memory_aggregate_and_without_a_full_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut first = spilling(dir.path());
+    first.set_full_every(1000);
+    feed(&mut first, 0..2, 1_000);
+    let full = first.snapshot(1).unwrap().unwrap();
+    first.commit(1).unwrap();
+    feed(&mut first, 2..3, 1_000);
+    let diff = first.snapshot(2).unwrap().unwrap();
+    let err = in_memory()
+        .restore_runs(&[(1, full.clone())])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("restores from one full capture"), "{err}");
+    let err = spilling(dir.path())
+        .restore_runs(&[(2, diff)])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("must start with a full capture"), "{err}");
+}
