@@ -329,8 +329,6 @@ impl Relaunch for Launcher<'_> {
     }
 }
 
-/// A checkpoint's per-channel numbers for a task with `n` channels (all 0
-/// when the checkpoint predates them).
 /// Restores `op` from a stored state's runs: as they are where the operator
 /// keeps runs (a budgeted keyed aggregate opens them lazily), else rebuilt
 /// here into the one full capture it restores from.
@@ -345,6 +343,8 @@ fn restore_runs(op: &mut dyn Operator, runs: &[(CheckpointId, StateCapture)]) ->
     op.restore(std::slice::from_ref(&full))
 }
 
+/// A checkpoint's per-channel numbers for a task with `n` channels (all 0
+/// when the checkpoint predates them).
 fn seqs(
     recorded: Option<&Vec<u64>>,
     n: usize,
