@@ -20,8 +20,9 @@ pub(crate) struct Job {
     pub name: String,
     pub schema: SchemaRef,
     pub batches: Vec<RecordBatch>,
-    /// A state file's key column: its rows are sorted by it before they are
-    /// written, so every state file is a sorted run (a restore maps it as a
+    /// A state file's key column where the store sorts state files
+    /// (`StoreOptions::sort_state_files`): its rows are sorted by it before
+    /// they are written, so the file is a sorted run (a restore maps it as a
     /// run as it is; a compaction's sort of it is a check).
     pub sort_key: Option<String>,
     pub done: Sender<Result<Written>>,
