@@ -135,10 +135,9 @@ fn sort_order(keys: &dyn Array, name: &str) -> Result<Option<UInt32Array>> {
     if (1..column.len() as u32).all(|i| at(i - 1) < at(i)) {
         return Ok(None);
     }
-    let mut order: Vec<u32> = (0..column.len() as u32).collect();
-    // Stable, so the duplicate's rows are named in batch order.
-    order.sort_by_key(|&i| at(i));
-    if let Some(pair) = order.windows(2).find(|w| at(w[0]) == at(w[1])) {
+    // Ties in row order, so the duplicate's rows are named in batch order.
+    let (order, tie) = column.order();
+    if let Some(pair) = tie {
         return Err(Error::Config(format!(
             "key column '{name}' holds key {} twice (rows {} and {}); a run holds each key \
              once: merge the changes first, the newest row winning",

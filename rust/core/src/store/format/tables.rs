@@ -81,17 +81,7 @@ fn key_order(column: &dyn Array) -> Option<Vec<u32>> {
     if column.null_count() > 0 {
         return None;
     }
-    let keys = KeyColumn::new(column).ok()?;
-    if let KeyColumn::Int64(values) = keys {
-        // The keys beside their rows, sorted in place: no lookup per
-        // comparison (millions of keys each checkpoint of a large state).
-        let mut pairs: Vec<(i64, u32)> = values.iter().copied().zip(0u32..).collect();
-        pairs.sort_unstable();
-        return Some(pairs.into_iter().map(|(_, i)| i).collect());
-    }
-    let mut order: Vec<u32> = (0..keys.len() as u32).collect();
-    order.sort_unstable_by_key(|&i| (keys.at(i as usize), i));
-    Some(order)
+    KeyColumn::new(column).ok().map(|keys| keys.order().0)
 }
 
 /// Schema of `sources.arrow`.
