@@ -11,6 +11,7 @@
 //! filter of its keys, so lookups skip it for keys it cannot hold.
 
 use std::fmt;
+use std::sync::OnceLock;
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
@@ -19,7 +20,7 @@ use arrow_select::take::take_record_batch;
 
 use super::filter::BloomFilter;
 use super::keys::{KeyColumn, KeyRange, KeyRef};
-use super::sorted::{check_sorted, hashes};
+use super::sorted::{check_sorted, find, find_fenced, hashes, Fences};
 use crate::error::{Error, Result};
 use crate::state::key::KeyType;
 use crate::state::table::{column_names, DELETED_COLUMN};
@@ -41,6 +42,9 @@ pub struct Run {
     range: Option<KeyRange>,
     /// `None`: no filter ([`Self::from_sorted_unfiltered`]).
     filter: Option<BloomFilter>,
+    /// Made at the first search, not with the run: a mapped base is read
+    /// only where lookups go, and a flushed run may be merged unsearched.
+    fences: OnceLock<Option<Fences>>,
 }
 
 impl fmt::Debug for Run {
@@ -234,7 +238,19 @@ impl Run {
             tombstones: shape.tombstones,
             range,
             filter,
+            fences: OnceLock::new(),
             batch,
+        }
+    }
+
+    /// Where each of `probes` (the key's type, any order) is in this run:
+    /// its row, or `None` ([`super::sorted::find`], through the run's
+    /// [`Fences`] once it is long enough to have them).
+    pub(crate) fn find(&self, probes: &dyn Array) -> Result<Vec<Option<u32>>> {
+        let keys = self.keys().as_ref();
+        match self.fences.get_or_init(|| Fences::of(keys)) {
+            Some(fences) => find_fenced(keys, fences, probes),
+            None => find(keys, probes),
         }
     }
 
@@ -329,9 +345,11 @@ impl Run {
         self.range.as_ref().is_some_and(|r| r.contains(key)) && self.filter_may_contain(key.hash())
     }
 
-    /// Memory held: the batch's Arrow buffers and the filter (for budgets).
+    /// Memory held: the batch's Arrow buffers, the filter and the fences once made.
     pub fn size_bytes(&self) -> usize {
-        self.batch.get_array_memory_size() + self.filter.as_ref().map_or(0, BloomFilter::len_bytes)
+        self.batch.get_array_memory_size()
+            + self.filter.as_ref().map_or(0, BloomFilter::len_bytes)
+            + (self.fences.get().and_then(Option::as_ref)).map_or(0, Fences::len_bytes)
     }
 }
 

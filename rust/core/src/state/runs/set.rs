@@ -15,7 +15,7 @@ use arrow_select::interleave::interleave;
 
 use super::keys::{prefix_range, KeyColumn, KeyRef};
 use super::run::{check_columns, Run};
-use super::sorted::{find, hashes};
+use super::sorted::hashes;
 use crate::error::{Error, Result};
 use crate::state::key::KeyType;
 use crate::state::table::{column_names, DELETED_COLUMN, KEY_METADATA};
@@ -166,11 +166,11 @@ impl<'p> Search<'p> {
         let asked = UInt32Array::from(asked);
         let rows = if asked.len() == self.probes.len() {
             // Every probe is asked: no need to copy them.
-            find(run.keys().as_ref(), self.probes)?
+            run.find(self.probes)?
         } else {
             let taken = arrow_select::take::take(self.probes, &asked, None)
                 .map_err(|e| Error::Config(format!("selecting probes: {e}")))?;
-            find(run.keys().as_ref(), taken.as_ref())?
+            run.find(taken.as_ref())?
         };
         for (&p, row) in asked.values().iter().zip(rows) {
             let Some(row) = row else {

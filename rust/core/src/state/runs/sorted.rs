@@ -57,6 +57,109 @@ fn find_with<T: Ord>(
     found
 }
 
+/// Rows between two fences of a run's integer key column
+/// ([`Fences`]): a block of 64 `i64` keys is 512 bytes, eight cache lines.
+pub const FENCE_STEP: usize = 64;
+
+/// Runs shorter than this are searched without fences: their key column is
+/// small enough to stay in cache.
+const FENCED_FROM: usize = 16 * FENCE_STEP;
+
+/// Every [`FENCE_STEP`]-th key of a long run's integer key column (row 0,
+/// 64, 128, ...), so that a batch's search gallops through a copy 64 times
+/// smaller than the column (it stays in cache: 1.25 MB for 10M keys) and
+/// reads the column itself only in the one block of 64 keys that can hold
+/// the probe. A galloping search over the column reads a new cache line at
+/// nearly every step once the probes are far apart (a batch of thousands of
+/// keys against a run of millions), which made the search most of a
+/// budgeted table's lookups.
+#[derive(Clone, Debug)]
+pub struct Fences(Vec<i64>);
+
+impl Fences {
+    /// `None` for byte keys and runs shorter than [`FENCED_FROM`] rows.
+    pub fn of(run: &dyn Array) -> Option<Self> {
+        if run.len() < FENCED_FROM || run.null_count() > 0 {
+            return None;
+        }
+        match run.data_type() {
+            DataType::Int64 => {
+                let v = run.as_primitive::<Int64Type>().values();
+                Some(Self(v.iter().step_by(FENCE_STEP).copied().collect()))
+            }
+            DataType::Int32 => {
+                let v = run.as_primitive::<Int32Type>().values();
+                Some(Self(
+                    v.iter().step_by(FENCE_STEP).map(|&k| k.into()).collect(),
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.0.len() * std::mem::size_of::<i64>()
+    }
+}
+
+fn find_fenced_with(
+    run_len: usize,
+    run_at: impl Fn(usize) -> i64,
+    fences: &[i64],
+    probe_len: usize,
+    probe_at: impl Fn(usize) -> i64,
+) -> Vec<Option<u32>> {
+    let mut order: Vec<u32> = (0..probe_len as u32).collect();
+    order.sort_unstable_by_key(|&i| probe_at(i as usize));
+    let mut found = vec![None; probe_len];
+    let mut fence = 0;
+    for p in order {
+        let key = probe_at(p as usize);
+        // The first fence not below the key: the key's place is after the
+        // fence before it and at most at this fence's row.
+        fence = lower_bound(fences.len(), &|i| fences[i], fence, &key);
+        let low = fence.saturating_sub(1) * FENCE_STEP;
+        let high = (fence * FENCE_STEP + 1).min(run_len);
+        let row = lower_bound(high, &run_at, low, &key);
+        if row < run_len && run_at(row) == key {
+            found[p as usize] = Some(row as u32);
+        }
+    }
+    found
+}
+
+/// [`find`] over a run with [`Fences`] (made of this `run`).
+pub fn find_fenced(
+    run: &dyn Array,
+    fences: &Fences,
+    probes: &dyn Array,
+) -> Result<Vec<Option<u32>>> {
+    same_type(run, probes)?;
+    Ok(match run.data_type() {
+        DataType::Int64 => {
+            let (r, p) = (
+                run.as_primitive::<Int64Type>().values(),
+                probes.as_primitive::<Int64Type>().values(),
+            );
+            find_fenced_with(r.len(), |i| r[i], &fences.0, p.len(), |i| p[i])
+        }
+        DataType::Int32 => {
+            let (r, p) = (
+                run.as_primitive::<Int32Type>().values(),
+                probes.as_primitive::<Int32Type>().values(),
+            );
+            find_fenced_with(
+                r.len(),
+                |i| r[i].into(),
+                &fences.0,
+                p.len(),
+                |i| p[i].into(),
+            )
+        }
+        _ => return find(run, probes),
+    })
+}
+
 fn same_type(run: &dyn Array, probes: &dyn Array) -> Result<()> {
     KeyType::new("key", run.data_type())?;
     if run.data_type() != probes.data_type() {
@@ -199,9 +302,10 @@ pub fn hashes(keys: &dyn Array) -> Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow_array::{BinaryArray, Float64Array, Int32Array, Int64Array, StringArray};
+    use arrow_array::{ArrayRef, BinaryArray, Float64Array, Int32Array, Int64Array, StringArray};
     use proptest::prelude::*;
     use std::collections::BTreeSet;
+    use std::sync::Arc;
 
     #[test]
     fn finds_present_keys_in_any_probe_order() {
@@ -261,6 +365,15 @@ mod tests {
     }
 
     #[test]
+    fn short_runs_and_byte_keys_have_no_fences() {
+        assert!(Fences::of(&Int64Array::from((0..1023).collect::<Vec<i64>>())).is_none());
+        let long = Int64Array::from((0..1024).collect::<Vec<i64>>());
+        assert_eq!(Fences::of(&long).unwrap().len_bytes(), 16 * 8);
+        let names: Vec<String> = (0..2000).map(|i| format!("{i:05}")).collect();
+        assert!(Fences::of(&StringArray::from(names)).is_none());
+    }
+
+    #[test]
     fn an_int32_key_hashes_as_its_int64() {
         let narrow = hashes(&Int32Array::from(vec![-3, 7])).unwrap();
         assert_eq!(narrow, hashes(&Int64Array::from(vec![-3, 7])).unwrap());
@@ -277,6 +390,33 @@ mod tests {
                 .unwrap();
             for (p, at) in probes.iter().zip(found) {
                 prop_assert_eq!(at, column.binary_search(p).ok().map(|i| i as u32));
+            }
+        }
+
+        #[test]
+        fn a_fenced_search_agrees_with_a_set_model(
+            run in prop::collection::btree_set(-40_000i64..40_000, 1024..6000),
+            probes in prop::collection::vec(-41_000i64..41_000, 0..400),
+            narrow in any::<bool>(),
+        ) {
+            // Probes on and around every fence and the run's ends as well.
+            let column: Vec<i64> = run.iter().copied().collect();
+            let mut probes = probes;
+            for row in (0..column.len()).step_by(FENCE_STEP).chain([column.len() - 1]) {
+                probes.extend([column[row] - 1, column[row], column[row] + 1]);
+            }
+            let (run_array, probe_array): (ArrayRef, ArrayRef) = if narrow {
+                let n = |v: &[i64]| -> ArrayRef {
+                    Arc::new(Int32Array::from(v.iter().map(|&k| k as i32).collect::<Vec<_>>()))
+                };
+                (n(&column), n(&probes))
+            } else {
+                (Arc::new(Int64Array::from(column.clone())), Arc::new(Int64Array::from(probes.clone())))
+            };
+            let fences = Fences::of(run_array.as_ref()).expect("a run of 1,024 keys or more");
+            let found = find_fenced(run_array.as_ref(), &fences, probe_array.as_ref()).unwrap();
+            for (p, at) in probes.iter().zip(found) {
+                prop_assert_eq!(at, column.binary_search(p).ok().map(|i| i as u32), "probe {}", p);
             }
         }
 
