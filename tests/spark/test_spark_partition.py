@@ -5,6 +5,7 @@ ownership, corrupt files and retention."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 from pathlib import Path
@@ -15,9 +16,11 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.s3_support import S3Server
 
 from snapcut import ConfigError, SnapshotError, _fs, snapshots
 from snapcut._core import format as fmt
+from snapcut.snapshots.run_cache import RunCacheSpec
 from snapcut.spark.keyed_state import parse_duration_ms
 from snapcut.spark.processors import AggregateProcessor
 from snapcut.spark.roots import schema_bytes
@@ -447,6 +450,61 @@ def test_a_cold_task_maps_the_roots_full_as_its_base_run(
     got = read_state_arrow(str(tmp_path / "budget")).sort_by("user")
     want = read_state_arrow(str(tmp_path / "plain")).sort_by("user")
     assert got.equals(want) and got.num_rows > 150_000
+
+
+@pytest.mark.parametrize("size", [1 << 30, 0], ids=["run-cache", "no-run-cache"])
+def test_a_cold_task_on_a_remote_root_maps_its_files_from_the_run_cache(
+    s3: S3Server, tmp_path: Path, size: int
+) -> None:
+    """On S3 a cold task fetches each state file of its chain into the run
+    cache once (later tasks find the older ones there) and maps it, so its
+    budgeted table takes the full as its base run as it is, as on a local
+    root; with the cache off the files are read into memory and the base is
+    copied into a local run. Either way the output and state equal a warm
+    local root's, and the figures count what the cache did."""
+    cache_dir = tmp_path / "cache"
+    spec = dataclasses.replace(
+        make_spec(tmp_path / "unused", partitions=1, full_every=100),
+        uri=f"{s3.bucket()}/state",
+        filesystem=s3.filesystem(),
+        run_cache=RunCacheSpec(str(cache_dir), size),
+    )
+    plain = make_spec(tmp_path / "plain", partitions=1, full_every=100)
+    StateRoot(spec).init("aggregate")
+    StateRoot(plain).init("aggregate")
+    assert StateRoot(spec).mappable == (size > 0)
+    warm = StateCache()
+    batches = [list(range(60_000, 0, -1)), list(range(0, 120_000, 7)), [5, 5, 59_999]]
+    fetched = 0
+    for batch, users in enumerate(batches):
+        data = rows(users, v=batch + 1)
+        task = PartitionTask(
+            StateRoot(spec), batch, 0, "q1", None, cache=StateCache(0), state_memory=4 << 20
+        )
+        got = task.run(data, processor(spec), None)
+        assert got.equals(run(plain, batch, 0, data, cache=warm))
+        figures = task.figures()
+        if batch == 0:
+            continue
+        stats = task._loaded.tables["state"].spill_stats()
+        assert stats is not None
+        assert stats["bases_mapped"] == (1 if size else 0), stats
+        # The chain is the full of batch 0 and the diffs since; only the
+        # newest file is new to the cache.
+        if size:
+            assert figures["state_run_cache_misses"] == 1, figures
+            assert figures["state_run_cache_hits"] == batch - 1, figures
+            fetched += figures["state_run_cache_bytes_fetched"]
+        else:
+            assert figures["state_run_cache_misses"] == figures["state_run_cache_hits"] == 0
+    got = read_state_arrow(f"{spec.uri}", filesystem=s3.filesystem()).sort_by("user")
+    want = read_state_arrow(str(tmp_path / "plain")).sort_by("user")
+    assert got.equals(want) and got.num_rows > 60_000
+    if size:
+        on_disk = [p for p in cache_dir.iterdir() if p.suffix == ".arrow"]
+        assert len(on_disk) == 2 and fetched == sum(p.stat().st_size for p in on_disk) > 0
+    else:
+        assert not cache_dir.exists()
 
 
 def test_a_table_with_two_time_columns_is_refused() -> None:

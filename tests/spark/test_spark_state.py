@@ -559,7 +559,8 @@ def test_a_memory_budget_spills_state_and_reports_it(spark: Any, tmp_path: Path)
     keys looked up in the runs. The Spark conf gives the default, and a
     budget that cannot work fails before any batch."""
     from snapcut import ConfigError
-    from snapcut.spark import STATE_MEMORY_CONF
+    from snapcut.snapshots.run_cache import DEFAULT_RUN_CACHE_BYTES, RunCacheSpec
+    from snapcut.spark import RUN_CACHE_DIR_CONF, RUN_CACHE_SIZE_CONF, STATE_MEMORY_CONF
 
     frames = dwell_frames(files=3, rows=40_000, users=60_000, seed=37)
     directory = write_inputs(tmp_path / "events", frames)
@@ -595,3 +596,19 @@ def test_a_memory_budget_spills_state_and_reports_it(spark: Any, tmp_path: Path)
     )
     with pytest.raises(ConfigError, match="below the minimum of 2097152 bytes"):
         small.aggregate(count="count")
+    # The run cache of remote roots: 2 GiB under each worker's temp dir unless
+    # the confs or the arguments say otherwise; a size that does not parse fails.
+    assert ks.options.run_cache == RunCacheSpec(None, DEFAULT_RUN_CACHE_BYTES)
+    spark.conf.set(RUN_CACHE_SIZE_CONF, "512MB")
+    spark.conf.set(RUN_CACHE_DIR_CONF, str(tmp_path / "run-cache"))
+    try:
+        cached = keyed_state(stream(spark, directory), "user", str(tmp_path / "s6"), 2)
+        assert cached.options.run_cache == RunCacheSpec(str(tmp_path / "run-cache"), 512 << 20)
+        spark.conf.set(RUN_CACHE_SIZE_CONF, "lots")
+        with pytest.raises(ConfigError, match="run cache size 'lots' is not a size"):
+            keyed_state(stream(spark, directory), "user", str(tmp_path / "s7"), 2)
+    finally:
+        spark.conf.unset(RUN_CACHE_SIZE_CONF)
+        spark.conf.unset(RUN_CACHE_DIR_CONF)
+    off = keyed_state(stream(spark, directory), "user", str(tmp_path / "s8"), 2, run_cache_size=0)
+    assert not off.options.run_cache.enabled

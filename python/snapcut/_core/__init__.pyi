@@ -220,6 +220,11 @@ def state_memory_bytes(value: int | str) -> int:
     """A state memory budget in bytes from bytes or a size ("256MB", binary
     units as Spark reads them): ConfigError unless it parses and is >= 1 MiB."""
 
+def size_bytes(value: int | str) -> int:
+    """A size in bytes from bytes or a size string, as state_memory_bytes
+    reads it, with no minimum: ConfigError (a string) or ValueError (another
+    value) unless it parses."""
+
 def storable_type(data_type: Any) -> bool:
     """Whether a StateTable column holds this pyarrow DataType natively."""
 

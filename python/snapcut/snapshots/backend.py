@@ -23,6 +23,7 @@ from snapcut.snapshots.layout import (
     read_ipc,
     rebuild_state,
 )
+from snapcut.snapshots.run_cache import RunCache, RunCacheSpec, shared
 
 
 class Backend:
@@ -77,9 +78,19 @@ class FsBackend(Backend):
     """The same reader over any pyarrow filesystem: it moves the bytes, the
     Rust format rules (``snapcut._core.format``) check and read them."""
 
-    def __init__(self, fs: Any, root: str, check: bool = True) -> None:
+    def __init__(
+        self,
+        fs: Any,
+        root: str,
+        check: bool = True,
+        run_cache: RunCache | RunCacheSpec | None = None,
+    ) -> None:
         self.fs = fs
         self.root = root
+        remote = _fs.local_path(fs, root) is None
+        # A spec is opened at the first read that needs it (a driver that
+        # only lists checkpoints makes no cache directory).
+        self._run_cache = run_cache if remote else None
         self._raw: dict[int, bytes] = {}
         if check and not _fs.exists(fs, root):
             _fs.check_bucket(fs, root, f"opening snapshot root {root}")
@@ -159,14 +170,36 @@ class FsBackend(Backend):
         fmt.check_file(data, entry, checkpoint_id, path)
         return data
 
+    @property
+    def run_cache(self) -> RunCache | None:
+        """A remote root's local cache of files (:meth:`read_mapped`)."""
+        if isinstance(self._run_cache, RunCacheSpec):
+            self._run_cache = shared(self._run_cache)
+        return self._run_cache
+
+    @property
+    def mappable(self) -> bool:
+        """Whether :meth:`read_mapped` maps files: a local root's, or a remote
+        root's through its run cache."""
+        cache = self._run_cache
+        if isinstance(cache, RunCacheSpec):
+            return cache.enabled
+        return cache is not None or _fs.local_path(self.fs, self.root) is not None
+
     def read_mapped(self, checkpoint_id: int, entry: dict[str, Any]) -> pa.Buffer:
         """As :meth:`read_checked`, but a local file is mapped, not read: its
         pages stay the page cache's (no copy on the heap), and what reads it
-        later touches only the pages it needs. Other filesystems' files are
-        read as ever."""
+        later touches only the pages it needs. A remote root's file is mapped
+        from its copy in the run cache (downloaded first if missing), if the
+        backend has one and the file fits in it; otherwise read as ever."""
         path = f"{self._dir(checkpoint_id)}/{entry['path']}"
         local = _fs.local_path(self.fs, path)
         if local is None:
+            cache = self.run_cache
+            if cache is not None:
+                cached = cache.fetch(self.fs, path, entry, checkpoint_id)
+                if cached is not None:
+                    return cached
             return pa.py_buffer(self.read_checked(checkpoint_id, entry))
         data: pa.Buffer = self._read_or_missing(
             checkpoint_id, path, lambda _fs, _path: pa.memory_map(local, "r").read_buffer()

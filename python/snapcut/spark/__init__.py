@@ -31,7 +31,13 @@ pyspark.
 
 from snapcut.spark.batch_identity import foreach_batch
 from snapcut.spark.group_state import GroupState, GroupStateTimeout
-from snapcut.spark.keyed_state import STATE_MEMORY_CONF, KeyedState, keyed_state
+from snapcut.spark.keyed_state import (
+    RUN_CACHE_DIR_CONF,
+    RUN_CACHE_SIZE_CONF,
+    STATE_MEMORY_CONF,
+    KeyedState,
+    keyed_state,
+)
 from snapcut.spark.processors import (
     PRESENT_COLUMN,
     TIMED_OUT_COLUMN,
@@ -55,6 +61,8 @@ from snapcut.spark.state.rescale import RescaleReport, rescale
 
 __all__ = [
     "PRESENT_COLUMN",
+    "RUN_CACHE_DIR_CONF",
+    "RUN_CACHE_SIZE_CONF",
     "STATE_MEMORY_CONF",
     "TIMED_OUT_COLUMN",
     "TIMEOUT_COLUMN",

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from snapcut._core import state_memory_bytes
+from snapcut.snapshots.run_cache import RunCacheSpec
 from snapcut.spark.aggregates import plan_aggregate
 from snapcut.spark.arguments import key_columns, parse_duration_ms
 from snapcut.spark.arguments import output_mode as output_mode_of
@@ -32,10 +33,23 @@ from snapcut.spark.state.stage import StateOptions, StepPlan, build_stage
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["STATE_MEMORY_CONF", "KeyedState", "keyed_state", "parse_duration_ms"]
+__all__ = [
+    "RUN_CACHE_DIR_CONF",
+    "RUN_CACHE_SIZE_CONF",
+    "STATE_MEMORY_CONF",
+    "KeyedState",
+    "keyed_state",
+    "parse_duration_ms",
+]
 
 STATE_MEMORY_CONF = "spark.snapcut.state.memory"
 """The Spark conf of ``keyed_state``'s default ``state_memory``."""
+
+RUN_CACHE_SIZE_CONF = "spark.snapcut.state.runCacheSize"
+"""The Spark conf of ``keyed_state``'s default ``run_cache_size``."""
+
+RUN_CACHE_DIR_CONF = "spark.snapcut.state.runCacheDir"
+"""The Spark conf of ``keyed_state``'s default ``run_cache_dir``."""
 
 
 class KeyedState:
@@ -57,9 +71,16 @@ class KeyedState:
         filesystem: Any,
         state_writes: str = "background",
         state_memory: int | str | None = None,
+        run_cache_size: int | str | None = None,
+        run_cache_dir: str | None = None,
     ) -> None:
+        conf = df.sparkSession.conf
         if state_memory is None:
-            state_memory = df.sparkSession.conf.get(STATE_MEMORY_CONF, None)
+            state_memory = conf.get(STATE_MEMORY_CONF, None)
+        if run_cache_size is None:
+            run_cache_size = conf.get(RUN_CACHE_SIZE_CONF, None)
+        if run_cache_dir is None:
+            run_cache_dir = conf.get(RUN_CACHE_DIR_CONF, None)
         self.options = StateOptions(
             root=str(root),
             partitions=partitions,
@@ -69,6 +90,7 @@ class KeyedState:
             state_writes=state_writes,
             initial_state=initial_state,
             state_memory=None if state_memory is None else state_memory_bytes(state_memory),
+            run_cache=RunCacheSpec.parse(run_cache_size, run_cache_dir),
         )
         self.df = df
         self.state_root: StateRoot | None = None
@@ -287,6 +309,8 @@ def keyed_state(
     filesystem: Any = None,
     state_writes: str = "background",
     state_memory: int | str | None = None,
+    run_cache_size: int | str | None = None,
+    run_cache_dir: str | None = None,
 ) -> KeyedState:
     """Keys a streaming (or batch) DataFrame for stateful processing.
 
@@ -311,7 +335,13 @@ def keyed_state(
     for the partition a task works on, shared by its tables (every state
     variable of transformWithState, and its timers, is one), half for the
     other partitions the worker keeps warm (the largest are flushed when a
-    task ends over it); at least 2 MiB per table.
+    task ends over it); at least 2 MiB per table;
+    ``run_cache_size`` / ``run_cache_dir``: a remote root's state files are
+    downloaded once into a local cache on each worker machine and mapped
+    from there (bytes or ``"2GB"``, least recently used files evicted past
+    it; ``0``: no cache, files read into memory; default: the Spark confs
+    ``spark.snapcut.state.runCacheSize`` and ``spark.snapcut.state.runCacheDir``,
+    else 2 GiB under the worker's temp dir).
     """
     from snapcut.spark.source.register import register
 
@@ -332,4 +362,6 @@ def keyed_state(
         filesystem=filesystem,
         state_writes=state_writes,
         state_memory=state_memory,
+        run_cache_size=run_cache_size,
+        run_cache_dir=run_cache_dir,
     )

@@ -14,7 +14,9 @@ budget (``keyed_state(state_memory=...)``), flushes to local runs and the
 rows they took, merges of those runs, keys looked up in the runs and found
 there, and the most runs a table had; and the input rows tasks spilled to
 local files by key hash, to apply a batch larger than a worker's input share
-in parts (:mod:`snapcut.spark.state.key_parts`). :func:`observed` reads one step's
+in parts (:mod:`snapcut.spark.state.key_parts`); and, on a remote root, the
+state files cold tasks found in the local run cache, fetched into it, and
+the bytes fetched (:mod:`snapcut.snapshots.run_cache`). :func:`observed` reads one step's
 figures out of a progress, on classic Spark and Spark Connect alike.
 """
 
@@ -57,6 +59,9 @@ FIELDS = (
     "state_run_hits",
     "state_runs_max",
     "input_rows_spilled",
+    "state_run_cache_hits",
+    "state_run_cache_misses",
+    "state_run_cache_bytes_fetched",
 )
 MAXIMA = frozenset({"state_write_ms_max", "state_load_ms_max", "state_runs_max"})
 """Figures the step reports as the largest task's, not the sum."""

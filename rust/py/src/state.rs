@@ -26,7 +26,6 @@ pub struct StateTable {
     last_base: Option<u64>,
 }
 
-/// `"full"` or `"diff"`, as returned by `checkpoint()` and taken by `restore()`.
 /// A memory budget given as bytes (an int) or a size string ("256MB").
 pub fn memory_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
     if let Ok(text) = value.cast::<PyString>() {
@@ -510,6 +509,13 @@ fn state_memory_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
     state::check_memory_budget(memory_bytes(value)?).map_py()
 }
 
+/// A size in bytes, as `state_memory_bytes` reads one, with no minimum
+/// (the run cache's size limit).
+#[pyfunction]
+fn size_bytes(value: &Bound<'_, PyAny>) -> PyResult<usize> {
+    memory_bytes(value)
+}
+
 /// Each key's bucket among `buckets` (a pyarrow uint32 array): every row of
 /// a key gets the same bucket, in every process (the runs' filter hash).
 /// ConfigError on a null key, a non-key type or 0 buckets.
@@ -527,5 +533,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StateTable>()?;
     m.add_function(wrap_pyfunction!(key_buckets, m)?)?;
     m.add_function(wrap_pyfunction!(state_memory_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(size_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(storable_type, m)?)
 }

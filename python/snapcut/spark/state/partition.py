@@ -178,6 +178,11 @@ class Loaded:
     """Bytes of the state files a cache miss read from the root (their Arrow buffers)."""
     load_ms: float = 0.0
     """How long a cache miss took to read and restore the tables."""
+    run_cache_hits: int = 0
+    """Of the state files a cache miss read from a remote root: found in the
+    run cache, fetched into it, and the bytes fetched."""
+    run_cache_misses: int = 0
+    run_cache_bytes_fetched: int = 0
 
 
 class PartitionTask:
@@ -267,13 +272,16 @@ class PartitionTask:
         tables, chains = {}, {}
         t0 = time.perf_counter()
         read = 0
+        cache = self.root.backend.run_cache if self.root.mappable else None
+        before = cache.stats.copy() if cache is not None else None
         for layout in layouts:
             table = self._new_table(layout)
-            # A local root's files are mapped: a table with a memory budget takes
-            # its sorted full as its base run as it is (no copy, no local file).
-            # A remote root's are read into memory, and the table copies its
-            # base into a local run, as its budget needs.
-            mapped = self.root.local
+            # A local root's files are mapped, a remote root's from the run cache
+            # (downloaded once): a table with a memory budget takes its sorted
+            # full as its base run as it is (no copy, no local file). Without a
+            # run cache a remote root's are read into memory, and the table
+            # copies its base into a local run, as its budget needs.
+            mapped = self.root.mappable
             files = self.root.read_chain(
                 prev, self.partition, layout.vertex, conform=False, mapped=mapped
             )
@@ -291,7 +299,17 @@ class PartitionTask:
             tables[layout.vertex] = table
             chains[layout.vertex] = [cid for cid, _, _ in files]
         load_ms = (time.perf_counter() - t0) * 1000
-        return Loaded(tables, chains, watermark, max_event, False, late_watermark, read, load_ms)
+        fetched = (0, 0, 0)
+        if cache is not None and before is not None:
+            now = cache.stats
+            fetched = (
+                now.hits - before.hits,
+                now.misses - before.misses,
+                now.bytes_fetched - before.bytes_fetched,
+            )
+        return Loaded(
+            tables, chains, watermark, max_event, False, late_watermark, read, load_ms, *fetched
+        )
 
     def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
         """Applies the batch and makes version N durable; returns the output."""
@@ -426,6 +444,9 @@ class PartitionTask:
             **{f"state_{k}": spilled[k] - self._spilled.get(k, 0) for k in SPILL_SUMS},
             "state_runs_max": spilled["runs_max"],
             "input_rows_spilled": int(self._metrics["input_rows_spilled"]),
+            "state_run_cache_hits": self._loaded.run_cache_hits,
+            "state_run_cache_misses": self._loaded.run_cache_misses,
+            "state_run_cache_bytes_fetched": self._loaded.run_cache_bytes_fetched,
         }
 
 

@@ -69,9 +69,11 @@ class StateRoot:
         self.writer = SnapshotWriter(self.path, filesystem=self.fs)
         # One reader per root object (it keeps the manifests it read). No
         # existence check: init() created the root, existing() read its meta.
-        self.backend = FsBackend(self.fs, self.path, check=False)
-        # Its state files can be mapped (read_chain(mapped=True)) rather than read.
+        self.backend = FsBackend(self.fs, self.path, check=False, run_cache=self.spec.run_cache)
         self.local = _fs.local_path(self.fs, self.path) is not None
+        # Its state files can be mapped (read_chain(mapped=True)) rather than
+        # read: a local root's where they are, a remote one's from the run cache.
+        self.mappable = self.backend.mappable
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "dir": self.dir}
@@ -410,7 +412,8 @@ class StateRoot:
         table `vertex`, default the only one) at a committed batch
         (`manifest`), each checked against its size and checksum: the
         snapshot reader's chain (``FsBackend.chain``; `mapped`: a local
-        root's files mapped, not read)."""
+        root's files mapped, not read, and a remote root's mapped from the
+        run cache)."""
         from snapcut.spark.state.evolution import conform_file
 
         batch = int(manifest["checkpoint_id"])

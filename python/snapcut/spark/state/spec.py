@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError
+from snapcut.snapshots.run_cache import RunCacheSpec
 from snapcut.spark.roots import schema_bytes, schema_from_bytes, schema_to_json
 
 __all__ = [
@@ -141,6 +142,9 @@ class RootSpec:
     tables: tuple[TableSpec, ...] = ()
     """Several state tables (transformWithState's variables); empty for the
     one table of `state_schema` keyed by `state_key`."""
+    run_cache: RunCacheSpec = field(default=RunCacheSpec(), compare=False)
+    """Where a worker caches a remote root's state files (a local root's are
+    mapped where they are): ``keyed_state(run_cache_size=, run_cache_dir=)``."""
 
     @property
     def schema(self) -> pa.Schema:

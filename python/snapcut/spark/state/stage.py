@@ -6,12 +6,13 @@ hash-partitioned by key (``repartition(partitions, *key)``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from snapcut._core import ConfigError
+from snapcut.snapshots.run_cache import RunCacheSpec
 from snapcut.spark import metrics, no_data
 from snapcut.spark.arguments import frame_arrow_schema
 from snapcut.spark.group_state import GroupStateTimeout
@@ -45,6 +46,8 @@ class StateOptions:
     """Bytes of state rows a Python worker keeps in memory (parsed and
     checked by :func:`state_memory_bytes`, split by
     :func:`snapcut.spark.state.partition.table_memory`); None: all."""
+    run_cache: RunCacheSpec = field(default_factory=RunCacheSpec)
+    """Where workers cache a remote root's state files, and how many bytes."""
 
     def __post_init__(self) -> None:
         if self.state_writes not in STATE_WRITES:
@@ -99,6 +102,7 @@ def build_stage(
             retain=options.retain,
             filesystem=options.filesystem,
             tables=step.tables,
+            run_cache=options.run_cache,
         )
     )
     if options.state_memory is not None:

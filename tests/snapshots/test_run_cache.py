@@ -1,0 +1,245 @@
+"""The run cache (issue 37): a remote root's state files downloaded once into
+a local directory, checked, mapped, and kept to a size limit, least recently
+used first. On a real S3 server (moto on 127.0.0.1) against the same root's
+files read with no cache."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pytest
+from tests.s3_support import S3Server
+
+from conftest import Root
+from snapcut import ConfigError, SnapshotError
+from snapcut.snapshots import checkpoint_dir_name
+from snapcut.snapshots.backend import FsBackend
+from snapcut.snapshots.run_cache import (
+    DEFAULT_RUN_CACHE_BYTES,
+    RunCache,
+    RunCacheSpec,
+    default_directory,
+    shared,
+)
+
+TASKS = [("agg", 0), ("agg", 1)]
+
+
+def upload(s3: S3Server, root: Root) -> str:
+    """The root's files in a new bucket; returns bucket/path."""
+    path = f"{s3.bucket()}/{root.path.name}"
+    pafs.copy_files(
+        str(root.path),
+        path,
+        source_filesystem=pafs.LocalFileSystem(),
+        destination_filesystem=s3.filesystem(),
+    )
+    return path
+
+
+def chains(
+    backend: FsBackend, mapped: bool
+) -> dict[tuple[int, Any], list[tuple[int, str, pa.Table]]]:
+    out = {}
+    for cid in backend.complete():
+        for task in TASKS:
+            chain = backend.chain(cid, task, mapped=mapped)
+            assert chain is not None
+            out[(cid, task)] = chain
+    return out
+
+
+def cache_files(directory: Path) -> list[Path]:
+    return sorted(
+        p for p in directory.iterdir() if p.suffix == ".arrow" and not p.name.startswith(".")
+    )
+
+
+@pytest.fixture
+def remote(s3: S3Server, local_root: Root) -> tuple[Any, str]:
+    return s3.filesystem(), upload(s3, local_root)
+
+
+def test_a_remote_chain_read_through_the_cache_equals_one_read_without(
+    remote: tuple[Any, str], tmp_path: Path
+) -> None:
+    fs, path = remote
+    want = chains(FsBackend(fs, path), mapped=False)
+    cache = RunCache(tmp_path / "cache", 1 << 30)
+    backend = FsBackend(fs, path, run_cache=cache)
+    assert backend.mappable
+    got = chains(backend, mapped=True)
+    assert got.keys() == want.keys()
+    for k in want:
+        assert [
+            (c, kind, t.equals(w)) for (c, kind, t), (_, _, w) in zip(got[k], want[k], strict=True)
+        ] == [(c, kind, True) for c, kind, _ in want[k]]
+    files = cache_files(tmp_path / "cache")
+    # Each distinct file once, though chains share their fulls and diffs.
+    assert cache.stats.misses == len(files) > 2
+    assert cache.stats.bytes_fetched == sum(f.stat().st_size for f in files) == cache.used_bytes()
+    assert cache.stats.hits > 0 and cache.stats.evicted == 0
+    misses = cache.stats.misses
+    # A second reader (another task of the worker) finds every file cached.
+    again = chains(FsBackend(fs, path, run_cache=cache), mapped=True)
+    assert cache.stats.misses == misses
+    assert all(
+        t.equals(w) for k in want for (_, _, t), (_, _, w) in zip(again[k], want[k], strict=True)
+    )
+
+
+def test_the_cache_keeps_to_its_limit_least_recently_used_first(
+    remote: tuple[Any, str], tmp_path: Path
+) -> None:
+    fs, path = remote
+    backend = FsBackend(fs, path)
+    cid = max(backend.complete())
+    files = _chain_entries(backend, cid, TASKS[0]) + _chain_entries(backend, cid, TASKS[1])
+    (ca, a), (cb, b), (cc, c) = files[:3]
+    where = {
+        id(e): (f"{path}/{checkpoint_dir_name(at)}/{e['path']}", at)
+        for at, e in ((ca, a), (cb, b), (cc, c))
+    }
+    limit = sum(int(e["bytes"]) for e in (a, b, c)) - 1  # one of the three must go
+    cache = RunCache(tmp_path / "cache", limit)
+
+    def fetch(e: dict[str, Any]) -> pa.Buffer:
+        remote_file, at = where[id(e)]
+        data = cache.fetch(fs, remote_file, e, at)
+        assert data is not None
+        time.sleep(0.02)  # distinct use times
+        return data
+
+    held = fetch(a)
+    fetch(b)
+    fetch(a)  # a used after b: b is the least recently used
+    assert (cache.stats.misses, cache.stats.hits) == (2, 1)
+    fetch(c)
+    assert cache.stats.evicted == 1
+    assert cache.used_bytes() == int(a["bytes"]) + int(c["bytes"]) <= limit
+    fetch(a)
+    assert cache.stats.misses == 3  # a stayed; b went
+    fetch(b)
+    assert cache.stats.misses == 4
+    # A mapping of a file evicted since still reads its bytes.
+    assert bytes(held) == bytes(fetch(a))
+
+
+def _chain_entries(
+    backend: FsBackend, cid: int, task: tuple[str, int]
+) -> list[tuple[int, dict[str, Any]]]:
+    """(checkpoint id, manifest entry) of each file of a task's chain."""
+    from snapcut._core import format as fmt
+
+    raw = backend.manifest_bytes(cid)
+    links = fmt.state_chain(cid, raw, task[0], task[1], backend.manifest_bytes)
+    assert links is not None
+    return [(at, entry) for at, _, entry in links]
+
+
+def test_a_damaged_cached_copy_is_fetched_again(remote: tuple[Any, str], tmp_path: Path) -> None:
+    fs, path = remote
+    cache = RunCache(tmp_path / "cache", 1 << 30)
+    backend = FsBackend(fs, path, run_cache=cache)
+    cid = max(backend.complete())
+    want = backend.chain(cid, TASKS[1], mapped=False)
+    backend.chain(cid, TASKS[1], mapped=True)
+    victim = cache_files(tmp_path / "cache")[0]
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.unlink(victim)  # a new inode: the mappings above keep the good bytes
+    victim.write_bytes(bytes(data))
+    for task in TASKS:
+        backend.chain(cid, task, mapped=True)
+    got = backend.chain(cid, TASKS[1], mapped=True)
+    assert cache.stats.refetched == 1
+    assert got is not None and want is not None
+    assert all(t.equals(w) for (_, _, t), (_, _, w) in zip(got, want, strict=True))
+
+
+def test_a_damaged_remote_file_is_refused_and_not_kept(
+    s3: S3Server, local_root: Root, tmp_path: Path
+) -> None:
+    fs = s3.filesystem()
+    path = upload(s3, local_root)
+    backend = FsBackend(fs, path)
+    cid = max(backend.complete())
+    at, entry = _chain_entries(backend, cid, TASKS[0])[-1]
+    remote_file = f"{path}/{checkpoint_dir_name(at)}/{entry['path']}"
+    with fs.open_input_stream(remote_file) as f:
+        data = bytearray(f.read())
+    data[len(data) // 3] ^= 0x01
+    with fs.open_output_stream(remote_file) as f:
+        f.write(bytes(data))
+    cache = RunCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(SnapshotError, match="fails its checksum") as e:
+        FsBackend(fs, path, run_cache=cache).chain(cid, TASKS[0], mapped=True)
+    assert entry["path"] in str(e.value)
+    # The damaged download is not kept (nor its temporary file).
+    left = [p.name for p in (tmp_path / "cache").iterdir()]
+    assert all(p.endswith(".arrow") and not p.startswith(".") for p in left), left
+    assert not [p for p in left if p.endswith(f"-{entry['bytes']}-{entry['crc32c']}.arrow")]
+
+
+def test_a_missing_remote_file_is_named(remote: tuple[Any, str], tmp_path: Path) -> None:
+    fs, path = remote
+    backend = FsBackend(fs, path)
+    cid = max(backend.complete())
+    at, entry = _chain_entries(backend, cid, TASKS[0])[-1]
+    fs.delete_file(f"{path}/{checkpoint_dir_name(at)}/{entry['path']}")
+    cache = RunCache(tmp_path / "cache", 1 << 30)
+    with pytest.raises(SnapshotError, match="listed in the manifest is missing") as e:
+        FsBackend(fs, path, run_cache=cache).chain(cid, TASKS[0], mapped=True)
+    assert entry["path"] in str(e.value)
+    # The chain's other files were fetched; of the missing one, nothing (no
+    # copy, no temporary file).
+    left = [p.name for p in (tmp_path / "cache").iterdir()]
+    assert all(p.endswith(".arrow") and not p.startswith(".") for p in left), left
+    assert not [p for p in left if p.endswith(f"-{entry['bytes']}-{entry['crc32c']}.arrow")]
+
+
+def test_a_file_larger_than_the_cache_is_read_as_without_one(
+    remote: tuple[Any, str], tmp_path: Path
+) -> None:
+    fs, path = remote
+    cache = RunCache(tmp_path / "cache", 1)
+    backend = FsBackend(fs, path, run_cache=cache)
+    cid = max(backend.complete())
+    got = backend.chain(cid, TASKS[0], mapped=True)
+    want = FsBackend(fs, path).chain(cid, TASKS[0], mapped=False)
+    assert got is not None and want is not None
+    assert all(t.equals(w) for (_, _, t), (_, _, w) in zip(got, want, strict=True))
+    assert cache.stats.too_large == len(got) and cache.stats.misses == 0
+    assert not list((tmp_path / "cache").iterdir())
+
+
+def test_a_local_root_needs_no_cache(local_root: Root, tmp_path: Path) -> None:
+    backend = FsBackend(
+        pafs.LocalFileSystem(), str(local_root.path), run_cache=RunCache(tmp_path / "c", 1 << 20)
+    )
+    assert backend.run_cache is None and backend.mappable
+
+
+def test_cache_settings_parse_and_bad_ones_are_refused(tmp_path: Path) -> None:
+    assert RunCacheSpec.parse(None, None) == RunCacheSpec(None, DEFAULT_RUN_CACHE_BYTES)
+    assert RunCacheSpec.parse("512MB", tmp_path) == RunCacheSpec(str(tmp_path), 512 << 20)
+    assert RunCacheSpec.parse(4096, None).max_bytes == 4096
+    off = RunCacheSpec.parse("0", None)
+    assert not off.enabled and shared(off) is None
+    for bad in ("lots", -1, "12 parsecs", 1.5, True):
+        with pytest.raises(ConfigError, match="is not a size: give bytes"):
+            RunCacheSpec.parse(bad, None)  # type: ignore[arg-type]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=f"run cache directory {blocker}/c cannot be written"):
+        RunCache(blocker / "c", 1 << 20)
+    one = shared(RunCacheSpec(str(tmp_path / "s"), 1 << 20))
+    assert one is not None and one is shared(RunCacheSpec(str(tmp_path / "s"), 1 << 20))
+    assert default_directory().startswith(
+        os.path.join(os.path.dirname(default_directory()), "snapcut-run-cache")
+    )
