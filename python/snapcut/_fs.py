@@ -200,7 +200,11 @@ def exists(fs: Any, path: str) -> bool:
 
 
 def read_bytes(fs: Any, path: str) -> bytes:
-    with fs.open_input_stream(path) as f:
+    """A whole file. Opened for random access, so its size is known and an
+    object store answers one ranged GET: reading an input stream to its end
+    grows the result as it goes (120 MB from S3 took 35 s on moto, 0.2 s
+    this way)."""
+    with fs.open_input_file(path) as f:
         data: bytes = f.read()
     return data
 
