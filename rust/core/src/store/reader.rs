@@ -1,12 +1,13 @@
 //! Reading a snapshot root: listing, verification, and rebuilding full state
 //! from manifests alone (nearest full + following diffs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use arrow_buffer::Buffer;
 use arrow_schema::Schema;
 
 use super::files::{map_checked, read_checked};
@@ -28,6 +29,9 @@ pub struct Skipped {
     pub id: CheckpointId,
     pub reason: String,
 }
+
+/// Files of a checkpoint mapped and checked, by (checkpoint, path).
+type CheckedFiles = HashMap<(CheckpointId, String), Buffer>;
 
 /// Read access to a snapshot root on the local filesystem.
 #[derive(Clone, Debug)]
@@ -124,14 +128,28 @@ impl SnapshotReader {
     /// files are checked through a mapping: a root's state larger than memory
     /// verifies without holding any file on the heap.
     pub fn verify(&self, id: CheckpointId) -> Result<Manifest> {
+        self.verify_keeping(id, false).map(|(manifest, _)| manifest)
+    }
+
+    /// [`Self::verify`]; with `keep`, also the checked files' mappings by
+    /// (checkpoint, path), so that a restore decodes them as they are rather
+    /// than mapping and checksumming each file a second time.
+    fn verify_keeping(&self, id: CheckpointId, keep: bool) -> Result<(Manifest, CheckedFiles)> {
         let manifest = self.manifest(id)?;
+        let mut checked = CheckedFiles::new();
         format::verify_with(
             id,
             &manifest,
             |cid| self.manifest(cid),
-            |cid, f| map_checked(&self.checkpoint_dir(cid), f, cid).map(drop),
+            |cid, f| {
+                let buffer = map_checked(&self.checkpoint_dir(cid), f, cid)?;
+                if keep {
+                    checked.insert((cid, f.path.clone()), buffer);
+                }
+                Ok(())
+            },
         )?;
-        Ok(manifest)
+        Ok((manifest, checked))
     }
 
     /// The newest checkpoint that verifies, and every newer one skipped with
@@ -188,7 +206,7 @@ impl SnapshotReader {
         id: CheckpointId,
         task: &TaskId,
     ) -> Result<Vec<(CheckpointId, StateCapture)>> {
-        self.links(id, task, false)
+        self.links(id, task, false, &CheckedFiles::new())
     }
 
     /// As [`Self::state_chain`], each file read through a read-only mapping
@@ -201,14 +219,16 @@ impl SnapshotReader {
         id: CheckpointId,
         task: &TaskId,
     ) -> Result<Vec<(CheckpointId, StateCapture)>> {
-        self.links(id, task, true)
+        self.links(id, task, true, &CheckedFiles::new())
     }
 
+    /// `checked`: files mapped and checked already (by [`Self::verify_keeping`]).
     fn links(
         &self,
         id: CheckpointId,
         task: &TaskId,
         mapped: bool,
+        checked: &CheckedFiles,
     ) -> Result<Vec<(CheckpointId, StateCapture)>> {
         let manifest = self.manifest(id)?;
         let Some(entry) = manifest.state_file(task) else {
@@ -220,7 +240,11 @@ impl SnapshotReader {
             let (schema, batches) = if mapped {
                 let dir = self.checkpoint_dir(link.checkpoint);
                 let what = format!("checkpoint {} file {}", link.checkpoint, link.entry.path);
-                decode_buffer(map_checked(&dir, &link.entry, link.checkpoint)?, &what)?
+                let buffer = match checked.get(&(link.checkpoint, link.entry.path.clone())) {
+                    Some(buffer) => buffer.clone(),
+                    None => map_checked(&dir, &link.entry, link.checkpoint)?,
+                };
+                decode_buffer(buffer, &what)?
             } else {
                 self.read_file(link.checkpoint, &link.entry)?
             };
@@ -279,7 +303,7 @@ impl SnapshotReader {
     }
 
     fn load_with(&self, id: CheckpointId, runs: bool) -> Result<CompletedCheckpoint> {
-        let manifest = self.verify(id)?;
+        let (manifest, checked) = self.verify_keeping(id, runs)?;
         let protocol: ProtocolKind = manifest.protocol.parse().map_err(|e| {
             Error::Snapshot(format!(
                 "checkpoint {id}: manifest names an unknown protocol: {e}"
@@ -298,7 +322,7 @@ impl SnapshotReader {
         for t in &manifest.tasks {
             let task = t.task();
             let state = if runs {
-                let chain = self.state_runs(id, &task)?;
+                let chain = self.links(id, &task, true, &checked)?;
                 if !chain.is_empty() {
                     state_runs.insert(task.clone(), chain);
                 }
