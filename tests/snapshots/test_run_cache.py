@@ -243,3 +243,31 @@ def test_cache_settings_parse_and_bad_ones_are_refused(tmp_path: Path) -> None:
     assert default_directory().startswith(
         os.path.join(os.path.dirname(default_directory()), "snapcut-run-cache")
     )
+
+
+def test_a_download_cut_short_leaves_nothing_that_is_read(
+    remote: tuple[Any, str], tmp_path: Path
+) -> None:
+    """A process killed mid-download leaves a temporary file: never read as
+    a copy (the file is fetched whole again), and removed once it is an hour
+    old; a younger one (another process's download in flight) stays."""
+    fs, path = remote
+    cache_dir = tmp_path / "cache"
+    cache = RunCache(cache_dir, 1 << 30)
+    backend = FsBackend(fs, path, run_cache=cache)
+    cid = max(backend.complete())
+    want = backend.chain(cid, TASKS[0], mapped=False)
+    at, entry = _chain_entries(backend, cid, TASKS[0])[-1]
+    remote_file = f"{path}/{checkpoint_dir_name(at)}/{entry['path']}"
+    name = cache._name(remote_file, entry)
+    stale = cache_dir / f".{name}.4242.dead.tmp"
+    stale.write_bytes(b"ARROW1 half a file")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    young = cache_dir / f".{name}.4243.busy.tmp"
+    young.write_bytes(b"ARROW1 another half")
+    got = backend.chain(cid, TASKS[0], mapped=True)
+    assert got is not None and want is not None
+    assert all(t.equals(w) for (_, _, t), (_, _, w) in zip(got, want, strict=True))
+    assert cache.stats.misses == len(got) and cache.stats.refetched == 0
+    assert not stale.exists() and young.exists()
+    assert (cache_dir / name).stat().st_size == int(entry["bytes"])
