@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import ConfigError, SnapshotError
+from snapcut._core import ConfigError, SnapshotError, size_bytes
 from snapcut._core import format as fmt
 
 __all__ = [
@@ -90,8 +90,6 @@ class RunCacheSpec:
             f"run cache size {size!r} is not a size: give bytes (2147483648), a size with a "
             "unit (2GB, binary units as Spark reads them), or 0 for no cache"
         )
-        from snapcut._core import size_bytes
-
         if size is None:
             max_bytes = DEFAULT_RUN_CACHE_BYTES
         elif isinstance(size, bool) or not isinstance(size, int | str):
