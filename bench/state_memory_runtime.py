@@ -26,11 +26,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from children import child_env, run_json_child
 
 CHILD = r"""
 import json, sys
@@ -56,12 +57,8 @@ print(json.dumps({
 
 
 def child(pythonpath: str, args: argparse.Namespace, budget: str) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=pythonpath)
     cmd = [sys.executable, "-c", CHILD, str(args.keys), str(args.records), budget]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_json_child(cmd, child_env(pythonpath), args.timeout)
 
 
 def spread(values: list[float]) -> str:

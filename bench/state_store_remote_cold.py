@@ -33,37 +33,23 @@ import os
 import pickle
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from children import child_env, run_json_child
+
 REPO = Path(__file__).resolve().parent.parent
 
 CHILD = r"""
-import json, os, pickle, sys, threading, time
+import json, os, pickle, sys, time
 import pyarrow as pa
+from children import MemoryPeaks
 
 spec_file, cache_dir, cache_size, budget, diff = sys.argv[1:6]
-started = time.monotonic()
-peak_anon = 0
-stop = threading.Event()
-
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise SystemExit(f"/proc/self/status has no {field}")
-
-def sample():
-    global peak_anon
-    while not stop.wait(0.02):
-        peak_anon = max(peak_anon, status("RssAnon"))
-
-threading.Thread(target=sample, daemon=True).start()
+peaks = MemoryPeaks()
 import dataclasses
 from snapcut.snapshots.run_cache import RunCacheSpec
 from snapcut.spark.state.partition import PartitionTask, StateCache
@@ -80,8 +66,7 @@ task = PartitionTask(
 )
 task.apply(data, processor, None)
 task_s = time.monotonic() - t0
-stop.set()
-peak_anon = max(peak_anon, status("RssAnon"))
+memory = peaks.stop()
 loaded = task._loaded
 stats = loaded.tables["state"].spill_stats() or {}
 print(json.dumps({
@@ -92,8 +77,7 @@ print(json.dumps({
     "run_cache_misses": loaded.run_cache_misses,
     "bytes_fetched": loaded.run_cache_bytes_fetched,
     "bases_mapped": stats.get("bases_mapped", 0),
-    "vm_hwm_mb": round(status("VmHWM") / 2**20),
-    "rss_anon_peak_mb": round(peak_anon / 2**20),
+    **memory,
 }), flush=True)
 os._exit(0)  # no commit of batch 2: every run reads the same chain
 """
@@ -169,10 +153,7 @@ def child(
         str(args.budget),
         str(args.diff),
     ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_json_child(cmd, child_env(""), args.timeout)
 
 
 def spread(values: list[float]) -> str:

@@ -30,35 +30,22 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from children import child_env, run_json_child
+
 CHILD = r"""
-import json, os, sys, threading, time
+import json, os, sys, time
+from children import MemoryPeaks
 from snapcut import Checkpointing, Dataflow
 
 keys, records, root, budget, spill, interval, full_every = sys.argv[1:8]
 started = time.monotonic()
-peak_anon = 0
-stop = threading.Event()
-
-def status(field):
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise SystemExit(f"/proc/self/status has no {field}")
-
-def sample():
-    global peak_anon
-    while not stop.wait(0.02):
-        peak_anon = max(peak_anon, status("RssAnon"))
-
-threading.Thread(target=sample, daemon=True).start()
+peaks = MemoryPeaks()
 flow = Dataflow(parallelism=2)
 events = flow.generate_dwell_events(users=int(keys), count=int(records), seed=11)
 events.key_by("user").aggregate(
@@ -69,16 +56,14 @@ cp = Checkpointing(
 )
 resume = os.environ.get("BENCH_RESUME") == "1"
 report = flow.run(cp, checkpoint_dir=root, resume=resume)
-stop.set()
-peak_anon = max(peak_anon, status("RssAnon"))
+memory = peaks.stop()
 print(json.dumps({
     "wall_s": round(time.monotonic() - started, 3),
     "job_s": round(report.duration_s, 3),
     "restored_from": report.restored_from,
     "rows_out": report.results["out"].num_rows,
     "checkpoints": len(report.completed_checkpoints),
-    "vm_hwm_mb": round(status("VmHWM") / 2**20),
-    "rss_anon_peak_mb": round(peak_anon / 2**20),
+    **memory,
     "bases_mapped": sum(s.get("bases_mapped", 0) for s in report.spill.values()),
 }))
 """
@@ -87,7 +72,7 @@ print(json.dumps({
 def child(
     pythonpath: str, args: argparse.Namespace, records: int, root: Path, resume: bool, spill: Path
 ) -> dict[str, Any]:
-    env = dict(os.environ, PYTHONPATH=pythonpath, BENCH_RESUME="1" if resume else "0")
+    env = child_env(pythonpath, BENCH_RESUME="1" if resume else "0")
     cmd = [
         sys.executable,
         "-c",
@@ -100,10 +85,7 @@ def child(
         str(args.interval),
         str(args.full_every),
     ]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-    if done.returncode != 0:
-        raise SystemExit(f"child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    return run_json_child(cmd, env, args.timeout)
 
 
 def spread(values: list[float]) -> str:

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -60,6 +61,18 @@ class S3Server:
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
         self.filesystem(allow_bucket_creation=True).create_dir(name)
         return name
+
+    def upload(self, local: Path) -> str:
+        """Copies a local directory (a snapshot root) into a new bucket;
+        returns its bucket/path."""
+        path = f"{self.bucket()}/{local.name}"
+        pafs.copy_files(
+            str(local),
+            path,
+            source_filesystem=pafs.LocalFileSystem(),
+            destination_filesystem=self.filesystem(),
+        )
+        return path
 
     def keys(self, path: str) -> list[str]:
         """Every object key under `path` (bucket/prefix), relative to it."""

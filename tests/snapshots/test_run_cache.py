@@ -30,18 +30,6 @@ from snapcut.snapshots.run_cache import (
 TASKS = [("agg", 0), ("agg", 1)]
 
 
-def upload(s3: S3Server, root: Root) -> str:
-    """The root's files in a new bucket; returns bucket/path."""
-    path = f"{s3.bucket()}/{root.path.name}"
-    pafs.copy_files(
-        str(root.path),
-        path,
-        source_filesystem=pafs.LocalFileSystem(),
-        destination_filesystem=s3.filesystem(),
-    )
-    return path
-
-
 def chains(
     backend: FsBackend, mapped: bool
 ) -> dict[tuple[int, Any], list[tuple[int, str, pa.Table]]]:
@@ -62,7 +50,7 @@ def cache_files(directory: Path) -> list[Path]:
 
 @pytest.fixture
 def remote(s3: S3Server, local_root: Root) -> tuple[Any, str]:
-    return s3.filesystem(), upload(s3, local_root)
+    return s3.filesystem(), s3.upload(local_root.path)
 
 
 def test_a_remote_chain_read_through_the_cache_equals_one_read_without(
@@ -166,7 +154,7 @@ def test_a_damaged_remote_file_is_refused_and_not_kept(
     s3: S3Server, local_root: Root, tmp_path: Path
 ) -> None:
     fs = s3.filesystem()
-    path = upload(s3, local_root)
+    path = s3.upload(local_root.path)
     backend = FsBackend(fs, path)
     cid = max(backend.complete())
     at, entry = _chain_entries(backend, cid, TASKS[0])[-1]

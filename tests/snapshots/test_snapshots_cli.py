@@ -20,7 +20,6 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.dataset as ds
-import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given, settings
@@ -755,13 +754,7 @@ def test_the_store_and_the_operations_share_one_format(local_root: Root) -> None
 
 def on_s3(s3: S3Server, root: Root) -> tuple[str, str]:
     """Uploads a root's files to a new bucket: (its s3:// URI, bucket/path)."""
-    path = f"{s3.bucket()}/{root.path.name}"
-    pafs.copy_files(
-        str(root.path),
-        path,
-        source_filesystem=pafs.LocalFileSystem(),
-        destination_filesystem=s3.filesystem(),
-    )
+    path = s3.upload(root.path)
     return s3.uri(path), path
 
 

@@ -1,0 +1,67 @@
+"""What the benches that measure in child processes share: running a child
+and reading the JSON line it ends with, and, inside a child, its memory
+peaks as ``/proc/self/status`` gives them (Linux).
+
+A child imports this module from the bench directory, which
+:func:`child_env` puts on its ``PYTHONPATH`` after the build's own path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def child_env(pythonpath: str, **extra: str) -> dict[str, str]:
+    """This process's environment with ``PYTHONPATH`` = `pythonpath` (a
+    build's site; empty: the installed one) then the bench directory."""
+    path = os.pathsep.join(p for p in (pythonpath, str(BENCH_DIR)) if p)
+    return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def run_json_child(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Runs `cmd`; its last line of output, a JSON object. A failed child
+    ends the bench with the tail of its stderr."""
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise SystemExit(f"child failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def status_bytes(field: str) -> int:
+    """A ``/proc/self/status`` field given in kB, in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise SystemExit(f"/proc/self/status has no {field}")
+
+
+class MemoryPeaks:
+    """Samples RssAnon every `every_s` seconds from creation to :meth:`stop`,
+    which returns ``{"vm_hwm_mb", "rss_anon_peak_mb"}``: the kernel's
+    high-water mark of resident pages (mapped files' touched pages
+    included) and the largest anonymous (heap) resident size seen."""
+
+    def __init__(self, every_s: float = 0.02) -> None:
+        self._peak = 0
+        self._stop = threading.Event()
+        self._every = every_s
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every):
+            self._peak = max(self._peak, status_bytes("RssAnon"))
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._peak = max(self._peak, status_bytes("RssAnon"))
+        return {
+            "vm_hwm_mb": round(status_bytes("VmHWM") / 2**20),
+            "rss_anon_peak_mb": round(self._peak / 2**20),
+        }
