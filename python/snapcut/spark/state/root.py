@@ -70,7 +70,6 @@ class StateRoot:
         # One reader per root object (it keeps the manifests it read). No
         # existence check: init() created the root, existing() read its meta.
         self.backend = FsBackend(self.fs, self.path, check=False, run_cache=self.spec.run_cache)
-        self.local = _fs.local_path(self.fs, self.path) is not None
         # Its state files can be mapped (read_chain(mapped=True)) rather than
         # read: a local root's where they are, a remote one's from the run cache.
         self.mappable = self.backend.mappable
