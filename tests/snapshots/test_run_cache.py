@@ -16,7 +16,7 @@ import pytest
 from tests.s3_support import S3Server
 
 from conftest import Root
-from snapcut import ConfigError, SnapshotError
+from snapcut import ConfigError, SnapshotError, StorageError
 from snapcut.snapshots import checkpoint_dir_name
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.run_cache import (
@@ -259,3 +259,28 @@ def test_a_download_cut_short_leaves_nothing_that_is_read(
     assert cache.stats.misses == len(got) and cache.stats.refetched == 0
     assert not stale.exists() and young.exists()
     assert (cache_dir / name).stat().st_size == int(entry["bytes"])
+
+
+def test_a_cache_directory_that_cannot_take_a_file_is_named(
+    remote: tuple[Any, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The directory gone and a file in its place after the cache opened it:
+    the download fails naming the directory and the remote file, and leaves
+    nothing behind."""
+    fs, path = remote
+    cache_dir = tmp_path / "cache"
+    cache = RunCache(cache_dir, 1 << 30)
+    cache_dir.rmdir()
+    cache_dir.write_text("not a directory")
+    backend = FsBackend(fs, path, run_cache=cache)
+    cid = max(backend.complete())
+    with pytest.raises(StorageError, match=f"run cache directory {cache_dir} cannot take") as e:
+        backend.chain(cid, TASKS[0], mapped=True)
+    assert path in str(e.value) and "runCacheDir" in str(e.value)
+    # The same for the download itself (reached when no copy is looked for).
+    monkeypatch.setattr(cache, "_open_cached", lambda *_: None)
+    with pytest.raises(StorageError, match=f"run cache directory {cache_dir} cannot take") as e:
+        backend.chain(cid, TASKS[0], mapped=True)
+    assert isinstance(e.value.__cause__, NotADirectoryError)
+    assert cache.stats.misses == 0
+    assert cache_dir.read_text() == "not a directory"

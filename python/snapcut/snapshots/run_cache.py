@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import ConfigError, SnapshotError, size_bytes
+from snapcut._core import ConfigError, SnapshotError, StorageError, size_bytes
 from snapcut._core import format as fmt
 
 __all__ = [
@@ -170,12 +170,12 @@ class RunCache:
                 self.stats.hits += 1
             return cached
         self._download(fs, path, local, checkpoint_id)
-        data = _map(local)
+        data = self._map(local, path)
         if data is None:
             # Another process evicted it between our rename and this map:
             # the bytes are fetched again rather than trusted to luck.
             self._download(fs, path, local, checkpoint_id)
-            data = _map(local)
+            data = self._map(local, path)
             if data is None:
                 raise SnapshotError(
                     f"run cache file {local} vanished twice right after its download: another "
@@ -200,7 +200,7 @@ class RunCache:
     def _open_cached(
         self, local: Path, entry: dict[str, Any], checkpoint_id: int, path: str
     ) -> pa.Buffer | None:
-        data = _map(local)
+        data = self._map(local, path)
         if data is None:
             return None
         try:
@@ -218,19 +218,48 @@ class RunCache:
         return data
 
     def _download(self, fs: Any, path: str, local: Path, checkpoint_id: int) -> None:
-        tmp = local.with_name(f".{local.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+        """Copies the remote file into the cache: a temporary file, renamed
+        into place once whole. The store's errors and the local disk's are
+        told apart: a missing remote file is the format's error, another
+        remote failure a storage error naming the store, and a cache
+        directory that cannot take the file a storage error naming it."""
         try:
-            with fs.open_input_file(path) as src, open(tmp, "wb") as dst:
-                while chunk := src.read(_CHUNK):
-                    dst.write(chunk)
-            os.replace(tmp, local)
+            src = fs.open_input_file(path)
         except OSError as e:
-            _unlink(tmp)
             if isinstance(e, FileNotFoundError) or not _fs.exists(fs, path):
                 raise fmt.missing_file(checkpoint_id, path) from None
-            if _fs.local_path(fs, path) is None and not isinstance(e, PermissionError):
-                raise _fs.storage_error(e, fs, f"fetching {path} into the run cache", path) from e
-            raise
+            raise _fs.storage_error(e, fs, f"fetching {path} into the run cache", path) from e
+        tmp = local.with_name(f".{local.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+        with src:
+            try:
+                with open(tmp, "wb") as dst:
+                    while chunk := _read(src, fs, path):
+                        dst.write(chunk)
+                os.replace(tmp, local)
+            except OSError as e:
+                _unlink(tmp)
+                raise self._unusable(path, e) from e
+            except BaseException:
+                _unlink(tmp)
+                raise
+
+    def _unusable(self, path: str, e: OSError) -> StorageError:
+        return StorageError(
+            f"run cache directory {self.directory} cannot take {path} ({e.strerror or e}): "
+            "free space there, give the cache another directory "
+            "(spark.snapcut.state.runCacheDir), or turn it off "
+            "(spark.snapcut.state.runCacheSize=0)"
+        )
+
+    def _map(self, local: Path, path: str) -> pa.Buffer | None:
+        """The cached copy of remote file `path`, mapped; None if there is none."""
+        try:
+            buffer: pa.Buffer = pa.memory_map(str(local), "r").read_buffer()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise self._unusable(path, e) from e
+        return buffer
 
     def _evict(self, keep: Path) -> None:
         """Deletes the least recently used files until the rest fit."""
@@ -288,17 +317,20 @@ def shared(spec: RunCacheSpec) -> RunCache | None:
         return cache
 
 
-def _map(local: Path) -> pa.Buffer | None:
+def _read(src: Any, fs: Any, path: str) -> bytes:
+    """The next chunk of a remote file; a failure is the store's, named."""
     try:
-        buffer: pa.Buffer = pa.memory_map(str(local), "r").read_buffer()
-    except FileNotFoundError:
-        return None
-    return buffer
+        chunk: bytes = src.read(_CHUNK)
+    except OSError as e:
+        raise _fs.storage_error(e, fs, f"fetching {path} into the run cache", path) from e
+    return chunk
 
 
 def _unlink(p: Path) -> bool:
+    """Removes `p` if it can (best effort: a file another process removed,
+    or a directory gone from under it, is not an error); whether it did."""
     try:
         p.unlink()
-    except FileNotFoundError:
+    except OSError:
         return False
     return True
