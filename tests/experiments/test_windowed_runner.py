@@ -22,7 +22,9 @@ from snapcut.experiments.runner import Plan, execute
 from snapcut.experiments.verdicts import resolved
 from snapcut.experiments.windows import WindowRun, measure_windows
 
-SLOW_MS, INJECT_S = 2.0, 0.001
+# The injection doubles the slow operator's sleep: a loaded CI guest (3 pytest
+# workers on 2 cores, Spark beside) once drowned a +50 % one in its noise.
+SLOW_MS, INJECT_S = 2.0, 0.002
 SLOW_S = SLOW_MS / 1e3
 
 
@@ -46,7 +48,7 @@ def test_an_injected_slowdown_is_recovered_through_the_runner(
         window_span_s=0.4,
         window_guard_s=0.1,
         window_warmup_s=0.3,
-        on_windows=8,
+        on_windows=12,
         window_cell_s=10.0,
     )
     scenario = scenario_name("slow-operator", SLOW_MS)
@@ -82,10 +84,11 @@ def test_an_injected_slowdown_is_recovered_through_the_runner(
     truth = on / off - 1
     # The injection must be a clear slowdown for the rest to mean anything; how
     # clear depends on the machine's load (a loaded guest oversleeps both
-    # windows, which shrinks the ratio: 0.285 was seen in CI), so only its
-    # order is checked here. Whether the windows find it is checked below.
-    assert 0.15 < truth < 0.8, (truth, INJECT_S / (BATCH / statistics.median(run.rates[0::2])))
+    # windows, which shrinks the ratio: 0.285 of a nominal 0.5 was seen in CI),
+    # so only its order is checked here. Whether the windows find it is
+    # checked below.
+    assert 0.3 < truth < 1.6, (truth, INJECT_S / (BATCH / statistics.median(run.rates[0::2])))
     # Batches straddling a switch, the timeline's 50 ms buckets: two points.
     assert effect.low - 0.02 <= truth <= effect.high + 0.02, (effect, truth)
-    assert resolved(effect) == "resolved: slower"
+    assert resolved(effect) == "resolved: slower", (effect, truth)
     assert effect.checkpoints == 0  # the injection replaced the checkpoints
