@@ -145,7 +145,20 @@ def test_the_same_inputs_write_the_same_files(name: str, tmp_path: Path) -> None
     make_fixtures.WRITERS[name](tmp_path / name)
     old, new = FIXTURES / name, tmp_path / name
     files = sorted(p.relative_to(old) for p in old.rglob("*") if p.is_file())
-    assert files == sorted(p.relative_to(new) for p in new.rglob("*") if p.is_file())
+    written = sorted(p.relative_to(new) for p in new.rglob("*") if p.is_file())
+    # Format 3 stores each non-empty diff's bloom filter beside it, named by
+    # its entry; the fixtures (format 1) have none.
+    blooms = [rel for rel in written if rel.suffix == ".bloom"]
+    assert files == [rel for rel in written if rel.suffix != ".bloom"]
+    named = [
+        rel.parent / e["filter"]["path"]
+        for rel in written
+        if rel.name == "manifest.json"
+        for e in json.loads((new / rel).read_text())["files"]
+        if "filter" in e
+    ]
+    assert sorted(named) == blooms
+
     for rel in files:
         if rel.suffix == ".arrow":
             a, b = (make_fixtures.read_ipc_file(d / rel) for d in (old, new))
@@ -163,9 +176,13 @@ def as_format_1(manifest: dict[str, Any]) -> dict[str, Any]:
     fixture has it: the version, and each state entry's `runs`, which with
     no compaction are its chain's files, newest first, each merging its own
     checkpoint (checked here, then dropped)."""
-    assert manifest["format_version"] == snapshots.FORMAT_VERSION == 2
+    assert manifest["format_version"] == snapshots.FORMAT_VERSION == 3
     out = {**manifest, "format_version": 1, "files": []}
     for entry in manifest["files"]:
+        if "filter" in entry:
+            assert entry["kind"] == "diff" and entry["rows"] > 0, entry
+            assert entry["filter"]["path"] == entry["path"].removesuffix(".arrow") + ".bloom"
+            entry = {k: v for k, v in entry.items() if k != "filter"}
         runs = entry.get("runs")
         if runs is not None:
             assert [r["checkpoint"] for r in runs] == entry["chain"][::-1], entry

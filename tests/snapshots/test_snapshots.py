@@ -223,7 +223,8 @@ def test_a_local_state_file_is_encoded_into_its_file_as_the_bytes_a_remote_one_g
     w = snapshots.SnapshotWriter(tmp_path / "root")
     table = rows(list(range(1000, 0, -1)), 3)
     entry = w.write_state(4, "agg", 1, table, key="k", sort=True, base_chain=[])
-    data, want = fmt.encode_state("agg", 1, table, "k", "full", None, True, (4, []))
+    data, want, bloom = fmt.encode_state("agg", 1, table, "k", "full", None, True, (4, []))
+    assert bloom is None  # a full stores no filter
     assert entry == want
     path = tmp_path / "root" / "chk-00000004" / entry["path"]
     assert path.read_bytes() == data.to_pybytes()

@@ -147,7 +147,9 @@ def test_verify_reads_every_file_once_and_agrees_with_the_reader(
         **local_root.open(kind), which="all", progress=lambda n, t: calls.append((n, t))
     )
     assert [(c.id, c.ok, c.reasons()) for c in checks] == [(i, True, []) for i in range(1, 7)]
-    every_file = [p for p in local_root.path.glob("chk-*/*.arrow")]
+    # Every data file and every diff's stored filter (format 3).
+    every_file = [p for p in local_root.path.glob("chk-*/*") if p.suffix in (".arrow", ".bloom")]
+    assert any(p.suffix == ".bloom" for p in every_file)
     total = sum(p.stat().st_size for p in every_file)
     assert calls[0] == (0, total)
     assert sum(n for n, _ in calls[1:]) == total and len(calls) == len(every_file) + 1

@@ -295,10 +295,17 @@ class StateTable:
     def checkpoint_committed(self, id: int) -> None: ...
     @property
     def last_base(self) -> int | None: ...
-    def restore(self, chain: Sequence[tuple[int, str, Any]], *, mapped: bool = False) -> None:
+    def restore(
+        self,
+        chain: Sequence[tuple[int, str, Any]],
+        *,
+        mapped: bool = False,
+        filters: Sequence[bytes | None] | None = None,
+    ) -> None:
         """State at the end of a chain [(id, "full", batch), (id, "diff", batch), ...].
         mapped: the batches are mapped files no one writes again; with a memory
-        budget a sorted full becomes the base run as it is (no copy)."""
+        budget a sorted full becomes the base run as it is (no copy).
+        filters: per file, the bloom filter stored beside it (checked), or None."""
     def to_arrow(self) -> Any: ...
     @property
     def schema(self) -> Any: ...

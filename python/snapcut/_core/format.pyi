@@ -37,7 +37,7 @@ def encode_state(
     base: int | None = None,
     sort: bool = False,
     chain_at: tuple[int, list[int]] | None = None,
-) -> tuple[pa.Buffer, _Entry]: ...
+) -> tuple[pa.Buffer, _Entry, bytes | None]: ...
 def write_state_file(
     dir: str,
     tmp_suffix: str,
@@ -105,7 +105,7 @@ def state_chain(
     vertex: str,
     subtask: int,
     manifest_of: _ManifestOf,
-) -> list[tuple[int, str, _Entry]] | None: ...
+) -> list[tuple[int, str, _Entry, _Entry | None]] | None: ...
 def rebuild_state(chain: list[tuple[str, Any]]) -> Any: ...
 
 # --- verifying ---

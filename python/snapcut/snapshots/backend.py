@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 
@@ -24,6 +24,15 @@ from snapcut.snapshots.layout import (
     rebuild_state,
 )
 from snapcut.snapshots.run_cache import RunCache, RunCacheSpec, shared
+
+
+class ChainFile(NamedTuple):
+    """One state file of a chain, read and checked (:meth:`FsBackend.chain_files`)."""
+
+    checkpoint: int
+    kind: str
+    table: pa.Table
+    filter: bytes | None
 
 
 class Backend:
@@ -239,12 +248,34 @@ class FsBackend(Backend):
         the tables' buffers in the mapping. Which files, in what order, is
         the Rust chain rule (``fmt.state_chain``); this only reads the
         manifests and files."""
+        files = self.chain_files(checkpoint_id, task, manifest, mapped, filters=False)
+        return None if files is None else [(f.checkpoint, f.kind, f.table) for f in files]
+
+    def chain_files(
+        self,
+        checkpoint_id: int,
+        task: Task,
+        manifest: dict[str, Any] | None = None,
+        mapped: bool = False,
+        filters: bool = True,
+    ) -> builtins.list[ChainFile] | None:
+        """As :meth:`chain`, each file with the bytes of the bloom filter
+        stored beside it (format 3: a diff's; checked against its entry) if
+        `filters`, so a table that keeps runs need not hash their keys."""
         raw = self.manifest_bytes(checkpoint_id) if manifest is None else _json_bytes(manifest)
         links = fmt.state_chain(checkpoint_id, raw, task[0], task[1], self.manifest_bytes)
         if links is None:
             return None
         read = self.read_mapped if mapped else self.read_checked
-        return [(cid, kind, read_ipc(read(cid, entry))) for cid, kind, entry in links]
+        return [
+            ChainFile(
+                cid,
+                kind,
+                read_ipc(read(cid, entry)),
+                None if bloom is None or not filters else self.read_checked(cid, bloom),
+            )
+            for cid, kind, entry, bloom in links
+        ]
 
     def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
         chain = self.chain(checkpoint_id, task)

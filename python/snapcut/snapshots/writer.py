@@ -92,7 +92,12 @@ class SnapshotWriter:
         chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
         local_dir = _fs.local_path(self.fs, self._dir(checkpoint_id))
         if local_dir is None:
-            data, entry = fmt.encode_state(vertex, subtask, table, key, kind, base, sort, chain_at)
+            data, entry, bloom = fmt.encode_state(
+                vertex, subtask, table, key, kind, base, sort, chain_at
+            )
+            # A diff's filter first: the state file in place names it.
+            if bloom is not None:
+                self._put(checkpoint_id, entry["filter"]["path"], bloom)
             self._put(checkpoint_id, entry["path"], data)
             return entry
         # A local root's file is encoded straight into its temp file (its bytes
@@ -105,8 +110,9 @@ class SnapshotWriter:
         entry = fmt.write_state_file(
             local_dir, suffix, vertex, subtask, table, key, kind, base, sort, chain_at
         )
-        local = os.path.join(local_dir, entry["path"])
-        _fs.publish_local(local + suffix, local, f"{self._dir(checkpoint_id)}/{entry['path']}")
+        for name in ([entry["filter"]["path"]] if "filter" in entry else []) + [entry["path"]]:
+            local = os.path.join(local_dir, name)
+            _fs.publish_local(local + suffix, local, f"{self._dir(checkpoint_id)}/{name}")
         return entry
 
     def write_channel(

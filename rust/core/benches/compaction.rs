@@ -131,6 +131,7 @@ fn bench(c: &mut Criterion) {
         StateCapture {
             kind: StateKind::Full,
             batch: base.clone(),
+            filter: None,
         },
     ))
     .chain(diffs.iter().enumerate().map(|(i, d)| {
@@ -140,6 +141,7 @@ fn bench(c: &mut Criterion) {
             StateCapture {
                 kind: StateKind::Diff { base: i as u64 },
                 batch: plain,
+                filter: None,
             },
         )
     }))

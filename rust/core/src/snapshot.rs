@@ -8,6 +8,7 @@
 //! files and a manifest — the runtime does not know which one it talks to.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::protocol::{CheckpointId, InputId, ProtocolKind};
+use crate::state::runs::BloomFilter;
 
 /// Name of a physical task: the logical vertex and the subtask index.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -44,6 +46,10 @@ pub enum StateKind {
 pub struct StateCapture {
     pub kind: StateKind,
     pub batch: RecordBatch,
+    /// A restored diff's bloom filter as stored beside its file (format 3),
+    /// so the run it becomes need not hash its keys again; `None` for a
+    /// capture a task makes, a full, or a file stored without one.
+    pub filter: Option<Arc<BloomFilter>>,
 }
 
 /// Records recorded in flight on one input channel of a task: Chandy–Lamport

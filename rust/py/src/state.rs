@@ -7,10 +7,12 @@ use arrow_array::{new_empty_array, Array, ArrayRef, RecordBatch};
 use arrow_schema::DataType;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
 use pyo3::types::{PyDict, PyString};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
+use snapcut_core::state::runs::BloomFilter;
 use snapcut_core::state::{
     self, parse_memory, GroupPrefix, SpillStats, StatePolicy, StateTable as CoreTable,
 };
@@ -53,6 +55,7 @@ pub fn spill_stats_dict<'py>(py: Python<'py>, s: &SpillStats) -> PyResult<Bound<
     d.set_item("memtable_bytes", s.memtable_bytes)?;
     d.set_item("bases_mapped", s.bases_mapped)?;
     d.set_item("diffs_mapped", s.diffs_mapped)?;
+    d.set_item("filters_stored", s.filters_stored)?;
     Ok(d)
 }
 
@@ -365,16 +368,32 @@ impl StateTable {
     /// run as it is, with no copy, and the sorted diffs after it as runs,
     /// with or without a memory budget (without one it is opened lazily:
     /// no rebuild in memory; its memtable has no limit).
-    #[pyo3(signature = (chain, *, mapped = false))]
+    ///
+    /// `filters`: per chain entry, the bytes of the bloom filter stored
+    /// beside its file (checked against its entry already), or None; a
+    /// mapped diff's run takes it instead of hashing its keys.
+    #[pyo3(signature = (chain, *, mapped = false, filters = None))]
     fn restore(
         &mut self,
         py: Python<'_>,
         chain: Vec<(u64, String, AnyRecordBatch)>,
         mapped: bool,
+        filters: Option<Vec<Option<PyBackedBytes>>>,
     ) -> PyResult<()> {
+        let filters = match filters {
+            Some(f) if f.len() != chain.len() => {
+                return Err(crate::errors::ConfigError::new_err(format!(
+                    "restore got {} filters for a chain of {} files; pass one (or None) per file",
+                    f.len(),
+                    chain.len()
+                )))
+            }
+            Some(f) => f,
+            None => chain.iter().map(|_| None).collect(),
+        };
         let mut captures = Vec::with_capacity(chain.len());
         let mut prev: Option<u64> = None;
-        for (id, kind, batch) in chain {
+        for ((id, kind, batch), filter) in chain.into_iter().zip(filters) {
             let kind = match (kind.as_str(), prev) {
                 ("full", _) => StateKind::Full,
                 ("diff", Some(base)) => StateKind::Diff { base },
@@ -389,7 +408,19 @@ impl StateTable {
             let batch = one_batch(batch)?().map_err(|e| {
                 PyValueError::new_err(format!("state chain entry {id}: {}", e.value(py)))
             })?;
-            captures.push((id, StateCapture { kind, batch }));
+            let what = format!("state chain entry {id}'s filter");
+            let filter = filter
+                .map(|f| BloomFilter::from_bytes(&f, &what).map(Arc::new))
+                .transpose()
+                .map_py()?;
+            captures.push((
+                id,
+                StateCapture {
+                    kind,
+                    batch,
+                    filter,
+                },
+            ));
             prev = Some(id);
         }
         let inner = &mut self.inner;

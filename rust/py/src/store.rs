@@ -195,6 +195,7 @@ impl SnapshotStore {
                 Ok(StateCapture {
                     kind,
                     batch: batch.into_inner(),
+                    filter: None,
                 })
             })
             .transpose()?;

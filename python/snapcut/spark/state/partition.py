@@ -282,22 +282,23 @@ class PartitionTask:
             # run cache a remote root's are read into memory, and the table
             # copies its base into a local run, as its budget needs.
             mapped = self.root.mappable
-            files = self.root.read_chain(
-                prev, self.partition, layout.vertex, conform=False, mapped=mapped
-            )
+            files = self.root.read_chain_files(prev, self.partition, layout.vertex, mapped)
             schema = schema_of(layout)
-            fitted = [(cid, kind, conform_file(t, schema)) for cid, kind, t in files]
-            migrated = any(a[2] is not b[2] for a, b in zip(files, fitted, strict=True))
+            fitted = [(f.checkpoint, f.kind, conform_file(f.table, schema)) for f in files]
+            migrated = any(a.table is not b[2] for a, b in zip(files, fitted, strict=True))
             if migrated:
                 # Written before a schema migration: the next file is a full one,
                 # so every chain from here on has one schema.
                 self.migrated.append(layout.vertex)
             if files:
-                # A migrated file was converted in memory: not mapped.
-                table.restore(fitted, mapped=mapped and not migrated)
-            read += sum(t.get_total_buffer_size() for _, _, t in files)
+                # A migrated file was converted in memory: not mapped. A diff's
+                # stored filter spares its run hashing the diff's keys.
+                keep = mapped and not migrated
+                filters = [f.filter for f in files] if keep else None
+                table.restore(fitted, mapped=keep, filters=filters)
+            read += sum(f.table.get_total_buffer_size() for f in files)
             tables[layout.vertex] = table
-            chains[layout.vertex] = [cid for cid, _, _ in files]
+            chains[layout.vertex] = [f.checkpoint for f in files]
         load_ms = (time.perf_counter() - t0) * 1000
         fetched = (0, 0, 0)
         if cache is not None and before is not None:

@@ -37,6 +37,7 @@ from snapcut.snapshots import (
     checkpoint_dir_name,
     file_component,
 )
+from snapcut.snapshots.backend import ChainFile
 from snapcut.spark.roots import PROTOCOL, RootDir, schema_bytes, schema_from_bytes
 from snapcut.spark.state.spec import (
     ROOT_FORMAT,
@@ -415,10 +416,30 @@ class StateRoot:
         run cache)."""
         from snapcut.spark.state.evolution import conform_file
 
+        files = self.read_chain_files(manifest, partition, vertex, mapped, filters=False)
+        chain = [(f.checkpoint, f.kind, f.table) for f in files]
+        if not conform:
+            return chain
+        # Files written before a schema migration are read as the current schema.
+        schema = schema_from_bytes(self.spec.layout(vertex).schema)
+        return [(cid, kind, conform_file(t, schema)) for cid, kind, t in chain]
+
+    def read_chain_files(
+        self,
+        manifest: dict[str, Any],
+        partition: int,
+        vertex: str | None = None,
+        mapped: bool = False,
+        filters: bool = True,
+    ) -> list[ChainFile]:
+        """As :meth:`read_chain` (not conformed), each file with the bloom
+        filter stored beside it (``FsBackend.chain_files``) if `filters`."""
         batch = int(manifest["checkpoint_id"])
         layout = self.spec.layout(vertex)
-        chain = self.backend.chain(batch, (layout.vertex, partition), manifest, mapped=mapped)
-        if chain is None:
+        files = self.backend.chain_files(
+            batch, (layout.vertex, partition), manifest, mapped=mapped, filters=filters
+        )
+        if files is None:
             if self.spec.tables and not any(
                 t.get("vertex") == layout.vertex for t in manifest.get("tasks", [])
             ):
@@ -428,11 +449,7 @@ class StateRoot:
                 f"partition {partition}: the root was written with other partitions or changed "
                 "by hand"
             )
-        if not conform:
-            return chain
-        # Files written before a schema migration are read as the current schema.
-        schema = schema_from_bytes(layout.schema)
-        return [(cid, kind, conform_file(t, schema)) for cid, kind, t in chain]
+        return files
 
 
 def ack_files(ack: dict[str, Any]) -> list[dict[str, Any]]:

@@ -339,6 +339,7 @@ fn restore_runs(op: &mut dyn Operator, runs: &[(CheckpointId, StateCapture)]) ->
     let full = StateCapture {
         kind: StateKind::Full,
         batch: crate::store::rebuild_chain(runs)?,
+        filter: None,
     };
     op.restore(std::slice::from_ref(&full))
 }

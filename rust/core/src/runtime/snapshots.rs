@@ -85,6 +85,7 @@ impl SnapshotSink for InMemorySnapshots {
             let Some(StateCapture {
                 kind: StateKind::Diff { base },
                 batch,
+                filter: None,
             }) = &snap.state
             else {
                 continue;
@@ -109,12 +110,14 @@ impl SnapshotSink for InMemorySnapshots {
                     StateCapture {
                         kind: StateKind::Diff { base: *base },
                         batch: batch.clone(),
+                        filter: None,
                     },
                 ),
             ])?;
             snap.state = Some(StateCapture {
                 kind: StateKind::Full,
                 batch: table.to_batch(),
+                filter: None,
             });
         }
         completed.push(CompletedCheckpoint {

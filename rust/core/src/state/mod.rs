@@ -22,7 +22,7 @@ mod group_index;
 mod group_prefix;
 #[cfg(test)]
 mod group_tests;
-mod key;
+pub(crate) mod key;
 #[cfg(test)]
 mod lookup_tests;
 pub mod pickled;

@@ -116,6 +116,7 @@ impl PickledState {
                 return Ok(StateCapture {
                     kind: StateKind::Full,
                     batch,
+                    filter: None,
                 });
             }
             return Err(Error::Task(

@@ -129,6 +129,7 @@ fn sorted_chain(chain: &[(CheckpointId, StateCapture)]) -> Vec<(CheckpointId, St
                 StateCapture {
                     kind: c.kind,
                     batch,
+                    filter: None,
                 },
             )
         })
@@ -642,6 +643,7 @@ fn plain_full_of(pairs: &[(i64, i64)]) -> StateCapture {
     StateCapture {
         kind: StateKind::Full,
         batch: rows(pairs),
+        filter: None,
     }
 }
 

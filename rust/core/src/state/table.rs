@@ -696,6 +696,7 @@ impl StateTable {
             StateCapture {
                 kind: StateKind::Full,
                 batch: self.to_batch(),
+                filter: None,
             }
         } else if self.changed_every_key() {
             self.full_from_log()
@@ -705,6 +706,7 @@ impl StateTable {
                     base: self.last_checkpoint.expect("diff has a base"),
                 },
                 batch: self.changes(),
+                filter: None,
             }
         };
         self.reset_tracking();
@@ -736,6 +738,7 @@ impl StateTable {
             kind: StateKind::Full,
             batch: RecordBatch::try_new(self.schema.clone(), arrays)
                 .expect("the change log has the table's schema"),
+            filter: None,
         }
     }
 
@@ -794,6 +797,7 @@ impl StateTable {
                 StateCapture {
                     kind: StateKind::Full,
                     batch: self.to_batch(),
+                    filter: None,
                 },
                 0,
             ),
@@ -805,6 +809,7 @@ impl StateTable {
                     StateCapture {
                         kind: StateKind::Diff { base },
                         batch: self.merge_diffs(&parts)?,
+                        filter: None,
                     },
                     diffs + 1,
                 )
@@ -922,7 +927,9 @@ impl StateTable {
         for (id, capture) in rest {
             match capture.kind {
                 StateKind::Diff { base } if base == prev => {
-                    adopting = adopting && self.adopt_diff(&capture.batch)?;
+                    let what = format!("the state diff of checkpoint {id}");
+                    adopting = adopting
+                        && self.adopt_diff(&capture.batch, capture.filter.as_deref(), &what)?;
                     if !adopting {
                         self.apply(&capture.batch, true)?;
                     }

@@ -35,8 +35,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::files::{read_checked, write_ipc, Fsync};
-use super::format::{self, decode_ipc, CompactionPlan, Written};
-use super::manifest::{checkpoint_dir_name, run_file_name};
+use super::format::{self, decode_ipc, CompactionPlan, MergeKind, Written};
+use super::manifest::{checkpoint_dir_name, run_file_name, FilterEntry};
+use super::writer::store_filter;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{CompactionStats, TaskId};
@@ -136,6 +137,15 @@ pub struct Finished {
     pub name: String,
     pub written: Written,
     pub key_range: Option<(Value, Value)>,
+    /// A diff output's filter, staged beside it ([`Self::staged_filter`]).
+    pub filter: Option<FilterEntry>,
+}
+
+impl Finished {
+    /// Where the output's filter waits to be adopted with it.
+    pub fn staged_filter(&self, filter: &FilterEntry) -> PathBuf {
+        self.staged.with_file_name(&filter.path)
+    }
 }
 
 #[derive(Default)]
@@ -509,6 +519,17 @@ impl Worker {
             std::slice::from_ref(&merged),
             &self.fsync,
         )?;
+        // A merged diff keeps a filter, as a diff a task wrote does.
+        let filter = match job.plan.kind {
+            MergeKind::Tier => store_filter(
+                &self.staging,
+                &name,
+                std::slice::from_ref(&merged),
+                &key,
+                &self.fsync,
+            )?,
+            MergeKind::Base => None,
+        };
         crate::failpoint::hit("compaction.before_rename");
         fs::rename(&tmp, &staged)
             .map_err(|e| Error::io(format!("renaming into {}", staged.display()), e))?;
@@ -519,6 +540,7 @@ impl Worker {
             name,
             written,
             key_range: format::key_range(&merged, &key),
+            filter,
         }))
     }
 }

@@ -193,6 +193,15 @@ pub fn write_ipc(
     Ok(written)
 }
 
+/// Writes `bytes` as the file at `path`, fsynced if `fsync` says so (a
+/// filter beside a state file: published, like it, by the manifest).
+pub fn write_file(path: &Path, bytes: &[u8], fsync: &Fsync) -> Result<()> {
+    let io = |e: std::io::Error| Error::io(format!("writing {}", path.display()), e);
+    let mut file = File::create(path).map_err(io)?;
+    file.write_all(bytes).map_err(io)?;
+    fsync.file(&file).map_err(io)
+}
+
 /// Reads a file of a checkpoint, checking it against its manifest entry
 /// first (size and checksum): a corrupt file is an error, never silently read.
 pub fn read_checked(dir: &Path, entry: &FileEntry, checkpoint: u64) -> Result<Vec<u8>> {

@@ -11,9 +11,11 @@ use crate::snapshot::TaskId;
 /// Value of the manifest's `format` field.
 pub const FORMAT_NAME: &str = "snapcut-snapshot";
 /// The manifest format version this code writes and the newest it reads.
-/// Version 2 added a state entry's `runs` ([`RunEntry`]); version 1 roots
-/// (no runs: the chain alone rebuilds a state) are read as they are.
-pub const FORMAT_VERSION: u32 = 2;
+/// Version 2 added a state entry's `runs` ([`RunEntry`]); version 3 a diff's
+/// stored bloom filter ([`FilterEntry`]). Older roots (no runs: the chain
+/// alone rebuilds a state; no filters: a restore builds them) are read as
+/// they are.
+pub const FORMAT_VERSION: u32 = 3;
 /// File name of the manifest inside a checkpoint directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// Temporary name the manifest is written under before the atomic rename.
@@ -115,6 +117,57 @@ pub fn run_file_name(task: &TaskId, first: CheckpointId, last: CheckpointId) -> 
     )
 }
 
+/// `<file name without .arrow>.bloom`: the bloom filter of a state file's
+/// keys, stored beside it (format 3).
+pub fn filter_file_name(state_file: &str) -> String {
+    format!(
+        "{}.bloom",
+        state_file.strip_suffix(".arrow").unwrap_or(state_file)
+    )
+}
+
+/// The role a filter file has when it is checked like a file of a manifest.
+pub const FILTER_ROLE: &str = "filter";
+
+/// A state diff's bloom filter (format 3), a file of its own beside the
+/// state file, in the same directory: Parquet's split-block bloom filter of
+/// the file's keys (`crate::state::runs::filter`), so that a restore finds
+/// the run's filter without hashing every key again.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilterEntry {
+    /// File name inside the directory that holds the state file.
+    pub path: String,
+    pub bytes: u64,
+    /// CRC-32C (Castagnoli) of the whole file.
+    pub crc32c: u32,
+}
+
+impl FilterEntry {
+    /// The filter file as an entry of `task`, to be read and checked like
+    /// a manifest's file (role [`FILTER_ROLE`], no rows).
+    pub fn file_entry(&self, task: Option<&TaskId>) -> FileEntry {
+        FileEntry {
+            path: self.path.clone(),
+            role: FileRole::Other(FILTER_ROLE.into()),
+            rows: 0,
+            bytes: self.bytes,
+            crc32c: self.crc32c,
+            vertex: task.map(|t| t.vertex.clone()),
+            subtask: task.map(|t| t.subtask),
+            kind: None,
+            base: None,
+            chain: Vec::new(),
+            runs: Vec::new(),
+            filter: None,
+            key: None,
+            edge: None,
+            input: None,
+            from_subtask: None,
+            extra: Default::default(),
+        }
+    }
+}
+
 /// Whether a state file is a full table or a diff against `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -152,6 +205,10 @@ pub struct FileEntry {
     /// rebuilds it (format 1, or a writer that lists no runs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<RunEntry>,
+    /// State diffs (format 3): the bloom filter of the file's keys, stored
+    /// beside it; absent for a full, an empty diff, or an older writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterEntry>,
     /// State files: the key column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
@@ -196,6 +253,10 @@ pub struct RunEntry {
     /// (a run listed from a format 1 chain).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key_range: Option<(serde_json::Value, serde_json::Value)>,
+    /// A diff run's stored bloom filter, in the same directory as its file
+    /// (format 3); absent for a full or when not stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterEntry>,
     /// The checkpoints whose state files this run holds merged, oldest first
     /// (one for a file as a task wrote it); its last is the checkpoint whose
     /// state the runs up to this one rebuild.
@@ -223,6 +284,7 @@ impl RunEntry {
             base: None,
             chain: Vec::new(),
             runs: Vec::new(),
+            filter: self.filter.clone(),
             key,
             edge: None,
             input: None,

@@ -29,13 +29,13 @@ pub use compactor::{
     CompactionBudget, CompactionHold, COMPACTING_DIR, HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT,
     QUEUE as COMPACTION_QUEUE, SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
 };
-pub use files::{write_ipc, Fsync, FsyncMode};
+pub use files::{write_file, write_ipc, Fsync, FsyncMode};
 pub use format::Written;
 pub use manifest::{
-    channel_file_name, checkpoint_dir_name, file_component, parse_checkpoint_dir, run_file_name,
-    state_file_name, FileEntry, FileKind, FileRole, Manifest, RunEntry, TaskEntry,
-    CHECKPOINT_DIR_PREFIX, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE, MANIFEST_TMP_FILE,
-    SOURCES_FILE,
+    channel_file_name, checkpoint_dir_name, file_component, filter_file_name, parse_checkpoint_dir,
+    run_file_name, state_file_name, FileEntry, FileKind, FileRole, FilterEntry, Manifest, RunEntry,
+    TaskEntry, CHECKPOINT_DIR_PREFIX, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
+    MANIFEST_TMP_FILE, SOURCES_FILE,
 };
 pub use reader::rebuild_chain;
 pub(crate) use reader::table_for;

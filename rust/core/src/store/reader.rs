@@ -13,7 +13,8 @@ use arrow_schema::Schema;
 use super::files::{map_checked, read_checked};
 use super::format::{self, decode_buffer, decode_ipc};
 use super::manifest::{
-    checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, Manifest, MANIFEST_FILE,
+    checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, FilterEntry, Manifest,
+    MANIFEST_FILE,
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -21,6 +22,7 @@ use crate::protocol::ProtocolKind;
 use crate::snapshot::{
     ChannelLog, CheckpointMeta, CompletedCheckpoint, StateCapture, StateKind, TaskId, TaskSnapshot,
 };
+use crate::state::runs::BloomFilter;
 use crate::state::{StatePolicy, StateTable, DELETED_COLUMN, KEY_METADATA};
 
 /// A checkpoint passed over by [`SnapshotReader::latest_intact`], and why.
@@ -197,6 +199,19 @@ impl SnapshotReader {
         decode_ipc(bytes, &format!("checkpoint {id} file {}", entry.path))
     }
 
+    /// The stored filter `entry` of a state file of checkpoint `id`, checked
+    /// against its entry; a missing or corrupt one is an error naming it.
+    pub fn read_filter(&self, id: CheckpointId, entry: &FilterEntry) -> Result<BloomFilter> {
+        let dir = self.checkpoint_dir(id);
+        let bytes = read_checked(&dir, &entry.file_entry(None), id)?;
+        format::read_filter(
+            &bytes,
+            entry,
+            id,
+            &dir.join(&entry.path).display().to_string(),
+        )
+    }
+
     /// The state captures that rebuild `task`'s state at checkpoint `id`:
     /// a full one then diffs up to `id` (empty if stateless), each with the
     /// checkpoint whose state it ends at: the runs its entry lists, or its
@@ -249,11 +264,18 @@ impl SnapshotReader {
                 self.read_file(link.checkpoint, &link.entry)?
             };
             let batch = format::concat(&schema, &batches)?;
+            // A lazy restore makes runs of the captures: a diff's stored
+            // filter spares hashing its keys again.
+            let filter = match (&link.entry.filter, mapped) {
+                (Some(f), true) => Some(Arc::new(self.read_filter(link.checkpoint, f)?)),
+                _ => None,
+            };
             out.push((
                 link.state_at,
                 StateCapture {
                     kind: link.kind,
                     batch,
+                    filter,
                 },
             ));
         }
@@ -331,6 +353,7 @@ impl SnapshotReader {
                 self.state(id, &task)?.map(|batch| StateCapture {
                     kind: StateKind::Full,
                     batch,
+                    filter: None,
                 })
             };
             let snapshot = TaskSnapshot {

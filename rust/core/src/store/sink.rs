@@ -21,7 +21,7 @@ use super::manifest::{
     FileEntry, FileRole, Manifest, TaskEntry, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
 };
 use super::reader::SnapshotReader;
-use super::writer::Writer;
+use super::writer::{Stored, Writer};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{
@@ -85,7 +85,7 @@ impl Default for StoreOptions {
 /// written, and for a state file the key range of its rows.
 struct StagedFile {
     entry: FileEntry,
-    done: Receiver<Result<Written>>,
+    done: Receiver<Result<Stored>>,
     key_range: Option<(Value, Value)>,
 }
 
@@ -270,7 +270,8 @@ impl SnapshotStore {
                 entry.path.clone(),
                 schema,
                 vec![state.batch],
-                key.filter(|_| self.options.sort_state_files),
+                key.clone().filter(|_| self.options.sort_state_files),
+                key.filter(|_| base.is_some()),
             );
             files.push(StagedFile {
                 entry,
@@ -293,9 +294,14 @@ impl SnapshotStore {
             }
             let entry =
                 format::channel_entry(&task, &log.edge, log.input, log.from_subtask, UNWRITTEN);
-            let done =
-                self.writer
-                    .submit(dir.clone(), entry.path.clone(), schema, log.records, None);
+            let done = self.writer.submit(
+                dir.clone(),
+                entry.path.clone(),
+                schema,
+                log.records,
+                None,
+                None,
+            );
             files.push(StagedFile {
                 entry,
                 done,
@@ -346,10 +352,12 @@ impl SnapshotStore {
                 .recv()
                 .unwrap_or_else(|_| Err(Error::Snapshot("snapshot writer thread died".into())))
             {
-                Ok(w) => {
+                Ok(stored) => {
+                    let w = stored.written;
                     entry.rows = w.rows;
                     entry.bytes = w.bytes;
                     entry.crc32c = w.crc32c;
+                    entry.filter = stored.filter;
                     if let Some(range) = key_range {
                         key_ranges.insert(entry.path.clone(), range);
                     }
@@ -476,12 +484,17 @@ impl SnapshotStore {
                 done.name.clone(),
                 done.written,
                 done.key_range.clone(),
+                done.filter.clone(),
             );
             let entry = files
                 .iter_mut()
                 .find(|f| f.role == FileRole::State && f.task().as_ref() == Some(&done.task));
             let adopted = entry.and_then(|f| {
                 let runs = format::adopt(&f.runs, &done.plan.inputs, output)?;
+                // The filter first: a run file in place names its filter.
+                if let Some(filter) = &done.filter {
+                    fs::rename(done.staged_filter(filter), dir.join(&filter.path)).ok()?;
+                }
                 fs::rename(&done.staged, dir.join(&done.name)).ok()?;
                 crate::failpoint::hit("compaction.adopted");
                 f.runs = runs;
@@ -490,6 +503,9 @@ impl SnapshotStore {
             });
             if adopted.is_none() {
                 let _ = fs::remove_file(&done.staged);
+                if let Some(filter) = &done.filter {
+                    let _ = fs::remove_file(done.staged_filter(filter));
+                }
             }
             compactor.settled(&done, adopted.is_some());
         }

@@ -2,7 +2,7 @@
 //! thread so a task hands over its capture and goes back to processing (the
 //! asynchronous phase of a checkpoint).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -10,8 +10,9 @@ use std::thread::JoinHandle;
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
-use super::files::{write_ipc, Fsync};
+use super::files::{write_file, write_ipc, Fsync};
 use super::format::{self, Written};
+use super::manifest::FilterEntry;
 use crate::error::{Error, Result};
 
 /// One file to write.
@@ -25,7 +26,17 @@ pub(crate) struct Job {
     /// they are written, so the file is a sorted run (a restore maps it as a
     /// run as it is; a compaction's sort of it is a check).
     pub sort_key: Option<String>,
-    pub done: Sender<Result<Written>>,
+    /// A state diff's key column: its bloom filter is stored beside it
+    /// (format 3), built here, off the task thread, like the file.
+    pub filter_key: Option<String>,
+    pub done: Sender<Result<Stored>>,
+}
+
+/// What writing a job gave: the file, and the filter stored beside it.
+#[derive(Clone, Debug)]
+pub(crate) struct Stored {
+    pub written: Written,
+    pub filter: Option<FilterEntry>,
 }
 
 /// A thread draining a queue of [`Job`]s, in submission order.
@@ -55,7 +66,8 @@ impl Writer {
         schema: SchemaRef,
         batches: Vec<RecordBatch>,
         sort_key: Option<String>,
-    ) -> Receiver<Result<Written>> {
+        filter_key: Option<String>,
+    ) -> Receiver<Result<Stored>> {
         let (done, result) = channel();
         let job = Job {
             dir,
@@ -63,6 +75,7 @@ impl Writer {
             schema,
             batches,
             sort_key,
+            filter_key,
             done,
         };
         let queue = self.queue.lock().expect("writer queue poisoned");
@@ -86,12 +99,34 @@ fn run(rx: Receiver<Job>, fsync: &Fsync) {
         let outcome = sorted(&job).and_then(|batches| {
             std::fs::create_dir_all(&job.dir)
                 .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))?;
-            write_ipc(&job.dir.join(&job.name), &job.schema, &batches, fsync)
+            let written = write_ipc(&job.dir.join(&job.name), &job.schema, &batches, fsync)?;
+            let filter = match &job.filter_key {
+                Some(key) => store_filter(&job.dir, &job.name, &batches, key, fsync)?,
+                None => None,
+            };
+            Ok(Stored { written, filter })
         });
         crate::failpoint::hit("store.after_state_file");
         // The stager may have given up (abort); nobody to tell then.
         let _ = job.done.send(outcome);
     }
+}
+
+/// Writes the filter of a diff's `batches` beside its file `name` in `dir`
+/// (none for an empty diff).
+pub(crate) fn store_filter(
+    dir: &Path,
+    name: &str,
+    batches: &[RecordBatch],
+    key: &str,
+    fsync: &Fsync,
+) -> Result<Option<FilterEntry>> {
+    let Some(bytes) = format::diff_filter(batches, key)? else {
+        return Ok(None);
+    };
+    let entry = format::filter_entry(name, &bytes);
+    write_file(&dir.join(&entry.path), &bytes, fsync)?;
+    Ok(Some(entry))
 }
 
 /// The job's batches, each sorted by its sort key (a state file is one batch).

@@ -301,6 +301,7 @@ fn an_aborted_capture_of_every_key_is_never_left_out_of_a_later_diff() {
             snapcut_core::snapshot::StateCapture {
                 kind: StateKind::Full,
                 batch: t.to_batch(),
+                filter: None,
             }
         }
     };

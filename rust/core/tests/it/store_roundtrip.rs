@@ -408,6 +408,7 @@ fn operator_states_without_key_metadata_round_trip_as_full() {
         state: Some(StateCapture {
             kind,
             batch: plain.clone(),
+            filter: None,
         }),
         channels: vec![],
         source_offset: None,

@@ -6,6 +6,7 @@
 use crate::store_common;
 
 use std::collections::BTreeMap;
+use std::fs;
 use std::time::Duration;
 
 use arrow_array::Int64Array;
@@ -13,8 +14,8 @@ use proptest::prelude::*;
 use snapcut_core::snapshot::TaskId;
 use snapcut_core::state::StateTable;
 use snapcut_core::store::{
-    CompactionBudget, FileKind, Manifest, SnapshotReader, SnapshotStore, StoreOptions,
-    COMPACTING_DIR,
+    checkpoint_dir_name, filter_file_name, CompactionBudget, FileKind, Manifest, SnapshotReader,
+    SnapshotStore, StoreOptions, COMPACTING_DIR,
 };
 use store_common::*;
 
@@ -193,7 +194,19 @@ fn compaction_output_is_adopted_by_the_next_commit_and_checked() {
     assert_eq!(state_entry(&m).chain, vec![1, 4]);
     assert_eq!(runs[1].kind, FileKind::Diff);
     assert!(runs[1].key_range.is_some() && runs[0].key_range.is_some());
-    assert_eq!(m.format_version, 2);
+    assert_eq!(m.format_version, 3);
+    // Diff runs, merged or as written, carry a stored filter beside their
+    // file; the base none.
+    let dir4 = dir.path().join(checkpoint_dir_name(4));
+    for run in &runs[..2] {
+        let filter = run.filter.as_ref().expect("a diff run's filter");
+        assert_eq!(filter.path, filter_file_name(&run.path));
+        assert_eq!(
+            fs::metadata(dir4.join(&filter.path)).unwrap().len(),
+            filter.bytes
+        );
+    }
+    assert!(runs[2].filter.is_none());
     for id in 1..=4 {
         store.reader().verify(id).unwrap();
         assert_eq!(state_of(store.reader(), id), at[&id], "checkpoint {id}");
@@ -535,6 +548,7 @@ fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
                 _ => StateKind::Diff { base: id - 1 },
             },
             batch: batch(vec![id as f64, 0.5], id > 1),
+            filter: None,
         };
         let snapshot = TaskSnapshot {
             task: agg(),

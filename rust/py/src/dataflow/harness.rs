@@ -210,6 +210,7 @@ pub fn _keyed_restore<'py>(
             Ok(StateCapture {
                 kind,
                 batch: batch.into_inner(),
+                filter: None,
             })
         })
         .collect::<PyResult<Vec<_>>>()?;

@@ -132,9 +132,15 @@ fn export_plan<'py>(
         .collect()
 }
 
-/// `(checkpoint, "full" | "diff", entry)`: one link of a state chain, the
-/// file `entry` in the directory of `checkpoint`.
-type ChainLink<'py> = (u64, &'static str, Bound<'py, PyAny>);
+/// `(checkpoint, "full" | "diff", entry, filter)`: one link of a state
+/// chain, the file `entry` in the directory of `checkpoint`, and the entry
+/// of the bloom filter stored beside it (format 3; role "filter"), or None.
+type ChainLink<'py> = (
+    u64,
+    &'static str,
+    Bound<'py, PyAny>,
+    Option<Bound<'py, PyAny>>,
+);
 
 /// The state files that rebuild `(vertex, subtask)`'s state at checkpoint
 /// `checkpoint_id` (`manifest`: its manifest bytes), oldest first; None when
@@ -166,7 +172,11 @@ fn state_chain<'py>(
                 StateKind::Full => "full",
                 StateKind::Diff { .. } => "diff",
             };
-            Ok((l.checkpoint, kind, entry_dict(py, &l.entry)?))
+            let filter = match &l.entry.filter {
+                Some(f) => Some(entry_dict(py, &f.file_entry(l.entry.task().as_ref()))?),
+                None => None,
+            };
+            Ok((l.checkpoint, kind, entry_dict(py, &l.entry)?, filter))
         })
         .collect::<PyResult<Vec<_>>>()
         .map(Some)

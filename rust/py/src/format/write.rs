@@ -97,8 +97,27 @@ fn state_file(
     Ok((batch, entry))
 }
 
-/// A task's state file: `(buffer, entry)`, the bytes a `pyarrow.Buffer`
-/// (see [`file_buffer`]). `kind` "full", or "diff"
+/// A diff's stored filter (format 3): its bytes, named in `entry`; none
+/// for a full or an empty diff.
+fn state_filter(
+    batch: &RecordBatch,
+    key: &str,
+    entry: &mut FileEntry,
+) -> Result<Option<Vec<u8>>, Error> {
+    if entry.kind != Some(store::FileKind::Diff) {
+        return Ok(None);
+    }
+    let bytes = format::diff_filter(std::slice::from_ref(batch), key)?;
+    entry.filter = bytes
+        .as_deref()
+        .map(|b| format::filter_entry(&entry.path, b));
+    Ok(bytes)
+}
+
+/// A task's state file: `(buffer, entry, filter)`, the bytes a
+/// `pyarrow.Buffer` (see [`file_buffer`]), `filter` the bytes of a diff's
+/// bloom filter to store beside it as the entry's `filter` names it (None
+/// for a full or an empty diff). `kind` "full", or "diff"
 /// against `base`; `sort` orders the rows by `key` (deterministic bytes).
 /// With `chain_at` (`(checkpoint id, the base's chain)`, the chain a writer
 /// keeps) the entry carries its chain, and a diff's base is the chain's last.
@@ -115,27 +134,38 @@ fn encode_state<'py>(
     base: Option<u64>,
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+) -> PyResult<EncodedState<'py>> {
     let (batch, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
     let t = task(vertex, subtask);
-    let (bytes, entry) = py
+    let (bytes, entry, filter) = py
         .detach(|| {
             let (batch, mut entry) =
                 state_file(&t, &batch, key, diff, base, sort, chain_at.as_ref())?;
+            let filter = state_filter(&batch, key, &mut entry)?;
             let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
             (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
-            Ok::<_, Error>((bytes, entry))
+            Ok::<_, Error>((bytes, entry, filter))
         })
         .map_py()?;
-    Ok((file_buffer(py, bytes)?, entry_dict(py, &entry)?))
+    let filter = filter.map(|f| PyBytes::new(py, &f));
+    Ok((file_buffer(py, bytes)?, entry_dict(py, &entry)?, filter))
 }
+
+/// `(buffer, entry, filter bytes or None)` of [`encode_state`].
+type EncodedState<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+    Option<Bound<'py, PyBytes>>,
+);
 
 /// As [`encode_state`], but encoded straight into a local file: the entry's
 /// file name plus `tmp_suffix` in the directory `dir` (created, or
 /// replaced, and fsynced; removed again if the write fails). The file's
 /// bytes are never held in memory whole, as a state file as large as the
-/// state would be. Returns the entry; the caller renames the file into
-/// place (its name without the suffix).
+/// state would be. A diff's filter is written the same way beside it, as
+/// the entry's `filter` names it (plus `tmp_suffix`). Returns the entry; the
+/// caller renames the files into place (their names without the suffix),
+/// the filter first.
 #[pyfunction]
 #[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
 #[allow(clippy::too_many_arguments)]
@@ -158,12 +188,25 @@ fn write_state_file<'py>(
         .detach(|| {
             let (batch, mut entry) =
                 state_file(&t, &batch, key, diff, base, sort, chain_at.as_ref())?;
-            let tmp = dir.join(format!("{}{tmp_suffix}", entry.path));
             let fsync = store::Fsync::new(store::FsyncMode::PerFile);
-            let w =
-                store::write_ipc(&tmp, &batch.schema(), &[batch], &fsync).inspect_err(|_| {
-                    let _ = std::fs::remove_file(&tmp);
-                })?;
+            let filter = state_filter(&batch, key, &mut entry)?;
+            let filter_tmp = entry
+                .filter
+                .as_ref()
+                .map(|f| dir.join(format!("{}{tmp_suffix}", f.path)));
+            let tmp = dir.join(format!("{}{tmp_suffix}", entry.path));
+            let written = filter_tmp
+                .as_ref()
+                .zip(filter)
+                .map_or(Ok(()), |(path, bytes)| {
+                    store::write_file(path, &bytes, &fsync)
+                })
+                .and_then(|()| store::write_ipc(&tmp, &batch.schema(), &[batch], &fsync));
+            let w = written.inspect_err(|_| {
+                for path in filter_tmp.iter().chain([&tmp]) {
+                    let _ = std::fs::remove_file(path);
+                }
+            })?;
             (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
             Ok::<_, Error>(entry)
         })

@@ -658,6 +658,7 @@ impl Operator for KeyedAggregate {
                 StateCapture {
                     kind: StateKind::Full,
                     batch: self.state(None)?,
+                    filter: None,
                 },
                 0,
             ),
@@ -666,6 +667,7 @@ impl Operator for KeyedAggregate {
                     StateCapture {
                         kind: StateKind::Diff { base },
                         batch: self.state(Some(&changed))?,
+                        filter: None,
                     },
                     diffs + 1,
                 ),
@@ -676,6 +678,7 @@ impl Operator for KeyedAggregate {
                     StateCapture {
                         kind: StateKind::Full,
                         batch: self.state(None)?,
+                        filter: None,
                     },
                     0,
                 ),

@@ -108,6 +108,7 @@ impl Operator for CollectSink {
         Ok(Some(StateCapture {
             kind: StateKind::Full,
             batch,
+            filter: None,
         }))
     }
 
@@ -347,6 +348,7 @@ impl Operator for IpcSink {
         Ok(Some(StateCapture {
             kind: StateKind::Full,
             batch,
+            filter: None,
         }))
     }
 

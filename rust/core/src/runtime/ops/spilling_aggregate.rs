@@ -121,6 +121,7 @@ impl SpillingAggregate {
                         StateCapture {
                             kind: c.kind,
                             batch,
+                            filter: None,
                         },
                     ))
                 })
@@ -242,6 +243,7 @@ impl Operator for SpillingAggregate {
             return Ok(Some(StateCapture {
                 kind: StateKind::Full,
                 batch,
+                filter: None,
             }));
         };
         if std::mem::take(&mut self.force_full) {

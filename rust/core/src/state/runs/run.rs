@@ -123,7 +123,10 @@ fn in_file(what: &str) -> impl Fn(Error) -> Error + '_ {
     }
 }
 
-fn build_filter(keys: &dyn Array, fpp: f64) -> Result<BloomFilter> {
+/// The bloom filter of `keys` (any order, each once) at false-positive
+/// probability `fpp`: what a run builds for itself, and what a state file's
+/// stored filter holds (format 3).
+pub fn build_filter(keys: &dyn Array, fpp: f64) -> Result<BloomFilter> {
     let mut filter = BloomFilter::for_keys(keys.len(), fpp)?;
     for hash in hashes(keys)? {
         filter.insert(hash);
@@ -194,15 +197,19 @@ impl Run {
 
     /// A run rebuilt from a file and its stored filter ([`Self::filter_bytes`]),
     /// `what` naming the file. The batch is checked as by
-    /// [`Self::from_sorted`]; the filter must parse and hold a sample of the
-    /// run's keys (up to 64, evenly spaced, first and last included), which
-    /// catches a filter stored beside the wrong file without hashing them all.
+    /// [`Self::from_sorted`]; the filter as by [`Self::with_filter`].
     pub fn from_parts(batch: RecordBatch, key: &str, filter: &[u8], what: &str) -> Result<Self> {
-        let shape = shape(&batch, key).map_err(in_file(what))?;
-        let keys = batch.column(shape.key_col).as_ref();
-        check_sorted(keys, what)?;
         let filter = BloomFilter::from_bytes(filter, what)?;
-        let column = KeyColumn::new(keys)?;
+        Self::from_sorted_unfiltered(batch, key, what)?.with_filter(filter, what)
+    }
+
+    /// The run with `filter` (read from a file beside the run's, `what`
+    /// naming the run) as its filter. The filter must hold a sample of the
+    /// run's keys (up to 64, evenly spaced, first and last included), which
+    /// catches a filter stored beside the wrong file without hashing them
+    /// all; a filter that lacks one is an `Error::Snapshot`.
+    pub fn with_filter(self, filter: BloomFilter, what: &str) -> Result<Self> {
+        let column = KeyColumn::new(self.keys().as_ref())?;
         let n = column.len();
         let step = n.div_ceil(FILTER_SAMPLE).max(1);
         for row in (0..n).step_by(step).chain(n.checked_sub(1)) {
@@ -214,7 +221,10 @@ impl Run {
                 )));
             }
         }
-        Ok(Self::assemble(batch, shape, Some(filter)))
+        Ok(Self {
+            filter: Some(filter),
+            ..self
+        })
     }
 
     /// A batch sorted by construction (a merge's output, a sorted diff):

@@ -30,7 +30,7 @@ use arrow_select::interleave::interleave;
 use super::{arrow_err, StateTable};
 use crate::error::{Error, Result};
 use crate::state::key::{Key, KeySet};
-use crate::state::runs::{merge, Lookup, Run, RunSet, DEFAULT_FPP};
+use crate::state::runs::{merge, BloomFilter, Lookup, Run, RunSet, DEFAULT_FPP};
 
 /// The least memory budget: 1 MiB, a few thousand rows of a wide table.
 pub const MIN_STATE_MEMORY: usize = 1 << 20;
@@ -97,6 +97,9 @@ pub struct SpillStats {
     pub bases_mapped: u64,
     /// Restored diffs taken as runs as they are (mapped, sorted).
     pub diffs_mapped: u64,
+    /// Of those, the diffs whose run took the filter stored beside their
+    /// file (format 3) instead of hashing their keys.
+    pub filters_stored: u64,
     /// Runs now, and the memtable's estimated bytes now.
     pub runs: usize,
     pub memtable_bytes: usize,
@@ -736,7 +739,15 @@ impl StateTable {
     /// and removes. Returns whether it did; if not, the caller applies the
     /// diff through the memtable (and every diff after it: a run adopted
     /// later would read as older than the memtable's rows).
-    pub(super) fn adopt_diff(&mut self, diff: &RecordBatch) -> Result<bool> {
+    ///
+    /// `filter`: the diff's filter as stored beside its file (`what` names
+    /// it); one that lacks a key of the diff is an error, not a fallback.
+    pub(super) fn adopt_diff(
+        &mut self,
+        diff: &RecordBatch,
+        filter: Option<&BloomFilter>,
+        what: &str,
+    ) -> Result<bool> {
         let room = self
             .spill
             .as_ref()
@@ -761,8 +772,15 @@ impl StateTable {
             return Ok(false);
         };
         let key = self.key_column().to_string();
-        let Ok(run) = Run::from_sorted(batch, &key, DEFAULT_FPP, "a mapped diff") else {
-            return Ok(false);
+        let run = match filter {
+            Some(filter) => match Run::from_sorted_unfiltered(batch, &key, what) {
+                Ok(run) => run.with_filter(filter.clone(), what)?,
+                Err(_) => return Ok(false),
+            },
+            None => match Run::from_sorted(batch, &key, DEFAULT_FPP, what) {
+                Ok(run) => run,
+                Err(_) => return Ok(false),
+            },
         };
         let spill = self
             .spill
@@ -782,6 +800,7 @@ impl StateTable {
         spill.runs.push_newest(run)?;
         spill.outside = live;
         spill.stats.diffs_mapped += 1;
+        spill.stats.filters_stored += u64::from(filter.is_some());
         Ok(true)
     }
 

@@ -18,7 +18,7 @@ use arrow_array::RecordBatch;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::state::runs::{merge, Run};
-use crate::store::manifest::{FileKind, RunEntry};
+use crate::store::manifest::{FileKind, FilterEntry, RunEntry};
 
 /// The filters' false-positive probability of the merge's runs: the store
 /// keeps no filter yet, so the smallest filter that `Run` builds.
@@ -92,13 +92,15 @@ pub fn merge_batches(batches: &[RecordBatch], key: &str, kind: MergeKind) -> Res
 }
 
 /// The run entry of a plan's output, stored as `path` in the directory of
-/// checkpoint `adopter`, with what writing it gave.
+/// checkpoint `adopter`, with what writing it gave (and its filter, stored
+/// beside it, for a diff).
 pub fn merged_run(
     plan: &CompactionPlan,
     adopter: CheckpointId,
     path: String,
     written: crate::store::format::Written,
     key_range: Option<(serde_json::Value, serde_json::Value)>,
+    filter: Option<FilterEntry>,
 ) -> RunEntry {
     let mut merges: Vec<CheckpointId> = plan
         .inputs
@@ -117,6 +119,7 @@ pub fn merged_run(
         bytes: written.bytes,
         crc32c: written.crc32c,
         key_range,
+        filter,
         merges,
     }
 }
@@ -171,6 +174,7 @@ mod tests {
             bytes: 0,
             crc32c: 0,
             key_range: None,
+            filter: None,
             merges: vec![checkpoint],
         }
     }
@@ -226,6 +230,7 @@ mod tests {
                 bytes: 2,
                 crc32c: 3,
             },
+            None,
             None,
         );
         assert_eq!((out.merges.clone(), out.kind), (vec![2, 3], FileKind::Diff));

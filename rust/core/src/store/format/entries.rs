@@ -27,6 +27,7 @@ fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
         base: None,
         chain: Vec::new(),
         runs: Vec::new(),
+        filter: None,
         key: None,
         edge: None,
         input: None,

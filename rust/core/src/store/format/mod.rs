@@ -19,6 +19,7 @@
 //! - `runs`: a state as sorted runs (format 2), listed or implied by a
 //!   chain, and the links a restore reads;
 //! - `compaction`: which runs to merge, the merge, and its adoption;
+//! - `filters`: a state diff's bloom filter stored beside it (format 3);
 //! - `rebuild`: state rebuilt from a chain;
 //! - `verify`: a file checked against its entry, a checkpoint verified;
 //! - `retention`: which checkpoints may be deleted;
@@ -26,13 +27,14 @@
 //!
 //! The modules depend on each other in one direction only (`entries`,
 //! `verify` → `encode`; `rebuild`, `verify`, `runs` → `chain`; `verify` →
-//! `runs`), never on this one.
+//! `runs`; `filters` → `verify`), never on this one.
 
 mod chain;
 mod compaction;
 mod encode;
 mod entries;
 mod export;
+mod filters;
 mod listing;
 mod rebuild;
 mod retention;
@@ -55,6 +57,7 @@ pub use entries::{
     run_counts, sources_entry, state_entry, state_files, task_entries, ManifestMeta, RunCounts,
 };
 pub use export::{export_plan, ExportPart};
+pub use filters::{diff_filter, filter_entry, read_filter};
 pub use listing::{missing_manifest, scan_listing, summarize, Summary};
 pub use rebuild::rebuild_state;
 pub use retention::{retention, retention_of_root, InProgress};

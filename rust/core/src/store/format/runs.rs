@@ -27,6 +27,7 @@ pub fn own_run(id: CheckpointId, entry: &FileEntry, key_range: Option<(Value, Va
         bytes: entry.bytes,
         crc32c: entry.crc32c,
         key_range,
+        filter: entry.filter.clone(),
         merges: vec![id],
     }
 }

@@ -12,8 +12,9 @@ use super::encode::decode_buffer;
 use super::runs::check_runs;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
+use crate::state::runs::BloomFilter;
 use crate::state::DELETED_COLUMN;
-use crate::store::manifest::{FileEntry, FileKind, FileRole, Manifest};
+use crate::store::manifest::{FileEntry, FileKind, FileRole, Manifest, FILTER_ROLE};
 
 /// Checks a file's bytes against its manifest entry: size, then checksum
 /// (`path` names it in errors). A corrupt file is an error, never read.
@@ -50,9 +51,19 @@ pub fn missing_file(checkpoint: CheckpointId, path: &str) -> Error {
 
 /// Why a file whose checksum matches still cannot be read as its entry
 /// lists it (not an Arrow IPC file, other row count, a state file without
-/// its key column, a diff without `__deleted`), or `None`. Files that are
-/// not `.arrow` are checked by checksum only.
+/// its key column, a diff without `__deleted`, a filter that does not
+/// parse), or `None`. Other files are checked by checksum only.
 pub fn check_structure(entry: &FileEntry, bytes: &[u8]) -> Option<String> {
+    if entry.role == FileRole::Other(FILTER_ROLE.into()) {
+        return BloomFilter::from_bytes(bytes, "file").err().map(|e| {
+            let why = e.to_string();
+            let why = why.strip_prefix("snapshot error: file: ").unwrap_or(&why);
+            why.strip_prefix("a bloom filter ").map_or_else(
+                || why.to_string(),
+                |w| format!("is a bloom filter that {w}"),
+            )
+        });
+    }
     if !entry.path.ends_with(".arrow") {
         return None;
     }
@@ -93,8 +104,10 @@ pub struct VerifyPlan {
     /// checkpoint (oldest first): every file of the checkpoint itself, the
     /// state files of each base its chains need.
     pub files: Vec<(CheckpointId, usize)>,
-    /// Run files no manifest lists (a compaction's output, format 2), as
-    /// their run entries describe them, with the checkpoint holding each.
+    /// Files no manifest's `files` lists, as their entries describe them,
+    /// with the checkpoint holding each: run files (a compaction's output,
+    /// format 2), and the bloom filters stored beside state files and runs
+    /// (format 3; role `filter`).
     pub runs: Vec<(CheckpointId, FileEntry)>,
     /// Problems of no single file: an unreadable base manifest, a chain that
     /// does not end with the checkpoint, names a base without state for the
@@ -177,7 +190,35 @@ pub fn plan_verify(
             }
         }
     }
+    plan_filters(id, manifest, bases, &mut plan);
     plan
+}
+
+/// Adds the filter of every state file and run in `plan` to `plan.runs`.
+fn plan_filters(
+    id: CheckpointId,
+    manifest: &Manifest,
+    bases: &BTreeMap<CheckpointId, std::result::Result<Manifest, String>>,
+    plan: &mut VerifyPlan,
+) {
+    let owner = |cid: CheckpointId| match bases.get(&cid) {
+        Some(Ok(m)) if cid != id => m,
+        _ => manifest,
+    };
+    let mut filters: Vec<(CheckpointId, FileEntry)> = plan
+        .files
+        .iter()
+        .filter_map(|&(cid, i)| {
+            let f = &owner(cid).files[i];
+            let filter = f.filter.as_ref()?;
+            Some((cid, filter.file_entry(f.task().as_ref())))
+        })
+        .collect();
+    filters.extend(plan.runs.iter().filter_map(|(cid, f)| {
+        let filter = f.filter.as_ref()?;
+        Some((*cid, filter.file_entry(f.task().as_ref())))
+    }));
+    plan.runs.extend(filters);
 }
 
 /// The runs of `task`'s state `entry` at `id` in `plan`: checked in order,
