@@ -163,7 +163,17 @@ def test_verify_reads_every_file_once_and_agrees_with_the_reader(
         snapshots.verify_checkpoints(**local_root.open(kind), which=9)
 
 
-DAMAGES = ["checksum", "truncated", "missing", "partial", "manifest", "base", "rows"]
+DAMAGES = [
+    "checksum",
+    "truncated",
+    "missing",
+    "partial",
+    "manifest",
+    "base",
+    "rows",
+    "filter",
+    "filter-shape",
+]
 
 
 def damage(root: Path, how: str) -> tuple[set[int], str, str]:
@@ -190,6 +200,25 @@ def damage(root: Path, how: str) -> tuple[set[int], str, str]:
     if how == "base":
         (chk(root, 4) / "agg-0.state.arrow").write_bytes(b"garbage")
         return {4, 5, 6}, "chk-00000004/agg-0.state.arrow", "needs base checkpoint 4"
+    bloom = chk(root, 5) / "agg-1.state.bloom"
+    if how == "filter":
+        data = bytearray(bloom.read_bytes())
+        data[0] ^= 0xFF
+        bloom.write_bytes(bytes(data))
+        return {5, 6}, "chk-00000005/agg-1.state.bloom", "checksum"
+    if how == "filter-shape":
+        # Intact by its entry (size and checksum match), yet no filter.
+        odd = b"\0" * 33
+        bloom.write_bytes(odd)
+        path = chk(root, 5) / "manifest.json"
+        m = json.loads(path.read_text())
+        entry = next(f for f in m["files"] if f["path"] == "agg-1.state.arrow")
+        entry["filter"].update(bytes=len(odd), crc32c=crc32c(odd))
+        for run in entry.get("runs", []):
+            if run["path"] == entry["path"]:
+                run["filter"] = entry["filter"]
+        path.write_text(json.dumps(m))
+        return {5, 6}, "chk-00000005/agg-1.state.bloom", "does not read as a bloom filter"
     # A manifest that disagrees with an intact file: only a structural check sees it.
     path = chk(root, 5) / "manifest.json"
     m = json.loads(path.read_text())
@@ -210,7 +239,7 @@ def test_verify_names_each_broken_file_and_why(local_root: Root, kind: str, how:
     if how != "partial" and how != "manifest":
         named = [f for f in checks[5].files if not f.ok]
         assert any(f.path == file for f in named), named
-    if how != "rows":  # the readers check sizes and checksums, not row counts
+    if how not in ("rows", "filter-shape"):  # the readers check sizes and checksums
         for reader in (snapshots.open(local_root.path), snapshots.open(local_root.path.as_uri())):
             assert {c for c, r in reader.verify().items() if r is not None} == broken
 

@@ -440,9 +440,10 @@ def test_a_cold_task_maps_the_roots_full_as_its_base_run(
         if batch == 0:
             assert figures["state_bytes_read"] == 0
             continue
-        # The diffs since the full (sorted too) are runs as they are.
+        # The diffs since the full (sorted too) are runs as they are, each
+        # with the filter stored beside its file (format 3), not rebuilt.
         assert stats is not None and stats["bases_mapped"] == 1, stats
-        assert stats["diffs_mapped"] == batch - 1, stats
+        assert stats["diffs_mapped"] == stats["filters_stored"] == batch - 1, stats
         assert (task._loaded.tables["state"].state_memory is None) == (budget is None)
         files = sorted((tmp_path / "budget").glob("chk-*/state-0.state.arrow"))[:batch]
         assert figures["state_bytes_read"] >= 0.9 * sum(f.stat().st_size for f in files) > 0
@@ -489,6 +490,8 @@ def test_a_cold_task_on_a_remote_root_maps_its_files_from_the_run_cache(
         stats = task._loaded.tables["state"].spill_stats()
         assert stats is not None
         assert stats["bases_mapped"] == (1 if size else 0), stats
+        # A mapped diff's run takes its stored filter (read from S3 itself).
+        assert stats["filters_stored"] == (batch - 1 if size else 0), stats
         # The chain is the full of batch 0 and the diffs since; only the
         # newest file is new to the cache.
         if size:

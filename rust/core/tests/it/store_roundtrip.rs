@@ -521,3 +521,87 @@ fn every_fsync_mode_writes_the_same_checkpoints() {
         .to_string()
         .contains("'per-file', 'syncfs', 'off'"));
 }
+
+#[test]
+fn a_diff_restores_with_its_stored_filter_and_a_corrupt_or_missing_one_is_refused() {
+    use snapcut_core::snapshot::StateKind;
+    use snapcut_core::state::runs::hash::hash_int;
+    use snapcut_core::store::filter_file_name;
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        sort_state_files: true,
+        ..Default::default()
+    };
+    let store = SnapshotStore::open(dir.path(), options).unwrap();
+    let mut t = table(10);
+    t.upsert(&rows(0..1000, 1)).unwrap();
+    checkpoint(&store, &mut t, 1, false);
+    t.upsert(&rows([5, 2000, 3000], 7)).unwrap();
+    t.delete(&Int64Array::from(vec![6])).unwrap();
+    checkpoint(&store, &mut t, 2, false);
+    t.upsert(&rows([4000], 1)).unwrap();
+    checkpoint(&store, &mut t, 3, false);
+    let agg = task("agg", 0);
+    // Each diff's filter beside it, named by its entry; the full has none.
+    let manifest = store.reader().verify(3).unwrap();
+    let entry = manifest.state_file(&agg).unwrap();
+    let filters: Vec<_> = entry.runs.iter().map(|r| r.filter.clone()).collect();
+    assert!(filters[0].is_some() && filters[1].is_some() && filters[2].is_none());
+    let (loaded, skipped) = store.reader().restore_point().unwrap();
+    assert!(skipped.is_empty(), "{skipped:?}");
+    let runs = loaded.unwrap().state_runs[&agg].clone();
+    let diff_keys = [vec![5, 6, 2000, 3000], vec![4000]];
+    for ((_, capture), keys) in runs[1..].iter().zip(&diff_keys) {
+        assert!(matches!(capture.kind, StateKind::Diff { .. }));
+        let filter = capture.filter.as_ref().expect("a diff's stored filter");
+        assert!(keys.iter().all(|&k| filter.may_contain(hash_int(k))));
+    }
+    assert!(runs[0].1.filter.is_none());
+    // A lazy restore takes them as the runs' filters, no key hashed again.
+    let mut lazy = table(10);
+    lazy.restore_mapped(&runs).unwrap();
+    let stats = lazy.spill_stats().unwrap();
+    assert_eq!(
+        (stats.diffs_mapped, stats.filters_stored),
+        (2, 2),
+        "{stats:?}"
+    );
+    assert_eq!(
+        as_map(&lazy.to_batch()),
+        as_map(&store.reader().state(3, &agg).unwrap().unwrap())
+    );
+    // A filter flipped on disk: verify names it, the restore point passes
+    // over the checkpoints that need it.
+    let bloom = dir
+        .path()
+        .join("chk-00000003")
+        .join(filter_file_name(&state_file_name(&agg)));
+    let good = std::fs::read(&bloom).unwrap();
+    let mut bad = good.clone();
+    bad[0] ^= 0xff;
+    std::fs::write(&bloom, &bad).unwrap();
+    let err = store.reader().verify(3).unwrap_err().to_string();
+    assert!(
+        err.contains("agg-0.state.bloom") && err.contains("checksum"),
+        "{err}"
+    );
+    let (loaded, skipped) = store.reader().restore_point().unwrap();
+    assert_eq!(skipped.len(), 1, "{skipped:?}");
+    assert!(skipped[0].reason.contains(".bloom"), "{skipped:?}");
+    assert_eq!(loaded.unwrap().meta.id, 2);
+    assert!(store.reader().state_runs(3, &agg).is_err());
+    // A filter gone: named as a missing file, for every checkpoint needing it.
+    std::fs::write(&bloom, &good).unwrap();
+    let two = dir
+        .path()
+        .join("chk-00000002")
+        .join(filter_file_name(&state_file_name(&agg)));
+    std::fs::remove_file(&two).unwrap();
+    for id in [2, 3] {
+        let err = store.reader().verify(id).unwrap_err().to_string();
+        assert!(
+            err.contains("agg-0.state.bloom") && err.contains("missing"),
+            "{err}"
+        );
+    }
+}

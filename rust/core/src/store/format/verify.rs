@@ -58,10 +58,7 @@ pub fn check_structure(entry: &FileEntry, bytes: &[u8]) -> Option<String> {
         return BloomFilter::from_bytes(bytes, "file").err().map(|e| {
             let why = e.to_string();
             let why = why.strip_prefix("snapshot error: file: ").unwrap_or(&why);
-            why.strip_prefix("a bloom filter ").map_or_else(
-                || why.to_string(),
-                |w| format!("is a bloom filter that {w}"),
-            )
+            format!("does not read as a bloom filter: {why}")
         });
     }
     if !entry.path.ends_with(".arrow") {
