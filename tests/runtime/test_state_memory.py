@@ -96,6 +96,9 @@ def test_a_restart_opens_the_stored_runs_lazily(tmp_path: Path) -> None:
     assert len(spilled) == 2, report.spill
     for task, stats in spilled.items():
         assert stats["bases_mapped"] == 1, (task, stats)
+        # The diffs since the full are runs too, with the filters stored
+        # beside their files (format 3), not rebuilt.
+        assert stats["diffs_mapped"] == restored - 1 == stats["filters_stored"], (task, stats)
     # Each aggregate subtask's first capture on its restored table is a diff
     # whose base is the checkpoint restored.
     bases: dict[int, set[tuple[str, int | None]]] = {0: set(), 1: set()}

@@ -85,7 +85,7 @@ impl SnapshotSink for InMemorySnapshots {
             let Some(StateCapture {
                 kind: StateKind::Diff { base },
                 batch,
-                filter: None,
+                ..
             }) = &snap.state
             else {
                 continue;

@@ -121,7 +121,7 @@ impl SpillingAggregate {
                         StateCapture {
                             kind: c.kind,
                             batch,
-                            filter: None,
+                            filter: c.filter,
                         },
                     ))
                 })
