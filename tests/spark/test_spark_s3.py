@@ -56,9 +56,10 @@ SINK_KEY = re.compile(
 """The only objects of a sink root without staged or partial batches."""
 STATE_KEY = re.compile(
     r"_snapcut_(state|owner)\.json"
-    r"|chk-\d{8}/(manifest\.json|sources\.arrow|state-\d\.(state\.arrow|ack\.json))"
+    r"|chk-\d{8}/(manifest\.json|sources\.arrow|state-\d\.(state\.arrow|state\.bloom|ack\.json))"
 )
-"""The only objects of a state root (no temp files, nothing else)."""
+"""The only objects of a state root (no temp files, nothing else; a diff's
+bloom filter beside it, format 3)."""
 
 
 @pytest.fixture(scope="module")

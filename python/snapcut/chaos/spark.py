@@ -60,6 +60,7 @@ kill plan; the moment a timed kill lands within its window is wall-clock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -92,6 +93,7 @@ from snapcut.chaos.core import (
     run_campaign,
     run_rng,
 )
+from snapcut.chaos.s3 import S3Server, moto_server
 from snapcut.chaos.spark_compare import (
     check_final,
     check_plan,
@@ -175,6 +177,9 @@ TREE_SCAN_S = 0.5
 STEPS = ("aggregate", "tws")
 
 
+STATE_ROOTS = ("local", "s3")
+
+
 def check_sizes(o: Any) -> None:
     """The run sizes every Spark campaign's options share (``runs``, ``seed``,
     ``files``, ``records``, ``users``, ``partitions``, ``files_per_batch``,
@@ -223,6 +228,11 @@ class SparkOptions:
     (None: all in memory). Small enough, the state spills mid-run, and the
     spill crash points (``spill.after_run``, ``spill.merged``) and the input
     one (``input.part_sent``) join the ones kills choose from."""
+    state_root: str = "local"
+    """Where the job's state root lives: "local" (the run's directory) or
+    "s3" (a bucket of moto's S3 server on 127.0.0.1, one per run, started by
+    the harness: files go first, the manifest last, no renames; a cold task
+    reads through the run cache)."""
 
     def cluster(self) -> bool:
         return (self.remote or self.master).startswith("local-cluster")
@@ -273,6 +283,10 @@ class SparkOptions:
             )
         if self.step not in STEPS:
             raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")
+        if self.state_root not in STATE_ROOTS:
+            raise ConfigError(
+                f"state_root must be one of {', '.join(STATE_ROOTS)}, got {self.state_root!r}"
+            )
         if self.state_memory is not None:
             state_memory_bytes(self.state_memory)
         elif (budgeted := {*failpoints.RUST_POINTS, *failpoints.INPUT_POINTS}) & set(self.points()):
@@ -325,6 +339,7 @@ class SparkSummary(Summary):
     attempts: int = 0
     run_seconds: list[float] = field(default_factory=list)
     output: str = "arrow"
+    state_root: str = "local"
     table_commits: int = 0
     table_double_commits: int = 0
     table_missing_batches: int = 0
@@ -442,10 +457,15 @@ def progress(checkpoint: Path) -> int:
 
 
 def read_run(
-    run_dir: Path, names: list[str], step: str = "aggregate", table: TableTarget | None = None
+    run_dir: Path,
+    names: list[str],
+    step: str = "aggregate",
+    table: TableTarget | None = None,
+    state: str | None = None,
 ) -> RunOutput:
     """Spark's plan, the sink's committed batches (from its root, or its
-    `table`) and the final state of a run of the job's `step`."""
+    `table`) and the final state of a run of the job's `step` (its state
+    root `state`, default the run's ``state`` directory)."""
     out = RunOutput(read_plan(run_dir / "chk", names), {}, None, None)
     sink = run_dir / "out"
     if table is not None:
@@ -466,7 +486,7 @@ def read_run(
     try:
         # A transformWithState root: the per-user totals are its "totals" variable.
         variable = "totals" if step == "tws" else None
-        out.state = read_state_arrow(str(run_dir / "state"), variable=variable)
+        out.state = read_state_arrow(state or str(run_dir / "state"), variable=variable)
     except SnapshotError as e:
         out.unreadable.append(f"read_state_arrow: {e}")
     return out
@@ -543,14 +563,16 @@ class Attempt:
     seconds: float
 
 
-def child_cmd(opts: SparkOptions, run_dir: Path) -> list[str]:
+def child_cmd(opts: SparkOptions, run_dir: Path, state: str | None = None) -> list[str]:
+    """The job's command line; `state`: its state root (default the run's
+    ``state`` directory)."""
     table = opts.table(run_dir)
     return [
         sys.executable,
         "-m",
         "snapcut.jobs.spark_dwell",
         str(run_dir / "input"),
-        str(run_dir / "state"),
+        state or str(run_dir / "state"),
         str(run_dir / "chk"),
         str(run_dir / "out"),
         "--sink",
@@ -747,11 +769,14 @@ def run_one(
     run_dir: Path,
     summary: SparkSummary,
     log: Callable[[str], None] = lambda _: None,
+    s3: S3Server | None = None,
 ) -> Check:
     """One run: input, 1..max_kills killed attempts, restarts until the query
-    finishes; then the comparison."""
+    finishes; then the comparison. `s3`: the server whose new bucket holds
+    the run's state root (``state_root="s3"``)."""
     rng = run_rng(opts.seed, run)
     fresh_dir(run_dir)
+    state = None if s3 is None else s3.uri(f"{s3.bucket('chaos')}/state")
     frames = generate_events(opts.files, opts.records, opts.users, rng.randrange(2**32))
     names = write_input(run_dir / "input", frames)
     table = opts.table(run_dir)
@@ -769,7 +794,7 @@ def run_one(
         skip = len(read_hits(hit_log, 0))
         stderr = run_dir / f"stderr-{n}.txt"
         a = run_attempt(
-            child_cmd(opts, run_dir),
+            child_cmd(opts, run_dir, state),
             child_env(kill, hit_log),
             kill,
             run_dir / "chk",
@@ -787,7 +812,7 @@ def run_one(
         summary.restored += 1
     summary.run_seconds.append(round(time.monotonic() - started, 1))
     count_spills(run_dir, summary)
-    out = read_run(run_dir, names, opts.step, table)
+    out = read_run(run_dir, names, opts.step, table, state)
     check = compare(frames, out)
     if out.table is not None:
         facts = check_table(out.table, check)
@@ -812,14 +837,20 @@ def run_spark_chaos(
         remote=opts.remote,
         files=opts.files,
         output=opts.output,
+        state_root=opts.state_root,
     )
-    return run_campaign(
-        summary,
-        opts.runs,
-        lambda run, run_dir: run_one(opts, run, run_dir, summary, log),
-        name="spark",
-        workdir=opts.workdir,
-        keep=opts.keep,
-        log=log,
-        prefix="snapcut-spark-chaos-",
-    )
+    with contextlib.ExitStack() as stack:
+        # One server for the campaign, in this process: kills of the job's
+        # tree never reach it. Its AWS variables reach the job through the
+        # environment (child_env), and Spark's Python workers by inheritance.
+        s3 = stack.enter_context(moto_server()) if opts.state_root == "s3" else None
+        return run_campaign(
+            summary,
+            opts.runs,
+            lambda run, run_dir: run_one(opts, run, run_dir, summary, log, s3),
+            name="spark",
+            workdir=opts.workdir,
+            keep=opts.keep,
+            log=log,
+            prefix="snapcut-spark-chaos-",
+        )

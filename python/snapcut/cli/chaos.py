@@ -113,6 +113,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "Spark they join the default points, with input.part_sent: a batch past a quarter "
         "of the budget applied in parts, one part's output sent)",
     )
+    p.add_argument(
+        "--state-root",
+        default=None,
+        metavar="local|s3",
+        help="spark: where the query's state root lives: the run's directory (local, the "
+        "default) or a bucket of moto's S3 server on 127.0.0.1 that the harness starts "
+        "(s3; needs moto[server], in snapcut[test]): no renames, manifests last, and a cold "
+        "task reads through the run cache",
+    )
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.add_argument(
         "--topology",
@@ -205,7 +214,17 @@ def main(args: argparse.Namespace) -> int:
 
 
 def refuse_spark_flags(args: argparse.Namespace) -> None:
-    for flag in ("files", "files_per_batch", "partitions", "master", "remote", "step", "output"):
+    spark_flags = (
+        "files",
+        "files_per_batch",
+        "partitions",
+        "master",
+        "remote",
+        "step",
+        "output",
+        "state_root",
+    )
+    for flag in spark_flags:
         if getattr(args, flag) is not None:
             raise ConfigError(f"--{flag.replace('_', '-')} applies to --engine spark only")
     if args.kill_mode not in KILL_MODES:
@@ -285,6 +304,7 @@ def chain_options(args: argparse.Namespace) -> ChainOptions:
         ("--remote", args.remote is not None),
         ("--step", args.step is not None),
         ("--output", args.output is not None),
+        ("--state-root", args.state_root is not None),
     ):
         if given:
             raise ConfigError(f"{flag} does not apply to --topology chain")
@@ -359,4 +379,5 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         step=pick(args.step, defaults.step),
         output=pick(args.output, defaults.output),
         state_memory=args.state_memory,
+        state_root=pick(args.state_root, defaults.state_root),
     )
