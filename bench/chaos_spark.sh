@@ -7,7 +7,8 @@
 # --remote (Spark Connect) among the extra args, to chaos-spark-connect.jsonl;
 # with --step tws (the transformWithState job), to chaos-spark-tws.jsonl; with
 # --state-memory (state spilling past a budget), to
-# bench/results/chaos_spark_spill/chaos-spark-spill.jsonl.
+# bench/results/chaos_spark_spill/chaos-spark-spill.jsonl; with --state-root s3
+# (the state root on moto's S3), to bench/results/chaos_spark_s3/chaos-spark-s3.jsonl.
 # Usage: bash bench/chaos_spark.sh CHUNKS RUNS SEED [extra snapcut chaos args]
 set -u
 chunks=${1:-10}; runs=${2:-10}; seed=${3:-4000}; shift 3 2>/dev/null || shift $#
@@ -17,6 +18,9 @@ case " $* " in *" --remote "*) out=${out%.jsonl}-connect.jsonl ;; esac
 case " $* " in *" --step tws "*) out=${out%.jsonl}-tws.jsonl ;; esac
 case " $* " in
   *" --state-memory "*) out=$(dirname "$0")/results/chaos_spark_spill/chaos-spark-spill.jsonl ;;
+esac
+case " $* " in
+  *" --state-root s3 "*) out=$(dirname "$0")/results/chaos_spark_s3/chaos-spark-s3.jsonl ;;
 esac
 mkdir -p "$(dirname "$out")"
 log=/tmp/snapcut-chaos-bench/spark.log
