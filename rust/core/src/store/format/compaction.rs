@@ -20,8 +20,9 @@ use crate::protocol::CheckpointId;
 use crate::state::runs::{merge, Run};
 use crate::store::manifest::{FileKind, FilterEntry, RunEntry};
 
-/// The filters' false-positive probability of the merge's runs: the store
-/// keeps no filter yet, so the smallest filter that `Run` builds.
+/// The filters' false-positive probability of the merge's runs: nothing
+/// searches them, so the smallest filter that `Run` builds (a merged diff's
+/// stored filter is built from the output, `format::diff_filter`).
 const UNUSED_FPP: f64 = 0.5;
 
 /// A base merge is chosen once the diffs' rows exceed the full's rows
