@@ -48,6 +48,10 @@ same events:
   (``read_output_arrow``) or final state (``read_state_arrow``) differs from
   pandas' count, total and average.
 
+``--state-root s3``: each run's state root is a bucket of moto's S3 server on
+127.0.0.1, which the harness runs for the campaign (:mod:`snapcut.chaos.s3`);
+the final state is read back from the bucket.
+
 ``--output delta|iceberg``: the sink merges the rows by user into a Delta or
 Iceberg table instead of its root; the same comparison runs on the table's
 rows and its history is checked for one commit per batch
