@@ -142,32 +142,6 @@ pub struct FilterEntry {
     pub crc32c: u32,
 }
 
-impl FilterEntry {
-    /// The filter file as an entry of `task`, to be read and checked like
-    /// a manifest's file (role [`FILTER_ROLE`], no rows).
-    pub fn file_entry(&self, task: Option<&TaskId>) -> FileEntry {
-        FileEntry {
-            path: self.path.clone(),
-            role: FileRole::Other(FILTER_ROLE.into()),
-            rows: 0,
-            bytes: self.bytes,
-            crc32c: self.crc32c,
-            vertex: task.map(|t| t.vertex.clone()),
-            subtask: task.map(|t| t.subtask),
-            kind: None,
-            base: None,
-            chain: Vec::new(),
-            runs: Vec::new(),
-            filter: None,
-            key: None,
-            edge: None,
-            input: None,
-            from_subtask: None,
-            extra: Default::default(),
-        }
-    }
-}
-
 /// Whether a state file is a full table or a diff against `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

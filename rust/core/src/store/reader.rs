@@ -203,7 +203,7 @@ impl SnapshotReader {
     /// against its entry; a missing or corrupt one is an error naming it.
     pub fn read_filter(&self, id: CheckpointId, entry: &FilterEntry) -> Result<BloomFilter> {
         let dir = self.checkpoint_dir(id);
-        let bytes = read_checked(&dir, &entry.file_entry(None), id)?;
+        let bytes = read_checked(&dir, &format::filter_file_entry(entry, None), id)?;
         format::read_filter(
             &bytes,
             entry,

@@ -173,7 +173,10 @@ fn state_chain<'py>(
                 StateKind::Diff { .. } => "diff",
             };
             let filter = match &l.entry.filter {
-                Some(f) => Some(entry_dict(py, &f.file_entry(l.entry.task().as_ref()))?),
+                Some(f) => Some(entry_dict(
+                    py,
+                    &format::filter_file_entry(f, l.entry.task().as_ref()),
+                )?),
                 None => None,
             };
             Ok((l.checkpoint, kind, entry_dict(py, &l.entry)?, filter))

@@ -10,8 +10,8 @@ use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::TaskId;
 use crate::store::manifest::{
-    channel_file_name, state_file_name, FileEntry, FileKind, FileRole, Manifest, TaskEntry,
-    FORMAT_NAME, FORMAT_VERSION, SOURCES_FILE,
+    channel_file_name, state_file_name, FileEntry, FileKind, FileRole, FilterEntry, Manifest,
+    TaskEntry, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, SOURCES_FILE,
 };
 
 fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
@@ -91,6 +91,21 @@ pub fn channel_entry(
             FileRole::Channel,
             written,
         )
+    }
+}
+
+/// A state file's stored filter (format 3) as an entry of `task`, to be
+/// read and checked like a manifest's file (role [`FILTER_ROLE`], no rows).
+pub fn filter_file_entry(filter: &FilterEntry, task: Option<&TaskId>) -> FileEntry {
+    let written = Written {
+        rows: 0,
+        bytes: filter.bytes,
+        crc32c: filter.crc32c,
+    };
+    FileEntry {
+        vertex: task.map(|t| t.vertex.clone()),
+        subtask: task.map(|t| t.subtask),
+        ..bare_entry(&filter.path, FileRole::Other(FILTER_ROLE.into()), written)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use arrow_array::RecordBatch;
 
+use super::entries::filter_file_entry;
 use super::verify::check_file;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -57,7 +58,7 @@ pub fn read_filter(
     checkpoint: CheckpointId,
     path: &str,
 ) -> Result<BloomFilter> {
-    check_file(&entry.file_entry(None), bytes, checkpoint, path)?;
+    check_file(&filter_file_entry(entry, None), bytes, checkpoint, path)?;
     BloomFilter::from_bytes(bytes, &format!("checkpoint {checkpoint}: file {path}"))
 }
 

@@ -27,7 +27,7 @@
 //!
 //! The modules depend on each other in one direction only (`entries`,
 //! `verify` → `encode`; `rebuild`, `verify`, `runs` → `chain`; `verify` →
-//! `runs`; `filters` → `verify`), never on this one.
+//! `runs`, `entries`; `filters` → `verify`, `entries`), never on this one.
 
 mod chain;
 mod compaction;
@@ -53,8 +53,9 @@ pub use encode::{
     concat, decode_buffer, decode_ipc, encode_ipc, encode_ipc_into, EncodeError, Written,
 };
 pub use entries::{
-    build_manifest, channel_entry, channel_files, manifest_bytes, other_entry, parse_manifest,
-    run_counts, sources_entry, state_entry, state_files, task_entries, ManifestMeta, RunCounts,
+    build_manifest, channel_entry, channel_files, filter_file_entry, manifest_bytes, other_entry,
+    parse_manifest, run_counts, sources_entry, state_entry, state_files, task_entries,
+    ManifestMeta, RunCounts,
 };
 pub use export::{export_plan, ExportPart};
 pub use filters::{diff_filter, filter_entry, read_filter};

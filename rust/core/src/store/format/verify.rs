@@ -9,6 +9,7 @@ use arrow_buffer::Buffer;
 
 use super::chain::{kind_name, state_chain};
 use super::encode::decode_buffer;
+use super::entries::filter_file_entry;
 use super::runs::check_runs;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -208,12 +209,12 @@ fn plan_filters(
         .filter_map(|&(cid, i)| {
             let f = &owner(cid).files[i];
             let filter = f.filter.as_ref()?;
-            Some((cid, filter.file_entry(f.task().as_ref())))
+            Some((cid, filter_file_entry(filter, f.task().as_ref())))
         })
         .collect();
     filters.extend(plan.runs.iter().filter_map(|(cid, f)| {
         let filter = f.filter.as_ref()?;
-        Some((*cid, filter.file_entry(f.task().as_ref())))
+        Some((*cid, filter_file_entry(filter, f.task().as_ref())))
     }));
     plan.runs.extend(filters);
 }
