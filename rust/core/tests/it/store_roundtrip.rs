@@ -308,15 +308,22 @@ fn load_gives_the_runtime_a_completed_checkpoint() {
     );
 }
 
-#[test]
-fn a_restore_point_holds_state_as_mapped_runs_and_refuses_a_corrupt_one() {
-    use snapcut_core::snapshot::StateKind;
+/// A store that writes state files sorted by key (as under a memory
+/// budget), so a restore can take them as runs; and its directory.
+fn sorted_store() -> (tempfile::TempDir, std::sync::Arc<SnapshotStore>) {
     let dir = tempfile::tempdir().unwrap();
     let options = StoreOptions {
         sort_state_files: true,
         ..Default::default()
     };
     let store = SnapshotStore::open(dir.path(), options).unwrap();
+    (dir, store)
+}
+
+#[test]
+fn a_restore_point_holds_state_as_mapped_runs_and_refuses_a_corrupt_one() {
+    use snapcut_core::snapshot::StateKind;
+    let (dir, store) = sorted_store();
     let mut t = table(10);
     // Captures in the table's (arrival) order; this store writes them sorted.
     t.upsert(&rows([3, 0, 4, 1, 2], 1)).unwrap();
@@ -527,12 +534,7 @@ fn a_diff_restores_with_its_stored_filter_and_a_corrupt_or_missing_one_is_refuse
     use snapcut_core::snapshot::StateKind;
     use snapcut_core::state::runs::hash::hash_int;
     use snapcut_core::store::filter_file_name;
-    let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        sort_state_files: true,
-        ..Default::default()
-    };
-    let store = SnapshotStore::open(dir.path(), options).unwrap();
+    let (dir, store) = sorted_store();
     let mut t = table(10);
     t.upsert(&rows(0..1000, 1)).unwrap();
     checkpoint(&store, &mut t, 1, false);
