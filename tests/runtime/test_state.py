@@ -308,3 +308,41 @@ def test_groups_of_a_spilled_table_are_read_and_deleted_from_its_runs(tmp_path: 
                 [encode_keys([pa.array([1], pa.int64())]), pa.array([2]), [0], [0]], schema=schema
             )
         )
+
+
+def test_a_restore_refuses_filters_that_do_not_fit_its_chain() -> None:
+    """``restore(filters=)``: one per file or a ConfigError; bytes that are no
+    bloom filter, or a filter lacking a key of its diff (another run's), are
+    SnapshotErrors naming the chain entry; the right ones are taken."""
+    from snapcut import snapshots
+    from snapcut._core import format as fmt
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    full = pa.record_batch([pa.array([1, 2, 3]), pa.array([10, 20, 30])], schema=schema)
+    diff = pa.record_batch(
+        [pa.array([2, 7]), pa.array([21, 70]), pa.array([False, False])],
+        names=["k", "v", snapshots.DELETED_COLUMN],
+    )
+    other = pa.record_batch(
+        [pa.array([100]), pa.array([1]), pa.array([False])],
+        names=["k", "v", snapshots.DELETED_COLUMN],
+    )
+    chain = [(1, "full", full), (2, "diff", diff)]
+    bloom = fmt.encode_state("t", 0, diff, "k", "diff", 1)[2]
+    foreign = fmt.encode_state("t", 0, other, "k", "diff", 1)[2]
+    assert bloom is not None and foreign is not None
+    with pytest.raises(ConfigError, match="restore got 1 filters for a chain of 2 files"):
+        StateTable(schema, "k").restore(chain, mapped=True, filters=[None])
+    with pytest.raises(SnapshotError, match=r"state chain entry 2's filter.*33 bytes is corrupt"):
+        StateTable(schema, "k").restore(chain, mapped=True, filters=[None, b"\0" * 33])
+    with pytest.raises(SnapshotError, match=r"lacks key .* the filter is corrupt or another run's"):
+        StateTable(schema, "k").restore(chain, mapped=True, filters=[None, foreign])
+    t = StateTable(schema, "k")
+    t.restore(chain, mapped=True, filters=[None, bloom])
+    assert (t.spill_stats() or {})["filters_stored"] == 1
+    assert as_rows(t) == {1: 10, 2: 21, 3: 30, 7: 70}
+
+
+def as_rows(t: StateTable) -> dict[int, int]:
+    table = t.to_arrow()
+    return dict(zip(table["k"].to_pylist(), table["v"].to_pylist(), strict=True))
