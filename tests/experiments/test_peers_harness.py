@@ -490,8 +490,12 @@ def test_windowed_runs_a_cell_and_refuses_bad_windows(tmp_path: Path) -> None:
     assert len(r["rates"]) >= 3 and all(v > 0 for v in r["rates"])
     row, _ = data["summary"]
     assert row["windows"] >= 1 and "overhead" in row
-    # The tasks ran in every window: their CPU was counted.
-    assert all(v > 0 for v in r["thread_cpu_share"]["tasks user"])
+    # The tasks' CPU is counted per window. Not asserted > 0 in every window: beside
+    # CI's other streams a 0.5 s window can pass with the tasks descheduled (stop 56's CI
+    # saw one at 0 ticks); most windows must show them.
+    tasks = r["thread_cpu_share"]["tasks user"]
+    assert len(tasks) == len(r["rates"])
+    assert sum(v > 0 for v in tasks) * 2 > len(tasks), tasks
     assert len(r["thread_cpu_share"]["outside"]) >= 3
     md = (tmp_path / "windowed.md").read_text()
     assert "| dwell | 50 | aligned |" in md and "## Where the CPU goes in on windows" in md
