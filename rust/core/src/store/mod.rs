@@ -22,6 +22,7 @@ mod mapped;
 mod reader;
 mod sink;
 mod spill;
+mod streamed;
 mod writer;
 
 pub use crate::snapshot::CompactionStats;
@@ -42,3 +43,4 @@ pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};
 pub use sink::{SnapshotStore, StoreOptions};
 pub use spill::LocalRuns;
+pub use streamed::StreamedFile;

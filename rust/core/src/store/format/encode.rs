@@ -24,10 +24,30 @@ pub struct Written {
 }
 
 /// Counts bytes and updates the CRC as they stream through.
-struct Checksummed<W> {
+pub(crate) struct Checksummed<W> {
     inner: W,
     crc: u32,
     bytes: u64,
+}
+
+impl<W> Checksummed<W> {
+    pub(crate) fn new(inner: W) -> Self {
+        Self {
+            inner,
+            crc: 0,
+            bytes: 0,
+        }
+    }
+
+    /// The destination back, and what went through: `rows` rows.
+    pub(crate) fn done(self, rows: u64) -> (W, Written) {
+        let written = Written {
+            rows,
+            bytes: self.bytes,
+            crc32c: self.crc,
+        };
+        (self.inner, written)
+    }
 }
 
 impl<W: Write> Write for Checksummed<W> {
@@ -56,26 +76,14 @@ pub fn encode_ipc_into<W: Write>(
         arrow_schema::ArrowError::IoError(_, source) => EncodeError::Io(source),
         other => EncodeError::Format(Error::Snapshot(format!("encoding {what}: {other}"))),
     };
-    let sink = Checksummed {
-        inner: out,
-        crc: 0,
-        bytes: 0,
-    };
+    let sink = Checksummed::new(out);
     let mut writer = FileWriter::try_new(sink, schema).map_err(arrow)?;
     let mut rows = 0;
     for batch in batches {
         writer.write(batch).map_err(arrow)?;
         rows += batch.num_rows() as u64;
     }
-    let sink = writer.into_inner().map_err(arrow)?;
-    Ok((
-        sink.inner,
-        Written {
-            rows,
-            bytes: sink.bytes,
-            crc32c: sink.crc,
-        },
-    ))
+    Ok(writer.into_inner().map_err(arrow)?.done(rows))
 }
 
 /// Why [`encode_ipc_into`] failed: the destination, or the data.

@@ -49,6 +49,7 @@ pub use compaction::{
     adopt, merge_batches, merge_span, merged_run, plan_compaction, CompactionPlan, MergeKind,
     BASE_MERGE_RATIO,
 };
+pub(crate) use encode::Checksummed;
 pub use encode::{
     concat, decode_buffer, decode_ipc, encode_ipc, encode_ipc_into, EncodeError, Written,
 };
