@@ -87,7 +87,7 @@ proptest! {
     ) {
         let whole = batch(rows, seed);
         let (bytes, written) = streamed(&whole, chunk * 8);
-        let (expected, w) = encode_ipc(&whole.schema(), &[whole.clone()], "t").unwrap();
+        let (expected, w) = encode_ipc(&whole.schema(), std::slice::from_ref(&whole), "t").unwrap();
         prop_assert_eq!(&bytes, &expected);
         prop_assert_eq!(written, w);
         let (_, batches) = decode_ipc(bytes, "t").unwrap();
