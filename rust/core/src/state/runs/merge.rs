@@ -11,7 +11,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use arrow_array::{new_empty_array, ArrayRef, BooleanArray, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
 use super::keys::{KeyColumn, KeyRef};
@@ -47,18 +47,128 @@ pub struct Merged {
 /// `runs` is the oldest of its set: the output is then a base. The runs must
 /// share their columns and key.
 pub fn merge(runs: &[&Run], drop_tombstones: bool, fpp: f64) -> Result<Merged> {
-    check_inputs(runs)?;
-    let mut picks = newest_per_key(runs)?;
-    let before = picks.len();
-    if drop_tombstones {
-        picks.retain(|&(run, row)| !runs[run].is_deleted(row));
+    let mut cursor = MergeCursor::new(runs, drop_tombstones)?;
+    let picks = cursor.next_picks(usize::MAX);
+    let batch = cursor.gather(&picks)?;
+    let run = Run::from_sorted_trusted(batch, runs[0].key_column(), fpp)?;
+    let stats = MergeStats {
+        runs_in: runs.len(),
+        rows_in: runs.iter().map(|r| r.len()).sum(),
+        rows_out: run.len(),
+        tombstones_dropped: cursor.tombstones_dropped,
+        bytes_in: runs.iter().map(|r| r.size_bytes()).sum(),
+        bytes_out: run.size_bytes(),
+    };
+    Ok(Merged { run, stats })
+}
+
+/// A merge of `runs` (as [`merge`]'s) read a chunk of rows at a time, so
+/// that its output can be written as it is made (a run larger than memory,
+/// `crate::store::StreamedFile`) instead of held whole: the merge holds
+/// its heap of one key a run, and a chunk.
+pub struct MergeCursor<'a> {
+    runs: &'a [&'a Run],
+    columns: Vec<KeyColumn<'a>>,
+    /// Each run's next key, the newest run first among equal keys.
+    heap: BinaryHeap<Reverse<(KeyRef<'a>, usize, usize)>>,
+    last: Option<KeyRef<'a>>,
+    drop_tombstones: bool,
+    schema: SchemaRef,
+    tombstones_dropped: usize,
+}
+
+impl<'a> MergeCursor<'a> {
+    pub fn new(runs: &'a [&'a Run], drop_tombstones: bool) -> Result<Self> {
+        check_inputs(runs)?;
+        let columns = runs
+            .iter()
+            .map(|r| KeyColumn::new(r.keys().as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let heap = columns
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.len() > 0)
+            .map(|(run, c)| Reverse((c.at(0), run, 0)))
+            .collect();
+        Ok(Self {
+            schema: merged_schema(runs[0], drop_tombstones),
+            runs,
+            columns,
+            heap,
+            last: None,
+            drop_tombstones,
+            tombstones_dropped: 0,
+        })
     }
-    let first = runs[0];
-    let mut arrays = Vec::with_capacity(first.batch().num_columns() + 1);
-    for (col, field) in first.data_fields().iter().enumerate() {
-        arrays.push(gather(runs, col, field.data_type(), &picks)?);
+
+    /// The output's schema: the runs' columns (values nullable: a tombstone
+    /// has only its key), then `__deleted` unless tombstones are dropped.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
     }
-    // Values are nullable: a tombstone has only its key.
+
+    /// The next at most `max_rows` rows of the output, in key order;
+    /// `None` once every row was read.
+    pub fn next_chunk(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        let picks = self.next_picks(max_rows);
+        if picks.is_empty() {
+            return Ok(None);
+        }
+        self.gather(&picks).map(Some)
+    }
+
+    /// Tombstones dropped so far (merges into the oldest run only).
+    pub fn tombstones_dropped(&self) -> usize {
+        self.tombstones_dropped
+    }
+
+    /// The next at most `max` keys, in key order, as the (run, row) of each
+    /// key's newest row: a k-way merge on a heap of each run's next key,
+    /// ties going to the lowest run index (the newest).
+    fn next_picks(&mut self, max: usize) -> Vec<(usize, usize)> {
+        let most = self.columns.iter().map(KeyColumn::len).max().unwrap_or(0);
+        let mut picks = Vec::with_capacity(max.min(most));
+        while picks.len() < max {
+            let Some(Reverse((key, run, row))) = self.heap.pop() else {
+                break;
+            };
+            if self.last != Some(key) {
+                self.last = Some(key);
+                if self.drop_tombstones && self.runs[run].is_deleted(row) {
+                    self.tombstones_dropped += 1;
+                } else {
+                    picks.push((run, row));
+                }
+            }
+            if row + 1 < self.columns[run].len() {
+                let next = self.columns[run].at(row + 1);
+                self.heap.push(Reverse((next, run, row + 1)));
+            }
+        }
+        picks
+    }
+
+    /// The picked rows as a batch of [`Self::schema`].
+    fn gather(&self, picks: &[(usize, usize)]) -> Result<RecordBatch> {
+        let runs = self.runs;
+        let first = runs[0];
+        let mut arrays = Vec::with_capacity(self.schema.fields().len());
+        for (col, field) in first.data_fields().iter().enumerate() {
+            arrays.push(gather(runs, col, field.data_type(), picks)?);
+        }
+        if !self.drop_tombstones {
+            let deleted: BooleanArray = picks
+                .iter()
+                .map(|&(run, row)| Some(runs[run].is_deleted(row)))
+                .collect();
+            arrays.push(Arc::new(deleted));
+        }
+        RecordBatch::try_new(self.schema.clone(), arrays)
+            .map_err(|e| Error::Snapshot(format!("assembling a merged run: {e}")))
+    }
+}
+
+fn merged_schema(first: &Run, drop_tombstones: bool) -> SchemaRef {
     let mut fields: Vec<Field> = first
         .data_fields()
         .iter()
@@ -66,26 +176,12 @@ pub fn merge(runs: &[&Run], drop_tombstones: bool, fpp: f64) -> Result<Merged> {
         .map(|(i, f)| f.as_ref().clone().with_nullable(i != first.key_index()))
         .collect();
     if !drop_tombstones {
-        let deleted: BooleanArray = picks
-            .iter()
-            .map(|&(run, row)| Some(runs[run].is_deleted(row)))
-            .collect();
-        arrays.push(Arc::new(deleted));
         fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
     }
-    let schema = Schema::new_with_metadata(fields, first.batch().schema_ref().metadata().clone());
-    let batch = RecordBatch::try_new(Arc::new(schema), arrays)
-        .map_err(|e| Error::Snapshot(format!("assembling a merged run: {e}")))?;
-    let run = Run::from_sorted_trusted(batch, first.key_column(), fpp)?;
-    let stats = MergeStats {
-        runs_in: runs.len(),
-        rows_in: runs.iter().map(|r| r.len()).sum(),
-        rows_out: run.len(),
-        tombstones_dropped: before - picks.len(),
-        bytes_in: runs.iter().map(|r| r.size_bytes()).sum(),
-        bytes_out: run.size_bytes(),
-    };
-    Ok(Merged { run, stats })
+    Arc::new(Schema::new_with_metadata(
+        fields,
+        first.batch().schema_ref().metadata().clone(),
+    ))
 }
 
 fn check_inputs(runs: &[&Run]) -> Result<()> {
@@ -103,35 +199,6 @@ fn check_inputs(runs: &[&Run]) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// Every key of `runs` once, in key order, as the (run, row) of its newest
-/// row: a k-way merge on a heap of each run's next key, ties going to the
-/// lowest run index (the newest).
-fn newest_per_key(runs: &[&Run]) -> Result<Vec<(usize, usize)>> {
-    let columns = runs
-        .iter()
-        .map(|r| KeyColumn::new(r.keys().as_ref()))
-        .collect::<Result<Vec<_>>>()?;
-    let mut heap: BinaryHeap<Reverse<(KeyRef<'_>, usize, usize)>> = columns
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.len() > 0)
-        .map(|(run, c)| Reverse((c.at(0), run, 0)))
-        .collect();
-    let most = columns.iter().map(KeyColumn::len).max().unwrap_or(0);
-    let mut picks = Vec::with_capacity(most);
-    let mut last: Option<KeyRef<'_>> = None;
-    while let Some(Reverse((key, run, row))) = heap.pop() {
-        if last != Some(key) {
-            picks.push((run, row));
-            last = Some(key);
-        }
-        if row + 1 < columns[run].len() {
-            heap.push(Reverse((columns[run].at(row + 1), run, row + 1)));
-        }
-    }
-    Ok(picks)
 }
 
 /// Column `col` of the picked rows.

@@ -14,11 +14,12 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array, ArrayRef, Int64Array, StringArray};
 use arrow_schema::DataType;
+use arrow_select::concat::concat_batches;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::tests::{diff, full, schema, text};
-use super::{merge, Run, RunSet, DEFAULT_FPP};
+use super::{merge, MergeCursor, Run, RunSet, DEFAULT_FPP};
 use crate::state::{StatePolicy, StateTable};
 
 trait TestKey: Ord + Clone + Debug {
@@ -195,6 +196,20 @@ fn table_model(batches: &[Changes<i64>], probes: &[i64]) -> Result<(), TestCaseE
     );
     let runs: Vec<&Run> = set.runs().iter().map(|r| r.as_ref()).collect();
     let all = merge(&runs, true, DEFAULT_FPP).unwrap().run;
+    // Read a chunk at a time, the merge gives the same rows, tombstones
+    // kept or dropped.
+    for drop_tombstones in [true, false] {
+        let whole = merge(&runs, drop_tombstones, DEFAULT_FPP).unwrap();
+        let mut cursor = MergeCursor::new(&runs, drop_tombstones).unwrap();
+        let mut chunks = Vec::new();
+        while let Some(chunk) = cursor.next_chunk(1 + probes.len() % 5).unwrap() {
+            prop_assert!(chunk.num_rows() <= 1 + probes.len() % 5);
+            chunks.push(chunk);
+        }
+        let streamed = concat_batches(cursor.schema(), &chunks).unwrap();
+        prop_assert_eq!(&streamed, whole.run.batch());
+        prop_assert_eq!(cursor.tombstones_dropped(), whole.stats.tombstones_dropped);
+    }
     let table_rows = table.to_batch();
     prop_assert_eq!(all.len(), table_rows.num_rows());
     set.replace(0..set.len(), all).unwrap();
