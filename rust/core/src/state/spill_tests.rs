@@ -737,3 +737,81 @@ fn bad_budgets_and_sizes_are_refused_with_what_to_do() {
         assert!(e.contains("256MB"), "{bad}: {e}");
     }
 }
+
+/// A run of `keys` (any order) whose value is `tag`, `dead` keys tombstones.
+fn tagged_run(keys: impl Iterator<Item = i64>, tag: i64, dead: &[i64]) -> crate::state::runs::Run {
+    let keys: Vec<i64> = keys.chain(dead.iter().copied()).collect();
+    let live = keys.len() - dead.len();
+    let diff = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, true),
+        Field::new("__deleted", DataType::Boolean, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        diff,
+        vec![
+            Arc::new(Int64Array::from(keys.clone())),
+            Arc::new(Int64Array::from_iter(
+                (0..keys.len()).map(|i| (i < live).then_some(tag)),
+            )),
+            Arc::new(StringArray::from_iter((0..keys.len()).map(|i| {
+                (i < live && i % 4 != 0).then(|| format!("t{tag}-{i}"))
+            }))),
+            Arc::new(BooleanArray::from_iter(
+                (0..keys.len()).map(|i| Some(i >= live)),
+            )),
+        ],
+    )
+    .unwrap();
+    crate::state::runs::Run::from_unsorted(batch, "k", crate::state::runs::DEFAULT_FPP).unwrap()
+}
+
+#[test]
+fn a_local_merge_is_written_as_it_merges_and_reads_as_merge_does() {
+    use crate::state::runs::merge;
+    use crate::state::RunSink;
+    // Several chunks' worth of rows (MERGE_CHUNK_ROWS is 64k), with
+    // overlaps, tombstones and nulls, so that chunk boundaries and the
+    // page releases between chunks fall inside the merge.
+    let dir = tempfile::tempdir().unwrap();
+    let mut sink = LocalRuns::new(dir.path()).unwrap();
+    let older = sink.keep(tagged_run(0..150_000, 1, &[])).unwrap();
+    let newer = sink
+        .keep(tagged_run(
+            (100_000..220_000).step_by(2),
+            2,
+            &[5, 7, 149_999],
+        ))
+        .unwrap();
+    let runs = [newer.as_ref(), older.as_ref()];
+    for drop_tombstones in [false, true] {
+        let want = merge(&runs, drop_tombstones, crate::state::runs::DEFAULT_FPP).unwrap();
+        let kept = sink.keep_merge(&runs, drop_tombstones).unwrap();
+        assert_eq!(
+            kept.batch(),
+            want.run.batch(),
+            "drop_tombstones {drop_tombstones}"
+        );
+        assert_eq!(kept.is_base(), drop_tombstones);
+        assert!(kept.filter().is_some(), "a merged run filters its lookups");
+        // Its pages released, the mapped run still reads its rows.
+        kept.release_pages();
+        let probes = Int64Array::from(vec![5, 99_999, 100_000, 100_001, 219_998, 500_000]);
+        let found: Vec<Option<u32>> = kept.find(&probes).unwrap();
+        let expect: Vec<Option<u32>> = want.run.find(&probes).unwrap();
+        assert_eq!(found, expect);
+    }
+    // The merges' files are the sink's, and no spool file is left.
+    let names: Vec<String> = std::fs::read_dir(sink.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names.len(), 4, "{names:?}");
+    assert!(
+        names
+            .iter()
+            .all(|n| n.starts_with("run-") && n.ends_with(".arrow")),
+        "{names:?}"
+    );
+}

@@ -84,7 +84,7 @@ impl Fsync {
 
     /// Makes a file just written durable: now (`PerFile`) or at the next
     /// [`Fsync::barrier`] (`Syncfs`).
-    fn file(&self, f: &File) -> std::io::Result<()> {
+    pub(crate) fn file(&self, f: &File) -> std::io::Result<()> {
         if self.mode != FsyncMode::PerFile {
             return Ok(());
         }

@@ -13,12 +13,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow_buffer::Buffer;
+use arrow_array::RecordBatch;
 
+use super::files::{Fsync, FsyncMode};
 use super::format::{concat, decode_buffer, encode_ipc_into, EncodeError};
-use super::mapped::map_file;
+use super::mapped::map_file_pages;
+use super::streamed::write_merge;
 use crate::error::{Error, Result};
-use crate::state::runs::Run;
+use crate::state::runs::{Run, DEFAULT_FPP};
 use crate::state::RunSink;
 
 /// Tables' run directories made by this process so far (their names).
@@ -83,13 +85,35 @@ impl LocalRuns {
         out.flush().map_err(io)
     }
 
-    fn map(path: &Path) -> Result<Buffer> {
-        let what = format!("spilled run {}", path.display());
-        map_file(path, &what)?.ok_or_else(|| {
+    fn next_path(&mut self) -> PathBuf {
+        let path = self.dir.join(format!("run-{:06}.arrow", self.next));
+        self.next += 1;
+        path
+    }
+
+    /// The run written at `path`, mapped back and made a run by `make`
+    /// (given the batch and the file's name), its pages released once
+    /// made (a filter built from its keys read every key's page), and kept.
+    fn adopt(
+        &mut self,
+        path: PathBuf,
+        make: impl FnOnce(RecordBatch, &str) -> Result<Run>,
+    ) -> Result<Arc<Run>> {
+        let what = path.display().to_string();
+        let (buffer, pages) = map_file_pages(&path, &what)?.ok_or_else(|| {
             Error::Snapshot(format!(
-                "{what} is missing: its directory was removed under it"
+                "spilled run {what} is missing: its directory was removed under it"
             ))
-        })
+        })?;
+        let (schema, batches) = decode_buffer(buffer, &what)?;
+        let mut run = make(concat(&schema, &batches)?, &what)?;
+        if let Some(pages) = pages {
+            pages.release();
+            run = run.with_pages(Arc::new(pages));
+        }
+        let kept = Arc::new(run);
+        self.kept.push((Arc::clone(&kept), path));
+        Ok(kept)
     }
 }
 
@@ -130,19 +154,40 @@ fn process_gone(_pid: u32) -> bool {
 
 impl RunSink for LocalRuns {
     fn keep(&mut self, run: Run) -> Result<Arc<Run>> {
-        let path = self.dir.join(format!("run-{:06}.arrow", self.next));
-        self.next += 1;
+        let path = self.next_path();
         self.write(&run, &path)?;
         crate::failpoint::hit("spill.after_run");
-        let what = path.display().to_string();
-        let (schema, batches) = decode_buffer(Self::map(&path)?, &what)?;
-        let batch = concat(&schema, &batches)?;
-        let kept = Arc::new(match run.filter_bytes() {
-            Some(filter) => Run::from_parts(batch, run.key_column(), &filter, &what)?,
-            None => Run::from_sorted_unfiltered(batch, run.key_column(), &what)?,
-        });
-        self.kept.push((Arc::clone(&kept), path));
-        Ok(kept)
+        let key = run.key_column().to_string();
+        let filter = run.filter_bytes();
+        // The caller's copy goes before the file is read back.
+        drop(run);
+        self.adopt(path, |batch, what| match filter {
+            Some(filter) => Run::from_parts(batch, &key, &filter, what),
+            None => Run::from_sorted_unfiltered(batch, &key, what),
+        })
+    }
+
+    /// The merge written as it is made ([`write_merge`]), then mapped back
+    /// and its filter built from the mapped keys: the merge holds a chunk
+    /// of rows, never the merged run.
+    fn keep_merge(&mut self, runs: &[&Run], drop_tombstones: bool) -> Result<Arc<Run>> {
+        let Some(first) = runs.first() else {
+            return Err(Error::Config("a merge needs at least one run".into()));
+        };
+        let key = first.key_column().to_string();
+        let path = self.next_path();
+        write_merge(
+            &path,
+            &self.dir,
+            runs,
+            drop_tombstones,
+            None,
+            &Fsync::new(FsyncMode::Off),
+        )?;
+        crate::failpoint::hit("spill.after_run");
+        self.adopt(path, |batch, what| {
+            Run::from_sorted(batch, &key, DEFAULT_FPP, what)
+        })
     }
 
     fn release(&mut self, runs: &[Arc<Run>]) {

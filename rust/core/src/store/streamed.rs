@@ -30,8 +30,10 @@ use arrow_ipc::writer::{DictionaryTracker, FileWriter};
 use arrow_schema::{DataType, SchemaRef};
 use flatbuffers::FlatBufferBuilder;
 
+use super::files::Fsync;
 use super::format::{encode_ipc_into, EncodeError, Written};
 use crate::error::{Error, Result};
+use crate::state::runs::{MergeCursor, Run};
 
 /// `arrow_ipc`'s default alignment of a message's metadata and buffers.
 const ALIGNMENT: usize = 64;
@@ -387,6 +389,60 @@ impl Column {
         self.value_bytes = last;
         Ok(())
     }
+}
+
+/// Rows a streamed merge reads at a time (a multiple of 8: see
+/// [`StreamedFile::push`]).
+pub const MERGE_CHUNK_ROWS: usize = 1 << 16;
+
+/// Chunks between two releases of a streamed merge's inputs' pages.
+const RELEASE_EVERY_CHUNKS: usize = 16;
+
+/// Writes the merge of `runs` (newest first, as [`merge`] merges them;
+/// `drop_tombstones` when they end with the oldest run of their set) as
+/// one Arrow IPC file at `path` (created or replaced, fsynced as `fsync`
+/// says), written as it merges: the inputs' pages are released behind it
+/// ([`Run::release_pages`]) and the output goes through spool files under
+/// `spool_dir`, so the merge holds a chunk of rows, never its output.
+/// `schema`: the file's schema (the merge's columns, names and metadata
+/// as the caller stores them); `None` the merge's own.
+///
+/// [`merge`]: crate::state::runs::merge
+pub fn write_merge(
+    path: &Path,
+    spool_dir: &Path,
+    runs: &[&Run],
+    drop_tombstones: bool,
+    schema: Option<SchemaRef>,
+    fsync: &Fsync,
+) -> Result<Written> {
+    let mut cursor = MergeCursor::new(runs, drop_tombstones)?;
+    let schema = schema.unwrap_or_else(|| cursor.schema().clone());
+    let stem = path
+        .file_name()
+        .map_or_else(|| "merge".into(), |n| n.to_string_lossy().into_owned());
+    let mut file = StreamedFile::new(schema, spool_dir, &stem)?;
+    let mut chunks = 0usize;
+    while let Some(chunk) = cursor.next_chunk(MERGE_CHUNK_ROWS)? {
+        file.push(&chunk)?;
+        chunks += 1;
+        if chunks % RELEASE_EVERY_CHUNKS == 0 {
+            runs.iter().for_each(|r| r.release_pages());
+        }
+    }
+    runs.iter().for_each(|r| r.release_pages());
+    let what = path.display().to_string();
+    let io = |e: std::io::Error| Error::io(format!("writing {what}"), e);
+    let out = File::create(path).map_err(io)?;
+    let (buffered, written) = file
+        .finish(BufWriter::with_capacity(1 << 20, out), &what)
+        .map_err(|e| match e {
+            EncodeError::Io(e) => io(e),
+            EncodeError::Format(e) => e,
+        })?;
+    let out = buffered.into_inner().map_err(|e| io(e.into_error()))?;
+    fsync.file(&out).map_err(io)?;
+    Ok(written)
 }
 
 /// `len` bits of `buffer` from bit `offset`, from bit 0 of the bytes

@@ -30,5 +30,5 @@ mod tests;
 pub use filter::BloomFilter;
 pub use keys::{key_buckets, KeyRange, KeyRef};
 pub use merge::{merge, MergeCursor, MergeStats, Merged};
-pub use run::{build_filter, Run, DEFAULT_FPP};
+pub use run::{build_filter, Pages, Run, DEFAULT_FPP};
 pub use set::{Lookup, LookupStats, RunSet};

@@ -11,7 +11,7 @@
 //! filter of its keys, so lookups skip it for keys it cannot hold.
 
 use std::fmt;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array};
@@ -32,9 +32,21 @@ pub const DEFAULT_FPP: f64 = 0.01;
 /// Keys of a stored run checked against its stored filter (see [`Run::from_parts`]).
 const FILTER_SAMPLE: usize = 64;
 
+/// Memory a run's batch lies in that its holder can hand back while it
+/// keeps the run: a mapped file's resident pages (`crate::store::LocalRuns`
+/// maps its runs). A pass over a whole run (a merge, its filter built)
+/// releases them behind it, so the pages it read do not stay counted in
+/// the process's resident set.
+pub trait Pages: Send + Sync + fmt::Debug {
+    /// Lets the pages go; a later read brings them back.
+    fn release(&self);
+}
+
 #[derive(Clone)]
 pub struct Run {
     batch: RecordBatch,
+    /// `Some` when the batch lies in pages its holder can release.
+    pages: Option<Arc<dyn Pages>>,
     key_col: usize,
     /// The `__deleted` column; `None` for a base.
     tombstones: Option<BooleanArray>,
@@ -250,6 +262,23 @@ impl Run {
             filter,
             fences: OnceLock::new(),
             batch,
+            pages: None,
+        }
+    }
+
+    /// The run, its batch lying in `pages` (see [`Pages`]).
+    pub fn with_pages(self, pages: Arc<dyn Pages>) -> Self {
+        Self {
+            pages: Some(pages),
+            ..self
+        }
+    }
+
+    /// Releases the pages the run's batch lies in, if it knows them
+    /// ([`Pages::release`]); the run reads as before.
+    pub fn release_pages(&self) {
+        if let Some(pages) = &self.pages {
+            pages.release();
         }
     }
 

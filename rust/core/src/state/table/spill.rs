@@ -60,6 +60,13 @@ pub trait RunSink: Send + Sync {
     /// Keeps `run` (sorted; tombstones included unless a base) and returns
     /// the run to read it from from now on.
     fn keep(&mut self, run: Run) -> Result<Arc<Run>>;
+    /// Keeps the merge of `runs` (as [`merge`] makes it, `drop_tombstones`
+    /// when they end with the oldest run of their set) and returns the run
+    /// to read it from. Here made in memory and kept; a sink of files
+    /// writes it as it merges, never holding it whole.
+    fn keep_merge(&mut self, runs: &[&Run], drop_tombstones: bool) -> Result<Arc<Run>> {
+        self.keep(merge(runs, drop_tombstones, DEFAULT_FPP)?.run)
+    }
     /// `runs` will not be read again (merged, or a checkpoint took them):
     /// what `keep` made for them may go.
     fn release(&mut self, runs: &[Arc<Run>]);
@@ -620,8 +627,7 @@ impl StateTable {
                 end
             };
             let inputs: Vec<&Run> = runs[..upto].iter().map(|r| r.as_ref()).collect();
-            let merged = merge(&inputs, upto == end, DEFAULT_FPP)?.run;
-            let kept = spill.sink.keep(merged)?;
+            let kept = spill.sink.keep_merge(&inputs, upto == end)?;
             let old = spill.runs.replace(0..upto, kept)?;
             crate::failpoint::hit("spill.merged");
             spill.sink.release(&old);
