@@ -41,8 +41,8 @@ pub use encode::encode_keys;
 pub use group_prefix::GroupPrefix;
 pub use key::Key;
 pub use table::{
-    check_memory_budget, parse_memory, InMemoryRuns, RunSink, SpillStats, StatePolicy, StateTable,
-    DELETED_COLUMN, KEY_METADATA, MAX_RUNS, MIN_STATE_MEMORY,
+    check_memory_budget, parse_memory, CaptureRows, InMemoryRuns, RunSink, SpillStats, StatePolicy,
+    StateTable, StreamedCapture, DELETED_COLUMN, KEY_METADATA, MAX_RUNS, MIN_STATE_MEMORY,
 };
 
 /// Whether a [`StateTable`] value column holds `data_type` natively (the

@@ -815,3 +815,78 @@ fn a_local_merge_is_written_as_it_merges_and_reads_as_merge_does() {
         "{names:?}"
     );
 }
+
+/// A capture's state file as the in-memory path writes it: the bytes and
+/// the filter (`encode_state`'s steps: stored schema, sorted, encoded).
+fn state_file_bytes(batch: &RecordBatch, diff: bool) -> (Vec<u8>, Option<Vec<u8>>) {
+    use crate::store::format;
+    let batch = format::state_batch(batch, "k", diff).unwrap();
+    let batch = format::sort_by_key(&batch, "k").unwrap();
+    let filter = if diff {
+        format::diff_filter(std::slice::from_ref(&batch), "k").unwrap()
+    } else {
+        None
+    };
+    let (bytes, _) = format::encode_ipc(&batch.schema(), &[batch], "t").unwrap();
+    (bytes, filter)
+}
+
+#[test]
+fn a_streamed_checkpoint_writes_the_bytes_of_the_checkpoint_in_memory() {
+    use super::CaptureRows;
+    use crate::store::{format, write_state_runs, Fsync, FsyncMode};
+    // Two tables fed the same changes under the same small budget: one
+    // checkpoints in memory, the other streamed (flushed, then merged as
+    // its file is written). Fulls, diffs with deletes, and an empty diff.
+    let dir = tempfile::tempdir().unwrap();
+    let policy = StatePolicy { full_every: 3 };
+    let table = |dir: &std::path::Path| {
+        StateTable::new(schema(), "k", policy)
+            .unwrap()
+            .with_memory_budget(MIN_STATE_MEMORY, Box::new(LocalRuns::new(dir).unwrap()))
+            .unwrap()
+    };
+    let (mut memory, mut streamed) = (table(dir.path()), table(dir.path()));
+    let mut runs_written = 0;
+    for id in 1..=7u64 {
+        for t in [&mut memory, &mut streamed] {
+            if id != 5 {
+                let n = id as i64;
+                let pairs: Vec<(i64, i64)> = (0..40_000)
+                    .map(|i| ((i * 7 + n * 1_000) % 90_000, i + n))
+                    .collect();
+                t.upsert(&rows(&pairs)).unwrap();
+                t.delete(&Int64Array::from_iter_values((0..50).map(|i| i * 13 + n)))
+                    .unwrap();
+            }
+        }
+        let want = memory.checkpoint(id).unwrap();
+        let got = streamed.checkpoint_streamed(id).unwrap();
+        assert_eq!(got.kind, want.kind, "checkpoint {id}");
+        let diff = matches!(want.kind, StateKind::Diff { .. });
+        let expected = state_file_bytes(&want.batch, diff);
+        let actual = match got.rows {
+            CaptureRows::Batch(batch) => state_file_bytes(&batch, diff),
+            CaptureRows::Runs { runs, base, schema } => {
+                assert_eq!(base, !diff);
+                runs_written += 1;
+                let path = dir.path().join(format!("chk-{id}.arrow"));
+                let schema = format::state_schema(&schema, "k", diff).unwrap();
+                let fsync = Fsync::new(FsyncMode::Off);
+                let (w, filter) =
+                    write_state_runs(&path, dir.path(), &runs, base, schema, "k", &fsync).unwrap();
+                let bytes = std::fs::read(&path).unwrap();
+                assert_eq!(w.bytes, bytes.len() as u64);
+                (bytes, filter)
+            }
+        };
+        assert!(
+            actual.0 == expected.0,
+            "checkpoint {id}: the state files differ"
+        );
+        assert_eq!(actual.1, expected.1, "checkpoint {id}: the filters differ");
+        assert_eq!(as_map(&streamed.to_batch()), as_map(&memory.to_batch()));
+    }
+    // Every checkpoint but the empty one had runs to merge.
+    assert!(runs_written >= 5, "{runs_written}");
+}

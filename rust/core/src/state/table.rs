@@ -24,8 +24,8 @@ use crate::snapshot::{StateCapture, StateKind};
 mod spill;
 mod spill_groups;
 pub use spill::{
-    check_memory_budget, parse_memory, InMemoryRuns, RunSink, SpillStats, MAX_RUNS,
-    MIN_STATE_MEMORY,
+    check_memory_budget, parse_memory, CaptureRows, InMemoryRuns, RunSink, SpillStats,
+    StreamedCapture, MAX_RUNS, MIN_STATE_MEMORY,
 };
 
 /// Name of the tombstone column of a diff batch.
@@ -678,20 +678,11 @@ impl StateTable {
     /// time, the whole table; then starts tracking afresh. The capture is
     /// immutable Arrow data: encoding and writing it can happen elsewhere.
     pub fn checkpoint(&mut self, id: CheckpointId) -> Result<StateCapture> {
-        if let Some(last) = self.last_checkpoint {
-            if id <= last {
-                return Err(Error::Config(format!(
-                    "state checkpoint ids must increase: got {id} after {last}"
-                )));
-            }
-        }
+        self.check_next_id(id)?;
         if self.confirm.is_some() {
             return self.checkpoint_confirmed_base(id);
         }
-        let full = match self.last_checkpoint {
-            None => true,
-            Some(_) => self.force_full || self.diffs_since_full + 1 >= self.policy.full_every,
-        };
+        let full = self.next_is_full();
         let capture = if full {
             StateCapture {
                 kind: StateKind::Full,
@@ -709,14 +700,37 @@ impl StateTable {
                 filter: None,
             }
         };
+        self.checkpoint_taken(id, capture.kind);
+        Ok(capture)
+    }
+
+    fn check_next_id(&self, id: CheckpointId) -> Result<()> {
+        match self.last_checkpoint {
+            Some(last) if id <= last => Err(Error::Config(format!(
+                "state checkpoint ids must increase: got {id} after {last}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the next checkpoint is a full one (the first, a forced one,
+    /// or every `full_every`-th).
+    fn next_is_full(&self) -> bool {
+        match self.last_checkpoint {
+            None => true,
+            Some(_) => self.force_full || self.diffs_since_full + 1 >= self.policy.full_every,
+        }
+    }
+
+    /// Checkpoint `id` of `kind` was captured: tracking starts afresh.
+    fn checkpoint_taken(&mut self, id: CheckpointId, kind: StateKind) {
         self.reset_tracking();
-        self.diffs_since_full = match capture.kind {
+        self.diffs_since_full = match kind {
             StateKind::Full => 0,
             StateKind::Diff { .. } => self.diffs_since_full + 1,
         };
         self.force_full = false;
         self.last_checkpoint = Some(id);
-        Ok(capture)
     }
 
     /// Whether something changed and every live key was written since the

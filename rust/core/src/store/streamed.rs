@@ -31,7 +31,8 @@ use arrow_schema::{DataType, SchemaRef};
 use flatbuffers::FlatBufferBuilder;
 
 use super::files::Fsync;
-use super::format::{encode_ipc_into, EncodeError, Written};
+use super::format::{self, encode_ipc_into, EncodeError, Written};
+use super::mapped::map_file_pages;
 use crate::error::{Error, Result};
 use crate::state::runs::{MergeCursor, Run};
 
@@ -443,6 +444,37 @@ pub fn write_merge(
     let out = buffered.into_inner().map_err(|e| io(e.into_error()))?;
     fsync.file(&out).map_err(io)?;
     Ok(written)
+}
+
+/// Writes a state file of the merge of `runs` (a capture of
+/// `StateTable::checkpoint_streamed`: `base` for a full) at `path` with
+/// the columns of `schema` as [`write_merge`] writes it, spooling under
+/// `spool_dir`. Returns what was written and, for a diff (not `base`), its
+/// filter's bytes (format 3, [`format::diff_filter`]), built from the keys
+/// of the file as written, read back mapped, its pages released after.
+pub fn write_state_runs(
+    path: &Path,
+    spool_dir: &Path,
+    runs: &[std::sync::Arc<Run>],
+    base: bool,
+    schema: SchemaRef,
+    key: &str,
+    fsync: &Fsync,
+) -> Result<(Written, Option<Vec<u8>>)> {
+    let refs: Vec<&Run> = runs.iter().map(|r| r.as_ref()).collect();
+    let written = write_merge(path, spool_dir, &refs, base, Some(schema), fsync)?;
+    if base {
+        return Ok((written, None));
+    }
+    let what = path.display().to_string();
+    let (buffer, pages) = map_file_pages(path, &what)?
+        .ok_or_else(|| Error::Snapshot(format!("{what} went while it was written")))?;
+    let (_, batches) = format::decode_buffer(buffer, &what)?;
+    let filter = format::diff_filter(&batches, key)?;
+    if let Some(pages) = pages {
+        pages.release();
+    }
+    Ok((written, filter))
 }
 
 /// `len` bits of `buffer` from bit `offset`, from bit 0 of the bytes

@@ -24,11 +24,13 @@ use std::sync::Arc;
 use arrow_array::cast::AsArray;
 use arrow_array::{make_array, UInt32Array};
 use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, OffsetSizeTrait, RecordBatch};
-use arrow_schema::{DataType, Schema};
+use arrow_schema::{DataType, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
 use super::{arrow_err, StateTable};
 use crate::error::{Error, Result};
+use crate::protocol::CheckpointId;
+use crate::snapshot::StateKind;
 use crate::state::key::{Key, KeySet};
 use crate::state::runs::{merge, BloomFilter, Lookup, Run, RunSet, DEFAULT_FPP};
 
@@ -110,6 +112,28 @@ pub struct SpillStats {
     /// Runs now, and the memtable's estimated bytes now.
     pub runs: usize,
     pub memtable_bytes: usize,
+}
+
+/// A checkpoint's capture as [`StateTable::checkpoint_streamed`] gives it.
+#[derive(Clone, Debug)]
+pub struct StreamedCapture {
+    pub kind: StateKind,
+    pub rows: CaptureRows,
+}
+
+/// A capture's rows: in memory, or runs to merge as they are written.
+#[derive(Clone, Debug)]
+pub enum CaptureRows {
+    /// As [`StateTable::checkpoint`] captures them.
+    Batch(RecordBatch),
+    /// The merge of `runs` (newest first) with the columns of `schema`: a
+    /// base (`base`: the whole state, tombstones dropped) for a full, the
+    /// changes with their tombstones for a diff.
+    Runs {
+        runs: Vec<Arc<Run>>,
+        base: bool,
+        schema: SchemaRef,
+    },
 }
 
 pub(super) struct Spill {
@@ -635,6 +659,59 @@ impl StateTable {
         }
         self.empty_memtable();
         Ok(())
+    }
+
+    /// Checkpoint `id` as [`Self::checkpoint`] takes it, its capture left
+    /// for the writer to merge as it writes when runs hold the state (a
+    /// table with a memory budget that flushed): the memtable and the
+    /// change log are flushed first, so the capture is the merge of runs
+    /// only ([`CaptureRows::Runs`]), which `crate::store::write_merge`
+    /// writes a chunk at a time, never holding it whole as
+    /// [`Self::checkpoint`]'s batch would (a full of 20M keys under a
+    /// 256 MB budget). Otherwise the capture is [`Self::checkpoint`]'s, in
+    /// memory. The rows are the same either way.
+    pub fn checkpoint_streamed(&mut self, id: CheckpointId) -> Result<StreamedCapture> {
+        let streams = self.confirm.is_none() && self.has_runs() && self.memory_budget().is_some();
+        if !streams {
+            let capture = self.checkpoint(id)?;
+            return Ok(StreamedCapture {
+                kind: capture.kind,
+                rows: CaptureRows::Batch(capture.batch),
+            });
+        }
+        self.check_next_id(id)?;
+        let full = self.next_is_full();
+        self.flush()?;
+        let spill = self.spill.as_ref().expect("a table with runs spills");
+        let (kind, rows) = if full {
+            let runs = spill.runs.runs().to_vec();
+            let schema = self.schema.clone();
+            (
+                StateKind::Full,
+                CaptureRows::Runs {
+                    runs,
+                    base: true,
+                    schema,
+                },
+            )
+        } else {
+            let base = self.last_checkpoint.expect("a diff has a base");
+            let rows = if spill.pending.is_empty() {
+                // Nothing changed since the last checkpoint.
+                CaptureRows::Batch(self.log_changes())
+            } else {
+                let runs = spill.pending.clone();
+                let schema = self.diff_schema.clone();
+                CaptureRows::Runs {
+                    runs,
+                    base: false,
+                    schema,
+                }
+            };
+            (StateKind::Diff { base }, rows)
+        };
+        self.checkpoint_taken(id, kind);
+        Ok(StreamedCapture { kind, rows })
     }
 
     /// The state as one full batch when runs hold part of it.

@@ -14,6 +14,9 @@ use crate::state::runs::sorted::hashes;
 use crate::state::runs::{BloomFilter, DEFAULT_FPP};
 use crate::store::manifest::{filter_file_name, FilterEntry};
 
+/// Keys hashed at a time into a diff's filter.
+const HASH_SLICE: usize = 1 << 16;
+
 /// The bytes of the filter a state diff of `batches` (keyed by `key`)
 /// stores beside its file, at the runs' [`DEFAULT_FPP`]; `None` for a diff
 /// without rows (nothing to look up in it), or keyed by a type no state
@@ -33,8 +36,13 @@ pub fn diff_filter(batches: &[RecordBatch], key: &str) -> Result<Option<Vec<u8>>
                 "a state diff has no key column '{key}' to build its filter from"
             ))
         })?;
-        for hash in hashes(keys.as_ref())? {
-            filter.insert(hash);
+        // A slice at a time: the hashes of a 20M-key diff at once would be
+        // 160 MB.
+        for at in (0..keys.len()).step_by(HASH_SLICE) {
+            let slice = keys.slice(at, HASH_SLICE.min(keys.len() - at));
+            for hash in hashes(slice.as_ref())? {
+                filter.insert(hash);
+            }
         }
     }
     Ok(Some(filter.to_bytes()))

@@ -67,7 +67,7 @@ pub use runs::{
     check_runs, key_json, key_range, own_run, resolve_chains, runs_after, runs_chain, runs_of,
     state_links, StateLink,
 };
-pub use tables::{sort_by_key, sources_batch, sources_schema, state_batch};
+pub use tables::{sort_by_key, sources_batch, sources_schema, state_batch, state_schema};
 pub use verify::{
     check_file, check_structure, missing_file, plan_verify, plan_verify_with, verify_with,
     VerifyPlan,

@@ -17,7 +17,16 @@ use crate::store::manifest::TaskEntry;
 /// (schema metadata `snapcut.key`, set here), a diff has its `__deleted`
 /// column.
 pub fn state_batch(batch: &RecordBatch, key: &str, diff: bool) -> Result<RecordBatch> {
-    let schema = batch.schema();
+    let schema = state_schema(batch.schema_ref(), key, diff)?;
+    batch
+        .clone()
+        .with_schema(schema)
+        .map_err(|e| Error::Snapshot(format!("state table: {e}")))
+}
+
+/// The schema of a state file of `schema`'s columns, as [`state_batch`]
+/// makes it (a batch written a chunk at a time has no batch to pass it).
+pub fn state_schema(schema: &Schema, key: &str, diff: bool) -> Result<SchemaRef> {
     if schema.index_of(key).is_err() {
         return Err(Error::Snapshot(format!(
             "state table has no key column '{key}'"
@@ -30,11 +39,10 @@ pub fn state_batch(batch: &RecordBatch, key: &str, diff: bool) -> Result<RecordB
     }
     let mut metadata = schema.metadata().clone();
     metadata.insert(KEY_METADATA.into(), key.into());
-    let schema = Arc::new(Schema::new_with_metadata(schema.fields().clone(), metadata));
-    batch
-        .clone()
-        .with_schema(schema)
-        .map_err(|e| Error::Snapshot(format!("state table: {e}")))
+    Ok(Arc::new(Schema::new_with_metadata(
+        schema.fields().clone(),
+        metadata,
+    )))
 }
 
 /// `batch` sorted by its `key` column, ascending, nulls last: a state file
