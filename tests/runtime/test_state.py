@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -346,3 +347,57 @@ def test_a_restore_refuses_filters_that_do_not_fit_its_chain() -> None:
 def as_rows(t: StateTable) -> dict[int, int]:
     table = t.to_arrow()
     return dict(zip(table["k"].to_pylist(), table["v"].to_pylist(), strict=True))
+
+
+def test_a_streamed_checkpoint_writes_the_files_of_the_checkpoint_in_memory(
+    tmp_path: Path,
+) -> None:
+    """``checkpoint_streamed``: a table over its budget leaves its capture as
+    ``StateRuns``, which ``write_state_file`` (a local root) and
+    ``encode_state`` (a remote one) merge as they write: the files and filters
+    are those of ``checkpoint()``'s batch, for fulls and diffs alike; runs
+    written as the other kind are refused."""
+    from snapcut._core import StateRuns
+    from snapcut._core import format as fmt
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())])
+
+    def table(name: str) -> StateTable:
+        return StateTable(schema, "k", state_memory="1MB", spill_dir=tmp_path / name, full_every=3)
+
+    memory, streamed = table("memory"), table("streamed")
+    kinds = []
+    for cid in range(1, 6):
+        keys = np.arange(60_000, dtype=np.int64) * 7 % 150_000 + cid * 1000
+        batch = pa.record_batch(
+            [pa.array(keys), pa.array(keys + cid), pa.array([f"s{k % 97}" for k in keys])],
+            schema=schema,
+        )
+        for t in (memory, streamed):
+            t.update(batch)
+            t.delete(pa.array(np.arange(40, dtype=np.int64) * 11 + cid))
+        _, kind, want = memory.checkpoint(cid)
+        _, got_kind, got = streamed.checkpoint_streamed(cid)
+        assert got_kind == kind
+        assert isinstance(got, StateRuns), f"checkpoint {cid}: {got!r}"
+        assert got.rows_in >= want.num_rows
+        kinds.append(kind)
+        base = None if kind == "full" else cid - 1
+        expected, _, bloom = fmt.encode_state("t", 0, want, "k", kind, base, True)
+        remote, entry, remote_bloom = fmt.encode_state("t", 0, got, "k", kind, base, True)
+        assert remote.to_pybytes() == expected.to_pybytes(), f"checkpoint {cid}"
+        assert remote_bloom == bloom and (bloom is None) == (kind == "full")
+        d = tmp_path / f"chk-{cid}"
+        d.mkdir()
+        local = fmt.write_state_file(str(d), ".tmp", "t", 0, got, "k", kind, base, True)
+        assert local == entry
+        assert (d / f"{entry['path']}.tmp").read_bytes() == expected.to_pybytes()
+        if bloom is not None:
+            assert (d / f"{entry['filter']['path']}.tmp").read_bytes() == bloom
+        # No spool file is left beside them.
+        assert len(list(d.iterdir())) == (1 if bloom is None else 2)
+        other = "diff" if kind == "full" else "full"
+        with pytest.raises(SnapshotError, match=f"a {kind} capture's runs cannot be written"):
+            fmt.encode_state("t", 0, got, "k", other, 1, True)
+    assert kinds == ["full", "diff", "diff", "full", "diff"]
+    assert as_rows(streamed) == as_rows(memory)

@@ -233,6 +233,15 @@ def key_buckets(keys: Any, buckets: int) -> Any:
     hash: every row of a key gets the same bucket in every process.
     ConfigError on a null key, a non-key type or 0 buckets."""
 
+class StateRuns:
+    """A capture left as sorted runs (`StateTable.checkpoint_streamed`):
+    only the snapshot writer reads it."""
+
+    @property
+    def schema(self) -> Any: ...
+    @property
+    def rows_in(self) -> int: ...
+
 class StateTable:
     """Keyed state table with change tracking for incremental checkpoints."""
 
@@ -289,6 +298,10 @@ class StateTable:
         """Changes since the last checkpoint: a RecordBatch with `__deleted`."""
     def checkpoint(self, id: int | None = None) -> tuple[int, str, Any]:
         """(id, "full" | "diff", RecordBatch); a diff is based on `last_base`."""
+    def checkpoint_streamed(self, id: int | None = None) -> tuple[int, str, Any]:
+        """As `checkpoint`, the capture a `StateRuns` when runs hold part of
+        the state (merged as `format.write_state_file` writes it), else the
+        RecordBatch `checkpoint` returns."""
     def checkpoint_aborted(self) -> None: ...
     def confirm_bases(self) -> None:
         """Base diffs on the last id passed to `checkpoint_committed`."""

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import SnapshotError
+from snapcut._core import SnapshotError, StateRuns
 from snapcut._core import format as fmt
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import (
@@ -77,7 +77,7 @@ class SnapshotWriter:
         checkpoint_id: int,
         vertex: str,
         subtask: int,
-        table: pa.Table | pa.RecordBatch,
+        table: pa.Table | pa.RecordBatch | StateRuns,
         key: str,
         kind: str = "full",
         base: int | None = None,
@@ -85,7 +85,9 @@ class SnapshotWriter:
         base_chain: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """Writes a task's state: "full", or "diff" against `base` (needs
-        `__deleted`); `sort` orders the rows by `key` first. A writer that
+        `__deleted`); `sort` orders the rows by `key` first. `table` may be
+        the `StateRuns` of `StateTable.checkpoint_streamed` (sorted: merged
+        as the file is written). A writer that
         keeps the chain of the state it diffs against passes it as
         `base_chain`: the entry then carries its own chain (and a diff's
         base is that chain's last); else :meth:`commit` resolves it."""

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use arrow_array::{new_empty_array, Array, ArrayRef, RecordBatch};
-use arrow_schema::DataType;
+use arrow_schema::{DataType, SchemaRef};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
@@ -12,9 +12,10 @@ use pyo3::types::{PyDict, PyString};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
-use snapcut_core::state::runs::BloomFilter;
+use snapcut_core::state::runs::{BloomFilter, Run};
 use snapcut_core::state::{
-    self, parse_memory, GroupPrefix, SpillStats, StatePolicy, StateTable as CoreTable,
+    self, parse_memory, CaptureRows, GroupPrefix, SpillStats, StatePolicy,
+    StateTable as CoreTable,
 };
 use snapcut_core::store::LocalRuns;
 
@@ -26,6 +27,42 @@ pub struct StateTable {
     pub(crate) inner: CoreTable,
     /// Base of the last checkpoint taken, if it was a diff.
     last_base: Option<u64>,
+}
+
+/// A capture left as sorted runs to merge as its state file is written
+/// (`StateTable.checkpoint_streamed`): the whole state (a full) or the
+/// changes with their tombstones (a diff). Only the snapshot writer reads it.
+#[pyclass(module = "snapcut._core", name = "StateRuns", frozen)]
+pub struct StateRuns {
+    pub(crate) runs: Vec<Arc<Run>>,
+    /// A full's runs: merged into a base, tombstones dropped.
+    pub(crate) base: bool,
+    pub(crate) schema: SchemaRef,
+}
+
+#[pymethods]
+impl StateRuns {
+    /// The columns of the state file (a diff's end with `__deleted`).
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        PySchema::new(self.schema.clone()).into_pyarrow(py)
+    }
+
+    /// Rows of the runs, tombstones and keys in several runs counted each
+    /// time: at least the rows the merge writes.
+    #[getter]
+    fn rows_in(&self) -> usize {
+        self.runs.iter().map(|r| r.len()).sum()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "StateRuns({} {}, {} rows in)",
+            self.runs.len(),
+            if self.runs.len() == 1 { "run" } else { "runs" },
+            self.rows_in()
+        )
+    }
 }
 
 /// A memory budget given as bytes (an int) or a size string ("256MB").
@@ -336,6 +373,34 @@ impl StateTable {
         ))
     }
 
+    /// As `checkpoint()`, but a table whose runs hold part of its state (a
+    /// memory budget, flushed) leaves the capture as `StateRuns`: the runs
+    /// that `format.write_state_file` / `format.encode_state` merge as they
+    /// write the state file, never holding the capture whole. Any other
+    /// table's capture is the RecordBatch `checkpoint()` returns. The state
+    /// file's bytes are the same either way.
+    #[pyo3(signature = (id = None))]
+    fn checkpoint_streamed<'py>(
+        &mut self,
+        py: Python<'py>,
+        id: Option<u64>,
+    ) -> PyResult<(u64, &'static str, Bound<'py, PyAny>)> {
+        let id = id.unwrap_or_else(|| self.inner.last_checkpoint().map_or(1, |l| l + 1));
+        let inner = &mut self.inner;
+        let capture = py.detach(|| inner.checkpoint_streamed(id)).map_py()?;
+        self.last_base = match capture.kind {
+            StateKind::Diff { base } => Some(base),
+            StateKind::Full => None,
+        };
+        let rows = match capture.rows {
+            CaptureRows::Batch(batch) => PyRecordBatch::new(batch).into_pyarrow(py)?,
+            CaptureRows::Runs { runs, base, schema } => {
+                Bound::new(py, StateRuns { runs, base, schema })?.into_any()
+            }
+        };
+        Ok((id, kind_name(capture.kind), rows))
+    }
+
     /// The last checkpoint was aborted: the next one will be full.
     fn checkpoint_aborted(&mut self) {
         self.inner.checkpoint_aborted();
@@ -562,6 +627,7 @@ fn key_buckets<'py>(py: Python<'py>, keys: AnyArray, buckets: u32) -> PyResult<B
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<StateTable>()?;
+    m.add_class::<StateRuns>()?;
     m.add_function(wrap_pyfunction!(key_buckets, m)?)?;
     m.add_function(wrap_pyfunction!(state_memory_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(size_bytes, m)?)?;

@@ -393,7 +393,9 @@ class PartitionTask:
             base = loaded.chains[layout.vertex]
             if len(base) + 1 > self.root.spec.full_every or layout.vertex in self.migrated:
                 table.checkpoint_aborted()  # forces a full: bounds (or re-types) the chain
-            _, kind, capture = table.checkpoint(self.batch_id)
+            # A table over its memory budget leaves the capture as runs that
+            # the writer merges as it writes the file, never holding it whole.
+            _, kind, capture = table.checkpoint_streamed(self.batch_id)
             entry = self.root.write_state(
                 self.batch_id, self.partition, capture, kind, base, layout
             )

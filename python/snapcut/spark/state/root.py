@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import ConfigError, SnapshotError, StorageError
+from snapcut._core import ConfigError, SnapshotError, StateRuns, StorageError
 from snapcut.snapshots import (
     MANIFEST_FILE,
     FsBackend,
@@ -200,7 +200,7 @@ class StateRoot:
         self,
         batch: int,
         partition: int,
-        table: pa.Table | pa.RecordBatch,
+        table: pa.Table | pa.RecordBatch | StateRuns,
         kind: str,
         base_chain: list[int],
         layout: TableLayout | None = None,

@@ -81,7 +81,7 @@ struct Spool {
 impl Spool {
     fn new(dir: &Path, stem: &str) -> Result<Self> {
         let n = SPOOLS.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("{stem}.spool-{}-{n}", std::process::id()));
+        let path = dir.join(format!("{stem}.spool-{}-{n}.tmp", std::process::id()));
         let file = File::options()
             .read(true)
             .write(true)

@@ -2,12 +2,16 @@
 //! manifest built, and which checkpoints retention deletes.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use pyo3_arrow::input::AnyRecordBatch;
 use snapcut_core::snapshot::TaskId;
+use snapcut_core::state::runs::Run;
 use snapcut_core::state::DELETED_COLUMN;
 use snapcut_core::store::format::{self, ManifestMeta};
 use snapcut_core::store::{self, FileEntry};
@@ -16,6 +20,7 @@ use snapcut_core::Error;
 use super::io::Io;
 use super::{entry_dict, task};
 use crate::errors::IntoPyResult;
+use crate::state::StateRuns;
 use crate::pyjson::from_py;
 
 /// Top-level or entry fields of a writer (a JSON object), empty when None.
@@ -37,14 +42,26 @@ fn file_buffer(py: Python<'_>, bytes: Vec<u8>) -> PyResult<Bound<'_, PyAny>> {
         .get_item(1)
 }
 
-/// A state file's input as one batch, whether it is a diff (checked), and
+/// What a state file is written from: a table (any pyarrow batch or table,
+/// one batch once joined), or a capture's runs
+/// (`StateTable.checkpoint_streamed`), merged as the file is written.
+enum StateRows {
+    Batch(RecordBatch),
+    Runs {
+        runs: Vec<Arc<Run>>,
+        base: bool,
+        schema: SchemaRef,
+    },
+}
+
+/// A state file's rows, whether it is a diff (checked against them), and
 /// its base: `base`, else the last of the chain a writer keeps (`chain_at`).
 fn state_input(
-    batch: AnyRecordBatch,
+    rows: &Bound<'_, PyAny>,
     kind: &str,
     base: Option<u64>,
     chain_at: Option<&(u64, Vec<u64>)>,
-) -> PyResult<(RecordBatch, bool, Option<u64>)> {
+) -> PyResult<(StateRows, bool, Option<u64>)> {
     let base = base.or_else(|| chain_at.and_then(|(_, c)| c.last().copied()));
     let diff = match (kind, base) {
         ("full", _) => false,
@@ -60,27 +77,35 @@ fn state_input(
             )))
         }
     };
-    let join = crate::state::one_batch(batch)?;
-    Ok((join()?, diff, base))
+    if let Ok(runs) = rows.cast::<StateRuns>() {
+        let runs = runs.get();
+        if runs.base == diff {
+            return Err(crate::errors::SnapshotError::new_err(format!(
+                "a {} capture's runs cannot be written as a {kind}: write them as the \
+                 checkpoint_streamed() that made them said",
+                if runs.base { "full" } else { "diff" },
+            )));
+        }
+        let rows = StateRows::Runs {
+            runs: runs.runs.clone(),
+            base: runs.base,
+            schema: runs.schema.clone(),
+        };
+        return Ok((rows, diff, base));
+    }
+    let join = crate::state::one_batch(rows.extract::<AnyRecordBatch>()?)?;
+    Ok((StateRows::Batch(join()?), diff, base))
 }
 
-/// A task's state table as stored (key named, sorted if `sort`) and its
-/// entry, its sizes still to fill in by whoever encodes it.
-fn state_file(
+/// A task's state file entry, its sizes still to fill in by whoever
+/// encodes it; with `chain_at` it carries its chain.
+fn new_state_entry(
     t: &TaskId,
-    batch: &RecordBatch,
     key: &str,
     diff: bool,
     base: Option<u64>,
-    sort: bool,
     chain_at: Option<&(u64, Vec<u64>)>,
-) -> Result<(RecordBatch, FileEntry), Error> {
-    let batch = format::state_batch(batch, key, diff)?;
-    let batch = if sort {
-        format::sort_by_key(&batch, key)?
-    } else {
-        batch
-    };
+) -> FileEntry {
     let mut entry = format::state_entry(
         t,
         Some(key.into()),
@@ -94,7 +119,17 @@ fn state_file(
     if let Some((id, base_chain)) = chain_at {
         entry.chain = format::chain_after(*id, diff.then_some(base_chain.as_slice()));
     }
-    Ok((batch, entry))
+    entry
+}
+
+/// A task's state table as stored (key named, sorted if `sort`).
+fn state_file(batch: &RecordBatch, key: &str, diff: bool, sort: bool) -> Result<RecordBatch, Error> {
+    let batch = format::state_batch(batch, key, diff)?;
+    if sort {
+        format::sort_by_key(&batch, key)
+    } else {
+        Ok(batch)
+    }
 }
 
 /// A diff's stored filter (format 3): its bytes, named in `entry`; none
@@ -114,13 +149,66 @@ fn state_filter(
     Ok(bytes)
 }
 
+/// Writes the state file of `entry` (and its filter, if any) into `dir`
+/// under their names plus `tmp_suffix`, fsynced; both are removed again if
+/// the write fails. Fills in the entry's sizes and filter.
+fn write_state_files(
+    dir: &std::path::Path,
+    tmp_suffix: &str,
+    rows: StateRows,
+    key: &str,
+    sort: bool,
+    entry: &mut FileEntry,
+) -> Result<(), Error> {
+    let diff = entry.kind == Some(store::FileKind::Diff);
+    let fsync = store::Fsync::new(store::FsyncMode::PerFile);
+    let tmp = dir.join(format!("{}{tmp_suffix}", entry.path));
+    let filter_tmp = |entry: &FileEntry| {
+        (entry.filter.as_ref()).map(|f| dir.join(format!("{}{tmp_suffix}", f.path)))
+    };
+    let written = match rows {
+        StateRows::Batch(batch) => {
+            let batch = state_file(&batch, key, diff, sort)?;
+            let filter = state_filter(&batch, key, entry)?;
+            (filter_tmp(entry).zip(filter))
+                .map_or(Ok(()), |(path, bytes)| store::write_file(&path, &bytes, &fsync))
+                .and_then(|()| store::write_ipc(&tmp, &batch.schema(), &[batch], &fsync))
+        }
+        StateRows::Runs { runs, base, schema } => {
+            // Sorted by construction: a merge of sorted runs.
+            let schema = format::state_schema(&schema, key, diff)?;
+            store::write_state_runs(&tmp, dir, &runs, base, schema, key, &fsync).and_then(
+                |(written, filter)| {
+                    entry.filter = (filter.as_deref()).map(|b| format::filter_entry(&entry.path, b));
+                    (filter_tmp(entry).zip(filter))
+                        .map_or(Ok(()), |(path, bytes)| store::write_file(&path, &bytes, &fsync))
+                        .map(|()| written)
+                },
+            )
+        }
+    };
+    let w = written.inspect_err(|_| {
+        for path in filter_tmp(entry).iter().chain([&tmp]) {
+            let _ = std::fs::remove_file(path);
+        }
+    })?;
+    (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+    Ok(())
+}
+
+/// Directories `encode_state` wrote a capture's runs into, so far.
+static ENCODE_DIRS: AtomicU64 = AtomicU64::new(0);
+
 /// A task's state file: `(buffer, entry, filter)`, the bytes a
 /// `pyarrow.Buffer` (see [`file_buffer`]), `filter` the bytes of a diff's
 /// bloom filter to store beside it as the entry's `filter` names it (None
-/// for a full or an empty diff). `kind` "full", or "diff"
-/// against `base`; `sort` orders the rows by `key` (deterministic bytes).
-/// With `chain_at` (`(checkpoint id, the base's chain)`, the chain a writer
-/// keeps) the entry carries its chain, and a diff's base is the chain's last.
+/// for a full or an empty diff). `batch`: a table, or the `StateRuns` of
+/// `StateTable.checkpoint_streamed` (merged into a local temporary file as
+/// it is written, then read back: the file's bytes are held, never the
+/// capture and its merge). `kind` "full", or "diff" against `base`; `sort`
+/// orders a table's rows by `key` (deterministic bytes). With `chain_at`
+/// (`(checkpoint id, the base's chain)`, the chain a writer keeps) the
+/// entry carries its chain, and a diff's base is the chain's last.
 #[pyfunction]
 #[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
 #[allow(clippy::too_many_arguments)]
@@ -128,23 +216,46 @@ fn encode_state<'py>(
     py: Python<'py>,
     vertex: &str,
     subtask: usize,
-    batch: AnyRecordBatch,
+    batch: &Bound<'py, PyAny>,
     key: &str,
     kind: &str,
     base: Option<u64>,
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<EncodedState<'py>> {
-    let (batch, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
+    let (rows, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
     let t = task(vertex, subtask);
     let (bytes, entry, filter) = py
         .detach(|| {
-            let (batch, mut entry) =
-                state_file(&t, &batch, key, diff, base, sort, chain_at.as_ref())?;
-            let filter = state_filter(&batch, key, &mut entry)?;
-            let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
-            (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
-            Ok::<_, Error>((bytes, entry, filter))
+            let mut entry = new_state_entry(&t, key, diff, base, chain_at.as_ref());
+            match rows {
+                StateRows::Batch(batch) => {
+                    let batch = state_file(&batch, key, diff, sort)?;
+                    let filter = state_filter(&batch, key, &mut entry)?;
+                    let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
+                    (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+                    Ok::<_, Error>((bytes, entry, filter))
+                }
+                runs @ StateRows::Runs { .. } => {
+                    let n = ENCODE_DIRS.fetch_add(1, Ordering::Relaxed);
+                    let dir = std::env::temp_dir()
+                        .join(format!("snapcut-encode-{}-{n}", std::process::id()));
+                    let io = |e| Error::io(format!("encoding a state file in {}", dir.display()), e);
+                    std::fs::create_dir_all(&dir).map_err(io)?;
+                    let read = write_state_files(&dir, "", runs, key, sort, &mut entry).and_then(
+                        |()| {
+                            let bytes = std::fs::read(dir.join(&entry.path)).map_err(io)?;
+                            let filter = (entry.filter.as_ref())
+                                .map(|f| std::fs::read(dir.join(&f.path)).map_err(io))
+                                .transpose()?;
+                            Ok((bytes, filter))
+                        },
+                    );
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let (bytes, filter) = read?;
+                    Ok((bytes, entry, filter))
+                }
+            }
         })
         .map_py()?;
     let filter = filter.map(|f| PyBytes::new(py, &f));
@@ -162,10 +273,11 @@ type EncodedState<'py> = (
 /// file name plus `tmp_suffix` in the directory `dir` (created, or
 /// replaced, and fsynced; removed again if the write fails). The file's
 /// bytes are never held in memory whole, as a state file as large as the
-/// state would be. A diff's filter is written the same way beside it, as
-/// the entry's `filter` names it (plus `tmp_suffix`). Returns the entry; the
-/// caller renames the files into place (their names without the suffix),
-/// the filter first.
+/// state would be, nor, for `StateRuns`, the capture (merged as it is
+/// written, its spool files beside it). A diff's filter is written the
+/// same way beside it, as the entry's `filter` names it (plus
+/// `tmp_suffix`). Returns the entry; the caller renames the files into
+/// place (their names without the suffix), the filter first.
 #[pyfunction]
 #[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
 #[allow(clippy::too_many_arguments)]
@@ -175,39 +287,19 @@ fn write_state_file<'py>(
     tmp_suffix: &str,
     vertex: &str,
     subtask: usize,
-    batch: AnyRecordBatch,
+    batch: &Bound<'py, PyAny>,
     key: &str,
     kind: &str,
     base: Option<u64>,
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (batch, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
+    let (rows, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
     let t = task(vertex, subtask);
     let entry = py
         .detach(|| {
-            let (batch, mut entry) =
-                state_file(&t, &batch, key, diff, base, sort, chain_at.as_ref())?;
-            let fsync = store::Fsync::new(store::FsyncMode::PerFile);
-            let filter = state_filter(&batch, key, &mut entry)?;
-            let filter_tmp = entry
-                .filter
-                .as_ref()
-                .map(|f| dir.join(format!("{}{tmp_suffix}", f.path)));
-            let tmp = dir.join(format!("{}{tmp_suffix}", entry.path));
-            let written = filter_tmp
-                .as_ref()
-                .zip(filter)
-                .map_or(Ok(()), |(path, bytes)| {
-                    store::write_file(path, &bytes, &fsync)
-                })
-                .and_then(|()| store::write_ipc(&tmp, &batch.schema(), &[batch], &fsync));
-            let w = written.inspect_err(|_| {
-                for path in filter_tmp.iter().chain([&tmp]) {
-                    let _ = std::fs::remove_file(path);
-                }
-            })?;
-            (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+            let mut entry = new_state_entry(&t, key, diff, base, chain_at.as_ref());
+            write_state_files(&dir, tmp_suffix, rows, key, sort, &mut entry)?;
             Ok::<_, Error>(entry)
         })
         .map_py()?;
