@@ -14,6 +14,7 @@ pub use snapcut_channel as channel;
 pub mod error;
 pub mod failpoint;
 pub mod graph;
+pub mod heap;
 pub mod operator;
 pub mod protocol;
 pub mod runtime;

@@ -14,8 +14,7 @@ use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
 use snapcut_core::state::runs::{BloomFilter, Run};
 use snapcut_core::state::{
-    self, parse_memory, CaptureRows, GroupPrefix, SpillStats, StatePolicy,
-    StateTable as CoreTable,
+    self, parse_memory, CaptureRows, GroupPrefix, SpillStats, StatePolicy, StateTable as CoreTable,
 };
 use snapcut_core::store::LocalRuns;
 

@@ -101,6 +101,16 @@ impl ChangeLog {
         }
     }
 
+    /// Bytes allocated (capacity: a cleared log keeps its room), a byte
+    /// column's values on the heap aside.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        self.columns
+            .iter()
+            .map(|c| c.allocated_bytes())
+            .sum::<usize>()
+            + (self.slots.capacity() + self.pos.capacity()) * std::mem::size_of::<u32>()
+    }
+
     /// Forgets every table slot too (the table was emptied).
     pub(crate) fn reset(&mut self) {
         self.clear();

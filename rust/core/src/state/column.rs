@@ -26,6 +26,9 @@ pub(crate) trait Column: Send + Sync {
     fn scatter(&mut self, slots: &[u32], array: &dyn Array);
     /// Builds an Arrow array of the given slots, in order.
     fn gather(&self, slots: &[u32]) -> ArrayRef;
+    /// Bytes allocated for the slots (their capacity, not their number; a
+    /// byte column's values on the heap aside): what a memory budget counts.
+    fn allocated_bytes(&self) -> usize;
 }
 
 /// Storage for a column of `data_type`, or `None` if the type is unsupported.
@@ -75,6 +78,10 @@ pub(crate) const SUPPORTED_TYPES: &str = "Boolean, Int8..Int64, UInt8..UInt64, F
 struct Validity(Vec<bool>);
 
 impl Validity {
+    fn allocated_bytes(&self) -> usize {
+        self.0.capacity()
+    }
+
     fn nulls(&self, slots: &[u32]) -> Option<NullBuffer> {
         let valid: Vec<bool> = slots.iter().map(|&s| self.0[s as usize]).collect();
         let nulls = NullBuffer::from(valid);
@@ -128,6 +135,11 @@ impl<T: ArrowPrimitiveType> Column for PrimColumn<T> {
             .with_data_type(self.data_type.clone());
         Arc::new(array)
     }
+
+    fn allocated_bytes(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<T::Native>()
+            + self.valid.as_ref().map_or(0, Validity::allocated_bytes)
+    }
 }
 
 #[derive(Default)]
@@ -153,6 +165,10 @@ impl Column for BoolColumn {
     fn gather(&self, slots: &[u32]) -> ArrayRef {
         let values: BooleanBuffer = slots.iter().map(|&s| self.values[s as usize]).collect();
         Arc::new(BooleanArray::new(values, self.valid.nulls(slots)))
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.values.capacity() + self.valid.allocated_bytes()
     }
 }
 
@@ -207,6 +223,10 @@ impl<T: ByteArrayType> Column for BytesColumn<T> {
             Buffer::from_vec(data),
             nulls,
         ))
+    }
+
+    fn allocated_bytes(&self) -> usize {
+        self.values.capacity() * std::mem::size_of::<Option<Box<[u8]>>>()
     }
 }
 

@@ -41,7 +41,7 @@ impl KeyType {
         }
     }
 
-    fn is_int(&self) -> bool {
+    pub(crate) fn is_int(&self) -> bool {
         matches!(self.0, DataType::Int64 | DataType::Int32)
     }
 
@@ -172,6 +172,23 @@ impl KeyIndex {
         match self {
             KeyIndex::Int(m) => m.reserve(extra),
             KeyIndex::Bytes(m) => m.reserve(extra),
+        }
+    }
+
+    /// Bytes the hash table allocated: its buckets (a power of two, at
+    /// most 7/8 full) of an entry and a control byte each; a byte key's
+    /// bytes on the heap aside.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        fn table<K, V>(m: &FxHashMap<K, V>) -> usize {
+            if m.capacity() == 0 {
+                return 0;
+            }
+            let buckets = (m.capacity() * 8 / 7 + 1).next_power_of_two();
+            buckets * (std::mem::size_of::<(K, V)>() + 1)
+        }
+        match self {
+            KeyIndex::Int(m) => table(m),
+            KeyIndex::Bytes(m) => table(m),
         }
     }
 

@@ -463,6 +463,8 @@ pub fn write_state_runs(
 ) -> Result<(Written, Option<Vec<u8>>)> {
     let refs: Vec<&Run> = runs.iter().map(|r| r.as_ref()).collect();
     let written = write_merge(path, spool_dir, &refs, base, Some(schema), fsync)?;
+    // The merge's chunks were freed as it went.
+    crate::heap::release_freed();
     if base {
         return Ok((written, None));
     }

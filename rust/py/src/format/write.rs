@@ -20,8 +20,8 @@ use snapcut_core::Error;
 use super::io::Io;
 use super::{entry_dict, task};
 use crate::errors::IntoPyResult;
-use crate::state::StateRuns;
 use crate::pyjson::from_py;
+use crate::state::StateRuns;
 
 /// Top-level or entry fields of a writer (a JSON object), empty when None.
 type Fields = serde_json::Map<String, serde_json::Value>;
@@ -123,7 +123,12 @@ fn new_state_entry(
 }
 
 /// A task's state table as stored (key named, sorted if `sort`).
-fn state_file(batch: &RecordBatch, key: &str, diff: bool, sort: bool) -> Result<RecordBatch, Error> {
+fn state_file(
+    batch: &RecordBatch,
+    key: &str,
+    diff: bool,
+    sort: bool,
+) -> Result<RecordBatch, Error> {
     let batch = format::state_batch(batch, key, diff)?;
     if sort {
         format::sort_by_key(&batch, key)
@@ -171,7 +176,9 @@ fn write_state_files(
             let batch = state_file(&batch, key, diff, sort)?;
             let filter = state_filter(&batch, key, entry)?;
             (filter_tmp(entry).zip(filter))
-                .map_or(Ok(()), |(path, bytes)| store::write_file(&path, &bytes, &fsync))
+                .map_or(Ok(()), |(path, bytes)| {
+                    store::write_file(&path, &bytes, &fsync)
+                })
                 .and_then(|()| store::write_ipc(&tmp, &batch.schema(), &[batch], &fsync))
         }
         StateRows::Runs { runs, base, schema } => {
@@ -179,9 +186,12 @@ fn write_state_files(
             let schema = format::state_schema(&schema, key, diff)?;
             store::write_state_runs(&tmp, dir, &runs, base, schema, key, &fsync).and_then(
                 |(written, filter)| {
-                    entry.filter = (filter.as_deref()).map(|b| format::filter_entry(&entry.path, b));
+                    entry.filter =
+                        (filter.as_deref()).map(|b| format::filter_entry(&entry.path, b));
                     (filter_tmp(entry).zip(filter))
-                        .map_or(Ok(()), |(path, bytes)| store::write_file(&path, &bytes, &fsync))
+                        .map_or(Ok(()), |(path, bytes)| {
+                            store::write_file(&path, &bytes, &fsync)
+                        })
                         .map(|()| written)
                 },
             )
@@ -240,17 +250,17 @@ fn encode_state<'py>(
                     let n = ENCODE_DIRS.fetch_add(1, Ordering::Relaxed);
                     let dir = std::env::temp_dir()
                         .join(format!("snapcut-encode-{}-{n}", std::process::id()));
-                    let io = |e| Error::io(format!("encoding a state file in {}", dir.display()), e);
+                    let io =
+                        |e| Error::io(format!("encoding a state file in {}", dir.display()), e);
                     std::fs::create_dir_all(&dir).map_err(io)?;
-                    let read = write_state_files(&dir, "", runs, key, sort, &mut entry).and_then(
-                        |()| {
+                    let read =
+                        write_state_files(&dir, "", runs, key, sort, &mut entry).and_then(|()| {
                             let bytes = std::fs::read(dir.join(&entry.path)).map_err(io)?;
                             let filter = (entry.filter.as_ref())
                                 .map(|f| std::fs::read(dir.join(&f.path)).map_err(io))
                                 .transpose()?;
                             Ok((bytes, filter))
-                        },
-                    );
+                        });
                     let _ = std::fs::remove_dir_all(&dir);
                     let (bytes, filter) = read?;
                     Ok((bytes, entry, filter))

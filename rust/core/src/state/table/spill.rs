@@ -46,8 +46,12 @@ pub const MAX_RUNS: usize = 8;
 const BASE_RATIO: usize = 4;
 
 /// Bytes a memtable key costs in the index beside its row (hash map entry
-/// and its share of empty buckets).
+/// and its share of empty buckets): how many rows a write slice takes.
 const INDEX_BYTES_PER_KEY: usize = 24;
+
+/// Heap bytes a byte key's copy in the index costs beyond its bytes (which
+/// the variable-width estimate counts): the allocator's rounding and header.
+const KEY_HEAP_BYTES: usize = 16;
 
 /// Bytes a group index costs a memtable row: the slot's group (a key) and
 /// its place in the group's list of slots.
@@ -369,18 +373,33 @@ impl StateTable {
         self.spill.as_ref().is_some_and(|s| !s.pending.is_empty())
     }
 
+    /// The memtable's memory: what its slots, change log and index
+    /// allocated (capacities: a vector grown by doubling, a hash table
+    /// with room to spare, a cleared log that kept its room), the heap
+    /// bytes of its variable-width values (measured as they come), and
+    /// the group index's and key sets' estimates.
     fn memtable_bytes(&self, s: &Spill) -> usize {
         let var = s.var_bytes.checked_div(s.var_rows).unwrap_or(0) as usize;
-        let row = s.fixed_row_bytes + var;
-        // The table's slots and the change log's copy of the rows written
-        // (and the group index's entry of each slot).
         let group = if self.group.is_some() {
             GROUP_INDEX_BYTES_PER_ROW
         } else {
             0
         };
-        self.occupied.len() * (row + INDEX_BYTES_PER_KEY + group + 1)
-            + self.log.len() * row
+        let key_bytes = if self.key_type.is_int() {
+            0
+        } else {
+            KEY_HEAP_BYTES
+        };
+        self.columns
+            .iter()
+            .map(|c| c.allocated_bytes())
+            .sum::<usize>()
+            + self.log.allocated_bytes()
+            + self.index.allocated_bytes()
+            + self.occupied.capacity()
+            + self.free.capacity() * std::mem::size_of::<u32>()
+            + (self.occupied.len() + self.log.len()) * var
+            + self.occupied.len() * (group + key_bytes)
             + (s.shadows.len() + self.tombstones.len()) * KEY_SET_BYTES
     }
 
@@ -658,6 +677,9 @@ impl StateTable {
             spill.stats.merges += 1;
         }
         self.empty_memtable();
+        // The memtable and the flush's copies were freed: hand them back now,
+        // not when the allocator next gets round to it.
+        crate::heap::release_freed();
         Ok(())
     }
 
