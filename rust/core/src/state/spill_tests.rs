@@ -769,7 +769,7 @@ fn tagged_run(keys: impl Iterator<Item = i64>, tag: i64, dead: &[i64]) -> crate:
 
 #[test]
 fn a_local_merge_is_written_as_it_merges_and_reads_as_merge_does() {
-    use crate::state::runs::merge;
+    use crate::state::runs::{merge, MergeCursor};
     use crate::state::RunSink;
     // Several chunks' worth of rows (MERGE_CHUNK_ROWS is 64k), with
     // overlaps, tombstones and nulls, so that chunk boundaries and the
@@ -787,7 +787,8 @@ fn a_local_merge_is_written_as_it_merges_and_reads_as_merge_does() {
     let runs = [newer.as_ref(), older.as_ref()];
     for drop_tombstones in [false, true] {
         let want = merge(&runs, drop_tombstones, crate::state::runs::DEFAULT_FPP).unwrap();
-        let kept = sink.keep_merge(&runs, drop_tombstones).unwrap();
+        let mut cursor = MergeCursor::new(&runs, drop_tombstones).unwrap();
+        let kept = sink.keep_chunks(&mut cursor).unwrap();
         assert_eq!(
             kept.batch(),
             want.run.batch(),

@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
 
+mod sorted_slots;
 mod spill;
 mod spill_groups;
 pub use spill::{

@@ -43,4 +43,4 @@ pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};
 pub use sink::{SnapshotStore, StoreOptions};
 pub use spill::LocalRuns;
-pub use streamed::{write_merge, write_state_runs, StreamedFile, MERGE_CHUNK_ROWS};
+pub use streamed::{write_chunks, write_state_runs, StreamedFile, MERGE_CHUNK_ROWS};

@@ -18,9 +18,9 @@ use arrow_array::RecordBatch;
 use super::files::{Fsync, FsyncMode};
 use super::format::{concat, decode_buffer, encode_ipc_into, EncodeError};
 use super::mapped::map_file_pages;
-use super::streamed::write_merge;
+use super::streamed::write_chunks;
 use crate::error::{Error, Result};
-use crate::state::runs::{Run, DEFAULT_FPP};
+use crate::state::runs::{Run, RunChunks, DEFAULT_FPP};
 use crate::state::RunSink;
 
 /// Tables' run directories made by this process so far (their names).
@@ -167,23 +167,13 @@ impl RunSink for LocalRuns {
         })
     }
 
-    /// The merge written as it is made ([`write_merge`]), then mapped back
-    /// and its filter built from the mapped keys: the merge holds a chunk
-    /// of rows, never the merged run.
-    fn keep_merge(&mut self, runs: &[&Run], drop_tombstones: bool) -> Result<Arc<Run>> {
-        let Some(first) = runs.first() else {
-            return Err(Error::Config("a merge needs at least one run".into()));
-        };
-        let key = first.key_column().to_string();
+    /// The rows written as they come ([`write_chunks`]), then mapped back
+    /// and the run's filter built from the mapped keys: a merge or a flush
+    /// holds a chunk of rows, never the run.
+    fn keep_chunks(&mut self, chunks: &mut dyn RunChunks) -> Result<Arc<Run>> {
+        let key = chunks.key_column().to_string();
         let path = self.next_path();
-        write_merge(
-            &path,
-            &self.dir,
-            runs,
-            drop_tombstones,
-            None,
-            &Fsync::new(FsyncMode::Off),
-        )?;
+        write_chunks(&path, &self.dir, chunks, None, &Fsync::new(FsyncMode::Off))?;
         crate::failpoint::hit("spill.after_run");
         self.adopt(path, |batch, what| {
             Run::from_sorted(batch, &key, DEFAULT_FPP, what)

@@ -34,7 +34,7 @@ use super::files::Fsync;
 use super::format::{self, encode_ipc_into, EncodeError, Written};
 use super::mapped::map_file_pages;
 use crate::error::{Error, Result};
-use crate::state::runs::{MergeCursor, Run};
+use crate::state::runs::{MergeCursor, Run, RunChunks};
 
 /// `arrow_ipc`'s default alignment of a message's metadata and buffers.
 const ALIGNMENT: usize = 64;
@@ -392,46 +392,41 @@ impl Column {
     }
 }
 
-/// Rows a streamed merge reads at a time (a multiple of 8: see
+/// Rows a streamed run is written a chunk of at a time (a multiple of 8: see
 /// [`StreamedFile::push`]).
 pub const MERGE_CHUNK_ROWS: usize = 1 << 16;
 
-/// Chunks between two releases of a streamed merge's inputs' pages.
+/// Chunks between two releases of a streamed run's inputs' pages.
 const RELEASE_EVERY_CHUNKS: usize = 16;
 
-/// Writes the merge of `runs` (newest first, as [`merge`] merges them;
-/// `drop_tombstones` when they end with the oldest run of their set) as
-/// one Arrow IPC file at `path` (created or replaced, fsynced as `fsync`
-/// says), written as it merges: the inputs' pages are released behind it
-/// ([`Run::release_pages`]) and the output goes through spool files under
-/// `spool_dir`, so the merge holds a chunk of rows, never its output.
-/// `schema`: the file's schema (the merge's columns, names and metadata
-/// as the caller stores them); `None` the merge's own.
-///
-/// [`merge`]: crate::state::runs::merge
-pub fn write_merge(
+/// Writes the rows of `chunks` (in key order: a sorted run) as one Arrow
+/// IPC file at `path` (created or replaced, fsynced as `fsync` says),
+/// [`MERGE_CHUNK_ROWS`] rows at a time, releasing the inputs' pages behind
+/// it ([`RunChunks::release_inputs`]); the output goes through spool files
+/// under `spool_dir`, so the writer holds a chunk of rows, never the run.
+/// `schema`: the file's schema (the rows' columns, names and metadata as
+/// the caller stores them); `None` the rows' own.
+pub fn write_chunks(
     path: &Path,
     spool_dir: &Path,
-    runs: &[&Run],
-    drop_tombstones: bool,
+    chunks: &mut dyn RunChunks,
     schema: Option<SchemaRef>,
     fsync: &Fsync,
 ) -> Result<Written> {
-    let mut cursor = MergeCursor::new(runs, drop_tombstones)?;
-    let schema = schema.unwrap_or_else(|| cursor.schema().clone());
+    let schema = schema.unwrap_or_else(|| chunks.schema().clone());
     let stem = path
         .file_name()
-        .map_or_else(|| "merge".into(), |n| n.to_string_lossy().into_owned());
+        .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
     let mut file = StreamedFile::new(schema, spool_dir, &stem)?;
-    let mut chunks = 0usize;
-    while let Some(chunk) = cursor.next_chunk(MERGE_CHUNK_ROWS)? {
+    let mut read = 0usize;
+    while let Some(chunk) = chunks.next_chunk(MERGE_CHUNK_ROWS)? {
         file.push(&chunk)?;
-        chunks += 1;
-        if chunks % RELEASE_EVERY_CHUNKS == 0 {
-            runs.iter().for_each(|r| r.release_pages());
+        read += 1;
+        if read % RELEASE_EVERY_CHUNKS == 0 {
+            chunks.release_inputs();
         }
     }
-    runs.iter().for_each(|r| r.release_pages());
+    chunks.release_inputs();
     let what = path.display().to_string();
     let io = |e: std::io::Error| Error::io(format!("writing {what}"), e);
     let out = File::create(path).map_err(io)?;
@@ -443,12 +438,14 @@ pub fn write_merge(
         })?;
     let out = buffered.into_inner().map_err(|e| io(e.into_error()))?;
     fsync.file(&out).map_err(io)?;
+    // The chunks were freed as it went.
+    crate::heap::release_freed();
     Ok(written)
 }
 
 /// Writes a state file of the merge of `runs` (a capture of
 /// `StateTable::checkpoint_streamed`: `base` for a full) at `path` with
-/// the columns of `schema` as [`write_merge`] writes it, spooling under
+/// the columns of `schema` as [`write_chunks`] writes it, spooling under
 /// `spool_dir`. Returns what was written and, for a diff (not `base`), its
 /// filter's bytes (format 3, [`format::diff_filter`]), built from the keys
 /// of the file as written, read back mapped, its pages released after.
@@ -462,9 +459,8 @@ pub fn write_state_runs(
     fsync: &Fsync,
 ) -> Result<(Written, Option<Vec<u8>>)> {
     let refs: Vec<&Run> = runs.iter().map(|r| r.as_ref()).collect();
-    let written = write_merge(path, spool_dir, &refs, base, Some(schema), fsync)?;
-    // The merge's chunks were freed as it went.
-    crate::heap::release_freed();
+    let mut merge = MergeCursor::new(&refs, base)?;
+    let written = write_chunks(path, spool_dir, &mut merge, Some(schema), fsync)?;
     if base {
         return Ok((written, None));
     }

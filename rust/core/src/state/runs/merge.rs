@@ -62,6 +62,23 @@ pub fn merge(runs: &[&Run], drop_tombstones: bool, fpp: f64) -> Result<Merged> {
     Ok(Merged { run, stats })
 }
 
+/// Rows of a sorted run in the making, read in key order a chunk at a
+/// time, so that a run larger than memory can be written as it is made
+/// (`crate::store::StreamedFile`): a merge of runs ([`MergeCursor`]), a
+/// memtable sorted as it flushes.
+pub trait RunChunks {
+    /// The rows' columns.
+    fn schema(&self) -> &SchemaRef;
+    /// The key column's name.
+    fn key_column(&self) -> &str;
+    /// The next at most `max_rows` rows, in key order; `None` once every
+    /// row was read.
+    fn next_chunk(&mut self, max_rows: usize) -> Result<Option<RecordBatch>>;
+    /// Lets go of the resident pages of the inputs read so far (mapped
+    /// runs, [`Run::release_pages`]); nothing by default.
+    fn release_inputs(&self) {}
+}
+
 /// A merge of `runs` (as [`merge`]'s) read a chunk of rows at a time, so
 /// that its output can be written as it is made (a run larger than memory,
 /// `crate::store::StreamedFile`) instead of held whole: the merge holds
@@ -99,22 +116,6 @@ impl<'a> MergeCursor<'a> {
             drop_tombstones,
             tombstones_dropped: 0,
         })
-    }
-
-    /// The output's schema: the runs' columns (values nullable: a tombstone
-    /// has only its key), then `__deleted` unless tombstones are dropped.
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
-    }
-
-    /// The next at most `max_rows` rows of the output, in key order;
-    /// `None` once every row was read.
-    pub fn next_chunk(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
-        let picks = self.next_picks(max_rows);
-        if picks.is_empty() {
-            return Ok(None);
-        }
-        self.gather(&picks).map(Some)
     }
 
     /// Tombstones dropped so far (merges into the oldest run only).
@@ -165,6 +166,30 @@ impl<'a> MergeCursor<'a> {
         }
         RecordBatch::try_new(self.schema.clone(), arrays)
             .map_err(|e| Error::Snapshot(format!("assembling a merged run: {e}")))
+    }
+}
+
+impl RunChunks for MergeCursor<'_> {
+    /// The runs' columns (values nullable: a tombstone has only its key),
+    /// then `__deleted` unless tombstones are dropped.
+    fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    fn key_column(&self) -> &str {
+        self.runs[0].key_column()
+    }
+
+    fn next_chunk(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
+        let picks = self.next_picks(max_rows);
+        if picks.is_empty() {
+            return Ok(None);
+        }
+        self.gather(&picks).map(Some)
+    }
+
+    fn release_inputs(&self) {
+        self.runs.iter().for_each(|r| r.release_pages());
     }
 }
 

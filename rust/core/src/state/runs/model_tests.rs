@@ -19,7 +19,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
 use super::tests::{diff, full, schema, text};
-use super::{merge, MergeCursor, Run, RunSet, DEFAULT_FPP};
+use super::{merge, MergeCursor, Run, RunChunks, RunSet, DEFAULT_FPP};
 use crate::state::{StatePolicy, StateTable};
 
 trait TestKey: Ord + Clone + Debug {

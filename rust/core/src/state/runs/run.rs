@@ -241,7 +241,7 @@ impl Run {
 
     /// A batch sorted by construction (a merge's output, a sorted diff):
     /// the layout is checked, the order only in debug builds.
-    pub(super) fn from_sorted_trusted(batch: RecordBatch, key: &str, fpp: f64) -> Result<Self> {
+    pub(crate) fn from_sorted_trusted(batch: RecordBatch, key: &str, fpp: f64) -> Result<Self> {
         let shape = shape(&batch, key)?;
         let keys = batch.column(shape.key_col).as_ref();
         debug_assert!(

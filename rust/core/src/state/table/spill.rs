@@ -27,12 +27,15 @@ use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, OffsetSizeTrait
 use arrow_schema::{DataType, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
+use super::sorted_slots::SortedSlots;
 use super::{arrow_err, StateTable};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::StateKind;
 use crate::state::key::{Key, KeySet};
-use crate::state::runs::{merge, BloomFilter, Lookup, Run, RunSet, DEFAULT_FPP};
+use crate::state::runs::{
+    merge, BloomFilter, Lookup, MergeCursor, Run, RunChunks, RunSet, DEFAULT_FPP,
+};
 
 /// The least memory budget: 1 MiB, a few thousand rows of a wide table.
 pub const MIN_STATE_MEMORY: usize = 1 << 20;
@@ -66,12 +69,19 @@ pub trait RunSink: Send + Sync {
     /// Keeps `run` (sorted; tombstones included unless a base) and returns
     /// the run to read it from from now on.
     fn keep(&mut self, run: Run) -> Result<Arc<Run>>;
-    /// Keeps the merge of `runs` (as [`merge`] makes it, `drop_tombstones`
-    /// when they end with the oldest run of their set) and returns the run
-    /// to read it from. Here made in memory and kept; a sink of files
-    /// writes it as it merges, never holding it whole.
-    fn keep_merge(&mut self, runs: &[&Run], drop_tombstones: bool) -> Result<Arc<Run>> {
-        self.keep(merge(runs, drop_tombstones, DEFAULT_FPP)?.run)
+    /// Keeps the run of the rows `chunks` give (in key order: a merge, a
+    /// memtable sorted as it flushes) and returns the run to read it from.
+    /// Here gathered in memory and kept; a sink of files writes them as
+    /// they come, never holding the run whole.
+    fn keep_chunks(&mut self, chunks: &mut dyn RunChunks) -> Result<Arc<Run>> {
+        let mut parts = Vec::new();
+        while let Some(chunk) = chunks.next_chunk(usize::MAX)? {
+            parts.push(chunk);
+        }
+        let batch =
+            arrow_select::concat::concat_batches(chunks.schema(), &parts).map_err(arrow_err)?;
+        let key = chunks.key_column().to_string();
+        self.keep(Run::from_sorted_trusted(batch, &key, DEFAULT_FPP)?)
     }
     /// `runs` will not be read again (merged, or a checkpoint took them):
     /// what `keep` made for them may go.
@@ -634,24 +644,23 @@ impl StateTable {
                 "flush needs a memory budget (StateTable::with_memory_budget)".into(),
             ));
         }
-        let run = self.memtable_run()?;
-        let pending = if self.logging() {
-            self.log_run()?
-        } else {
-            None
-        };
+        let dead = self.deleted_since_flush();
+        // The sink is borrowed mutably while the rows it keeps are read from
+        // the table: the spill is out of the table meanwhile.
+        let mut spill = self.spill.take().expect("checked above");
+        let kept = self.keep_memtable(&mut spill, dead);
+        self.spill = Some(spill);
+        let (run, pending) = kept?;
         let len = self.len();
         let spill = self.spill.as_mut().expect("checked above");
         if let Some(run) = run {
             spill.stats.flushes += 1;
             spill.stats.rows_flushed += run.len() as u64;
             spill.stats.bytes_flushed += run.size_bytes() as u64;
-            let kept = spill.sink.keep(run)?;
-            spill.runs.push_newest(kept)?;
+            spill.runs.push_newest(run)?;
         }
         if let Some(changes) = pending {
-            let kept = spill.sink.keep(changes)?;
-            spill.pending.insert(0, kept);
+            spill.pending.insert(0, changes);
         }
         spill.outside = len;
         spill.shadows.drain();
@@ -670,7 +679,9 @@ impl StateTable {
                 end
             };
             let inputs: Vec<&Run> = runs[..upto].iter().map(|r| r.as_ref()).collect();
-            let kept = spill.sink.keep_merge(&inputs, upto == end)?;
+            let kept = spill
+                .sink
+                .keep_chunks(&mut MergeCursor::new(&inputs, upto == end)?)?;
             let old = spill.runs.replace(0..upto, kept)?;
             crate::failpoint::hit("spill.merged");
             spill.sink.release(&old);
@@ -734,6 +745,31 @@ impl StateTable {
         };
         self.checkpoint_taken(id, kind);
         Ok(StreamedCapture { kind, rows })
+    }
+
+    /// The memtable kept by `spill`'s sink as a run (its live rows and a
+    /// tombstone for each of `dead`), and, while logging, the changes since
+    /// the last checkpoint as a pending run; each read in key order a chunk
+    /// at a time ([`SortedSlots`]), so a sink of files writes it with no
+    /// sorted copy of the memtable beside it.
+    fn keep_memtable(
+        &self,
+        spill: &mut Spill,
+        dead: Vec<Key>,
+    ) -> Result<(Option<Arc<Run>>, Option<Arc<Run>>)> {
+        let mut keep = |columns, live, dead| -> Result<Option<Arc<Run>>> {
+            match SortedSlots::new(self, columns, live, dead)? {
+                Some(mut rows) => spill.sink.keep_chunks(&mut rows).map(Some),
+                None => Ok(None),
+            }
+        };
+        let run = keep(&self.columns, self.live_slots(), dead)?;
+        let pending = if self.logging() {
+            keep(&self.log.columns, self.log.live(), self.tombstones.to_vec())?
+        } else {
+            None
+        };
+        Ok((run, pending))
     }
 
     /// The state as one full batch when runs hold part of it.
