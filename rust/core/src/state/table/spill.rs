@@ -63,6 +63,9 @@ const GROUP_INDEX_BYTES_PER_ROW: usize = 40;
 /// Bytes a shadow or tombstone costs (a hash set entry).
 const KEY_SET_BYTES: usize = 32;
 
+/// A run a sink kept, if there was one to keep.
+type Kept = Option<Arc<Run>>;
+
 /// Where a spilling table's runs go: in memory (tests, [`InMemoryRuns`]) or
 /// to local files (`crate::store::LocalRuns`).
 pub trait RunSink: Send + Sync {
@@ -752,12 +755,8 @@ impl StateTable {
     /// the last checkpoint as a pending run; each read in key order a chunk
     /// at a time ([`SortedSlots`]), so a sink of files writes it with no
     /// sorted copy of the memtable beside it.
-    fn keep_memtable(
-        &self,
-        spill: &mut Spill,
-        dead: Vec<Key>,
-    ) -> Result<(Option<Arc<Run>>, Option<Arc<Run>>)> {
-        let mut keep = |columns, live, dead| -> Result<Option<Arc<Run>>> {
+    fn keep_memtable(&self, spill: &mut Spill, dead: Vec<Key>) -> Result<(Kept, Kept)> {
+        let mut keep = |columns, live, dead| -> Result<Kept> {
             match SortedSlots::new(self, columns, live, dead)? {
                 Some(mut rows) => spill.sink.keep_chunks(&mut rows).map(Some),
                 None => Ok(None),
