@@ -10,7 +10,7 @@ and sum per user), from an input of KEYS rows in 64k-row Arrow batches made
 as the task reads them (so the input is never held whole), under
 ``state_memory=BUDGET``. Per run: the peaks before the commit (the batch
 applied: parts, spills) and after it (version 0 written: the table's full
-capture, sorted and encoded into its file): VmHWM (every resident page,
+capture, merged from its runs into its file): VmHWM (every resident page,
 mapped runs' pages included) and the largest RssAnon seen (heap only,
 sampled every 20 ms), and the times.
 
@@ -62,12 +62,15 @@ processor = AggregateProcessor(
     specs=specs,
 )
 StateRoot(spec).init("aggregate")
-rng = np.random.default_rng(5)
-users = rng.permutation(keys).astype(np.int64)
+# Every user once, scattered: an affine permutation of 0..keys (1,000,003 is
+# prime, so coprime with any key count it does not divide), made a batch at
+# a time, so the input is never held whole (a permutation array of 20M keys
+# would be 160 MB of the child's memory that a Spark worker never holds).
+assert keys % 1_000_003 != 0
 
 def batches():
     for at in range(0, keys, 1 << 16):
-        u = users[at : at + (1 << 16)]
+        u = (np.arange(at, min(at + (1 << 16), keys), dtype=np.int64) * 1_000_003 + 7) % keys
         yield pa.record_batch([pa.array(u), pa.array(np.ones(len(u), np.int64))], schema=schema)
 
 baseline = status_bytes("RssAnon")
