@@ -14,6 +14,7 @@ refused credentials) into :class:`ObjectStoreError` naming the fix.
 from __future__ import annotations
 
 import os
+import shutil
 import re
 from typing import Any
 
@@ -247,6 +248,35 @@ def write_atomic(fs: Any, path: str, tmp_path: str, data: bytes | pa.Buffer) -> 
     assert local_tmp is not None
     write_bytes(fs, tmp_path, data)
     publish_local(local_tmp, local, path)
+
+
+#: Bytes read from a local file at a time while it is uploaded.
+UPLOAD_PART = 8 << 20
+
+
+def upload_atomic(fs: Any, source: str, path: str, tmp_path: str) -> None:
+    """As :func:`write_atomic`, the data the local file `source`, read
+    :data:`UPLOAD_PART` bytes at a time: a file as large as a partition's
+    state is never held in memory whole."""
+    local = local_path(fs, path)
+    try:
+        if local is not None:
+            local_tmp = local_path(fs, tmp_path)
+            assert local_tmp is not None
+            os.makedirs(os.path.dirname(local), exist_ok=True)
+            with open(source, "rb") as src, open(local_tmp, "wb") as out:
+                shutil.copyfileobj(src, out, UPLOAD_PART)
+                out.flush()
+                os.fsync(out.fileno())
+            publish_local(local_tmp, local, path)
+            return
+        if not is_object_store(fs):
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with open(source, "rb") as src, fs.open_output_stream(path) as out:
+            while part := src.read(UPLOAD_PART):
+                out.write(part)
+    except OSError as e:
+        raise storage_error(e, fs, f"writing {path}", path) from e
 
 
 def publish_local(local_tmp: str, local: str, path: str) -> None:

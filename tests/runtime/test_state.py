@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.s3_support import S3Server
 
 import snapcut
 from snapcut import ConfigError, SnapshotError, StateTable
@@ -401,3 +402,46 @@ def test_a_streamed_checkpoint_writes_the_files_of_the_checkpoint_in_memory(
             fmt.encode_state("t", 0, got, "k", other, 1, True)
     assert kinds == ["full", "diff", "diff", "full", "diff"]
     assert as_rows(streamed) == as_rows(memory)
+
+
+def test_a_streamed_capture_is_uploaded_to_a_remote_root_as_written_locally(
+    tmp_path: Path, s3: S3Server
+) -> None:
+    """``SnapshotWriter.write_state`` of ``StateRuns``: on a local root the merge
+    goes straight into the checkpoint's directory, on S3 through a local
+    temporary file uploaded a part at a time; both give the bytes (and the
+    diff's filter) of the in-memory capture, and no temporary file is left."""
+    from snapcut.snapshots import SnapshotWriter, checkpoint_dir_name
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    tables = [
+        StateTable(schema, "k", state_memory="1MB", spill_dir=tmp_path / n, full_every=5)
+        for n in ("memory", "streamed")
+    ]
+    local = SnapshotWriter(tmp_path / "local")
+    remote = SnapshotWriter(f"{s3.bucket()}/root", s3.filesystem())
+    for cid in (1, 2):
+        keys = np.arange(80_000, dtype=np.int64) * (cid + 2)
+        for t in tables:
+            t.update(pa.record_batch([pa.array(keys), pa.array(keys * cid)], schema=schema))
+        _, kind, batch = tables[0].checkpoint(cid)
+        _, _, runs = tables[1].checkpoint_streamed(cid)
+        base = None if kind == "full" else cid - 1
+        want = local.write_state(cid, "t", 0, batch, "k", kind, base, sort=True)
+        got = remote.write_state(cid, "t", 1, runs, "k", kind, base, sort=True)
+        mine = local.write_state(cid, "t", 1, runs, "k", kind, base, sort=True)
+        assert (
+            (got["bytes"], got["crc32c"])
+            == (want["bytes"], want["crc32c"])
+            == (
+                mine["bytes"],
+                mine["crc32c"],
+            )
+        )
+        names = [got["path"]] + ([got["filter"]["path"]] if kind == "diff" else [])
+        for name in names:
+            d = checkpoint_dir_name(cid)
+            uploaded = remote.fs.open_input_file(f"{remote.root}/{d}/{name}").read()
+            assert uploaded == (tmp_path / "local" / d / name).read_bytes()
+    left = [p.name for p in (tmp_path / "local").rglob("*") if p.name.endswith(".tmp")]
+    assert left == []

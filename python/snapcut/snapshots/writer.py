@@ -8,6 +8,7 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -93,6 +94,10 @@ class SnapshotWriter:
         base is that chain's last); else :meth:`commit` resolves it."""
         chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
         local_dir = _fs.local_path(self.fs, self._dir(checkpoint_id))
+        if local_dir is None and isinstance(table, StateRuns):
+            return self._upload_state_runs(
+                checkpoint_id, vertex, subtask, table, key, kind, base, chain_at
+            )
         if local_dir is None:
             data, entry, bloom = fmt.encode_state(
                 vertex, subtask, table, key, kind, base, sort, chain_at
@@ -115,6 +120,31 @@ class SnapshotWriter:
         for name in ([entry["filter"]["path"]] if "filter" in entry else []) + [entry["path"]]:
             local = os.path.join(local_dir, name)
             _fs.publish_local(local + suffix, local, f"{self._dir(checkpoint_id)}/{name}")
+        return entry
+
+    def _upload_state_runs(
+        self,
+        checkpoint_id: int,
+        vertex: str,
+        subtask: int,
+        runs: StateRuns,
+        key: str,
+        kind: str,
+        base: int | None,
+        chain_at: tuple[int, list[int]] | None,
+    ) -> dict[str, Any]:
+        """A capture's runs for a remote root: merged into a local temporary
+        file as it is written, then uploaded from it a part at a time, the
+        filter first (a state file in place names it)."""
+        with tempfile.TemporaryDirectory(prefix="snapcut-state-") as tmp:
+            entry = fmt.write_state_file(
+                tmp, "", vertex, subtask, runs, key, kind, base, True, chain_at
+            )
+            names = ([entry["filter"]["path"]] if "filter" in entry else []) + [entry["path"]]
+            for name in names:
+                path = f"{self._dir(checkpoint_id)}/{name}"
+                tmp_path = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+                _fs.upload_atomic(self.fs, os.path.join(tmp, name), path, tmp_path)
         return entry
 
     def write_channel(
