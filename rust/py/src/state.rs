@@ -358,13 +358,10 @@ impl StateTable {
         py: Python<'py>,
         id: Option<u64>,
     ) -> PyResult<(u64, &'static str, Bound<'py, PyAny>)> {
-        let id = id.unwrap_or_else(|| self.inner.last_checkpoint().map_or(1, |l| l + 1));
+        let id = self.next_id(id);
         let inner = &mut self.inner;
         let capture = py.detach(|| inner.checkpoint(id)).map_py()?;
-        self.last_base = match capture.kind {
-            StateKind::Diff { base } => Some(base),
-            StateKind::Full => None,
-        };
+        self.took(capture.kind);
         Ok((
             id,
             kind_name(capture.kind),
@@ -384,13 +381,10 @@ impl StateTable {
         py: Python<'py>,
         id: Option<u64>,
     ) -> PyResult<(u64, &'static str, Bound<'py, PyAny>)> {
-        let id = id.unwrap_or_else(|| self.inner.last_checkpoint().map_or(1, |l| l + 1));
+        let id = self.next_id(id);
         let inner = &mut self.inner;
         let capture = py.detach(|| inner.checkpoint_streamed(id)).map_py()?;
-        self.last_base = match capture.kind {
-            StateKind::Diff { base } => Some(base),
-            StateKind::Full => None,
-        };
+        self.took(capture.kind);
         let rows = match capture.rows {
             CaptureRows::Batch(batch) => PyRecordBatch::new(batch).into_pyarrow(py)?,
             CaptureRows::Runs { runs, base, schema } => {
@@ -571,6 +565,19 @@ impl StateTable {
 }
 
 impl StateTable {
+    /// A checkpoint's id: `id`, or one past the last.
+    fn next_id(&self, id: Option<u64>) -> u64 {
+        id.unwrap_or_else(|| self.inner.last_checkpoint().map_or(1, |l| l + 1))
+    }
+
+    /// A checkpoint of `kind` was taken: `last_base` says what it diffs on.
+    fn took(&mut self, kind: StateKind) {
+        self.last_base = match kind {
+            StateKind::Diff { base } => Some(base),
+            StateKind::Full => None,
+        };
+    }
+
     fn group_arrays(
         &self,
         py: Python<'_>,

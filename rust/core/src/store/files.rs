@@ -175,19 +175,30 @@ pub fn write_ipc(
     batches: &[RecordBatch],
     fsync: &Fsync,
 ) -> Result<Written> {
-    let io = |e: std::io::Error| Error::io(format!("writing {}", path.display()), e);
-    let file = File::create(path).map_err(io)?;
+    write_encoded(path, fsync, |out, what| {
+        encode_ipc_into(out, schema, batches, what)
+    })
+}
+
+/// Creates (or replaces) the file at `path`, has `encode` write it through
+/// a buffer (given the file's name for its errors), then flushes it and
+/// fsyncs it if `fsync` says so.
+pub(crate) fn write_encoded(
+    path: &Path,
+    fsync: &Fsync,
+    encode: impl FnOnce(
+        BufWriter<File>,
+        &str,
+    ) -> std::result::Result<(BufWriter<File>, Written), EncodeError>,
+) -> Result<Written> {
     let what = path.display().to_string();
-    let (buffered, written) = encode_ipc_into(
-        BufWriter::with_capacity(1 << 20, file),
-        schema,
-        batches,
-        &what,
-    )
-    .map_err(|e| match e {
-        EncodeError::Io(e) => io(e),
-        EncodeError::Format(e) => e,
-    })?;
+    let io = |e: std::io::Error| Error::io(format!("writing {what}"), e);
+    let file = File::create(path).map_err(io)?;
+    let (buffered, written) =
+        encode(BufWriter::with_capacity(1 << 20, file), &what).map_err(|e| match e {
+            EncodeError::Io(e) => io(e),
+            EncodeError::Format(e) => e,
+        })?;
     let file = buffered.into_inner().map_err(|e| io(e.into_error()))?;
     fsync.file(&file).map_err(io)?;
     Ok(written)

@@ -7,16 +7,15 @@
 //! Nothing here is durable: a checkpoint writes the state's changes through
 //! the snapshot store as ever, and a restart restores from it.
 
-use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
 
-use super::files::{Fsync, FsyncMode};
-use super::format::{concat, decode_buffer, encode_ipc_into, EncodeError};
+use super::files::{write_ipc, Fsync, FsyncMode};
+use super::format::{concat, decode_buffer};
 use super::mapped::map_file_pages;
 use super::streamed::write_chunks;
 use crate::error::{Error, Result};
@@ -68,21 +67,15 @@ impl LocalRuns {
     }
 
     fn write(&self, run: &Run, path: &Path) -> Result<()> {
-        let what = path.display().to_string();
-        let io = |e| Error::io(format!("writing spilled run {what}"), e);
-        let file = File::create(path).map_err(io)?;
         let batch = run.batch();
-        let (mut out, _) = encode_ipc_into(
-            BufWriter::new(file),
+        let no_sync = Fsync::new(FsyncMode::Off);
+        write_ipc(
+            path,
             batch.schema_ref(),
             std::slice::from_ref(batch),
-            &what,
+            &no_sync,
         )
-        .map_err(|e| match e {
-            EncodeError::Io(e) => io(e),
-            EncodeError::Format(e) => e,
-        })?;
-        out.flush().map_err(io)
+        .map(|_| ())
     }
 
     fn next_path(&mut self) -> PathBuf {

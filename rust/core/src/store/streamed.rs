@@ -30,7 +30,7 @@ use arrow_ipc::writer::{DictionaryTracker, FileWriter};
 use arrow_schema::{DataType, SchemaRef};
 use flatbuffers::FlatBufferBuilder;
 
-use super::files::Fsync;
+use super::files::{write_encoded, Fsync};
 use super::format::{self, encode_ipc_into, EncodeError, Written};
 use super::mapped::map_file_pages;
 use crate::error::{Error, Result};
@@ -427,17 +427,7 @@ pub fn write_chunks(
         }
     }
     chunks.release_inputs();
-    let what = path.display().to_string();
-    let io = |e: std::io::Error| Error::io(format!("writing {what}"), e);
-    let out = File::create(path).map_err(io)?;
-    let (buffered, written) = file
-        .finish(BufWriter::with_capacity(1 << 20, out), &what)
-        .map_err(|e| match e {
-            EncodeError::Io(e) => io(e),
-            EncodeError::Format(e) => e,
-        })?;
-    let out = buffered.into_inner().map_err(|e| io(e.into_error()))?;
-    fsync.file(&out).map_err(io)?;
+    let written = write_encoded(path, fsync, |out, what| file.finish(out, what))?;
     // The chunks were freed as it went.
     crate::heap::release_freed();
     Ok(written)
