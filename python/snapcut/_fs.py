@@ -14,8 +14,8 @@ refused credentials) into :class:`ObjectStoreError` naming the fix.
 from __future__ import annotations
 
 import os
-import shutil
 import re
+import shutil
 from typing import Any
 
 import pyarrow as pa

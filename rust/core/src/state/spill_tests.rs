@@ -771,7 +771,7 @@ fn tagged_run(keys: impl Iterator<Item = i64>, tag: i64, dead: &[i64]) -> crate:
 fn a_local_merge_is_written_as_it_merges_and_reads_as_merge_does() {
     use crate::state::runs::{merge, MergeCursor};
     use crate::state::RunSink;
-    // Several chunks' worth of rows (MERGE_CHUNK_ROWS is 64k), with
+    // Several chunks' worth of rows (RUN_CHUNK_ROWS is 64k), with
     // overlaps, tombstones and nulls, so that chunk boundaries and the
     // page releases between chunks fall inside the merge.
     let dir = tempfile::tempdir().unwrap();

@@ -20,6 +20,7 @@ pub mod format;
 mod manifest;
 mod mapped;
 mod reader;
+mod run_files;
 mod sink;
 mod spill;
 mod streamed;
@@ -41,6 +42,7 @@ pub use manifest::{
 pub use reader::rebuild_chain;
 pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};
+pub use run_files::{write_chunks, write_state_runs, RUN_CHUNK_ROWS};
 pub use sink::{SnapshotStore, StoreOptions};
 pub use spill::LocalRuns;
-pub use streamed::{write_chunks, write_state_runs, StreamedFile, MERGE_CHUNK_ROWS};
+pub use streamed::StreamedFile;

@@ -17,7 +17,7 @@ use arrow_array::RecordBatch;
 use super::files::{write_ipc, Fsync, FsyncMode};
 use super::format::{concat, decode_buffer};
 use super::mapped::map_file_pages;
-use super::streamed::write_chunks;
+use super::run_files::write_chunks;
 use crate::error::{Error, Result};
 use crate::state::runs::{Run, RunChunks, DEFAULT_FPP};
 use crate::state::RunSink;

@@ -701,7 +701,7 @@ impl StateTable {
     /// for the writer to merge as it writes when runs hold the state (a
     /// table with a memory budget that flushed): the memtable and the
     /// change log are flushed first, so the capture is the merge of runs
-    /// only ([`CaptureRows::Runs`]), which `crate::store::write_merge`
+    /// only ([`CaptureRows::Runs`]), which `crate::store::write_state_runs`
     /// writes a chunk at a time, never holding it whole as
     /// [`Self::checkpoint`]'s batch would (a full of 20M keys under a
     /// 256 MB budget). Otherwise the capture is [`Self::checkpoint`]'s, in
