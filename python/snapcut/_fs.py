@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from typing import Any
 
 import pyarrow as pa
@@ -254,22 +253,13 @@ def write_atomic(fs: Any, path: str, tmp_path: str, data: bytes | pa.Buffer) -> 
 UPLOAD_PART = 8 << 20
 
 
-def upload_atomic(fs: Any, source: str, path: str, tmp_path: str) -> None:
-    """As :func:`write_atomic`, the data the local file `source`, read
-    :data:`UPLOAD_PART` bytes at a time: a file as large as a partition's
-    state is never held in memory whole."""
-    local = local_path(fs, path)
+def upload(fs: Any, source: str, path: str) -> None:
+    """Writes `path` on a remote filesystem from the local file `source`,
+    read :data:`UPLOAD_PART` bytes at a time: a file as large as a
+    partition's state is never held in memory whole. As :func:`write_atomic`
+    there, one upload, all or nothing (a local root's file is written in
+    place instead, renamed into place)."""
     try:
-        if local is not None:
-            local_tmp = local_path(fs, tmp_path)
-            assert local_tmp is not None
-            os.makedirs(os.path.dirname(local), exist_ok=True)
-            with open(source, "rb") as src, open(local_tmp, "wb") as out:
-                shutil.copyfileobj(src, out, UPLOAD_PART)
-                out.flush()
-                os.fsync(out.fileno())
-            publish_local(local_tmp, local, path)
-            return
         if not is_object_store(fs):
             fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         with open(source, "rb") as src, fs.open_output_stream(path) as out:

@@ -143,8 +143,7 @@ class SnapshotWriter:
             names = ([entry["filter"]["path"]] if "filter" in entry else []) + [entry["path"]]
             for name in names:
                 path = f"{self._dir(checkpoint_id)}/{name}"
-                tmp_path = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-                _fs.upload_atomic(self.fs, os.path.join(tmp, name), path, tmp_path)
+                _fs.upload(self.fs, os.path.join(tmp, name), path)
         return entry
 
     def write_channel(

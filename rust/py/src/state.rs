@@ -371,8 +371,8 @@ impl StateTable {
 
     /// As `checkpoint()`, but a table whose runs hold part of its state (a
     /// memory budget, flushed) leaves the capture as `StateRuns`: the runs
-    /// that `format.write_state_file` / `format.encode_state` merge as they
-    /// write the state file, never holding the capture whole. Any other
+    /// that `format.write_state_file` merges as it writes the state file,
+    /// never holding the capture whole. Any other
     /// table's capture is the RecordBatch `checkpoint()` returns. The state
     /// file's bytes are the same either way.
     #[pyo3(signature = (id = None))]

@@ -2,7 +2,6 @@
 //! manifest built, and which checkpoints retention deletes.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
@@ -206,19 +205,16 @@ fn write_state_files(
     Ok(())
 }
 
-/// Directories `encode_state` wrote a capture's runs into, so far.
-static ENCODE_DIRS: AtomicU64 = AtomicU64::new(0);
-
 /// A task's state file: `(buffer, entry, filter)`, the bytes a
 /// `pyarrow.Buffer` (see [`file_buffer`]), `filter` the bytes of a diff's
 /// bloom filter to store beside it as the entry's `filter` names it (None
-/// for a full or an empty diff). `batch`: a table, or the `StateRuns` of
-/// `StateTable.checkpoint_streamed` (merged into a local temporary file as
-/// it is written, then read back: the file's bytes are held, never the
-/// capture and its merge). `kind` "full", or "diff" against `base`; `sort`
-/// orders a table's rows by `key` (deterministic bytes). With `chain_at`
-/// (`(checkpoint id, the base's chain)`, the chain a writer keeps) the
-/// entry carries its chain, and a diff's base is the chain's last.
+/// for a full or an empty diff). `batch`: a table; the `StateRuns` of
+/// `StateTable.checkpoint_streamed` are refused (their point is a file
+/// written as they merge, never the bytes in memory: [`write_state_file`]).
+/// `kind` "full", or "diff" against `base`; `sort` orders the rows by `key`
+/// (deterministic bytes). With `chain_at` (`(checkpoint id, the base's
+/// chain)`, the chain a writer keeps) the entry carries its chain, and a
+/// diff's base is the chain's last.
 #[pyfunction]
 #[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
 #[allow(clippy::too_many_arguments)]
@@ -234,38 +230,21 @@ fn encode_state<'py>(
     chain_at: Option<(u64, Vec<u64>)>,
 ) -> PyResult<EncodedState<'py>> {
     let (rows, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
+    let StateRows::Batch(batch) = rows else {
+        return Err(crate::errors::ConfigError::new_err(
+            "encode_state takes a table, not StateRuns: write a capture's runs with \
+             write_state_file, which merges them into the file as it writes it",
+        ));
+    };
     let t = task(vertex, subtask);
     let (bytes, entry, filter) = py
         .detach(|| {
             let mut entry = new_state_entry(&t, key, diff, base, chain_at.as_ref());
-            match rows {
-                StateRows::Batch(batch) => {
-                    let batch = state_file(&batch, key, diff, sort)?;
-                    let filter = state_filter(&batch, key, &mut entry)?;
-                    let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
-                    (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
-                    Ok::<_, Error>((bytes, entry, filter))
-                }
-                runs @ StateRows::Runs { .. } => {
-                    let n = ENCODE_DIRS.fetch_add(1, Ordering::Relaxed);
-                    let dir = std::env::temp_dir()
-                        .join(format!("snapcut-encode-{}-{n}", std::process::id()));
-                    let io =
-                        |e| Error::io(format!("encoding a state file in {}", dir.display()), e);
-                    std::fs::create_dir_all(&dir).map_err(io)?;
-                    let read =
-                        write_state_files(&dir, "", runs, key, sort, &mut entry).and_then(|()| {
-                            let bytes = std::fs::read(dir.join(&entry.path)).map_err(io)?;
-                            let filter = (entry.filter.as_ref())
-                                .map(|f| std::fs::read(dir.join(&f.path)).map_err(io))
-                                .transpose()?;
-                            Ok((bytes, filter))
-                        });
-                    let _ = std::fs::remove_dir_all(&dir);
-                    let (bytes, filter) = read?;
-                    Ok((bytes, entry, filter))
-                }
-            }
+            let batch = state_file(&batch, key, diff, sort)?;
+            let filter = state_filter(&batch, key, &mut entry)?;
+            let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
+            (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+            Ok::<_, Error>((bytes, entry, filter))
         })
         .map_py()?;
     let filter = filter.map(|f| PyBytes::new(py, &f));
