@@ -98,10 +98,10 @@ def test_the_cache_keeps_to_its_limit_least_recently_used_first(
 
     def fetch(e: dict[str, Any]) -> pa.Buffer:
         remote_file, at = where[id(e)]
-        data = cache.fetch(fs, remote_file, e, at)
-        assert data is not None
+        read = cache.fetch(fs, remote_file, e, at)
+        assert read is not None and read.pages is not None  # mapped
         time.sleep(0.02)  # distinct use times
-        return data
+        return read.buffer
 
     held = fetch(a)
     fetch(b)

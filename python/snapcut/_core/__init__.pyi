@@ -13,6 +13,7 @@ from typing import Any
 # The snapshot format's rules (submodule), for snapcut.snapshots only: a test
 # enforces it.
 from snapcut._core import format as format
+from snapcut._core.format import MappedFile
 
 __version__: str
 
@@ -314,11 +315,16 @@ class StateTable:
         *,
         mapped: bool = False,
         filters: Sequence[bytes | None] | None = None,
+        pages: Sequence[MappedFile | None] | None = None,
     ) -> None:
         """State at the end of a chain [(id, "full", batch), (id, "diff", batch), ...].
         mapped: the batches are mapped files no one writes again; with a memory
         budget a sorted full becomes the base run as it is (no copy).
-        filters: per file, the bloom filter stored beside it (checked), or None."""
+        filters: per file, the bloom filter stored beside it (checked), or None.
+        pages: with mapped, per file the MappedFile it was read from, or None:
+        the runs keep its pages and release what reads bring in."""
+    def release_pages(self) -> None:
+        """Releases the pages reads brought in of the table's mapped runs."""
     def to_arrow(self) -> Any: ...
     @property
     def schema(self) -> Any: ...

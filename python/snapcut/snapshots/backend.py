@@ -23,6 +23,7 @@ from snapcut.snapshots.layout import (
     read_ipc,
     rebuild_state,
 )
+from snapcut.snapshots.mapped import MappedRead, checked, map_file
 from snapcut.snapshots.run_cache import RunCache, RunCacheSpec, shared
 
 
@@ -33,6 +34,8 @@ class ChainFile(NamedTuple):
     kind: str
     table: pa.Table
     filter: bytes | None
+    pages: fmt.MappedFile | None = None
+    """The mapping the table's buffers lie in (a mapped read), else None."""
 
 
 class Backend:
@@ -195,12 +198,13 @@ class FsBackend(Backend):
             return cache.enabled
         return cache is not None or _fs.local_path(self.fs, self.root) is not None
 
-    def read_mapped(self, checkpoint_id: int, entry: dict[str, Any]) -> pa.Buffer:
+    def read_mapped(self, checkpoint_id: int, entry: dict[str, Any]) -> MappedRead:
         """As :meth:`read_checked`, but a local file is mapped, not read: its
         pages stay the page cache's (no copy on the heap), and what reads it
-        later touches only the pages it needs. A remote root's file is mapped
-        from its copy in the run cache (downloaded first if missing), if the
-        backend has one and the file fits in it; otherwise read as ever."""
+        later touches only the pages it needs (the pages the check read are
+        released). A remote root's file is mapped from its copy in the run
+        cache (downloaded first if missing), if the backend has one and the
+        file fits in it; otherwise read as ever (no pages)."""
         path = f"{self._dir(checkpoint_id)}/{entry['path']}"
         local = _fs.local_path(self.fs, path)
         if local is None:
@@ -209,12 +213,11 @@ class FsBackend(Backend):
                 cached = cache.fetch(self.fs, path, entry, checkpoint_id)
                 if cached is not None:
                     return cached
-            return pa.py_buffer(self.read_checked(checkpoint_id, entry))
-        data: pa.Buffer = self._read_or_missing(
-            checkpoint_id, path, lambda _fs, _path: pa.memory_map(local, "r").read_buffer()
+            return MappedRead(pa.py_buffer(self.read_checked(checkpoint_id, entry)), None)
+        read: MappedRead = self._read_or_missing(
+            checkpoint_id, path, lambda _fs, _path: map_file(local)
         )
-        fmt.check_file(memoryview(data).cast("B"), entry, checkpoint_id, path)
-        return data
+        return checked(read, lambda data: fmt.check_file(data, entry, checkpoint_id, path))
 
     def _read_or_missing(
         self, checkpoint_id: int, path: str, read: Callable[[Any, str], Any]
@@ -266,16 +269,16 @@ class FsBackend(Backend):
         links = fmt.state_chain(checkpoint_id, raw, task[0], task[1], self.manifest_bytes)
         if links is None:
             return None
-        read = self.read_mapped if mapped else self.read_checked
-        return [
-            ChainFile(
-                cid,
-                kind,
-                read_ipc(read(cid, entry)),
-                None if bloom is None or not filters else self.read_checked(cid, bloom),
+        files = []
+        for cid, kind, entry, bloom in links:
+            read = (
+                self.read_mapped(cid, entry)
+                if mapped
+                else MappedRead(pa.py_buffer(self.read_checked(cid, entry)), None)
             )
-            for cid, kind, entry, bloom in links
-        ]
+            stored = None if bloom is None or not filters else self.read_checked(cid, bloom)
+            files.append(ChainFile(cid, kind, read_ipc(read.buffer), stored, read.pages))
+        return files
 
     def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
         chain = self.chain(checkpoint_id, task)

@@ -37,11 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError, size_bytes
 from snapcut._core import format as fmt
+from snapcut.snapshots.mapped import MappedRead, checked, map_file
 
 __all__ = [
     "DEFAULT_RUN_CACHE_BYTES",
@@ -152,7 +151,7 @@ class RunCache:
 
     def fetch(
         self, fs: Any, path: str, entry: dict[str, Any], checkpoint_id: int
-    ) -> pa.Buffer | None:
+    ) -> MappedRead | None:
         """The file `path` of `fs` (manifest entry `entry`: its ``bytes``
         and ``crc32c``), mapped from its cached copy, downloaded first if
         there is none; checked against the entry either way. None: the file
@@ -183,7 +182,7 @@ class RunCache:
                     "(spark.snapcut.state.runCacheSize)"
                 )
         try:
-            fmt.check_file(memoryview(data).cast("B"), entry, checkpoint_id, path)
+            checked(data, lambda view: fmt.check_file(view, entry, checkpoint_id, path))
         except SnapshotError:
             _unlink(local)
             raise
@@ -199,12 +198,12 @@ class RunCache:
 
     def _open_cached(
         self, local: Path, entry: dict[str, Any], checkpoint_id: int, path: str
-    ) -> pa.Buffer | None:
+    ) -> MappedRead | None:
         data = self._map(local, path)
         if data is None:
             return None
         try:
-            fmt.check_file(memoryview(data).cast("B"), entry, checkpoint_id, path)
+            checked(data, lambda view: fmt.check_file(view, entry, checkpoint_id, path))
         except SnapshotError:
             # A damaged local copy is not committed data: fetched again.
             _unlink(local)
@@ -251,15 +250,14 @@ class RunCache:
             "(spark.snapcut.state.runCacheSize=0)"
         )
 
-    def _map(self, local: Path, path: str) -> pa.Buffer | None:
+    def _map(self, local: Path, path: str) -> MappedRead | None:
         """The cached copy of remote file `path`, mapped; None if there is none."""
         try:
-            buffer: pa.Buffer = pa.memory_map(str(local), "r").read_buffer()
+            return map_file(str(local))
         except FileNotFoundError:
             return None
         except OSError as e:
             raise self._unusable(path, e) from e
-        return buffer
 
     def _evict(self, keep: Path) -> None:
         """Deletes the least recently used files until the rest fit."""

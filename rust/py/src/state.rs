@@ -12,13 +12,14 @@ use pyo3::types::{PyDict, PyString};
 use pyo3_arrow::input::{AnyArray, AnyRecordBatch};
 use pyo3_arrow::{PyArray, PyDataType, PyRecordBatch, PySchema, PyTable};
 use snapcut_core::snapshot::{StateCapture, StateKind};
-use snapcut_core::state::runs::{BloomFilter, Run};
+use snapcut_core::state::runs::{BloomFilter, Pages, Run};
 use snapcut_core::state::{
     self, parse_memory, CaptureRows, GroupPrefix, SpillStats, StatePolicy, StateTable as CoreTable,
 };
 use snapcut_core::store::LocalRuns;
 
 use crate::errors::IntoPyResult;
+use crate::format::mapped::MappedFile;
 
 /// A keyed state table with change tracking for incremental checkpoints.
 #[pyclass(module = "snapcut._core", name = "StateTable")]
@@ -430,14 +431,42 @@ impl StateTable {
     /// `filters`: per chain entry, the bytes of the bloom filter stored
     /// beside its file (checked against its entry already), or None; a
     /// mapped diff's run takes it instead of hashing its keys.
-    #[pyo3(signature = (chain, *, mapped = false, filters = None))]
+    ///
+    /// `pages`: with `mapped=True`, per chain entry the `MappedFile` its
+    /// batch was read from, or None: the table's runs keep its pages and
+    /// release what reads bring into the resident set
+    /// (:meth:`release_pages`, and within a memory budget as lookups go).
+    #[pyo3(signature = (chain, *, mapped = false, filters = None, pages = None))]
     fn restore(
         &mut self,
         py: Python<'_>,
         chain: Vec<(u64, String, AnyRecordBatch)>,
         mapped: bool,
         filters: Option<Vec<Option<PyBackedBytes>>>,
+        pages: Option<Vec<Option<PyRef<'_, MappedFile>>>>,
     ) -> PyResult<()> {
+        let pages: Option<Vec<Option<Arc<dyn Pages>>>> = match pages {
+            Some(_) if !mapped => {
+                return Err(crate::errors::ConfigError::new_err(
+                    "restore got pages without mapped=True: pages are those of mapped files; \
+                     pass mapped=True, or no pages",
+                ))
+            }
+            Some(p) if p.len() != chain.len() => {
+                return Err(crate::errors::ConfigError::new_err(format!(
+                    "restore got {} pages for a chain of {} files; pass one MappedFile (or \
+                     None) per file",
+                    p.len(),
+                    chain.len()
+                )))
+            }
+            Some(p) => Some(
+                p.iter()
+                    .map(|m| m.as_ref().and_then(|m| m.pages()))
+                    .collect(),
+            ),
+            None => None,
+        };
         let filters = match filters {
             Some(f) if f.len() != chain.len() => {
                 return Err(crate::errors::ConfigError::new_err(format!(
@@ -483,13 +512,24 @@ impl StateTable {
         }
         let inner = &mut self.inner;
         py.detach(|| {
-            if mapped {
+            if let Some(pages) = &pages {
+                inner.restore_mapped_with_pages(&captures, pages)
+            } else if mapped {
                 inner.restore_mapped(&captures)
             } else {
                 inner.restore(&captures)
             }
         })
         .map_py()
+    }
+
+    /// Lets go of the pages of the table's mapped runs (its spilled runs,
+    /// the files of a mapped restore) that reads brought into this
+    /// process's resident set: a table put aside then holds only its
+    /// memtable. The page cache keeps them; a later read maps them back.
+    fn release_pages(&self, py: Python<'_>) {
+        let inner = &self.inner;
+        py.detach(|| inner.release_pages());
     }
 
     /// Every live row as a pyarrow Table.

@@ -126,6 +126,10 @@ class StateCache:
         """Keeps `tables` warm; with a worker budget `memory`, then flushes
         the largest in-memory rows of the warm tables until they hold at
         most half of it (the other half is the working partition's)."""
+        for table in tables.values():
+            # A table put aside holds its memtable, not the pages its
+            # batch's lookups read of its mapped runs.
+            table.release_pages()
         with self._lock:
             self._tables[key] = (version, chains, tables)
             self._tables.move_to_end(key)
@@ -295,7 +299,8 @@ class PartitionTask:
                 # stored filter spares its run hashing the diff's keys.
                 keep = mapped and not migrated
                 filters = [f.filter for f in files] if keep else None
-                table.restore(fitted, mapped=keep, filters=filters)
+                pages = [f.pages for f in files] if keep else None
+                table.restore(fitted, mapped=keep, filters=filters, pages=pages)
             read += sum(f.table.get_total_buffer_size() for f in files)
             tables[layout.vertex] = table
             chains[layout.vertex] = [f.checkpoint for f in files]

@@ -556,6 +556,100 @@ fn a_mapped_restore_takes_a_sorted_full_as_its_base_and_copies_an_unsorted_one()
     assert_eq!(next.batch.num_rows(), 2);
 }
 
+/// Counts the releases of a run's pages.
+#[derive(Debug, Default)]
+struct CountingPages(std::sync::atomic::AtomicUsize);
+
+impl crate::state::runs::Pages for CountingPages {
+    fn release(&self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl CountingPages {
+    fn count(&self) -> usize {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+#[test]
+fn a_mapped_restore_keeps_its_files_pages_and_lookups_release_them_past_the_budgets_share() {
+    use crate::state::runs::Pages;
+    let sorted: Vec<(i64, i64)> = (0..50_000).map(|k| (2 * k, k)).collect();
+    let mut plain = plain_table_of(&[(1, plain_full_of(&sorted))]);
+    plain.upsert(&rows(&[(5, -5), (90_000, 1)])).unwrap();
+    plain.delete(&Int64Array::from(vec![8])).unwrap();
+    let chain = sorted_chain(&[
+        (1, plain_full_of(&sorted)),
+        (2, plain.checkpoint(2).unwrap()),
+    ]);
+    let (full, diff) = (
+        Arc::new(CountingPages::default()),
+        Arc::new(CountingPages::default()),
+    );
+    let pages: Vec<Option<Arc<dyn Pages>>> = vec![Some(full.clone()), Some(diff.clone())];
+
+    let mut t = spilling(StatePolicy::default());
+    let err = t
+        .restore_mapped_with_pages(&chain, &pages[..1])
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("one entry (or None) per file"),
+        "{err}"
+    );
+    t.restore_mapped_with_pages(&chain, &pages).unwrap();
+    // The restore read the files (order checks, the diff's keys): released.
+    let after_restore = (full.count(), diff.count());
+    assert!(
+        after_restore.0 >= 1 && after_restore.1 >= 1,
+        "{after_restore:?}"
+    );
+
+    // The 1 MiB budget's share is 256 KiB of pages, a probe counted a page a
+    // column (12 KiB): a few probes stay under it, more go past and release.
+    let few = Int64Array::from(vec![5, 6, 8]);
+    assert_eq!(t.lookup(&few).unwrap().1, plain.lookup(&few).unwrap().1);
+    assert_eq!((full.count(), diff.count()), after_restore);
+    let more = Int64Array::from_iter_values((0..30).map(|i| i * 7));
+    assert_eq!(t.lookup(&more).unwrap().1, plain.lookup(&more).unwrap().1);
+    let released = full.count();
+    assert!(
+        released > after_restore.0,
+        "{released} after {after_restore:?}"
+    );
+
+    // One lookup of many probes (the files' ~1.4 MB, five-plus shares) goes
+    // in chunks of key order, releasing between them; its answers are the
+    // plain table's, in the order asked.
+    let many = Int64Array::from_iter_values((0..20_000).map(|i| (i * 7_919) % 100_003));
+    let (rows_got, found) = t.lookup(&many).unwrap();
+    let (rows_want, want) = plain.lookup(&many).unwrap();
+    assert_eq!(found, want);
+    assert_eq!(rows_got, rows_want);
+    assert!(
+        full.count() >= released + 4,
+        "{} after {released}",
+        full.count()
+    );
+
+    // Put aside, a table lets go of them on demand.
+    let before = (full.count(), diff.count());
+    t.release_pages();
+    assert_eq!((full.count(), diff.count()), (before.0 + 1, before.1 + 1));
+
+    // Without a budget (a lazily opened chain) lookups never release: the
+    // state is the process's to hold; only `release_pages` does.
+    let lazy_pages = Arc::new(CountingPages::default());
+    let mut lazy = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    let only: Vec<Option<Arc<dyn Pages>>> = vec![Some(lazy_pages.clone()), None];
+    lazy.restore_mapped_with_pages(&chain, &only).unwrap();
+    let restored = lazy_pages.count();
+    assert_eq!(lazy.lookup(&many).unwrap(), plain.lookup(&many).unwrap());
+    assert_eq!(lazy_pages.count(), restored);
+    lazy.release_pages();
+    assert_eq!(lazy_pages.count(), restored + 1);
+}
+
 #[test]
 fn a_table_without_a_budget_opens_a_mapped_chain_lazily_and_a_plain_one_in_memory() {
     // 100k keys sorted (a state file as written) and a sorted diff after it.

@@ -16,6 +16,7 @@ use super::column::{check_supported, new_column, Column};
 use super::group_index::GroupIndex;
 use super::group_prefix::GroupPrefix;
 use super::key::{Key, KeyIndex, KeySet, KeyType};
+use super::runs::Pages;
 use super::time_index::TimeIndex;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -864,7 +865,7 @@ impl StateTable {
     /// Replaces the contents with the state at the end of `chain`: a full
     /// capture followed by diffs, each based on the previous entry's id.
     pub fn restore(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
-        self.restore_from(chain, false)
+        self.restore_from(chain, false, &[])
     }
 
     /// As [`Self::restore`], where the chain's batches are mapped state files
@@ -878,10 +879,38 @@ impl StateTable {
     /// runs are the files, its memtable unbounded), unless its group has no
     /// prefix or the full is not sorted: then it restores into memory.
     pub fn restore_mapped(&mut self, chain: &[(CheckpointId, StateCapture)]) -> Result<()> {
-        self.restore_from(chain, true)
+        self.restore_from(chain, true, &[])
     }
 
-    fn restore_from(&mut self, chain: &[(CheckpointId, StateCapture)], mapped: bool) -> Result<()> {
+    /// As [`Self::restore_mapped`], with the pages each of the chain's
+    /// files lies in (one entry a file, `None` if not known): the runs the
+    /// table takes keep them, so the table can release what its reads
+    /// bring into the resident set ([`Self::release_pages`]); the pages the
+    /// restore itself read are released when it is done.
+    pub fn restore_mapped_with_pages(
+        &mut self,
+        chain: &[(CheckpointId, StateCapture)],
+        pages: &[Option<Arc<dyn Pages>>],
+    ) -> Result<()> {
+        if pages.len() != chain.len() {
+            return Err(Error::Config(format!(
+                "a restore got the pages of {} files for a chain of {}: pass one entry (or \
+                 None) per file",
+                pages.len(),
+                chain.len()
+            )));
+        }
+        let restored = self.restore_from(chain, true, pages);
+        pages.iter().flatten().for_each(|p| p.release());
+        restored
+    }
+
+    fn restore_from(
+        &mut self,
+        chain: &[(CheckpointId, StateCapture)],
+        mapped: bool,
+        pages: &[Option<Arc<dyn Pages>>],
+    ) -> Result<()> {
         let Some(((first_id, first), rest)) = chain.split_first() else {
             return Err(Error::Snapshot(
                 "state restore needs a chain starting with a full capture; got an empty chain"
@@ -901,7 +930,7 @@ impl StateTable {
             self.close_lazy();
         }
         self.restoring = true;
-        let replayed = self.replay(*first_id, first, rest, mapped);
+        let replayed = self.replay(*first_id, first, rest, mapped, pages);
         self.restoring = false;
         let prev = replayed?;
         self.reset_tracking();
@@ -925,8 +954,10 @@ impl StateTable {
         first: &StateCapture,
         rest: &[(CheckpointId, StateCapture)],
         mapped: bool,
+        pages: &[Option<Arc<dyn Pages>>],
     ) -> Result<CheckpointId> {
-        if self.spill.is_some() && self.adopt_base(&first.batch, mapped)? {
+        let page = |i: usize| pages.get(i).cloned().flatten();
+        if self.spill.is_some() && self.adopt_base(&first.batch, mapped, page(0))? {
             if self.time.is_some() {
                 let arrays = self.columns_of(&first.batch)?;
                 self.note_times(&arrays)?;
@@ -939,12 +970,17 @@ impl StateTable {
         // A mapped chain's diffs become runs as they are while they can; from
         // the first that cannot on, they go through the memtable.
         let mut adopting = mapped && self.spill.is_some();
-        for (id, capture) in rest {
+        for (i, (id, capture)) in rest.iter().enumerate() {
             match capture.kind {
                 StateKind::Diff { base } if base == prev => {
                     let what = format!("the state diff of checkpoint {id}");
                     adopting = adopting
-                        && self.adopt_diff(&capture.batch, capture.filter.as_deref(), &what)?;
+                        && self.adopt_diff(
+                            &capture.batch,
+                            capture.filter.as_deref(),
+                            &what,
+                            page(i + 1),
+                        )?;
                     if !adopting {
                         self.apply(&capture.batch, true)?;
                     }

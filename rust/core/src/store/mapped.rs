@@ -75,10 +75,7 @@ pub(crate) fn map_file(path: &Path, what: &str) -> Result<Option<Buffer>> {
 
 /// As [`map_file`], with the mapping's pages (`None` for an empty file,
 /// which is not mapped).
-pub(crate) fn map_file_pages(
-    path: &Path,
-    what: &str,
-) -> Result<Option<(Buffer, Option<MappedPages>)>> {
+pub fn map_file_pages(path: &Path, what: &str) -> Result<Option<(Buffer, Option<MappedPages>)>> {
     let io = |e| Error::io(format!("mapping {what}"), e);
     let file = match File::open(path) {
         Ok(f) => f,

@@ -39,6 +39,7 @@ pub use manifest::{
     TaskEntry, CHECKPOINT_DIR_PREFIX, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
     MANIFEST_TMP_FILE, SOURCES_FILE,
 };
+pub use mapped::{map_file_pages, MappedPages};
 pub use reader::rebuild_chain;
 pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};

@@ -17,6 +17,7 @@ use snapcut_core::store::FileEntry;
 
 mod io;
 mod layout;
+pub(crate) mod mapped;
 mod read;
 mod verify;
 mod write;
@@ -55,6 +56,7 @@ pub fn register(core: &Bound<'_, PyModule>) -> PyResult<()> {
     write::register(&m)?;
     read::register(&m)?;
     verify::register(&m)?;
+    mapped::register(&m)?;
     // Not `add_submodule`: it would name the attribute after `NAME`.
     core.add("format", &m)?;
     py.import("sys")?.getattr("modules")?.set_item(NAME, &m)?;

@@ -114,6 +114,25 @@ fn check_lookups<K: TestKey>(
     prop_assert_eq!(stats.probes, probes.len());
     prop_assert_eq!(stats.found, found.true_count());
     prop_assert!(stats.runs_searched <= set.len());
+    // In chunks of key order (pages released between them): the same rows
+    // in the order asked, each chunk followed by its call.
+    for chunks in [1, 2, 3, 7] {
+        let mut calls = 0;
+        let (chunked, chunk_found, chunk_stats) = set
+            .gather_in_key_chunks(array.as_ref(), chunks, &mut || calls += 1)
+            .unwrap();
+        prop_assert_eq!(&chunked, &batch, "{} chunks", chunks);
+        prop_assert_eq!(&chunk_found, &found);
+        prop_assert_eq!(chunk_stats.probes, stats.probes);
+        prop_assert_eq!(chunk_stats.found, stats.found);
+        prop_assert_eq!(chunk_stats.deleted, stats.deleted);
+        let want_calls = if chunks <= 1 || probes.len() < 2 {
+            1
+        } else {
+            probes.len().div_ceil(probes.len().div_ceil(chunks))
+        };
+        prop_assert_eq!(calls, want_calls);
+    }
     Ok(())
 }
 

@@ -274,6 +274,11 @@ impl Run {
         }
     }
 
+    /// Whether the run's batch lies in pages its holder can release.
+    pub fn has_pages(&self) -> bool {
+        self.pages.is_some()
+    }
+
     /// Releases the pages the run's batch lies in, if it knows them
     /// ([`Pages::release`]); the run reads as before.
     pub fn release_pages(&self) {

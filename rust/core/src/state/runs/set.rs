@@ -332,6 +332,54 @@ impl RunSet {
         })
     }
 
+    /// [`Self::lookup`] then [`Lookup::to_batch`], the probes taken in
+    /// `chunks` runs of key order (rows and found flags back in the order
+    /// asked), `after_chunk` called after each: a caller that releases the
+    /// runs' pages there ([`Run::release_pages`]) holds at most about a
+    /// chunk's share of each run's key range resident, where one pass of
+    /// many random probes would touch nearly every page of every run.
+    pub fn gather_in_key_chunks(
+        &self,
+        probes: &dyn Array,
+        chunks: usize,
+        after_chunk: &mut dyn FnMut(),
+    ) -> Result<(RecordBatch, BooleanArray, LookupStats)> {
+        let n = probes.len();
+        if chunks <= 1 || n < 2 {
+            let lookup = self.lookup(probes)?;
+            let (batch, found) = lookup.to_batch()?;
+            after_chunk();
+            return Ok((batch, found, lookup.stats()));
+        }
+        self.key_type.check(self.key_column(), probes)?;
+        let (order, _) = KeyColumn::new(probes)?.order();
+        let size = n.div_ceil(chunks);
+        let mut batches = Vec::with_capacity(chunks);
+        let mut found = Vec::with_capacity(n);
+        let mut stats = LookupStats::default();
+        for rows in order.chunks(size) {
+            let part = arrow_select::take::take(probes, &UInt32Array::from(rows.to_vec()), None)
+                .map_err(|e| Error::Config(format!("selecting probes: {e}")))?;
+            let lookup = self.lookup(part.as_ref())?;
+            let (batch, part_found) = lookup.to_batch()?;
+            stats += lookup.stats();
+            found.extend(part_found.values().iter());
+            batches.push(batch);
+            after_chunk();
+        }
+        let sorted = arrow_select::concat::concat_batches(&self.schema, &batches)
+            .map_err(|e| Error::Config(format!("joining a chunked lookup: {e}")))?;
+        // Where each probe, in the order asked, landed in key order.
+        let mut at = vec![0u32; n];
+        for (pos, &row) in order.iter().enumerate() {
+            at[row as usize] = pos as u32;
+        }
+        let batch = arrow_select::take::take_record_batch(&sorted, &UInt32Array::from(at.clone()))
+            .map_err(|e| Error::Config(format!("reordering a chunked lookup: {e}")))?;
+        let found = at.iter().map(|&pos| Some(found[pos as usize])).collect();
+        Ok((batch, found, stats))
+    }
+
     /// The newest live row of every key that begins with one of `prefixes`
     /// (a binary array; binary keys): per row, (prefix's index, run, row),
     /// prefixes in the order given, a prefix's keys in key order. A newer

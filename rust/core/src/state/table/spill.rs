@@ -18,7 +18,7 @@
 //! of them into a new base), so a lookup searches a bounded number of runs.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -34,7 +34,8 @@ use crate::protocol::CheckpointId;
 use crate::snapshot::StateKind;
 use crate::state::key::{Key, KeySet};
 use crate::state::runs::{
-    merge, BloomFilter, Lookup, MergeCursor, Run, RunChunks, RunSet, DEFAULT_FPP,
+    merge, BloomFilter, Lookup, LookupStats, MergeCursor, Pages, Run, RunChunks, RunSet,
+    DEFAULT_FPP,
 };
 
 /// The least memory budget: 1 MiB, a few thousand rows of a wide table.
@@ -62,6 +63,17 @@ const GROUP_INDEX_BYTES_PER_ROW: usize = 40;
 
 /// Bytes a shadow or tombstone costs (a hash set entry).
 const KEY_SET_BYTES: usize = 32;
+
+/// A budgeted table's lookups leave at most about this share (1/n) of its
+/// budget in its mapped runs' pages before it releases them
+/// ([`Run::release_pages`]): the pages a lookup reads stay in the
+/// process's resident set while the file is mapped, and random lookups
+/// over a run larger than the budget would otherwise end up holding it
+/// all. The page cache keeps them; a later read maps them back.
+const PAGES_SHARE: usize = 4;
+
+/// What one probe of a mapped run is counted to touch, per column: a page.
+const PAGE_BYTES: usize = 4096;
 
 /// A run a sink kept, if there was one to keep.
 type Kept = Option<Arc<Run>>;
@@ -174,19 +186,80 @@ pub(super) struct Spill {
     stats: SpillStats,
     probes: AtomicU64,
     hits: AtomicU64,
+    /// Of a budget, the mapped runs' pages lookups may leave resident
+    /// (`budget / PAGES_SHARE`); `None` without a budget.
+    pages_limit: Option<usize>,
+    /// Estimated bytes of mapped pages read since they were last released.
+    pages_touched: AtomicUsize,
 }
 
 impl Spill {
     /// One batched search of the runs for `probes`, counted in the stats
     /// (a hit: a live row or a tombstone answered the probe).
+    /// Its result's hits and stats are read already: the runs' pages may
+    /// be released before it is used (not so for [`Lookup::to_batch`]:
+    /// [`Self::gather`]).
     fn search<'a>(&'a self, probes: &'a dyn Array) -> Result<Lookup<'a>> {
         let lookup = self.runs.lookup(probes)?;
-        let stats = lookup.stats();
-        self.probes
-            .fetch_add(probes.len() as u64, Ordering::Relaxed);
+        self.count(probes.len(), lookup.stats());
+        self.touched(probes.len());
+        Ok(lookup)
+    }
+
+    fn count(&self, probes: usize, stats: LookupStats) {
+        self.probes.fetch_add(probes as u64, Ordering::Relaxed);
         self.hits
             .fetch_add((stats.found + stats.deleted) as u64, Ordering::Relaxed);
-        Ok(lookup)
+    }
+
+    /// The runs' rows for `probes` ([`Lookup::to_batch`]), counted in the
+    /// stats; a search that may touch more of the runs' mapped pages than
+    /// the budget's share goes in chunks of key order, the pages released
+    /// after each ([`RunSet::gather_in_key_chunks`]).
+    fn gather(&self, probes: &dyn Array) -> Result<(RecordBatch, BooleanArray)> {
+        let chunks = match self.pages_limit {
+            Some(limit) => self.touch_estimate(probes.len()).div_ceil(limit.max(1)),
+            None => 1,
+        };
+        let (batch, found, stats) = if chunks > 1 {
+            self.runs
+                .gather_in_key_chunks(probes, chunks, &mut || self.release_pages())?
+        } else {
+            let out = self.runs.gather_in_key_chunks(probes, 1, &mut || ())?;
+            self.touched(probes.len());
+            out
+        };
+        self.count(probes.len(), stats);
+        Ok((batch, found))
+    }
+
+    /// Bytes of mapped pages a search of `probes` probes may read: a page
+    /// per column a probe, at most every mapped run whole.
+    fn touch_estimate(&self, probes: usize) -> usize {
+        let mapped: usize = (self.runs.iter())
+            .filter(|r| r.has_pages())
+            .map(|r| r.size_bytes())
+            .sum();
+        let columns = self.runs.lookup_schema().fields().len();
+        probes.saturating_mul(PAGE_BYTES * columns).min(mapped)
+    }
+
+    /// Counts a search of `probes` probes against the pages' share; past
+    /// it, releases the runs' pages.
+    pub(super) fn touched(&self, probes: usize) {
+        let Some(limit) = self.pages_limit else {
+            return;
+        };
+        let estimate = self.touch_estimate(probes);
+        if self.pages_touched.fetch_add(estimate, Ordering::Relaxed) + estimate >= limit {
+            self.release_pages();
+        }
+    }
+
+    /// Releases every run's mapped pages ([`Run::release_pages`]).
+    pub(super) fn release_pages(&self) {
+        self.runs.iter().for_each(|r| r.release_pages());
+        self.pages_touched.store(0, Ordering::Relaxed);
     }
 
     fn release_all(&mut self) {
@@ -317,6 +390,8 @@ impl StateTable {
             stats: SpillStats::default(),
             probes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
+            pages_limit: budget.map(|b| b / PAGES_SHARE),
+            pages_touched: AtomicUsize::new(0),
         })
     }
 
@@ -342,6 +417,17 @@ impl StateTable {
         if self.spill.as_ref().is_some_and(|s| s.budget.is_none()) {
             self.clear_runs();
             self.spill = None;
+        }
+    }
+
+    /// Lets go of the pages of the table's mapped runs that reads brought
+    /// into this process's resident set ([`Run::release_pages`]): a table
+    /// put aside (a Spark worker's warm partition) then holds only its
+    /// memtable. Reads map them back from the page cache.
+    pub fn release_pages(&self) {
+        if let Some(spill) = &self.spill {
+            spill.release_pages();
+            spill.pending.iter().for_each(|r| r.release_pages());
         }
     }
 
@@ -569,7 +655,7 @@ impl StateTable {
             .collect();
         let probes = arrow_select::take::take(keys, &UInt32Array::from(ask.clone()), None)
             .map_err(arrow_err)?;
-        let (from_runs, found_in_runs) = spill.search(probes.as_ref())?.to_batch()?;
+        let (from_runs, found_in_runs) = spill.gather(probes.as_ref())?;
         let in_memory: Vec<u32> = slots.iter().flatten().copied().collect();
         // Per asked key: (0, memtable row), (1, probe) or (2, 0): a null row.
         let mut picks = Vec::with_capacity(n);
@@ -836,7 +922,12 @@ impl StateTable {
     /// and no copy; else (or unsorted) the sink keeps a sorted copy. A table
     /// opened lazily has no sink to keep a copy: it adopts nothing then and
     /// returns `false` (the caller restores it into memory).
-    pub(super) fn adopt_base(&mut self, full: &RecordBatch, mapped: bool) -> Result<bool> {
+    pub(super) fn adopt_base(
+        &mut self,
+        full: &RecordBatch,
+        mapped: bool,
+        pages: Option<Arc<dyn Pages>>,
+    ) -> Result<bool> {
         let arrays = self.columns_of(full)?;
         self.key_type
             .check(self.key_column(), arrays[self.key_col].as_ref())?;
@@ -850,7 +941,11 @@ impl StateTable {
         let key = self.key_column().to_string();
         let as_is = mapped
             .then(|| Run::from_sorted_unfiltered(batch.clone(), &key, "a mapped full"))
-            .and_then(Result::ok);
+            .and_then(Result::ok)
+            .map(|run| match pages {
+                Some(pages) => run.with_pages(pages),
+                None => run,
+            });
         let spill = self
             .spill
             .as_mut()
@@ -887,6 +982,7 @@ impl StateTable {
         diff: &RecordBatch,
         filter: Option<&BloomFilter>,
         what: &str,
+        pages: Option<Arc<dyn Pages>>,
     ) -> Result<bool> {
         let room = self
             .spill
@@ -921,6 +1017,10 @@ impl StateTable {
                 Ok(run) => run,
                 Err(_) => return Ok(false),
             },
+        };
+        let run = match pages {
+            Some(pages) => run.with_pages(pages),
+            None => run,
         };
         let spill = self
             .spill

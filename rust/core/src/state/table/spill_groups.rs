@@ -119,6 +119,7 @@ impl StateTable {
             arrays.push(interleave(&sources, &picks).map_err(arrow_err)?);
         }
         let batch = RecordBatch::try_new(self.schema.clone(), arrays).map_err(arrow_err)?;
+        spill.touched(groups.len() + found.runs.len());
         Ok((batch, UInt32Array::from(which)))
     }
 
