@@ -312,6 +312,66 @@ def test_groups_of_a_spilled_table_are_read_and_deleted_from_its_runs(tmp_path: 
         )
 
 
+def test_a_mapped_restore_reads_through_its_files_pages_and_refuses_pages_that_do_not_fit(
+    tmp_path: Path,
+) -> None:
+    """``restore(pages=)``: per file of a mapped chain the ``MappedFile`` it
+    was read from (or None). A table with a budget reads through them as it
+    would through pyarrow's own mapping, its large lookups in chunks that
+    release the pages between them, and reads the same after its pages (or
+    the file's) are released. Pages need mapped=True and one entry a file;
+    a missing file is the OS's FileNotFoundError naming it."""
+    from snapcut.snapshots import DELETED_COLUMN
+    from snapcut.snapshots.layout import read_ipc
+    from snapcut.snapshots.mapped import map_file
+
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    n = 200_000
+    full = pa.table({"k": pa.array(range(0, 2 * n, 2)), "v": pa.array(range(n))}, schema=schema)
+    diff = pa.table(
+        {"k": [1, 4, 6], "v": [11, 44, None], DELETED_COLUMN: [False, False, True]},
+        schema=schema.append(pa.field(DELETED_COLUMN, pa.bool_())),
+    )
+    paths = []
+    for name, table in (("full", full), ("diff", diff)):
+        path = tmp_path / f"{name}.arrow"
+        with pa.ipc.new_file(path, table.schema) as w:
+            w.write_table(table)
+        paths.append(path)
+    reads = [map_file(str(p)) for p in paths]
+    assert reads[0].buffer.to_pybytes() == paths[0].read_bytes()
+    chain = [(1, "full", read_ipc(reads[0].buffer)), (2, "diff", read_ipc(reads[1].buffer))]
+    pages = [r.pages for r in reads]
+
+    with pytest.raises(ConfigError, match="pages without mapped=True"):
+        StateTable(schema, "k").restore(chain, pages=pages)
+    with pytest.raises(ConfigError, match="restore got 1 pages for a chain of 2 files"):
+        StateTable(schema, "k").restore(chain, mapped=True, pages=pages[:1])
+    with pytest.raises(FileNotFoundError, match=r"no-such\.arrow"):
+        map_file(str(tmp_path / "no-such.arrow"))
+
+    want = StateTable(schema, "k")
+    want.restore(chain)
+    # 1 MiB of mapped pages: a lookup of 100k probes over the ~3 MB file goes
+    # in chunks, releasing between them.
+    with pytest.raises(ConfigError, match="needs a memory budget"):
+        StateTable(schema, "k", mapped_memory="1MB")
+    t = StateTable(
+        schema, "k", state_memory="1MB", spill_dir=tmp_path / "spill", mapped_memory="1MB"
+    )
+    t.restore(chain, mapped=True, pages=[pages[0], None])
+    probes = pa.array([(i * 7_919) % (2 * n + 5) for i in range(100_000)] + [1, 4, 6], pa.int64())
+    expected = want.lookup(probes)
+    assert t.lookup(probes) == expected
+    assert expected[1].to_pylist()[-3:] == [True, True, False]
+    t.release_pages()
+    for r in reads:
+        assert r.pages is not None
+        r.pages.release()
+    assert t.lookup(probes) == expected
+    assert len(t) == len(want) == n  # 1 added, 6 deleted
+
+
 def test_a_restore_refuses_filters_that_do_not_fit_its_chain() -> None:
     """``restore(filters=)``: one per file or a ConfigError; bytes that are no
     bloom filter, or a filter lacking a key of its diff (another run's), are

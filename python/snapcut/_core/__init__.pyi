@@ -256,8 +256,11 @@ class StateTable:
         spill_dir: str | PathLike[str] | None = None,
         time_column: str | None = None,
         group_prefix: str | None = None,
+        mapped_memory: int | str | None = None,
     ) -> None:
-        """`state_memory`: bytes (or "256MB") of rows kept in memory; past
+        """`mapped_memory` (needs `state_memory`): about the most of the mapped
+        runs' pages lookups leave resident before releasing them.
+        `state_memory`: bytes (or "256MB") of rows kept in memory; past
         it they spill to sorted runs mapped from files under `spill_dir`
         (default: the temp dir). None: all in memory. `time_column`: an
         int64 column (ms) indexed for `due` (timers, TTL, timeouts).

@@ -176,8 +176,12 @@ impl StateTable {
     /// `group_prefix`: what every key begins with, "value" (the group
     /// column's bytes) or "encoding" (`encode_keys([group])`); a table with a
     /// group and a `state_memory` needs it to find its groups in the runs.
+    /// `mapped_memory` (bytes or a size, needs `state_memory`): about the
+    /// most of the mapped runs' pages lookups leave resident before they
+    /// release them (Rust `StateTable::with_mapped_memory`); default
+    /// unbounded (the page cache's to reclaim).
     #[new]
-    #[pyo3(signature = (schema, key, full_every = 10, group = None, state_memory = None, spill_dir = None, time_column = None, group_prefix = None))]
+    #[pyo3(signature = (schema, key, full_every = 10, group = None, state_memory = None, spill_dir = None, time_column = None, group_prefix = None, mapped_memory = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         schema: PySchema,
@@ -188,6 +192,7 @@ impl StateTable {
         spill_dir: Option<std::path::PathBuf>,
         time_column: Option<&str>,
         group_prefix: Option<&str>,
+        mapped_memory: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let mut inner =
             CoreTable::new(schema.into_inner(), key, StatePolicy { full_every }).map_py()?;
@@ -217,6 +222,9 @@ impl StateTable {
                 )))
             }
             (None, None) => {}
+        }
+        if let Some(bytes) = mapped_memory {
+            inner = inner.with_mapped_memory(memory_bytes(bytes)?).map_py()?;
         }
         Ok(Self {
             inner,

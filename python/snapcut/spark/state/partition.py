@@ -54,6 +54,14 @@ def table_memory(state_memory: int, layouts: Sequence[TableLayout]) -> int:
     return state_memory // 2 // spilling
 
 
+def mapped_memory(table_memory: int) -> int:
+    """The pages of a table's mapped runs its lookups may leave resident:
+    a quarter of its memory (at least 1 MiB). A worker's resident set is what
+    a container's memory limit sees, and random lookups over a partition's
+    runs would otherwise leave every page of them there (issue 37)."""
+    return max(table_memory // 4, MIN_TABLE_MEMORY)
+
+
 @dataclass(frozen=True)
 class BatchInfo:
     """What a processor knows about the batch it is applying."""
@@ -225,6 +233,11 @@ class PartitionTask:
         # A table with a group column (transformWithState's list and map
         # state, its timers) spills too: a group's rows in the runs are the
         # keys that begin with its prefix.
+        memory = (
+            None
+            if self.state_memory is None
+            else table_memory(self.state_memory, self.root.spec.layouts())
+        )
         return StateTable(
             schema_of(layout),
             layout.state_key,
@@ -232,9 +245,8 @@ class PartitionTask:
             group=layout.group,
             group_prefix=layout.group_prefix,
             time_column=layout.time,
-            state_memory=None
-            if self.state_memory is None
-            else table_memory(self.state_memory, self.root.spec.layouts()),
+            state_memory=memory,
+            mapped_memory=None if memory is None else mapped_memory(memory),
         )
 
     def _new_tables(self) -> Tables:

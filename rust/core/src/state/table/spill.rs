@@ -64,14 +64,6 @@ const GROUP_INDEX_BYTES_PER_ROW: usize = 40;
 /// Bytes a shadow or tombstone costs (a hash set entry).
 const KEY_SET_BYTES: usize = 32;
 
-/// A budgeted table's lookups leave at most about this share (1/n) of its
-/// budget in its mapped runs' pages before it releases them
-/// ([`Run::release_pages`]): the pages a lookup reads stay in the
-/// process's resident set while the file is mapped, and random lookups
-/// over a run larger than the budget would otherwise end up holding it
-/// all. The page cache keeps them; a later read maps them back.
-const PAGES_SHARE: usize = 4;
-
 /// What one probe of a mapped run is counted to touch, per column: a page.
 const PAGE_BYTES: usize = 4096;
 
@@ -186,8 +178,8 @@ pub(super) struct Spill {
     stats: SpillStats,
     probes: AtomicU64,
     hits: AtomicU64,
-    /// Of a budget, the mapped runs' pages lookups may leave resident
-    /// (`budget / PAGES_SHARE`); `None` without a budget.
+    /// The bytes of the mapped runs' pages lookups may leave resident
+    /// ([`StateTable::with_mapped_memory`]); `None`: no bound.
     pages_limit: Option<usize>,
     /// Estimated bytes of mapped pages read since they were last released.
     pages_touched: AtomicUsize,
@@ -233,13 +225,22 @@ impl Spill {
         Ok((batch, found))
     }
 
-    /// Bytes of mapped pages a search of `probes` probes may read: a page
-    /// per column a probe, at most every mapped run whole.
-    fn touch_estimate(&self, probes: usize) -> usize {
-        let mapped: usize = (self.runs.iter())
+    /// Bytes of the runs that lie in pages they can release.
+    fn mapped_bytes(&self) -> usize {
+        (self.runs.iter())
             .filter(|r| r.has_pages())
             .map(|r| r.size_bytes())
-            .sum();
+            .sum()
+    }
+
+    /// Bytes of mapped pages a search of `probes` probes may read: a page
+    /// per column a probe, at most every mapped run whole. 0 when the
+    /// mapped runs all fit in the pages' share: then nothing is released.
+    fn touch_estimate(&self, probes: usize) -> usize {
+        let mapped = self.mapped_bytes();
+        if self.pages_limit.is_none_or(|limit| mapped <= limit) {
+            return 0;
+        }
         let columns = self.runs.lookup_schema().fields().len();
         probes.saturating_mul(PAGE_BYTES * columns).min(mapped)
     }
@@ -251,7 +252,9 @@ impl Spill {
             return;
         };
         let estimate = self.touch_estimate(probes);
-        if self.pages_touched.fetch_add(estimate, Ordering::Relaxed) + estimate >= limit {
+        if estimate > 0
+            && self.pages_touched.fetch_add(estimate, Ordering::Relaxed) + estimate >= limit
+        {
             self.release_pages();
         }
     }
@@ -390,7 +393,7 @@ impl StateTable {
             stats: SpillStats::default(),
             probes: AtomicU64::new(0),
             hits: AtomicU64::new(0),
-            pages_limit: budget.map(|b| b / PAGES_SHARE),
+            pages_limit: None,
             pages_touched: AtomicUsize::new(0),
         })
     }
@@ -418,6 +421,37 @@ impl StateTable {
             self.clear_runs();
             self.spill = None;
         }
+    }
+
+    /// Bounds the pages of the table's mapped runs (its spilled runs, a
+    /// mapped restore's files) that its lookups leave in the process's
+    /// resident set to about `bytes`: a mapped page a lookup reads stays
+    /// resident while the file is mapped, so random lookups over runs
+    /// larger than the budget would end up holding them all, counted in
+    /// the process's RSS (what a Spark worker's container limit sees). The
+    /// table counts a page a column a probe and, past `bytes`, releases
+    /// them ([`Run::release_pages`]: the page cache keeps them, a later
+    /// read maps them back); a lookup that would read more goes through
+    /// the runs in chunks of key order, releasing between them. Reading
+    /// them back costs page faults, so a process whose page cache may stay
+    /// mapped (the local runtime) leaves this unset. Needs a memory budget;
+    /// at least [`MIN_STATE_MEMORY`].
+    pub fn with_mapped_memory(mut self, bytes: usize) -> Result<Self> {
+        let Some(spill) = self.spill.as_mut().filter(|s| s.budget.is_some()) else {
+            return Err(Error::Config(
+                "a bound on mapped memory needs a memory budget (state_memory=): only a table \
+                 that spills maps runs as it goes"
+                    .into(),
+            ));
+        };
+        if bytes < MIN_STATE_MEMORY {
+            return Err(Error::Config(format!(
+                "mapped memory of {bytes} bytes is below the minimum of {MIN_STATE_MEMORY} \
+                 bytes (1 MiB); give at least that, or leave it unbounded"
+            )));
+        }
+        spill.pages_limit = Some(bytes);
+        Ok(self)
     }
 
     /// Lets go of the pages of the table's mapped runs that reads brought
