@@ -133,6 +133,7 @@ fn main() {
                 TaskSnapshot {
                     task: task.clone(),
                     state: Some(capture),
+                    state_runs: None,
                     channels: vec![],
                     source_offset: None,
                     alignment_nanos: 0,

@@ -10,8 +10,8 @@ use arrow_array::RecordBatch;
 use crate::error::{Error, Result};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::StateMemory;
-use crate::snapshot::StateCapture;
-use crate::state::SpillStats;
+use crate::snapshot::{StateCapture, StateRuns};
+use crate::state::{CaptureRows, SpillStats, StreamedCapture};
 
 /// The unit of data on every channel: a columnar batch of records.
 pub type Batch = RecordBatch;
@@ -34,6 +34,30 @@ pub trait Emitter {
     }
 }
 
+/// A task's state at a checkpoint: in memory, or runs the sink merges.
+#[derive(Clone, Debug)]
+pub enum TaskState {
+    Capture(StateCapture),
+    Runs(StateRuns),
+}
+
+impl From<StreamedCapture> for TaskState {
+    fn from(c: StreamedCapture) -> Self {
+        match c.rows {
+            CaptureRows::Batch(batch) => Self::Capture(StateCapture {
+                kind: c.kind,
+                batch,
+                filter: None,
+            }),
+            CaptureRows::Runs { runs, schema, .. } => Self::Runs(StateRuns {
+                kind: c.kind,
+                runs,
+                schema,
+            }),
+        }
+    }
+}
+
 /// A data-processing step of one subtask. Called from its task thread only.
 pub trait Operator: Send {
     /// Processes one batch that arrived on `input`.
@@ -43,6 +67,14 @@ pub trait Operator: Send {
     /// stateless operators. Must not block on I/O.
     fn snapshot(&mut self, _id: CheckpointId) -> Result<Option<StateCapture>> {
         Ok(None)
+    }
+
+    /// As [`Self::snapshot`], for an operator whose state may be left as
+    /// sorted runs for the sink to merge as it writes, off the task thread
+    /// and never whole in memory (a spilling table: [`TaskState::Runs`]).
+    /// By default the in-memory capture.
+    fn snapshot_runs(&mut self, id: CheckpointId) -> Result<Option<TaskState>> {
+        Ok(self.snapshot(id)?.map(TaskState::Capture))
     }
 
     /// Restores the state of a checkpoint: a full capture followed by the

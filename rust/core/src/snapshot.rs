@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Result;
 use crate::protocol::{CheckpointId, InputId, ProtocolKind};
-use crate::state::runs::BloomFilter;
+use crate::state::runs::{BloomFilter, Run};
 
 /// Name of a physical task: the logical vertex and the subtask index.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -52,6 +52,38 @@ pub struct StateCapture {
     pub filter: Option<Arc<BloomFilter>>,
 }
 
+/// One task's operator state at a checkpoint left as sorted runs for the
+/// sink to merge as it writes the state file (issue 37: a spilling table's
+/// capture, never held whole in memory): the merge of `runs`, newest
+/// first, with the columns of `schema`; for a full, the whole state with
+/// its tombstones dropped, for a diff the changes with their tombstones.
+#[derive(Clone, Debug)]
+pub struct StateRuns {
+    pub kind: StateKind,
+    pub runs: Vec<Arc<Run>>,
+    pub schema: arrow_schema::SchemaRef,
+}
+
+impl StateRuns {
+    /// The merge in memory, as a [`StateCapture`] (for a sink that keeps
+    /// captures in memory anyway).
+    pub fn to_capture(&self) -> Result<StateCapture> {
+        let base = self.kind == StateKind::Full;
+        let refs: Vec<&Run> = self.runs.iter().map(|r| r.as_ref()).collect();
+        let merged = crate::state::runs::merge(&refs, base, crate::state::runs::DEFAULT_FPP)?;
+        let batch =
+            RecordBatch::try_new(self.schema.clone(), merged.run.batch().columns().to_vec())
+                .map_err(|e| {
+                    crate::error::Error::Snapshot(format!("merging a capture's runs: {e}"))
+                })?;
+        Ok(StateCapture {
+            kind: self.kind,
+            batch,
+            filter: None,
+        })
+    }
+}
+
 /// Records recorded in flight on one input channel of a task: Chandy–Lamport
 /// channel state, a back-edge log, or data overtaken by an unaligned barrier.
 #[derive(Clone, Debug)]
@@ -70,6 +102,8 @@ pub struct ChannelLog {
 pub struct TaskSnapshot {
     pub task: TaskId,
     pub state: Option<StateCapture>,
+    /// The state as runs instead of `state` (at most one of them is set).
+    pub state_runs: Option<StateRuns>,
     pub channels: Vec<ChannelLog>,
     /// A source's replay position (records emitted before the barrier).
     pub source_offset: Option<u64>,

@@ -215,6 +215,7 @@ impl SnapshotStore {
         let snapshot = TaskSnapshot {
             task: task(vertex, subtask),
             state,
+            state_runs: None,
             channels: logs,
             source_offset,
             alignment_nanos,

@@ -60,7 +60,11 @@ impl InMemorySnapshots {
 }
 
 impl SnapshotSink for InMemorySnapshots {
-    fn task_snapshot(&self, id: CheckpointId, snapshot: TaskSnapshot) -> Result<()> {
+    fn task_snapshot(&self, id: CheckpointId, mut snapshot: TaskSnapshot) -> Result<()> {
+        // Kept in memory: a capture left as runs is merged now.
+        if let Some(runs) = snapshot.state_runs.take() {
+            snapshot.state = Some(runs.to_capture()?);
+        }
         let mut staged = self.staged.lock().unwrap_or_else(|e| e.into_inner());
         let tasks = staged.entry(id).or_default();
         if tasks.contains_key(&snapshot.task) {

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::graph::TaskIndex;
-use crate::operator::{Batch, Operator, Source};
+use crate::operator::{Batch, Operator, Source, TaskState};
 use crate::protocol::sequence::{seen, Seen};
 use crate::protocol::{Action, CheckpointId, Event, InputId, Protocol, ProtocolKind};
 use crate::runtime::control::{AckStats, Control, CoordMsg, Mailbox, TaskCounters};
 use crate::runtime::edge::{EdgeRx, Item, Recv, SignalRef};
 use crate::runtime::output::{cancelled, Outputs};
-use crate::snapshot::{ChannelLog, SnapshotSink, StateCapture, TaskId, TaskSnapshot};
+use crate::snapshot::{ChannelLog, SnapshotSink, TaskId, TaskSnapshot};
 
 /// Items popped from one input before the task looks at the next one.
 const BURST: usize = 16;
@@ -81,7 +81,7 @@ pub(crate) enum Body {
 
 #[derive(Default)]
 struct Pending {
-    state: Option<StateCapture>,
+    state: Option<TaskState>,
     source_offset: Option<u64>,
     logs: BTreeMap<InputId, Vec<Batch>>,
     first_seen: Option<Instant>,
@@ -592,7 +592,7 @@ impl Task {
             Action::Snapshot { id } => {
                 let (state, offset) = match &mut self.body {
                     Body::Operator(op) => {
-                        let state = op.snapshot(id)?;
+                        let state = op.snapshot_runs(id)?;
                         op.pre_commit(id)?;
                         (state, None)
                     }
@@ -615,11 +615,16 @@ impl Task {
         let p = self.pending.remove(&id).unwrap_or_default();
         let mut stats = AckStats {
             alignment_nanos: p.alignment.as_nanos() as u64,
-            state_bytes: p
-                .state
-                .as_ref()
-                .map_or(0, |s| s.batch.get_array_memory_size() as u64),
+            state_bytes: p.state.as_ref().map_or(0, |s| match s {
+                TaskState::Capture(c) => c.batch.get_array_memory_size() as u64,
+                TaskState::Runs(r) => r.runs.iter().map(|r| r.size_bytes() as u64).sum(),
+            }),
             ..Default::default()
+        };
+        let (state, state_runs) = match p.state {
+            Some(TaskState::Capture(c)) => (Some(c), None),
+            Some(TaskState::Runs(r)) => (None, Some(r)),
+            None => (None, None),
         };
         let channels: Vec<ChannelLog> = p
             .logs
@@ -639,7 +644,8 @@ impl Task {
             id,
             TaskSnapshot {
                 task: self.id.clone(),
-                state: p.state,
+                state,
+                state_runs,
                 channels,
                 source_offset: p.source_offset,
                 alignment_nanos: stats.alignment_nanos,

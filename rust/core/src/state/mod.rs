@@ -16,6 +16,8 @@
 pub mod aggregate;
 mod changelog;
 mod column;
+#[cfg(test)]
+mod confirmed_tests;
 mod encode;
 mod group;
 mod group_index;

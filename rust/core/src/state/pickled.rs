@@ -504,6 +504,7 @@ mod tests {
                 TaskSnapshot {
                     task: task.clone(),
                     state: Some(state),
+                    state_runs: None,
                     channels: vec![],
                     source_offset: None,
                     alignment_nanos: 0,

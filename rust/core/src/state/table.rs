@@ -21,7 +21,9 @@ use super::time_index::TimeIndex;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
+use confirmed::Interval;
 
+mod confirmed;
 mod sorted_slots;
 mod spill;
 mod spill_groups;
@@ -91,8 +93,8 @@ struct Confirm {
     /// The newest confirmed checkpoint and the diffs in its chain.
     confirmed: Option<(CheckpointId, u32)>,
     /// Checkpoints taken after it, oldest first: each one's diffs-in-chain
-    /// and the changes of the interval it closed (a diff batch).
-    unconfirmed: Vec<(CheckpointId, u32, RecordBatch)>,
+    /// and the changes of the interval it closed.
+    unconfirmed: Vec<(CheckpointId, u32, Interval)>,
 }
 
 impl std::fmt::Debug for StateTable {
@@ -818,8 +820,10 @@ impl StateTable {
                 0,
             ),
             Some((base, diffs)) => {
-                let mut parts: Vec<&RecordBatch> =
-                    confirm.unconfirmed.iter().map(|(_, _, b)| b).collect();
+                let older: Vec<RecordBatch> = (confirm.unconfirmed.iter())
+                    .map(|(_, _, changes)| changes.batch(self))
+                    .collect::<Result<_>>()?;
+                let mut parts: Vec<&RecordBatch> = older.iter().collect();
                 parts.push(&interval);
                 (
                     StateCapture {
@@ -835,7 +839,7 @@ impl StateTable {
             .as_mut()
             .expect("confirmed-base mode")
             .unconfirmed
-            .push((id, diffs, interval));
+            .push((id, diffs, Interval::Batch(interval)));
         self.reset_tracking();
         self.force_full = false;
         self.last_checkpoint = Some(id);

@@ -359,6 +359,7 @@ impl SnapshotReader {
             let snapshot = TaskSnapshot {
                 task: task.clone(),
                 state,
+                state_runs: None,
                 channels: self.channels(id, &task)?,
                 source_offset: t.source_offset,
                 alignment_nanos: t.alignment_nanos,

@@ -21,7 +21,7 @@ use super::manifest::{
     FileEntry, FileRole, Manifest, TaskEntry, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
 };
 use super::reader::SnapshotReader;
-use super::writer::{Stored, Writer};
+use super::writer::{Rows, Stored, Writer};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{
@@ -269,7 +269,7 @@ impl SnapshotStore {
                 dir.clone(),
                 entry.path.clone(),
                 schema,
-                vec![state.batch],
+                Rows::Batches(vec![state.batch]),
                 key.clone().filter(|_| self.options.sort_state_files),
                 key.filter(|_| base.is_some()),
             );
@@ -277,6 +277,32 @@ impl SnapshotStore {
                 entry,
                 done,
                 key_range,
+            });
+        }
+        if let Some(state) = snapshot.state_runs {
+            // A spilling table's capture: the writer merges its runs into
+            // the file as it writes it, and reads its key range back.
+            let base = match state.kind {
+                StateKind::Full => None,
+                StateKind::Diff { base } => Some(base),
+            };
+            let key = state.schema.metadata().get(KEY_METADATA).cloned();
+            let entry = format::state_entry(&task, key, base, UNWRITTEN);
+            let done = self.writer.submit(
+                dir.clone(),
+                entry.path.clone(),
+                state.schema,
+                Rows::Runs {
+                    runs: state.runs,
+                    base: base.is_none(),
+                },
+                None,
+                None,
+            );
+            files.push(StagedFile {
+                entry,
+                done,
+                key_range: None,
             });
         }
         for log in snapshot.channels {
@@ -298,7 +324,7 @@ impl SnapshotStore {
                 dir.clone(),
                 entry.path.clone(),
                 schema,
-                log.records,
+                Rows::Batches(log.records),
                 None,
                 None,
             );
@@ -358,7 +384,7 @@ impl SnapshotStore {
                     entry.bytes = w.bytes;
                     entry.crc32c = w.crc32c;
                     entry.filter = stored.filter;
-                    if let Some(range) = key_range {
+                    if let Some(range) = key_range.or(stored.key_range) {
                         key_ranges.insert(entry.path.clone(), range);
                     }
                     files.push(entry);

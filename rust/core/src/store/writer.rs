@@ -9,18 +9,35 @@ use std::thread::JoinHandle;
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
+use serde_json::Value;
 
 use super::files::{write_file, write_ipc, Fsync};
 use super::format::{self, Written};
 use super::manifest::FilterEntry;
+use super::mapped::map_file_pages;
+use super::run_files::write_state_runs;
 use crate::error::{Error, Result};
+use crate::state::runs::Run;
+use crate::state::KEY_METADATA;
 
 /// One file to write.
+/// What a job writes: batches as they are, or a state's sorted runs
+/// merged as the file is written (issue 37: a spilling table's capture,
+/// never whole in memory).
+pub(crate) enum Rows {
+    Batches(Vec<RecordBatch>),
+    /// Newest first; `base`: the whole state (a full, tombstones dropped).
+    Runs {
+        runs: Vec<Arc<Run>>,
+        base: bool,
+    },
+}
+
 pub(crate) struct Job {
     pub dir: PathBuf,
     pub name: String,
     pub schema: SchemaRef,
-    pub batches: Vec<RecordBatch>,
+    pub rows: Rows,
     /// A state file's key column where the store sorts state files
     /// (`StoreOptions::sort_state_files`): its rows are sorted by it before
     /// they are written, so the file is a sorted run (a restore maps it as a
@@ -32,11 +49,13 @@ pub(crate) struct Job {
     pub done: Sender<Result<Stored>>,
 }
 
-/// What writing a job gave: the file, and the filter stored beside it.
+/// What writing a job gave: the file, the filter stored beside it, and
+/// for merged runs the key range of the rows written.
 #[derive(Clone, Debug)]
 pub(crate) struct Stored {
     pub written: Written,
     pub filter: Option<FilterEntry>,
+    pub key_range: Option<(Value, Value)>,
 }
 
 /// A thread draining a queue of [`Job`]s, in submission order.
@@ -64,7 +83,7 @@ impl Writer {
         dir: PathBuf,
         name: String,
         schema: SchemaRef,
-        batches: Vec<RecordBatch>,
+        rows: Rows,
         sort_key: Option<String>,
         filter_key: Option<String>,
     ) -> Receiver<Result<Stored>> {
@@ -73,7 +92,7 @@ impl Writer {
             dir,
             name,
             schema,
-            batches,
+            rows,
             sort_key,
             filter_key,
             done,
@@ -96,20 +115,86 @@ fn stopped() -> Error {
 
 fn run(rx: Receiver<Job>, fsync: &Fsync) {
     for job in rx {
-        let outcome = sorted(&job).and_then(|batches| {
-            std::fs::create_dir_all(&job.dir)
-                .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))?;
-            let written = write_ipc(&job.dir.join(&job.name), &job.schema, &batches, fsync)?;
-            let filter = match &job.filter_key {
-                Some(key) => store_filter(&job.dir, &job.name, &batches, key, fsync)?,
-                None => None,
-            };
-            Ok(Stored { written, filter })
-        });
+        let outcome = std::fs::create_dir_all(&job.dir)
+            .map_err(|e| Error::io(format!("creating {}", job.dir.display()), e))
+            .and_then(|()| match &job.rows {
+                Rows::Batches(batches) => write_batches(&job, batches, fsync),
+                Rows::Runs { runs, base } => write_runs(&job, runs, *base, fsync),
+            });
         crate::failpoint::hit("store.after_state_file");
         // The stager may have given up (abort); nobody to tell then.
         let _ = job.done.send(outcome);
     }
+}
+
+fn write_batches(job: &Job, batches: &[RecordBatch], fsync: &Fsync) -> Result<Stored> {
+    let batches = sorted(job, batches)?;
+    let written = write_ipc(&job.dir.join(&job.name), &job.schema, &batches, fsync)?;
+    let filter = match &job.filter_key {
+        Some(key) => store_filter(&job.dir, &job.name, &batches, key, fsync)?,
+        None => None,
+    };
+    Ok(Stored {
+        written,
+        filter,
+        key_range: None,
+    })
+}
+
+/// A state's runs merged into its file as it is written (spool files
+/// beside it), the filter of a diff beside it, and the key range read
+/// back from the file's first and last rows (it is sorted).
+fn write_runs(job: &Job, runs: &[Arc<Run>], base: bool, fsync: &Fsync) -> Result<Stored> {
+    let key = job.schema.metadata().get(KEY_METADATA).ok_or_else(|| {
+        Error::Snapshot(format!(
+            "state file {}: its runs' schema names no key column ('{KEY_METADATA}')",
+            job.name
+        ))
+    })?;
+    let path = job.dir.join(&job.name);
+    let (written, filter) =
+        write_state_runs(&path, &job.dir, runs, base, job.schema.clone(), key, fsync)?;
+    let filter = match filter {
+        Some(bytes) => {
+            let entry = format::filter_entry(&job.name, &bytes);
+            write_file(&job.dir.join(&entry.path), &bytes, fsync)?;
+            Some(entry)
+        }
+        None => None,
+    };
+    Ok(Stored {
+        written,
+        filter,
+        key_range: sorted_key_range(&path, key)?,
+    })
+}
+
+/// The key range of a sorted state file: its first and last keys.
+fn sorted_key_range(path: &Path, key: &str) -> Result<Option<(Value, Value)>> {
+    let what = path.display().to_string();
+    let Some((buffer, pages)) = map_file_pages(path, &what)? else {
+        return Err(Error::Snapshot(format!("{what} went while it was written")));
+    };
+    let (_, batches) = format::decode_buffer(buffer, &what)?;
+    let range = match batches.as_slice() {
+        [] => None,
+        [batch] if batch.num_rows() == 0 => None,
+        [batch] => {
+            let ends = [batch.slice(0, 1), batch.slice(batch.num_rows() - 1, 1)];
+            let ends = arrow_select::concat::concat_batches(batch.schema_ref(), &ends)
+                .map_err(|e| Error::Snapshot(format!("{what}: {e}")))?;
+            format::key_range(&ends, key)
+        }
+        _ => {
+            return Err(Error::Snapshot(format!(
+                "{what}: a state file is one record batch"
+            )))
+        }
+    };
+    if let Some(pages) = pages {
+        pages.release();
+    }
+    Ok(range)
 }
 
 /// Writes the filter of a diff's `batches` beside its file `name` in `dir`
@@ -130,11 +215,11 @@ pub(crate) fn store_filter(
 }
 
 /// The job's batches, each sorted by its sort key (a state file is one batch).
-fn sorted(job: &Job) -> Result<Vec<RecordBatch>> {
+fn sorted(job: &Job, batches: &[RecordBatch]) -> Result<Vec<RecordBatch>> {
     let Some(key) = &job.sort_key else {
-        return Ok(job.batches.clone());
+        return Ok(batches.to_vec());
     };
-    job.batches
+    batches
         .iter()
         .map(|b| format::sort_by_key(b, key))
         .collect()

@@ -90,6 +90,7 @@ pub fn checkpoint(store: &SnapshotStore, t: &mut StateTable, id: u64, savepoint:
             TaskSnapshot {
                 task: task("agg", 0),
                 state: Some(state),
+                state_runs: None,
                 channels: vec![ChannelLog {
                     input: 1,
                     edge: "agg<-loop".into(),
@@ -109,6 +110,7 @@ pub fn checkpoint(store: &SnapshotStore, t: &mut StateTable, id: u64, savepoint:
             TaskSnapshot {
                 task: task("src", 0),
                 state: None,
+                state_runs: None,
                 channels: vec![],
                 source_offset: Some(id * 10),
                 alignment_nanos: 0,

@@ -89,6 +89,7 @@ fn snap(state: StateCapture) -> TaskSnapshot {
     TaskSnapshot {
         task: task("agg", 0),
         state: Some(state),
+        state_runs: None,
         channels: vec![],
         source_offset: None,
         alignment_nanos: 0,

@@ -56,7 +56,7 @@ proptest! {
                     id += 1;
                     let state = t.checkpoint(id).unwrap();
                     store.task_snapshot(id, TaskSnapshot {
-                        task: task("agg", 0), state: Some(state), channels: vec![],
+                        task: task("agg", 0), state: Some(state), state_runs: None, channels: vec![],
                         source_offset: None, alignment_nanos: 0, sent_seq: Vec::new(), taken_seq: Vec::new(),
                     }).unwrap();
                     store.abort(id).unwrap();

@@ -124,6 +124,7 @@ fn abort_removes_partial_and_table_goes_full() {
             snapcut_core::snapshot::TaskSnapshot {
                 task: task("agg", 0),
                 state: Some(cap),
+                state_runs: None,
                 channels: vec![],
                 source_offset: None,
                 alignment_nanos: 0,
@@ -167,6 +168,7 @@ fn diff_on_uncommitted_base_is_refused() {
             snapcut_core::snapshot::TaskSnapshot {
                 task: task("agg", 0),
                 state: Some(cap),
+                state_runs: None,
                 channels: vec![],
                 source_offset: None,
                 alignment_nanos: 0,
@@ -198,6 +200,7 @@ fn committed_checkpoint_is_never_overwritten() {
             snapcut_core::snapshot::TaskSnapshot {
                 task: task("x", 0),
                 state: None,
+                state_runs: None,
                 channels: vec![],
                 source_offset: Some(1),
                 alignment_nanos: 0,
@@ -251,6 +254,7 @@ fn write_failure_leaves_previous_checkpoints_untouched() {
             snapcut_core::snapshot::TaskSnapshot {
                 task: task("agg", 0),
                 state: Some(cap),
+                state_runs: None,
                 channels: vec![],
                 source_offset: None,
                 alignment_nanos: 0,
@@ -388,6 +392,7 @@ fn a_task_reports_once_per_checkpoint() {
     let snap = || snapcut_core::snapshot::TaskSnapshot {
         task: task("src", 0),
         state: None,
+        state_runs: None,
         channels: vec![],
         source_offset: Some(1),
         alignment_nanos: 0,
@@ -417,6 +422,7 @@ fn operator_states_without_key_metadata_round_trip_as_full() {
             batch: plain.clone(),
             filter: None,
         }),
+        state_runs: None,
         channels: vec![],
         source_offset: None,
         alignment_nanos: 0,
@@ -606,4 +612,93 @@ fn a_diff_restores_with_its_stored_filter_and_a_corrupt_or_missing_one_is_refuse
             "{err}"
         );
     }
+}
+
+/// A spilling table's captures as the runtime hands them over: left as
+/// runs, which the store's writer merges into each state file as it writes
+/// it. Each file and its manifest entry (sizes, checksum, key range, filter)
+/// are those of the same capture merged in memory and written as a batch,
+/// and the chain reads back as the table's state.
+#[test]
+fn a_capture_left_as_runs_is_stored_as_its_merge_in_memory_would_be() {
+    use snapcut_core::operator::TaskState;
+    use snapcut_core::snapshot::{StateCapture, StateKind, StateRuns, TaskSnapshot};
+    use snapcut_core::state::{InMemoryRuns, StatePolicy, StateTable, MIN_STATE_MEMORY};
+    fn snap(state: Option<StateCapture>, state_runs: Option<StateRuns>) -> TaskSnapshot {
+        TaskSnapshot {
+            task: task("agg", 0),
+            state,
+            state_runs,
+            channels: vec![],
+            source_offset: None,
+            alignment_nanos: 0,
+            sent_seq: Vec::new(),
+            taken_seq: Vec::new(),
+        }
+    }
+    let (runs_dir, by_runs) = sorted_store();
+    let (batch_dir, by_batch) = sorted_store();
+    let mut t = StateTable::new(schema(), "k", StatePolicy { full_every: 3 })
+        .unwrap()
+        .with_memory_budget(MIN_STATE_MEMORY, Box::new(InMemoryRuns))
+        .unwrap();
+    t.confirm_bases();
+    let mut model = BTreeMap::new();
+    let mut as_runs = Vec::new();
+    for id in 1..=5u64 {
+        let n = id as i64;
+        if id == 1 {
+            // Past the 1 MiB budget: the memtable flushes into runs.
+            upsert_both(&mut t, &mut model, &(0..60_000).collect::<Vec<_>>(), 0);
+        } else {
+            let changed: Vec<i64> = (n * 1_000..n * 1_000 + 500).collect();
+            upsert_both(&mut t, &mut model, &changed, n);
+            delete_both(&mut t, &mut model, &[n * 7, 59_999 - n, 1_000_000 + n]);
+        }
+        let state: TaskState = t.checkpoint_streamed(id).unwrap().into();
+        let (runs, batch) = match state {
+            TaskState::Runs(r) => {
+                as_runs.push(r.kind);
+                let merged = r.to_capture().unwrap();
+                (snap(None, Some(r)), snap(Some(merged), None))
+            }
+            TaskState::Capture(c) => (snap(Some(c.clone()), None), snap(Some(c), None)),
+        };
+        by_runs.task_snapshot(id, runs).unwrap();
+        by_runs.commit(meta(id, false)).unwrap();
+        by_batch.task_snapshot(id, batch).unwrap();
+        by_batch.commit(meta(id, false)).unwrap();
+        t.checkpoint_committed(id);
+        let name = |dir: &std::path::Path| {
+            let d = dir.join(snapcut_core::store::checkpoint_dir_name(id));
+            let m: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(d.join(MANIFEST_FILE)).unwrap()).unwrap();
+            let state = m["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["role"] == "state")
+                .unwrap()
+                .clone();
+            let bytes = std::fs::read(d.join(state["path"].as_str().unwrap())).unwrap();
+            (state, bytes)
+        };
+        assert_eq!(
+            name(runs_dir.path()),
+            name(batch_dir.path()),
+            "checkpoint {id}"
+        );
+        let stored = by_runs
+            .reader()
+            .state(id, &task("agg", 0))
+            .unwrap()
+            .unwrap();
+        assert_eq!(as_map(&stored), model, "checkpoint {id}");
+    }
+    // Both kinds went through the runs: the full and the diffs on it.
+    assert!(as_runs.contains(&StateKind::Full), "{as_runs:?}");
+    assert!(
+        as_runs.contains(&StateKind::Diff { base: 1 }),
+        "{as_runs:?}"
+    );
 }

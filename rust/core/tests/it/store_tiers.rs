@@ -553,6 +553,7 @@ fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
         let snapshot = TaskSnapshot {
             task: agg(),
             state: Some(state),
+            state_runs: None,
             channels: vec![],
             source_offset: None,
             alignment_nanos: 0,

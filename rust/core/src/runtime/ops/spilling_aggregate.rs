@@ -24,7 +24,7 @@ use arrow_schema::{DataType, Field, Schema};
 
 use super::aggregate::{one_full_capture, KeyedAggregate};
 use crate::error::{Error, Result};
-use crate::operator::{Batch, Emitter, Operator};
+use crate::operator::{Batch, Emitter, Operator, TaskState};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::StateMemory;
 use crate::snapshot::{StateCapture, StateKind};
@@ -250,6 +250,18 @@ impl Operator for SpillingAggregate {
             table.checkpoint_aborted();
         }
         table.checkpoint(id).map(Some)
+    }
+
+    /// As `snapshot`, the table's capture left as runs once they hold part
+    /// of its state: the store merges them as it writes the file.
+    fn snapshot_runs(&mut self, id: CheckpointId) -> Result<Option<TaskState>> {
+        let Some((_, table)) = self.inner.as_mut() else {
+            return Ok(self.snapshot(id)?.map(TaskState::Capture));
+        };
+        if std::mem::take(&mut self.force_full) {
+            table.checkpoint_aborted();
+        }
+        table.checkpoint_streamed(id).map(|c| Some(c.into()))
     }
 
     fn commit(&mut self, id: CheckpointId) -> Result<()> {

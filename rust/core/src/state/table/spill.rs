@@ -165,7 +165,7 @@ pub(super) struct Spill {
     pub(super) runs: RunSet,
     /// Changes since the last checkpoint that flushes moved out of the
     /// change log, newest first.
-    pending: Vec<Arc<Run>>,
+    pub(super) pending: Vec<Arc<Run>>,
     /// Live keys whose newest value is only in the runs.
     outside: usize,
     /// Keys deleted since the last flush that the runs may hold.
@@ -748,7 +748,7 @@ impl StateTable {
     }
 
     /// The change log (changes since the last checkpoint or flush) as a run.
-    fn log_run(&self) -> Result<Option<Run>> {
+    pub(super) fn log_run(&self) -> Result<Option<Run>> {
         let live = self.log.live();
         let dead = self.tombstones.to_vec();
         if live.is_empty() && dead.is_empty() {
@@ -827,7 +827,11 @@ impl StateTable {
     /// 256 MB budget). Otherwise the capture is [`Self::checkpoint`]'s, in
     /// memory. The rows are the same either way.
     pub fn checkpoint_streamed(&mut self, id: CheckpointId) -> Result<StreamedCapture> {
-        let streams = self.confirm.is_none() && self.has_runs() && self.memory_budget().is_some();
+        let streams = self.has_runs() && self.memory_budget().is_some();
+        if streams && self.confirm.is_some() {
+            self.check_next_id(id)?;
+            return self.checkpoint_streamed_confirmed(id);
+        }
         if !streams {
             let capture = self.checkpoint(id)?;
             return Ok(StreamedCapture {
