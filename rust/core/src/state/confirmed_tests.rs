@@ -15,6 +15,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
+use super::spill_tests::as_map;
 use super::{CaptureRows, InMemoryRuns, StatePolicy, StateTable, DELETED_COLUMN, MIN_STATE_MEMORY};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateKind, StateRuns};
@@ -83,14 +84,6 @@ fn materialize(t: &mut StateTable, id: CheckpointId, streamed: bool) -> (StateKi
             (merged.kind, merged.batch)
         }
     }
-}
-
-fn as_map(batch: &RecordBatch) -> BTreeMap<i64, i64> {
-    let k = batch.column(0).as_primitive::<Int64Type>();
-    let v = batch.column(1).as_primitive::<Int64Type>();
-    (0..batch.num_rows())
-        .map(|i| (k.value(i), v.value(i)))
-        .collect()
 }
 
 fn patched(mut state: BTreeMap<i64, i64>, diff: &RecordBatch) -> BTreeMap<i64, i64> {

@@ -44,7 +44,7 @@ fn rows(pairs: &[(i64, i64)]) -> RecordBatch {
     .unwrap()
 }
 
-fn as_map(batch: &RecordBatch) -> BTreeMap<i64, i64> {
+pub(super) fn as_map(batch: &RecordBatch) -> BTreeMap<i64, i64> {
     let k = batch.column(0).as_primitive::<Int64Type>();
     let v = batch.column(1).as_primitive::<Int64Type>();
     (0..batch.num_rows())

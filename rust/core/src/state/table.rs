@@ -835,15 +835,22 @@ impl StateTable {
                 )
             }
         };
+        self.confirmed_base_taken(id, diffs, Interval::Batch(interval));
+        Ok(capture)
+    }
+
+    /// Checkpoint `id` was captured in confirmed-base mode, `diffs` diffs
+    /// into its chain, closing `interval`: kept until confirmed, and
+    /// tracking starts afresh.
+    fn confirmed_base_taken(&mut self, id: CheckpointId, diffs: u32, interval: Interval) {
         self.confirm
             .as_mut()
             .expect("confirmed-base mode")
             .unconfirmed
-            .push((id, diffs, Interval::Batch(interval)));
+            .push((id, diffs, interval));
         self.reset_tracking();
         self.force_full = false;
         self.last_checkpoint = Some(id);
-        Ok(capture)
     }
 
     /// Diff batches of consecutive intervals as one: per key, the last

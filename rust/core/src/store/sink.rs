@@ -253,23 +253,40 @@ impl SnapshotStore {
         let dir = self.reader.checkpoint_dir(id);
         let task = snapshot.task;
         let mut files = Vec::new();
-        if let Some(state) = snapshot.state {
-            let schema = state.batch.schema();
-            let base = match state.kind {
+        // A capture in memory, or a spilling table's runs, which the writer
+        // merges into the file as it writes it (and reads its key range back).
+        let state = match (snapshot.state, snapshot.state_runs) {
+            (Some(c), None) => Some((c.kind, c.batch.schema(), Rows::Batches(vec![c.batch]))),
+            (None, Some(r)) => {
+                let base = r.kind == StateKind::Full;
+                let rows = Rows::Runs { runs: r.runs, base };
+                Some((r.kind, r.schema, rows))
+            }
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(Error::Snapshot(format!(
+                    "task {task} reported its state for checkpoint {id} twice, as a capture \
+                     and as runs; a task reports one of them"
+                )))
+            }
+        };
+        if let Some((kind, schema, rows)) = state {
+            let base = match kind {
                 StateKind::Full => None,
                 StateKind::Diff { base } => Some(base),
             };
             let key = schema.metadata().get(KEY_METADATA).cloned();
             // O(rows of the capture), as the capture itself.
-            let key_range = key
-                .as_deref()
-                .and_then(|k| format::key_range(&state.batch, k));
+            let key_range = match &rows {
+                Rows::Batches(b) => key.as_deref().and_then(|k| format::key_range(&b[0], k)),
+                Rows::Runs { .. } => None,
+            };
             let entry = format::state_entry(&task, key.clone(), base, UNWRITTEN);
             let done = self.writer.submit(
                 dir.clone(),
                 entry.path.clone(),
                 schema,
-                Rows::Batches(vec![state.batch]),
+                rows,
                 key.clone().filter(|_| self.options.sort_state_files),
                 key.filter(|_| base.is_some()),
             );
@@ -277,32 +294,6 @@ impl SnapshotStore {
                 entry,
                 done,
                 key_range,
-            });
-        }
-        if let Some(state) = snapshot.state_runs {
-            // A spilling table's capture: the writer merges its runs into
-            // the file as it writes it, and reads its key range back.
-            let base = match state.kind {
-                StateKind::Full => None,
-                StateKind::Diff { base } => Some(base),
-            };
-            let key = state.schema.metadata().get(KEY_METADATA).cloned();
-            let entry = format::state_entry(&task, key, base, UNWRITTEN);
-            let done = self.writer.submit(
-                dir.clone(),
-                entry.path.clone(),
-                state.schema,
-                Rows::Runs {
-                    runs: state.runs,
-                    base: base.is_none(),
-                },
-                None,
-                None,
-            );
-            files.push(StagedFile {
-                entry,
-                done,
-                key_range: None,
             });
         }
         for log in snapshot.channels {

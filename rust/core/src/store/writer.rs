@@ -38,6 +38,8 @@ pub(crate) struct Job {
     pub name: String,
     pub schema: SchemaRef,
     pub rows: Rows,
+    /// (Batches only: merged runs are sorted, and a diff's filter is built
+    /// from the file they make.)
     /// A state file's key column where the store sorts state files
     /// (`StoreOptions::sort_state_files`): its rows are sorted by it before
     /// they are written, so the file is a sorted run (a restore maps it as a

@@ -695,6 +695,15 @@ fn a_capture_left_as_runs_is_stored_as_its_merge_in_memory_would_be() {
             .unwrap();
         assert_eq!(as_map(&stored), model, "checkpoint {id}");
     }
+    // A task reports its state once: as a capture or as runs, not both.
+    let mut t2 = t;
+    t2.upsert(&rows([1], 9)).unwrap();
+    let TaskState::Runs(r) = t2.checkpoint_streamed(6).unwrap().into() else {
+        panic!("a table with runs leaves its capture as runs");
+    };
+    let both = snap(Some(r.to_capture().unwrap()), Some(r));
+    let err = by_runs.task_snapshot(6, both).unwrap_err().to_string();
+    assert!(err.contains("twice, as a capture and as runs"), "{err}");
     // Both kinds went through the runs: the full and the diffs on it.
     assert!(as_runs.contains(&StateKind::Full), "{as_runs:?}");
     assert!(

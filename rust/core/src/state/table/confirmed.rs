@@ -120,14 +120,7 @@ impl StateTable {
                 (StreamedCapture { kind, rows }, interval, diffs + 1)
             }
         };
-        self.confirm
-            .as_mut()
-            .expect("confirmed-base mode")
-            .unconfirmed
-            .push((id, diffs, Interval::Runs(interval)));
-        self.reset_tracking();
-        self.force_full = false;
-        self.last_checkpoint = Some(id);
+        self.confirmed_base_taken(id, diffs, Interval::Runs(interval));
         Ok(capture)
     }
 }
