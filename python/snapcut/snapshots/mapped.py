@@ -5,7 +5,7 @@ a batch's lookups) in the process's resident set for as long as the file is
 mapped. A file mapped by :class:`snapcut._core.format.MappedFile` reads the
 same, without a copy, and can let its pages go: after the checksum, and, once a
 table restored from it holds its pages, whenever the table's lookups have read
-more than its budget's share of them.
+more of them than its ``mapped_memory`` (``StateTable.release_pages``).
 """
 
 from __future__ import annotations
