@@ -206,8 +206,8 @@ impl Spill {
 
     /// The runs' rows for `probes` ([`Lookup::to_batch`]), counted in the
     /// stats; a search that may touch more of the runs' mapped pages than
-    /// the budget's share goes in chunks of key order, the pages released
-    /// after each ([`RunSet::gather_in_key_chunks`]).
+    /// the table's bound on them goes in chunks of key order, the pages
+    /// released after each ([`RunSet::gather_in_key_chunks`]).
     fn gather(&self, probes: &dyn Array) -> Result<(RecordBatch, BooleanArray)> {
         let chunks = match self.pages_limit {
             Some(limit) => self.touch_estimate(probes.len()).div_ceil(limit.max(1)),
@@ -234,8 +234,8 @@ impl Spill {
     }
 
     /// Bytes of mapped pages a search of `probes` probes may read: a page
-    /// per column a probe, at most every mapped run whole. 0 when the
-    /// mapped runs all fit in the pages' share: then nothing is released.
+    /// per column a probe, at most every mapped run whole. 0 without a
+    /// bound, or when the mapped runs all fit in it: nothing to release.
     fn touch_estimate(&self, probes: usize) -> usize {
         let mapped = self.mapped_bytes();
         if self.pages_limit.is_none_or(|limit| mapped <= limit) {
@@ -245,8 +245,8 @@ impl Spill {
         probes.saturating_mul(PAGE_BYTES * columns).min(mapped)
     }
 
-    /// Counts a search of `probes` probes against the pages' share; past
-    /// it, releases the runs' pages.
+    /// Counts a search of `probes` probes against the bound on mapped
+    /// pages; past it, releases the runs' pages.
     pub(super) fn touched(&self, probes: usize) {
         let Some(limit) = self.pages_limit else {
             return;
@@ -824,8 +824,11 @@ impl StateTable {
     /// only ([`CaptureRows::Runs`]), which `crate::store::write_state_runs`
     /// writes a chunk at a time, never holding it whole as
     /// [`Self::checkpoint`]'s batch would (a full of 20M keys under a
-    /// 256 MB budget). Otherwise the capture is [`Self::checkpoint`]'s, in
-    /// memory. The rows are the same either way.
+    /// 256 MB budget). In confirmed-base mode (the local runtime) a diff
+    /// keeps the memtable and is the change log sorted into a run with the
+    /// flushed and unconfirmed changes (`checkpoint_streamed_confirmed`).
+    /// Otherwise the capture is [`Self::checkpoint`]'s, in memory. The rows
+    /// are the same either way.
     pub fn checkpoint_streamed(&mut self, id: CheckpointId) -> Result<StreamedCapture> {
         let streams = self.has_runs() && self.memory_budget().is_some();
         if streams && self.confirm.is_some() {
