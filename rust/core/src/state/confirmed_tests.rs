@@ -6,37 +6,17 @@
 //! gives the model's state when it was taken.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
-use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::spill_tests::as_map;
+use super::spill_tests::{as_map, rows, schema};
 use super::{CaptureRows, InMemoryRuns, StatePolicy, StateTable, DELETED_COLUMN, MIN_STATE_MEMORY};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateKind, StateRuns};
-
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("k", DataType::Int64, false),
-        Field::new("v", DataType::Int64, false),
-    ]))
-}
-
-fn rows(pairs: &[(i64, i64)]) -> RecordBatch {
-    RecordBatch::try_new(
-        schema(),
-        vec![
-            Arc::new(Int64Array::from_iter_values(pairs.iter().map(|p| p.0))),
-            Arc::new(Int64Array::from_iter_values(pairs.iter().map(|p| p.1))),
-        ],
-    )
-    .unwrap()
-}
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -20,7 +20,7 @@ use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
 use crate::store::LocalRuns;
 
-fn schema() -> SchemaRef {
+pub(super) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, false),
         Field::new("v", DataType::Int64, false),
@@ -28,7 +28,7 @@ fn schema() -> SchemaRef {
     ]))
 }
 
-fn rows(pairs: &[(i64, i64)]) -> RecordBatch {
+pub(super) fn rows(pairs: &[(i64, i64)]) -> RecordBatch {
     RecordBatch::try_new(
         schema(),
         vec![
