@@ -357,24 +357,40 @@ class PartitionTask:
         """As :meth:`apply`, over the batch as parts that each hold whole keys
         (:func:`snapcut.spark.state.key_parts.key_parts`), for a processor whose
         output for a key depends only on that key's rows and state (level 1 in
-        update mode): yields each part's output as it is ready. :meth:`commit`
-        only once the parts are exhausted."""
+        update mode; transformWithState, whose ``process_parts`` runs the
+        batch's calls over the parts): yields each part's output as it is
+        ready. :meth:`commit` only once the parts are exhausted."""
         state = self._begin(batch_ts_ms)
-        figures = {"rows_in": 0, "rows_out": 0, "late_rows": 0, "timed_out_keys": 0}
-        max_event = NO_EVENT_TIME
-        for rows in parts:
-            out = processor.process(state, rows, self._info)
-            figures["rows_in"] += rows.num_rows
-            figures["rows_out"] += out.num_rows
-            figures["late_rows"] += int(getattr(processor, "late_rows", 0))
-            figures["timed_out_keys"] += int(getattr(processor, "timed_out_keys", 0))
-            max_event = max(max_event, processor.max_event_time_ms(rows))
-            yield out
+        seen = {"rows_in": 0, "max_event": NO_EVENT_TIME}
+
+        def counted() -> Iterator[pa.Table]:
+            for rows in parts:
+                seen["rows_in"] += rows.num_rows
+                seen["max_event"] = max(seen["max_event"], processor.max_event_time_ms(rows))
+                yield rows
+
+        figures = {"rows_out": 0, "late_rows": 0, "timed_out_keys": 0}
+        whole = getattr(processor, "process_parts", None)
+        if whole is not None:
+            # One run of the batch's calls over every part; its figures are the batch's.
+            for out in whole(state, counted(), self._info):
+                figures["rows_out"] += out.num_rows
+                yield out
+            figures["late_rows"] = int(getattr(processor, "late_rows", 0))
+            figures["timed_out_keys"] = int(getattr(processor, "timed_out_keys", 0))
+        else:
+            for rows in counted():
+                out = processor.process(state, rows, self._info)
+                figures["rows_out"] += out.num_rows
+                figures["late_rows"] += int(getattr(processor, "late_rows", 0))
+                figures["timed_out_keys"] += int(getattr(processor, "timed_out_keys", 0))
+                yield out
         # (The parts are of a spilled input: every row went through a local file.)
         self._metrics = {
             **figures,
-            "batch_max_event_ms": max_event,
-            "input_rows_spilled": figures["rows_in"],
+            "rows_in": seen["rows_in"],
+            "batch_max_event_ms": seen["max_event"],
+            "input_rows_spilled": seen["rows_in"],
         }
 
     def _begin(self, batch_ts_ms: int | None) -> Any:

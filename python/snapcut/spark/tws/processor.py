@@ -7,14 +7,16 @@ just before that key's input rows; ``handleInputRows(key, rows, timerValues)``
 for each grouping key in key order; then ``handleExpiredTimer`` for every
 timer at or before the batch's processing time (``ProcessingTime``) or
 watermark (``EventTime``), by time, each timer deleted once handled; then
-``close()``. State changes reach the tables after the partition's last call;
-TTL-expired state is removed then.
+``close()``. The calls run a step of keys at a time
+(:mod:`snapcut.spark.tws.batch_run`): a step's state changes reach the
+tables after its last call, and TTL-expired state is removed then; a batch
+larger than a worker holds comes in parts of whole keys (:meth:`process_parts`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,20 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from snapcut._core import ConfigError, StateTable
-from snapcut.spark.keys import KEY_COLUMN, with_state_key
+from snapcut.spark.keys import KEY_COLUMN
 from snapcut.spark.processors import (
-    BATCH_TS_COLUMN,
-    _no_columns,
-    _run_bounds,
     conform,
     event_time_ms,
     max_event_time_ms,
     spark_pandas,
 )
 from snapcut.spark.state.partition import BatchInfo
-from snapcut.spark.state.spec import TableSpec, table_vertex
-from snapcut.spark.tws.handle import SnapcutHandle
-from snapcut.spark.tws.state import BatchState, QueryInfo
+from snapcut.spark.state.spec import TableSpec
+from snapcut.spark.tws.batch_run import BatchRun, Outputs
 from snapcut.spark.tws.variables import Variable
 
 __all__ = ["TIME_MODES", "TransformWithStateProcessor"]
@@ -82,10 +80,10 @@ class TransformWithStateProcessor:
     # -- conversions -----------------------------------------------------------
 
     def _inputs(self, table: pa.Table) -> Callable[[int, int], Iterator[Any]]:
-        """The partition's sorted rows converted once; the returned function
-        gives a key's rows [start, end) as the worker hands them: pandas
-        frames of at most ``max_records_per_batch`` rows (cut from the key's
-        first row, as Spark's worker re-chunks per key), or Rows."""
+        """`table`'s sorted rows converted once; the returned function gives
+        a key's rows [start, end) as the worker hands them: pandas frames of
+        at most ``max_records_per_batch`` rows (cut from the key's first row,
+        as Spark's worker re-chunks per key), or Rows."""
         if not self.pandas:
             from pyspark.sql import Row
 
@@ -114,12 +112,6 @@ class TransformWithStateProcessor:
             return iter(chunk(a, min(a + step, end)) for a in range(start, end, step))
 
         return chunks
-
-    def _collect(self, out: list[Any], result: Any) -> None:
-        if result is None:
-            return
-        # pd.DataFrame() (no columns) is no rows, as in Spark.
-        out.extend(item for item in result if not (self.pandas and _no_columns(item)))
 
     def _output(self, out: list[Any]) -> pa.Table:
         if not out:
@@ -158,7 +150,35 @@ class TransformWithStateProcessor:
     # -- the batch ---------------------------------------------------------------
 
     def process(self, tables: dict[str, StateTable], rows: pa.Table, info: BatchInfo) -> pa.Table:
-        return self._output(self.run_batch(tables, rows, info))
+        out = Outputs(self)
+        run = BatchRun(self, tables, info, out)
+        run.input_rows(rows, last=True)
+        run.finish(fire_timers=True)
+        return out.take()
+
+    @property
+    def by_key_parts(self) -> bool:
+        """A batch may be applied in parts that each hold whole keys
+        (``PartitionTask.apply_parts``, :meth:`process_parts`): a key's calls
+        see only its rows and state, and the timers fire after every part."""
+        return True
+
+    def process_parts(
+        self, tables: dict[str, StateTable], parts: Iterable[pa.Table], info: BatchInfo
+    ) -> Iterator[pa.Table]:
+        """As :meth:`process` over the batch as parts of whole keys: ``init``
+        once, each part's keys (with their initial state) in key order, then
+        the initial-state keys without input rows, the expired timers and
+        ``close``; yields the output a part at a time (the last one the
+        timers'). ``late_rows`` and ``timed_out_keys`` are the batch's once
+        the parts are exhausted."""
+        out = Outputs(self)
+        run = BatchRun(self, tables, info, out)
+        for rows in parts:
+            run.input_rows(rows, last=False)
+            yield out.take()
+        run.finish(fire_timers=True)
+        yield out.take()
 
     def run_batch(
         self,
@@ -170,75 +190,11 @@ class TransformWithStateProcessor:
         """The batch's calls; returns what they yielded (frames or Rows).
         `fire_timers`: False only for :class:`snapcut.spark.testing.TwsTester`'s
         ``test``, where (as in Spark's tester) timers fire on a time move."""
-        from pyspark.sql.streaming.stateful_processor import ExpiredTimerInfo, TimerValues
-
-        self.late_rows = 0
-        self.timed_out_keys = 0
-        if BATCH_TS_COLUMN in rows.column_names:
-            rows = rows.drop_columns([BATCH_TS_COLUMN])
-        if rows.num_rows == 0:
-            rows = pa.schema(self.key_fields).empty_table()
-        rows = self._drop_late(rows, info)
-        rows = with_state_key(rows, self.key, info.batch_id)
-        if rows.num_rows:
-            # Keys are non-null here (with_state_key refuses nulls).
-            order = pc.sort_indices(rows, sort_keys=[(k, "ascending") for k in self.key])
-            rows = rows.take(order)
-        user = rows.drop_columns([KEY_COLUMN]) if KEY_COLUMN in rows.column_names else rows
-        bounds = _run_bounds(rows[self.state_key]) if rows.num_rows else []
-        key_cols = [rows[k].to_pylist() for k in self.key]
-        data_keys = [tuple(c[s] for c in key_cols) for s, _ in bounds]
-
-        vertex_of = {t.name: table_vertex(self.vertex, t.name) for t in self.tables}
-        state = BatchState(
-            tables,
-            self.tables,
-            vertex_of,
-            self.variables,
-            self.key_fields,
-            self.state_key,
-            info.processing_time_ms,
-            self.time_mode,
-            QueryInfo(info.query_id, info.run_id, info.batch_id, info.partition),
-        )
-        timer_values = TimerValues(*self._timestamps(info))
-        handle = SnapcutHandle(state)
-        proc = self.stateful_processor
-        proc.init(handle)
-        handle._initialized = True
-        out: list[Any] = []
-        inputs = self._inputs(user)
-
-        initial = self._initial(info)
-        keys = sorted(set(data_keys) | set(initial))  # Spark's order: by key
-        state.load(keys)
-        by_key = dict(zip(data_keys, bounds, strict=True))
-        for k in keys:
-            state.current = k
-            for init_row in initial.get(k, ()):
-                proc.handleInitialState(k, init_row, timer_values)
-            if k in by_key:
-                start, end = by_key[k]
-                self._collect(out, proc.handleInputRows(k, inputs(start, end), timer_values))
-
-        if self.time_mode != "none" and fire_timers:
-            threshold = (
-                info.processing_time_ms if self.time_mode == "processingtime" else info.watermark_ms
-            )
-            if self.time_mode == "processingtime" or info.watermark_present:
-                due = state.expired_timers(threshold)
-                state.load([k for _, k in due])
-                self.timed_out_keys = len({k for _, k in due})
-                for ts, k in due:
-                    state.current = k
-                    self._collect(
-                        out, proc.handleExpiredTimer(k, timer_values, ExpiredTimerInfo(ts))
-                    )
-                    handle.deleteTimer(ts)
-        state.current = None
-        proc.close()
-        state.write_back()
-        return out
+        out = Outputs(self, raw=True)
+        run = BatchRun(self, tables, info, out)
+        run.input_rows(rows, last=True)
+        run.finish(fire_timers)
+        return out.items
 
     def _timestamps(self, info: BatchInfo) -> tuple[int, int]:
         """Spark's ``get_timestamps``: (-1, -1) in time mode None, else the

@@ -284,6 +284,13 @@ class BatchState:
             if v.spec.ttl_ms is not None:
                 self._expire(v)
 
+    def release(self) -> None:
+        """Forgets the keys read so far (after :meth:`write_back`: their
+        changes are in the tables, which a later :meth:`load` reads again)."""
+        for v in self.vars.values():
+            v.data.clear()
+        self.loaded.clear()
+
     def _frame(self, v: VarState, keys: list[Key], extra: dict[str, pa.Array]) -> pa.Table:
         schema = v.table.schema
         arrays = dict(zip(self.key, self._key_arrays(keys), strict=True))
