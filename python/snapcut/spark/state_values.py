@@ -155,9 +155,14 @@ class StateField:
             return internal
         return self.type.fromInternal(internal)
 
+    @property
+    def unchanged(self) -> bool:
+        """Whether a round trip leaves every value of this type as it is."""
+        return isinstance(self.type, _UNCHANGED)
+
     def round_trip(self, v: Any) -> Any:
         """What a processor gets back after storing `v`."""
-        if isinstance(self.type, _UNCHANGED):
+        if self.unchanged:
             return v
         return self.python(self.internal(v))
 

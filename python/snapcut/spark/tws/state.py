@@ -423,9 +423,16 @@ def _read(v: VarState, batch: Any, column: str) -> list[Any]:
 def _round_trip(v: VarState, columns: Sequence[str], values: tuple[Any, ...]) -> tuple[Any, ...]:
     """`values` as Spark's state store hands them back (what a ``get`` in the
     same batch returns, and how the batch's dicts key map entries)."""
+    fields = v.fields
     return tuple(
-        v.fields[c].round_trip(_normalize(x)) for c, x in zip(columns, values, strict=True)
+        # (A plain Python value of a type a round trip keeps is itself: the
+        # common case, spared PySpark's numpy normalization.)
+        x if type(x) in _PLAIN and fields[c].unchanged else fields[c].round_trip(_normalize(x))
+        for c, x in zip(columns, values, strict=True)
     )
+
+
+_PLAIN = frozenset({int, float, str, bool, type(None)})
 
 
 def expired_removed(v: VarState, k: Key) -> set[Any]:
