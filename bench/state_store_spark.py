@@ -14,6 +14,10 @@ later batches' median, and the largest worker and JVM peaks.
 
     python bench/state_store_spark.py --keys 20000000 --rounds 2 \\
         --variants snapcut,snapcut:256MB --out bench/results/state_store/spark
+
+Variants ``tws-rows`` and ``tws-pandas`` run the same job with a
+transformWithState(InPandas) processor keeping level 1's count and total
+(``bench/spark_big_state_tws.py``), e.g. ``tws-rows:256MB``.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "spark-big-state"
-VARIANTS = ("snapcut", "native", "rocksdb")
+TWS = Path(__file__).resolve().parent / "spark_big_state_tws.py"
+"""The tool's job with a transformWithState processor (variants tws-rows, tws-pandas)."""
+VARIANTS = ("snapcut", "native", "rocksdb", "tws-rows", "tws-pandas")
 V = TypeVar("V")
 
 
@@ -38,14 +44,17 @@ def parse_variant(text: str) -> tuple[str, str | None]:
     name, _, budget = text.partition(":")
     if name not in VARIANTS:
         raise SystemExit(f"unknown variant {name!r}: use one of {', '.join(VARIANTS)}")
-    if budget and name != "snapcut":
-        raise SystemExit(f"{text}: only snapcut takes a budget (snapcut:256MB)")
+    if budget and name in ("native", "rocksdb"):
+        raise SystemExit(f"{text}: only snapcut's variants take a budget (snapcut:256MB)")
     return name, budget or None
 
 
 def run_one(keys: int, name: str, budget: str | None, timeout_s: float) -> dict[str, Any]:
-    cmd = [sys.executable, str(TOOL), str(keys), name, *([budget] if budget else [])]
-    return run_json(cmd, timeout_s)
+    if name.startswith("tws-"):
+        cmd = [sys.executable, str(TWS), str(keys), name.removeprefix("tws-")]
+    else:
+        cmd = [sys.executable, str(TOOL), str(keys), name]
+    return run_json(cmd + ([budget] if budget else []), timeout_s)
 
 
 def run_json(cmd: list[str], timeout_s: float) -> dict[str, Any]:

@@ -1,0 +1,165 @@
+"""``../shared/tools/spark-big-state`` with a transformWithState processor in
+place of level 1: the same input (batch 0 creates KEYS keys, then BATCHES
+batches of 1M rows over random keys of them; one parquet file per
+micro-batch), the same session (local[2], 2 shuffle and 2 state partitions,
+8 GB driver, noop sink), and a ``StatefulProcessor`` keeping what level 1
+keeps (a ValueState of count and total per user, one output row per user a
+batch). Prints the tool's JSON line: addBatch ms per batch and the peak RSS
+(VmHWM, MB) of the Python workers and of the JVM.
+
+    python bench/spark_big_state_tws.py 20000000 rows 256MB   # transformWithState (Rows)
+    python bench/spark_big_state_tws.py 20000000 pandas        # ...InPandas, no budget
+
+Run it with the project's venv python, nothing else running.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+from pyspark.sql import Row, SparkSession
+from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
+from pyspark.sql.streaming.stateful_processor import TimerValues
+
+STATE = "count long, total long"
+OUTPUT = "user long, count long, total long"
+
+
+class CountTotal(StatefulProcessor):
+    """Level 1's count and sum per user, as a transformWithState processor."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("agg", STATE)
+
+    def _add(self, n: int, total: int) -> tuple[int, int]:
+        if self.state.exists():
+            c, t = self.state.get()
+            n, total = n + c, total + t
+        self.state.update((n, total))
+        return n, total
+
+    def close(self) -> None:
+        pass
+
+
+class RowCountTotal(CountTotal):
+    def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Any:
+        n = total = 0
+        for r in rows:
+            n += 1
+            total += r.dwell_ms
+        n, total = self._add(n, total)
+        yield Row(user=key[0], count=n, total=total)
+
+
+class PandasCountTotal(CountTotal):
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: TimerValues) -> Any:
+        import pandas as pd
+
+        n = total = 0
+        for pdf in rows:
+            n += len(pdf)
+            total += int(pdf["dwell_ms"].sum())
+        n, total = self._add(n, total)
+        yield pd.DataFrame({"user": [key[0]], "count": [n], "total": [total]})
+
+
+def hwm(pattern: str) -> int:
+    """The largest VmHWM (MB) of the processes whose command line has `pattern`."""
+    best = 0
+    for st in glob.glob("/proc/[0-9]*/status"):
+        try:
+            status = Path(st)
+            if pattern in status.with_name("cmdline").read_text():
+                lines = status.read_text().splitlines()
+                best = max(best, *(int(x.split()[1]) for x in lines if x.startswith("VmHWM")))
+        except (OSError, ValueError):
+            pass
+    return best // 1024
+
+
+def main() -> None:
+    keys = int(sys.argv[1])
+    api = sys.argv[2]
+    if api not in ("rows", "pandas"):
+        raise SystemExit("usage: spark_big_state_tws.py KEYS rows|pandas [BUDGET]")
+    budget = sys.argv[3] if len(sys.argv) > 3 else None
+    batches = int(os.environ.get("BATCHES", "4"))
+    d = tempfile.mkdtemp()
+    rng = np.random.default_rng(1)
+    os.makedirs(f"{d}/in")
+    t0 = int(time.time()) - 3600
+    users = np.arange(keys, dtype=np.int64)
+    tables = [pa.table({"user": users, "dwell_ms": rng.integers(0, 10000, keys)})]
+    tables += [
+        pa.table(
+            {
+                "user": rng.integers(0, keys, 1_000_000),
+                "dwell_ms": rng.integers(0, 10000, 1_000_000),
+            }
+        )
+        for _ in range(batches)
+    ]
+    for i, t in enumerate(tables):
+        path = f"{d}/in/part-{i:05d}.parquet"
+        pq.write_table(t, path)
+        os.utime(path, (t0 + 10 * i, t0 + 10 * i))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.memory", "8g")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    ev = (
+        spark.readStream.schema("user long, dwell_ms long")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(f"{d}/in")
+    )
+    from snapcut.spark import keyed_state
+
+    kw = {"state_memory": budget} if budget else {}
+    keyed = keyed_state(ev, key="user", root=f"{d}/state", partitions=2, **kw)
+    if api == "rows":
+        out = keyed.transformWithState(RowCountTotal(), OUTPUT, "Update", "None")
+    else:
+        out = keyed.transformWithStateInPandas(PandasCountTotal(), OUTPUT, "Update", "None")
+    q = (
+        out.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", f"{d}/chk")
+        .trigger(availableNow=True)
+        .start()
+    )
+    q.awaitTermination()
+    print(
+        json.dumps(
+            {
+                "keys": keys,
+                "variant": f"tws-{api}",
+                "budget": budget,
+                "addBatch_ms": [p["durationMs"].get("addBatch") for p in q.recentProgress],
+                "py_worker_hwm_mb": hwm("pyspark.daemon"),
+                "jvm_hwm_mb": hwm("java"),
+            }
+        )
+    )
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()
