@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 
 __all__ = ["KEYS_PER_STEP", "BatchRun", "Outputs"]
 
-KEYS_PER_STEP = 1 << 16
+KEYS_PER_STEP = 1 << 14
 """Grouping keys a batch holds in Python at once (their state values, input
-frames and output): ~65k keys, tens of MB whatever the batch's size."""
+frames and output): ~16k keys, ~10 MB whatever the batch's size."""
 
 OUTPUT_ITEMS = 1 << 13
 """Yielded frames or Rows gathered before they become one Arrow table: a
