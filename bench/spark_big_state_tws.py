@@ -30,9 +30,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-from pyspark.sql import Row, SparkSession
+from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
+
+from state_store_cold import session
 
 STATE = "count long, total long"
 OUTPUT = "user long, count long, total long"
@@ -117,14 +119,7 @@ def main() -> None:
         path = f"{d}/in/part-{i:05d}.parquet"
         pq.write_table(t, path)
         os.utime(path, (t0 + 10 * i, t0 + 10 * i))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "8g")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = session()  # the tool's: local[2], 2 shuffle partitions, 8 GB driver
     ev = (
         spark.readStream.schema("user long, dwell_ms long")
         .option("maxFilesPerTrigger", 1)
