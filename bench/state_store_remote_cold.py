@@ -52,7 +52,8 @@ spec_file, cache_dir, cache_size, budget, diff = sys.argv[1:6]
 peaks = MemoryPeaks()
 import dataclasses
 from snapcut.snapshots.run_cache import RunCacheSpec
-from snapcut.spark.state.partition import PartitionTask, StateCache
+from snapcut.spark.state.partition import PartitionTask
+from snapcut.spark.state.warm import StateCache
 from snapcut.spark.state.root import StateRoot
 
 with open(spec_file, "rb") as f:
@@ -92,9 +93,10 @@ def prepare(s3: Any, args: argparse.Namespace, work: Path) -> Path:
     from snapcut.snapshots.run_cache import RunCacheSpec
     from snapcut.spark.processors import AggregateProcessor
     from snapcut.spark.roots import schema_bytes
-    from snapcut.spark.state.partition import PartitionTask, StateCache
+    from snapcut.spark.state.partition import PartitionTask
     from snapcut.spark.state.root import StateRoot
     from snapcut.spark.state.spec import RootSpec
+    from snapcut.spark.state.warm import StateCache
 
     schema = pa.schema([("user", pa.int64()), ("v", pa.int64())])
     specs = [("count", None, "n"), ("sum", "v", "total")]

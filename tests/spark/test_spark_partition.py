@@ -24,10 +24,11 @@ from snapcut.snapshots.run_cache import RunCacheSpec
 from snapcut.spark.keyed_state import parse_duration_ms
 from snapcut.spark.processors import AggregateProcessor
 from snapcut.spark.roots import schema_bytes
-from snapcut.spark.state.partition import PartitionTask, StateCache
+from snapcut.spark.state.partition import PartitionTask
 from snapcut.spark.state.read import read_state_arrow
 from snapcut.spark.state.root import ACK_SUFFIX, StateRoot
 from snapcut.spark.state.spec import RootSpec
+from snapcut.spark.state.warm import StateCache
 
 INPUT = pa.schema([("user", pa.int64()), ("v", pa.int64())])
 SPECS = [("count", None, "n"), ("sum", "v", "total")]
@@ -376,7 +377,7 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
     gets half (shared by its spilling tables), and putting tables back in the
     cache flushes the largest warm ones until they hold at most the other
     half. The state is the same as without a budget."""
-    from snapcut.spark.state.partition import table_memory
+    from snapcut.spark.state.warm import table_memory
 
     spec = make_spec(tmp_path / "budget", partitions=3, full_every=100)
     plain = make_spec(tmp_path / "plain", partitions=3, full_every=100)

@@ -16,7 +16,7 @@ timers, the next batch).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -25,15 +25,15 @@ import pyarrow.compute as pc
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
 from snapcut.spark.processors import BATCH_TS_COLUMN, _no_columns
 from snapcut.spark.state.partition import BatchInfo
-from snapcut.spark.state.spec import table_vertex
+from snapcut.spark.state.spec import TableSpec, table_vertex
 from snapcut.spark.tws.handle import SnapcutHandle
 from snapcut.spark.tws.state import BatchState, Key, QueryInfo
+from snapcut.spark.tws.variables import Variable
 
 if TYPE_CHECKING:
     from snapcut._core import StateTable
-    from snapcut.spark.tws.processor import TransformWithStateProcessor
 
-__all__ = ["KEYS_PER_STEP", "BatchRun", "Outputs"]
+__all__ = ["KEYS_PER_STEP", "BatchProcessor", "BatchRun", "Outputs"]
 
 KEYS_PER_STEP = 1 << 14
 """Grouping keys a batch holds in Python at once (their state values, input
@@ -45,12 +45,40 @@ processor yielding a frame per key would otherwise hold a pandas object of a
 few kB per key until the batch ends."""
 
 
+class BatchProcessor(Protocol):
+    """What a batch's run needs of its processor
+    (:class:`snapcut.spark.tws.processor.TransformWithStateProcessor`, which
+    builds the run: a protocol keeps the dependency pointing one way)."""
+
+    key: tuple[str, ...]
+    state_key: str
+    key_fields: tuple[pa.Field, ...]
+    vertex: str
+    tables: tuple[TableSpec, ...]
+    variables: dict[str, Variable]
+    stateful_processor: Any
+    time_mode: str
+    pandas: bool
+    late_rows: int
+    timed_out_keys: int
+
+    def _inputs(self, table: pa.Table) -> Callable[[int, int], Iterator[Any]]: ...
+
+    def _output(self, out: list[Any]) -> pa.Table: ...
+
+    def _timestamps(self, info: BatchInfo) -> tuple[int, int]: ...
+
+    def _drop_late(self, rows: pa.Table, info: BatchInfo) -> pa.Table: ...
+
+    def _initial(self, info: BatchInfo) -> dict[tuple[Any, ...], list[Any]]: ...
+
+
 class Outputs:
     """What a batch's calls yielded: Arrow tables of the output schema, made
     every :data:`OUTPUT_ITEMS` items (or, `raw`, the items themselves, for
     :class:`snapcut.spark.testing.TwsTester`)."""
 
-    def __init__(self, proc: TransformWithStateProcessor, raw: bool = False) -> None:
+    def __init__(self, proc: BatchProcessor, raw: bool = False) -> None:
         self.proc = proc
         self.raw = raw
         self.items: list[Any] = []
@@ -82,7 +110,7 @@ class BatchRun:
 
     def __init__(
         self,
-        proc: TransformWithStateProcessor,
+        proc: BatchProcessor,
         tables: dict[str, StateTable],
         info: BatchInfo,
         out: Outputs,
