@@ -93,6 +93,9 @@ pub fn spill_stats_dict<'py>(py: Python<'py>, s: &SpillStats) -> PyResult<Bound<
     d.set_item("bases_mapped", s.bases_mapped)?;
     d.set_item("diffs_mapped", s.diffs_mapped)?;
     d.set_item("filters_stored", s.filters_stored)?;
+    d.set_item("time_flushes", s.time_flushes)?;
+    d.set_item("time_merges", s.time_merges)?;
+    d.set_item("time_runs", s.time_runs)?;
     Ok(d)
 }
 
@@ -328,15 +331,16 @@ impl StateTable {
     /// The keys whose time is at or before `threshold` (ms, inclusive), by
     /// time then key, as a pyarrow Array of the key type: found in the time
     /// index, not by reading the table.
-    fn due<'py>(&self, py: Python<'py>, threshold: i64) -> PyResult<Bound<'py, PyAny>> {
-        let inner = &self.inner;
+    fn due<'py>(&mut self, py: Python<'py>, threshold: i64) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &mut self.inner;
         let keys = py.detach(|| inner.due(threshold)).map_py()?;
         array_to_pyarrow(py, keys)
     }
 
     /// The earliest time in the time index (None: no key has one, or no index).
-    fn earliest_time(&self) -> Option<i64> {
-        self.inner.earliest_time()
+    fn earliest_time(&mut self, py: Python<'_>) -> PyResult<Option<i64>> {
+        let inner = &mut self.inner;
+        py.detach(|| inner.earliest_time()).map_py()
     }
 
     /// Deletes keys (absent ones ignored); returns how many were present.

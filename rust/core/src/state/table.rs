@@ -27,6 +27,7 @@ mod confirmed;
 mod sorted_slots;
 mod spill;
 mod spill_groups;
+mod time_runs;
 pub use spill::{
     check_memory_budget, parse_memory, CaptureRows, InMemoryRuns, RunSink, SpillStats,
     StreamedCapture, MAX_RUNS, MIN_STATE_MEMORY,
@@ -215,39 +216,6 @@ impl StateTable {
         self.time
             .as_ref()
             .map(|t| self.schema.field(t.col).name().as_str())
-    }
-
-    /// The keys whose time is at or before `threshold` (inclusive), by time
-    /// then key: O(due keys), never a read of the table.
-    pub fn due(&self, threshold: i64) -> Result<ArrayRef> {
-        let index = self.time.as_ref().ok_or_else(|| {
-            Error::Config(
-                "this state table has no time index: create it with a time column to find \
-                 the keys that are due"
-                    .into(),
-            )
-        })?;
-        Ok(self.key_type.array(&index.due(threshold)))
-    }
-
-    /// The earliest time of the index (None: no key has a time, or no index).
-    pub fn earliest_time(&self) -> Option<i64> {
-        self.time.as_ref().and_then(TimeIndex::earliest)
-    }
-
-    /// Written rows (checked columns in schema order) update the time index;
-    /// a later row of the same key wins, as in the table.
-    fn note_times(&mut self, arrays: &[ArrayRef]) -> Result<()> {
-        let Some(index) = self.time.as_mut() else {
-            return Ok(());
-        };
-        let name = self.schema.field(self.key_col).name();
-        let keys = self.key_type.keys(name, arrays[self.key_col].as_ref())?;
-        let times = arrays[index.col].as_primitive::<Int64Type>();
-        for (i, key) in keys.into_iter().enumerate() {
-            index.set(key, times.is_valid(i).then(|| times.value(i)));
-        }
-        Ok(())
     }
 
     /// Indexes the rows by `column` as well (a key-typed column, typically a
@@ -1050,9 +1018,7 @@ impl StateTable {
         if let Some(g) = self.group.as_mut() {
             g.clear();
         }
-        if let Some(t) = self.time.as_mut() {
-            t.clear();
-        }
+        self.clear_time_index();
     }
 
     fn reset_tracking(&mut self) {

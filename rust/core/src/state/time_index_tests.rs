@@ -41,7 +41,7 @@ fn table() -> StateTable {
         .unwrap()
 }
 
-fn due(t: &StateTable, threshold: i64) -> Vec<String> {
+fn due(t: &mut StateTable, threshold: i64) -> Vec<String> {
     let keys = t.due(threshold).unwrap();
     keys.as_string::<i32>()
         .iter()
@@ -61,16 +61,16 @@ fn due_keys_follow_writes_deletes_and_null_times() {
         ("b", "x", Some(20)), // the later row of a key wins
     ]))
     .unwrap();
-    assert_eq!(due(&t, 9), Vec::<String>::new());
-    assert_eq!(due(&t, 20), ["d", "b"]);
-    assert_eq!(t.earliest_time(), Some(10));
+    assert_eq!(due(&mut t, 9), Vec::<String>::new());
+    assert_eq!(due(&mut t, 20), ["d", "b"]);
+    assert_eq!(t.earliest_time().unwrap(), Some(10));
     t.upsert(&rows(&[("d", "y", None), ("c", "y", Some(5))]))
         .unwrap();
-    assert_eq!(due(&t, 25), ["c", "b"]);
+    assert_eq!(due(&mut t, 25), ["c", "b"]);
     t.delete(&StringArray::from(vec!["c", "zz"])).unwrap();
     t.delete_groups(&StringArray::from(vec!["x"])).unwrap();
-    assert_eq!(due(&t, i64::MAX), Vec::<String>::new());
-    assert_eq!(t.earliest_time(), None);
+    assert_eq!(due(&mut t, i64::MAX), Vec::<String>::new());
+    assert_eq!(t.earliest_time().unwrap(), None);
 }
 
 #[test]
@@ -84,7 +84,7 @@ fn restore_and_diffs_rebuild_the_index() {
     let diff = t.checkpoint(2).unwrap();
     let mut back = table();
     back.restore(&[(1, full), (2, diff)]).unwrap();
-    assert_eq!(due(&back, 10), ["b", "c"]);
+    assert_eq!(due(&mut back, 10), ["b", "c"]);
     // A diff applied by hand: its tombstones leave the index too.
     let mut tomb = rows(&[("b", "x", None)]).columns().to_vec();
     tomb.push(Arc::new(BooleanArray::from(vec![true])));
@@ -96,7 +96,7 @@ fn restore_and_diffs_rebuild_the_index() {
     fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
     let tomb = RecordBatch::try_new(Arc::new(Schema::new(fields)), tomb).unwrap();
     back.apply(&tomb, true).unwrap();
-    assert_eq!(due(&back, 10), ["c"]);
+    assert_eq!(due(&mut back, 10), ["c"]);
 }
 
 #[test]
@@ -104,8 +104,8 @@ fn an_index_added_to_a_full_table_indexes_its_rows() {
     let mut t = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
     t.upsert(&rows(&[("a", "x", Some(7)), ("b", "x", None)]))
         .unwrap();
-    let t = t.with_time_index("at").unwrap();
-    assert_eq!(due(&t, 7), ["a"]);
+    let mut t = t.with_time_index("at").unwrap();
+    assert_eq!(due(&mut t, 7), ["a"]);
 }
 
 #[test]
@@ -115,10 +115,89 @@ fn bad_time_columns_are_refused_naming_the_fix() {
     assert!(err("when").contains("time column 'when' is not in the state schema"));
     assert!(err("name").contains("must be an Int64 value column"));
     assert!(err("k").contains("not the key"));
-    let plain = new();
+    let mut plain = new();
     assert!(plain
         .due(0)
         .unwrap_err()
         .to_string()
         .contains("no time index"));
+}
+
+/// A budgeted table's index moves its entries into runs (a few entries in
+/// memory here): `due` and `earliest_time` still agree with the rows after
+/// updates (stale entries in the runs), deletes and merges of the runs, and
+/// a run read to its end goes.
+#[test]
+fn a_spilled_index_agrees_with_the_rows_and_drops_what_it_read() {
+    use std::collections::BTreeMap;
+
+    use super::{InMemoryRuns, MIN_STATE_MEMORY};
+
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new("at", DataType::Int64, true),
+    ]));
+    let write = |t: &mut StateTable, r: &[(String, Option<i64>)]| {
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    r.iter().map(|x| x.0.as_str()),
+                )),
+                Arc::new(Int64Array::from_iter(r.iter().map(|x| x.1))),
+            ],
+        )
+        .unwrap();
+        t.upsert(&batch).unwrap();
+    };
+    let mut t = StateTable::new(schema.clone(), "k", StatePolicy::default())
+        .unwrap()
+        .with_time_index("at")
+        .unwrap()
+        .with_memory_budget(MIN_STATE_MEMORY, Box::new(InMemoryRuns))
+        .unwrap()
+        .with_time_memory_entries(4);
+    let mut model: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..100i64 {
+        let key = format!("k{i:03}");
+        write(&mut t, &[(key.clone(), Some(i % 10 * 10))]);
+        model.insert(key, i % 10 * 10);
+    }
+    // Every other key moves later (its old entry goes stale), some lose
+    // their time, some go.
+    for i in (0..100i64).step_by(2) {
+        let key = format!("k{i:03}");
+        write(&mut t, &[(key.clone(), Some(1000 + i))]);
+        model.insert(key, 1000 + i);
+    }
+    for i in (1..100i64).step_by(7) {
+        let key = format!("k{i:03}");
+        write(&mut t, &[(key.clone(), None)]);
+        model.remove(&key);
+    }
+    let gone: Vec<String> = (3..100).step_by(11).map(|i| format!("k{i:03}")).collect();
+    t.delete(&StringArray::from(gone.clone())).unwrap();
+    gone.iter().for_each(|k| {
+        model.remove(k);
+    });
+    let stats = t.spill_stats().unwrap();
+    assert!(stats.time_flushes > 8 && stats.time_merges > 0, "{stats:?}");
+    let want = |threshold: i64| {
+        let mut due: Vec<(i64, String)> = (model.iter())
+            .filter(|(_, at)| **at <= threshold)
+            .map(|(k, at)| (*at, k.clone()))
+            .collect();
+        due.sort();
+        due.into_iter().map(|(_, k)| k).collect::<Vec<_>>()
+    };
+    assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
+    assert_eq!(due(&mut t, 35), want(35));
+    // Asked again, the same keys: the valid entries the runs gave stay.
+    assert_eq!(due(&mut t, 35), want(35));
+    assert_eq!(due(&mut t, 1050), want(1050));
+    assert_eq!(due(&mut t, i64::MAX), want(i64::MAX));
+    // Every run was read to its end and went; the valid entries it gave
+    // were more than memory holds: one new run.
+    assert_eq!(t.time_runs(), 1);
+    assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
 }

@@ -207,7 +207,7 @@ pub(crate) fn prefix_range(keys: &KeyColumn<'_>, prefix: &[u8]) -> std::ops::Ran
 }
 
 /// The first `i` in `lo..hi` where `pred` turns false (`pred` true then false).
-fn partition_point(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> usize {
+pub(crate) fn partition_point(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> usize {
     while lo < hi {
         let mid = lo + (hi - lo) / 2;
         if pred(mid) {

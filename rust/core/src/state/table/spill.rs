@@ -133,6 +133,12 @@ pub struct SpillStats {
     /// Runs now, and the memtable's estimated bytes now.
     pub runs: usize,
     pub memtable_bytes: usize,
+    /// Moves of the time index's entries out of memory into a run, and
+    /// merges of those runs ([`StateTable::due`]).
+    pub time_flushes: u64,
+    pub time_merges: u64,
+    /// The time index's runs now.
+    pub time_runs: usize,
 }
 
 /// A checkpoint's capture as [`StateTable::checkpoint_streamed`] gives it.
@@ -161,7 +167,7 @@ pub(super) struct Spill {
     /// `None`: no budget, the runs only a mapped restore's files, opened
     /// lazily ([`StateTable::restore_mapped`]); the memtable never flushes.
     budget: Option<usize>,
-    sink: Box<dyn RunSink>,
+    pub(super) sink: Box<dyn RunSink>,
     pub(super) runs: RunSet,
     /// Changes since the last checkpoint that flushes moved out of the
     /// change log, newest first.
@@ -175,7 +181,7 @@ pub(super) struct Spill {
     fixed_row_bytes: usize,
     var_bytes: u64,
     var_rows: u64,
-    stats: SpillStats,
+    pub(super) stats: SpillStats,
     probes: AtomicU64,
     hits: AtomicU64,
     /// The bytes of the mapped runs' pages lookups may leave resident
@@ -479,6 +485,7 @@ impl StateTable {
             run_hits: s.hits.load(Ordering::Relaxed),
             runs: s.runs.len(),
             memtable_bytes: self.memtable_bytes(s),
+            time_runs: self.time_runs(),
             ..s.stats
         })
     }
@@ -534,6 +541,7 @@ impl StateTable {
             + (self.occupied.len() + self.log.len()) * var
             + self.occupied.len() * (group + key_bytes)
             + (s.shadows.len() + self.tombstones.len()) * KEY_SET_BYTES
+            + self.time.as_ref().map_or(0, |t| t.memory_bytes())
     }
 
     /// Before `arrays` (schema order) are upserted: measures their

@@ -1,0 +1,221 @@
+//! A table's time index within its memory budget (issue 37): the index's
+//! entries in memory count in the memtable's bytes and, past a share of the
+//! budget, move into a sorted run the table's sink keeps
+//! ([`crate::state::time_index`]); `due` and `earliest_time` read the runs'
+//! entries in time order and keep those whose row still has that time.
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{Array, ArrayRef};
+
+use super::StateTable;
+use crate::error::{Error, Result};
+use crate::state::key::Key;
+use crate::state::runs::{MergeCursor, Run};
+use crate::state::time_index::TimeIndex;
+
+/// The index may hold this share of a table's budget in memory (1/8).
+const TIME_BUDGET_SHARE: usize = 8;
+
+/// Entries checked against the table a lookup at a time.
+const CHECK_CHUNK: usize = 1 << 16;
+
+/// Entries of a run's head checked at a time for the earliest valid one.
+const HEAD_CHUNK: usize = 1 << 10;
+
+impl StateTable {
+    fn time_index(&self) -> Result<&TimeIndex> {
+        self.time.as_ref().ok_or_else(|| {
+            Error::Config(
+                "this state table has no time index: create it with a time column to find \
+                 the keys that are due"
+                    .into(),
+            )
+        })
+    }
+
+    /// The keys whose time is at or before `threshold` (inclusive), by time
+    /// then key: O(due keys), never a read of the table. With a memory
+    /// budget the index's runs give their entries a threshold passed, each
+    /// checked against its row (one batched lookup per 64k entries).
+    pub fn due(&mut self, threshold: i64) -> Result<ArrayRef> {
+        let (entries, ends) = self
+            .time_index()?
+            .run_entries(threshold, self.key_type.is_int());
+        let current = self.still_current(&entries)?;
+        let index = self.time.as_mut().expect("checked above");
+        let done = index.consume(&ends);
+        for ((t, key), keep) in entries.into_iter().zip(current) {
+            if keep {
+                index.set(key, Some(t));
+            }
+        }
+        let keys = self.key_type.array(&index.due(threshold));
+        self.release_time_runs(&done);
+        self.spill_time_index()?;
+        Ok(keys)
+    }
+
+    /// The earliest time of the index (None: no key has one, or no index):
+    /// each run's stale first entries are consumed until one is current.
+    pub fn earliest_time(&mut self) -> Result<Option<i64>> {
+        let Some(index) = self.time.as_ref() else {
+            return Ok(None);
+        };
+        let int_keys = self.key_type.is_int();
+        for run in 0..index.runs_len() {
+            loop {
+                let index = self.time.as_ref().expect("checked above");
+                let head = index.run_head(run, HEAD_CHUNK, int_keys);
+                if head.is_empty() {
+                    break;
+                }
+                let asked: Vec<(i64, Key)> = head.iter().map(|(t, k, _)| (*t, k.clone())).collect();
+                let current = self.still_current(&asked)?;
+                let first = (head.iter().zip(&current)).position(|((_, _, newer), c)| *c && !newer);
+                let index = self.time.as_mut().expect("checked above");
+                let start = index.run_start(run);
+                index.advance(run, start + first.unwrap_or(head.len()));
+                if first.is_some() {
+                    break;
+                }
+            }
+        }
+        let index = self.time.as_mut().expect("checked above");
+        let done = index.drop_consumed();
+        let earliest = index.run_head_times().chain(index.earliest()).min();
+        self.release_time_runs(&done);
+        Ok(earliest)
+    }
+
+    /// Whether each (time, key) is its row's time now: the key is present
+    /// and its time column holds that time.
+    fn still_current(&self, entries: &[(i64, Key)]) -> Result<Vec<bool>> {
+        let col = self.time_index()?.col;
+        let name = self.schema.field(col).name().clone();
+        let mut current = Vec::with_capacity(entries.len());
+        for chunk in entries.chunks(CHECK_CHUNK) {
+            let keys: Vec<Key> = chunk.iter().map(|(_, k)| k.clone()).collect();
+            let (rows, found) = self.lookup(self.key_type.array(&keys).as_ref())?;
+            let times = rows
+                .column_by_name(&name)
+                .expect("a lookup has the table's columns")
+                .as_primitive::<Int64Type>();
+            current.extend(
+                chunk
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (t, _))| found.value(i) && times.is_valid(i) && times.value(i) == *t),
+            );
+        }
+        Ok(current)
+    }
+
+    /// Written rows (checked columns in schema order) update the time index;
+    /// a later row of the same key wins, as in the table. Under a budget
+    /// the rows go a memory's worth at a time, the index's memory moving
+    /// into a run between them (a restore of 20M rows holds a run's worth).
+    pub(super) fn note_times(&mut self, arrays: &[ArrayRef]) -> Result<()> {
+        let Some(col) = self.time.as_ref().map(|t| t.col) else {
+            return Ok(());
+        };
+        let rows = arrays.first().map_or(0, |a| a.len());
+        let step = self.time_memory_entries().unwrap_or(rows).max(1);
+        let name = self.schema.field(self.key_col).name().clone();
+        let mut lo = 0;
+        while lo < rows {
+            let n = step.min(rows - lo);
+            let keys = self
+                .key_type
+                .keys(&name, arrays[self.key_col].slice(lo, n).as_ref())?;
+            let times = arrays[col].slice(lo, n);
+            let times = times.as_primitive::<Int64Type>();
+            let index = self.time.as_mut().expect("checked above");
+            for (i, key) in keys.into_iter().enumerate() {
+                index.set(key, times.is_valid(i).then(|| times.value(i)));
+            }
+            self.spill_time_index()?;
+            lo += n;
+        }
+        Ok(())
+    }
+
+    /// With a budget, how many entries the index keeps in memory before
+    /// they move into a run: its share of the budget (or a test's count).
+    fn time_memory_entries(&self) -> Option<usize> {
+        let index = self.time.as_ref()?;
+        let budget = self.memory_budget()?;
+        if let Some(n) = index.memory_entries {
+            return Some(n);
+        }
+        let per_entry = index.memory_bytes().checked_div(index.len()).unwrap_or(0);
+        let per_entry = per_entry.max(crate::state::time_index::ENTRY_BYTES);
+        Some((budget / TIME_BUDGET_SHARE / per_entry).max(1))
+    }
+
+    /// Moves the index's entries in memory into a run once they outgrow
+    /// their share; past [`crate::state::time_index::MAX_TIME_RUNS`] runs
+    /// merges the newest (exact duplicates go).
+    fn spill_time_index(&mut self) -> Result<()> {
+        let Some(limit) = self.time_memory_entries() else {
+            return Ok(());
+        };
+        let (Some(index), Some(spill)) = (self.time.as_mut(), self.spill.as_mut()) else {
+            return Ok(());
+        };
+        if index.len() <= limit {
+            return Ok(());
+        }
+        if let Some(run) = index.take_memory()? {
+            let kept = spill.sink.keep(run)?;
+            index.push_run(kept);
+            spill.stats.time_flushes += 1;
+        }
+        if let Some(upto) = index.merge_upto() {
+            let inputs = index.merge_inputs(upto)?;
+            let inputs: Vec<&Run> = inputs.iter().collect();
+            let kept = spill
+                .sink
+                .keep_chunks(&mut MergeCursor::new(&inputs, false)?)?;
+            let old = index.replace_merged(upto, kept);
+            spill.sink.release(&old);
+            spill.stats.time_merges += 1;
+        }
+        crate::heap::release_freed();
+        Ok(())
+    }
+
+    /// The index's runs `runs` are no longer read.
+    fn release_time_runs(&mut self, runs: &[Arc<Run>]) {
+        if let Some(spill) = self.spill.as_mut() {
+            if !runs.is_empty() {
+                spill.sink.release(runs);
+            }
+        }
+    }
+
+    /// Empties the time index, its runs released.
+    pub(super) fn clear_time_index(&mut self) {
+        if let Some(index) = self.time.as_mut() {
+            let runs = index.clear();
+            self.release_time_runs(&runs);
+        }
+    }
+
+    /// The index's runs (0 without a time index).
+    pub fn time_runs(&self) -> usize {
+        self.time.as_ref().map_or(0, TimeIndex::runs_len)
+    }
+
+    /// Tests: the index moves its memory into a run past `entries` entries
+    /// (with a budget).
+    #[cfg(test)]
+    pub(crate) fn with_time_memory_entries(mut self, entries: usize) -> Self {
+        if let Some(index) = self.time.as_mut() {
+            index.memory_entries = Some(entries);
+        }
+        self
+    }
+}
