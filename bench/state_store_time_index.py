@@ -56,7 +56,8 @@ rng = np.random.default_rng(7)
 started = time.monotonic()
 for lo in range(0, keys, 1 << 20):
     k = np.arange(lo, min(lo + (1 << 20), keys), dtype=np.int64)
-    table.update(pa.record_batch([k, np.ones(len(k), np.int64), rng.integers(0, ttl, len(k))], schema=schema))
+    expires = rng.integers(0, ttl, len(k))
+    table.update(pa.record_batch([k, np.ones(len(k), np.int64), expires], schema=schema))
 load_s = time.monotonic() - started
 now, expired, batch_s = 0, 0, []
 for b in range(batches):
@@ -147,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for build, variant in cells:
         mine = [r for r in rows if r["build"] == build and r["variant"] == variant]
-        col = lambda k: spread([float(r[k]) for r in mine])  # noqa: E731
+
+        def col(k: str, mine: list[dict[str, Any]] = mine) -> str:
+            return spread([float(r[k]) for r in mine])
+
         print(
             f"| {build} | {variant} | {col('vm_hwm_mb')} | {col('rss_anon_peak_mb')} "
             f"| {col('load_s')} | {col('batch_s_median')} | {mine[0]['expired']} |"
