@@ -273,13 +273,17 @@ class StateTable:
     def time_column(self) -> str | None: ...
     def due(self, threshold: int) -> Any:
         """Keys whose time is at or before `threshold`, by time then key (a
-        pyarrow Array), from the time index: the table is not read."""
+        pyarrow Array), from the time index: the table is not read (with
+        `state_memory`, the index's spilled entries a threshold passed are
+        checked against their rows)."""
     def earliest_time(self) -> int | None:
         """The time index's earliest time (None: empty, or no index)."""
     def spill_stats(self) -> dict[str, int] | None:
         """flushes, rows_flushed, bytes_flushed, merges, run_probes, run_hits,
         runs, memtable_bytes, bases_mapped and diffs_mapped (a mapped restore's
-        full and diffs taken as runs as they are) (None without state_memory)."""
+        full and diffs taken as runs as they are), time_flushes, time_merges and
+        time_runs (the time index's entries moved into runs) (None without
+        state_memory)."""
     def flush(self) -> None:
         """Moves the in-memory rows into a run now (needs state_memory)."""
     def update(self, batch: Any) -> None:

@@ -237,6 +237,11 @@ impl TimeIndex {
         self.runs[run].1
     }
 
+    /// Releases the pages reads brought in of the runs' mapped files.
+    pub(crate) fn release_pages(&self) {
+        self.runs.iter().for_each(|(r, _)| r.release_pages());
+    }
+
     /// Marks run `run`'s entries before `end` consumed.
     pub(crate) fn advance(&mut self, run: usize, end: usize) {
         let (_, start) = &mut self.runs[run];
@@ -284,10 +289,7 @@ impl TimeIndex {
     pub(crate) fn merge_inputs(&self, upto: usize) -> Result<Vec<Run>> {
         self.runs[..upto]
             .iter()
-            .map(|(r, start)| {
-                let batch = r.batch().slice(*start, r.len() - start);
-                Run::from_sorted_unfiltered(batch, TIME_KEY, "a time index run")
-            })
+            .map(|(r, start)| r.tail(*start, "a time index run"))
             .collect()
     }
 

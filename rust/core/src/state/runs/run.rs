@@ -274,6 +274,17 @@ impl Run {
         }
     }
 
+    /// The run of rows `start..` of this one (a slice of its batch, in the
+    /// same pages), unfiltered: for a merge of what is left of a run.
+    pub fn tail(&self, start: usize, what: &str) -> Result<Self> {
+        let batch = self.batch.slice(start, self.len() - start);
+        let run = Self::from_sorted_unfiltered(batch, self.key_column(), what)?;
+        Ok(match &self.pages {
+            Some(pages) => run.with_pages(Arc::clone(pages)),
+            None => run,
+        })
+    }
+
     /// Whether the run's batch lies in pages its holder can release.
     pub fn has_pages(&self) -> bool {
         self.pages.is_some()

@@ -53,6 +53,8 @@ impl StateTable {
             }
         }
         let keys = self.key_type.array(&index.due(threshold));
+        // A due reads a prefix of each run: its pages need not stay.
+        index.release_pages();
         self.release_time_runs(&done);
         self.spill_time_index()?;
         Ok(keys)
@@ -86,6 +88,7 @@ impl StateTable {
         let index = self.time.as_mut().expect("checked above");
         let done = index.drop_consumed();
         let earliest = index.run_head_times().chain(index.earliest()).min();
+        index.release_pages();
         self.release_time_runs(&done);
         Ok(earliest)
     }
