@@ -178,3 +178,50 @@ def test_outputs_become_arrow_as_they_come(monkeypatch: pytest.MonkeyPatch) -> N
     table = out.take()
     assert table["id"].to_pylist() == list(range(25))
     assert out.take().num_rows == 0
+
+
+def test_timers_and_ttl_of_spilling_tables_fire_as_in_memory(tmp_path: Path) -> None:
+    """Under a 1 MiB budget a table (what the Spark steps give a table of a
+    small worker budget), the time indexes of the timers and of the state
+    with a TTL hold a few hundred entries in memory and move the rest into
+    runs on disk, where timers deleted and expiries moved leave stale
+    entries: every batch still yields the same rows and leaves the same
+    state as tables without a budget."""
+    from snapcut import StateTable
+    from snapcut.spark.state.spec import TableLayout
+
+    plain, spilled = make_tester(), make_tester()
+    spilled.tables = {
+        table_vertex(VERTEX, t.name): StateTable(
+            t.arrow_schema,
+            t.state_key,
+            full_every=10,
+            group=t.group,
+            group_prefix=TableLayout(VERTEX, t.state_key, t.schema, t.group).group_prefix,
+            time_column=t.time_column,
+            state_memory="1MB",
+            spill_dir=tmp_path,
+        )
+        for t in spilled.specs
+    }
+    procs = [t._processor(pandas=False) for t in (plain, spilled)]
+    for p in procs:
+        p.output_schema = OUTPUT
+    rng = np.random.default_rng(5)
+    for batch in range(5):
+        rows = batch_rows(rng, 6000, 12_000)
+        info = BatchInfo(batch, 0, 0, 1000 * (batch + 1), False)
+        want = procs[0].process(plain.tables, rows, info)
+        got = procs[1].process(spilled.tables, rows, info)
+        assert sorted(got.to_pylist(), key=repr) == sorted(want.to_pylist(), key=repr)
+        assert procs[1].timed_out_keys == procs[0].timed_out_keys
+        assert contents(spilled) == contents(plain)
+        whats = set(want["what"].to_pylist())
+        assert "timer" in whats and "fresh" in whats
+    # The timers' and the TTL's indexes went into runs (and were read there).
+    flushed = {
+        name: (table.spill_stats() or {})["time_flushes"]
+        for name, table in spilled.tables.items()
+        if table.time_column is not None
+    }
+    assert len(flushed) == 2 and all(n > 0 for n in flushed.values()), flushed

@@ -173,6 +173,16 @@ impl RunSink for LocalRuns {
         })
     }
 
+    fn keep_merged(&mut self, chunks: &mut dyn RunChunks) -> Result<Arc<Run>> {
+        let key = chunks.key_column().to_string();
+        let path = self.next_path();
+        write_chunks(&path, &self.dir, chunks, None, &Fsync::new(FsyncMode::Off))?;
+        crate::failpoint::hit("spill.after_run");
+        self.adopt(path, |batch, _| {
+            Run::from_sorted_trusted_unfiltered(batch, &key)
+        })
+    }
+
     fn release(&mut self, runs: &[Arc<Run>]) {
         self.kept.retain(|(kept, path)| {
             if runs.iter().any(|r| Arc::ptr_eq(r, kept)) {

@@ -90,6 +90,19 @@ pub trait RunSink: Send + Sync {
         let key = chunks.key_column().to_string();
         self.keep(Run::from_sorted_trusted(batch, &key, DEFAULT_FPP)?)
     }
+    /// As [`Self::keep_chunks`], for a run that is read in order and never
+    /// probed (a time index's merge): no filter is built, so keeping it
+    /// reads none of its keys back.
+    fn keep_merged(&mut self, chunks: &mut dyn RunChunks) -> Result<Arc<Run>> {
+        let mut parts = Vec::new();
+        while let Some(chunk) = chunks.next_chunk(usize::MAX)? {
+            parts.push(chunk);
+        }
+        let batch =
+            arrow_select::concat::concat_batches(chunks.schema(), &parts).map_err(arrow_err)?;
+        let key = chunks.key_column().to_string();
+        self.keep(Run::from_sorted_trusted_unfiltered(batch, &key)?)
+    }
     /// `runs` will not be read again (merged, or a checkpoint took them):
     /// what `keep` made for them may go.
     fn release(&mut self, runs: &[Arc<Run>]);

@@ -181,7 +181,7 @@ impl StateTable {
             let inputs: Vec<&Run> = inputs.iter().collect();
             let kept = spill
                 .sink
-                .keep_chunks(&mut MergeCursor::new(&inputs, false)?)?;
+                .keep_merged(&mut MergeCursor::new(&inputs, false)?)?;
             let old = index.replace_merged(upto, kept);
             spill.sink.release(&old);
             spill.stats.time_merges += 1;
