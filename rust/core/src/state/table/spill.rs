@@ -1033,7 +1033,9 @@ impl StateTable {
     /// the table has room for it and it is a run already: sorted by key
     /// (every state file a table writes is) with `__deleted` last. Its keys
     /// are looked up in the older runs once, to count the live keys it adds
-    /// and removes. Returns whether it did; if not, the caller applies the
+    /// and removes; a time index notes its rows' times (a tombstone's key
+    /// leaves memory; its entries in the index's runs no longer match a
+    /// row). Returns whether it did; if not, the caller applies the
     /// diff through the memtable (and every diff after it: a run adopted
     /// later would read as older than the memtable's rows).
     ///
@@ -1050,7 +1052,7 @@ impl StateTable {
             .spill
             .as_ref()
             .is_some_and(|s| s.runs.len() + 2 <= MAX_RUNS && !s.runs.is_empty());
-        if !room || self.time.is_some() || self.index.len() > 0 {
+        if !room || self.index.len() > 0 {
             return Ok(false);
         }
         // The diff's columns by name, in the diff schema's order (a tombstone's
@@ -1070,6 +1072,8 @@ impl StateTable {
             return Ok(false);
         };
         let key = self.key_column().to_string();
+        // The time index learns the diff's rows: a tombstone's key leaves it.
+        let timed = self.time.as_ref().map(|_| batch.columns().to_vec());
         let run = match filter {
             Some(filter) => match Run::from_sorted_unfiltered(batch, &key, what) {
                 Ok(run) => run.with_filter(filter.clone(), what)?,
@@ -1103,6 +1107,13 @@ impl StateTable {
         spill.outside = live;
         spill.stats.diffs_mapped += 1;
         spill.stats.filters_stored += u64::from(filter.is_some());
+        if let Some(mut arrays) = timed {
+            let col = self.time.as_ref().expect("timed only with an index").col;
+            let deleted = arrays.pop().expect("a diff ends with __deleted");
+            arrays[col] = arrow_select::nullif::nullif(arrays[col].as_ref(), deleted.as_boolean())
+                .map_err(arrow_err)?;
+            self.note_times(&arrays)?;
+        }
         Ok(true)
     }
 
