@@ -14,7 +14,10 @@ freshly compacted full would take).
   definition, the checkpoints' files standing for the user's writes);
 - **bytes written per live byte** = everything written / the live state;
 - **space amplification** = the root's bytes on disk / the live state, at
-  the end and at its largest during the run.
+  the end and at its largest during the run; beside it what the newest
+  checkpoint's manifest names (the bytes a restore of it needs) / the live
+  state, and how many checkpoint directories the root kept against how many
+  the newest one names.
 
 Each case runs ROUNDS times; prints each run and writes ``--out`` (JSON: every
 run with its per-checkpoint series).
@@ -93,6 +96,24 @@ def live_bytes(root: str) -> tuple[int, int]:
     return total, rows
 
 
+def referenced_bytes(root: str) -> tuple[int, int]:
+    """(bytes, checkpoints) of the files the newest checkpoint's manifest
+    names (its state runs, their filters, its own other files): what a
+    restore of it reads, and the checkpoint directories they lie in."""
+    newest = sorted(p for p in os.listdir(root) if p.startswith("chk-"))[-1]
+    with open(os.path.join(root, newest, "manifest.json")) as f:
+        manifest = json.load(f)
+    named: dict[tuple[int, str], int] = {}
+    for entry in manifest["files"]:
+        own = {"checkpoint": manifest["checkpoint_id"], "path": entry["path"]}
+        runs = entry.get("runs") or [own | {"bytes": entry["bytes"]}]
+        for run in runs:
+            named[(run["checkpoint"], run["path"])] = run["bytes"]
+            if run.get("filter"):
+                named[(run["checkpoint"], run["filter"]["path"])] = run["filter"]["bytes"]
+    return sum(named.values()), len({c for c, _ in named})
+
+
 def run_case(keys: int, records: int, interval: float) -> dict[str, Any]:
     flow = build(records=records, keys=keys, parallelism=2)
     root = tempfile.mkdtemp(prefix="snapcut-amplification-")
@@ -104,6 +125,8 @@ def run_case(keys: int, records: int, interval: float) -> dict[str, Any]:
         )
         space = sampler.stop()
         end_bytes = root_bytes(root)
+        needed, needed_dirs = referenced_bytes(root)
+        dirs = sum(1 for p in os.listdir(root) if p.startswith("chk-"))
         live, live_rows = live_bytes(root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -127,10 +150,14 @@ def run_case(keys: int, records: int, interval: float) -> dict[str, Any]:
         "live_rows": live_rows,
         "root_bytes_end": end_bytes,
         "root_bytes_peak": peak,
+        "newest_needs_bytes": needed,
+        "newest_needs_checkpoints": needed_dirs,
+        "checkpoint_dirs_end": dirs,
         "write_amplification": (written + compacted) / written,
         "written_per_live_byte": (written + compacted) / live,
         "space_amplification_end": end_bytes / live,
         "space_amplification_peak": peak / live,
+        "space_amplification_needed": needed / live,
         "runs_max": max(c.store.runs_max for c in done if c.store),
         "series": [
             {
@@ -146,6 +173,10 @@ def run_case(keys: int, records: int, interval: float) -> dict[str, Any]:
         ],
         "space": [(round(t, 2), b) for t, b in space],
     }
+
+
+def dirs_named(run: dict[str, Any]) -> str:
+    return f"{run['checkpoint_dirs_end']} / {run['newest_needs_checkpoints']}"
 
 
 def spread(values: list[float]) -> str:
@@ -174,9 +205,10 @@ def main() -> None:
     print()
     print(
         "| keys | live state, MB | checkpoints | write amplification | written per live byte "
-        "| space amplification, end | space amplification, peak | most runs a task |"
+        "| space amplification, end | space amplification, peak | the newest needs "
+        "| checkpoint dirs kept / named by the newest | most runs a task |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for keys in cases:
         rs = runs[keys]
 
@@ -187,7 +219,9 @@ def main() -> None:
             f"| {keys:,} | {statistics.median(r['live_bytes'] for r in rs) / 2**20:.0f} "
             f"| {', '.join(str(r['checkpoints']) for r in rs)} | {col('write_amplification')} "
             f"| {col('written_per_live_byte')} | {col('space_amplification_end')} "
-            f"| {col('space_amplification_peak')} | {', '.join(str(r['runs_max']) for r in rs)} |"
+            f"| {col('space_amplification_peak')} | {col('space_amplification_needed')} "
+            f"| {', '.join(dirs_named(r) for r in rs)} "
+            f"| {', '.join(str(r['runs_max']) for r in rs)} |"
         )
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"args": vars(a) | {"out": str(a.out)}, "runs": runs}, indent=1))
