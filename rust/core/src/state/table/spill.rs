@@ -81,12 +81,7 @@ pub trait RunSink: Send + Sync {
     /// Here gathered in memory and kept; a sink of files writes them as
     /// they come, never holding the run whole.
     fn keep_chunks(&mut self, chunks: &mut dyn RunChunks) -> Result<Arc<Run>> {
-        let mut parts = Vec::new();
-        while let Some(chunk) = chunks.next_chunk(usize::MAX)? {
-            parts.push(chunk);
-        }
-        let batch =
-            arrow_select::concat::concat_batches(chunks.schema(), &parts).map_err(arrow_err)?;
+        let batch = gather_chunks(chunks)?;
         let key = chunks.key_column().to_string();
         self.keep(Run::from_sorted_trusted(batch, &key, DEFAULT_FPP)?)
     }
@@ -94,18 +89,22 @@ pub trait RunSink: Send + Sync {
     /// probed (a time index's merge): no filter is built, so keeping it
     /// reads none of its keys back.
     fn keep_merged(&mut self, chunks: &mut dyn RunChunks) -> Result<Arc<Run>> {
-        let mut parts = Vec::new();
-        while let Some(chunk) = chunks.next_chunk(usize::MAX)? {
-            parts.push(chunk);
-        }
-        let batch =
-            arrow_select::concat::concat_batches(chunks.schema(), &parts).map_err(arrow_err)?;
+        let batch = gather_chunks(chunks)?;
         let key = chunks.key_column().to_string();
         self.keep(Run::from_sorted_trusted_unfiltered(batch, &key)?)
     }
     /// `runs` will not be read again (merged, or a checkpoint took them):
     /// what `keep` made for them may go.
     fn release(&mut self, runs: &[Arc<Run>]);
+}
+
+/// Every row `chunks` give, as one batch (a sink that keeps runs in memory).
+fn gather_chunks(chunks: &mut dyn RunChunks) -> Result<RecordBatch> {
+    let mut parts = Vec::new();
+    while let Some(chunk) = chunks.next_chunk(usize::MAX)? {
+        parts.push(chunk);
+    }
+    arrow_select::concat::concat_batches(chunks.schema(), &parts).map_err(arrow_err)
 }
 
 /// Runs kept as they are, in memory: for tests of the rules.
