@@ -186,7 +186,8 @@ def test_timers_and_ttl_of_spilling_tables_fire_as_in_memory(tmp_path: Path) -> 
     with a TTL hold a few hundred entries in memory and move the rest into
     runs on disk, where timers deleted and expiries moved leave stale
     entries: every batch still yields the same rows and leaves the same
-    state as tables without a budget."""
+    state as tables without a budget (2,500 keys: ~700 entries of either
+    index fit in memory)."""
     from snapcut import StateTable
     from snapcut.spark.state.spec import TableLayout
 
@@ -208,8 +209,8 @@ def test_timers_and_ttl_of_spilling_tables_fire_as_in_memory(tmp_path: Path) -> 
     for p in procs:
         p.output_schema = OUTPUT
     rng = np.random.default_rng(5)
-    for batch in range(5):
-        rows = batch_rows(rng, 6000, 12_000)
+    for batch in range(3):
+        rows = batch_rows(rng, 2500, 5000)
         info = BatchInfo(batch, 0, 0, 1000 * (batch + 1), False)
         want = procs[0].process(plain.tables, rows, info)
         got = procs[1].process(spilled.tables, rows, info)
