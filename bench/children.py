@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import threading
 from pathlib import Path
@@ -65,3 +66,8 @@ class MemoryPeaks:
             "vm_hwm_mb": round(status_bytes("VmHWM") / 2**20),
             "rss_anon_peak_mb": round(self._peak / 2**20),
         }
+
+
+def spread(values: list[float], fmt: str = "g") -> str:
+    """The median and range of `values`: "median [min, max]", each as `fmt`."""
+    return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}, {max(values):{fmt}}]"

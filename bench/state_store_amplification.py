@@ -44,6 +44,7 @@ from typing import Any
 import pyarrow as pa
 
 import snapcut.snapshots
+from children import spread
 from snapcut import Checkpointing
 from snapcut.experiments.flows import build
 
@@ -179,10 +180,6 @@ def dirs_named(run: dict[str, Any]) -> str:
     return f"{run['checkpoint_dirs_end']} / {run['newest_needs_checkpoints']}"
 
 
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} [{min(values):.2f}, {max(values):.2f}]"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--keys", default="1000000,10000000", help="comma-separated key counts")
@@ -213,7 +210,7 @@ def main() -> None:
         rs = runs[keys]
 
         def col(k: str, rs: list[dict[str, Any]] = rs) -> str:
-            return spread([float(r[k]) for r in rs])
+            return spread([float(r[k]) for r in rs], ".2f")
 
         print(
             f"| {keys:,} | {statistics.median(r['live_bytes'] for r in rs) / 2**20:.0f} "

@@ -32,14 +32,13 @@ import json
 import os
 import pickle
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from children import child_env, run_json_child
+from children import child_env, run_json_child, spread
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -156,10 +155,6 @@ def child(
         str(args.diff),
     ]
     return run_json_child(cmd, child_env(""), args.timeout)
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):g} [{min(values):g}, {max(values):g}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,14 +29,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from children import child_env, run_json_child
+from children import child_env, run_json_child, spread
 
 CHILD = r"""
 import json, os, sys, time
@@ -86,10 +85,6 @@ def child(
         str(args.full_every),
     ]
     return run_json_child(cmd, env, args.timeout)
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):g} [{min(values):g}, {max(values):g}]"
 
 
 def main(argv: list[str] | None = None) -> int:

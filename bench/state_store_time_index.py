@@ -28,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from children import child_env, run_json_child
+from children import child_env, run_json_child, spread
 
 CHILD = r"""
 import json, sys, time
@@ -104,10 +103,6 @@ def child(pythonpath: str, args: argparse.Namespace, variant: str, spill: Path) 
         str(args.step),
     ]
     return run_json_child(cmd, child_env(pythonpath), args.timeout)
-
-
-def spread(values: list[float]) -> str:
-    return f"{statistics.median(values):g} [{min(values):g}, {max(values):g}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -205,22 +205,12 @@ impl TimeIndex {
         (entries, ends)
     }
 
-    /// Up to `most` unconsumed entries of run `run` from its first, each
-    /// with whether memory holds a newer entry for its key.
-    pub(crate) fn run_head(
-        &self,
-        run: usize,
-        most: usize,
-        int_keys: bool,
-    ) -> Vec<(i64, Key, bool)> {
+    /// Up to `most` unconsumed entries of run `run` from its first.
+    pub(crate) fn run_head(&self, run: usize, most: usize, int_keys: bool) -> Vec<(i64, Key)> {
         let (r, start) = &self.runs[run];
         let column = r.keys().as_binary::<i32>();
         (*start..column.len().min(start + most))
-            .map(|i| {
-                let (t, key) = decode(column.value(i), int_keys);
-                let newer = self.by_key.contains_key(&key);
-                (t, key, newer)
-            })
+            .map(|i| decode(column.value(i), int_keys))
             .collect()
     }
 

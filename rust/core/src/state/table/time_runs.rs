@@ -61,7 +61,9 @@ impl StateTable {
     }
 
     /// The earliest time of the index (None: no key has one, or no index):
-    /// each run's stale first entries are consumed until one is current.
+    /// each run's stale first entries are consumed until one is current (an
+    /// entry whose row has its time is that key's time, whether or not
+    /// memory holds the key too).
     pub fn earliest_time(&mut self) -> Result<Option<i64>> {
         let Some(index) = self.time.as_ref() else {
             return Ok(None);
@@ -74,9 +76,7 @@ impl StateTable {
                 if head.is_empty() {
                     break;
                 }
-                let asked: Vec<(i64, Key)> = head.iter().map(|(t, k, _)| (*t, k.clone())).collect();
-                let current = self.still_current(&asked)?;
-                let first = (head.iter().zip(&current)).position(|((_, _, newer), c)| *c && !newer);
+                let first = self.still_current(&head)?.iter().position(|c| *c);
                 let index = self.time.as_mut().expect("checked above");
                 let start = index.run_start(run);
                 index.advance(run, start + first.unwrap_or(head.len()));
