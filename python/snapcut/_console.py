@@ -17,6 +17,7 @@ _STYLES = {
     "complete": "green",
     "BROKEN": "bold red",
     "partial": "yellow",
+    "held": "dim",
     "unreadable": "bold red",
 }
 

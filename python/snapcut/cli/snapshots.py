@@ -399,6 +399,11 @@ def cmd_prune(args: argparse.Namespace, out: Out) -> int:
             f"kept only as bases, not restorable themselves: {ids(result.base_only)} (their "
             "own chains start in removed checkpoints)"
         )
+    if result.held:
+        out.line(
+            f"held {len(result.held)} directories for the runs kept checkpoints read "
+            f"(only those files stay): {ids(result.held)}"
+        )
     if result.partial:
         out.line(f"left {len(result.partial)} partial directories alone: {ids(result.partial)}")
     return 0

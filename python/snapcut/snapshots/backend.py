@@ -15,6 +15,7 @@ from snapcut import _fs
 from snapcut._core import SnapshotError, SnapshotReader
 from snapcut._core import format as fmt
 from snapcut.snapshots.layout import (
+    HELD_FILE,
     MANIFEST_FILE,
     Channel,
     Task,
@@ -49,6 +50,11 @@ class Backend:
     def partial(self) -> builtins.list[int]:
         raise NotImplementedError
 
+    def held(self) -> builtins.list[int]:
+        """Held directories: checkpoints retention removed whose runs newer
+        checkpoints still read (a held record, no manifest)."""
+        raise NotImplementedError
+
     def manifest(self, checkpoint_id: int) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -72,6 +78,9 @@ class RustBackend(Backend):
 
     def partial(self) -> builtins.list[int]:
         return self._reader.partial()
+
+    def held(self) -> builtins.list[int]:
+        return sorted(self._reader.held())
 
     def manifest(self, checkpoint_id: int) -> dict[str, Any]:
         return dict(json.loads(self._reader.manifest(checkpoint_id)))
@@ -115,8 +124,9 @@ class FsBackend(Backend):
         """Paths under the root, relative to it, with whether each is a
         directory: what ``fmt.scan`` and ``fmt.retention`` read. On
         object stores one recursive listing (pages of keys) costs less than a
-        request per checkpoint; elsewhere the root's entries and the
-        manifests of the checkpoint directories among them."""
+        request per checkpoint; elsewhere the root's entries, the manifests
+        of the checkpoint directories among them, the held records of the
+        others and the entries of the held directories."""
         from pyarrow.fs import FileSelector, FileType
 
         prefix = len(self.root.rstrip("/")) + 1
@@ -132,12 +142,25 @@ class FsBackend(Backend):
             for name, is_dir in out
             if is_dir and parse_dir_name(name) is not None
         ]
-        found = self.fs.get_file_info(probes)
-        return out + [(i.path[prefix:], False) for i in found if i.type == FileType.File]
+        found = [i for i in self.fs.get_file_info(probes) if i.type == FileType.File]
+        out += [(i.path[prefix:], False) for i in found]
+        with_manifest = {i.path.rsplit("/", 1)[0] for i in found}
+        held_probes = [
+            f"{p.rsplit('/', 1)[0]}/{HELD_FILE}" for p in probes if p.rsplit("/", 1)[0] not in with_manifest
+        ]
+        for record in self.fs.get_file_info(held_probes):
+            if record.type != FileType.File:
+                continue
+            held_dir = record.path.rsplit("/", 1)[0]
+            out += [
+                (i.path[prefix:], i.type == FileType.Directory)
+                for i in self.fs.get_file_info(FileSelector(held_dir))
+            ]
+        return out
 
-    def scan(self) -> tuple[builtins.list[int], builtins.list[int]]:
-        """``(complete, partial)`` checkpoint ids, oldest first: the Rust rule
-        over the root's listing."""
+    def scan(self) -> tuple[builtins.list[int], builtins.list[int], builtins.list[int]]:
+        """``(complete, partial, held)`` checkpoint ids, oldest first: the Rust
+        rule over the root's listing."""
         return fmt.scan(self.listing())
 
     def complete(self) -> builtins.list[int]:
@@ -145,6 +168,9 @@ class FsBackend(Backend):
 
     def partial(self) -> builtins.list[int]:
         return self.scan()[1]
+
+    def held(self) -> builtins.list[int]:
+        return self.scan()[2]
 
     def manifest_bytes(self, checkpoint_id: int) -> bytes:
         """The bytes of a checkpoint's manifest, checked (format, version, id)."""

@@ -76,8 +76,9 @@ class CheckpointRow:
     """One checkpoint directory of a root, as ``snapcut snapshots list`` shows it.
 
     status: "complete" (has a manifest), "partial" (no manifest: never
-    committed, cannot be restored) or "unreadable" (its manifest fails to
-    parse). kind: "diff" when a state file here is a diff (restoring reads
+    committed, cannot be restored), "held" (retention removed it; the
+    directory keeps only runs newer checkpoints read) or "unreadable" (its
+    manifest fails to parse). kind: "diff" when a state file here is a diff (restoring reads
     a chain), "full" when every one is full, None without state. records: rows of every
     file but the source offsets (state rows of a diff are its changed keys).
     chain: the longest chain of checkpoints a state file here is rebuilt
@@ -119,15 +120,18 @@ def _dir_files(backend: FsBackend, checkpoint_id: int) -> list[Any]:
 def list_checkpoints(root: Root, filesystem: Any = None) -> list[CheckpointRow]:
     """Every checkpoint directory under `root`, oldest first."""
     backend = open_root(root, filesystem)
-    complete = set(backend.complete())
+    complete, partial, held = backend.scan()
     rows = []
-    for cid in sorted(complete | set(backend.partial())):
+    for cid in sorted({*complete, *partial, *held}):
         if cid in complete:
             try:
                 rows.append(_row(backend, cid))
                 continue
             except SnapshotError as e:
                 status, error = "unreadable", str(e)
+        elif cid in held:
+            status = "held"
+            error = "removed by retention: holds runs newer checkpoints read, cannot be restored"
         else:
             status = "partial"
             error = f"no {MANIFEST_FILE}: never committed, cannot be restored"
@@ -386,6 +390,9 @@ class PruneResult:
     Happens when tasks take their full states at different checkpoints."""
     partial: list[int]
     """Directories without a manifest: never touched (a running job may be writing one)."""
+    held: list[int]
+    """Held directories left (after the prune): removed checkpoints whose runs
+    a kept one reads; only those files stay."""
     dry_run: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -394,7 +401,8 @@ class PruneResult:
 
 def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) -> PruneResult:
     """Keeps the newest `keep` complete checkpoints, every savepoint and every
-    base their chains need; removes the other complete ones
+    base their chains need; removes the other complete ones, holding the
+    directories of those whose runs a kept one reads
     (:meth:`SnapshotWriter.apply_retention`'s rule, the Rust store's)."""
     backend = open_root(root, filesystem)  # a clear error for a missing root
     removed = SnapshotWriter(root, filesystem).apply_retention(keep, dry_run=dry_run)
@@ -407,4 +415,4 @@ def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) 
             continue  # unreadable: kept for inspection, reported by verify
         if not set(needed) <= set(kept):
             base_only.append(cid)
-    return PruneResult(removed, kept, base_only, backend.partial(), dry_run)
+    return PruneResult(removed, kept, base_only, backend.partial(), backend.held(), dry_run)

@@ -103,8 +103,14 @@ class Snapshots:
         return self._backend.complete()
 
     def partial(self) -> builtins.list[int]:
-        """Ids of checkpoint directories without a manifest (never restorable)."""
+        """Ids of checkpoint directories without a manifest nor a held record
+        (never restorable)."""
         return self._backend.partial()
+
+    def held(self) -> builtins.list[int]:
+        """Ids of held directories: checkpoints retention removed whose runs
+        newer checkpoints read (not restorable; docs/format.md, Retention)."""
+        return self._backend.held()
 
     def __getitem__(self, checkpoint_id: int) -> Checkpoint:
         return Checkpoint(self._backend, self._backend.manifest(checkpoint_id))

@@ -21,6 +21,8 @@ from snapcut._core import SnapshotError, StateRuns
 from snapcut._core import format as fmt
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import (
+    HELD_FILE,
+    HELD_TMP_FILE,
     MANIFEST_FILE,
     MANIFEST_TMP_FILE,
     SOURCES_FILE,
@@ -217,21 +219,49 @@ class SnapshotWriter:
         return written
 
     def apply_retention(self, retain: int, dry_run: bool = False) -> builtins.list[int]:
-        """Deletes completed checkpoints beyond the newest `retain`, keeping
-        savepoints, the base of each checkpoint in progress (a directory
-        without a manifest: the newest complete one before it) and, to a
-        fixpoint, every base a kept checkpoint needs: the Rust store's rule,
-        ``format::retention``. Returns the removed ids (with `dry_run`, the
-        ids it would remove, deleting nothing)."""
+        """Applies the Rust store's rule, ``format::retention``: keeps the
+        newest `retain` completed checkpoints, savepoints, the base of each
+        checkpoint in progress (a directory without a manifest: the newest
+        complete one before it) and, to a fixpoint, every checkpoint a kept
+        one's chain reads link by link; holds the directories of the others
+        whose runs a kept checkpoint reads (a held record replaces the
+        manifest, only those files stay) and deletes the rest. Returns the
+        completed checkpoints removed or held (with `dry_run`, those it
+        would, changing nothing)."""
         backend = FsBackend(self.fs, self.root)
-        removed = fmt.retention(backend.listing(), backend.manifest_bytes, retain)
+        plan = fmt.retention(backend.listing(), backend.manifest_bytes, retain)
+        removed: builtins.list[int] = plan["removed"]
         if dry_run:
             return removed
-        for cid in removed:
+        for cid, hold in plan["hold"].items():
+            self._hold(cid, hold["files"], hold["read_by"], hold["demote"])
+        for cid in plan["remove"]:
             # Manifest first: an interrupted removal leaves a partial directory.
             self.fs.delete_file(f"{self._dir(cid)}/{MANIFEST_FILE}")
             self.fs.delete_dir(self._dir(cid))
+        for cid in plan["release"]:
+            # Record first: what an interruption leaves is partial.
+            self.fs.delete_file(f"{self._dir(cid)}/{HELD_FILE}")
+            self.fs.delete_dir(self._dir(cid))
         return removed
+
+    def _hold(
+        self, cid: int, files: builtins.list[str], read_by: builtins.list[int], demote: bool
+    ) -> None:
+        """Makes checkpoint `cid`'s directory hold `files` only: its held
+        record written first (a crash leaves it complete or held, never
+        partial), then its manifest (`demote`) and every other file deleted."""
+        from pyarrow.fs import FileSelector, FileType
+
+        d = self._dir(cid)
+        record = fmt.held_record(cid, files, read_by)
+        _fs.write_atomic(self.fs, f"{d}/{HELD_FILE}", f"{d}/{HELD_TMP_FILE}", record)
+        if demote:
+            self.fs.delete_file(f"{d}/{MANIFEST_FILE}")
+        keep = {*files, HELD_FILE}
+        for info in self.fs.get_file_info(FileSelector(d)):
+            if info.type == FileType.File and info.base_name not in keep:
+                self.fs.delete_file(info.path)
 
     def cleanup_partial(self, below: int) -> builtins.list[int]:
         """Deletes checkpoint directories without a manifest whose id is below

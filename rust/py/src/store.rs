@@ -55,9 +55,21 @@ impl SnapshotReader {
         py.detach(|| self.inner.list()).map_py()
     }
 
-    /// Ids of partial checkpoint directories (no manifest).
+    /// Ids of partial checkpoint directories (no manifest nor held record).
     fn partial(&self, py: Python<'_>) -> PyResult<Vec<u64>> {
         py.detach(|| self.inner.partial()).map_py()
+    }
+
+    /// `{id: [file names]}` of the held directories (checkpoints retention
+    /// removed whose runs newer checkpoints read).
+    fn held(&self, py: Python<'_>) -> PyResult<std::collections::BTreeMap<u64, Vec<String>>> {
+        py.detach(|| self.inner.held())
+            .map(|h| {
+                h.into_iter()
+                    .map(|(id, files)| (id, files.into_iter().collect()))
+                    .collect()
+            })
+            .map_py()
     }
 
     /// The manifest of checkpoint `id` as JSON text.
@@ -288,6 +300,8 @@ fn format_constants<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("FORMAT_VERSION", store::FORMAT_VERSION)?;
     d.set_item("MANIFEST_FILE", store::MANIFEST_FILE)?;
     d.set_item("MANIFEST_TMP_FILE", store::MANIFEST_TMP_FILE)?;
+    d.set_item("HELD_FILE", store::HELD_FILE)?;
+    d.set_item("HELD_TMP_FILE", store::HELD_TMP_FILE)?;
     d.set_item("SOURCES_FILE", store::SOURCES_FILE)?;
     d.set_item("CHECKPOINT_DIR_PREFIX", store::CHECKPOINT_DIR_PREFIX)?;
     d.set_item("DELETED_COLUMN", DELETED_COLUMN)?;

@@ -152,8 +152,9 @@ impl Finished {
 struct Shared {
     stop: AtomicBool,
     finished: Mutex<Vec<Finished>>,
-    /// Per task with a job in flight or waiting: its inputs' checkpoints.
-    pending: Mutex<BTreeMap<TaskId, Vec<CheckpointId>>>,
+    /// Per task with a job in flight or waiting: its inputs' files (with
+    /// their filters), by (checkpoint, name).
+    pending: Mutex<BTreeMap<TaskId, Vec<(CheckpointId, String)>>>,
     /// Tasks whose runs could not be merged (not I/O: the data).
     refused: Mutex<BTreeSet<TaskId>>,
     /// [`CompactionHold`]s alive; `released` is told when one goes.
@@ -240,7 +241,15 @@ impl Compactor {
         if pending.contains_key(&job.task) {
             return false;
         }
-        let inputs = job.plan.inputs.iter().map(|r| r.checkpoint).collect();
+        let inputs = job
+            .plan
+            .inputs
+            .iter()
+            .flat_map(|r| {
+                let filter = r.filter.iter().map(|f| (r.checkpoint, f.path.clone()));
+                std::iter::once((r.checkpoint, r.path.clone())).chain(filter)
+            })
+            .collect();
         let task = job.task.clone();
         match jobs.try_send(job) {
             Ok(()) => {
@@ -273,13 +282,11 @@ impl Compactor {
         count.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The checkpoints whose files jobs in flight read: retention keeps them.
-    pub fn needed(&self) -> Vec<CheckpointId> {
+    /// The files jobs in flight read, by (checkpoint, name): retention
+    /// keeps them.
+    pub fn needed(&self) -> BTreeSet<(CheckpointId, String)> {
         let pending = self.shared.pending.lock().expect("compactor poisoned");
-        let mut ids: Vec<CheckpointId> = pending.values().flatten().copied().collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+        pending.values().flatten().cloned().collect()
     }
 
     /// Waits until every job handed over is done (its output waiting for

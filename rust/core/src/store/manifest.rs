@@ -2,6 +2,8 @@
 //! names of everything in a checkpoint directory. The Python reader/writer
 //! (`snapcut.snapshots`) uses the same constants, exported by the bindings.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -12,12 +14,19 @@ use crate::snapshot::TaskId;
 pub const FORMAT_NAME: &str = "snapcut-snapshot";
 /// The manifest format version this code writes and the newest it reads.
 /// Version 2 added a state entry's `runs` ([`RunEntry`]); version 3 a diff's
-/// stored bloom filter ([`FilterEntry`]). Older roots (no runs: the chain
-/// alone rebuilds a state; no filters: a restore builds them) are read as
-/// they are.
-pub const FORMAT_VERSION: u32 = 3;
+/// stored bloom filter ([`FilterEntry`]); version 4 runs in held
+/// directories ([`HELD_FILE`]): a run's checkpoint need not be complete.
+/// Older roots (no runs: the chain alone rebuilds a state; no filters: a
+/// restore builds them) are read as they are.
+pub const FORMAT_VERSION: u32 = 4;
 /// File name of the manifest inside a checkpoint directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// File name of a held directory's record (in place of a manifest): the
+/// directory of a checkpoint retention removed whose runs newer checkpoints
+/// still read (`format::HeldRecord`).
+pub const HELD_FILE: &str = "held.json";
+/// Temporary name the held record is written under before its rename.
+pub const HELD_TMP_FILE: &str = "held.json.tmp";
 /// Temporary name the manifest is written under before the atomic rename.
 pub const MANIFEST_TMP_FILE: &str = "manifest.json.tmp";
 /// File holding every source task's offset.
@@ -358,17 +367,41 @@ impl Manifest {
         })
     }
 
-    /// Every checkpoint whose files this one needs (itself included).
+    /// Every checkpoint whose manifest this one needs (itself included):
+    /// the chains of its state files that list no runs (format 1: a chain
+    /// is read link by link through its manifests). A state listing runs
+    /// needs their files only ([`Self::reads`]).
     pub fn needs(&self) -> Vec<CheckpointId> {
         let mut ids: Vec<CheckpointId> = self
             .files
             .iter()
+            .filter(|f| f.runs.is_empty())
             .flat_map(|f| f.chain.iter().copied())
             .chain([self.checkpoint_id])
             .collect();
         ids.sort_unstable();
         ids.dedup();
         ids
+    }
+}
+
+impl Manifest {
+    /// Every file a restore of this checkpoint reads, by (checkpoint whose
+    /// directory holds it, name): its own files and their filters, and the
+    /// runs its states list with theirs. The files of a chain's other links
+    /// (format 1) are not here: [`Self::needs`] keeps their checkpoints whole.
+    pub fn reads(&self) -> BTreeSet<(CheckpointId, String)> {
+        let own = self.checkpoint_id;
+        let mut out = BTreeSet::new();
+        for f in &self.files {
+            out.insert((own, f.path.clone()));
+            out.extend(f.filter.iter().map(|x| (own, x.path.clone())));
+            for r in &f.runs {
+                out.insert((r.checkpoint, r.path.clone()));
+                out.extend(r.filter.iter().map(|x| (r.checkpoint, x.path.clone())));
+            }
+        }
+        out
     }
 }
 

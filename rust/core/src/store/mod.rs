@@ -36,8 +36,8 @@ pub use format::Written;
 pub use manifest::{
     channel_file_name, checkpoint_dir_name, file_component, filter_file_name, parse_checkpoint_dir,
     run_file_name, state_file_name, FileEntry, FileKind, FileRole, FilterEntry, Manifest, RunEntry,
-    TaskEntry, CHECKPOINT_DIR_PREFIX, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, MANIFEST_FILE,
-    MANIFEST_TMP_FILE, SOURCES_FILE,
+    TaskEntry, CHECKPOINT_DIR_PREFIX, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, HELD_FILE,
+    HELD_TMP_FILE, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
 };
 pub use mapped::{map_file_pages, MappedPages};
 pub use reader::rebuild_chain;

@@ -1,7 +1,7 @@
 //! Reading a snapshot root: listing, verification, and rebuilding full state
 //! from manifests alone (nearest full + following diffs).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,10 +11,10 @@ use arrow_buffer::Buffer;
 use arrow_schema::Schema;
 
 use super::files::{map_checked, read_checked};
-use super::format::{self, decode_buffer, decode_ipc};
+use super::format::{self, decode_buffer, decode_ipc, DirState};
 use super::manifest::{
     checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, FilterEntry, Manifest,
-    MANIFEST_FILE,
+    HELD_FILE, MANIFEST_FILE,
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -63,10 +63,19 @@ impl SnapshotReader {
         self.root.join(checkpoint_dir_name(id))
     }
 
-    /// Every checkpoint directory, complete or not, with whether it has a
-    /// manifest ([`format::scan_listing`] of the root's entries and each
-    /// checkpoint directory's manifest).
-    pub fn scan(&self) -> Result<BTreeMap<CheckpointId, bool>> {
+    /// Every checkpoint directory and what it is ([`format::scan_listing`]
+    /// of the root's entries and each checkpoint directory's manifest or
+    /// held record).
+    pub fn scan(&self) -> Result<BTreeMap<CheckpointId, DirState>> {
+        let listing = self.listing(false)?;
+        Ok(format::scan_listing(
+            listing.iter().map(|(p, d)| (p.as_str(), *d)),
+        ))
+    }
+
+    /// The root's entries, each checkpoint directory's manifest or held
+    /// record, and with `held_contents` every file of a held directory.
+    fn listing(&self, held_contents: bool) -> Result<Vec<(String, bool)>> {
         let listing_err = |e| Error::io(format!("listing {}", self.root.display()), e);
         let mut listing = Vec::new();
         for entry in fs::read_dir(&self.root).map_err(listing_err)? {
@@ -74,35 +83,66 @@ impl SnapshotReader {
             let Ok(name) = entry.file_name().into_string() else {
                 continue;
             };
-            let is_dir = entry.path().is_dir();
-            if is_dir
-                && parse_checkpoint_dir(&name).is_some()
-                && entry.path().join(MANIFEST_FILE).is_file()
-            {
-                listing.push((format!("{name}/{MANIFEST_FILE}"), false));
+            let path = entry.path();
+            let is_dir = path.is_dir();
+            if is_dir && parse_checkpoint_dir(&name).is_some() {
+                if path.join(MANIFEST_FILE).is_file() {
+                    listing.push((format!("{name}/{MANIFEST_FILE}"), false));
+                } else if path.join(HELD_FILE).is_file() {
+                    listing.push((format!("{name}/{HELD_FILE}"), false));
+                    if held_contents {
+                        let dir_err = |e| Error::io(format!("listing {}", path.display()), e);
+                        for file in fs::read_dir(&path).map_err(dir_err)? {
+                            let file = file.map_err(dir_err)?;
+                            if let Ok(f) = file.file_name().into_string() {
+                                listing.push((format!("{name}/{f}"), file.path().is_dir()));
+                            }
+                        }
+                    }
+                }
             }
             listing.push((name, is_dir));
         }
-        Ok(format::scan_listing(
-            listing.iter().map(|(p, d)| (p.as_str(), *d)),
-        ))
+        Ok(listing)
     }
 
     /// Ids of complete checkpoints (those with a manifest), oldest first.
     pub fn list(&self) -> Result<Vec<CheckpointId>> {
+        self.ids(DirState::Complete)
+    }
+
+    /// Ids of partial checkpoint directories (no manifest nor held record:
+    /// being written, crashed or aborted).
+    pub fn partial(&self) -> Result<Vec<CheckpointId>> {
+        self.ids(DirState::Partial)
+    }
+
+    /// The held directories (checkpoints retention removed whose runs newer
+    /// ones read), each with the files it holds.
+    pub fn held(&self) -> Result<BTreeMap<CheckpointId, BTreeSet<String>>> {
+        let listing = self.listing(true)?;
+        let entries = || listing.iter().map(|(p, d)| (p.as_str(), *d));
+        Ok(format::held_files(
+            entries(),
+            &format::scan_listing(entries()),
+        ))
+    }
+
+    /// Every checkpoint but the held ones: what a restore tries, newest
+    /// first, or reports as skipped.
+    fn restorable_or_partial(&self) -> Result<Vec<(CheckpointId, DirState)>> {
         Ok(self
             .scan()?
             .into_iter()
-            .filter_map(|(id, complete)| complete.then_some(id))
+            .filter(|(_, s)| *s != DirState::Held)
             .collect())
     }
 
-    /// Ids of partial checkpoint directories (no manifest: crashed or aborted).
-    pub fn partial(&self) -> Result<Vec<CheckpointId>> {
+    fn ids(&self, state: DirState) -> Result<Vec<CheckpointId>> {
         Ok(self
             .scan()?
             .into_iter()
-            .filter_map(|(id, complete)| (!complete).then_some(id))
+            .filter_map(|(id, s)| (s == state).then_some(id))
             .collect())
     }
 
@@ -158,7 +198,7 @@ impl SnapshotReader {
     /// the reason (partial, missing file, checksum, version, broken chain).
     pub fn latest_intact(&self) -> Result<(Manifest, Vec<Skipped>)> {
         let mut skipped = Vec::new();
-        for (id, _) in self.scan()?.into_iter().rev() {
+        for (id, _) in self.restorable_or_partial()?.into_iter().rev() {
             match self.verify(id) {
                 Ok(m) => return Ok((m, skipped)),
                 Err(e) => skipped.push(Skipped {
@@ -390,7 +430,7 @@ impl SnapshotReader {
     /// partial one is listed as skipped, with the reason).
     pub fn restore_point(&self) -> Result<(Option<CompletedCheckpoint>, Vec<Skipped>)> {
         let mut skipped = Vec::new();
-        for (id, _) in self.scan()?.into_iter().rev() {
+        for (id, _) in self.restorable_or_partial()?.into_iter().rev() {
             // `load_runs` verifies first: a corrupt checkpoint fails there.
             match self.load_runs(id) {
                 Ok(checkpoint) => return Ok((Some(checkpoint), skipped)),

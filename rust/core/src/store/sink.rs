@@ -18,7 +18,8 @@ use super::compactor::{CompactionBudget, CompactionHold, Compactor, Job};
 use super::files::{write_atomic, write_ipc, Fsync, FsyncMode};
 use super::format::{self, InProgress, ManifestMeta, Written};
 use super::manifest::{
-    FileEntry, FileRole, Manifest, TaskEntry, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
+    FileEntry, FileRole, Manifest, TaskEntry, HELD_FILE, HELD_TMP_FILE, MANIFEST_FILE,
+    MANIFEST_TMP_FILE, SOURCES_FILE,
 };
 use super::reader::SnapshotReader;
 use super::writer::{Rows, Stored, Writer};
@@ -106,8 +107,10 @@ pub struct SnapshotStore {
     /// Manifests of the completed checkpoints still on disk; the lock also
     /// serialises commits.
     committed: Mutex<BTreeMap<CheckpointId, Manifest>>,
-    /// Completed checkpoints this store has removed (retention).
+    /// Completed checkpoints this store has removed or held (retention).
     dropped: Mutex<BTreeSet<CheckpointId>>,
+    /// Held directories: the files each holds (`format::retention`).
+    held: Mutex<BTreeMap<CheckpointId, BTreeSet<String>>>,
     /// With `materialize_every`: merges runs in the background.
     compactor: Option<Compactor>,
 }
@@ -141,6 +144,9 @@ impl SnapshotStore {
                 committed.insert(id, m);
             }
         }
+        // Every file there, so that what a crash left beside the held
+        // files goes at the next retention.
+        let held = reader.held()?;
         let fsync = Arc::new(Fsync::new(options.fsync));
         let compactor = match options.materialize_every {
             Some(_) => Some(Compactor::start(
@@ -159,6 +165,7 @@ impl SnapshotStore {
             staged: Mutex::new(BTreeMap::new()),
             committed: Mutex::new(committed),
             dropped: Mutex::new(BTreeSet::new()),
+            held: Mutex::new(held),
             compactor,
         };
         if store.options.cleanup_partial_on_open {
@@ -396,10 +403,13 @@ impl SnapshotStore {
                     let task = f.task().expect("state files name their task");
                     let base = self.resolve_base(id, base, &task, committed);
                     f.base = Some(base);
-                    // Refuses a base whose chain is gone.
+                    // Refuses a base whose chain is gone (a run's directory
+                    // may be held).
+                    let held = self.held.lock().expect("store poisoned");
                     format::diff_chain(id, &task, base, committed.get(&base), |c| {
-                        committed.contains_key(&c)
+                        committed.contains_key(&c) || held.contains_key(&c)
                     })?;
+                    drop(held);
                     let base_entry = committed
                         .get(&base)
                         .and_then(|m| m.state_file(&task))
@@ -469,9 +479,19 @@ impl SnapshotStore {
         task: &crate::snapshot::TaskId,
         committed: &BTreeMap<CheckpointId, Manifest>,
     ) -> CheckpointId {
+        let held = self.held.lock().expect("store poisoned");
+        // Every file the task's state there reads is still on disk.
         let whole = |m: &Manifest| {
-            m.state_file(task)
-                .is_some_and(|f| f.chain.iter().all(|c| committed.contains_key(c)))
+            m.state_file(task).is_some_and(|f| {
+                if f.runs.is_empty() {
+                    f.chain.iter().all(|c| committed.contains_key(c))
+                } else {
+                    f.runs.iter().all(|r| {
+                        committed.contains_key(&r.checkpoint)
+                            || held.get(&r.checkpoint).is_some_and(|h| h.contains(&r.path))
+                    })
+                }
+            })
         };
         let completed_once = committed.contains_key(&base)
             || self.dropped.lock().expect("store poisoned").contains(&base);
@@ -557,11 +577,14 @@ impl SnapshotStore {
         Ok(format::sources_entry(w))
     }
 
-    /// Deletes completed checkpoints beyond `retain` that are neither
-    /// savepoints nor a base of a kept checkpoint (so every checkpoint left
-    /// restores whole) nor of a diff still staged
-    /// (with several checkpoints in flight, a diff is based on an older
-    /// completed one). Returns the removed ids.
+    /// Applies the retention rule ([`format::retention`]): deletes the
+    /// completed checkpoints beyond `retain` that are neither savepoints
+    /// nor needed whole by a kept checkpoint nor a base of a diff still
+    /// staged (with several checkpoints in flight, a diff is based on an
+    /// older completed one); holds the directories of those whose runs a
+    /// kept checkpoint or a compaction in flight reads (only those files
+    /// stay), and releases held ones nothing reads any more. Returns the
+    /// completed checkpoints removed or held.
     fn apply_retention(
         &self,
         committed: &mut BTreeMap<CheckpointId, Manifest>,
@@ -575,29 +598,84 @@ impl SnapshotStore {
                 id: *id,
                 bases: Some(st.files.iter().filter_map(|f| f.entry.base).collect()),
             })
-            .chain(self.compactor.as_ref().map(|c| InProgress {
-                // A compaction reads its inputs' files: they stay until
-                // its output is adopted or discarded.
-                id: CheckpointId::MAX,
-                bases: Some(c.needed()),
-            }))
             .collect();
-        let drop = format::retention(committed, &in_progress, self.options.retain);
-        for id in &drop {
+        // A compaction reads its inputs' files: they stay until its output
+        // is adopted or discarded.
+        let reading = self
+            .compactor
+            .as_ref()
+            .map(Compactor::needed)
+            .unwrap_or_default();
+        let mut held = self.held.lock().expect("store poisoned");
+        let plan = format::retention(
+            committed,
+            &held,
+            &in_progress,
+            &reading,
+            self.options.retain,
+        );
+        for (id, hold) in &plan.hold {
+            let dir = self.reader.checkpoint_dir(*id);
+            // The record first, durable, then the manifest goes: a crash
+            // leaves the checkpoint complete or held, never partial.
+            let record = format::held_record(
+                *id,
+                hold.files.iter().cloned(),
+                hold.read_by.iter().copied(),
+            );
+            write_atomic(
+                &dir,
+                HELD_FILE,
+                HELD_TMP_FILE,
+                &format::held_bytes(&record),
+                &self.fsync,
+            )?;
+            if hold.demote {
+                remove_file(&dir.join(MANIFEST_FILE))?;
+                committed.remove(id);
+                self.dropped.lock().expect("store poisoned").insert(*id);
+            }
+            let listing_err = |e| Error::io(format!("listing {}", dir.display()), e);
+            for entry in fs::read_dir(&dir).map_err(listing_err)? {
+                let entry = entry.map_err(listing_err)?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name != HELD_FILE && !hold.files.contains(&name) {
+                    remove_file(&entry.path())?;
+                }
+            }
+            held.insert(*id, hold.files.clone());
+        }
+        for id in &plan.remove {
             let dir = self.reader.checkpoint_dir(*id);
             // Manifest first: a crash midway leaves a partial directory, which
             // is never listed as complete and is cleaned up later.
-            let manifest = dir.join(MANIFEST_FILE);
-            match fs::remove_file(&manifest) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io(format!("removing {}", manifest.display()), e)),
-            }
+            remove_file(&dir.join(MANIFEST_FILE))?;
             remove_dir(&dir)?;
             committed.remove(id);
             self.dropped.lock().expect("store poisoned").insert(*id);
         }
-        Ok(drop)
+        for id in &plan.release {
+            let dir = self.reader.checkpoint_dir(*id);
+            // Record first: what is left is partial, cleaned up later.
+            remove_file(&dir.join(HELD_FILE))?;
+            remove_dir(&dir)?;
+            held.remove(id);
+        }
+        Ok(plan.removed())
+    }
+
+    /// The held directories (checkpoints removed whose runs newer ones
+    /// read) and the files each holds.
+    pub fn held(&self) -> BTreeMap<CheckpointId, BTreeSet<String>> {
+        self.held.lock().expect("store poisoned").clone()
+    }
+
+    /// The files compactions in flight read (retention keeps them).
+    pub fn compaction_inputs(&self) -> BTreeSet<(CheckpointId, String)> {
+        self.compactor
+            .as_ref()
+            .map(Compactor::needed)
+            .unwrap_or_default()
     }
 }
 
@@ -699,6 +777,14 @@ const UNWRITTEN: Written = Written {
     bytes: 0,
     crc32c: 0,
 };
+
+fn remove_file(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("removing {}", path.display()), e)),
+    }
+}
 
 fn remove_dir(dir: &Path) -> Result<()> {
     match fs::remove_dir_all(dir) {

@@ -246,7 +246,9 @@ fn a_diff_staged_on_an_old_base_keeps_that_base_through_retention() {
     store.commit(meta(4, false)).unwrap();
     let got = store.reader().state(4, &task("agg", 0)).unwrap().unwrap();
     assert_eq!(as_agg(&got), model);
-    assert_eq!(store.completed(), vec![1, 4], "retain 1 plus 4's base");
+    // Retain 1; 1's directory is held for the full 4 reads.
+    assert_eq!(store.completed(), vec![4]);
+    assert_eq!(store.held().into_keys().collect::<Vec<_>>(), vec![1]);
 }
 
 #[test]
@@ -322,10 +324,10 @@ fn a_diff_on_an_aborted_base_is_never_rebased() {
 }
 
 #[test]
-fn a_checkpoint_kept_as_one_tasks_base_stays_whole_for_the_others() {
-    // 6 needs 5 for task b only; 5's state of task a is a diff on 3 on 2.
-    // Retention (retain 1) keeps 2 and 3 too: every checkpoint left on disk
-    // restores whole (an operator confirmed on 5 may base a diff on it).
+fn a_checkpoint_whose_runs_one_task_reads_is_held_with_those_runs_only() {
+    // 6 reads 5 for task b only; 5's state of task a is a diff on 3 on 2.
+    // Retention (retain 1) holds 5's directory with b's full alone; 2 and 3
+    // go. A diff an operator later bases on 5 is rebased (it was complete).
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(
         dir.path(),
@@ -356,10 +358,25 @@ fn a_checkpoint_kept_as_one_tasks_base_stays_whole_for_the_others() {
     step(3, false, true);
     step(5, false, true);
     step(6, true, false);
-    assert_eq!(store.completed(), vec![2, 3, 5, 6]);
-    let five = store.reader().load(5).unwrap();
-    let a5 = five.tasks[&task("a", 0)].state.as_ref().unwrap();
-    assert_eq!(as_map(&a5.batch).len(), 3);
+    assert_eq!(store.completed(), vec![6]);
+    let held = store.held();
+    assert_eq!(held.keys().copied().collect::<Vec<_>>(), vec![5]);
+    assert_eq!(
+        held[&5].iter().map(String::as_str).collect::<Vec<_>>(),
+        vec!["b-0.state.arrow"]
+    );
+    let files: Vec<String> = std::fs::read_dir(dir.path().join("chk-00000005"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let mut files = files;
+    files.sort();
+    assert_eq!(files, vec!["b-0.state.arrow", "held.json"]);
+    let six = store.reader().load(6).unwrap();
+    let b6 = six.tasks[&task("b", 0)].state.as_ref().unwrap();
+    assert_eq!(as_map(&b6.batch).len(), 4);
+    store.reader().verify(6).unwrap();
+    assert!(store.reader().partial().unwrap().is_empty());
 }
 
 // ---- the runtime with several checkpoints in flight ----------------------------

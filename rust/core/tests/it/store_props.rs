@@ -66,14 +66,35 @@ proptest! {
         }
         let listed = store.reader().list().unwrap();
         prop_assert_eq!(&listed, &store.completed());
-        let newest: Vec<u64> = at.keys().rev().take(retain).copied().collect();
-        for id in &newest {
-            prop_assert!(listed.contains(id), "retained checkpoint {} missing from {:?}", id, listed);
+        // Exactly the newest `retain` stay complete (nothing staged, no
+        // savepoint): older runs they read are held, not kept whole.
+        let mut newest: Vec<u64> = at.keys().rev().take(retain).copied().collect();
+        newest.reverse();
+        prop_assert_eq!(&listed, &newest);
+        // A held directory keeps only files a listed checkpoint or a
+        // compaction in flight reads.
+        let mut reads = store.compaction_inputs();
+        for id in &listed {
+            reads.extend(store.reader().manifest(*id).unwrap().reads());
         }
+        let held = store.reader().held().unwrap();
+        prop_assert_eq!(&held, &store.held());
+        for (id, files) in held {
+            prop_assert!(!files.is_empty(), "held {} holds nothing", id);
+            for f in files {
+                prop_assert!(reads.contains(&(id, f.clone())), "held {} keeps {} nobody reads", id, f);
+            }
+        }
+        prop_assert!(store.reader().partial().unwrap().is_empty());
         for id in listed {
             store.reader().verify(id).unwrap();
             let got = as_map(&store.reader().state(id, &task("agg", 0)).unwrap().unwrap());
             prop_assert_eq!(&got, &at[&id], "checkpoint {}", id);
         }
+        // Reopened, the store finds the same held directories.
+        drop(store);
+        let store = SnapshotStore::open(dir.path(), StoreOptions { retain, ..Default::default() }).unwrap();
+        prop_assert_eq!(store.held(), store.reader().held().unwrap());
+        prop_assert_eq!(store.completed(), newest);
     }
 }

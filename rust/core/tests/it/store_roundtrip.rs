@@ -92,10 +92,13 @@ fn retention_keeps_savepoints_and_needed_bases() {
         t.upsert(&rows([id as i64], 0)).unwrap();
         checkpoint(&store, &mut t, id, id == 2);
     }
-    // Kept: 6, 7 (retain 2), their chain 5 (full), savepoint 2 and its base 1.
-    assert_eq!(store.completed(), vec![1, 2, 5, 6, 7]);
-    assert_eq!(store.reader().list().unwrap(), vec![1, 2, 5, 6, 7]);
-    for id in [1, 2, 5, 6, 7] {
+    // Kept: 6, 7 (retain 2) and savepoint 2; held for the runs they read:
+    // 5 (their full) and 1 (2's full).
+    let held = || store.held().into_keys().collect::<Vec<_>>();
+    assert_eq!(store.completed(), vec![2, 6, 7]);
+    assert_eq!(store.reader().list().unwrap(), vec![2, 6, 7]);
+    assert_eq!(held(), vec![1, 5]);
+    for id in [2, 6, 7] {
         store.reader().verify(id).unwrap();
     }
     let s7 = store.reader().state(7, &task("agg", 0)).unwrap().unwrap();
@@ -104,9 +107,11 @@ fn retention_keeps_savepoints_and_needed_bases() {
         t.upsert(&rows([id as i64], 0)).unwrap();
         checkpoint(&store, &mut t, id, false);
     }
-    // 9 is full: 5, 6, 7 are no longer needed; 8's chain is 5..8.
-    assert_eq!(store.completed(), vec![1, 2, 5, 6, 7, 8, 9]);
-    assert!(!store.completed().contains(&3));
+    // 9 is full; 8 reads 5..8; 2 stays, a savepoint.
+    assert_eq!(store.completed(), vec![2, 8, 9]);
+    assert_eq!(held(), vec![1, 5, 6, 7]);
+    let s2 = store.reader().state(2, &task("agg", 0)).unwrap().unwrap();
+    assert_eq!(s2.num_rows(), 2);
 }
 
 #[test]

@@ -5,7 +5,7 @@
 
 use crate::store_common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use snapcut_core::snapshot::TaskId;
 use snapcut_core::state::StateTable;
 use snapcut_core::store::{
     checkpoint_dir_name, filter_file_name, CompactionBudget, FileKind, Manifest, SnapshotReader,
-    SnapshotStore, StoreOptions, COMPACTING_DIR,
+    SnapshotStore, StoreOptions, COMPACTING_DIR, FORMAT_VERSION,
 };
 use store_common::*;
 
@@ -194,7 +194,7 @@ fn compaction_output_is_adopted_by_the_next_commit_and_checked() {
     assert_eq!(state_entry(&m).chain, vec![1, 4]);
     assert_eq!(runs[1].kind, FileKind::Diff);
     assert!(runs[1].key_range.is_some() && runs[0].key_range.is_some());
-    assert_eq!(m.format_version, 3);
+    assert_eq!(m.format_version, FORMAT_VERSION);
     // Diff runs, merged or as written, carry a stored filter beside their
     // file; the base none.
     let dir4 = dir.path().join(checkpoint_dir_name(4));
@@ -450,30 +450,37 @@ fn retention_keeps_the_runs_of_kept_checkpoints_and_of_compactions_in_flight() {
     let mut t = table(u32::MAX);
     let mut model = BTreeMap::new();
     write(&store, &mut t, 1..=3, &mut model);
-    // 3 lists runs [3, 2, 1]: retain 1 keeps all three.
-    assert_eq!(store.reader().list().unwrap(), vec![1, 2, 3]);
+    // 3 lists runs [3, 2, 1]: retain 1 keeps 3, and holds the directories
+    // of 1 and 2 for their runs only.
+    let reader = store.reader();
+    let held_ids = || reader.held().unwrap().keys().copied().collect::<Vec<_>>();
+    assert_eq!(reader.list().unwrap(), vec![3]);
+    assert_eq!(held_ids(), vec![1, 2]);
+    assert_eq!(store.held(), reader.held().unwrap());
+    assert!(reader.partial().unwrap().is_empty());
     // A full capture at 4 needs none of them, but the tier merge of 2 and
-    // 3 (handed over at 3) still reads them.
+    // 3 (handed over at 3) still reads their files; 1 goes.
     t.checkpoint_aborted();
-    let at = write(&store, &mut t, 4..=4, &mut model);
-    assert_eq!(
-        state_entry(&store.reader().manifest(4).unwrap()).runs.len(),
-        1
-    );
-    assert_eq!(store.reader().list().unwrap(), vec![1, 2, 3, 4]);
+    write(&store, &mut t, 4..=4, &mut model);
+    assert_eq!(state_entry(&reader.manifest(4).unwrap()).runs.len(), 1);
+    assert_eq!(reader.list().unwrap(), vec![4]);
+    assert_eq!(held_ids(), vec![2, 3]);
+    let inputs: BTreeSet<u64> = store.compaction_inputs().iter().map(|(c, _)| *c).collect();
+    assert_eq!(inputs, BTreeSet::from([2, 3]));
     let stats = store.compaction_stats();
     assert_eq!((stats.submitted, stats.merged), (1, 0), "{stats:?}");
     drop(hold);
     assert!(store.wait_for_compactions(WAIT));
-    write(&store, &mut t, 5..=5, &mut model);
+    let at5 = write(&store, &mut t, 5..=5, &mut model);
     let stats = store.compaction_stats();
     assert_eq!((stats.merged, stats.adopted, stats.discarded), (1, 0, 1));
-    // Its output discarded, nothing needs 1..=3 any more.
-    assert_eq!(store.reader().list().unwrap(), vec![4, 5]);
-    assert_eq!(state_of(store.reader(), 4), at[&4]);
+    // Its output discarded, nothing reads 2 and 3 any more; 5 reads 4's full.
+    assert_eq!(reader.list().unwrap(), vec![5]);
+    assert_eq!(held_ids(), vec![4]);
+    assert_eq!(state_of(reader, 5), at5[&5]);
 
-    // After a base merge, a kept checkpoint needs the adopter's directory
-    // and no longer the merged ones.
+    // After a base merge, a kept checkpoint reads the adopter's directory
+    // and no longer the merged ones; only the directories it reads stay.
     let dir = tempfile::tempdir().unwrap();
     let store = SnapshotStore::open(dir.path(), options(1, 2)).unwrap();
     let mut t = table(u32::MAX);
@@ -482,10 +489,19 @@ fn retention_keeps_the_runs_of_kept_checkpoints_and_of_compactions_in_flight() {
     assert!(store.wait_for_compactions(WAIT));
     let at = write(&store, &mut t, 4..=5, &mut model);
     let m = store.reader().manifest(5).unwrap();
-    let needed = m.needs();
-    assert_eq!(store.reader().list().unwrap(), needed);
-    assert!(!needed.contains(&2) && !needed.contains(&3), "{needed:?}");
+    let read: BTreeSet<u64> = m.reads().iter().map(|(c, _)| *c).collect();
+    let mut on_disk: BTreeSet<u64> = store.reader().held().unwrap().into_keys().collect();
+    on_disk.extend(store.reader().list().unwrap());
+    assert_eq!(on_disk, read);
+    assert!(!read.contains(&2) && !read.contains(&3), "{read:?}");
+    assert_eq!(m.needs(), vec![5]);
     assert_eq!(state_of(store.reader(), 5), at[&5]);
+    // Every file of a held directory is one 5 reads.
+    for (id, files) in store.reader().held().unwrap() {
+        for f in files {
+            assert!(m.reads().contains(&(id, f.clone())), "{id} {f}");
+        }
+    }
 }
 
 #[test]

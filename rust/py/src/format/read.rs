@@ -5,6 +5,9 @@
 use pyo3::prelude::*;
 use pyo3_arrow::input::AnyRecordBatch;
 use snapcut_core::snapshot::StateKind;
+use std::collections::BTreeMap;
+
+use snapcut_core::store::format::DirState;
 use snapcut_core::store::{format, FileKind};
 
 use super::io::Io;
@@ -18,16 +21,34 @@ fn check_manifest(py: Python<'_>, data: &[u8], what: &str, checkpoint_id: u64) -
         .map_py()
 }
 
-/// `(complete ids, partial ids)` of a root's listing: `[(path relative to
-/// the root, is a directory)]` (`format::scan_listing`).
+/// `(complete ids, partial ids, held ids)` of a root's listing: `[(path
+/// relative to the root, is a directory)]` (`format::scan_listing`).
 #[pyfunction]
-fn scan(listing: Vec<(String, bool)>) -> (Vec<u64>, Vec<u64>) {
+fn scan(listing: Vec<(String, bool)>) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
     let scan = format::scan_listing(listing.iter().map(|(p, d)| (p.as_str(), *d)));
-    let (complete, partial): (Vec<_>, Vec<_>) = scan.into_iter().partition(|(_, c)| *c);
+    let ids = |state: DirState| {
+        scan.iter()
+            .filter(|(_, s)| **s == state)
+            .map(|(id, _)| *id)
+            .collect()
+    };
     (
-        complete.into_iter().map(|(id, _)| id).collect(),
-        partial.into_iter().map(|(id, _)| id).collect(),
+        ids(DirState::Complete),
+        ids(DirState::Partial),
+        ids(DirState::Held),
     )
+}
+
+/// `{id: [file names]}` of the held directories of a root's listing (as
+/// `scan` takes it; `format::held_files`: the listing must show their
+/// entries).
+#[pyfunction]
+fn held_files(listing: Vec<(String, bool)>) -> BTreeMap<u64, Vec<String>> {
+    let entries = || listing.iter().map(|(p, d)| (p.as_str(), *d));
+    format::held_files(entries(), &format::scan_listing(entries()))
+        .into_iter()
+        .map(|(id, files)| (id, files.into_iter().collect()))
+        .collect()
 }
 
 /// The error of a manifest that is not there: partial when its directory
@@ -53,7 +74,8 @@ fn summary<'py>(
     crate::pyjson::to_py(py, &format::summarize(&m))
 }
 
-/// Every checkpoint a manifest's files need (itself included), ascending.
+/// Every checkpoint whose manifest a manifest needs (itself included;
+/// `Manifest::needs`), ascending.
 #[pyfunction]
 fn needs(py: Python<'_>, manifest: &[u8], checkpoint_id: u64) -> PyResult<Vec<u64>> {
     py.detach(|| format::parse_manifest(manifest, "manifest", checkpoint_id).map(|m| m.needs()))
@@ -215,6 +237,7 @@ fn rebuild_state<'py>(
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(scan, m)?)?;
+    m.add_function(wrap_pyfunction!(held_files, m)?)?;
     m.add_function(wrap_pyfunction!(missing_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(summary, m)?)?;
     m.add_function(wrap_pyfunction!(needs, m)?)?;

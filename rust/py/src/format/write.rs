@@ -444,24 +444,58 @@ fn build_manifest<'py>(
     Ok((PyBytes::new(py, &sources), PyBytes::new(py, &manifest)))
 }
 
-/// THE retention rule over a root (`format::retention_of_root`): the
-/// complete checkpoints to delete, from the root's listing (as `scan`
-/// takes it) and `manifest_of(id)`, their manifests' bytes.
+/// THE retention rule over a root (`format::retention_of_root`), from the
+/// root's listing (as `scan` takes it, showing the held directories'
+/// entries) and `manifest_of(id)`, their manifests' bytes: a dict of
+/// `remove` (complete checkpoints to delete, manifest first), `release`
+/// (held directories to delete, record first), `hold` (`{id: {"files",
+/// "read_by", "demote"}}`: directories to hold, each keeping only `files`)
+/// and `removed` (the complete checkpoints removed or held).
 #[pyfunction]
-fn retention(
+fn retention<'py>(
+    py: Python<'py>,
     listing: Vec<(String, bool)>,
-    manifest_of: &Bound<'_, PyAny>,
+    manifest_of: &Bound<'py, PyAny>,
     retain: usize,
-) -> PyResult<Vec<u64>> {
+) -> PyResult<Bound<'py, PyDict>> {
     if retain < 1 {
         return Err(crate::errors::SnapshotError::new_err(
             "retain must be at least 1 completed checkpoint",
         ));
     }
-    let scan = format::scan_listing(listing.iter().map(|(p, d)| (p.as_str(), *d)));
+    let entries = || listing.iter().map(|(p, d)| (p.as_str(), *d));
+    let scan = format::scan_listing(entries());
+    let held = format::held_files(entries(), &scan);
     let io = Io::new(manifest_of);
-    let removed = format::retention_of_root(&scan, |id| io.manifest(id), retain);
-    io.finish(Ok(removed))
+    let plan = format::retention_of_root(&scan, &held, |id| io.manifest(id), retain);
+    let plan = io.finish(Ok(plan))?;
+    let out = PyDict::new(py);
+    out.set_item("remove", &plan.remove)?;
+    out.set_item("release", &plan.release)?;
+    out.set_item("removed", plan.removed())?;
+    let hold = PyDict::new(py);
+    for (id, h) in &plan.hold {
+        let d = PyDict::new(py);
+        d.set_item("files", h.files.iter().collect::<Vec<_>>())?;
+        d.set_item("read_by", h.read_by.iter().collect::<Vec<_>>())?;
+        d.set_item("demote", h.demote)?;
+        hold.set_item(id, d)?;
+    }
+    out.set_item("hold", hold)?;
+    Ok(out)
+}
+
+/// The bytes of checkpoint `checkpoint_id`'s held record
+/// (`format::held_record`): the directory holds `files` for `read_by`.
+#[pyfunction]
+fn held_record<'py>(
+    py: Python<'py>,
+    checkpoint_id: u64,
+    files: Vec<String>,
+    read_by: Vec<u64>,
+) -> Bound<'py, PyBytes> {
+    let record = format::held_record(checkpoint_id, files, read_by);
+    PyBytes::new(py, &format::held_bytes(&record))
 }
 
 pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -473,5 +507,6 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(file_entry, m)?)?;
     m.add_function(wrap_pyfunction!(build_manifest, m)?)?;
     m.add_function(wrap_pyfunction!(retention, m)?)?;
+    m.add_function(wrap_pyfunction!(held_record, m)?)?;
     Ok(())
 }

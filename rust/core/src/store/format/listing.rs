@@ -2,45 +2,95 @@
 //! manifest is there) or partial, the error of one that is not there, and
 //! the one-line summary of a complete one (`snapcut snapshots list`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::error::Error;
 use crate::protocol::CheckpointId;
 use crate::store::manifest::{
-    parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest, MANIFEST_FILE,
+    parse_checkpoint_dir, FileEntry, FileKind, FileRole, Manifest, HELD_FILE, HELD_TMP_FILE,
+    MANIFEST_FILE,
 };
 
-/// Every checkpoint a listing of a root shows, with whether it is complete
-/// (its manifest is there) or partial (a directory without one). `listing`:
-/// `(path relative to the root, '/'-separated; is a directory)`, from a
-/// recursive listing or from the root's entries plus each checkpoint's
-/// manifest. A checkpoint is a directory whose name parses
-/// ([`parse_checkpoint_dir`]); on object stores, where directories exist
-/// only as key prefixes, an entry under that name implies it.
+/// What a checkpoint directory is, as a listing shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirState {
+    /// Its manifest is there: restorable (once verified).
+    Complete,
+    /// A held record and no manifest: retention removed the checkpoint,
+    /// the directory stays for the runs newer checkpoints read.
+    Held,
+    /// Neither: being written, or left by a crash or an abort.
+    Partial,
+}
+
+/// Every checkpoint a listing of a root shows, with what its directory is
+/// ([`DirState`]: a manifest makes it complete, else a held record held,
+/// else partial). `listing`: `(path relative to the root, '/'-separated; is
+/// a directory)`, from a recursive listing or from the root's entries plus
+/// each checkpoint's manifest or held record. A checkpoint is a directory
+/// whose name parses ([`parse_checkpoint_dir`]); on object stores, where
+/// directories exist only as key prefixes, an entry under that name implies
+/// it.
 pub fn scan_listing<'a>(
     listing: impl IntoIterator<Item = (&'a str, bool)>,
-) -> BTreeMap<CheckpointId, bool> {
-    let mut out = BTreeMap::new();
-    for (path, is_dir) in listing {
-        let (first, rest) = match path.split_once('/') {
-            Some((first, rest)) => (first, Some(rest)),
-            None => (path, None),
-        };
-        let Some(id) = parse_checkpoint_dir(first) else {
-            continue;
-        };
-        match rest {
-            None if !is_dir => {}
-            None => {
-                out.entry(id).or_insert(false);
-            }
-            Some(rest) => {
-                let complete = out.entry(id).or_insert(false);
-                *complete |= rest == MANIFEST_FILE && !is_dir;
+) -> BTreeMap<CheckpointId, DirState> {
+    let mut seen: BTreeMap<CheckpointId, (bool, bool)> = BTreeMap::new();
+    for (id, rest, is_dir) in checkpoint_entries(listing) {
+        let (manifest, held) = seen.entry(id).or_insert((false, false));
+        if let Some(rest) = rest.filter(|_| !is_dir) {
+            *manifest |= rest == MANIFEST_FILE;
+            *held |= rest == HELD_FILE;
+        }
+    }
+    seen.into_iter()
+        .map(|(id, state)| {
+            let state = match state {
+                (true, _) => DirState::Complete,
+                (false, true) => DirState::Held,
+                (false, false) => DirState::Partial,
+            };
+            (id, state)
+        })
+        .collect()
+}
+
+/// The files a listing shows in each held directory (`scan`, from
+/// [`scan_listing`] of the same listing), by name, the record and its
+/// temporary name aside: what retention keeps or deletes there. A listing
+/// must show a held directory's entries for them to be here.
+pub fn held_files<'a>(
+    listing: impl IntoIterator<Item = (&'a str, bool)>,
+    scan: &BTreeMap<CheckpointId, DirState>,
+) -> BTreeMap<CheckpointId, BTreeSet<String>> {
+    let mut out: BTreeMap<CheckpointId, BTreeSet<String>> = scan
+        .iter()
+        .filter(|(_, s)| **s == DirState::Held)
+        .map(|(id, _)| (*id, BTreeSet::new()))
+        .collect();
+    for (id, rest, is_dir) in checkpoint_entries(listing) {
+        if let (Some(files), Some(name), false) = (out.get_mut(&id), rest, is_dir) {
+            if !name.contains('/') && name != HELD_FILE && name != HELD_TMP_FILE {
+                files.insert(name.to_string());
             }
         }
     }
     out
+}
+
+/// A listing's entries under checkpoint directories: `(id, the path below
+/// the directory, is a directory)`.
+fn checkpoint_entries<'a>(
+    listing: impl IntoIterator<Item = (&'a str, bool)>,
+) -> impl Iterator<Item = (CheckpointId, Option<&'a str>, bool)> {
+    listing.into_iter().filter_map(|(path, is_dir)| {
+        let (first, rest) = match path.split_once('/') {
+            Some((first, rest)) => (first, Some(rest)),
+            None => (path, None),
+        };
+        let id = parse_checkpoint_dir(first)?;
+        // A file named like a checkpoint is not one.
+        (rest.is_some() || is_dir).then_some((id, rest, is_dir))
+    })
 }
 
 /// The error of reading the manifest of checkpoint `id` that is not there:
@@ -147,7 +197,7 @@ mod tests {
 
     #[test]
     fn a_listing_classifies_checkpoints_by_their_manifest() {
-        let scan = scan_listing([
+        let listing = [
             ("chk-00000001", true),
             ("chk-00000001/manifest.json", false),
             ("chk-00000002", true),
@@ -159,12 +209,35 @@ mod tests {
             ("chk-00000006/manifest.json", true), // a directory, not a manifest
             ("chk-7", true),
             ("_staging/chk-00000008/manifest.json", false),
-        ]);
-        let want: BTreeMap<CheckpointId, bool> =
-            [(1, true), (2, false), (3, true), (4, false), (6, false)].into();
+            // held: a record, no manifest; its files are listed
+            ("chk-00000000/held.json", false),
+            ("chk-00000000/a-0.run-1-2.state.arrow", false),
+            ("chk-00000000/held.json.tmp", false),
+            ("chk-00000000/sub/x", false),
+            // both: the manifest wins (a demotion cut short)
+            ("chk-00000009/held.json", false),
+            ("chk-00000009/manifest.json", false),
+        ];
+        let scan = scan_listing(listing);
+        use DirState::*;
+        let want: BTreeMap<CheckpointId, DirState> = [
+            (0, Held),
+            (1, Complete),
+            (2, Partial),
+            (3, Complete),
+            (4, Partial),
+            (6, Partial),
+            (9, Complete),
+        ]
+        .into();
         assert_eq!(scan, want);
-        let removed = retention_of_root(
+        let held = held_files(listing, &scan);
+        let want_held: BTreeMap<CheckpointId, BTreeSet<String>> =
+            [(0, BTreeSet::from(["a-0.run-1-2.state.arrow".to_string()]))].into();
+        assert_eq!(held, want_held);
+        let plan = retention_of_root(
             &scan,
+            &held,
             |id| {
                 if id == 3 {
                     Err(Error::Snapshot("unreadable".into()))
@@ -174,9 +247,10 @@ mod tests {
             },
             1,
         );
-        // 3 is unreadable (kept), 1 is the newest complete one: nothing to
-        // delete; in progress 2, 4 and 6 keep 1 too.
-        assert_eq!(removed, Vec::<CheckpointId>::new());
+        // 3 is unreadable (kept), 9 is the newest complete one; in progress
+        // 2, 4 and 6 keep 1; nothing reads the held 0.
+        assert_eq!(plan.remove, Vec::<CheckpointId>::new());
+        assert_eq!(plan.release, vec![0]);
         assert!(missing_manifest(2, "r/chk-00000002", "r", true)
             .to_string()
             .contains("is partial"));

@@ -22,7 +22,8 @@
 //! - `filters`: a state diff's bloom filter stored beside it (format 3);
 //! - `rebuild`: state rebuilt from a chain;
 //! - `verify`: a file checked against its entry, a checkpoint verified;
-//! - `retention`: which checkpoints may be deleted;
+//! - `held`: a held directory's record (runs of removed checkpoints);
+//! - `retention`: which checkpoints may be deleted, which directories held;
 //! - `export`: which file becomes which part of an export.
 //!
 //! The modules depend on each other in one direction only (`entries`,
@@ -35,6 +36,7 @@ mod encode;
 mod entries;
 mod export;
 mod filters;
+mod held;
 mod listing;
 mod rebuild;
 mod retention;
@@ -60,9 +62,10 @@ pub use entries::{
 };
 pub use export::{export_plan, ExportPart};
 pub use filters::{diff_filter, filter_entry, read_filter};
-pub use listing::{missing_manifest, scan_listing, summarize, Summary};
+pub use held::{held_bytes, held_record, parse_held, HeldRecord, HELD_FORMAT, HELD_FORMAT_VERSION};
+pub use listing::{held_files, missing_manifest, scan_listing, summarize, DirState, Summary};
 pub use rebuild::rebuild_state;
-pub use retention::{retention, retention_of_root, InProgress};
+pub use retention::{retention, retention_of_root, Hold, InProgress, RetentionPlan};
 pub use runs::{
     check_runs, key_json, key_range, own_run, resolve_chains, runs_after, runs_chain, runs_of,
     state_links, StateLink,

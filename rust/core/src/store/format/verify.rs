@@ -154,7 +154,7 @@ pub fn plan_verify(
     for entry in manifest.files.iter().filter(|f| f.role == FileRole::State) {
         let Some(task) = entry.task() else { continue };
         if !entry.runs.is_empty() {
-            plan_runs(id, &task, entry, &get, &mut plan);
+            plan_runs(id, &task, entry, manifest, &mut plan);
             continue;
         }
         let chain = state_chain(id, entry);
@@ -219,13 +219,15 @@ fn plan_filters(
     plan.runs.extend(filters);
 }
 
-/// The runs of `task`'s state `entry` at `id` in `plan`: checked in order,
-/// and each file no manifest lists added to `plan.runs`.
-fn plan_runs<'m>(
+/// The runs of `task`'s state `entry` at `id` (`manifest`) in `plan`:
+/// checked in order; a run of this checkpoint against the file its manifest
+/// lists, every other run's file added to `plan.runs`, checked against its
+/// entry (its directory need not be complete: held, format 4).
+fn plan_runs(
     id: CheckpointId,
     task: &crate::snapshot::TaskId,
     entry: &FileEntry,
-    get: &impl Fn(CheckpointId) -> Option<&'m Manifest>,
+    manifest: &Manifest,
     plan: &mut VerifyPlan,
 ) {
     if let Err(e) = check_runs(id, task, &entry.runs) {
@@ -236,17 +238,18 @@ fn plan_runs<'m>(
         return;
     }
     for run in &entry.runs {
-        let Some(m) = get(run.checkpoint) else {
-            continue;
-        }; // reported above
-        match m.files.iter().find(|f| f.path == run.path) {
+        let listed = (run.checkpoint == id)
+            .then(|| manifest.files.iter().find(|f| f.path == run.path))
+            .flatten();
+        match listed {
             None => plan
                 .runs
                 .push((run.checkpoint, run.file_entry(task, entry.key.clone()))),
             Some(f) if (f.rows, f.bytes, f.crc32c) != (run.rows, run.bytes, run.crc32c) => {
                 plan.problems.push(format!(
-                    "checkpoint {id}: state of {task} lists run {} of checkpoint {} unlike                      that checkpoint's manifest (rows, bytes, crc32c)",
-                    run.path, run.checkpoint
+                    "checkpoint {id}: state of {task} lists run {} unlike its manifest's \
+                     entry for it (rows, bytes, crc32c)",
+                    run.path
                 ))
             }
             Some(_) => {}
@@ -371,20 +374,26 @@ mod tests {
         let full = own_run(1, &base.files[0], None);
         top.files[0].runs = vec![own, merged.clone(), full];
         top.files[0].chain = runs_chain(&top.files[0].runs);
-        let bases = BTreeMap::from([(1, Ok(base.clone()))]);
+        // Runs need no other manifest: 1's directory may be held.
+        assert_eq!(top.needs(), vec![3]);
+        let bases = BTreeMap::new();
         let plan = plan_verify(3, &top, &bases);
         assert_eq!(plan.problems, Vec::<String>::new());
-        assert_eq!(plan.files, vec![(1, 0), (3, 0)]);
-        assert_eq!(plan.runs.len(), 1);
+        assert_eq!(plan.files, vec![(3, 0)]);
+        let runs: Vec<(CheckpointId, &str)> = plan
+            .runs
+            .iter()
+            .map(|(c, f)| (*c, f.path.as_str()))
+            .collect();
         assert_eq!(
-            (plan.runs[0].0, plan.runs[0].1.path.as_str()),
-            (3, merged.path.as_str())
+            runs,
+            vec![(3, merged.path.as_str()), (1, "a-0.state.arrow")]
         );
-        // Runs out of order, or unlike the file a manifest lists, are problems.
+        // Runs out of order, or unlike the file the manifest lists, are problems.
         top.files[0].runs.swap(0, 1);
         assert!(plan_verify(3, &top, &bases).problems[0].contains("start with"));
         top.files[0].runs.swap(0, 1);
-        top.files[0].runs[2].crc32c = 7;
+        top.files[0].runs[0].crc32c = 7;
         assert!(plan_verify(3, &top, &bases).problems[0].contains("unlike"));
     }
 
