@@ -233,6 +233,53 @@ def test_a_kill_inside_compaction_loses_nothing_and_leaves_no_stray_run(
     assert not list((root / "compacting").glob("*.tmp"))
 
 
+@pytest.mark.parametrize("point", chaos.RETENTION_FAILPOINTS)
+def test_a_kill_inside_retention_loses_nothing_and_holds_only_what_is_read(
+    point: str, tmp_path: Path
+) -> None:
+    """Crash points inside retention holding a directory for the runs kept
+    checkpoints read: the held record written beside the manifest
+    (``retention.held_record``: the checkpoint is still complete), or the
+    manifest removed before the unread files (``retention.mid_hold``). The
+    resumed job's output is exactly the failure-free one, every complete
+    checkpoint verifies, and every held directory holds exactly the files its
+    record names."""
+    opts = chaos.Options(records=40_000, users=20_000, seed=SEED, full_every=2)
+    env = dict(os.environ, SNAPCUT_FAILPOINTS=f"{point}=2")
+    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=False)
+    killed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-2000:])
+    assert f"failpoint {point} hit 2" in killed.stderr
+    root = tmp_path / "checkpoints"
+    records = [d for d in root.glob("chk-*") if (d / "held.json").exists()]
+    if point == "retention.held_record":
+        # A record beside its manifest: still complete.
+        assert any((d / "manifest.json").exists() for d in records), list(root.rglob("*"))
+    else:
+        # Held, with files it no longer names still there.
+        def extra(d: Path) -> set[str]:
+            named = set(json.loads((d / "held.json").read_text())["files"])
+            return {f.name for f in d.iterdir()} - named - {"held.json"}
+
+        assert any(extra(d) for d in records), list(root.rglob("*"))
+    env.pop("SNAPCUT_FAILPOINTS")
+    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["restored_from"] is not None
+    ref = chaos.reference(opts.users, opts.records, opts.seed)
+    check = chaos.check_output(tmp_path / "out", ref)
+    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+    snaps = snapcut.snapshots.open(str(root))
+    assert all(why is None for why in snaps.verify().values()), snaps.verify()
+    for cid in snaps.held():
+        # The files it holds are those its record names (read by a kept
+        # checkpoint or by a compaction in flight when it was written).
+        d = root / snapcut.snapshots.checkpoint_dir_name(cid)
+        files = {f.name for f in d.iterdir()} - {"held.json"}
+        assert files == set(json.loads((d / "held.json").read_text())["files"]), d
+
+
 @pytest.mark.parametrize("point", chaos.SPILL_FAILPOINTS)
 def test_a_kill_while_state_spills_loses_nothing_and_leaves_no_stray_run(
     point: str, tmp_path: Path

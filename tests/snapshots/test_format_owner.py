@@ -74,12 +74,20 @@ def test_store_retention_and_prune_keep_the_same_checkpoints(
     assert main(["snapshots", "prune", str(tmp_path / "prune"), "--keep", "1"]) == 0
     capsys.readouterr()
     on_disk = snapshots.open(tmp_path / "store").list()
-    assert on_disk == kept_by_store.completed() == [1, 2, 3, 4, 6]
+    # 6 (retain 1) and 4 (5's base) stay whole; 4's runs hold 3 (both
+    # tasks' files) and 2 (task 1's full); 1 goes.
+    assert on_disk == kept_by_store.completed() == [4, 6]
     assert snapshots.open(tmp_path / "prune").list() == on_disk
+    assert snapshots.open(tmp_path / "store").held() == [2, 3]
+    assert held_files(tmp_path / "prune") == held_files(tmp_path / "store")
+    assert held_files(tmp_path / "store")[2] == ["held.json", "op-1.state.arrow"]
     for kind in ("local", "uri"):
         root = tmp_path / "prune"
         snaps = snapshots.open(root if kind == "local" else root.as_uri())
+        assert snaps.held() == [2, 3]
         assert all(why is None for cid, why in snaps.verify().items() if cid != 5)
+        state = snaps[4].state("op", 1)
+        assert state is not None and sorted(state.column("k").to_pylist()) == [2, 3, 4]
     # Once 5 commits, both drop everything but the newest: the same again.
     for store in (kept_by_store, written):
         store.commit(5)
@@ -87,13 +95,23 @@ def test_store_retention_and_prune_keep_the_same_checkpoints(
     assert snapshots.open(tmp_path / "prune").list() == snapshots.open(tmp_path / "store").list()
 
 
+def held_files(root: Path) -> dict[int, list[str]]:
+    """The files of each held directory under `root`, by checkpoint."""
+    return {
+        int(d.name.removeprefix("chk-")): sorted(f.name for f in d.iterdir())
+        for d in sorted(root.glob("chk-*"))
+        if (d / "held.json").is_file() and not (d / "manifest.json").is_file()
+    }
+
+
 def test_retention_rule_is_the_stores_on_a_uri_root(tmp_path: Path) -> None:
     """SnapshotWriter.apply_retention (any pyarrow filesystem) is the same rule."""
     write(tmp_path / "store", retain=1)
     write(tmp_path / "w", retain=1_000)
     removed = snapshots.SnapshotWriter((tmp_path / "w").as_uri()).apply_retention(1)
-    assert removed == []
+    assert removed == [1, 2, 3]  # 1 deleted, 2 and 3 held
     assert snapshots.open(tmp_path / "w").list() == snapshots.open(tmp_path / "store").list()
+    assert held_files(tmp_path / "w") == held_files(tmp_path / "store")
 
 
 # --- fixture roots written before the change ---
@@ -176,7 +194,7 @@ def as_format_1(manifest: dict[str, Any]) -> dict[str, Any]:
     fixture has it: the version, and each state entry's `runs`, which with
     no compaction are its chain's files, newest first, each merging its own
     checkpoint (checked here, then dropped)."""
-    assert manifest["format_version"] == snapshots.FORMAT_VERSION == 3
+    assert manifest["format_version"] == snapshots.FORMAT_VERSION == 4
     out = {**manifest, "format_version": 1, "files": []}
     for entry in manifest["files"]:
         if "filter" in entry:
@@ -232,3 +250,28 @@ def test_entries_are_the_dicts_of_the_manifest_written(tmp_path: Path) -> None:
         fmt.check_file(memoryview(data).cast("b"), state, 1, "p")
     with pytest.raises(SnapshotError):
         fmt.check_file(memoryview(data), state, 1, "p")
+
+
+def test_held_directories_list_as_held_and_an_interrupted_hold_is_finished(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Retention leaves a held directory with its record and the runs read;
+    what an interrupted demotion leaves (a record beside the manifest, files
+    beside the held ones) is finished by the next retention."""
+    root = tmp_path / "r"
+    write(root, retain=1_000)
+    assert main(["snapshots", "prune", str(root), "--keep", "1"]) == 0
+    assert "held 2 directories" in capsys.readouterr().out
+    rows = {r.id: r.status for r in snapshots.list_checkpoints(root)}
+    assert rows == {2: "held", 3: "held", 4: "complete", 5: "partial", 6: "complete"}
+    # A demotion cut short after its record: the manifest wins.
+    shutil.copy(root / "chk-00000002" / "held.json", root / "chk-00000006" / "held.json")
+    assert snapshots.open(root).list() == [4, 6]
+    # One cut short after its manifest went: files beside the held ones.
+    (root / "chk-00000002" / "op-0.state.arrow").write_bytes(b"left over")
+    prune = snapshots.prune(root, 1)
+    assert (prune.removed, prune.held) == ([], [2, 3])
+    assert held_files(root)[2] == ["held.json", "op-1.state.arrow"]
+    # A store opening the root removes the partial 5, never a held directory.
+    SnapshotStore(root, retain=1_000, fsync="off")
+    assert (snapshots.open(root).partial(), snapshots.open(root).held()) == ([], [2, 3])

@@ -170,9 +170,12 @@ def test_retention_keeps_the_chain(tmp_path: Path) -> None:
     snaps = snapshots.open(tmp_path)
     # Fulls at 1, 4, 7: keep 7, 8 (retain 2), whose chain starts at 7.
     assert snaps.list() == [7, 8]
-    build(tmp_path / "b", n=6, full_every=4, retain=1)
-    # Fulls at 1, 5: keep 6 and its chain 5.
-    assert snapshots.open(tmp_path / "b").list() == [5, 6]
+    states = build(tmp_path / "b", n=6, full_every=4, retain=1)
+    # Fulls at 1, 5: keep 6; 5 is held for the full 6 reads.
+    b = snapshots.open(tmp_path / "b")
+    assert (b.list(), b.held()) == ([6], [5])
+    state = b[6].state("agg", 0)
+    assert state is not None and as_dict(state) == states[5]
 
 
 def test_python_writer_is_read_by_rust_and_python(tmp_path: Path) -> None:

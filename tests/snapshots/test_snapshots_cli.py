@@ -193,10 +193,11 @@ def damage(root: Path, how: str) -> tuple[set[int], str, str]:
         return {5}, "chk-00000005/sources.arrow", "missing"
     if how == "partial":
         (chk(root, 5) / "manifest.json").unlink()
-        return {5, 6}, "chk-00000005/manifest.json", "partial"
+        # 6 reads 5's runs through its own entries (format 4): still intact.
+        return {5}, "chk-00000005/manifest.json", "partial"
     if how == "manifest":
         (chk(root, 5) / "manifest.json").write_text('{"format_version": 1')
-        return {5, 6}, "chk-00000005/manifest.json", "not valid JSON"
+        return {5}, "chk-00000005/manifest.json", "not valid JSON"
     if how == "base":
         (chk(root, 4) / "agg-0.state.arrow").write_bytes(b"garbage")
         return {4, 5, 6}, "chk-00000004/agg-0.state.arrow", "needs base checkpoint 4"
@@ -225,7 +226,8 @@ def damage(root: Path, how: str) -> tuple[set[int], str, str]:
     entry = next(f for f in m["files"] if f["path"] == "agg-1.state.arrow")
     entry["rows"] += 1
     path.write_text(json.dumps(m))
-    return {5, 6}, "chk-00000005/agg-1.state.arrow", f"says {entry['rows']}"
+    # 6 checks the file against its own run entry, which is right.
+    return {5}, "chk-00000005/agg-1.state.arrow", f"says {entry['rows']}"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -491,23 +493,27 @@ def test_prune_keeps_the_bases_of_kept_checkpoints(local_root: Root, kind: str) 
     partial = chk(local_root.path, 7)
     partial.mkdir()
     dry = snapshots.prune(**local_root.open(kind), keep=2, dry_run=True)
-    assert (dry.removed, dry.kept, dry.partial, dry.dry_run) == ([1, 2, 3], [4, 5, 6], [7], True)
-    assert dry.base_only == []
+    # 5 and 6 read the full at 4: its directory is held, 1..3 go.
+    assert (dry.removed, dry.kept, dry.partial, dry.dry_run) == ([1, 2, 3, 4], [5, 6], [7], True)
+    assert (dry.base_only, dry.held) == ([], [4])
     assert [r.id for r in snapshots.list_checkpoints(local_root.path)] == [1, 2, 3, 4, 5, 6, 7]
     done = snapshots.prune(**local_root.open(kind), keep=2)
-    assert (done.removed, done.kept) == ([1, 2, 3], [4, 5, 6])
+    assert (done.removed, done.kept, done.held) == ([1, 2, 3, 4], [5, 6], [4])
     assert sorted(p.name for p in local_root.path.iterdir()) == [
         "chk-00000004",
         "chk-00000005",
         "chk-00000006",
         "chk-00000007",
     ]
-    assert snapshots.prune(**local_root.open(kind), keep=1).removed == []  # 6 needs 4 and 5
-    for cid in (4, 5, 6):
+    statuses = [r.status for r in snapshots.list_checkpoints(local_root.path)]
+    assert statuses == ["held", "complete", "complete", "partial"]
+    for cid in (5, 6):
         for s in (0, 1):
             state = snapshots.open(local_root.path)[cid].state("agg", s)
             assert state is not None
             assert as_model(state, "k") == local_root.model[cid][("agg", s)]
+    again = snapshots.prune(**local_root.open(kind), keep=1)
+    assert (again.removed, again.held) == ([5], [4, 5])  # 6 reads 4 and 5
 
 
 @settings(max_examples=60, deadline=None)
@@ -686,10 +692,11 @@ def test_cli_export_and_prune(
     total = duckdb.sql(f"SELECT count(*) FROM read_parquet('{out_dir}/agg/*.parquet')").fetchall()
     assert total == [(len(export_model(local_root, 6, "agg")),)]
     code, out, _ = cli(capsys, "prune", root, "--keep", "2", "--dry-run")
-    assert code == 0 and out.startswith("would remove 3 checkpoints: 1, 2, 3\n")
+    assert code == 0 and out.startswith("would remove 4 checkpoints: 1, 2, 3, 4\n")
+    assert "held 1 directories for the runs kept checkpoints read" in out
     assert len(snapshots.list_checkpoints(local_root.path)) == 6
     code, out, _ = cli(capsys, "prune", root, "--keep", "2")
-    assert code == 0 and out.startswith("removed 3 checkpoints: 1, 2, 3\n")
+    assert code == 0 and out.startswith("removed 4 checkpoints: 1, 2, 3, 4\n")
     assert [r.id for r in snapshots.list_checkpoints(local_root.path)] == [4, 5, 6]
 
 
@@ -842,9 +849,15 @@ def test_cli_on_an_s3_root_says_what_it_says_locally(
     assert code == 1 and "sources.arrow" in out
     code, out, err = cli(capsys, "prune", uri, "--keep", "1")
     assert (code, err) == (0, "") and out.startswith("removed ")
-    kept = snapshots.open(uri).list()
+    kept, held = snapshots.open(uri).list(), snapshots.open(uri).held()
     assert kept and kept[-1] == last and len(kept) < len(root.model)
-    gone = set(root.model) - set(kept)
-    assert not any(
-        k.startswith(tuple(snapshots.checkpoint_dir_name(c) for c in gone)) for k in s3.keys(path)
-    )
+    gone = set(root.model) - set(kept) - set(held)
+    assert gone
+    keys = s3.keys(path)
+    assert not any(k.startswith(tuple(snapshots.checkpoint_dir_name(c) for c in gone)) for k in keys)
+    # A held directory keeps its record and the files it names, no more.
+    for c in held:
+        d = snapshots.checkpoint_dir_name(c)
+        record = json.loads(fs.open_input_stream(f"{path}/{d}/held.json").read())
+        names = {k.split(f"{d}/", 1)[1] for k in keys if f"/{d}/" in f"/{k}"}
+        assert names == {"held.json", *record["files"]}, (c, names)

@@ -81,6 +81,12 @@ FAILPOINTS = (
 #: ``full_every``); arm them with ``failpoints=``.
 COMPACTION_FAILPOINTS = ("compaction.before_rename", "compaction.adopted")
 
+#: Crash points inside retention holding a directory for the runs kept
+#: checkpoints read: its record written beside the manifest, and the manifest
+#: removed before the unread files. Reached once a chain's runs span
+#: checkpoints retention removes (diffs, a small ``full_every``).
+RETENTION_FAILPOINTS = ("retention.held_record", "retention.mid_hold")
+
 #: Crash points of keyed state spilling past its memory budget (`state_memory`):
 #: a spilled run written, not mapped back; spilled runs merged, the old not removed.
 SPILL_FAILPOINTS = ("spill.after_run", "spill.merged")
@@ -191,7 +197,7 @@ class Options:
             raise ConfigError("failpoint kills need at least one failpoint")
         if not 0 < self.job_seconds < 600:
             raise ConfigError(f"job_seconds must be in (0, 600), got {self.job_seconds!r}")
-        known = FAILPOINTS + COMPACTION_FAILPOINTS + SPILL_FAILPOINTS
+        known = FAILPOINTS + COMPACTION_FAILPOINTS + RETENTION_FAILPOINTS + SPILL_FAILPOINTS
         unknown = set(self.failpoints) - set(known)
         if unknown:
             raise ConfigError(f"unknown failpoints {sorted(unknown)}; known: {', '.join(known)}")

@@ -144,10 +144,9 @@ class FsBackend(Backend):
         ]
         found = [i for i in self.fs.get_file_info(probes) if i.type == FileType.File]
         out += [(i.path[prefix:], False) for i in found]
+        dirs = [p.rsplit("/", 1)[0] for p in probes]
         with_manifest = {i.path.rsplit("/", 1)[0] for i in found}
-        held_probes = [
-            f"{p.rsplit('/', 1)[0]}/{HELD_FILE}" for p in probes if p.rsplit("/", 1)[0] not in with_manifest
-        ]
+        held_probes = [f"{d}/{HELD_FILE}" for d in dirs if d not in with_manifest]
         for record in self.fs.get_file_info(held_probes):
             if record.type != FileType.File:
                 continue

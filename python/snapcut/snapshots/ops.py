@@ -286,7 +286,9 @@ class _Verifier:
         self.total = 0
         self.broken: dict[int, str] = {}
         self.plans: dict[int, tuple[list[tuple[int, dict[str, Any]]], list[str]]] = {}
-        self.done: dict[tuple[int, str], FileCheck] = {}
+        # By file and what its entry says of it: two entries naming one file
+        # (a checkpoint's own, a newer one's run) may disagree.
+        self.done: dict[tuple[int, str, int, int, int], FileCheck] = {}
 
     def manifest_bytes(self, cid: int) -> bytes:
         if cid in self.broken:
@@ -299,8 +301,9 @@ class _Verifier:
 
     def check(self, cid: int, entry: dict[str, Any]) -> FileCheck:
         rel = f"{checkpoint_dir_name(cid)}/{entry['path']}"
-        if (cid, rel) in self.done:
-            return self.done[(cid, rel)]
+        key = (cid, rel, int(entry["rows"]), int(entry["bytes"]), int(entry["crc32c"]))
+        if key in self.done:
+            return self.done[key]
         problem = None
         try:
             data = self.backend.read_checked(cid, entry)
@@ -312,7 +315,7 @@ class _Verifier:
         except OSError as e:
             problem = f"checkpoint {cid}: file {self.backend.root}/{rel} cannot be read: {e}"
         result = FileCheck(cid, rel, str(entry["role"]), int(entry["bytes"]), problem)
-        self.done[(cid, rel)] = result
+        self.done[key] = result
         if self.progress is not None:
             self.progress(result.bytes, self.total)
         return result
@@ -391,8 +394,9 @@ class PruneResult:
     partial: list[int]
     """Directories without a manifest: never touched (a running job may be writing one)."""
     held: list[int]
-    """Held directories left (after the prune): removed checkpoints whose runs
-    a kept one reads; only those files stay."""
+    """Held directories left after the prune (with `dry_run`, those it would
+    leave): removed checkpoints whose runs a kept one reads; only those
+    files stay."""
     dry_run: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -405,7 +409,10 @@ def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) 
     directories of those whose runs a kept one reads
     (:meth:`SnapshotWriter.apply_retention`'s rule, the Rust store's)."""
     backend = open_root(root, filesystem)  # a clear error for a missing root
-    removed = SnapshotWriter(root, filesystem).apply_retention(keep, dry_run=dry_run)
+    writer = SnapshotWriter(root, filesystem)
+    plan = writer.retention_plan(keep)
+    held_after = sorted((set(backend.held()) - set(plan["release"])) | set(plan["hold"]))
+    removed = writer.apply_retention(keep, dry_run=dry_run)
     kept = sorted(set(backend.complete()) - set(removed))
     base_only = []
     for cid in kept:
@@ -415,4 +422,5 @@ def prune(root: Root, keep: int, dry_run: bool = False, filesystem: Any = None) 
             continue  # unreadable: kept for inspection, reported by verify
         if not set(needed) <= set(kept):
             base_only.append(cid)
-    return PruneResult(removed, kept, base_only, backend.partial(), backend.held(), dry_run)
+    held = held_after if dry_run else backend.held()
+    return PruneResult(removed, kept, base_only, backend.partial(), held, dry_run)

@@ -228,8 +228,7 @@ class SnapshotWriter:
         manifest, only those files stay) and deletes the rest. Returns the
         completed checkpoints removed or held (with `dry_run`, those it
         would, changing nothing)."""
-        backend = FsBackend(self.fs, self.root)
-        plan = fmt.retention(backend.listing(), backend.manifest_bytes, retain)
+        plan = self.retention_plan(retain)
         removed: builtins.list[int] = plan["removed"]
         if dry_run:
             return removed
@@ -244,6 +243,13 @@ class SnapshotWriter:
             self.fs.delete_file(f"{self._dir(cid)}/{HELD_FILE}")
             self.fs.delete_dir(self._dir(cid))
         return removed
+
+    def retention_plan(self, retain: int) -> dict[str, Any]:
+        """What :meth:`apply_retention` would do, changing nothing:
+        ``fmt.retention``'s plan (``remove``, ``release``, ``hold``,
+        ``removed``; docs/format.md, Retention)."""
+        backend = FsBackend(self.fs, self.root)
+        return fmt.retention(backend.listing(), backend.manifest_bytes, retain)
 
     def _hold(
         self, cid: int, files: builtins.list[str], read_by: builtins.list[int], demote: bool

@@ -42,6 +42,14 @@ pub const POINTS: &[(&str, &str)] = &[
         "the manifest is committed, sinks have not been told to commit",
     ),
     (
+        "retention.held_record",
+        "retention wrote a held record beside a manifest it has not removed yet",
+    ),
+    (
+        "retention.mid_hold",
+        "retention removed a held checkpoint's manifest, not yet its unread files",
+    ),
+    (
         "sink.before_commit_rename",
         "the checkpoint is complete, the sink has not renamed its pending files",
     ),

@@ -631,9 +631,11 @@ impl SnapshotStore {
                 &self.fsync,
             )?;
             if hold.demote {
+                crate::failpoint::hit("retention.held_record");
                 remove_file(&dir.join(MANIFEST_FILE))?;
                 committed.remove(id);
                 self.dropped.lock().expect("store poisoned").insert(*id);
+                crate::failpoint::hit("retention.mid_hold");
             }
             let listing_err = |e| Error::io(format!("listing {}", dir.display()), e);
             for entry in fs::read_dir(&dir).map_err(listing_err)? {
