@@ -272,6 +272,10 @@ def test_held_directories_list_as_held_and_an_interrupted_hold_is_finished(
     prune = snapshots.prune(root, 1)
     assert (prune.removed, prune.held) == ([], [2, 3])
     assert held_files(root)[2] == ["held.json", "op-1.state.arrow"]
+    # Asked for, a held checkpoint says what it is, in both readers.
+    for opened in (snapshots.open(root), snapshots.open(root.as_uri())):
+        with pytest.raises(SnapshotError, match="checkpoint 2 was removed by retention"):
+            opened[2]
     # A store opening the root removes the partial 5, never a held directory.
     SnapshotStore(root, retain=1_000, fsync="off")
     assert (snapshots.open(root).partial(), snapshots.open(root).held()) == ([], [2, 3])

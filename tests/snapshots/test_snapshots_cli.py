@@ -854,7 +854,8 @@ def test_cli_on_an_s3_root_says_what_it_says_locally(
     gone = set(root.model) - set(kept) - set(held)
     assert gone
     keys = s3.keys(path)
-    assert not any(k.startswith(tuple(snapshots.checkpoint_dir_name(c) for c in gone)) for k in keys)
+    gone_dirs = tuple(snapshots.checkpoint_dir_name(c) for c in gone)
+    assert not any(k.startswith(gone_dirs) for k in keys)
     # A held directory keeps its record and the files it names, no more.
     for c in held:
         d = snapshots.checkpoint_dir_name(c)

@@ -183,8 +183,9 @@ class FsBackend(Backend):
         except OSError:
             if _fs.exists(self.fs, path):
                 raise
-            missing = fmt.missing_manifest(checkpoint_id, d, self.root, _fs.exists(self.fs, d))
-            raise missing from None
+            exists = _fs.exists(self.fs, d)
+            held = exists and _fs.exists(self.fs, f"{d}/{HELD_FILE}")
+            raise fmt.missing_manifest(checkpoint_id, d, self.root, exists, held) from None
         fmt.check_manifest(raw, f"manifest {path}", checkpoint_id)
         self._raw[checkpoint_id] = raw
         return raw

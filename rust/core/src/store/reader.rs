@@ -153,11 +153,16 @@ impl SnapshotReader {
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let found = match (dir.is_dir(), dir.join(HELD_FILE).is_file()) {
+                    (false, _) => None,
+                    (true, true) => Some(DirState::Held),
+                    (true, false) => Some(DirState::Partial),
+                };
                 return Err(format::missing_manifest(
                     id,
                     &dir.display().to_string(),
                     &self.root.display().to_string(),
-                    dir.is_dir(),
+                    found,
                 ));
             }
             Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),

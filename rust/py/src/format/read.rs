@@ -51,16 +51,24 @@ fn held_files(listing: Vec<(String, bool)>) -> BTreeMap<u64, Vec<String>> {
         .collect()
 }
 
-/// The error of a manifest that is not there: partial when its directory
-/// exists, else a checkpoint that does not exist.
+/// The error of a manifest that is not there: held when its directory
+/// exists with a held record (`held`), partial when it exists without, else
+/// a checkpoint that does not exist.
 #[pyfunction]
-fn missing_manifest(checkpoint_id: u64, dir: &str, root: &str, dir_exists: bool) -> PyErr {
-    crate::errors::to_py(format::missing_manifest(
-        checkpoint_id,
-        dir,
-        root,
-        dir_exists,
-    ))
+#[pyo3(signature = (checkpoint_id, dir, root, dir_exists, held = false))]
+fn missing_manifest(
+    checkpoint_id: u64,
+    dir: &str,
+    root: &str,
+    dir_exists: bool,
+    held: bool,
+) -> PyErr {
+    let found = match (dir_exists, held) {
+        (false, _) => None,
+        (true, true) => Some(DirState::Held),
+        (true, false) => Some(DirState::Partial),
+    };
+    crate::errors::to_py(format::missing_manifest(checkpoint_id, dir, root, found))
 }
 
 /// A complete checkpoint's summary (`format::summarize`) as a dict.

@@ -94,16 +94,20 @@ fn checkpoint_entries<'a>(
 }
 
 /// The error of reading the manifest of checkpoint `id` that is not there:
-/// with its directory `dir` present the checkpoint is partial, else it does
-/// not exist under `root`.
-pub fn missing_manifest(id: CheckpointId, dir: &str, root: &str, dir_exists: bool) -> Error {
-    Error::Snapshot(if dir_exists {
-        format!(
+/// with its directory `dir` present the checkpoint is partial, or held (a
+/// held record there: retention removed it), else it does not exist under
+/// `root`.
+pub fn missing_manifest(id: CheckpointId, dir: &str, root: &str, found: Option<DirState>) -> Error {
+    Error::Snapshot(match found {
+        Some(DirState::Held) => format!(
+            "checkpoint {id} was removed by retention: {dir} holds only runs newer \
+             checkpoints read ({HELD_FILE}) and cannot be restored"
+        ),
+        Some(_) => format!(
             "checkpoint {id} has no {MANIFEST_FILE} in {dir}: it is partial (crashed or \
              aborted before commit) and cannot be restored"
-        )
-    } else {
-        format!("checkpoint {id} does not exist under {root}")
+        ),
+        None => format!("checkpoint {id} does not exist under {root}"),
     })
 }
 
@@ -251,10 +255,13 @@ mod tests {
         // 2, 4 and 6 keep 1; nothing reads the held 0.
         assert_eq!(plan.remove, Vec::<CheckpointId>::new());
         assert_eq!(plan.release, vec![0]);
-        assert!(missing_manifest(2, "r/chk-00000002", "r", true)
+        assert!(missing_manifest(2, "r/chk-00000002", "r", Some(Partial))
             .to_string()
             .contains("is partial"));
-        assert!(missing_manifest(9, "r/chk-00000009", "r", false)
+        assert!(missing_manifest(0, "r/chk-00000000", "r", Some(Held))
+            .to_string()
+            .contains("removed by retention"));
+        assert!(missing_manifest(9, "r/chk-00000009", "r", None)
             .to_string()
             .contains("does not exist under r"));
     }
