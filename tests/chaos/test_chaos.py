@@ -194,6 +194,25 @@ def test_kill_mid_manifest_write_keeps_the_previous_checkpoint(
     assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
 
 
+def resume_exactly(
+    opts: chaos.Options, tmp_path: Path, env: dict[str, str]
+) -> snapcut.snapshots.Snapshots:
+    """Resumes the killed job in `tmp_path` without crash points; asserts it
+    restored, its output is exactly the failure-free one and every checkpoint
+    left verifies. Returns the root's snapshots."""
+    env.pop("SNAPCUT_FAILPOINTS")
+    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=True)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["restored_from"] is not None
+    ref = chaos.reference(opts.users, opts.records, opts.seed)
+    check = chaos.check_output(tmp_path / "out", ref)
+    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+    snaps = snapcut.snapshots.open(str(tmp_path / "checkpoints"))
+    assert all(why is None for why in snaps.verify().values()), snaps.verify()
+    return snaps
+
+
 @pytest.mark.parametrize("point", chaos.COMPACTION_FAILPOINTS)
 def test_a_kill_inside_compaction_loses_nothing_and_leaves_no_stray_run(
     point: str, tmp_path: Path
@@ -219,16 +238,7 @@ def test_a_kill_inside_compaction_loses_nothing_and_leaves_no_stray_run(
         # Killed mid-commit: a merged run sits in a checkpoint with no manifest.
         partial = [d for d in root.glob("chk-*") if not (d / "manifest.json").exists()]
         assert any(list(d.glob("*.run-*")) for d in partial), list(root.rglob("*"))
-    env.pop("SNAPCUT_FAILPOINTS")
-    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=True)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])["restored_from"] is not None
-    ref = chaos.reference(opts.users, opts.records, opts.seed)
-    check = chaos.check_output(tmp_path / "out", ref)
-    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
-    snaps = snapcut.snapshots.open(str(root))
-    assert all(why is None for why in snaps.verify().values()), snaps.verify()
+    resume_exactly(opts, tmp_path, env)
     # The reopened store cleared what the killed compactor left half-written.
     assert not list((root / "compacting").glob("*.tmp"))
 
@@ -262,16 +272,7 @@ def test_a_kill_inside_retention_loses_nothing_and_holds_only_what_is_read(
             return {f.name for f in d.iterdir()} - named - {"held.json"}
 
         assert any(extra(d) for d in records), list(root.rglob("*"))
-    env.pop("SNAPCUT_FAILPOINTS")
-    cmd = chaos._child_cmd(opts, tmp_path, interval=0.01, resume=True)
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1])["restored_from"] is not None
-    ref = chaos.reference(opts.users, opts.records, opts.seed)
-    check = chaos.check_output(tmp_path / "out", ref)
-    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
-    snaps = snapcut.snapshots.open(str(root))
-    assert all(why is None for why in snaps.verify().values()), snaps.verify()
+    snaps = resume_exactly(opts, tmp_path, env)
     for cid in snaps.held():
         # The files it holds are those its record names (read by a kept
         # checkpoint or by a compaction in flight when it was written).
