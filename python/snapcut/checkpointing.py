@@ -81,9 +81,10 @@ class Checkpointing:
         The snapshot store (or the in-memory sink) rebuilds that full state
         from the chain at commit, off the tasks' threads: a task only ever
         captures what changed since its last checkpoint, after its first.
-        A capture in which every key changed is stored as full state as it
-        is (it costs the same as the diff, and nothing needs rebuilding).
-        When that happens twice in a row, a keyed aggregate stops tracking
+        A capture in which at least half the keys changed is stored as full
+        state (at most twice the diff's cost; it ends the chain, so nothing
+        needs rebuilding and the runs before it can be removed). When every
+        key changed twice in a row, a keyed aggregate stops tracking
         changed keys for 1, 2, 4, then up to 8 intervals, whose captures are
         full: per-row tracking costs more than it saves on a hot key space.
         A diff is relative to the last checkpoint known to have completed,

@@ -429,12 +429,17 @@ def test_resume_from_a_diff_checkpoint_matches_a_failure_free_run(tmp_path: Path
 def test_regional_failover_restores_keyed_state_from_diffs(tmp_path: Path) -> None:
     """A failed pipeline with a keyed process restarts from a checkpoint
     whose keyed state is full + diffs; counts come out exactly once."""
-    users, count = 20_000, 30_000  # more users than an interval touches: diffs
+    # Small batches, each user seen 4 times on average: once most are in,
+    # a checkpoint interval (~2,500 records here) touches under half of a
+    # task's 5,000 users, so its capture is a diff (while the table fills,
+    # half of it or more changes: a full). The failure comes after 60 % of
+    # the 2,000 batches.
+    users, count, batch_size = 10_000, 40_000, 20
     calls = {"n": 0}
 
     def fail_once(b: pa.RecordBatch) -> pa.RecordBatch:
         calls["n"] += 1
-        if calls["n"] == 60:
+        if calls["n"] == 1_200:
             raise RuntimeError("injected failure")
         # Slow enough that many 5 ms intervals pass on either side of the
         # failure even when a loaded machine stretches each checkpoint (at
@@ -447,7 +452,7 @@ def test_regional_failover_restores_keyed_state_from_diffs(tmp_path: Path) -> No
         return pa.RecordBatch.from_pydict({"user": [user], "n": [n]}), n
 
     flow = Dataflow(parallelism=2)
-    ev = flow.generate_dwell_events(users=users, count=count, seed=3, batch_size=200)
+    ev = flow.generate_dwell_events(users=users, count=count, seed=3, batch_size=batch_size)
     ev.map(fail_once).key_by("user").process(counting, name="keyed").collect("out")
     cfg = Checkpointing(
         interval=0.005, full_every=3, retained=10_000, restart_attempts=1, restart_delay=0

@@ -64,10 +64,15 @@ def once_started(control: JobControl, act: Callable[[], None]) -> threading.Thre
 
 
 def build(
-    marker: Path, out: Path | None = None, parallelism: int = 2, root: Path | None = None
+    marker: Path,
+    out: Path | None = None,
+    parallelism: int = 2,
+    root: Path | None = None,
+    users: int = USERS,
+    count: int = COUNT,
 ) -> Dataflow:
     flow = Dataflow(parallelism=parallelism)
-    ev = flow.generate_dwell_events(users=USERS, count=COUNT, seed=SEED, batch_size=200)
+    ev = flow.generate_dwell_events(users=users, count=count, seed=SEED, batch_size=200)
     passed = ev.map(failing_once(marker, root or marker.parent / "chk"))
     passed.key_by("user").aggregate(n="count", total=("sum", "dwell_ms")).collect("r")
     if out is not None:
@@ -180,7 +185,11 @@ def test_diff_checkpoints_on_disk(tmp_path: Path) -> None:
     marker, root = tmp_path / "marker", tmp_path / "chk"
     marker.write_text("never fail")
     cfg = Checkpointing(interval=0.005, full_every=3, retained=50)
-    build(marker).run(cfg, checkpoint_dir=root)
+    # About one record per user: the table grows by what an interval
+    # changes, so from the third checkpoint on a capture changes under half
+    # of it: a diff. (20,000 users over 40,000 records: most intervals
+    # change half the table or more, and a full beats such a diff.)
+    build(marker, users=200_000, count=200_000).run(cfg, checkpoint_dir=root)
     kinds = set()
     for m in root.glob("chk-*/manifest.json"):
         for f in json.loads(m.read_text())["files"]:

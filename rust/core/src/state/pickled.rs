@@ -388,7 +388,8 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(100).unwrap();
         s.use_key_type(false).unwrap();
-        cp(&mut s, 1, &up(&[1, 2, 3], 0), &[]);
+        // Keys 4..9 stay untouched: the diffs hold under half the keys.
+        cp(&mut s, 1, &up(&[1, 2, 3, 4, 5, 6, 7, 8], 0), &[]);
         // Checkpoint 2 is in flight (not confirmed) when 3 is taken.
         let two = s.checkpoint(2, &up(&[1], 1), &[]).unwrap();
         assert_eq!(two.kind, StateKind::Diff { base: 1 });
@@ -444,18 +445,23 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(100).unwrap();
         s.use_key_type(false).unwrap();
-        let c1 = cp(&mut s, 1, &up(&[1, 2, 3], 0), &[]);
+        // Keys 10..20 stay untouched, so c2 and c3 are diffs.
+        let first: Vec<i64> = [1, 2, 3].into_iter().chain(10..20).collect();
+        let c1 = cp(&mut s, 1, &up(&first, 0), &[]);
         let c2 = cp(&mut s, 2, &up(&[2], 1), &[Key::Int(3)]);
         let c3 = cp(&mut s, 3, &up(&[4], 2), &[Key::Int(1)]);
+        assert_eq!(
+            [c2.kind, c3.kind],
+            [2, 3].map(|id| StateKind::Diff { base: id - 1 })
+        );
         let mut r = PickledState::new("k").unwrap();
         let rows = r
             .restore(&[c1.clone(), c2.clone(), c3.clone()])
             .unwrap()
             .unwrap();
-        assert_eq!(
-            contents(&rows),
-            BTreeMap::from([(2, blob(1)), (4, blob(2))])
-        );
+        let mut want = BTreeMap::from([(2, blob(1)), (4, blob(2))]);
+        want.extend((10..20).map(|k| (k, blob(0))));
+        assert_eq!(contents(&rows), want);
         // Out of order or missing the full: refused with a clear error.
         let err = r
             .restore(&[c2.clone(), c3.clone()])
@@ -490,8 +496,11 @@ mod tests {
         let mut s = PickledState::new("k").unwrap();
         s.set_full_every(100).unwrap();
         s.use_key_type(false).unwrap();
+        // Keys 10..20 stay untouched: each later capture changes under half
+        // the keys, so it is a diff (`full_beats_diff`).
+        let first: Vec<i64> = [1, 2, 3].into_iter().chain(10..20).collect();
         let steps: [Changes; 3] = [
-            (up(&[1, 2, 3], 0), vec![]),
+            (up(&first, 0), vec![]),
             (up(&[2], 1), vec![Key::Int(3)]),
             (up(&[5], 2), vec![Key::Int(1)]),
         ];
@@ -526,9 +535,8 @@ mod tests {
         let last = sink.latest().unwrap();
         let state = last.tasks[&task].state.clone().unwrap();
         assert_eq!(state.kind, StateKind::Full);
-        assert_eq!(
-            contents(&state.batch),
-            BTreeMap::from([(2, blob(1)), (5, blob(2))])
-        );
+        let mut want = BTreeMap::from([(2, blob(1)), (5, blob(2))]);
+        want.extend((10..20).map(|k| (k, blob(0))));
+        assert_eq!(contents(&state.batch), want);
     }
 }

@@ -20,7 +20,7 @@ use super::runs::Pages;
 use super::time_index::TimeIndex;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{StateCapture, StateKind};
+use crate::snapshot::{full_beats_diff, StateCapture, StateKind};
 use confirmed::Interval;
 
 mod confirmed;
@@ -44,7 +44,8 @@ pub const KEY_METADATA: &str = "snapcut.key";
 pub struct StatePolicy {
     /// Every `full_every`-th checkpoint is full (1 = always full). Restore
     /// then reads at most `full_every` files per task. A checkpoint in which
-    /// every key changed is full as well, whatever its position.
+    /// at least half the keys changed is full as well, whatever its
+    /// position, while the state is in memory ([`full_beats_diff`]).
     pub full_every: u32,
 }
 
@@ -663,6 +664,12 @@ impl StateTable {
             }
         } else if self.changed_every_key() {
             self.full_from_log()
+        } else if self.in_memory() && full_beats_diff(self.changed_len(), self.len()) {
+            StateCapture {
+                kind: StateKind::Full,
+                batch: self.to_batch(),
+                filter: None,
+            }
         } else {
             StateCapture {
                 kind: StateKind::Diff {
@@ -703,6 +710,15 @@ impl StateTable {
         };
         self.force_full = false;
         self.last_checkpoint = Some(id);
+    }
+
+    /// Whether the whole state is in memory (no runs below the memtable): a
+    /// full capture then copies it on the task thread, and is written
+    /// instead of a diff holding most of it ([`full_beats_diff`]). A table
+    /// whose runs hold state leaves that to the store's compactor (a full
+    /// would merge every run).
+    fn in_memory(&self) -> bool {
+        !self.has_runs()
     }
 
     /// Whether something changed and every live key was written since the
@@ -793,14 +809,29 @@ impl StateTable {
                     .collect::<Result<_>>()?;
                 let mut parts: Vec<&RecordBatch> = older.iter().collect();
                 parts.push(&interval);
-                (
-                    StateCapture {
-                        kind: StateKind::Diff { base },
-                        batch: self.merge_diffs(&parts)?,
-                        filter: None,
-                    },
-                    diffs + 1,
-                )
+                let batch = self.merge_diffs(&parts)?;
+                if self.in_memory() && full_beats_diff(batch.num_rows(), self.len()) {
+                    let batch = self.to_batch();
+                    let kind = StateKind::Full;
+                    (
+                        StateCapture {
+                            kind,
+                            batch,
+                            filter: None,
+                        },
+                        0,
+                    )
+                } else {
+                    let kind = StateKind::Diff { base };
+                    (
+                        StateCapture {
+                            kind,
+                            batch,
+                            filter: None,
+                        },
+                        diffs + 1,
+                    )
+                }
             }
         };
         self.confirmed_base_taken(id, diffs, Interval::Batch(interval));

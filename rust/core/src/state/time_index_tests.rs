@@ -9,6 +9,7 @@ use arrow_array::{BooleanArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 
 use super::{StatePolicy, StateTable, DELETED_COLUMN};
+use crate::snapshot::StateKind;
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -76,12 +77,21 @@ fn due_keys_follow_writes_deletes_and_null_times() {
 #[test]
 fn restore_and_diffs_rebuild_the_index() {
     let mut t = table();
+    // p, q, r stay untouched (and not due by 10): the second capture
+    // changes under half the keys, so it is a diff.
+    let later = [
+        ("p", "z", Some(100)),
+        ("q", "z", Some(100)),
+        ("r", "z", Some(100)),
+    ];
     t.upsert(&rows(&[("a", "x", Some(1)), ("b", "x", Some(2))]))
         .unwrap();
+    t.upsert(&rows(&later)).unwrap();
     let full = t.checkpoint(1).unwrap();
     t.upsert(&rows(&[("c", "y", Some(3))])).unwrap();
     t.delete(&StringArray::from(vec!["a"])).unwrap();
     let diff = t.checkpoint(2).unwrap();
+    assert_eq!(diff.kind, StateKind::Diff { base: 1 });
     let mut back = table();
     back.restore(&[(1, full), (2, diff)]).unwrap();
     assert_eq!(due(&mut back, 10), ["b", "c"]);

@@ -314,6 +314,52 @@ fn an_aborted_capture_of_every_key_is_never_left_out_of_a_later_diff() {
 }
 
 #[test]
+fn aggregate_capture_of_half_the_keys_is_full() {
+    use snapcut_core::snapshot::{StateKind, FULL_BEATS_DIFF_MIN_KEYS};
+    let keys: Vec<String> = (0..2 * FULL_BEATS_DIFF_MIN_KEYS)
+        .map(|k| format!("u{k}"))
+        .collect();
+    let some = |r: std::ops::Range<usize>| {
+        let ks: Vec<&str> = keys[r].iter().map(String::as_str).collect();
+        kv(&ks, &vec![1.0; ks.len()])
+    };
+    let half = FULL_BEATS_DIFF_MIN_KEYS;
+    let mut a = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
+    a.set_full_every(100);
+    let mut out = Sink(Vec::new());
+    a.process(0, some(0..2 * half), &mut out).unwrap();
+    assert_eq!(a.snapshot(1).unwrap().unwrap().kind, StateKind::Full);
+    a.commit(1).unwrap();
+    // One key short of half: a diff.
+    a.process(0, some(0..half - 1), &mut out).unwrap();
+    let second = a.snapshot(2).unwrap().unwrap();
+    assert_eq!(second.kind, StateKind::Diff { base: 1 });
+    assert_eq!(second.batch.num_rows(), half - 1);
+    a.commit(2).unwrap();
+    // Half in this interval: full.
+    a.process(0, some(half..2 * half), &mut out).unwrap();
+    assert_eq!(a.snapshot(3).unwrap().unwrap().kind, StateKind::Full);
+    a.commit(3).unwrap();
+    // A third, then (3's successor not confirmed) another third: the second
+    // diff would carry two thirds of the keys, so it is full.
+    a.process(0, some(0..half * 2 / 3), &mut out).unwrap();
+    assert_eq!(
+        a.snapshot(4).unwrap().unwrap().kind,
+        StateKind::Diff { base: 3 }
+    );
+    a.process(0, some(half..half + half * 2 / 3), &mut out)
+        .unwrap();
+    let fifth = a.snapshot(5).unwrap().unwrap();
+    assert_eq!(fifth.kind, StateKind::Full);
+    let mut b = KeyedAggregate::new("k", vec![AggSpec::sum("v", "s")]);
+    b.restore(&[fifth]).unwrap();
+    let (mut ra, mut rb) = (Sink(Vec::new()), Sink(Vec::new()));
+    a.finish(&mut ra).unwrap();
+    b.finish(&mut rb).unwrap();
+    assert_eq!(ra.0, rb.0);
+}
+
+#[test]
 fn aggregate_capture_of_every_key_is_full() {
     use snapcut_core::snapshot::StateKind;
     let specs = vec![AggSpec::sum("v", "s")];

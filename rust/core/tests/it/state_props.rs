@@ -346,3 +346,65 @@ fn a_key_rewritten_many_times_is_one_diff_row() {
     );
     assert_eq!((keys.value(1), deleted.value(1)), (3, true));
 }
+
+fn numbered(keys: std::ops::Range<i64>, n: i64) -> RecordBatch {
+    let rows: Vec<_> = keys.map(|k| (k, Some(n), None)).collect();
+    batch(&rows)
+}
+
+#[test]
+fn a_diff_of_half_the_keys_or_more_is_taken_as_full() {
+    use snapcut_core::snapshot::FULL_BEATS_DIFF_MIN_KEYS;
+    let keys = 2 * FULL_BEATS_DIFF_MIN_KEYS as i64;
+    let mut t = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    t.upsert(&numbered(0..keys, 0)).unwrap();
+    assert_eq!(t.checkpoint(1).unwrap().kind, StateKind::Full);
+    // One key short of half: a diff of exactly those keys.
+    t.upsert(&numbered(0..keys / 2 - 1, 1)).unwrap();
+    let diff = t.checkpoint(2).unwrap();
+    assert_eq!(diff.kind, StateKind::Diff { base: 1 });
+    assert_eq!(diff.batch.num_rows() as i64, keys / 2 - 1);
+    // Half of them (a delete counts): the whole table, ending the chain.
+    t.upsert(&numbered(10..keys / 2 + 9, 2)).unwrap();
+    t.delete(&Int64Array::from(vec![0])).unwrap();
+    let full = t.checkpoint(3).unwrap();
+    assert_eq!(full.kind, StateKind::Full);
+    assert!(full.batch.column_by_name(DELETED_COLUMN).is_none());
+    let mut back = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    back.restore(&[(3, full)]).unwrap();
+    assert_eq!(contents(&back), contents(&t));
+    assert_eq!(contents(&t).len() as i64, keys - 1);
+    t.upsert(&numbered(5..6, 3)).unwrap();
+    assert_eq!(t.checkpoint(4).unwrap().kind, StateKind::Diff { base: 3 });
+    // A small table keeps its diffs whatever share changed.
+    let mut small = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    small.upsert(&numbered(0..10, 0)).unwrap();
+    small.checkpoint(1).unwrap();
+    small.upsert(&numbered(0..9, 1)).unwrap();
+    assert_eq!(
+        small.checkpoint(2).unwrap().kind,
+        StateKind::Diff { base: 1 }
+    );
+}
+
+#[test]
+fn confirmed_bases_count_every_unconfirmed_change_toward_a_full() {
+    use snapcut_core::snapshot::FULL_BEATS_DIFF_MIN_KEYS;
+    let keys = 2 * FULL_BEATS_DIFF_MIN_KEYS as i64;
+    let mut t = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    t.confirm_bases();
+    t.upsert(&numbered(0..keys, 0)).unwrap();
+    t.checkpoint(1).unwrap();
+    t.checkpoint_committed(1);
+    // Two intervals of a third each, the first not confirmed: the second
+    // diff would carry two thirds of the keys.
+    t.upsert(&numbered(0..keys / 3, 1)).unwrap();
+    assert_eq!(t.checkpoint(2).unwrap().kind, StateKind::Diff { base: 1 });
+    t.upsert(&numbered(keys / 3..2 * keys / 3, 2)).unwrap();
+    let full = t.checkpoint(3).unwrap();
+    assert_eq!(full.kind, StateKind::Full);
+    assert_eq!(full.batch.num_rows() as i64, keys);
+    t.checkpoint_committed(3);
+    t.upsert(&numbered(0..1, 3)).unwrap();
+    assert_eq!(t.checkpoint(4).unwrap().kind, StateKind::Diff { base: 3 });
+}

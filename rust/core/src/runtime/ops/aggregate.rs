@@ -5,7 +5,8 @@
 //! is incremental: the keys touched since the last *confirmed* checkpoint
 //! as a diff based on it (`StateKind::Diff`, O(changed keys)), and every
 //! `full_every`-th time (or while no capture was confirmed yet, or when
-//! every key changed) the whole table (`StateKind::Full`).
+//! at least half the keys changed: `full_beats_diff`) the whole table
+//! (`StateKind::Full`).
 //!
 //! Why the last confirmed one, not the last captured one: with
 //! `max_concurrent > 1` checkpoint n+1 is captured before n is known to
@@ -30,7 +31,7 @@ use crate::error::{Error, Result};
 use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::StateMemory;
-use crate::snapshot::{StateCapture, StateKind};
+use crate::snapshot::{full_beats_diff, StateCapture, StateKind};
 use crate::state::{SpillStats, DELETED_COLUMN, KEY_METADATA};
 
 pub use crate::state::{AggFunc, AggSpec};
@@ -248,11 +249,12 @@ impl KeyedAggregate {
 
     /// The slots changed since the confirmed capture, ascending (a diff
     /// lists keys in insertion order, like a full capture), or `None` if
-    /// that is every key (keys are never removed). Checks the open interval
-    /// first: with hot keys it covers them all.
-    fn changed_unless_every_key(&self) -> Option<Vec<u32>> {
+    /// that is so much of the table that a full is written instead
+    /// ([`full_beats_diff`]; keys are never removed). Checks the open
+    /// interval first: with hot keys it covers them all.
+    fn changed_unless_most_keys(&self) -> Option<Vec<u32>> {
         let len = self.len();
-        if self.dirty.covers_all(len) {
+        if self.dirty.covers_all(len) || full_beats_diff(self.dirty.len(), len) {
             return None;
         }
         let earlier: Option<Vec<&[u32]>> = self
@@ -262,7 +264,7 @@ impl KeyedAggregate {
             .collect();
         let changed = self.dirty.union(earlier?, len);
         let every = len > 0 && changed.len() == len;
-        (!every).then_some(changed)
+        (!every && !full_beats_diff(changed.len(), len)).then_some(changed)
     }
 
     fn len(&self) -> usize {
@@ -662,7 +664,7 @@ impl Operator for KeyedAggregate {
                 },
                 0,
             ),
-            Some((base, diffs)) => match self.changed_unless_every_key() {
+            Some((base, diffs)) => match self.changed_unless_most_keys() {
                 Some(changed) => (
                     StateCapture {
                         kind: StateKind::Diff { base },
@@ -671,9 +673,9 @@ impl Operator for KeyedAggregate {
                     },
                     diffs + 1,
                 ),
-                // Every key changed: the diff would be the whole table, so
-                // store it as such. Same cost, and it ends the chain (the
-                // store never rebuilds a full table from it).
+                // Most keys changed: the diff would be most of the table,
+                // so store the table. At most twice the cost, and it ends
+                // the chain (the store never rebuilds a full table from it).
                 None => (
                     StateCapture {
                         kind: StateKind::Full,

@@ -81,6 +81,12 @@ impl DirtySlots {
         self.untracked_left > 0
     }
 
+    /// How many slots were marked (meaningless while untracked: see
+    /// [`Self::covers_all`]).
+    pub(crate) fn len(&self) -> usize {
+        self.members
+    }
+
     /// Whether every slot below `capacity` counts as written.
     pub(crate) fn covers_all(&self, capacity: usize) -> bool {
         self.untracked() || (capacity > 0 && self.members == capacity)

@@ -345,11 +345,14 @@ fn runs_are_refused_by_an_in_memory_aggregate_and_without_a_full_first() {
     let dir = tempfile::tempdir().unwrap();
     let mut first = spilling(dir.path());
     first.set_full_every(1000);
-    feed(&mut first, 0..2, 1_000);
+    // ~8,600 keys, then one batch of 2,000 rows: under half of them
+    // change, so the second capture is a diff.
+    feed(&mut first, 0..10, 10_000);
     let full = first.snapshot(1).unwrap().unwrap();
     first.commit(1).unwrap();
-    feed(&mut first, 2..3, 1_000);
+    feed(&mut first, 10..11, 10_000);
     let diff = first.snapshot(2).unwrap().unwrap();
+    assert_eq!(diff.kind, StateKind::Diff { base: 1 });
     let err = in_memory()
         .restore_runs(&[(1, full.clone())])
         .unwrap_err()
