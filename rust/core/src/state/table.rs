@@ -664,7 +664,9 @@ impl StateTable {
             }
         } else if self.changed_every_key() {
             self.full_from_log()
-        } else if self.in_memory() && full_beats_diff(self.changed_len(), self.len()) {
+        } else if !self.has_runs() && full_beats_diff(self.changed_len(), self.len()) {
+            // A table whose runs hold state on disk leaves that to the
+            // store's compactor: its full would merge every run.
             StateCapture {
                 kind: StateKind::Full,
                 batch: self.to_batch(),
@@ -710,15 +712,6 @@ impl StateTable {
         };
         self.force_full = false;
         self.last_checkpoint = Some(id);
-    }
-
-    /// Whether the whole state is in memory (no runs below the memtable): a
-    /// full capture then copies it on the task thread, and is written
-    /// instead of a diff holding most of it ([`full_beats_diff`]). A table
-    /// whose runs hold state leaves that to the store's compactor (a full
-    /// would merge every run).
-    fn in_memory(&self) -> bool {
-        !self.has_runs()
     }
 
     /// Whether something changed and every live key was written since the
@@ -804,34 +797,33 @@ impl StateTable {
                 0,
             ),
             Some((base, diffs)) => {
-                let older: Vec<RecordBatch> = (confirm.unconfirmed.iter())
-                    .map(|(_, _, changes)| changes.batch(self))
-                    .collect::<Result<_>>()?;
-                let mut parts: Vec<&RecordBatch> = older.iter().collect();
-                parts.push(&interval);
-                let batch = self.merge_diffs(&parts)?;
-                if self.in_memory() && full_beats_diff(batch.num_rows(), self.len()) {
-                    let batch = self.to_batch();
-                    let kind = StateKind::Full;
-                    (
-                        StateCapture {
-                            kind,
-                            batch,
-                            filter: None,
-                        },
-                        0,
-                    )
+                // Only while the state is in memory (see `checkpoint`). This
+                // interval's keys alone are a lower bound of the diff's: past
+                // half, the unconfirmed intervals need no merge.
+                let full = |rows: usize| !self.has_runs() && full_beats_diff(rows, self.len());
+                let diff = if full(interval.num_rows()) {
+                    None
                 } else {
-                    let kind = StateKind::Diff { base };
-                    (
-                        StateCapture {
-                            kind,
-                            batch,
-                            filter: None,
-                        },
-                        diffs + 1,
-                    )
-                }
+                    let older: Vec<RecordBatch> = (confirm.unconfirmed.iter())
+                        .map(|(_, _, changes)| changes.batch(self))
+                        .collect::<Result<_>>()?;
+                    let mut parts: Vec<&RecordBatch> = older.iter().collect();
+                    parts.push(&interval);
+                    Some(self.merge_diffs(&parts)?).filter(|d| !full(d.num_rows()))
+                };
+                let (kind, batch, diffs) = match diff {
+                    Some(batch) => (StateKind::Diff { base }, batch, diffs + 1),
+                    None => (StateKind::Full, self.to_batch(), 0),
+                };
+                let filter = None;
+                (
+                    StateCapture {
+                        kind,
+                        batch,
+                        filter,
+                    },
+                    diffs,
+                )
             }
         };
         self.confirmed_base_taken(id, diffs, Interval::Batch(interval));

@@ -407,4 +407,13 @@ fn confirmed_bases_count_every_unconfirmed_change_toward_a_full() {
     t.checkpoint_committed(3);
     t.upsert(&numbered(0..1, 3)).unwrap();
     assert_eq!(t.checkpoint(4).unwrap().kind, StateKind::Diff { base: 3 });
+    // 4 not confirmed; this interval alone changes half the keys: full,
+    // with 4's change in it.
+    t.upsert(&numbered(keys / 2..keys, 4)).unwrap();
+    let full = t.checkpoint(5).unwrap();
+    assert_eq!(full.kind, StateKind::Full);
+    let mut back = StateTable::new(schema(), "k", StatePolicy { full_every: 100 }).unwrap();
+    back.restore(&[(5, full)]).unwrap();
+    assert_eq!(contents(&back), contents(&t));
+    assert_eq!(contents(&back)[&0], (Some(3), None));
 }
