@@ -26,9 +26,12 @@ use snapcut_core::store::{FileKind, FileRole, SnapshotStore, StoreOptions, MANIF
 /// How long the probe's store takes to commit a checkpoint.
 const SLOW_COMMIT: Duration = Duration::from_millis(120);
 const RECORDS: u64 = 2_000_000;
-// More users than a checkpoint interval touches, so captures after the first
-// are diffs (a capture of every key is stored full).
-const USERS: u64 = 500_000;
+// Ten times more users than records: nearly every record is a new key, so
+// the table grows by what an interval changes, and once it holds more than
+// one interval's records a capture changes under half of it: a diff (a
+// capture of half the keys or more is stored full). With 500,000 users a
+// slow machine's intervals (~450,000 records) touched half of them each time.
+const USERS: u64 = 20_000_000;
 
 /// Counts the records it passes on, and takes at least 50 µs per batch, so
 /// that the job lasts long enough (≥ 0.2 s) for checkpoints to overlap it
