@@ -438,7 +438,10 @@ def test_a_streamed_checkpoint_writes_the_files_of_the_checkpoint_in_memory(
     memory, streamed = table("memory"), table("streamed")
     kinds = []
     for cid in range(1, 6):
-        keys = np.arange(60_000, dtype=np.int64) * 7 % 150_000 + cid * 1000
+        # 60k keys, then 25k new ones a checkpoint: each diff holds under half
+        # the table's keys (at half, a capture is full whatever its place).
+        n = 60_000 if cid == 1 else 25_000
+        keys = np.arange(n, dtype=np.int64) * 7 % 150_000 + cid * 150_000
         batch = pa.record_batch(
             [pa.array(keys), pa.array(keys + cid), pa.array([f"s{k % 97}" for k in keys])],
             schema=schema,

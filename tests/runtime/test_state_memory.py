@@ -14,9 +14,9 @@ USERS = 60_000
 COUNT = 400_000
 
 
-def dwell_flow(count: int = COUNT) -> Dataflow:
+def dwell_flow(count: int = COUNT, users: int = USERS) -> Dataflow:
     flow = Dataflow(parallelism=2)
-    events = flow.generate_dwell_events(users=USERS, count=count, seed=5, batch_size=1024)
+    events = flow.generate_dwell_events(users=users, count=count, seed=5, batch_size=1024)
     events.key_by("user").aggregate(
         n="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms")
     ).collect("r")
@@ -78,39 +78,45 @@ def test_a_restart_opens_the_stored_runs_lazily(tmp_path: Path) -> None:
     mapped as the table's runs (the full as its base, the diffs after it), not
     rebuilt in memory first, then checkpoints a diff on the restored
     checkpoint (not a full), and the answer is the failure-free run's."""
-    # Long enough that the failure at the second commit comes mid-run.
-    count = 5 * COUNT
-    want = by_user(dwell_flow(count).run(Checkpointing()).results["r"])
+    # Long enough that the failure at the third commit comes mid-run; many
+    # more users than records, so the table grows by about what an interval
+    # changes and captures after the second are diffs (a capture of half the
+    # keys or more is a full).
+    count, users = 5 * COUNT, 20 * COUNT
+    want = by_user(dwell_flow(count, users).run(Checkpointing()).results["r"])
     root = tmp_path / "chk"
     cp = budget(
         tmp_path / "spill", full_every=1000, retained=1000, failover="full", restart_attempts=1
     )
-    report = dwell_flow(count).run(
-        cp, checkpoint_dir=str(root), inject_failure=TaskFailure("aggregate", 0, "commit", 2)
+    report = dwell_flow(count, users).run(
+        cp, checkpoint_dir=str(root), inject_failure=TaskFailure("aggregate", 0, "commit", 3)
     )
     assert by_user(report.results["r"]) == want
     assert len(report.restarts) == 1, report.restarts
     restored = report.restarts[0].restored_from
-    assert restored is not None and restored >= 2, report.restarts
+    assert restored is not None and restored >= 3, report.restarts
+    # Each aggregate subtask's state files, by checkpoint: (kind, base).
+    files: dict[int, dict[int, tuple[str, int | None]]] = {0: {}, 1: {}}
+    for manifest in sorted(root.glob("chk-*/manifest.json")):
+        m = json.loads(manifest.read_text())
+        for f in m["files"]:
+            if f["role"] == "state" and f["vertex"] == "aggregate":
+                files[f["subtask"]][m["checkpoint_id"]] = (f.get("kind", "full"), f.get("base"))
     spilled = {t: s for t, s in report.spill.items() if t.startswith("aggregate")}
     assert len(spilled) == 2, report.spill
     for task, stats in spilled.items():
+        subtask = int(task.rsplit("-", 1)[1])
+        chain = [c for c, (kind, _) in files[subtask].items() if c <= restored and kind == "full"]
+        diffs = restored - max(chain)
+        assert diffs >= 1, (task, restored, files[subtask])
         assert stats["bases_mapped"] == 1, (task, stats)
         # The diffs since the full are runs too, with the filters stored
         # beside their files (format 3), not rebuilt.
-        assert stats["diffs_mapped"] == restored - 1 == stats["filters_stored"], (task, stats)
-    # Each aggregate subtask's first capture on its restored table is a diff
-    # whose base is the checkpoint restored.
-    bases: dict[int, set[tuple[str, int | None]]] = {0: set(), 1: set()}
-    for manifest in sorted(root.glob("chk-*/manifest.json")):
-        m = json.loads(manifest.read_text())
-        if m["checkpoint_id"] <= restored:
-            continue
-        for f in m["files"]:
-            if f["role"] == "state" and f["vertex"] == "aggregate":
-                bases[f["subtask"]].add((f.get("kind", "full"), f.get("base")))
-    for subtask, seen in bases.items():
-        assert ("diff", restored) in seen, (subtask, restored, seen)
+        assert stats["diffs_mapped"] == diffs == stats["filters_stored"], (task, stats)
+        # The first capture on the restored table is a diff whose base is
+        # the checkpoint restored.
+        after = [v for c, v in files[subtask].items() if c > restored]
+        assert ("diff", restored) in after, (task, restored, files[subtask])
 
 
 @pytest.mark.parametrize(

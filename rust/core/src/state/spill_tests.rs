@@ -405,6 +405,71 @@ fn a_checkpoint_after_flushes_holds_only_the_changes() {
 }
 
 #[test]
+fn a_spilled_table_writes_a_full_once_a_diff_would_hold_half_its_keys() {
+    // 10,000 keys; each interval's changes flushed into runs that may share
+    // keys: the rule counts the keys they hold together, not their rows.
+    // Streamed (the writer merges the runs) and in memory, the same kinds.
+    let fresh = || {
+        let mut t = spilling(StatePolicy {
+            full_every: u32::MAX,
+        });
+        t.upsert(&rows(&(0..10_000).map(|k| (k, 0)).collect::<Vec<_>>()))
+            .unwrap();
+        t
+    };
+    let write = |t: &mut StateTable, parts: &[(i64, i64)], v: i64| {
+        for &(from, to) in parts {
+            t.upsert(&rows(&(from..to).map(|k| (k, v)).collect::<Vec<_>>()))
+                .unwrap();
+            t.flush().unwrap();
+        }
+    };
+    let kind = |t: &mut StateTable, streamed: bool, id: CheckpointId| {
+        if streamed {
+            t.checkpoint_streamed(id).unwrap().kind
+        } else {
+            t.checkpoint(id).unwrap().kind
+        }
+    };
+    for streamed in [true, false] {
+        let mut t = fresh();
+        assert_eq!(kind(&mut t, streamed, 1), StateKind::Full);
+        // 6,000 rows in two runs of the same 3,000 keys: a diff.
+        write(&mut t, &[(0, 3_000), (0, 3_000)], 1);
+        assert_eq!(kind(&mut t, streamed, 2), StateKind::Diff { base: 1 });
+        // 5,000 keys in two overlapping runs (no run half the table): a full.
+        write(&mut t, &[(0, 3_000), (2_000, 5_000)], 2);
+        assert_eq!(
+            kind(&mut t, streamed, 3),
+            StateKind::Full,
+            "streamed {streamed}"
+        );
+        // One key short of half, with a delete among them: a diff.
+        write(&mut t, &[(0, 2_500), (2_000, 4_998)], 3);
+        t.delete(&Int64Array::from(vec![9_999])).unwrap();
+        assert_eq!(kind(&mut t, streamed, 4), StateKind::Diff { base: 3 });
+
+        // Confirmed bases: the unconfirmed intervals' keys count too.
+        let mut t = fresh();
+        t.confirm_bases();
+        assert_eq!(kind(&mut t, streamed, 1), StateKind::Full);
+        t.checkpoint_committed(1);
+        write(&mut t, &[(0, 3_000)], 1);
+        assert_eq!(kind(&mut t, streamed, 2), StateKind::Diff { base: 1 });
+        write(&mut t, &[(5_000, 7_000)], 2);
+        assert_eq!(
+            kind(&mut t, streamed, 3),
+            StateKind::Full,
+            "streamed {streamed}"
+        );
+        t.checkpoint_committed(3);
+        write(&mut t, &[(0, 4_000)], 3);
+        assert_eq!(kind(&mut t, streamed, 4), StateKind::Diff { base: 3 });
+        assert_eq!(t.len(), 10_000);
+    }
+}
+
+#[test]
 fn runs_spilled_to_local_files_are_mapped_back_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let runs = LocalRuns::new(dir.path()).unwrap();
@@ -699,18 +764,21 @@ fn a_table_without_a_budget_opens_a_mapped_chain_lazily_and_a_plain_one_in_memor
     assert_eq!(t.len(), plain.len());
     assert_eq!(as_map(&t.to_batch()), as_map(&plain.to_batch()));
     // Writes go to an unbounded memtable: no flush, whatever it holds.
-    let many: Vec<(i64, i64)> = (0..60_000).map(|k| (2 * k, -k)).collect();
+    let many: Vec<(i64, i64)> = (0..40_000).map(|k| (2 * k, -k)).collect();
     t.upsert(&rows(&many)).unwrap();
     plain.upsert(&rows(&many)).unwrap();
     let stats = t.spill_stats().unwrap();
     assert!(stats.memtable_bytes > MIN_STATE_MEMORY, "{stats:?}");
     assert_eq!((stats.flushes, stats.runs), (0, 2), "{stats:?}");
     assert!(t.flush().is_err(), "flush needs a budget");
-    // Its checkpoint is O(changed): a diff on the chain (the plain table,
-    // which saw every key change, writes a full), restoring the same state.
+    // Its checkpoint is O(changed): a diff on the chain (40% of the keys
+    // changed), restoring the same state.
     let capture = t.checkpoint(3).unwrap();
     assert_eq!(capture.kind, StateKind::Diff { base: 2 });
-    plain.checkpoint(3).unwrap();
+    assert_eq!(
+        plain.checkpoint(3).unwrap().kind,
+        StateKind::Diff { base: 2 }
+    );
     let mut chain3 = chain.clone();
     chain3.push((3, capture));
     assert_eq!(
@@ -720,7 +788,7 @@ fn a_table_without_a_budget_opens_a_mapped_chain_lazily_and_a_plain_one_in_memor
     assert_eq!(t.len(), plain.len());
     // Once every live key was written again, the runs go: all in memory.
     let mut rest: Vec<(i64, i64)> = (0..100_000)
-        .filter(|k| k % 2 == 1)
+        .filter(|k| k % 2 == 1 || *k >= 80_000)
         .map(|k| (k, 1))
         .collect();
     rest.push((200_000, 3));

@@ -302,14 +302,15 @@ fn a_restored_state_of_other_aggregates_is_refused_naming_the_column() {
 fn a_store_s_runs_restore_lazily_and_the_next_capture_is_a_diff_on_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut whole = in_memory();
-    feed(&mut whole, 0..60, 30_000);
+    feed(&mut whole, 0..40, 100_000);
     let want = results(&mut whole);
     let mut first = spilling(dir.path());
     first.set_full_every(1000);
-    feed(&mut first, 0..20, 30_000);
+    // ~33k keys, then ~18k of ~50k change: under half, a diff.
+    feed(&mut first, 0..20, 100_000);
     let full = first.snapshot(1).unwrap().unwrap();
     first.commit(1).unwrap();
-    feed(&mut first, 20..30, 30_000);
+    feed(&mut first, 20..30, 100_000);
     let diff = first.snapshot(2).unwrap().unwrap();
     first.commit(2).unwrap();
     assert_eq!(
@@ -329,7 +330,7 @@ fn a_store_s_runs_restore_lazily_and_the_next_capture_is_a_diff_on_them() {
         idle.batch.num_rows(),
         crate::store::rebuild_chain(&runs).unwrap().num_rows()
     );
-    feed(&mut second, 30..60, 30_000);
+    feed(&mut second, 30..40, 100_000);
     let stats = second.spill_stats().unwrap();
     assert_eq!(stats.bases_mapped, 1, "{stats:?}");
     // The restored checkpoint is the table's confirmed base.
