@@ -19,6 +19,8 @@ freshly compacted full would take).
   state, and how many checkpoint directories the root kept against how many
   the newest one names.
 
+``--state-memory`` runs the job's keyed subtasks under a memory budget (their
+state spilled to local runs, captures merged from them as the store writes).
 Each case runs ROUNDS times; prints each run and writes ``--out`` (JSON: every
 run with its per-checkpoint series).
 
@@ -115,13 +117,15 @@ def referenced_bytes(root: str) -> tuple[int, int]:
     return sum(named.values()), len({c for c, _ in named})
 
 
-def run_case(keys: int, records: int, interval: float) -> dict[str, Any]:
+def run_case(keys: int, records: int, interval: float, state_memory: str | None) -> dict[str, Any]:
     flow = build(records=records, keys=keys, parallelism=2)
     root = tempfile.mkdtemp(prefix="snapcut-amplification-")
     try:
         sampler = SpaceSampler(root)
         rep = flow.run(
-            checkpointing=Checkpointing(protocol="aligned", interval=interval),
+            checkpointing=Checkpointing(
+                protocol="aligned", interval=interval, state_memory=state_memory
+            ),
             checkpoint_dir=root,
         )
         space = sampler.stop()
@@ -186,6 +190,12 @@ def main() -> None:
     p.add_argument("--records", type=int, default=100_000_000)
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument(
+        "--state-memory",
+        default=None,
+        help="each keyed subtask's memory budget (Checkpointing(state_memory=), e.g. 8MB); "
+        "default: all in memory",
+    )
     p.add_argument("--out", type=Path, required=True)
     a = p.parse_args()
     cases = [int(k) for k in a.keys.split(",")]
@@ -193,7 +203,8 @@ def main() -> None:
     for r in range(a.rounds):
         for keys in cases if r % 2 == 0 else cases[::-1]:
             load = os.getloadavg()[0]
-            got = run_case(keys, a.records, a.interval) | {"round": r, "load_1m": round(load, 2)}
+            got = run_case(keys, a.records, a.interval, a.state_memory)
+            got |= {"round": r, "load_1m": round(load, 2)}
             runs[keys].append(got)
             print(
                 json.dumps({k: v for k, v in got.items() if k not in ("series", "space")}),

@@ -45,7 +45,7 @@ pub struct StatePolicy {
     /// Every `full_every`-th checkpoint is full (1 = always full). Restore
     /// then reads at most `full_every` files per task. A checkpoint in which
     /// at least half the keys changed is full as well, whatever its
-    /// position ([`full_beats_diff`]).
+    /// position, while the state is in memory ([`full_beats_diff`]).
     pub full_every: u32,
 }
 
@@ -664,28 +664,21 @@ impl StateTable {
             }
         } else if self.changed_every_key() {
             self.full_from_log()
+        } else if !self.has_runs() && full_beats_diff(self.changed_len(), self.len()) {
+            // A table whose runs hold state on disk leaves that to the
+            // store's compactor: its full would merge every run.
+            StateCapture {
+                kind: StateKind::Full,
+                batch: self.to_batch(),
+                filter: None,
+            }
         } else {
-            // In memory the change log counts the diff's keys; with runs,
-            // flushes may have set a key aside more than once: the merged
-            // changes count them.
-            let changes = if self.has_runs() || !full_beats_diff(self.changed_len(), self.len()) {
-                Some(self.changes()).filter(|c| !full_beats_diff(c.num_rows(), self.len()))
-            } else {
-                None
-            };
-            match changes {
-                Some(batch) => StateCapture {
-                    kind: StateKind::Diff {
-                        base: self.last_checkpoint.expect("diff has a base"),
-                    },
-                    batch,
-                    filter: None,
+            StateCapture {
+                kind: StateKind::Diff {
+                    base: self.last_checkpoint.expect("diff has a base"),
                 },
-                None => StateCapture {
-                    kind: StateKind::Full,
-                    batch: self.to_batch(),
-                    filter: None,
-                },
+                batch: self.changes(),
+                filter: None,
             }
         };
         self.checkpoint_taken(id, capture.kind);
@@ -804,9 +797,10 @@ impl StateTable {
                 0,
             ),
             Some((base, diffs)) => {
-                // This interval's keys alone are a lower bound of the diff's:
-                // past half, the unconfirmed intervals need no merge.
-                let full = |rows: usize| full_beats_diff(rows, self.len());
+                // Only while the state is in memory (see `checkpoint`). This
+                // interval's keys alone are a lower bound of the diff's: past
+                // half, the unconfirmed intervals need no merge.
+                let full = |rows: usize| !self.has_runs() && full_beats_diff(rows, self.len());
                 let diff = if full(interval.num_rows()) {
                     None
                 } else {

@@ -62,24 +62,6 @@ pub fn merge(runs: &[&Run], drop_tombstones: bool, fpp: f64) -> Result<Merged> {
     Ok(Merged { run, stats })
 }
 
-/// How many distinct keys `runs` hold together, tombstones included (the
-/// rows a merge of them keeping tombstones would have): the merge's heap
-/// over their key columns, no row gathered. The runs must share their key.
-pub fn distinct_keys(runs: &[&Run]) -> Result<usize> {
-    if runs.is_empty() {
-        return Ok(0);
-    }
-    let mut cursor = MergeCursor::new(runs, false)?;
-    let mut keys = 0;
-    loop {
-        let picks = cursor.next_picks(1 << 16);
-        if picks.is_empty() {
-            return Ok(keys);
-        }
-        keys += picks.len();
-    }
-}
-
 /// Rows of a sorted run in the making, read in key order a chunk at a
 /// time, so that a run larger than memory can be written as it is made
 /// (`crate::store::StreamedFile`): a merge of runs ([`MergeCursor`]), a

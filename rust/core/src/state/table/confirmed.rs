@@ -66,8 +66,7 @@ impl StateTable {
     /// changes (the change log sorted into a run in memory, and the runs
     /// flushes set aside since the last checkpoint) and those of the
     /// intervals not confirmed yet, as [`Self::checkpoint`] would capture
-    /// them, with no merge on the task thread. A diff that would hold half
-    /// the table's keys or more is a full instead (`full_beats_diff_of`).
+    /// them, with no merge on the task thread.
     pub(super) fn checkpoint_streamed_confirmed(
         &mut self,
         id: CheckpointId,
@@ -80,25 +79,7 @@ impl StateTable {
             _ => None,
         };
         let first = self.last_checkpoint.is_none();
-        // A diff's rows: this interval's changes (the change log sorted into
-        // a run, the runs flushes set aside) and the unconfirmed intervals'.
-        let diff = match base {
-            Some((base, diffs)) => {
-                let spill = self.spill.as_ref().expect("a table with runs spills");
-                let mut interval: Vec<Arc<Run>> =
-                    self.log_run()?.map(Arc::new).into_iter().collect();
-                interval.extend(spill.pending.iter().cloned());
-                let mut runs = interval.clone();
-                let confirm = self.confirm.as_ref().expect("confirmed-base mode");
-                for (_, _, older) in confirm.unconfirmed.iter().rev() {
-                    runs.extend(older.runs(self)?);
-                }
-                let refs: Vec<&Run> = runs.iter().map(|r| r.as_ref()).collect();
-                (!self.full_beats_diff_of(&refs)?).then_some((base, diffs, interval, runs))
-            }
-            None => None,
-        };
-        let (capture, interval, diffs) = match diff {
+        let (capture, interval, diffs) = match base {
             None => {
                 // The memory flushed, the runs are the whole state.
                 self.flush()?;
@@ -116,7 +97,16 @@ impl StateTable {
                 let kind = StateKind::Full;
                 (StreamedCapture { kind, rows }, interval, 0)
             }
-            Some((base, diffs, interval, runs)) => {
+            Some((base, diffs)) => {
+                let spill = self.spill.as_ref().expect("a table with runs spills");
+                let mut interval: Vec<Arc<Run>> =
+                    self.log_run()?.map(Arc::new).into_iter().collect();
+                interval.extend(spill.pending.iter().cloned());
+                let mut runs = interval.clone();
+                let confirm = self.confirm.as_ref().expect("confirmed-base mode");
+                for (_, _, older) in confirm.unconfirmed.iter().rev() {
+                    runs.extend(older.runs(self)?);
+                }
                 let rows = if runs.is_empty() {
                     CaptureRows::Batch(RecordBatch::new_empty(self.diff_schema.clone()))
                 } else {

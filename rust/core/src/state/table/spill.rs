@@ -31,11 +31,11 @@ use super::sorted_slots::SortedSlots;
 use super::{arrow_err, StateTable};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::snapshot::{full_beats_diff, StateKind};
+use crate::snapshot::StateKind;
 use crate::state::key::{Key, KeySet};
 use crate::state::runs::{
-    distinct_keys, merge, BloomFilter, Lookup, LookupStats, MergeCursor, Pages, Run, RunChunks,
-    RunSet, DEFAULT_FPP,
+    merge, BloomFilter, Lookup, LookupStats, MergeCursor, Pages, Run, RunChunks, RunSet,
+    DEFAULT_FPP,
 };
 
 /// The least memory budget: 1 MiB, a few thousand rows of a wide table.
@@ -863,11 +863,9 @@ impl StateTable {
             });
         }
         self.check_next_id(id)?;
+        let full = self.next_is_full();
         self.flush()?;
         let spill = self.spill.as_ref().expect("a table with runs spills");
-        // Flushed, the changes since the last checkpoint are the pending runs.
-        let pending: Vec<&Run> = spill.pending.iter().map(|r| r.as_ref()).collect();
-        let full = self.next_is_full() || self.full_beats_diff_of(&pending)?;
         let (kind, rows) = if full {
             let runs = spill.runs.runs().to_vec();
             let schema = self.schema.clone();
@@ -897,24 +895,6 @@ impl StateTable {
         };
         self.checkpoint_taken(id, kind);
         Ok(StreamedCapture { kind, rows })
-    }
-
-    /// Whether a full beats a diff of `changes` (the changes since the
-    /// diff's base as sorted runs, which may share keys): [`full_beats_diff`]
-    /// of the keys they hold together, counted by a merge of their key
-    /// columns only when the sum and the largest run's rows leave the rule
-    /// undecided, so a capture stays O(changed keys).
-    pub(super) fn full_beats_diff_of(&self, changes: &[&Run]) -> Result<bool> {
-        let live = self.len();
-        let sum = changes.iter().map(|r| r.len()).sum();
-        let largest = changes.iter().map(|r| r.len()).max().unwrap_or(0);
-        if !full_beats_diff(sum, live) {
-            return Ok(false);
-        }
-        if full_beats_diff(largest, live) {
-            return Ok(true);
-        }
-        Ok(full_beats_diff(distinct_keys(changes)?, live))
     }
 
     /// The memtable kept by `spill`'s sink as a run (its live rows and a
