@@ -13,7 +13,7 @@ use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::snapshot::{
     ChannelLog, CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskId, TaskSnapshot,
 };
-use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
+use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA, LIVE_KEYS_METADATA};
 use snapcut_core::store::{
     self, CompactionBudget, CompactionStats, SnapshotReader as CoreReader,
     SnapshotStore as CoreStore, StoreOptions,
@@ -306,6 +306,7 @@ fn format_constants<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("CHECKPOINT_DIR_PREFIX", store::CHECKPOINT_DIR_PREFIX)?;
     d.set_item("DELETED_COLUMN", DELETED_COLUMN)?;
     d.set_item("KEY_METADATA", KEY_METADATA)?;
+    d.set_item("LIVE_KEYS_METADATA", LIVE_KEYS_METADATA)?;
     Ok(d)
 }
 

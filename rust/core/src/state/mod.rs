@@ -44,7 +44,8 @@ pub use group_prefix::GroupPrefix;
 pub use key::Key;
 pub use table::{
     check_memory_budget, parse_memory, CaptureRows, InMemoryRuns, RunSink, SpillStats, StatePolicy,
-    StateTable, StreamedCapture, DELETED_COLUMN, KEY_METADATA, MAX_RUNS, MIN_STATE_MEMORY,
+    StateTable, StreamedCapture, DELETED_COLUMN, KEY_METADATA, LIVE_KEYS_METADATA, MAX_RUNS,
+    MIN_STATE_MEMORY,
 };
 
 /// Whether a [`StateTable`] value column holds `data_type` natively (the

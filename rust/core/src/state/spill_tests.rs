@@ -448,6 +448,81 @@ fn a_spilled_table_leaves_diffs_of_most_keys_to_the_compactor() {
 }
 
 #[test]
+fn a_mapped_restore_takes_each_diffs_live_keys_from_its_metadata() {
+    use super::LIVE_KEYS_METADATA;
+    // A full of 20k keys, then diffs that add, rewrite and delete keys.
+    let mut plain = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+    plain
+        .upsert(&rows(&(0..20_000).map(|k| (2 * k, k)).collect::<Vec<_>>()))
+        .unwrap();
+    let mut chain = vec![(1, plain.checkpoint(1).unwrap())];
+    for id in 2..=4u64 {
+        let n = id as i64;
+        let pairs: Vec<(i64, i64)> = (0..3_000).map(|i| (i * 7 * n + n, i)).collect();
+        plain.upsert(&rows(&pairs)).unwrap();
+        plain
+            .delete(&Int64Array::from_iter_values((0..500).map(|i| i * 6 * n)))
+            .unwrap();
+        let diff = plain.checkpoint(id).unwrap();
+        assert_eq!(diff.kind, StateKind::Diff { base: id - 1 });
+        // Each diff names the keys its table held when it was captured.
+        let stored = diff
+            .batch
+            .schema()
+            .metadata()
+            .get(LIVE_KEYS_METADATA)
+            .cloned();
+        assert_eq!(stored, Some(plain.len().to_string()), "checkpoint {id}");
+        chain.push((id, diff));
+    }
+    let chain = sorted_chain(&chain);
+    let restore = |chain: &[(CheckpointId, StateCapture)]| {
+        let mut t = StateTable::new(schema(), "k", StatePolicy::default()).unwrap();
+        t.restore_mapped(chain).map(|()| t)
+    };
+    // With the counts no key is looked up; without them (an older file)
+    // each diff's keys are, once. The same keys either way.
+    let t = restore(&chain).unwrap();
+    let stats = t.spill_stats().unwrap();
+    assert_eq!((stats.diffs_mapped, stats.run_probes), (3, 0), "{stats:?}");
+    assert_eq!(t.len(), plain.len());
+    assert_eq!(as_map(&t.to_batch()), as_map(&plain.to_batch()));
+    let with_metadata = |chain: &[(CheckpointId, StateCapture)], live: Option<&str>| {
+        let mut chain = chain.to_vec();
+        let last = &mut chain.last_mut().unwrap().1;
+        let mut metadata = last.batch.schema().metadata().clone();
+        match live {
+            Some(n) => metadata.insert(LIVE_KEYS_METADATA.into(), n.into()),
+            None => metadata.remove(LIVE_KEYS_METADATA),
+        };
+        let schema = Arc::new(last.batch.schema().as_ref().clone().with_metadata(metadata));
+        last.batch = RecordBatch::try_new(schema, last.batch.columns().to_vec()).unwrap();
+        chain
+    };
+    let mut older: Vec<_> = chain.iter().take(1).cloned().collect();
+    for (id, c) in &chain[1..] {
+        older = with_metadata(&[older, vec![(*id, c.clone())]].concat(), None);
+    }
+    let t = restore(&older).unwrap();
+    let stats = t.spill_stats().unwrap();
+    assert_eq!(stats.diffs_mapped, 3, "{stats:?}");
+    let diff_rows: usize = chain[1..].iter().map(|(_, c)| c.batch.num_rows()).sum();
+    assert_eq!(stats.run_probes, diff_rows as u64, "{stats:?}");
+    assert_eq!(t.len(), plain.len());
+    // A count the diff cannot leave, or no number, is refused naming it.
+    for bad in ["1", "99999999", "many"] {
+        let err = restore(&with_metadata(&chain, Some(bad)))
+            .err()
+            .unwrap_or_else(|| panic!("{bad:?} restored"))
+            .to_string();
+        assert!(
+            err.contains(LIVE_KEYS_METADATA) && err.contains("another checkpoint"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn runs_spilled_to_local_files_are_mapped_back_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let runs = LocalRuns::new(dir.path()).unwrap();

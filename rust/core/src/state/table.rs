@@ -38,6 +38,11 @@ pub const DELETED_COLUMN: &str = "__deleted";
 /// Schema metadata key naming the key column of a state batch (files carry it,
 /// so a reader can rebuild state without being told the key).
 pub const KEY_METADATA: &str = "snapcut.key";
+/// Schema metadata key of a diff batch: how many live keys the table held
+/// when it was captured (the state its chain rebuilds), in decimal. A
+/// restore that keeps the diff as a run takes it instead of looking every
+/// key of the diff up in the older runs to count them.
+pub const LIVE_KEYS_METADATA: &str = "snapcut.live_keys";
 
 /// How often a checkpoint is a full materialisation instead of a diff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -681,8 +686,27 @@ impl StateTable {
                 filter: None,
             }
         };
+        let capture = self.with_live_keys(capture);
         self.checkpoint_taken(id, capture.kind);
         Ok(capture)
+    }
+
+    /// A diff capture named with the table's live keys
+    /// ([`LIVE_KEYS_METADATA`]); a full as it is (its rows are its keys).
+    fn with_live_keys(&self, mut capture: StateCapture) -> StateCapture {
+        if matches!(capture.kind, StateKind::Diff { .. }) {
+            let schema = self.live_keys_schema(capture.batch.schema_ref());
+            capture.batch = RecordBatch::try_new(schema, capture.batch.columns().to_vec())
+                .expect("only the schema's metadata changed");
+        }
+        capture
+    }
+
+    /// `schema` with the table's live keys in its metadata.
+    pub(super) fn live_keys_schema(&self, schema: &SchemaRef) -> SchemaRef {
+        let mut metadata = schema.metadata().clone();
+        metadata.insert(LIVE_KEYS_METADATA.into(), self.len().to_string());
+        Arc::new(schema.as_ref().clone().with_metadata(metadata))
     }
 
     fn check_next_id(&self, id: CheckpointId) -> Result<()> {
@@ -826,6 +850,7 @@ impl StateTable {
                 )
             }
         };
+        let capture = self.with_live_keys(capture);
         self.confirmed_base_taken(id, diffs, Interval::Batch(interval));
         Ok(capture)
     }

@@ -32,7 +32,7 @@ use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::StateMemory;
 use crate::snapshot::{full_beats_diff, StateCapture, StateKind};
-use crate::state::{SpillStats, DELETED_COLUMN, KEY_METADATA};
+use crate::state::{SpillStats, DELETED_COLUMN, KEY_METADATA, LIVE_KEYS_METADATA};
 
 pub use crate::state::{AggFunc, AggSpec};
 
@@ -499,7 +499,13 @@ impl KeyedAggregate {
         }
         // The key is named in the schema so that a store can rebuild the
         // full state from a full capture and its diffs without this operator.
-        let metadata = [(KEY_METADATA.to_string(), self.key.clone())].into();
+        let mut metadata: std::collections::HashMap<String, String> =
+            [(KEY_METADATA.to_string(), self.key.clone())].into();
+        if slots.is_some() {
+            // A diff: the keys the state holds, for a restore that keeps it
+            // as a run without counting them (`StateTable`'s diffs do too).
+            metadata.insert(LIVE_KEYS_METADATA.to_string(), self.len().to_string());
+        }
         RecordBatch::try_new(Arc::new(Schema::new_with_metadata(fields, metadata)), cols)
             .map_err(|e| Error::Task(format!("aggregate state: {e}")))
     }

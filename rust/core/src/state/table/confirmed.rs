@@ -120,6 +120,10 @@ impl StateTable {
                 (StreamedCapture { kind, rows }, interval, diffs + 1)
             }
         };
+        let capture = StreamedCapture {
+            rows: self.rows_with_live_keys(capture.kind, capture.rows),
+            ..capture
+        };
         self.confirmed_base_taken(id, diffs, Interval::Runs(interval));
         Ok(capture)
     }

@@ -28,7 +28,7 @@ use arrow_schema::{DataType, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
 use super::sorted_slots::SortedSlots;
-use super::{arrow_err, StateTable};
+use super::{arrow_err, StateTable, LIVE_KEYS_METADATA};
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::StateKind;
@@ -893,8 +893,31 @@ impl StateTable {
             };
             (StateKind::Diff { base }, rows)
         };
+        let rows = self.rows_with_live_keys(kind, rows);
         self.checkpoint_taken(id, kind);
         Ok(StreamedCapture { kind, rows })
+    }
+
+    /// A diff's rows named with the table's live keys, as
+    /// [`Self::checkpoint`] names its batch.
+    pub(super) fn rows_with_live_keys(&self, kind: StateKind, rows: CaptureRows) -> CaptureRows {
+        if !matches!(kind, StateKind::Diff { .. }) {
+            return rows;
+        }
+        match rows {
+            CaptureRows::Batch(batch) => {
+                let schema = self.live_keys_schema(batch.schema_ref());
+                CaptureRows::Batch(
+                    RecordBatch::try_new(schema, batch.columns().to_vec())
+                        .expect("only the schema's metadata changed"),
+                )
+            }
+            CaptureRows::Runs { runs, base, schema } => CaptureRows::Runs {
+                runs,
+                base,
+                schema: self.live_keys_schema(&schema),
+            },
+        }
     }
 
     /// The memtable kept by `spill`'s sink as a run (its live rows and a
@@ -1087,21 +1110,29 @@ impl StateTable {
             Some(pages) => run.with_pages(pages),
             None => run,
         };
+        let stored = diff.schema().metadata().get(LIVE_KEYS_METADATA).cloned();
         let spill = self
             .spill
             .as_mut()
             .expect("only a spilling table adopts a diff");
-        let keys = run.keys();
-        let was_live = spill.search(keys.as_ref())?.found();
-        let mut live = spill.outside;
-        for (row, was) in was_live.values().iter().enumerate() {
-            let now = !run.is_deleted(row);
-            match (was, now) {
-                (false, true) => live += 1,
-                (true, false) => live -= 1,
-                _ => {}
+        let live = match stored {
+            Some(n) => stored_live_keys(&n, spill.outside, &run, what)?,
+            None => {
+                // Written without the count: each key looked up once.
+                let keys = run.keys();
+                let was_live = spill.search(keys.as_ref())?.found();
+                let mut live = spill.outside;
+                for (row, was) in was_live.values().iter().enumerate() {
+                    let now = !run.is_deleted(row);
+                    match (was, now) {
+                        (false, true) => live += 1,
+                        (true, false) => live -= 1,
+                        _ => {}
+                    }
+                }
+                live
             }
-        }
+        };
         spill.runs.push_newest(run)?;
         spill.outside = live;
         spill.stats.diffs_mapped += 1;
@@ -1125,5 +1156,25 @@ impl StateTable {
             spill.outside = 0;
             spill.shadows.drain();
         }
+    }
+}
+
+/// The live keys a diff's file says its table held ([`LIVE_KEYS_METADATA`]),
+/// checked against what applying the diff to `before` live keys can give:
+/// its upserts are live, and it adds at most them and removes at most its
+/// tombstones. Anything else is an error naming the file, not a guess.
+fn stored_live_keys(stored: &str, before: usize, diff: &Run, what: &str) -> Result<usize> {
+    let deletes = diff.tombstone_count();
+    let upserts = diff.len() - deletes;
+    let low = before.saturating_sub(deletes).max(upserts);
+    let high = before + upserts;
+    match stored.parse::<usize>() {
+        Ok(n) if (low..=high).contains(&n) => Ok(n),
+        _ => Err(Error::Snapshot(format!(
+            "{what}: its '{LIVE_KEYS_METADATA}' metadata says {stored:?} live keys, which this \
+             diff ({upserts} upserts, {deletes} deletes) cannot leave on the {before} keys \
+             before it (between {low} and {high}); the chain's files do not belong together: \
+             restore from another checkpoint"
+        ))),
     }
 }
