@@ -10,10 +10,14 @@ mapped (`FsBackend.chain_files`, the Spark partition task's read; the files'
 pages are in the page cache after the first round) and opens a table on it
 lazily (`StateTable.restore(chain, mapped=True)`): the full as its base
 run, each diff as a run, with `filters=` the stored ones ("stored") or none,
-so that each run hashes its keys to build one ("built"). The variants
-alternate in ABBA order, in one process; per restore: the restore's time
-(reading the chain excluded), and a lookup of LOOKUPS random keys after it
-(the filters at work: both variants must find the same rows).
+so that each run hashes its keys to build one ("built"). A second root of
+the same chain whose diffs name the live keys their chain rebuilds
+(``snapcut.live_keys``, as a table's captures do) is restored with the
+stored filters ("counted"): no diff key is looked up in the older runs to
+count them. The variants alternate (forward, then backward), in one
+process; per restore: the restore's time (reading the chain excluded), and
+a lookup of LOOKUPS random keys after it (the filters at work: the variants
+must find the same rows and count the same live keys).
 
     python bench/state_store_filters.py --keys 10000000 --diffs 6 \\
         --diff-keys 500000 --rounds 5 --out bench/results/state_store/filters
@@ -40,11 +44,15 @@ from snapcut._core import StateTable
 from snapcut.snapshots.backend import ChainFile, FsBackend
 
 TASK = ("state", 0)
-VARIANTS = ("stored", "built")
+VARIANTS = ("stored", "built", "counted")
 
 
-def write_root(root: Path, keys: int, diffs: int, diff_keys: int) -> None:
+def write_root(root: Path, keys: int, diffs: int, diff_keys: int, counts: bool = False) -> None:
+    """`counts`: each diff names the live keys its chain rebuilds
+    (``snapshots.LIVE_KEYS_METADATA``), as a table's capture does."""
     rng = np.random.default_rng(7)
+    live = np.zeros(2 * keys, dtype=bool)
+    live[:keys] = True
     writer = snapshots.SnapshotWriter(root)
     full = pa.table(
         {
@@ -67,6 +75,10 @@ def write_root(root: Path, keys: int, diffs: int, diff_keys: int) -> None:
                 snapshots.DELETED_COLUMN: pa.array(deleted),
             }
         )
+        live[ks] = ~deleted
+        if counts:
+            meta = {snapshots.LIVE_KEYS_METADATA: str(int(np.count_nonzero(live)))}
+            diff = diff.replace_schema_metadata(meta)
         entry = writer.write_state(
             cid, *TASK, diff, "k", kind="diff", sort=True, base_chain=list(chain)
         )
@@ -78,10 +90,11 @@ def restore(files: list[ChainFile], variant: str, probes: pa.Array) -> dict[str,
     schema = files[0].table.schema
     table = StateTable(schema, "k")
     chain = [(f.checkpoint, f.kind, f.table) for f in files]
-    filters = [f.filter for f in files] if variant == "stored" else None
+    filters = None if variant == "built" else [f.filter for f in files]
     t0 = time.perf_counter()
     table.restore(chain, mapped=True, filters=filters)
     t1 = time.perf_counter()
+    probed = (table.spill_stats() or {}).get("run_probes")
     _, present = table.lookup(probes)
     t2 = time.perf_counter()
     stats = table.spill_stats() or {}
@@ -92,6 +105,8 @@ def restore(files: list[ChainFile], variant: str, probes: pa.Array) -> dict[str,
         "found": int(pc.sum(present).as_py() or 0),
         "diffs_mapped": stats.get("diffs_mapped"),
         "filters_stored": stats.get("filters_stored"),
+        "restore_probes": probed,
+        "live_keys": len(table),
     }
 
 
@@ -109,17 +124,21 @@ def main() -> None:
     p.add_argument("--work", type=Path, default=Path("/tmp/snapcut-filters-bench"))
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    root = args.work / f"root-{args.keys}-{args.diffs}-{args.diff_keys}"
-    if not (root / "chk-00000001").exists():
-        t0 = time.perf_counter()
-        write_root(root, args.keys, args.diffs, args.diff_keys)
-        print(f"wrote {root} in {time.perf_counter() - t0:.1f} s")
-    backend = FsBackend(pa.fs.LocalFileSystem(), str(root))
-    last = 1 + args.diffs
-    files = backend.chain_files(last, TASK, mapped=True)
-    assert files is not None and all((f.filter is not None) == (f.kind == "diff") for f in files), (
-        "every diff of the root stores its filter"
-    )
+    chains = {}
+    for counts in (False, True):
+        name = f"root-{args.keys}-{args.diffs}-{args.diff_keys}" + ("-counted" if counts else "")
+        root = args.work / name
+        if not (root / "chk-00000001").exists():
+            t0 = time.perf_counter()
+            write_root(root, args.keys, args.diffs, args.diff_keys, counts)
+            print(f"wrote {root} in {time.perf_counter() - t0:.1f} s")
+        backend = FsBackend(pa.fs.LocalFileSystem(), str(root))
+        chain = backend.chain_files(1 + args.diffs, TASK, mapped=True)
+        assert chain is not None and all(
+            (f.filter is not None) == (f.kind == "diff") for f in chain
+        ), "every diff of the root stores its filter"
+        chains[counts] = chain
+    files = chains[False]
     blooms = sum(len(f.filter or b"") for f in files)
     diff_bytes = sum(f.table.get_total_buffer_size() for f in files if f.kind == "diff")
     diff_rows = sum(f.table.num_rows for f in files if f.kind == "diff")
@@ -129,14 +148,17 @@ def main() -> None:
     for r in range(args.rounds):
         order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
         for variant in order:
-            run = {"round": r, **restore(files, variant, probes)}
+            run = {"round": r, **restore(chains[variant == "counted"], variant, probes)}
             runs.append(run)
             print(json.dumps(run))
     by = {v: [x for x in runs if x["variant"] == v] for v in VARIANTS}
-    assert len({x["found"] for x in runs}) == 1, "both variants find the same keys"
-    ratios = [
-        s["restore_ms"] / b["restore_ms"] for s, b in zip(by["stored"], by["built"], strict=True)
-    ]
+    assert len({x["found"] for x in runs}) == 1, "the variants find the same keys"
+    assert len({x["live_keys"] for x in runs}) == 1, "the variants count the same live keys"
+    assert all((x["restore_probes"] == 0) == (x["variant"] == "counted") for x in runs), runs
+
+    def ratios(a: str, b: str) -> list[float]:
+        return [x["restore_ms"] / y["restore_ms"] for x, y in zip(by[a], by[b], strict=True)]
+
     lines = [
         f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
         f"1-minute load {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end",
@@ -155,11 +177,13 @@ def main() -> None:
             f"{spread([x['lookup_ms'] for x in xs])} | "
             f"{xs[0]['diffs_mapped']} / {xs[0]['filters_stored']} | {len(xs)} |"
         )
-    lines += [
-        "",
-        f"stored / built restore time, per round: median {statistics.median(ratios):.2f} "
-        f"[{min(ratios):.2f}, {max(ratios):.2f}]",
-    ]
+    lines.append("")
+    for a, b in (("stored", "built"), ("counted", "stored")):
+        rs = ratios(a, b)
+        lines.append(
+            f"{a} / {b} restore time, per round: median {statistics.median(rs):.2f} "
+            f"[{min(rs):.2f}, {max(rs):.2f}]"
+        )
     print("\n".join(lines))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
