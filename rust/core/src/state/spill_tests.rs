@@ -487,22 +487,29 @@ fn a_mapped_restore_takes_each_diffs_live_keys_from_its_metadata() {
     assert_eq!((stats.diffs_mapped, stats.run_probes), (3, 0), "{stats:?}");
     assert_eq!(t.len(), plain.len());
     assert_eq!(as_map(&t.to_batch()), as_map(&plain.to_batch()));
-    let with_metadata = |chain: &[(CheckpointId, StateCapture)], live: Option<&str>| {
-        let mut chain = chain.to_vec();
-        let last = &mut chain.last_mut().unwrap().1;
-        let mut metadata = last.batch.schema().metadata().clone();
+    // `capture` with its count set to `live`, or without one.
+    let counted = |capture: &StateCapture, live: Option<&str>| {
+        let mut metadata = capture.batch.schema().metadata().clone();
         match live {
             Some(n) => metadata.insert(LIVE_KEYS_METADATA.into(), n.into()),
             None => metadata.remove(LIVE_KEYS_METADATA),
         };
-        let schema = Arc::new(last.batch.schema().as_ref().clone().with_metadata(metadata));
-        last.batch = RecordBatch::try_new(schema, last.batch.columns().to_vec()).unwrap();
-        chain
+        let schema = Arc::new(
+            capture
+                .batch
+                .schema()
+                .as_ref()
+                .clone()
+                .with_metadata(metadata),
+        );
+        StateCapture {
+            batch: RecordBatch::try_new(schema, capture.batch.columns().to_vec()).unwrap(),
+            ..capture.clone()
+        }
     };
-    let mut older: Vec<_> = chain.iter().take(1).cloned().collect();
-    for (id, c) in &chain[1..] {
-        older = with_metadata(&[older, vec![(*id, c.clone())]].concat(), None);
-    }
+    let older: Vec<_> = (chain.iter())
+        .map(|(id, c)| (*id, counted(c, None)))
+        .collect();
     let t = restore(&older).unwrap();
     let stats = t.spill_stats().unwrap();
     assert_eq!(stats.diffs_mapped, 3, "{stats:?}");
@@ -511,7 +518,10 @@ fn a_mapped_restore_takes_each_diffs_live_keys_from_its_metadata() {
     assert_eq!(t.len(), plain.len());
     // A count the diff cannot leave, or no number, is refused naming it.
     for bad in ["1", "99999999", "many"] {
-        let err = restore(&with_metadata(&chain, Some(bad)))
+        let mut wrong = chain.clone();
+        let (id, last) = wrong.pop().unwrap();
+        wrong.push((id, counted(&last, Some(bad))));
+        let err = restore(&wrong)
             .err()
             .unwrap_or_else(|| panic!("{bad:?} restored"))
             .to_string();

@@ -695,11 +695,16 @@ impl StateTable {
     /// ([`LIVE_KEYS_METADATA`]); a full as it is (its rows are its keys).
     fn with_live_keys(&self, mut capture: StateCapture) -> StateCapture {
         if matches!(capture.kind, StateKind::Diff { .. }) {
-            let schema = self.live_keys_schema(capture.batch.schema_ref());
-            capture.batch = RecordBatch::try_new(schema, capture.batch.columns().to_vec())
-                .expect("only the schema's metadata changed");
+            capture.batch = self.batch_with_live_keys(&capture.batch);
         }
         capture
+    }
+
+    /// A diff's `batch` with the table's live keys in its schema's metadata.
+    pub(super) fn batch_with_live_keys(&self, batch: &RecordBatch) -> RecordBatch {
+        let schema = self.live_keys_schema(batch.schema_ref());
+        RecordBatch::try_new(schema, batch.columns().to_vec())
+            .expect("only the schema's metadata changed")
     }
 
     /// `schema` with the table's live keys in its metadata.

@@ -905,13 +905,7 @@ impl StateTable {
             return rows;
         }
         match rows {
-            CaptureRows::Batch(batch) => {
-                let schema = self.live_keys_schema(batch.schema_ref());
-                CaptureRows::Batch(
-                    RecordBatch::try_new(schema, batch.columns().to_vec())
-                        .expect("only the schema's metadata changed"),
-                )
-            }
+            CaptureRows::Batch(batch) => CaptureRows::Batch(self.batch_with_live_keys(&batch)),
             CaptureRows::Runs { runs, base, schema } => CaptureRows::Runs {
                 runs,
                 base,
