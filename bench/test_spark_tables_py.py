@@ -15,7 +15,7 @@ import pytest
 
 pytestmark = pytest.mark.spark
 
-deltalake = pytest.importorskip("deltalake")
+pytest.importorskip("deltalake")
 pytest.importorskip("pyiceberg")
 
 
@@ -25,7 +25,7 @@ def test_every_output_once_and_the_same_rows(spark: Any, smoke: bool, tmp_path: 
     from pyiceberg.catalog import load_catalog
 
     from lakehouse import OUTPUTS, catalog, run
-    from snapcut.spark import read_output_arrow
+    from snapcut.spark import DeltaOutput, read_output_arrow
     from spark_state import write_input
 
     write_input(tmp_path / "in", 50, 400, 2)
@@ -39,7 +39,7 @@ def test_every_output_once_and_the_same_rows(spark: Any, smoke: bool, tmp_path: 
         elif output == "iceberg":
             table = load_catalog("snapcut", **catalog(tmp_path)).load_table(where).scan().to_arrow()
         else:
-            table = deltalake.DeltaTable(where).to_pyarrow_table()
+            table = DeltaOutput(where).read()
         columns = (table[c].to_pylist() for c in ("user", "n", "total"))
         got[output] = sorted(zip(*columns, strict=True))
     assert len({tuple(rows) for rows in got.values()}) == 1, got

@@ -7,6 +7,7 @@ crash point where it does not apply)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,26 @@ def test_one_commit_per_batch_passes_and_each_batch_has_its_changed_rows(
     for batch, added in once:
         assert run.batches[batch].sort_by("user") == added
     assert run.final is not None and run.final.num_rows == 5
+
+
+def test_a_process_that_read_a_delta_tables_commits_exits_cleanly(tmp_path: Path) -> None:
+    """The harness reads every commit back, then prints its summary and exits:
+    read through deltalake's own Python filesystem handler, such a process
+    aborted at exit about half the time (SIGABRT, ``terminate called without
+    an active exception``) after a campaign that passed. Six processes: the
+    old read fails this with probability 1 - 2^-6."""
+    delta_table(tmp_path / "table", COMMITS)
+    code = (
+        "import sys; from pathlib import Path; "
+        "from snapcut.chaos.spark_tables import TableTarget; "
+        "h = TableTarget('delta', Path(sys.argv[1])).history(); "
+        "print(sum(rows.num_rows for _, rows in h))"
+    )
+    for _ in range(6):
+        cmd = [sys.executable, "-c", code, str(tmp_path / "table")]
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert (res.returncode, res.stderr) == (0, ""), res.stderr
+        assert res.stdout.split() == ["15"]  # 2 + 3 + 4 + 6 rows at the 4 commits
 
 
 def test_a_missing_batch_a_wrong_manifest_and_no_manifest_are_reported(tmp_path: Path) -> None:

@@ -55,9 +55,13 @@ __all__ = ["armed", "dwell", "points", "spark"]  # fixtures, imported for pytest
 deltalake = pytest.importorskip("deltalake")
 
 
-def table_at(path: Path | str, version: int | None = None, **kw: Any) -> pa.Table:
-    dt = deltalake.DeltaTable(str(path), version=version, **kw)
-    return pa.table(dt.to_pyarrow_table())
+def table_at(
+    path: Path | str,
+    version: int | None = None,
+    storage_options: dict[str, str] | None = None,
+    filesystem: Any = None,
+) -> pa.Table:
+    return DeltaOutput(str(path), storage_options, filesystem).read(version)
 
 
 def commits(path: Path | str, **kw: Any) -> list[dict[str, Any]]:
@@ -491,7 +495,9 @@ def test_append_on_s3(
     output = DeltaOutput(uri, storage_options=options, filesystem=s3.filesystem())
     root = tmp_path / "out"
     run(stream(spark, directory), ArrowSnapshotSink(str(root), output=output), tmp_path / "chk")
-    assert event_rows(table_at(uri, storage_options=options)) == event_rows(events)
+    assert event_rows(
+        table_at(uri, storage_options=options, filesystem=s3.filesystem())
+    ) == event_rows(events)
     history = log_commits(s3.filesystem(), f"{bucket}/events")
     one_commit_per_batch(uri, FILES, history, storage_options=options)
     assert [manifest(root, b)["output"]["delta"]["version"] for b in range(FILES)] == [0, 1, 2]
@@ -555,5 +561,5 @@ def test_missing_and_refused_credentials_are_refused_before_anything_is_written(
         assert not list(root.glob("chk-*"))
     output = DeltaOutput(uri, storage_options={**base, **right}, filesystem=fs_right)
     ArrowSnapshotSink(str(root), output=output)(df, 0)
-    got = table_at(uri, storage_options={**base, **right}).to_pylist()
+    got = output.read().to_pylist()
     assert sorted((r["user"], r["n"]) for r in got) == [(1, 3), (2, 4)]

@@ -137,10 +137,11 @@ class TableTarget:
         if not (self.where / "_delta_log").is_dir():
             return []
         uri = str(self.where)
+        table = delta.DeltaOutput(uri)
         out = []
         for h in sorted(deltalake.DeltaTable(uri).history(), key=lambda h: int(h["version"])):
             version, batch = int(h["version"]), h.get(BATCH_KEY)
-            rows = deltalake.DeltaTable(uri, version=version).to_pyarrow_table()
+            rows = table.read(version)
             out.append((TableCommit(version, None if batch is None else int(batch)), rows))
         return out
 

@@ -159,6 +159,20 @@ class DeltaOutput(TableOutput):
         self._probe_delta()
         return None
 
+    def read(self, version: int | None = None) -> pa.Table:
+        """The table's rows at `version` (default: its newest), read with the
+        output's own pyarrow filesystem. Not ``DeltaTable.to_pyarrow_table()``:
+        its default filesystem is a Python handler that Arrow's I/O threads
+        call back into, and a process that used it aborts at exit about half
+        the time (``terminate called without an active exception``, SIGABRT)."""
+        deltalake = _deltalake()
+        opts = self.storage_options or None
+        with _errors(self.name, "reading the table"):
+            dt = deltalake.DeltaTable(self.uri, version=version, storage_options=opts)
+            files = pafs.SubTreeFileSystem(self.path, self.fs)
+            table: pa.Table = dt.to_pyarrow_dataset(filesystem=files).to_table()
+            return table
+
     def _delta_client(self) -> credentials.S3Client | None:
         """delta-rs' credentials, where the table is on S3."""
         return credentials.delta_client(self.storage_options) if self._on_s3() else None
