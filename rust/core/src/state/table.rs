@@ -212,7 +212,7 @@ impl StateTable {
         self.time = Some(TimeIndex::new(col));
         if !self.is_empty() {
             let rows = self.to_batch();
-            self.note_times(rows.columns())?;
+            self.note_base_times(rows.columns())?;
         }
         Ok(self)
     }
@@ -992,7 +992,7 @@ impl StateTable {
         if self.spill.is_some() && self.adopt_base(&first.batch, mapped, page(0))? {
             if self.time.is_some() {
                 let arrays = self.columns_of(&first.batch)?;
-                self.note_times(&arrays)?;
+                self.note_base_times(&arrays)?;
             }
         } else {
             self.close_lazy();

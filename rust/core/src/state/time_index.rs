@@ -152,24 +152,40 @@ impl TimeIndex {
         if self.by_time.is_empty() {
             return Ok(None);
         }
-        let bytes: usize = self.by_time.iter().map(|(_, k)| 8 + key_len(k)).sum();
-        let mut column = BinaryBuilder::with_capacity(self.by_time.len(), bytes);
-        let mut buf = Vec::with_capacity(64);
-        for (t, k) in &self.by_time {
-            buf.clear();
-            encode(*t, k, &mut buf);
-            column.append_value(&buf);
-        }
-        let live = BooleanArray::from(vec![false; self.by_time.len()]);
-        let batch = RecordBatch::try_new(
-            run_schema(),
-            vec![Arc::new(column.finish()), Arc::new(live)],
-        )
-        .map_err(|e| Error::Config(format!("building a time index run: {e}")))?;
+        let run = sorted_run(self.by_time.iter(), self.by_time.len())?;
         self.by_key = FxHashMap::default();
         self.by_time = BTreeSet::new();
         self.heap_bytes = 0;
-        Run::from_sorted_unfiltered(batch, TIME_KEY, "a time index run").map(Some)
+        Ok(Some(run))
+    }
+
+    /// Whether the index holds no entry, in memory or in runs.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_key.is_empty() && self.runs.is_empty()
+    }
+
+    /// An empty index takes `entries` (each key once) into memory at once:
+    /// one sort and a bulk build of the (time, key) tree instead of an
+    /// insert per key in hash order (a restored base's rows).
+    pub(crate) fn fill(&mut self, entries: Vec<(i64, Key)>) {
+        debug_assert!(self.is_empty(), "fill takes an empty index");
+        let mut by_key = FxHashMap::default();
+        by_key.reserve(entries.len());
+        for (t, k) in &entries {
+            self.heap_bytes += heap_len(k);
+            by_key.insert(k.clone(), *t);
+        }
+        debug_assert_eq!(by_key.len(), entries.len(), "fill takes each key once");
+        self.by_key = by_key;
+        // BTreeSet's FromIterator sorts, then builds the tree bottom up.
+        self.by_time = entries.into_iter().collect();
+    }
+
+    /// `entries` as one sorted run, never held in memory (each key once, no
+    /// key in memory: a restored base's rows a budget's share at a time).
+    pub(crate) fn entries_run(mut entries: Vec<(i64, Key)>) -> Result<Run> {
+        entries.sort_unstable();
+        sorted_run(entries.iter(), entries.len())
     }
 
     /// Keeps `run` (entries [`Self::take_memory`] moved out) as the newest.
@@ -294,6 +310,25 @@ impl TimeIndex {
         self.drop_consumed();
         old
     }
+}
+
+/// The run of `len` entries `sorted` gives in (time, key) order.
+fn sorted_run<'a>(sorted: impl Iterator<Item = &'a (i64, Key)> + Clone, len: usize) -> Result<Run> {
+    let bytes: usize = sorted.clone().map(|(_, k)| 8 + key_len(k)).sum();
+    let mut column = BinaryBuilder::with_capacity(len, bytes);
+    let mut buf = Vec::with_capacity(64);
+    for (t, k) in sorted {
+        buf.clear();
+        encode(*t, k, &mut buf);
+        column.append_value(&buf);
+    }
+    let live = BooleanArray::from(vec![false; len]);
+    let batch = RecordBatch::try_new(
+        run_schema(),
+        vec![Arc::new(column.finish()), Arc::new(live)],
+    )
+    .map_err(|e| Error::Config(format!("building a time index run: {e}")))?;
+    Run::from_sorted_unfiltered(batch, TIME_KEY, "a time index run")
 }
 
 /// A run's entries and a `__deleted` column that is always false: the

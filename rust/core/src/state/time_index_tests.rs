@@ -211,3 +211,104 @@ fn a_spilled_index_agrees_with_the_rows_and_drops_what_it_read() {
     assert_eq!(t.time_runs(), 1);
     assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
 }
+
+/// A mapped restore notes its base's times in one sweep: without a budget
+/// into memory, under one straight into sorted runs (a few entries each
+/// here, so they merge). Either way `due` agrees with the rows after the
+/// restore and after writes that move, clear and delete times (the runs'
+/// entries gone stale are checked against the rows).
+#[test]
+fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
+    use std::collections::BTreeMap;
+
+    use super::{InMemoryRuns, MIN_STATE_MEMORY};
+    use crate::snapshot::StateCapture;
+
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, false),
+        Field::new("at", DataType::Int64, true),
+    ]));
+    let batch = |r: &[(String, Option<i64>)]| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(
+                    r.iter().map(|x| x.0.as_str()),
+                )),
+                Arc::new(Int64Array::from_iter(r.iter().map(|x| x.1))),
+            ],
+        )
+        .unwrap()
+    };
+    // 100 keys in key order, every tenth without a time: 90 entries.
+    let base: Vec<(String, Option<i64>)> = (0..100i64)
+        .map(|i| (format!("k{i:03}"), (i % 10 != 9).then_some((i * 37) % 100)))
+        .collect();
+    for budgeted in [false, true] {
+        let mut t = StateTable::new(schema.clone(), "k", StatePolicy::default())
+            .unwrap()
+            .with_time_index("at")
+            .unwrap();
+        if budgeted {
+            t = t
+                .with_memory_budget(MIN_STATE_MEMORY, Box::new(InMemoryRuns))
+                .unwrap()
+                .with_time_memory_entries(8);
+        }
+        let full = StateCapture {
+            kind: StateKind::Full,
+            batch: batch(&base),
+            filter: None,
+        };
+        t.restore_mapped(&[(1, full)]).unwrap();
+        let mut model: BTreeMap<String, i64> = base
+            .iter()
+            .filter_map(|(k, at)| at.map(|at| (k.clone(), at)))
+            .collect();
+        if budgeted {
+            // 100 rows, 8 a run (90 entries): 13 runs, past 8 of them merged.
+            let stats = t.spill_stats().unwrap();
+            assert_eq!(stats.time_flushes, 13, "{stats:?}");
+            assert!(stats.time_merges > 0 && t.time_runs() <= 8, "{stats:?}");
+        } else {
+            assert_eq!(t.time_runs(), 0);
+        }
+        let want = |model: &BTreeMap<String, i64>, threshold: i64| {
+            let mut due: Vec<(i64, String)> = (model.iter())
+                .filter(|(_, at)| **at <= threshold)
+                .map(|(k, at)| (*at, k.clone()))
+                .collect();
+            due.sort();
+            due.into_iter().map(|(_, k)| k).collect::<Vec<_>>()
+        };
+        assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
+        assert_eq!(due(&mut t, 20), want(&model, 20), "budgeted {budgeted}");
+        // Every third key moves later, every seventh loses its time.
+        let mut writes = Vec::new();
+        for i in (0..100i64).step_by(3) {
+            writes.push((format!("k{i:03}"), Some(500 + i)));
+        }
+        for i in (1..100i64).step_by(7) {
+            writes.push((format!("k{i:03}"), None));
+        }
+        for (k, at) in &writes {
+            t.upsert(&batch(&[(k.clone(), *at)])).unwrap();
+            match at {
+                Some(at) => model.insert(k.clone(), *at),
+                None => model.remove(k),
+            };
+        }
+        let gone: Vec<String> = (5..100).step_by(13).map(|i| format!("k{i:03}")).collect();
+        t.delete(&StringArray::from(gone.clone())).unwrap();
+        gone.iter().for_each(|k| {
+            model.remove(k);
+        });
+        for threshold in [20, 60, 99, 550, i64::MAX] {
+            assert_eq!(
+                due(&mut t, threshold),
+                want(&model, threshold),
+                "budgeted {budgeted}, due by {threshold}"
+            );
+        }
+    }
+}

@@ -19,6 +19,10 @@ use crate::state::time_index::TimeIndex;
 /// The index may hold this share of a table's budget in memory (1/8).
 const TIME_BUDGET_SHARE: usize = 8;
 
+/// Bytes an entry costs while a base's rows become a sorted run: the
+/// (time, key) pair sorted (32) and its encoded bytes with their offset.
+const SORT_ENTRY_BYTES: usize = 56;
+
 /// Entries checked against the table a lookup at a time.
 const CHECK_CHUNK: usize = 1 << 16;
 
@@ -145,6 +149,62 @@ impl StateTable {
         Ok(())
     }
 
+    /// A restored base's rows (checked columns in schema order, each key
+    /// once) into an empty index in one sweep: without a budget one sort and
+    /// a bulk build of memory's tree; under one straight into sorted runs of
+    /// the index's share of the budget each, never through memory's map and
+    /// tree. An index that holds entries takes them as any rows.
+    pub(super) fn note_base_times(&mut self, arrays: &[ArrayRef]) -> Result<()> {
+        let Some(index) = self.time.as_ref() else {
+            return Ok(());
+        };
+        if !index.is_empty() {
+            return self.note_times(arrays);
+        }
+        let col = index.col;
+        let rows = arrays.first().map_or(0, |a| a.len());
+        let budget = self.memory_budget();
+        let step = match (budget, index.memory_entries) {
+            (None, _) => rows,
+            (Some(_), Some(n)) => n,
+            (Some(b), None) => b / TIME_BUDGET_SHARE / SORT_ENTRY_BYTES,
+        }
+        .max(1);
+        let name = self.schema.field(self.key_col).name().clone();
+        let mut lo = 0;
+        while lo < rows {
+            let n = step.min(rows - lo);
+            let keys = self
+                .key_type
+                .keys(&name, arrays[self.key_col].slice(lo, n).as_ref())?;
+            let times = arrays[col].slice(lo, n);
+            let times = times.as_primitive::<Int64Type>();
+            let entries: Vec<(i64, Key)> = keys
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| times.is_valid(*i))
+                .map(|(i, key)| (times.value(i), key))
+                .collect();
+            lo += n;
+            let (index, spill) = (
+                self.time.as_mut().expect("checked above"),
+                self.spill.as_mut(),
+            );
+            match (budget, spill) {
+                (Some(_), Some(spill)) if !entries.is_empty() => {
+                    let kept = spill.sink.keep(TimeIndex::entries_run(entries)?)?;
+                    index.push_run(kept);
+                    spill.stats.time_flushes += 1;
+                    self.merge_time_runs()?;
+                }
+                (Some(_), _) => {}
+                (None, _) => index.fill(entries),
+            }
+        }
+        crate::heap::release_freed();
+        Ok(())
+    }
+
     /// With a budget, how many entries the index keeps in memory before
     /// they move into a run: its share of the budget (or a test's count).
     fn time_memory_entries(&self) -> Option<usize> {
@@ -176,6 +236,17 @@ impl StateTable {
             index.push_run(kept);
             spill.stats.time_flushes += 1;
         }
+        self.merge_time_runs()?;
+        crate::heap::release_freed();
+        Ok(())
+    }
+
+    /// Past [`crate::state::time_index::MAX_TIME_RUNS`] runs merges the
+    /// newest (exact duplicates go).
+    fn merge_time_runs(&mut self) -> Result<()> {
+        let (Some(index), Some(spill)) = (self.time.as_mut(), self.spill.as_mut()) else {
+            return Ok(());
+        };
         if let Some(upto) = index.merge_upto() {
             let inputs = index.merge_inputs(upto)?;
             let inputs: Vec<&Run> = inputs.iter().collect();
@@ -186,7 +257,6 @@ impl StateTable {
             spill.sink.release(&old);
             spill.stats.time_merges += 1;
         }
-        crate::heap::release_freed();
         Ok(())
     }
 
