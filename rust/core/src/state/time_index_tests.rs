@@ -50,6 +50,16 @@ fn due(t: &mut StateTable, threshold: i64) -> Vec<String> {
         .collect()
 }
 
+/// A model's keys due by `threshold`, by time then key.
+fn due_in(model: &std::collections::BTreeMap<String, i64>, threshold: i64) -> Vec<String> {
+    let mut due: Vec<(i64, String)> = (model.iter())
+        .filter(|(_, at)| **at <= threshold)
+        .map(|(k, at)| (*at, k.clone()))
+        .collect();
+    due.sort();
+    due.into_iter().map(|(_, k)| k).collect()
+}
+
 #[test]
 fn due_keys_follow_writes_deletes_and_null_times() {
     let mut t = table();
@@ -192,14 +202,7 @@ fn a_spilled_index_agrees_with_the_rows_and_drops_what_it_read() {
     });
     let stats = t.spill_stats().unwrap();
     assert!(stats.time_flushes > 8 && stats.time_merges > 0, "{stats:?}");
-    let want = |threshold: i64| {
-        let mut due: Vec<(i64, String)> = (model.iter())
-            .filter(|(_, at)| **at <= threshold)
-            .map(|(k, at)| (*at, k.clone()))
-            .collect();
-        due.sort();
-        due.into_iter().map(|(_, k)| k).collect::<Vec<_>>()
-    };
+    let want = |threshold: i64| due_in(&model, threshold);
     assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
     assert_eq!(due(&mut t, 35), want(35));
     // Asked again, the same keys: the valid entries the runs gave stay.
@@ -273,16 +276,8 @@ fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
         } else {
             assert_eq!(t.time_runs(), 0);
         }
-        let want = |model: &BTreeMap<String, i64>, threshold: i64| {
-            let mut due: Vec<(i64, String)> = (model.iter())
-                .filter(|(_, at)| **at <= threshold)
-                .map(|(k, at)| (*at, k.clone()))
-                .collect();
-            due.sort();
-            due.into_iter().map(|(_, k)| k).collect::<Vec<_>>()
-        };
         assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
-        assert_eq!(due(&mut t, 20), want(&model, 20), "budgeted {budgeted}");
+        assert_eq!(due(&mut t, 20), due_in(&model, 20), "budgeted {budgeted}");
         // Every third key moves later, every seventh loses its time.
         let mut writes = Vec::new();
         for i in (0..100i64).step_by(3) {
@@ -306,7 +301,7 @@ fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
         for threshold in [20, 60, 99, 550, i64::MAX] {
             assert_eq!(
                 due(&mut t, threshold),
-                want(&model, threshold),
+                due_in(&model, threshold),
                 "budgeted {budgeted}, due by {threshold}"
             );
         }

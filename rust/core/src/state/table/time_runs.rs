@@ -130,23 +130,35 @@ impl StateTable {
         };
         let rows = arrays.first().map_or(0, |a| a.len());
         let step = self.time_memory_entries().unwrap_or(rows).max(1);
-        let name = self.schema.field(self.key_col).name().clone();
         let mut lo = 0;
         while lo < rows {
             let n = step.min(rows - lo);
-            let keys = self
-                .key_type
-                .keys(&name, arrays[self.key_col].slice(lo, n).as_ref())?;
-            let times = arrays[col].slice(lo, n);
-            let times = times.as_primitive::<Int64Type>();
+            let timed = self.timed_keys(arrays, col, lo, n)?;
             let index = self.time.as_mut().expect("checked above");
-            for (i, key) in keys.into_iter().enumerate() {
-                index.set(key, times.is_valid(i).then(|| times.value(i)));
+            for (key, time) in timed {
+                index.set(key, time);
             }
             self.spill_time_index()?;
             lo += n;
         }
         Ok(())
+    }
+
+    /// Rows `lo..lo + n`'s keys with their times (None: a null time).
+    fn timed_keys(
+        &self,
+        arrays: &[ArrayRef],
+        col: usize,
+        lo: usize,
+        n: usize,
+    ) -> Result<impl Iterator<Item = (Key, Option<i64>)>> {
+        let name = self.schema.field(self.key_col).name();
+        let keys = (self.key_type).keys(name, arrays[self.key_col].slice(lo, n).as_ref())?;
+        let times = arrays[col].slice(lo, n).as_primitive::<Int64Type>().clone();
+        Ok(keys
+            .into_iter()
+            .enumerate()
+            .map(move |(i, key)| (key, times.is_valid(i).then(|| times.value(i)))))
     }
 
     /// A restored base's rows (checked columns in schema order, each key
@@ -170,20 +182,11 @@ impl StateTable {
             (Some(b), None) => b / TIME_BUDGET_SHARE / SORT_ENTRY_BYTES,
         }
         .max(1);
-        let name = self.schema.field(self.key_col).name().clone();
         let mut lo = 0;
         while lo < rows {
             let n = step.min(rows - lo);
-            let keys = self
-                .key_type
-                .keys(&name, arrays[self.key_col].slice(lo, n).as_ref())?;
-            let times = arrays[col].slice(lo, n);
-            let times = times.as_primitive::<Int64Type>();
-            let entries: Vec<(i64, Key)> = keys
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| times.is_valid(*i))
-                .map(|(i, key)| (times.value(i), key))
+            let entries: Vec<(i64, Key)> = (self.timed_keys(arrays, col, lo, n)?)
+                .filter_map(|(key, time)| time.map(|t| (t, key)))
                 .collect();
             lo += n;
             let (index, spill) = (
