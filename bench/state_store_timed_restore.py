@@ -11,8 +11,8 @@ asks ``due`` once (the keys a minute's clock passed). Variants: ``index``
 (``time_column="expires"``: the restore notes every row's time) and
 ``none`` (no index: the restore maps the file and reads nothing). Per run:
 the restore's and the ``due``'s seconds, the keys due (the same in every
-run), the index's runs, the child's VmHWM and largest RssAnon (sampled
-every 20 ms).
+run), the index's runs, the child's VmHWM, largest RssAnon (sampled every
+20 ms) and RssAnon after the ``due`` (what the restored table holds).
 
 Builds, variants and budgets run in rounds, each round in the opposite
 order to the last. Writes ``<out>/runs.jsonl`` and prints a Markdown table
@@ -45,7 +45,7 @@ SCHEMA = pa.schema([("k", pa.int64()), ("n", pa.int64()), ("expires", pa.int64()
 CHILD = r"""
 import json, sys, time
 import pyarrow as pa
-from children import MemoryPeaks
+from children import MemoryPeaks, status_bytes
 from snapcut._core import StateTable
 
 path, variant, budget, spill, due_at = sys.argv[1:6]
@@ -62,6 +62,7 @@ restore_s = time.monotonic() - started
 started = time.monotonic()
 due = len(table.due(int(due_at))) if variant == "index" else None
 due_s = time.monotonic() - started
+held = round(status_bytes("RssAnon") / 2**20)
 memory = peaks.stop()
 print(json.dumps({
     "restore_s": round(restore_s, 3),
@@ -69,6 +70,7 @@ print(json.dumps({
     "due": due,
     "live": len(table),
     "time_runs": (table.spill_stats() or {}).get("time_runs"),
+    "rss_anon_after_mb": held,
     **memory,
 }))
 """
@@ -128,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print()
-    print("| budget | variant | build | restore s | due s | VmHWM MB | RssAnon peak MB | due |")
-    print("|---|---|---|---|---|---|---|---|")
+    head = "restore s | due s | VmHWM MB | RssAnon peak MB | held MB | due"
+    print(f"| budget | variant | build | {head} |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for build, variant, budget in cells:
         cell = (build, variant, budget)
         mine = [r for r in rows if (r["build"], r["variant"], r["budget"]) == cell]
@@ -139,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(
             f"| {budget} | {variant} | {build} | {col('restore_s')} | {col('due_s')} "
-            f"| {col('vm_hwm_mb')} | {col('rss_anon_peak_mb')} | {mine[0]['due']} |"
+            f"| {col('vm_hwm_mb')} | {col('rss_anon_peak_mb')} | {col('rss_anon_after_mb')} "
+            f"| {mine[0]['due']} |"
         )
     return 0
 

@@ -34,6 +34,7 @@ mod spill_group_tests;
 #[cfg(test)]
 mod spill_tests;
 mod table;
+mod time_buckets;
 mod time_index;
 #[cfg(test)]
 mod time_index_tests;

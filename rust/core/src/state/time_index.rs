@@ -164,25 +164,8 @@ impl TimeIndex {
         self.by_key.is_empty() && self.runs.is_empty()
     }
 
-    /// An empty index takes `entries` (each key once) into memory at once:
-    /// one sort and a bulk build of the (time, key) tree instead of an
-    /// insert per key in hash order (a restored base's rows).
-    pub(crate) fn fill(&mut self, entries: Vec<(i64, Key)>) {
-        debug_assert!(self.is_empty(), "fill takes an empty index");
-        let mut by_key = FxHashMap::default();
-        by_key.reserve(entries.len());
-        for (t, k) in &entries {
-            self.heap_bytes += heap_len(k);
-            by_key.insert(k.clone(), *t);
-        }
-        debug_assert_eq!(by_key.len(), entries.len(), "fill takes each key once");
-        self.by_key = by_key;
-        // BTreeSet's FromIterator sorts, then builds the tree bottom up.
-        self.by_time = entries.into_iter().collect();
-    }
-
-    /// `entries` as one sorted run, never held in memory (each key once, no
-    /// key in memory: a restored base's rows a budget's share at a time).
+    /// `entries` as one sorted run (each key once, no key in memory: a
+    /// restored base's rows).
     pub(crate) fn entries_run(mut entries: Vec<(i64, Key)>) -> Result<Run> {
         entries.sort_unstable();
         sorted_run(entries.iter(), entries.len())
@@ -314,6 +297,14 @@ impl TimeIndex {
 
 /// The run of `len` entries `sorted` gives in (time, key) order.
 fn sorted_run<'a>(sorted: impl Iterator<Item = &'a (i64, Key)> + Clone, len: usize) -> Result<Run> {
+    Run::from_sorted_unfiltered(entries_batch(sorted, len)?, TIME_KEY, "a time index run")
+}
+
+/// The rows of a run of the `len` entries `sorted` gives.
+pub(crate) fn entries_batch<'a>(
+    sorted: impl Iterator<Item = &'a (i64, Key)> + Clone,
+    len: usize,
+) -> Result<RecordBatch> {
     let bytes: usize = sorted.clone().map(|(_, k)| 8 + key_len(k)).sum();
     let mut column = BinaryBuilder::with_capacity(len, bytes);
     let mut buf = Vec::with_capacity(64);
@@ -323,18 +314,17 @@ fn sorted_run<'a>(sorted: impl Iterator<Item = &'a (i64, Key)> + Clone, len: usi
         column.append_value(&buf);
     }
     let live = BooleanArray::from(vec![false; len]);
-    let batch = RecordBatch::try_new(
+    RecordBatch::try_new(
         run_schema(),
         vec![Arc::new(column.finish()), Arc::new(live)],
     )
-    .map_err(|e| Error::Config(format!("building a time index run: {e}")))?;
-    Run::from_sorted_unfiltered(batch, TIME_KEY, "a time index run")
+    .map_err(|e| Error::Config(format!("building a time index run: {e}")))
 }
 
 /// A run's entries and a `__deleted` column that is always false: the
 /// runs are diffs to the merge (which takes a base only as the oldest of
 /// its inputs), so any newest few of them merge.
-fn run_schema() -> Arc<Schema> {
+pub(crate) fn run_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new(TIME_KEY, DataType::Binary, false),
         Field::new(DELETED_COLUMN, DataType::Boolean, false),

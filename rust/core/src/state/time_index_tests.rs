@@ -215,9 +215,9 @@ fn a_spilled_index_agrees_with_the_rows_and_drops_what_it_read() {
     assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
 }
 
-/// A mapped restore notes its base's times in one sweep: without a budget
-/// into memory, under one straight into sorted runs (a few entries each
-/// here, so they merge). Either way `due` agrees with the rows after the
+/// A mapped restore notes its base's times in one sweep, as one sorted
+/// run: without a budget in memory, under one written a bucket of times at
+/// a time (of about 4 entries here). Either way `due` agrees with the rows after the
 /// restore and after writes that move, clear and delete times (the runs'
 /// entries gone stale are checked against the rows).
 #[test]
@@ -256,7 +256,7 @@ fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
             t = t
                 .with_memory_budget(MIN_STATE_MEMORY, Box::new(InMemoryRuns))
                 .unwrap()
-                .with_time_memory_entries(8);
+                .with_time_memory_entries(4);
         }
         let full = StateCapture {
             kind: StateKind::Full,
@@ -269,12 +269,13 @@ fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
             .filter_map(|(k, at)| at.map(|at| (k.clone(), at)))
             .collect();
         if budgeted {
-            // 100 rows, 8 a run (90 entries): 13 runs, past 8 of them merged.
+            // 90 entries in buckets of about 4: one run, written once.
             let stats = t.spill_stats().unwrap();
-            assert_eq!(stats.time_flushes, 13, "{stats:?}");
-            assert!(stats.time_merges > 0 && t.time_runs() <= 8, "{stats:?}");
+            assert_eq!((stats.time_flushes, stats.time_merges), (1, 0), "{stats:?}");
+            assert_eq!(t.time_runs(), 1);
         } else {
-            assert_eq!(t.time_runs(), 0);
+            // One run in memory (no sink writes it).
+            assert_eq!(t.time_runs(), 1);
         }
         assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
         assert_eq!(due(&mut t, 20), due_in(&model, 20), "budgeted {budgeted}");
@@ -305,5 +306,69 @@ fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
                 "budgeted {budgeted}, due by {threshold}"
             );
         }
+    }
+}
+
+/// The base's one run under a budget is a file the sink writes as the
+/// buckets come, in chunks that span them (a streamed file's chunks but its
+/// last hold what was asked): 150k int keys with random times (ties among
+/// them), buckets of about 1,000 entries. `due` then gives the model's keys.
+#[test]
+fn a_budgeted_restore_writes_its_bases_times_as_one_file() {
+    use super::MIN_STATE_MEMORY;
+    use crate::snapshot::StateCapture;
+    use crate::store::LocalRuns;
+
+    let schema: SchemaRef = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("at", DataType::Int64, true),
+    ]));
+    let n = 150_000i64;
+    // A multiplicative hash: times spread over 0..5,000 with ties, every
+    // eleventh null.
+    let time = |k: i64| (k % 11 != 0).then_some((k * 2_654_435_761) % 5_000);
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..n)),
+            Arc::new(Int64Array::from_iter((0..n).map(time))),
+        ],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = StateTable::new(schema, "k", StatePolicy::default())
+        .unwrap()
+        .with_time_index("at")
+        .unwrap()
+        .with_memory_budget(
+            MIN_STATE_MEMORY,
+            Box::new(LocalRuns::new(dir.path()).unwrap()),
+        )
+        .unwrap()
+        .with_time_memory_entries(1_000);
+    let full = StateCapture {
+        kind: StateKind::Full,
+        batch,
+        filter: None,
+    };
+    t.restore_mapped(&[(1, full)]).unwrap();
+    let stats = t.spill_stats().unwrap();
+    assert_eq!(
+        (stats.time_flushes, stats.time_merges, stats.time_runs),
+        (1, 0, 1)
+    );
+    let mut model: Vec<(i64, i64)> = (0..n).filter_map(|k| time(k).map(|t| (t, k))).collect();
+    model.sort_unstable();
+    for threshold in [-1, 0, 1_234, 4_999] {
+        let keys = t.due(threshold).unwrap();
+        let got: Vec<i64> = keys
+            .as_primitive::<arrow_array::types::Int64Type>()
+            .values()
+            .to_vec();
+        let want: Vec<i64> = (model.iter())
+            .take_while(|(at, _)| *at <= threshold)
+            .map(|(_, k)| *k)
+            .collect();
+        assert_eq!(got, want, "due by {threshold}");
     }
 }

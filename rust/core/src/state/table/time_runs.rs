@@ -14,14 +14,18 @@ use super::StateTable;
 use crate::error::{Error, Result};
 use crate::state::key::Key;
 use crate::state::runs::{MergeCursor, Run};
+use crate::state::time_buckets::BaseTimeChunks;
 use crate::state::time_index::TimeIndex;
 
 /// The index may hold this share of a table's budget in memory (1/8).
 const TIME_BUDGET_SHARE: usize = 8;
 
-/// Bytes an entry costs while a base's rows become a sorted run: the
+/// Bytes an entry costs while a base's bucket becomes a sorted run: the
 /// (time, key) pair sorted (32) and its encoded bytes with their offset.
 const SORT_ENTRY_BYTES: usize = 56;
+
+/// A base's rows read a chunk at a time for their times.
+const BASE_CHUNK_ROWS: usize = 1 << 20;
 
 /// Entries checked against the table a lookup at a time.
 const CHECK_CHUNK: usize = 1 << 16;
@@ -162,10 +166,12 @@ impl StateTable {
     }
 
     /// A restored base's rows (checked columns in schema order, each key
-    /// once) into an empty index in one sweep: without a budget one sort and
-    /// a bulk build of memory's tree; under one straight into sorted runs of
-    /// the index's share of the budget each, never through memory's map and
-    /// tree. An index that holds entries takes them as any rows.
+    /// once) into an empty index in one sweep, as one sorted run, never
+    /// through memory's map and tree: without a budget held in memory;
+    /// under one written by the sink a bucket of times at a time, each about
+    /// the index's share of the budget ([`BaseTimeChunks`]). Its entries are
+    /// checked against the rows as any run's are. An index that holds
+    /// entries takes the rows as any rows.
     pub(super) fn note_base_times(&mut self, arrays: &[ArrayRef]) -> Result<()> {
         let Some(index) = self.time.as_ref() else {
             return Ok(());
@@ -174,36 +180,39 @@ impl StateTable {
             return self.note_times(arrays);
         }
         let col = index.col;
-        let rows = arrays.first().map_or(0, |a| a.len());
-        let budget = self.memory_budget();
-        let step = match (budget, index.memory_entries) {
-            (None, _) => rows,
-            (Some(_), Some(n)) => n,
-            (Some(b), None) => b / TIME_BUDGET_SHARE / SORT_ENTRY_BYTES,
+        let times = arrays[col].as_ref();
+        if times.len() == times.null_count() {
+            return Ok(());
         }
-        .max(1);
-        let mut lo = 0;
-        while lo < rows {
-            let n = step.min(rows - lo);
-            let entries: Vec<(i64, Key)> = (self.timed_keys(arrays, col, lo, n)?)
-                .filter_map(|(key, time)| time.map(|t| (t, key)))
-                .collect();
-            lo += n;
-            let (index, spill) = (
-                self.time.as_mut().expect("checked above"),
-                self.spill.as_mut(),
-            );
-            match (budget, spill) {
-                (Some(_), Some(spill)) if !entries.is_empty() => {
-                    let kept = spill.sink.keep(TimeIndex::entries_run(entries)?)?;
-                    index.push_run(kept);
-                    spill.stats.time_flushes += 1;
-                    self.merge_time_runs()?;
-                }
-                (Some(_), _) => {}
-                (None, _) => index.fill(entries),
+        let per_run = match (self.memory_budget(), index.memory_entries) {
+            (None, _) => None,
+            (Some(_), Some(n)) => Some(n),
+            (Some(b), None) => Some(b / TIME_BUDGET_SHARE / SORT_ENTRY_BYTES),
+        };
+        let run = match (per_run, self.spill.as_mut()) {
+            (Some(per_run), Some(spill)) => {
+                let name = self.schema.field(self.key_col).name();
+                let keys = arrays[self.key_col].as_ref();
+                let mut chunks = BaseTimeChunks::new(times, keys, &self.key_type, name, per_run)?;
+                spill.stats.time_flushes += 1;
+                spill.sink.keep_merged(&mut chunks)?
             }
-        }
+            // Held in memory: 8 bytes and the key's an entry (with its
+            // offset), not the map's and tree's ~96.
+            _ => {
+                let rows = times.len();
+                let mut entries: Vec<(i64, Key)> = Vec::new();
+                for lo in (0..rows).step_by(BASE_CHUNK_ROWS) {
+                    let n = BASE_CHUNK_ROWS.min(rows - lo);
+                    entries.extend(
+                        (self.timed_keys(arrays, col, lo, n)?)
+                            .filter_map(|(key, time)| time.map(|t| (t, key))),
+                    );
+                }
+                Arc::new(TimeIndex::entries_run(entries)?)
+            }
+        };
+        self.time.as_mut().expect("checked above").push_run(run);
         crate::heap::release_freed();
         Ok(())
     }
