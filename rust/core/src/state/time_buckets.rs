@@ -65,10 +65,11 @@ impl<'a> BaseTimeChunks<'a> {
         if buckets <= 1 {
             return Ok(Vec::new());
         }
-        let every = (self.times.len() / (buckets * SAMPLES_PER_BUCKET)).max(1);
-        let rows = (0..self.times.len()).step_by(every);
-        let rows = rows.filter(|&i| self.times.is_valid(i)).map(|i| i as u64);
-        let mut sample = self.pairs(rows.collect())?;
+        // Every so many rows with a time (not every so many rows: nulls in
+        // a pattern could hide every row a stride lands on).
+        let every = (entries / (buckets * SAMPLES_PER_BUCKET)).max(1);
+        let rows = (0..self.times.len()).filter(|&i| self.times.is_valid(i));
+        let mut sample = self.pairs(rows.step_by(every).map(|i| i as u64).collect())?;
         sample.sort_unstable();
         let mut bounds: Vec<(i64, Key)> = (1..buckets)
             .map(|b| sample[b * sample.len() / buckets].clone())
@@ -200,6 +201,20 @@ mod tests {
                 want.column(0).as_binary::<i32>().iter().map(|v| v.unwrap().to_vec()).collect();
             prop_assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn nulls_in_a_pattern_leave_the_sample_its_rows() {
+        // Every other row has a time, and 60 buckets of 84 would make a
+        // stride of 2 rows over 10,000: it would see only nulls.
+        let times = Int64Array::from_iter((0..10_000i64).map(|i| (i % 2 == 1).then_some(i % 97)));
+        let keys: Arc<dyn Array> = Arc::new(Int64Array::from_iter_values(0..10_000));
+        let key_type = KeyType(DataType::Int64);
+        let mut chunks = BaseTimeChunks::new(&times, keys.as_ref(), &key_type, "k", 84).unwrap();
+        assert_eq!(chunks.bounds.len(), 59);
+        let got = given(&mut chunks, 64);
+        assert_eq!(got.len(), 5_000);
+        assert!(got.windows(2).all(|w| w[0] < w[1]));
     }
 
     #[test]
