@@ -23,6 +23,11 @@
 //! to its end goes. Stale entries thus live until their time passes (a key
 //! updated k times within its time-to-live leaves up to k entries on disk),
 //! or until a merge of runs drops exact duplicates.
+//!
+//! A restored base's entries skip memory's map and tree: they become one
+//! such run at once (`StateTable::note_base_times`), held in memory without
+//! a budget and written a bucket of times at a time under one
+//! ([`super::time_buckets`]).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
