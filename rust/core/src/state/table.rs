@@ -989,14 +989,19 @@ impl StateTable {
         pages: &[Option<Arc<dyn Pages>>],
     ) -> Result<CheckpointId> {
         let page = |i: usize| pages.get(i).cloned().flatten();
-        if self.spill.is_some() && self.adopt_base(&first.batch, mapped, page(0))? {
-            if self.time.is_some() {
-                let arrays = self.columns_of(&first.batch)?;
-                self.note_base_times(&arrays)?;
-            }
-        } else {
+        let adopted = self.spill.is_some() && self.adopt_base(&first.batch, mapped, page(0))?;
+        if !adopted {
             self.close_lazy();
-            self.apply(&first.batch, false)?;
+            // Its times are noted in one sweep once it is in, not a row at a
+            // time as it goes in.
+            let time = self.time.take();
+            let applied = self.apply(&first.batch, false);
+            self.time = time;
+            applied?;
+        }
+        if self.time.is_some() {
+            let arrays = self.columns_of(&first.batch)?;
+            self.note_base_times(&arrays)?;
         }
         let mut prev = first_id;
         // A mapped chain's diffs become runs as they are while they can; from

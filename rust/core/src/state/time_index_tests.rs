@@ -215,13 +215,13 @@ fn a_spilled_index_agrees_with_the_rows_and_drops_what_it_read() {
     assert_eq!(t.earliest_time().unwrap(), model.values().min().copied());
 }
 
-/// A mapped restore notes its base's times in one sweep, as one sorted
-/// run: without a budget in memory, under one written a bucket of times at
-/// a time (of about 4 entries here). Either way `due` agrees with the rows after the
+/// A restore notes its base's times in one sweep, as one sorted run:
+/// without a budget in memory, under one written a bucket of times at a
+/// time (of about 4 entries here). Either way `due` agrees with the rows after the
 /// restore and after writes that move, clear and delete times (the runs'
 /// entries gone stale are checked against the rows).
 #[test]
-fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
+fn a_restore_notes_its_bases_times_in_one_sweep() {
     use std::collections::BTreeMap;
 
     use super::{InMemoryRuns, MIN_STATE_MEMORY};
@@ -247,7 +247,8 @@ fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
     let base: Vec<(String, Option<i64>)> = (0..100i64)
         .map(|i| (format!("k{i:03}"), (i % 10 != 9).then_some((i * 37) % 100)))
         .collect();
-    for budgeted in [false, true] {
+    // A plain restore (the base applied into memory) notes it the same way.
+    for (budgeted, mapped) in [(false, true), (true, true), (false, false)] {
         let mut t = StateTable::new(schema.clone(), "k", StatePolicy::default())
             .unwrap()
             .with_time_index("at")
@@ -263,7 +264,12 @@ fn a_mapped_restore_notes_its_bases_times_in_one_sweep() {
             batch: batch(&base),
             filter: None,
         };
-        t.restore_mapped(&[(1, full)]).unwrap();
+        if mapped {
+            t.restore_mapped(&[(1, full)]).unwrap();
+        } else {
+            t.restore(&[(1, full)]).unwrap();
+            assert!(t.spill_stats().is_none());
+        }
         let mut model: BTreeMap<String, i64> = base
             .iter()
             .filter_map(|(k, at)| at.map(|at| (k.clone(), at)))
