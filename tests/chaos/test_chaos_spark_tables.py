@@ -134,6 +134,19 @@ def test_a_process_that_read_a_delta_tables_commits_exits_cleanly(tmp_path: Path
         assert res.stdout.split() == ["15"]  # 2 + 3 + 4 + 6 rows at the 4 commits
 
 
+def test_reading_a_delta_version_the_table_lacks_names_the_table(tmp_path: Path) -> None:
+    """``DeltaOutput.read``: a version the table does not have is a
+    StorageError naming the table and what failed, not deltalake's own."""
+    from snapcut._core import StorageError
+    from snapcut.spark.sink.delta import DeltaOutput
+
+    delta_table(tmp_path / "table", COMMITS)
+    output = DeltaOutput(str(tmp_path / "table"))
+    assert output.read(3).num_rows == 6
+    with pytest.raises(StorageError, match=r"output table .*table: reading the table failed"):
+        output.read(9)
+
+
 def test_a_missing_batch_a_wrong_manifest_and_no_manifest_are_reported(tmp_path: Path) -> None:
     target = delta_table(tmp_path / "table", [COMMITS[0], COMMITS[1]])
     commits = [c for c, _ in target.history()]
