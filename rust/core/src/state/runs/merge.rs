@@ -10,11 +10,12 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use arrow_array::{new_empty_array, ArrayRef, BooleanArray, RecordBatch};
+use arrow_array::{make_array, new_empty_array, ArrayRef, BooleanArray, RecordBatch};
+use arrow_data::transform::MutableArrayData;
+use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use arrow_select::interleave::interleave;
 
-use super::keys::{KeyColumn, KeyRef};
+use super::keys::{partition_point, KeyColumn, KeyRef};
 use super::run::{check_columns, Run};
 use crate::error::{Error, Result};
 use crate::state::table::DELETED_COLUMN;
@@ -48,8 +49,7 @@ pub struct Merged {
 /// share their columns and key.
 pub fn merge(runs: &[&Run], drop_tombstones: bool, fpp: f64) -> Result<Merged> {
     let mut cursor = MergeCursor::new(runs, drop_tombstones)?;
-    let picks = cursor.next_picks(usize::MAX);
-    let batch = cursor.gather(&picks)?;
+    let batch = cursor.rest()?;
     let run = Run::from_sorted_trusted(batch, runs[0].key_column(), fpp)?;
     let stats = MergeStats {
         runs_in: runs.len(),
@@ -60,6 +60,13 @@ pub fn merge(runs: &[&Run], drop_tombstones: bool, fpp: f64) -> Result<Merged> {
         bytes_out: run.size_bytes(),
     };
     Ok(Merged { run, stats })
+}
+
+/// As [`merge`], its rows only: no run is made of them, so no filter is
+/// built (a compaction writes the rows to a file, and a diff's stored
+/// filter is built from the file as written).
+pub fn merge_rows(runs: &[&Run], drop_tombstones: bool) -> Result<RecordBatch> {
+    MergeCursor::new(runs, drop_tombstones)?.rest()
 }
 
 /// Rows of a sorted run in the making, read in key order a chunk at a
@@ -118,39 +125,62 @@ impl<'a> MergeCursor<'a> {
         })
     }
 
+    /// Every row not read yet, as one batch.
+    fn rest(&mut self) -> Result<RecordBatch> {
+        let picks = self.next_picks(usize::MAX);
+        self.gather(&picks)
+    }
+
     /// Tombstones dropped so far (merges into the oldest run only).
     pub fn tombstones_dropped(&self) -> usize {
         self.tombstones_dropped
     }
 
-    /// The next at most `max` keys, in key order, as the (run, row) of each
-    /// key's newest row: a k-way merge on a heap of each run's next key,
-    /// ties going to the lowest run index (the newest).
-    fn next_picks(&mut self, max: usize) -> Vec<(usize, usize)> {
-        let most = self.columns.iter().map(KeyColumn::len).max().unwrap_or(0);
-        let mut picks = Vec::with_capacity(max.min(most));
-        while picks.len() < max {
+    /// The next at most `max` keys, in key order, as ranges of rows of
+    /// each key's newest row: a k-way merge on a heap of each run's next
+    /// key, ties going to the lowest run index (the newest). A run whose
+    /// next keys all lie below every other run's next key (a base between
+    /// a few changed keys) gives them as one range, found by a galloping
+    /// search, without a heap operation per row.
+    fn next_picks(&mut self, max: usize) -> Picks {
+        let mut picks = Picks::default();
+        while picks.rows < max {
             let Some(Reverse((key, run, row))) = self.heap.pop() else {
                 break;
             };
+            let (runs, drop) = (self.runs, self.drop_tombstones);
+            let dropped = &mut self.tombstones_dropped;
             if self.last != Some(key) {
                 self.last = Some(key);
-                if self.drop_tombstones && self.runs[run].is_deleted(row) {
-                    self.tombstones_dropped += 1;
-                } else {
-                    picks.push((run, row));
-                }
+                pick(runs, drop, dropped, &mut picks, run, row);
             }
-            if row + 1 < self.columns[run].len() {
-                let next = self.columns[run].at(row + 1);
-                self.heap.push(Reverse((next, run, row + 1)));
+            let column = &self.columns[run];
+            let mut next = row + 1;
+            if next < column.len() {
+                // Keys strictly below the other runs' smallest next key are
+                // this run's alone: no tie to settle, none seen before.
+                let end = match self.heap.peek() {
+                    None => column.len(),
+                    Some(Reverse((bound, _, _))) => gallop(column, next, |k| k < *bound),
+                };
+                let end = end.min(next.saturating_add(max - picks.rows));
+                if end > next {
+                    for r in next..end {
+                        pick(runs, drop, dropped, &mut picks, run, r);
+                    }
+                    self.last = Some(column.at(end - 1));
+                    next = end;
+                }
+                if next < column.len() {
+                    self.heap.push(Reverse((column.at(next), run, next)));
+                }
             }
         }
         picks
     }
 
     /// The picked rows as a batch of [`Self::schema`].
-    fn gather(&self, picks: &[(usize, usize)]) -> Result<RecordBatch> {
+    fn gather(&self, picks: &Picks) -> Result<RecordBatch> {
         let runs = self.runs;
         let first = runs[0];
         let mut arrays = Vec::with_capacity(self.schema.fields().len());
@@ -159,14 +189,65 @@ impl<'a> MergeCursor<'a> {
         }
         if !self.drop_tombstones {
             let deleted: BooleanArray = picks
+                .ranges
                 .iter()
-                .map(|&(run, row)| Some(runs[run].is_deleted(row)))
+                .flat_map(|&(run, start, end)| (start..end).map(move |row| (run, row)))
+                .map(|(run, row)| Some(runs[run].is_deleted(row)))
                 .collect();
             arrays.push(Arc::new(deleted));
         }
         RecordBatch::try_new(self.schema.clone(), arrays)
             .map_err(|e| Error::Snapshot(format!("assembling a merged run: {e}")))
     }
+}
+
+/// The rows a merge picked, in key order, as ranges `(run, start, end)` of
+/// consecutive rows of one run, so that they are copied a range at a time.
+#[derive(Default)]
+struct Picks {
+    ranges: Vec<(usize, usize, usize)>,
+    rows: usize,
+}
+
+impl Picks {
+    fn push(&mut self, run: usize, row: usize) {
+        self.rows += 1;
+        match self.ranges.last_mut() {
+            Some((r, _, end)) if *r == run && *end == row => *end += 1,
+            _ => self.ranges.push((run, row, row + 1)),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+}
+
+/// Takes row `row` of `run` into `picks`, or drops it (counted in
+/// `dropped`): a tombstone when tombstones are dropped (`drop`).
+fn pick(runs: &[&Run], drop: bool, dropped: &mut usize, picks: &mut Picks, run: usize, row: usize) {
+    if drop && runs[run].is_deleted(row) {
+        *dropped += 1;
+    } else {
+        picks.push(run, row);
+    }
+}
+
+/// The first row at or after `from` whose key fails `below` (which holds
+/// for a prefix of the rows from `from` on): doubling steps, then a binary
+/// search, so a stretch of `n` rows costs O(log n) comparisons.
+fn gallop(column: &KeyColumn<'_>, from: usize, below: impl Fn(KeyRef<'_>) -> bool) -> usize {
+    let len = column.len();
+    let mut lo = from;
+    let mut step = 1;
+    while lo + step < len && below(column.at(lo + step)) {
+        lo += step;
+        step *= 2;
+    }
+    if lo >= len || !below(column.at(lo)) {
+        return lo;
+    }
+    partition_point(lo + 1, (lo + step).min(len), |i| below(column.at(i)))
 }
 
 impl RunChunks for MergeCursor<'_> {
@@ -226,20 +307,21 @@ fn check_inputs(runs: &[&Run]) -> Result<()> {
     Ok(())
 }
 
-/// Column `col` of the picked rows.
-fn gather(
-    runs: &[&Run],
-    col: usize,
-    data_type: &DataType,
-    picks: &[(usize, usize)],
-) -> Result<ArrayRef> {
+/// Column `col` of the picked rows, copied a range at a time.
+fn gather(runs: &[&Run], col: usize, data_type: &DataType, picks: &Picks) -> Result<ArrayRef> {
     if picks.is_empty() {
         return Ok(new_empty_array(data_type));
     }
-    let sources: Vec<_> = runs
+    let sources: Vec<ArrayData> = runs
         .iter()
-        .map(|r| r.batch().column(col).as_ref())
+        .map(|r| r.batch().column(col).to_data())
         .collect();
-    interleave(&sources, picks)
-        .map_err(|e| Error::Snapshot(format!("merging runs' column {col}: {e}")))
+    let refs: Vec<&ArrayData> = sources.iter().collect();
+    let mut out = MutableArrayData::new(refs, false, picks.rows);
+    for &(run, start, end) in &picks.ranges {
+        // Offsets past i32 (over 2 GiB of one string column in one chunk).
+        out.try_extend(run, start, end)
+            .map_err(|e| Error::Snapshot(format!("merging runs' column {col}: {e}")))?;
+    }
+    Ok(make_array(out.freeze()))
 }

@@ -29,6 +29,6 @@ mod tests;
 
 pub use filter::BloomFilter;
 pub use keys::{key_buckets, KeyRange, KeyRef};
-pub use merge::{merge, MergeCursor, MergeStats, Merged, RunChunks};
+pub use merge::{merge, merge_rows, MergeCursor, MergeStats, Merged, RunChunks};
 pub use run::{build_filter, Pages, Run, DEFAULT_FPP};
 pub use set::{Lookup, LookupStats, RunSet};

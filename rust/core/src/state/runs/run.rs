@@ -168,6 +168,17 @@ fn sort_order(keys: &dyn Array, name: &str) -> Result<Option<UInt32Array>> {
     Ok(Some(UInt32Array::from(order)))
 }
 
+/// `batch` sorted by its column `key` (as it is if it already is); a key
+/// twice, or a batch that is not a run's, is an `Error::Config`.
+fn sorted_by_key(batch: RecordBatch, key: &str) -> Result<RecordBatch> {
+    let shape = shape(&batch, key)?;
+    match sort_order(batch.column(shape.key_col).as_ref(), key)? {
+        None => Ok(batch),
+        Some(order) => take_record_batch(&batch, &order)
+            .map_err(|e| Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))),
+    }
+}
+
 impl Run {
     /// A run of a batch read from a file (`what` names it): checked for its
     /// layout and order, every defect an `Error::Snapshot`; the filter is
@@ -185,14 +196,13 @@ impl Run {
     /// tombstones), or a full one (no `__deleted`: a base). Sorted here; a
     /// key twice, like any other defect, is an `Error::Config`.
     pub fn from_unsorted(batch: RecordBatch, key: &str, fpp: f64) -> Result<Self> {
-        let shape = shape(&batch, key)?;
-        let batch = match sort_order(batch.column(shape.key_col).as_ref(), key)? {
-            None => batch,
-            Some(order) => take_record_batch(&batch, &order).map_err(|e| {
-                Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))
-            })?,
-        };
-        Self::from_sorted_trusted(batch, key, fpp)
+        Self::from_sorted_trusted(sorted_by_key(batch, key)?, key, fpp)
+    }
+
+    /// As [`Self::from_unsorted`], with no filter: a run that is only read
+    /// in order, never probed (a compaction's input).
+    pub fn from_unsorted_unfiltered(batch: RecordBatch, key: &str) -> Result<Self> {
+        Self::from_sorted_trusted_unfiltered(sorted_by_key(batch, key)?, key)
     }
 
     /// A run of a sorted batch with no filter: every probe in its key range

@@ -421,6 +421,81 @@ fn a_merge_keeps_the_newest_row_and_counts_what_it_moved() {
     assert!(all_gone.run.is_empty() && all_gone.run.is_base());
 }
 
+/// Long stretches of one run between another's keys (a base under a few
+/// changes) are taken a range at a time: the rows, the newest winning at
+/// the stretches' ends, are a row-by-row reference merge's, whole and read
+/// in chunks that end inside stretches.
+#[test]
+fn a_merge_takes_long_stretches_whole_and_settles_their_ends() {
+    use super::{merge_rows, MergeCursor, RunChunks};
+    use std::collections::BTreeMap;
+
+    let base_keys: Vec<i64> = (0..5_000).map(|k| k * 2).collect();
+    let base_values: Vec<i64> = base_keys.iter().map(|k| k + 1).collect();
+    let base = Run::from_unsorted(full(ints(&base_keys), &base_values), "k", DEFAULT_FPP).unwrap();
+    // Ties with the base at a stretch's first and last rows, keys between
+    // the base's, before and after all of them, tombstones among them.
+    let older = run(
+        &[-5, 0, 1, 2_001, 4_000, 9_998, 20_000],
+        &[Some(-50), Some(0), None, Some(2), None, Some(9), Some(7)],
+    );
+    let newer = run(&[0, 4_000, 4_002, 9_999], &[None, Some(4), None, Some(99)]);
+    let runs = [&newer, &older, &base];
+    for drop_tombstones in [false, true] {
+        let mut want: BTreeMap<i64, Option<i64>> = BTreeMap::new();
+        for (k, v) in base_keys.iter().zip(&base_values) {
+            want.insert(*k, Some(*v));
+        }
+        for r in [&older, &newer] {
+            let keys = r.keys().as_primitive::<Int64Type>().values().to_vec();
+            for (k, v) in keys.iter().zip(values(r.batch())) {
+                want.insert(*k, v);
+            }
+        }
+        if drop_tombstones {
+            want.retain(|_, v| v.is_some());
+        }
+        let whole = merge_rows(&runs, drop_tombstones).unwrap();
+        let got_keys = whole
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .values()
+            .to_vec();
+        assert_eq!(got_keys, want.keys().copied().collect::<Vec<_>>());
+        assert_eq!(values(&whole), want.values().copied().collect::<Vec<_>>());
+        let texts: Vec<Option<String>> = whole
+            .column(2)
+            .as_string::<i32>()
+            .iter()
+            .map(|s| s.map(str::to_string))
+            .collect();
+        let want_texts: Vec<Option<String>> = want.values().map(|v| v.map(text)).collect();
+        assert_eq!(texts, want_texts);
+        if !drop_tombstones {
+            let deleted = whole.column(3).as_boolean();
+            let want_deleted: Vec<bool> = want.values().map(Option::is_none).collect();
+            assert_eq!(
+                deleted.iter().map(Option::unwrap).collect::<Vec<_>>(),
+                want_deleted
+            );
+        }
+        for max in [1, 7, 1_000, 4_999] {
+            let mut cursor = MergeCursor::new(&runs, drop_tombstones).unwrap();
+            let mut chunks = Vec::new();
+            while let Some(chunk) = cursor.next_chunk(max).unwrap() {
+                chunks.push(chunk);
+            }
+            let last = chunks.len() - 1;
+            assert!(
+                chunks.iter().take(last).all(|c| c.num_rows() == max),
+                "max {max}"
+            );
+            let streamed = arrow_select::concat::concat_batches(cursor.schema(), &chunks).unwrap();
+            assert_eq!(streamed, whole, "max {max}");
+        }
+    }
+}
+
 #[test]
 fn int32_and_binary_keys_look_up_and_merge() {
     let cases: [(ArrayRef, ArrayRef, ArrayRef); 2] = [

@@ -11,19 +11,16 @@
 //!   the space the diffs take over the state stays bounded.
 //!
 //! Both are the k-way merge of [`crate::state::runs::merge()`] over the
-//! runs' sorted key columns.
+//! runs' sorted key columns, with no filters: nothing probes the inputs or
+//! the output here (a merged diff's stored filter is built from its rows,
+//! `format::diff_filter`).
 
 use arrow_array::RecordBatch;
 
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::state::runs::{merge, Run};
+use crate::state::runs::{merge_rows, Run};
 use crate::store::manifest::{FileKind, FilterEntry, RunEntry};
-
-/// The filters' false-positive probability of the merge's runs: nothing
-/// searches them, so the smallest filter that `Run` builds (a merged diff's
-/// stored filter is built from the output, `format::diff_filter`).
-const UNUSED_FPP: f64 = 0.5;
 
 /// A base merge is chosen once the diffs' rows exceed the full's rows
 /// divided by this.
@@ -77,11 +74,11 @@ pub fn plan_compaction(runs: &[RunEntry], limit: usize) -> Option<CompactionPlan
 pub fn merge_batches(batches: &[RecordBatch], key: &str, kind: MergeKind) -> Result<RecordBatch> {
     let runs = batches
         .iter()
-        .map(|b| Run::from_unsorted(b.clone(), key, UNUSED_FPP))
+        .map(|b| Run::from_unsorted_unfiltered(b.clone(), key))
         .collect::<Result<Vec<_>>>()?;
     let refs: Vec<&Run> = runs.iter().collect();
     let base = kind == MergeKind::Base;
-    let merged = merge(&refs, base, UNUSED_FPP)?.run.batch().clone();
+    let merged = merge_rows(&refs, base)?;
     let Some(full) = batches.last().filter(|_| base) else {
         return Ok(merged);
     };
