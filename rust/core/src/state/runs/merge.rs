@@ -165,8 +165,12 @@ impl<'a> MergeCursor<'a> {
                 };
                 let end = end.min(next.saturating_add(max - picks.rows));
                 if end > next {
-                    for r in next..end {
-                        pick(runs, drop, dropped, &mut picks, run, r);
+                    if drop && runs[run].tombstones().is_some() {
+                        for r in next..end {
+                            pick(runs, drop, dropped, &mut picks, run, r);
+                        }
+                    } else {
+                        picks.push_range(run, next, end);
                     }
                     self.last = Some(column.at(end - 1));
                     next = end;
@@ -211,10 +215,15 @@ struct Picks {
 
 impl Picks {
     fn push(&mut self, run: usize, row: usize) {
-        self.rows += 1;
+        self.push_range(run, row, row + 1);
+    }
+
+    /// Rows `start..end` of `run`.
+    fn push_range(&mut self, run: usize, start: usize, end: usize) {
+        self.rows += end - start;
         match self.ranges.last_mut() {
-            Some((r, _, end)) if *r == run && *end == row => *end += 1,
-            _ => self.ranges.push((run, row, row + 1)),
+            Some((r, _, last)) if *r == run && *last == start => *last = end,
+            _ => self.ranges.push((run, start, end)),
         }
     }
 
