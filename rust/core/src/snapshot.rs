@@ -88,12 +88,9 @@ impl StateRuns {
     pub fn to_capture(&self) -> Result<StateCapture> {
         let base = self.kind == StateKind::Full;
         let refs: Vec<&Run> = self.runs.iter().map(|r| r.as_ref()).collect();
-        let merged = crate::state::runs::merge(&refs, base, crate::state::runs::DEFAULT_FPP)?;
-        let batch =
-            RecordBatch::try_new(self.schema.clone(), merged.run.batch().columns().to_vec())
-                .map_err(|e| {
-                    crate::error::Error::Snapshot(format!("merging a capture's runs: {e}"))
-                })?;
+        let merged = crate::state::runs::merge_rows(&refs, base)?;
+        let batch = RecordBatch::try_new(self.schema.clone(), merged.columns().to_vec())
+            .map_err(|e| crate::error::Error::Snapshot(format!("merging a capture's runs: {e}")))?;
         Ok(StateCapture {
             kind: self.kind,
             batch,

@@ -13,7 +13,7 @@ use super::StateTable;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::StateKind;
-use crate::state::runs::{merge, Run, DEFAULT_FPP};
+use crate::state::runs::{merge_rows, Run, DEFAULT_FPP};
 
 /// The changes of one checkpoint interval (a diff's rows): a batch, as the
 /// in-memory capture keeps them, or runs, newest first, as a streamed one
@@ -34,12 +34,9 @@ impl Interval {
             }
             Self::Runs(runs) => {
                 let refs: Vec<&Run> = runs.iter().map(|r| r.as_ref()).collect();
-                let merged = merge(&refs, false, DEFAULT_FPP)?;
-                RecordBatch::try_new(
-                    table.diff_schema.clone(),
-                    merged.run.batch().columns().to_vec(),
-                )
-                .map_err(|e| Error::Snapshot(format!("merging an interval's runs: {e}")))
+                let merged = merge_rows(&refs, false)?;
+                RecordBatch::try_new(table.diff_schema.clone(), merged.columns().to_vec())
+                    .map_err(|e| Error::Snapshot(format!("merging an interval's runs: {e}")))
             }
         }
     }

@@ -34,7 +34,7 @@ use crate::protocol::CheckpointId;
 use crate::snapshot::StateKind;
 use crate::state::key::{Key, KeySet};
 use crate::state::runs::{
-    merge, BloomFilter, Lookup, LookupStats, MergeCursor, Pages, Run, RunChunks, RunSet,
+    merge_rows, BloomFilter, Lookup, LookupStats, MergeCursor, Pages, Run, RunChunks, RunSet,
     DEFAULT_FPP,
 };
 
@@ -962,8 +962,8 @@ impl StateTable {
             .chain(older.iter().map(|r| r.as_ref()))
             .collect();
         let base = schema.column_with_name(super::DELETED_COLUMN).is_none();
-        let merged = merge(&inputs, base, DEFAULT_FPP)?.run;
-        RecordBatch::try_new(schema, merged.batch().columns().to_vec()).map_err(arrow_err)
+        let merged = merge_rows(&inputs, base)?;
+        RecordBatch::try_new(schema, merged.columns().to_vec()).map_err(arrow_err)
     }
 
     /// The changes since the last checkpoint, wherever they are.

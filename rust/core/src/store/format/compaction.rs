@@ -10,7 +10,7 @@
 //!   chosen once the diffs hold more than a quarter of the full's rows, so
 //!   the space the diffs take over the state stays bounded.
 //!
-//! Both are the k-way merge of [`crate::state::runs::merge()`] over the
+//! Both are the k-way merge of [`crate::state::runs::merge_rows()`] over the
 //! runs' sorted key columns, with no filters: nothing probes the inputs or
 //! the output here (a merged diff's stored filter is built from its rows,
 //! `format::diff_filter`).
