@@ -138,6 +138,9 @@ class TransformWithStateProcessor:
                 raise ConfigError(
                     f"Failed to convert the value of the column {bad!r} to outputStructType: {e}"
                 ) from e
+        fast = self._flat_rows(out)
+        if fast is not None:
+            return fast
         try:
             rows = [r.asDict(True) if hasattr(r, "asDict") else dict(r) for r in out]
         except (TypeError, ValueError) as e:
@@ -146,6 +149,25 @@ class TransformWithStateProcessor:
             return pa.Table.from_pylist(rows, schema=self.output_schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
             raise ConfigError(f"output rows do not fit outputStructType: {e}; {fix}") from e
+
+    def _flat_rows(self, out: list[Any]) -> pa.Table | None:
+        """Rows whose fields are the output schema's, in its order, and a
+        schema with no nested type: the table column by column (a dict per
+        row through ``asDict`` costs more than a cheap processor's call).
+        None when that does not apply, or the values do not fit, so the
+        general path converts them and names what is wrong."""
+        schema = self.output_schema
+        names = schema.names
+        if not names or any(pa.types.is_nested(f.type) for f in schema):
+            return None
+        if not all(getattr(r, "__fields__", None) == names for r in out):
+            return None
+        columns = zip(*out, strict=True)
+        try:
+            arrays = [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)]
+            return pa.Table.from_arrays(arrays, schema=schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError):
+            return None
 
     # -- the batch ---------------------------------------------------------------
 
@@ -268,13 +290,41 @@ def _concat(frames: list[Any]) -> Any:
         return frames[0]
     first = frames[0]
     cols = list(first.columns)
-    dtypes = list(first.dtypes)
+    dtypes = _plain_dtypes(first)
+    if dtypes is None or len(set(cols)) != len(cols):
+        return pd.concat(frames, ignore_index=True)
+    columns: list[list[Any]] = [[] for _ in cols]
+    for f in frames:
+        if _plain_dtypes(f) != dtypes or list(f.columns) != cols:
+            return pd.concat(frames, ignore_index=True)
+        for out, array in zip(columns, _column_arrays(f), strict=True):
+            out.append(array)
+    return pd.DataFrame(
+        {c: np.concatenate(arrays) for c, arrays in zip(cols, columns, strict=True)},
+        columns=cols,
+    )
+
+
+def _plain_dtypes(frame: Any) -> list[Any] | None:
+    """A frame's column dtypes when every one is a plain numpy dtype
+    (bool, int, float, object), else None. Read from the frame's block
+    manager where pandas has one: ``frame.dtypes`` builds a Series, which
+    costs more than a one-row frame's processor call."""
+    import numpy as np
+
+    get = getattr(getattr(frame, "_mgr", None), "get_dtypes", None)
+    dtypes = list(get()) if get is not None else list(frame.dtypes)
     plain = all(isinstance(d, np.dtype) and d.kind in "biufO" for d in dtypes)
-    if plain and all(list(f.columns) == cols and list(f.dtypes) == dtypes for f in frames):
-        return pd.DataFrame(
-            {c: np.concatenate([f[c].to_numpy() for f in frames]) for c in cols}, columns=cols
-        )
-    return pd.concat(frames, ignore_index=True)
+    return dtypes if plain else None
+
+
+def _column_arrays(frame: Any) -> list[Any]:
+    """A frame of plain numpy dtypes' columns as numpy arrays, without
+    building a Series per column (``frame[c]`` on a fresh frame does)."""
+    arrays = getattr(getattr(frame, "_mgr", None), "column_arrays", None)
+    if arrays is not None and len(arrays) == len(frame.columns):
+        return list(arrays)
+    return [frame.iloc[:, i].to_numpy() for i in range(len(frame.columns))]
 
 
 def _tuples(table: pa.Table) -> Iterator[tuple[Any, ...]]:
