@@ -35,8 +35,8 @@ if [ "$fast" = 0 ]; then
     export CARGO_TARGET_DIR="$rust_target"
     started=$SECONDS
     nice -n 19 cargo clippy --workspace --all-targets -q -- -D warnings
-    nice -n 19 cargo test -p snapcut-channel -p snapcut-core --release --no-run
-    nice -n 19 cargo test -p snapcut-channel --release --features loom --test loom --no-run
+    nice -n 19 cargo test -p snapcut-channel -p snapcut-core --profile ci-test --no-run
+    nice -n 19 cargo test -p snapcut-channel --profile ci-test --features loom --test loom --no-run
     echo "rust builds: done after $((SECONDS - started)) s"
   ) >"$rust_log" 2>&1 &
   rust_pid=$!
@@ -199,12 +199,12 @@ wait "$rust_pid" || rust_rc=$?
 step "Rust builds (clippy, test binaries, loom): their output"
 cat "$rust_log"
 [ "$rust_rc" = 0 ] || { echo "a Rust build or clippy failed"; exit "$rust_rc"; }
-step "cargo test (release: includes the stress tests; built above)"
-CARGO_TARGET_DIR="$rust_target" cargo test -p snapcut-channel -p snapcut-core --release
+step "cargo test (optimized, the ci-test profile of Cargo.toml: includes the stress tests; built above)"
+CARGO_TARGET_DIR="$rust_target" cargo test -p snapcut-channel -p snapcut-core --profile ci-test
 step "loom model checks (built above)"
 # The channel is its own crate (rust/channel): this builds the ring and loom only.
 LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2} CARGO_TARGET_DIR="$rust_target" \
-  cargo test -p snapcut-channel --release --features loom --test loom
+  cargo test -p snapcut-channel --profile ci-test --features loom --test loom
 step "where pytest's time went"
 python - target/pytest-ci.xml target/pytest-ci-connect.xml target/pytest-ci-connect-back.xml \
   target/pytest-ci-full-priority.xml <<'PY' || true
