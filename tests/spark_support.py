@@ -47,10 +47,13 @@ talks gRPC to a server (here a local one, ``remote("local[2]")``, started in
 this process's JVM: one of the two kinds at a time)."""
 
 
-def start_session(master: str = "local[2,4]", kind: str = "classic", **conf: str) -> SparkSession:
-    """A session for one test module. ``local[2,4]``: two cores, and up to four
-    attempts per task so injected task failures are retried. ``kind``:
-    "classic" or "connect" (the same master, behind a local Connect server)."""
+def start_session(master: str = "local[2]", kind: str = "classic", **conf: str) -> SparkSession:
+    """A session for one test module. ``local[2]``: two cores, one attempt per
+    task, so a query that is meant to fail fails at once: each retry starts a
+    new Python worker, and under CI's load a refused query's four attempts
+    took 70 s (2.4 to 4.7 s alone). Modules that inject task failures pass
+    ``local[2,4]`` (up to four attempts per task). ``kind``: "classic" or
+    "connect" (the same master, behind a local Connect server)."""
     if kind not in SESSION_KINDS:
         raise ValueError(f"kind must be one of {SESSION_KINDS}, got {kind!r}")
     builder = SparkSession.builder
