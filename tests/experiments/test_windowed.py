@@ -11,6 +11,7 @@ import threading
 import time
 
 import pyarrow as pa
+import pytest
 
 from snapcut import Checkpointing
 from snapcut.dataflow import Dataflow, JobControl
@@ -63,6 +64,10 @@ SLEEP_OFF_S, SLEEP_ON_S = 0.004, 0.006
 BATCH = 256
 
 
+# Timed windows of a real job: at nice 10 beside CI's Spark streams the off
+# windows' rate misjudged the batch's own time (fresh-clone check 2026-12-04:
+# truth 0.338 against an interval of [0.236, 0.264]); the priority stream runs it.
+@pytest.mark.full_priority
 def test_a_slowdown_injected_in_on_windows_of_a_real_job_is_recovered() -> None:
     """A map sleeps 4 ms per batch in off windows and 6 ms in on windows:
     the injected slowdown is (6 + c) / (4 + c) - 1 for a batch's own time c,
