@@ -76,7 +76,12 @@ def main(archive: Path) -> int:
             .trigger(availableNow=True)
             .start()
         )
-        query.awaitTermination()
+        # Bounded: its one small batch takes seconds; 300 s means Spark is stuck.
+        if not query.awaitTermination(300):
+            query.stop()
+            spark.stop()
+            print("spark_class_archive: the streaming query ran past 300 s", file=sys.stderr)
+            return 1
     spark.stop()
     # The gateway JVM writes the archive as it exits: it exits once its stdin
     # closes (PySpark's launcher watches it), which waiting here makes happen
