@@ -99,14 +99,17 @@ class Checkpointing:
         (None, the default: no limit). Neither ever delays a commit: a
         slower compactor leaves more runs for a restore to read.
     state_memory: bytes (an int, or a size such as "256MB", read as Spark
-        reads sizes) of keyed state each keyed aggregate subtask keeps in
-        memory; past it, its rows spill to sorted runs (Arrow IPC files
-        mapped back from disk) under spill_dir, and reads search memory,
-        then the runs (pruned by key range and bloom filter). None, the
-        default: no limit. At least 1 MiB. Checkpoints stay incremental
-        (the flushed changes go into the next diff). A Python keyed process
-        (`key_by().process(...)`) keeps its state objects in memory
-        whatever this says. docs/runtime.md, "State beyond memory".
+        reads sizes) of keyed state each keyed aggregate or keyed process
+        subtask keeps in memory; past it, its rows spill to sorted runs
+        (Arrow IPC files mapped back from disk) under spill_dir, and reads
+        search memory, then the runs (pruned by key range and bloom
+        filter). None, the default: no limit. At least 1 MiB. Checkpoints
+        stay incremental (the flushed changes go into the next diff). A
+        Python keyed process (`key_by().process(...)`) then keeps its
+        states pickled in the table, as Spark's applyInPandasWithState
+        does: each call gets its key's state unpickled, and its new state
+        is pickled back after the call. docs/runtime.md, "State beyond
+        memory".
     spill_dir: a local directory for state_memory's runs (each subtask
         spills into a directory of its own under it, removed when the task
         ends); default: the system temp directory.

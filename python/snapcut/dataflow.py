@@ -859,7 +859,12 @@ class KeyedStream:
         incrementally: a checkpoint holds only the keys `fn` ran for since
         the previous one (a dropped key as a `__deleted` tombstone), every
         `Checkpointing.full_every`-th one every key. So mutate a key's state
-        only inside its own call. Every row needs a non-null int or str key."""
+        only inside its own call. Every row needs a non-null int or str key.
+        Under `Checkpointing(state_memory=)` the states live pickled in a
+        spilling state table: each call gets its key's state unpickled and
+        its new state is pickled back after it (a state object is not the
+        same object from one batch to the next, as in Spark's
+        applyInPandasWithState)."""
         _check_callable("process", fn)
         s = self._stream
         return s._then("process", name, parallelism, self._input(), key=self.key, fn=fn)

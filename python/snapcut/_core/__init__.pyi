@@ -511,13 +511,21 @@ def _keyed_checkpoints(
     full_every: int,
     aborted: list[int] = ...,
     timings: list[int] | None = None,
+    state_memory: int | None = None,
+    spill_dir: str | PathLike[str] | None = None,
+    spill: list[dict[str, int] | None] | None = None,
 ) -> list[tuple[str, int | None, Any]]:
-    """Test hook: a keyed process fed steps[i] then checkpointed as i + 1."""
+    """Test hook: a keyed process fed steps[i] then checkpointed as i + 1
+    (spilling past `state_memory` bytes under `spill_dir`; `spill` gets its
+    spill_stats() at the end)."""
 
 def _keyed_restore(
     key: str,
     func: Callable[..., Any],
     chain: list[tuple[str, int | None, Any]],
     after: list[Any],
+    state_memory: int | None = None,
+    spill_dir: str | PathLike[str] | None = None,
+    spill: list[dict[str, int] | None] | None = None,
 ) -> tuple[list[Any], Any]:
     """Test hook: a keyed process restored from a chain, then fed `after`."""

@@ -9,14 +9,21 @@
 //! Keeping the pickles (not only the live Python objects) costs memory but
 //! makes a full capture a copy of bytes instead of a pickle of every key
 //! under the GIL.
+//!
+//! Under a memory budget ([`PickledState::set_memory_budget`]) the table is
+//! the only copy of the state: it spills past the budget to sorted runs,
+//! the process looks a batch's keys up in it ([`PickledState::lookup`]),
+//! writes their new pickles back after the calls ([`PickledState::write`]),
+//! and a restore opens the stored runs lazily ([`PickledState::restore_runs`]).
 
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
-use crate::state::{StatePolicy, StateTable, DELETED_COLUMN};
-use arrow_array::{ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
+use crate::state::{RunSink, SpillStats, StatePolicy, StateTable, StreamedCapture, DELETED_COLUMN};
+use arrow_array::cast::AsArray;
+use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
 
 /// Name of the column holding each key's pickled state.
@@ -35,10 +42,21 @@ pub type Pickled = (Key, Vec<u8>);
 /// What changed since the last checkpoint: new pickles, and dropped keys.
 pub type Changes = (Vec<Pickled>, Vec<Key>);
 
+/// Makes the run sink of each table a budgeted state makes (the runtime's:
+/// a directory of its own under the job's spill directory).
+pub type RunSinks = Box<dyn Fn() -> Result<Box<dyn RunSink>> + Send>;
+
+/// A memory budget in bytes and where the table's runs go past it.
+struct Budget {
+    bytes: usize,
+    sinks: RunSinks,
+}
+
 /// Pickled state per key, with the changes since the last checkpoint.
 pub struct PickledState {
     key: String,
     full_every: u32,
+    budget: Option<Budget>,
     /// Created once the key type is known (first batch or a non-empty restore).
     table: Option<StateTable>,
 }
@@ -56,8 +74,92 @@ impl PickledState {
         Ok(Self {
             key: key.to_string(),
             full_every: 1,
+            budget: None,
             table: None,
         })
+    }
+
+    /// Keeps at most about `bytes` of pickles in memory, the rest in sorted
+    /// runs that `sinks` keep (`StateTable::with_memory_budget`). Set before
+    /// the first batch or restore; a budget below the table's minimum is
+    /// refused here, naming both.
+    pub fn set_memory_budget(&mut self, bytes: usize, sinks: RunSinks) -> Result<()> {
+        if self.table.as_ref().is_some_and(|t| !t.is_empty()) {
+            return Err(Error::Config(
+                "a keyed process's memory budget is set before its first batch or restore".into(),
+            ));
+        }
+        crate::state::check_memory_budget(bytes)?;
+        self.budget = Some(Budget { bytes, sinks });
+        self.table = None;
+        Ok(())
+    }
+
+    /// Whether a memory budget is set: the table is then the only copy of
+    /// the state (module docs).
+    pub fn spills(&self) -> bool {
+        self.budget.is_some()
+    }
+
+    /// What the budgeted table's spilling did so far (`None` without a
+    /// budget or before the key type is known).
+    pub fn spill_stats(&self) -> Option<SpillStats> {
+        self.budget.as_ref()?;
+        self.table.as_ref().and_then(StateTable::spill_stats)
+    }
+
+    /// The pickles of `keys`, in the order asked; null where a key has no
+    /// state. Empty nulls before the key type is known.
+    pub fn lookup(&self, keys: &[&Key]) -> Result<BinaryArray> {
+        let Some(table) = &self.table else {
+            return Ok(BinaryArray::new_null(keys.len()));
+        };
+        let string = Self::is_string(table);
+        let keys = keys_array(&self.key, string, &mut keys.iter().copied())?;
+        let (rows, _) = table.lookup(keys.as_ref())?;
+        let state = rows
+            .column_by_name(STATE_COLUMN)
+            .ok_or_else(|| Error::Task("keyed state lookup returned no state column".into()))?;
+        Ok(state.as_binary::<i32>().clone())
+    }
+
+    /// Records new pickles and dropped keys (the key type must be known:
+    /// [`Self::use_key_type`]); the next checkpoint captures them.
+    pub fn write(&mut self, upserts: &[Pickled], dropped: &[Key]) -> Result<()> {
+        let string = self.string_keys().ok_or_else(|| {
+            Error::Task("keyed state changed before its key type was known".into())
+        })?;
+        // Under a budget the pickles go in slices of about a quarter of it,
+        // so one write never holds much more than the budget in memory.
+        let slice_bytes = self.budget.as_ref().map_or(usize::MAX, |b| b.bytes / 4);
+        let mut rest = upserts;
+        while !rest.is_empty() {
+            let mut bytes = 0;
+            let n = rest
+                .iter()
+                .take_while(|(_, b)| {
+                    let first = bytes == 0;
+                    bytes += b.len() + 16;
+                    first || bytes <= slice_bytes
+                })
+                .count();
+            let (slice, after) = rest.split_at(n);
+            let keys = keys_array(&self.key, string, &mut slice.iter().map(|(k, _)| k))?;
+            let blobs: ArrayRef = Arc::new(BinaryArray::from_iter_values(
+                slice.iter().map(|(_, b)| b.as_slice()),
+            ));
+            let table = self.table.as_mut().expect("key type known");
+            let batch = RecordBatch::try_new(table.schema(), vec![keys, blobs])
+                .map_err(|e| Error::Task(format!("keyed state batch: {e}")))?;
+            table.upsert(&batch)?;
+            rest = after;
+        }
+        if !dropped.is_empty() {
+            let keys = keys_array(&self.key, string, &mut dropped.iter())?;
+            let table = self.table.as_mut().expect("key type known");
+            table.delete(keys.as_ref())?;
+        }
+        Ok(())
     }
 
     pub fn set_full_every(&mut self, full_every: u32) -> Result<()> {
@@ -108,39 +210,40 @@ impl PickledState {
         upserts: &[Pickled],
         dropped: &[Key],
     ) -> Result<StateCapture> {
-        let Some(string) = self.string_keys() else {
+        if self.table.is_none() {
             if upserts.is_empty() && dropped.is_empty() {
-                // No batch yet and nothing restored: an empty full capture
-                // (the table's own first checkpoint will be full again).
-                let batch = self.new_table(false)?.to_batch();
-                return Ok(StateCapture {
-                    kind: StateKind::Full,
-                    batch,
-                    filter: None,
-                });
+                return self.empty_capture();
             }
             return Err(Error::Task(
                 "keyed state changed before its key type was known".into(),
             ));
-        };
-        let key_array = |keys: &mut dyn Iterator<Item = &Key>| -> Result<ArrayRef> {
-            keys_array(&self.key, string, keys)
-        };
-        let upsert_keys = key_array(&mut upserts.iter().map(|(k, _)| k))?;
-        let dropped_keys = key_array(&mut dropped.iter())?;
-        let table = self.table.as_mut().expect("key type known");
-        if !upserts.is_empty() {
-            let blobs: ArrayRef = Arc::new(BinaryArray::from_iter_values(
-                upserts.iter().map(|(_, b)| b.as_slice()),
-            ));
-            let batch = RecordBatch::try_new(table.schema(), vec![upsert_keys, blobs])
-                .map_err(|e| Error::Task(format!("keyed state batch: {e}")))?;
-            table.upsert(&batch)?;
         }
-        if !dropped.is_empty() {
-            table.delete(dropped_keys.as_ref())?;
+        self.write(upserts, dropped)?;
+        self.table.as_mut().expect("key type known").checkpoint(id)
+    }
+
+    /// As [`Self::checkpoint`] with nothing to record (a budgeted state
+    /// writes its changes as batches run), leaving a spilled table's
+    /// capture as its runs for the store to merge as it writes the file.
+    pub fn checkpoint_streamed(&mut self, id: CheckpointId) -> Result<StreamedCapture> {
+        match self.table.as_mut() {
+            Some(table) => table.checkpoint_streamed(id),
+            None => self.empty_capture().map(|c| StreamedCapture {
+                kind: c.kind,
+                rows: crate::state::CaptureRows::Batch(c.batch),
+            }),
         }
-        table.checkpoint(id)
+    }
+
+    /// No batch yet and nothing restored: an empty full capture (the
+    /// table's own first checkpoint will be full again).
+    fn empty_capture(&self) -> Result<StateCapture> {
+        let batch = self.new_table(false)?.to_batch();
+        Ok(StateCapture {
+            kind: StateKind::Full,
+            batch,
+            filter: None,
+        })
     }
 
     /// Checkpoint `id` completed: later diffs may be based on it.
@@ -160,7 +263,8 @@ impl PickledState {
 
     /// Replaces the state with the end of `chain` (a full capture, then
     /// diffs oldest first); returns the rows `(key, state)` to unpickle, or
-    /// `None` if there are none. The next checkpoint is full.
+    /// `None` if there are none or the state is budgeted (the table is then
+    /// the state). The next checkpoint is full.
     pub fn restore(&mut self, chain: &[StateCapture]) -> Result<Option<RecordBatch>> {
         let Some((first, rest)) = chain.split_first() else {
             self.table = None;
@@ -186,25 +290,7 @@ impl PickledState {
                 }
             }
         }
-        let schema = first.batch.schema();
-        let key_col = first.batch.column_by_name(&self.key).ok_or_else(|| {
-            Error::Snapshot(format!(
-                "keyed state has no key column {:?} (columns: {:?}); was it written by \
-                 another job?",
-                self.key,
-                schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
-            ))
-        })?;
-        let string = match key_col.data_type() {
-            DataType::Int64 => false,
-            DataType::Utf8 => true,
-            other => {
-                return Err(Error::Snapshot(format!(
-                    "keyed state key column {:?} has type {other}; expected int64 or utf8",
-                    self.key
-                )))
-            }
-        };
+        let string = self.key_type_of(&first.batch)?;
         let mut table = self.new_table(string)?;
         let bad = |e: Error| Error::Snapshot(format!("restoring keyed state: {e}"));
         table.apply(&first.batch, false).map_err(bad)?;
@@ -216,9 +302,60 @@ impl PickledState {
             self.table = None;
             return Ok(None);
         }
-        let rows = table.to_batch();
+        let rows = (!self.spills()).then(|| table.to_batch());
         self.table = Some(table);
-        Ok(Some(rows))
+        Ok(rows)
+    }
+
+    /// A budgeted state restored from a store's runs (mapped state files: a
+    /// full, then diffs, each with the checkpoint it ends at), opened lazily:
+    /// lookups read the pages of the keys they touch, nothing is rebuilt,
+    /// and the next checkpoint is a diff on the restored one.
+    pub fn restore_runs(&mut self, runs: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        if !self.spills() {
+            return Err(Error::Snapshot(
+                "a keyed process without a memory budget restores from one full capture, not \
+                 runs"
+                    .into(),
+            ));
+        }
+        let Some((_, first)) = runs.first() else {
+            self.table = None;
+            return Ok(());
+        };
+        if runs.iter().all(|(_, c)| c.batch.num_rows() == 0) {
+            // Captured before a first batch: its placeholder key type must
+            // not fix the table's.
+            self.table = None;
+            return Ok(());
+        }
+        let mut table = self.new_table(self.key_type_of(&first.batch)?)?;
+        table
+            .restore_mapped(runs)
+            .map_err(|e| Error::Snapshot(format!("restoring keyed state: {e}")))?;
+        self.table = Some(table);
+        Ok(())
+    }
+
+    /// Whether a stored state's keys are strings (its key column's type).
+    fn key_type_of(&self, batch: &RecordBatch) -> Result<bool> {
+        let schema = batch.schema();
+        let key_col = batch.column_by_name(&self.key).ok_or_else(|| {
+            Error::Snapshot(format!(
+                "keyed state has no key column {:?} (columns: {:?}); was it written by \
+                 another job?",
+                self.key,
+                schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+            ))
+        })?;
+        match key_col.data_type() {
+            DataType::Int64 => Ok(false),
+            DataType::Utf8 => Ok(true),
+            other => Err(Error::Snapshot(format!(
+                "keyed state key column {:?} has type {other}; expected int64 or utf8",
+                self.key
+            ))),
+        }
     }
 
     fn new_table(&self, string: bool) -> Result<StateTable> {
@@ -241,7 +378,10 @@ impl PickledState {
         // Several checkpoints may be in flight: diff against the newest one
         // known to be stored, never against one that may still be aborted.
         table.confirm_bases();
-        Ok(table)
+        match &self.budget {
+            Some(b) => table.with_memory_budget(b.bytes, (b.sinks)()?),
+            None => Ok(table),
+        }
     }
 
     fn is_string(table: &StateTable) -> bool {
@@ -538,5 +678,107 @@ mod tests {
         let mut want = BTreeMap::from([(2, blob(1)), (5, blob(2))]);
         want.extend((10..20).map(|k| (k, blob(0))));
         assert_eq!(contents(&state.batch), want);
+    }
+
+    /// A budgeted state over runs kept in memory.
+    fn budgeted() -> PickledState {
+        let mut s = PickledState::new("k").unwrap();
+        s.set_full_every(100).unwrap();
+        s.set_memory_budget(
+            crate::state::MIN_STATE_MEMORY,
+            Box::new(|| Ok(Box::new(crate::state::InMemoryRuns) as Box<dyn RunSink>)),
+        )
+        .unwrap();
+        s.use_key_type(false).unwrap();
+        s
+    }
+
+    fn big(keys: std::ops::Range<i64>, v: u8) -> Vec<Pickled> {
+        keys.map(|k| (Key::Int(k), vec![v; 4096])).collect()
+    }
+
+    fn looked_up(s: &PickledState, keys: &[i64]) -> Vec<Option<Vec<u8>>> {
+        let keys: Vec<Key> = keys.iter().map(|&k| Key::Int(k)).collect();
+        let found = s.lookup(&keys.iter().collect::<Vec<_>>()).unwrap();
+        (0..found.len())
+            .map(|i| found.is_valid(i).then(|| found.value(i).to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn a_budgeted_state_spills_looks_up_and_restores_from_its_runs() {
+        let mut s = budgeted();
+        assert!(s.spills());
+        // 1,000 pickles of 4 KB: four times the budget.
+        s.write(&big(0..1000, 1), &[]).unwrap();
+        let stats = s.spill_stats().unwrap();
+        assert!(stats.flushes >= 2, "{stats:?}");
+        let full = s.checkpoint(1, &[], &[]).unwrap();
+        s.committed(1);
+        assert_eq!((full.kind, full.batch.num_rows()), (StateKind::Full, 1000));
+        s.write(&big(10..20, 2), &[Key::Int(3), Key::Int(5000)])
+            .unwrap();
+        let diff = s.checkpoint(2, &[], &[]).unwrap();
+        s.committed(2);
+        assert_eq!(diff.kind, StateKind::Diff { base: 1 });
+        let mut keys = ints(&diff.batch, "k");
+        keys.sort_unstable();
+        assert_eq!(keys, [3].into_iter().chain(10..20).collect::<Vec<_>>());
+        assert_eq!(
+            looked_up(&s, &[0, 3, 12, 5000]),
+            [Some(vec![1; 4096]), None, Some(vec![2; 4096]), None]
+        );
+
+        // A new state opens the two captures as its runs (sorted as the
+        // store writes a budgeted job's files) and answers the same.
+        let sorted = |c: &StateCapture| {
+            let keys = ints(&c.batch, "k");
+            let mut order: Vec<u32> = (0..keys.len() as u32).collect();
+            order.sort_by_key(|&i| keys[i as usize]);
+            let order = arrow_array::UInt32Array::from(order);
+            StateCapture {
+                kind: c.kind,
+                batch: arrow_select::take::take_record_batch(&c.batch, &order).unwrap(),
+                filter: None,
+            }
+        };
+        let mut again = budgeted();
+        again
+            .restore_runs(&[(1, sorted(&full)), (2, sorted(&diff))])
+            .unwrap();
+        let stats = again.spill_stats().unwrap();
+        assert_eq!(
+            (stats.bases_mapped, stats.diffs_mapped),
+            (1, 1),
+            "{stats:?}"
+        );
+        assert_eq!(
+            looked_up(&again, &[0, 3, 12, 5000]),
+            [Some(vec![1; 4096]), None, Some(vec![2; 4096]), None]
+        );
+        // Its next capture is a diff on the checkpoint restored.
+        again.write(&big(7..8, 3), &[]).unwrap();
+        let next = again.checkpoint(3, &[], &[]).unwrap();
+        assert_eq!(next.kind, StateKind::Diff { base: 2 });
+        assert_eq!(ints(&next.batch, "k"), vec![7]);
+
+        // Without a budget, runs are refused; with one, set after rows is too.
+        let err = PickledState::new("k")
+            .unwrap()
+            .restore_runs(&[(1, full.clone())])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("without a memory budget"), "{err}");
+        let err = again
+            .set_memory_budget(1 << 20, Box::new(|| unreachable!()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("before its first batch"), "{err}");
+        let err = PickledState::new("k")
+            .unwrap()
+            .set_memory_budget(1000, Box::new(|| unreachable!()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("minimum"), "{err}");
     }
 }

@@ -4,17 +4,21 @@
 //! offset, incremental checkpoints and state restore without a whole job
 //! (whose checkpoint timing is not deterministic).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 use pyo3_arrow::PyRecordBatch;
 use snapcut_core::operator::{Batch, Emitter, Operator, OperatorFactory, Source, SourceFactory};
+use snapcut_core::runtime::StateMemory;
 use snapcut_core::snapshot::{StateCapture, StateKind};
 
 use super::convert::to_pyarrow;
 use super::keyed::KeyedProcessFactory;
 use super::source::{BatchesSourceFactory, PyIterSourceFactory};
 use crate::errors::IntoPyResult;
+use crate::state::spill_stats_dict;
 
 /// `(snapshot state, outputs after restore, state at the end)`.
 type Roundtrip<'py> = (Bound<'py, PyAny>, Vec<Bound<'py, PyAny>>, Bound<'py, PyAny>);
@@ -130,7 +134,12 @@ pub fn _keyed_roundtrip<'py>(
 /// One checkpoint's capture as Python sees it: `(kind, base, batch)`.
 type Checkpointed<'py> = (&'static str, Option<u64>, Bound<'py, PyAny>);
 
-fn keyed_operator(key: String, func: Py<PyAny>, full_every: u32) -> PyResult<Box<dyn Operator>> {
+fn keyed_operator(
+    key: String,
+    func: Py<PyAny>,
+    full_every: u32,
+    memory: Option<StateMemory>,
+) -> PyResult<Box<dyn Operator>> {
     let mut op = KeyedProcessFactory {
         name: "keyed".into(),
         key,
@@ -139,15 +148,54 @@ fn keyed_operator(key: String, func: Py<PyAny>, full_every: u32) -> PyResult<Box
     .create(0, 1)
     .map_py()?;
     op.set_full_every(full_every);
+    if let Some(memory) = &memory {
+        op.set_state_memory(memory).map_py()?;
+    }
     Ok(op)
+}
+
+/// `state_memory` bytes spilling under `spill_dir`, as a job's
+/// `Checkpointing(state_memory=, spill_dir=)` gives each subtask.
+fn memory_of(
+    state_memory: Option<usize>,
+    spill_dir: Option<PathBuf>,
+) -> PyResult<Option<StateMemory>> {
+    match (state_memory, spill_dir) {
+        (None, None) => Ok(None),
+        (Some(budget), Some(spill_dir)) => Ok(Some(StateMemory { budget, spill_dir })),
+        _ => Err(pyo3::exceptions::PyTypeError::new_err(
+            "pass both state_memory and spill_dir, or neither",
+        )),
+    }
+}
+
+/// The operator's `spill_stats()` appended to `spill` (a list), if asked.
+fn report_spill(
+    py: Python<'_>,
+    op: &dyn Operator,
+    spill: Option<&Bound<'_, PyList>>,
+) -> PyResult<()> {
+    if let Some(list) = spill {
+        match op.spill_stats() {
+            Some(s) => list.append(spill_stats_dict(py, &s)?)?,
+            None => list.append(py.None())?,
+        }
+    }
+    Ok(())
 }
 
 /// A keyed process (`full_every` as a job would set it) fed `steps[i]`
 /// then checkpointed as checkpoint `i + 1`, which completes (commit) unless
 /// it is in `aborted` (abort): every capture as `(kind, base, batch)`. With `timings` (a
 /// list), appends each checkpoint's sync-phase time in nanoseconds (benches).
+/// With `state_memory` (bytes) and `spill_dir`, the operator spills past
+/// that budget, and `spill` (a list) gets its `spill_stats()` at the end.
 #[pyfunction]
-#[pyo3(signature = (key, func, steps, full_every, aborted=Vec::new(), timings=None))]
+#[pyo3(signature = (
+    key, func, steps, full_every, aborted=Vec::new(), timings=None, state_memory=None,
+    spill_dir=None, spill=None
+))]
+#[allow(clippy::too_many_arguments)]
 pub fn _keyed_checkpoints<'py>(
     py: Python<'py>,
     key: String,
@@ -155,9 +203,13 @@ pub fn _keyed_checkpoints<'py>(
     steps: Vec<Vec<PyRecordBatch>>,
     full_every: u32,
     aborted: Vec<u64>,
-    timings: Option<Bound<'py, pyo3::types::PyList>>,
+    timings: Option<Bound<'py, PyList>>,
+    state_memory: Option<usize>,
+    spill_dir: Option<PathBuf>,
+    spill: Option<Bound<'py, PyList>>,
 ) -> PyResult<Vec<Checkpointed<'py>>> {
-    let mut op = keyed_operator(key, func, full_every)?;
+    let memory = memory_of(state_memory, spill_dir)?;
+    let mut op = keyed_operator(key, func, full_every, memory)?;
     let mut sink = VecEmitter(Vec::new());
     let mut out = Vec::new();
     for (i, step) in steps.into_iter().enumerate() {
@@ -182,18 +234,25 @@ pub fn _keyed_checkpoints<'py>(
             op.commit(id).map_py()?;
         }
     }
+    report_spill(py, op.as_ref(), spill.as_ref())?;
     Ok(out)
 }
 
 /// A keyed process restored from `chain` (`(kind, base, batch)`, as
 /// `_keyed_checkpoints` returns) and fed `after`: `(outputs, full state)`.
+/// `state_memory`, `spill_dir` and `spill` as for `_keyed_checkpoints`.
 #[pyfunction]
+#[pyo3(signature = (key, func, chain, after, state_memory=None, spill_dir=None, spill=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn _keyed_restore<'py>(
     py: Python<'py>,
     key: String,
     func: Py<PyAny>,
     chain: Vec<(String, Option<u64>, PyRecordBatch)>,
     after: Vec<PyRecordBatch>,
+    state_memory: Option<usize>,
+    spill_dir: Option<PathBuf>,
+    spill: Option<Bound<'py, PyList>>,
 ) -> PyResult<(Vec<Bound<'py, PyAny>>, Bound<'py, PyAny>)> {
     let chain = chain
         .into_iter()
@@ -214,12 +273,14 @@ pub fn _keyed_restore<'py>(
             })
         })
         .collect::<PyResult<Vec<_>>>()?;
-    let mut op = keyed_operator(key, func, 1)?;
+    let memory = memory_of(state_memory, spill_dir)?;
+    let mut op = keyed_operator(key, func, 1, memory)?;
     op.restore(&chain).map_py()?;
     let mut out = VecEmitter(Vec::new());
     for b in after {
         op.process(0, b.into_inner(), &mut out).map_py()?;
     }
+    report_spill(py, op.as_ref(), spill.as_ref())?;
     let end = op
         .snapshot(u64::MAX)
         .map_py()?

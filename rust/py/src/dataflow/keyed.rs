@@ -10,6 +10,12 @@
 //! A key counts as changed when the function was called for it: a state
 //! object mutated in place by a call is re-pickled, one changed from outside
 //! the function (shared between keys) is not.
+//!
+//! Under a memory budget (`Checkpointing(state_memory=)`) the pickles are
+//! the state, as Spark's `applyInPandasWithState` keeps it: a batch's keys
+//! are looked up in the spilling table together, unpickled for their calls
+//! and pickled back after them, [`STEP_KEYS`] keys at a time, so no Python
+//! object outlives its step; a restart opens the stored runs lazily.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -24,13 +30,39 @@ use arrow_select::take::take_record_batch;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
-use snapcut_core::operator::{Batch, Emitter, Operator, OperatorFactory};
+use snapcut_core::operator::{Batch, Emitter, Operator, OperatorFactory, TaskState};
 use snapcut_core::protocol::{CheckpointId, InputId};
+use snapcut_core::runtime::StateMemory;
 use snapcut_core::snapshot::StateCapture;
+use snapcut_core::state::{RunSink, SpillStats};
+use snapcut_core::store::LocalRuns;
 use snapcut_core::{Error, Result};
 
 use super::convert::{batches_from_py, task_error, to_pyarrow};
 use snapcut_core::state::pickled::{Changes, Key, Pickled, PickledState, STATE_COLUMN};
+
+/// Keys a budgeted process calls its function for before their new states
+/// go back into the table: bounds the Python objects alive at once, so one
+/// batch may touch far more keys than the budget holds.
+const STEP_KEYS: usize = 16_384;
+
+/// The function's `(output, new_state)`, checked.
+fn split_result<'py>(
+    result: Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
+    let pair = result.cast::<PyTuple>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(
+            "a keyed process function must return a tuple (output, new_state)",
+        )
+    })?;
+    if pair.len() != 2 {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "a keyed process function must return (output, new_state), got {} values",
+            pair.len()
+        )));
+    }
+    Ok((pair.get_item(0)?, pair.get_item(1)?))
+}
 
 fn key_to_py<'py>(key: &Key, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
     Ok(match key {
@@ -191,19 +223,8 @@ impl KeyedProcess {
             // place even if it then fails to return a proper result.
             self.changed.insert(key.clone());
             let result = func.call1((key_to_py(&key, py)?, to_pyarrow(py, rows)?, state))?;
-            let pair = result.cast::<PyTuple>().map_err(|_| {
-                pyo3::exceptions::PyTypeError::new_err(
-                    "a keyed process function must return a tuple (output, new_state)",
-                )
-            })?;
-            if pair.len() != 2 {
-                return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-                    "a keyed process function must return (output, new_state), got {} values",
-                    pair.len()
-                )));
-            }
-            outputs.extend(batches_from_py(&pair.get_item(0)?)?);
-            let new_state = pair.get_item(1)?;
+            let (output, new_state) = split_result(result)?;
+            outputs.extend(batches_from_py(&output)?);
             if new_state.is_none() {
                 self.state.remove(&key);
             } else {
@@ -228,24 +249,117 @@ impl KeyedProcess {
                 .map_err(|e| self.err(format!("cannot import pickle: {e}")))?;
             live.into_iter()
                 .map(|k| {
-                    let obj = self.state[k].bind(py);
-                    let bytes = dumps
-                        .call1((obj,))
-                        .and_then(|b| Ok(b.cast::<PyBytes>()?.as_bytes().to_vec()))
-                        .map_err(|e| {
-                            self.err(format!(
-                                "cannot pickle the state of key {} ({e}); keyed state is \
-                                 checkpointed with pickle: keep picklable values in it \
-                                 (numbers, strings, lists, dicts, dataclasses), not \
-                                 functions, locks or open files",
-                                key_label(k)
-                            ))
-                        })?;
+                    let bytes = self.pickle(&dumps, k, self.state[k].bind(py))?;
                     Ok((k.clone(), bytes))
                 })
                 .collect()
         })?;
         Ok((upserts, dropped.into_iter().cloned().collect()))
+    }
+}
+
+impl KeyedProcess {
+    fn pickle(
+        &self,
+        dumps: &Bound<'_, PyAny>,
+        key: &Key,
+        obj: &Bound<'_, PyAny>,
+    ) -> Result<Vec<u8>> {
+        dumps
+            .call1((obj,))
+            .and_then(|b| Ok(b.cast::<PyBytes>()?.as_bytes().to_vec()))
+            .map_err(|e| {
+                self.err(format!(
+                    "cannot pickle the state of key {} ({e}); keyed state is checkpointed with \
+                     pickle: keep picklable values in it (numbers, strings, lists, dicts, \
+                     dataclasses), not functions, locks or open files",
+                    key_label(key)
+                ))
+            })
+    }
+
+    fn unpickle<'py>(
+        &self,
+        loads: &Bound<'py, PyAny>,
+        key: &Key,
+        bytes: &[u8],
+    ) -> Result<Bound<'py, PyAny>> {
+        loads
+            .call1((PyBytes::new(loads.py(), bytes),))
+            .map_err(|e| {
+                Error::Snapshot(format!(
+                    "operator '{}': cannot unpickle the state of key {} ({e}); are the classes \
+                     it was pickled with importable here?",
+                    self.name,
+                    key_label(key)
+                ))
+            })
+    }
+
+    /// A batch under a memory budget: per step of [`STEP_KEYS`] keys, their
+    /// pickles looked up together, the calls, the new pickles (or drops)
+    /// written back, the step's outputs emitted.
+    fn process_spilling(
+        &mut self,
+        batch: &RecordBatch,
+        groups: Vec<(Key, Option<RecordBatch>)>,
+        out: &mut dyn Emitter,
+    ) -> Result<()> {
+        for step in groups.chunks(STEP_KEYS) {
+            let keys: Vec<&Key> = step.iter().map(|(k, _)| k).collect();
+            let pickles = self.pickled.lookup(&keys)?;
+            let (outputs, upserts, dropped) =
+                Python::attach(|py| self.call_spilling(py, batch, step, &pickles))?;
+            self.pickled.write(&upserts, &dropped)?;
+            for b in outputs {
+                if b.num_rows() > 0 {
+                    out.emit(b)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One step's calls: `(outputs, new pickles, dropped keys)`.
+    fn call_spilling(
+        &self,
+        py: Python<'_>,
+        batch: &RecordBatch,
+        step: &[(Key, Option<RecordBatch>)],
+        pickles: &arrow_array::BinaryArray,
+    ) -> Result<(Vec<RecordBatch>, Vec<Pickled>, Vec<Key>)> {
+        let import = |name: &'static str| {
+            py.import(intern!(py, "pickle"))
+                .and_then(|m| m.getattr(name))
+                .map_err(|e| self.err(format!("cannot import pickle: {e}")))
+        };
+        let (dumps, loads) = (import("dumps")?, import("loads")?);
+        let func = self.func.bind(py);
+        let task = |e: PyErr| task_error(py, &self.name, e);
+        let (mut outputs, mut upserts, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (key, rows)) in step.iter().enumerate() {
+            let rows = rows.clone().unwrap_or_else(|| batch.clone());
+            let state = if pickles.is_valid(i) {
+                self.unpickle(&loads, key, pickles.value(i))?
+            } else {
+                py.None().into_bound(py)
+            };
+            let result = func
+                .call1((
+                    key_to_py(key, py).map_err(task)?,
+                    to_pyarrow(py, rows).map_err(task)?,
+                    state,
+                ))
+                .map_err(task)?;
+            let (output, new_state) = split_result(result).map_err(task)?;
+            outputs.extend(batches_from_py(&output).map_err(task)?);
+            if new_state.is_none() {
+                dropped.push(key.clone());
+            } else {
+                upserts.push((key.clone(), self.pickle(&dumps, key, &new_state)?));
+            }
+        }
+        Ok((outputs, upserts, dropped))
     }
 }
 
@@ -268,6 +382,9 @@ impl Operator for KeyedProcess {
                     .map_err(|e| self.err(e)),
             })
             .collect::<Result<Vec<_>>>()?;
+        if self.pickled.spills() {
+            return self.process_spilling(&batch, groups, out);
+        }
         let outputs = Python::attach(|py| {
             self.call_groups(py, &batch, groups)
                 .map_err(|e| task_error(py, &self.name, e))
@@ -281,6 +398,14 @@ impl Operator for KeyedProcess {
     }
 
     fn snapshot(&mut self, id: CheckpointId) -> Result<Option<StateCapture>> {
+        if self.pickled.spills() {
+            // Its changes went into the table as the batches ran.
+            return self
+                .pickled
+                .checkpoint(id, &[], &[])
+                .map(Some)
+                .map_err(|e| self.err(e));
+        }
         let (upserts, dropped) = self.pickle_changed()?;
         let capture = self
             .pickled
@@ -288,6 +413,16 @@ impl Operator for KeyedProcess {
             .map_err(|e| self.err(e))?;
         self.changed.clear();
         Ok(Some(capture))
+    }
+
+    fn snapshot_runs(&mut self, id: CheckpointId) -> Result<Option<TaskState>> {
+        if !self.pickled.spills() {
+            return Ok(self.snapshot(id)?.map(TaskState::Capture));
+        }
+        self.pickled
+            .checkpoint_streamed(id)
+            .map(|c| Some(c.into()))
+            .map_err(|e| self.err(e))
     }
 
     fn commit(&mut self, id: CheckpointId) -> Result<()> {
@@ -304,6 +439,33 @@ impl Operator for KeyedProcess {
         // Only fails if the key type's table cannot be rebuilt, which a
         // table built before cannot; keep the old policy then.
         let _ = self.pickled.set_full_every(full_every);
+    }
+
+    fn set_state_memory(&mut self, memory: &StateMemory) -> Result<()> {
+        if !self.state.is_empty() {
+            return Err(Error::Config(
+                "a keyed process's memory budget is set before its first batch".into(),
+            ));
+        }
+        let dir = memory.spill_dir.clone();
+        self.pickled.set_memory_budget(
+            memory.budget,
+            Box::new(move || Ok(Box::new(LocalRuns::new(&dir)?) as Box<dyn RunSink>)),
+        )
+    }
+
+    fn spill_stats(&self) -> Option<SpillStats> {
+        self.pickled.spill_stats()
+    }
+
+    fn restores_runs(&self) -> bool {
+        self.pickled.spills()
+    }
+
+    fn restore_runs(&mut self, runs: &[(CheckpointId, StateCapture)]) -> Result<()> {
+        self.changed.clear();
+        self.state.clear();
+        self.pickled.restore_runs(runs)
     }
 
     fn restore(&mut self, chain: &[StateCapture]) -> Result<()> {
@@ -327,16 +489,7 @@ impl Operator for KeyedProcess {
             keys.into_iter()
                 .enumerate()
                 .map(|(i, k)| {
-                    let obj = loads
-                        .call1((PyBytes::new(py, blobs.value(i)),))
-                        .map_err(|e| {
-                            Error::Snapshot(format!(
-                                "operator '{}': cannot unpickle the state of key {} ({e}); \
-                                 are the classes it was pickled with importable here?",
-                                self.name,
-                                key_label(&k)
-                            ))
-                        })?;
+                    let obj = self.unpickle(&loads, &k, blobs.value(i))?;
                     Ok((k, obj.unbind()))
                 })
                 .collect()
