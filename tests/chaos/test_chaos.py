@@ -89,6 +89,46 @@ def test_checker_catches_wrong_and_doubled_aggregates(tmp_path: Path, ref: chaos
     assert check.mismatched == 3 and check.lost == check.duplicated == 0
 
 
+def running_output(out: Path) -> pa.Table:
+    """A keyed process's running rows (`--keyed-state process`): per user a
+    row after each of its events, in two committed files."""
+    events = dwell_events(USERS, RECORDS, SEED).to_pydict()
+    seen: dict[int, tuple[int, int]] = {}
+    rows: dict[str, list[Any]] = {"user": [], "count": [], "total": [], "mean": []}
+    for user, dwell in zip(events["user"], events["dwell_ms"], strict=True):
+        count, total = seen.get(user, (0, 0))
+        seen[user] = (count + 1, total + dwell)
+        row = (user, count + 1, total + dwell, (total + dwell) / (count + 1))
+        for col, v in zip(rows, row, strict=True):
+            rows[col].append(v)
+    table = pa.table(rows, schema=ipc.open_file(out / "agg" / "part-0.arrow").schema)
+    (out / "agg" / "part-0.arrow").unlink()
+    write_arrow(out / "agg" / "part-0.arrow", table.slice(0, 2000))
+    write_arrow(out / "agg" / "part-1.arrow", table.slice(2000))
+    return table
+
+
+def test_checker_takes_each_users_largest_running_row(tmp_path: Path, ref: chaos.Reference) -> None:
+    """With running rows, the final row per user is checked; a row committed
+    twice, or a final row missing, is a mismatch."""
+    perfect_output(tmp_path)
+    table = running_output(tmp_path)
+    check = chaos.check_output(tmp_path, ref, running=True)
+    assert (check.lost, check.duplicated, check.mismatched) == (0, 0, 0), check.problems
+    # Read as one row per user, the running rows are all wrong.
+    assert chaos.check_output(tmp_path, ref).mismatched == len(ref.per_user)
+
+    twice = table.slice(10, 3)  # 3 rows committed twice: their users mismatch
+    write_arrow(tmp_path / "agg" / "again.arrow", twice)
+    users = set(twice["user"].to_pylist())
+    assert chaos.check_output(tmp_path, ref, running=True).mismatched == len(users) > 0
+    (tmp_path / "agg" / "again.arrow").unlink()
+    # The last 500 rows lost: the users whose final row was among them.
+    write_arrow(tmp_path / "agg" / "part-1.arrow", table.slice(2000, RECORDS - 2500))
+    last = set(table.slice(RECORDS - 500)["user"].to_pylist())
+    assert chaos.check_output(tmp_path, ref, running=True).mismatched == len(last)
+
+
 def test_checker_counts_a_missing_output_as_lost(tmp_path: Path, ref: chaos.Reference) -> None:
     check = chaos.check_output(tmp_path, ref)
     assert check.lost == RECORDS and check.mismatched == len(ref.per_user)
@@ -119,6 +159,46 @@ def test_exactly_once_under_kills(protocol: str, tmp_path: Path) -> None:
     assert s.errors == 0, s
     assert (s.lost, s.duplicated, s.mismatched) == (0, 0, 0), s
     assert s.runs == 2 and s.kills >= 1 and s.recoveries >= 1, s
+
+
+@pytest.mark.parametrize("state_memory", [None, "1MB"])
+def test_a_keyed_process_is_exactly_once_under_kills(
+    state_memory: str | None, tmp_path: Path
+) -> None:
+    """The dwell job with a Python keyed process keeping the per-user state
+    (`--keyed-state process`), with and without a budget its pickles spill
+    past (20,000 events of 60,000 users, ~8,500 a subtask: a 1 MiB table
+    flushes about once, and the spill crash points are armed)."""
+    budget: dict[str, Any] = (
+        {}
+        if state_memory is None
+        else {
+            "state_memory": state_memory,
+            "failpoints": (*chaos.FAILPOINTS, *chaos.SPILL_FAILPOINTS),
+        }
+    )
+    opts = chaos.Options(
+        runs=2,
+        seed=13,
+        records=20_000,
+        users=60_000,
+        workdir=str(tmp_path),
+        keyed_state="process",
+        **budget,
+    )
+    cmd = chaos._child_cmd(opts, tmp_path, 0.02, resume=False)
+    assert cmd[cmd.index("--keyed-state") + 1] == "process"
+    s = chaos.run_chaos(opts)
+    assert s.errors == 0, s
+    assert (s.lost, s.duplicated, s.mismatched) == (0, 0, 0), s
+    assert s.runs == 2 and s.kills >= 1 and s.recoveries >= 1, s
+
+
+def test_a_bad_keyed_state_is_refused() -> None:
+    with pytest.raises(ConfigError, match="keyed_state must be one of aggregate, process"):
+        chaos.run_chaos(chaos.Options(runs=1, keyed_state="rocks"))
+    assert cli_main(["chaos", "--engine", "spark", "--keyed-state", "process"]) == 2
+    assert cli_main(["chaos", "--topology", "fan-out", "--keyed-state", "process"]) == 2
 
 
 def test_exactly_once_under_kills_without_fsync(tmp_path: Path) -> None:

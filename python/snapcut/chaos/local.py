@@ -14,7 +14,9 @@ events in plain Python:
 
 - lost: reference records missing from the output (as a multiset),
 - duplicated: output records beyond the reference,
-- mismatched: users whose count/total/mean row differs (or is missing or doubled).
+- mismatched: users whose count/total/mean row differs (or is missing or doubled);
+  with ``--keyed-state process`` (a running row per call) users whose row
+  with the largest count differs, or who have two rows of one count.
 
 The last line of stdout is a JSON summary; the exit code is non-zero if
 any of lost, duplicated, mismatched (or a child error, or a torn committed file) is non-zero.
@@ -58,6 +60,7 @@ from snapcut.chaos.core import (
 )
 from snapcut.checkpointing import FAILOVER_STRATEGIES
 from snapcut.dataflow import dwell_events
+from snapcut.jobs.local_dwell import KEYED_STATES
 
 PROTOCOLS = ("aligned", "unaligned", "chandy-lamport", "sync")
 
@@ -150,8 +153,12 @@ class Options:
     #: runs once this many diffs sit on its full.
     full_every: int = 10
     #: Checkpointing.state_memory of the job (None: no budget): small enough,
-    #: its keyed aggregates spill and merge runs mid-run.
+    #: its keyed state spills and merges runs mid-run.
     state_memory: str | None = None
+    #: What keeps the per-user state: "aggregate" (the built-in keyed
+    #: aggregate, one row per user at the end) or "process" (a Python keyed
+    #: process, a running row per call).
+    keyed_state: str = "aggregate"
 
     def batch(self) -> int:
         if self.batch_size is not None:
@@ -192,6 +199,10 @@ class Options:
         if self.failover not in FAILOVER_STRATEGIES:
             raise ConfigError(
                 f"failover must be one of {', '.join(FAILOVER_STRATEGIES)}, got {self.failover!r}"
+            )
+        if self.keyed_state not in KEYED_STATES:
+            raise ConfigError(
+                f"keyed_state must be one of {', '.join(KEYED_STATES)}, got {self.keyed_state!r}"
             )
         if self.kill_mode != "timer" and not self.failpoints:
             raise ConfigError("failpoint kills need at least one failpoint")
@@ -243,8 +254,11 @@ def read_committed(directory: Path, corrupt: list[str] | None = None) -> pa.Tabl
     return pa.concat_tables(tables, promote_options="default")
 
 
-def check_output(output_dir: Path, ref: Reference) -> Check:
-    """Compares the committed output of one run with the reference."""
+def check_output(output_dir: Path, ref: Reference, running: bool = False) -> Check:
+    """Compares the committed output of one run with the reference. With
+    `running`, the aggregate rows are a keyed process's running rows: each
+    user's row with the largest count is checked, and two rows of one count
+    (a call's output committed twice) are a mismatch too."""
     out = Check()
     events = read_committed(output_dir / "events", out.corrupt_files)
     got: collections.Counter[tuple[int, int]] = collections.Counter()
@@ -270,6 +284,8 @@ def check_output(output_dir: Path, ref: Reference) -> Check:
             strict=True,
         ):
             rows.setdefault(user, []).append((count, total, mean))
+    if running:
+        rows = {u: _final_running_row(have) for u, have in rows.items()}
     bad = []
     for user in ref.per_user.keys() | rows.keys():
         want = ref.per_user.get(user)
@@ -290,6 +306,15 @@ def check_output(output_dir: Path, ref: Reference) -> Check:
             f"expected {ref.per_user.get(u)})"
         )
     return out
+
+
+def _final_running_row(rows: list[tuple[int, int, float]]) -> list[tuple[int, int, float]]:
+    """A user's running rows as its one final row: the row with the largest
+    count, or every row if two share a count (then the check sees two)."""
+    counts = [r[0] for r in rows]
+    if len(set(counts)) != len(counts):
+        return rows
+    return [max(rows)]
 
 
 @dataclass
@@ -333,6 +358,8 @@ def _child_cmd(opts: Options, run_dir: Path, interval: float, resume: bool) -> l
     ]
     if opts.state_memory is not None:
         cmd += ["--state-memory", opts.state_memory, "--spill-dir", str(run_dir / "spill")]
+    if opts.keyed_state != "aggregate":
+        cmd += ["--keyed-state", opts.keyed_state]
     if resume:
         cmd.append("--resume")
     if opts.unsafe_sink:
@@ -432,7 +459,7 @@ def run_one(
         return Outcome.FINISHED
 
     restart_until_done(attempt, summary, planned=planned, spare=5)
-    return check_output(run_dir / "out", ref)
+    return check_output(run_dir / "out", ref, running=opts.keyed_state == "process")
 
 
 def run_chaos(opts: Options, log: Callable[[str], None] = lambda _: None) -> Summary:

@@ -114,6 +114,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "of the budget applied in parts, one part's output sent)",
     )
     p.add_argument(
+        "--keyed-state",
+        default=None,
+        choices=("aggregate", "process"),
+        help="local dwell: what keeps the per-user state, the built-in keyed aggregate "
+        "(default) or a Python keyed process (key_by().process(fn), its running rows "
+        "checked: each user's largest count row must be its failure-free count/total/mean, "
+        "none repeated); with --state-memory its pickles spill",
+    )
+    p.add_argument(
         "--state-root",
         default=None,
         metavar="local|s3",
@@ -241,6 +250,7 @@ def fan_out_options(args: argparse.Namespace) -> FanOutOptions:
         ("--no-fsync", args.no_fsync),
         ("--full-every", args.full_every is not None),
         ("--state-memory", args.state_memory is not None),
+        ("--keyed-state", args.keyed_state is not None),
     ):
         if given:
             raise ConfigError(f"{flag} applies to --topology dwell only")
@@ -282,6 +292,7 @@ def local_options(args: argparse.Namespace) -> Options:
         failover=args.failover or "region",
         full_every=10 if args.full_every is None else args.full_every,
         state_memory=args.state_memory,
+        keyed_state=args.keyed_state or "aggregate",
     )
 
 
@@ -300,6 +311,7 @@ def chain_options(args: argparse.Namespace) -> ChainOptions:
         ("--no-fsync", args.no_fsync),
         ("--full-every", args.full_every is not None),
         ("--state-memory", args.state_memory is not None),
+        ("--keyed-state", args.keyed_state is not None),
         ("--failpoints", args.failpoints is not None),
         ("--remote", args.remote is not None),
         ("--step", args.step is not None),
@@ -345,10 +357,11 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         )
     if args.topology != "dwell" or args.failover is not None or args.process_kills:
         raise ConfigError("--topology, --failover and --process-kills apply to --engine local only")
-    local_only = (args.job_seconds, args.full_every)
+    local_only = (args.job_seconds, args.full_every, args.keyed_state)
     if any(v is not None for v in local_only) or args.unsafe_sink or args.no_fsync:
         raise ConfigError(
-            "--job-seconds, --unsafe-sink, --no-fsync and --full-every apply to --engine local only"
+            "--job-seconds, --unsafe-sink, --no-fsync, --full-every and --keyed-state apply "
+            "to --engine local only"
         )
     defaults = SparkOptions()
     # None: every crash point the output reaches (SparkOptions.points).

@@ -4,7 +4,10 @@ The reference dwell-time job at parallelism 2: generated ``(user, dwell_ms)``
 events → a throttle (so that checkpoints fall inside the run) → two
 exactly-once Arrow sinks: the raw events (``<out>/events``, committed at
 every checkpoint) and, after ``key_by(user)``, count/total/mean per user
-(``<out>/agg``, emitted when the input ends). Checkpoints go to a
+(``<out>/agg``): with ``--keyed-state aggregate`` (the default) the
+built-in aggregate's rows, emitted when the input ends; with
+``--keyed-state process`` a Python keyed process's running rows, one per
+call (so a user's row with the largest count is its final one). Checkpoints go to a
 SnapshotStore at ``--checkpoint-dir``; ``--resume`` restores the newest
 intact one.
 
@@ -35,6 +38,9 @@ from snapcut.dataflow import Dataflow
 
 PARALLELISM = 2
 
+#: What keeps the per-user state (``--keyed-state``).
+KEYED_STATES = ("aggregate", "process")
+
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m snapcut.jobs.local_dwell", description=__doc__)
@@ -54,6 +60,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--full-every", type=int, default=10, help="Checkpointing.full_every")
     p.add_argument("--state-memory", default=None, help="Checkpointing.state_memory")
     p.add_argument("--spill-dir", default=None, help="Checkpointing.spill_dir")
+    p.add_argument(
+        "--keyed-state",
+        choices=KEYED_STATES,
+        default="aggregate",
+        help="what keeps the per-user state: the built-in aggregate or a Python keyed process",
+    )
     return p.parse_args(argv)
 
 
@@ -95,14 +107,29 @@ def build(args: argparse.Namespace) -> Dataflow:
         slow = slow.map(tap, name="unsafe-tap")
     else:
         slow.write_arrow(events_dir, name="events-sink")
-    agg = slow.key_by("user").aggregate(
-        name="dwell",
-        count="count",
-        total=("sum", "dwell_ms"),
-        mean=("mean", "dwell_ms"),
-    )
+    if args.keyed_state == "process":
+        agg = slow.key_by("user").process(running_dwell, name="dwell")
+    else:
+        agg = slow.key_by("user").aggregate(
+            name="dwell",
+            count="count",
+            total=("sum", "dwell_ms"),
+            mean=("mean", "dwell_ms"),
+        )
     agg.write_arrow(os.path.join(args.output_dir, "agg"), name="agg-sink")
     return flow
+
+
+def running_dwell(
+    user: int, rows: pa.RecordBatch, state: tuple[int, int] | None
+) -> tuple[pa.RecordBatch, tuple[int, int]]:
+    """The keyed process of ``--keyed-state process``: a user's count and
+    total so far, and its row (count, total, mean) after this call."""
+    count, total = state or (0, 0)
+    count += rows.num_rows
+    total += sum(rows["dwell_ms"].to_pylist())
+    row = {"user": [user], "count": [count], "total": [total], "mean": [total / count]}
+    return pa.RecordBatch.from_pydict(row), (count, total)
 
 
 def supports_recovery() -> bool:
