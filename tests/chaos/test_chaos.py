@@ -215,9 +215,13 @@ def test_exactly_once_under_kills_without_fsync(tmp_path: Path) -> None:
 
 def test_cli_refuses_no_fsync_on_spark(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["chaos", "--engine", "spark", "--no-fsync", "--runs", "1"]) == 2
-    assert "--no-fsync and --full-every apply to --engine local only" in (capsys.readouterr().err)
+    assert "--no-fsync, --full-every and --keyed-state apply to --engine local only" in (
+        capsys.readouterr().err
+    )
     assert cli_main(["chaos", "--engine", "spark", "--full-every", "0", "--runs", "1"]) == 2
-    assert "--full-every apply to --engine local only" in capsys.readouterr().err
+    assert "--full-every and --keyed-state apply to --engine local only" in (
+        capsys.readouterr().err
+    )
     # --state-memory applies on Spark too: checked before any run.
     assert cli_main(["chaos", "--engine", "spark", "--state-memory", "12 parsecs"]) == 2
     assert "not a size" in capsys.readouterr().err

@@ -23,7 +23,9 @@ use crate::protocol::CheckpointId;
 use crate::snapshot::{StateCapture, StateKind};
 use crate::state::{RunSink, SpillStats, StatePolicy, StateTable, StreamedCapture, DELETED_COLUMN};
 use arrow_array::cast::AsArray;
-use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, BooleanArray, Int64Array, RecordBatch, StringArray,
+};
 use arrow_schema::{DataType, Field, Schema};
 
 /// Name of the column holding each key's pickled state.
@@ -124,40 +126,59 @@ impl PickledState {
     }
 
     /// Records new pickles and dropped keys (the key type must be known:
-    /// [`Self::use_key_type`]); the next checkpoint captures them.
+    /// [`Self::use_key_type`]); the next checkpoint captures them. A budgeted
+    /// table takes a large write a slice at a time (`StateTable::upsert`).
     pub fn write(&mut self, upserts: &[Pickled], dropped: &[Key]) -> Result<()> {
+        self.write_hinted(upserts, None, dropped)
+    }
+
+    /// As [`Self::write`], where every key was just asked of
+    /// [`Self::lookup`] with nothing written since, and `present[i]` says
+    /// whether `upserts[i]`'s key had state: the table then knows which new
+    /// keys its runs hold without searching them again
+    /// (`StateTable::upsert_looked_up`).
+    pub fn write_looked_up(
+        &mut self,
+        upserts: &[Pickled],
+        present: &[bool],
+        dropped: &[Key],
+    ) -> Result<()> {
+        if present.len() != upserts.len() {
+            return Err(Error::Task(format!(
+                "keyed state write: {} presence flags for {} pickles",
+                present.len(),
+                upserts.len()
+            )));
+        }
+        self.write_hinted(upserts, Some(present), dropped)
+    }
+
+    fn write_hinted(
+        &mut self,
+        upserts: &[Pickled],
+        present: Option<&[bool]>,
+        dropped: &[Key],
+    ) -> Result<()> {
         let string = self.string_keys().ok_or_else(|| {
             Error::Task("keyed state changed before its key type was known".into())
         })?;
-        // Under a budget the pickles go in slices of about a quarter of it,
-        // so one write never holds much more than the budget in memory.
-        let slice_bytes = self.budget.as_ref().map_or(usize::MAX, |b| b.bytes / 4);
-        let mut rest = upserts;
-        while !rest.is_empty() {
-            let mut bytes = 0;
-            let n = rest
-                .iter()
-                .take_while(|(_, b)| {
-                    let first = bytes == 0;
-                    bytes += b.len() + 16;
-                    first || bytes <= slice_bytes
-                })
-                .count();
-            let (slice, after) = rest.split_at(n);
-            let keys = keys_array(&self.key, string, &mut slice.iter().map(|(k, _)| k))?;
+        let upsert_keys = keys_array(&self.key, string, &mut upserts.iter().map(|(k, _)| k))?;
+        let dropped_keys = keys_array(&self.key, string, &mut dropped.iter())?;
+        let table = self.table.as_mut().expect("key type known");
+        if !upserts.is_empty() {
             let blobs: ArrayRef = Arc::new(BinaryArray::from_iter_values(
-                slice.iter().map(|(_, b)| b.as_slice()),
+                upserts.iter().map(|(_, b)| b.as_slice()),
             ));
-            let table = self.table.as_mut().expect("key type known");
-            let batch = RecordBatch::try_new(table.schema(), vec![keys, blobs])
+            let batch = RecordBatch::try_new(table.schema(), vec![upsert_keys, blobs])
                 .map_err(|e| Error::Task(format!("keyed state batch: {e}")))?;
-            table.upsert(&batch)?;
-            rest = after;
+            match present {
+                // Upserted before the deletes: nothing written in between.
+                Some(p) => table.upsert_looked_up(&batch, &BooleanArray::from(p.to_vec()))?,
+                None => table.upsert(&batch)?,
+            }
         }
         if !dropped.is_empty() {
-            let keys = keys_array(&self.key, string, &mut dropped.iter())?;
-            let table = self.table.as_mut().expect("key type known");
-            table.delete(keys.as_ref())?;
+            table.delete(dropped_keys.as_ref())?;
         }
         Ok(())
     }
@@ -709,14 +730,27 @@ mod tests {
     fn a_budgeted_state_spills_looks_up_and_restores_from_its_runs() {
         let mut s = budgeted();
         assert!(s.spills());
-        // 1,000 pickles of 4 KB: four times the budget.
-        s.write(&big(0..1000, 1), &[]).unwrap();
+        // 1,000 pickles of 4 KB, four times the budget, in writes of 100.
+        for start in (0..1000).step_by(100) {
+            s.write(&big(start..start + 100, 1), &[]).unwrap();
+        }
         let stats = s.spill_stats().unwrap();
         assert!(stats.flushes >= 2, "{stats:?}");
         let full = s.checkpoint(1, &[], &[]).unwrap();
         s.committed(1);
         assert_eq!((full.kind, full.batch.num_rows()), (StateKind::Full, 1000));
-        s.write(&big(10..20, 2), &[Key::Int(3), Key::Int(5000)])
+        // Keys 10..20 were looked up first (all present); 5000 never was.
+        assert!(looked_up(&s, &(10..20).collect::<Vec<_>>())
+            .iter()
+            .all(Option::is_some));
+        let err = s
+            .write_looked_up(&big(10..20, 2), &[true], &[])
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("1 presence flags for 10 pickles"),
+            "{err}"
+        );
+        s.write_looked_up(&big(10..20, 2), &[true; 10], &[Key::Int(3), Key::Int(5000)])
             .unwrap();
         let diff = s.checkpoint(2, &[], &[]).unwrap();
         s.committed(2);

@@ -46,6 +46,10 @@ use snapcut_core::state::pickled::{Changes, Key, Pickled, PickledState, STATE_CO
 /// batch may touch far more keys than the budget holds.
 const STEP_KEYS: usize = 16_384;
 
+/// A budgeted step's calls: outputs, new pickles, whether each of their keys
+/// had state, and the keys dropped.
+type StepCalls = (Vec<RecordBatch>, Vec<Pickled>, Vec<bool>, Vec<Key>);
+
 /// The function's `(output, new_state)`, checked.
 fn split_result<'py>(
     result: Bound<'py, PyAny>,
@@ -308,9 +312,9 @@ impl KeyedProcess {
         for step in groups.chunks(STEP_KEYS) {
             let keys: Vec<&Key> = step.iter().map(|(k, _)| k).collect();
             let pickles = self.pickled.lookup(&keys)?;
-            let (outputs, upserts, dropped) =
+            let (outputs, upserts, present, dropped) =
                 Python::attach(|py| self.call_spilling(py, batch, step, &pickles))?;
-            self.pickled.write(&upserts, &dropped)?;
+            self.pickled.write_looked_up(&upserts, &present, &dropped)?;
             for b in outputs {
                 if b.num_rows() > 0 {
                     out.emit(b)?;
@@ -320,14 +324,15 @@ impl KeyedProcess {
         Ok(())
     }
 
-    /// One step's calls: `(outputs, new pickles, dropped keys)`.
+    /// One step's calls: `(outputs, new pickles, whether each of their
+    /// keys had state, dropped keys)`.
     fn call_spilling(
         &self,
         py: Python<'_>,
         batch: &RecordBatch,
         step: &[(Key, Option<RecordBatch>)],
         pickles: &arrow_array::BinaryArray,
-    ) -> Result<(Vec<RecordBatch>, Vec<Pickled>, Vec<Key>)> {
+    ) -> Result<StepCalls> {
         let import = |name: &'static str| {
             py.import(intern!(py, "pickle"))
                 .and_then(|m| m.getattr(name))
@@ -337,6 +342,7 @@ impl KeyedProcess {
         let func = self.func.bind(py);
         let task = |e: PyErr| task_error(py, &self.name, e);
         let (mut outputs, mut upserts, mut dropped) = (Vec::new(), Vec::new(), Vec::new());
+        let mut present = Vec::new();
         for (i, (key, rows)) in step.iter().enumerate() {
             let rows = rows.clone().unwrap_or_else(|| batch.clone());
             let state = if pickles.is_valid(i) {
@@ -357,9 +363,10 @@ impl KeyedProcess {
                 dropped.push(key.clone());
             } else {
                 upserts.push((key.clone(), self.pickle(&dumps, key, &new_state)?));
+                present.push(pickles.is_valid(i));
             }
         }
-        Ok((outputs, upserts, dropped))
+        Ok((outputs, upserts, present, dropped))
     }
 }
 
