@@ -11,7 +11,6 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use arrow_array::{make_array, new_empty_array, ArrayRef, BooleanArray, RecordBatch};
-use arrow_buffer::BooleanBufferBuilder;
 use arrow_data::transform::MutableArrayData;
 use arrow_data::ArrayData;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
@@ -193,16 +192,13 @@ impl<'a> MergeCursor<'a> {
             arrays.push(gather(runs, col, field.data_type(), picks)?);
         }
         if !self.drop_tombstones {
-            // A range at a time, as the other columns: a run's tombstone bits
-            // copied, or `false` for a run without tombstones (a base).
-            let mut deleted = BooleanBufferBuilder::new(picks.rows);
-            for &(run, start, end) in &picks.ranges {
-                match runs[run].tombstones() {
-                    None => deleted.append_n(end - start, false),
-                    Some(t) => deleted.append_buffer(&t.values().slice(start, end - start)),
-                }
-            }
-            arrays.push(Arc::new(BooleanArray::new(deleted.finish(), None)));
+            let deleted: BooleanArray = picks
+                .ranges
+                .iter()
+                .flat_map(|&(run, start, end)| (start..end).map(move |row| (run, row)))
+                .map(|(run, row)| Some(runs[run].is_deleted(row)))
+                .collect();
+            arrays.push(Arc::new(deleted));
         }
         RecordBatch::try_new(self.schema.clone(), arrays)
             .map_err(|e| Error::Snapshot(format!("assembling a merged run: {e}")))
