@@ -19,6 +19,7 @@ import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.runtime_support import fold
 
 from snapcut import (
     Checkpointing,
@@ -50,17 +51,6 @@ def batch(keys: list[Any], v: int = 1) -> pa.RecordBatch:
 def state_of(table: pa.Table | pa.RecordBatch, key: str = "k") -> dict[Any, Any]:
     d = table.to_pydict()
     return {k: pickle.loads(s) for k, s in zip(d[key], d["state"], strict=True)}
-
-
-def fold(rows: list[tuple[Any, int]]) -> dict[Any, int]:
-    """What `running` holds after `rows`."""
-    state: dict[Any, int] = {}
-    for k, v in rows:
-        if v < 0:
-            state.pop(k, None)
-        else:
-            state[k] = state.get(k, 0) + v
-    return state
 
 
 # --- the operator driven directly: deterministic checkpoint boundaries ---

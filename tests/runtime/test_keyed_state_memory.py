@@ -5,7 +5,6 @@ checkpoints and restores exactly as without a budget."""
 
 from __future__ import annotations
 
-import json
 import pickle
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.runtime_support import fold, state_files_by_subtask
 
 from snapcut import Checkpointing, Dataflow, TaskError, TaskFailure, _core, snapshots
 from snapcut.dataflow import dwell_events
@@ -43,16 +43,6 @@ def batch(keys: list[int], v: int = 1) -> pa.RecordBatch:
 def totals(state: pa.RecordBatch | pa.Table) -> dict[Any, int]:
     d = state.to_pydict()
     return {k: pickle.loads(s)[0] for k, s in zip(d["k"], d["state"], strict=True)}
-
-
-def fold(rows: list[tuple[int, int]]) -> dict[int, int]:
-    state: dict[int, int] = {}
-    for k, v in rows:
-        if v < 0:
-            state.pop(k, None)
-        else:
-            state[k] = state.get(k, 0) + v
-    return state
 
 
 def test_a_budget_captures_what_memory_captures(tmp_path: Path) -> None:
@@ -233,12 +223,7 @@ def test_a_failed_budgeted_process_restarts_from_its_runs(tmp_path: Path) -> Non
     assert len(report.restarts) == 1, report.restarts
     restored = report.restarts[0].restored_from
     assert restored is not None and restored >= 3, report.restarts
-    files: dict[int, dict[int, tuple[str, int | None]]] = {0: {}, 1: {}}
-    for manifest in sorted(root.glob("chk-*/manifest.json")):
-        m = json.loads(manifest.read_text())
-        for f in m["files"]:
-            if f["role"] == "state" and f["vertex"] == "keyed":
-                files[f["subtask"]][m["checkpoint_id"]] = (f.get("kind", "full"), f.get("base"))
+    files = state_files_by_subtask(root, "keyed")
     spilled = {t: s for t, s in report.spill.items() if t.startswith("keyed")}
     assert len(spilled) == 2, report.spill
     for task, stats in spilled.items():

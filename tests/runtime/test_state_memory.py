@@ -1,12 +1,12 @@
 """Checkpointing(state_memory=): a job's keyed aggregates spill past a memory
 budget and answer, checkpoint and restore exactly as without one."""
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from tests.runtime_support import state_files_by_subtask
 
 from snapcut import Checkpointing, ConfigError, Dataflow, TaskFailure
 
@@ -95,13 +95,7 @@ def test_a_restart_opens_the_stored_runs_lazily(tmp_path: Path) -> None:
     assert len(report.restarts) == 1, report.restarts
     restored = report.restarts[0].restored_from
     assert restored is not None and restored >= 3, report.restarts
-    # Each aggregate subtask's state files, by checkpoint: (kind, base).
-    files: dict[int, dict[int, tuple[str, int | None]]] = {0: {}, 1: {}}
-    for manifest in sorted(root.glob("chk-*/manifest.json")):
-        m = json.loads(manifest.read_text())
-        for f in m["files"]:
-            if f["role"] == "state" and f["vertex"] == "aggregate":
-                files[f["subtask"]][m["checkpoint_id"]] = (f.get("kind", "full"), f.get("base"))
+    files = state_files_by_subtask(root, "aggregate")
     spilled = {t: s for t, s in report.spill.items() if t.startswith("aggregate")}
     assert len(spilled) == 2, report.spill
     for task, stats in spilled.items():
