@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tests.runtime_support import fold, state_files_by_subtask
 
-from snapcut import Checkpointing, Dataflow, TaskError, TaskFailure, _core, snapshots
+from snapcut import Checkpointing, Dataflow, SnapshotError, TaskError, TaskFailure, _core, snapshots
 from snapcut.dataflow import dwell_events
 
 #: The smallest budget a table takes (MIN_STATE_MEMORY).
@@ -272,3 +272,29 @@ def test_a_budget_keeps_the_key_type_checks(tmp_path: Path, string_keys: bool) -
         _core._keyed_checkpoints(
             "k", padded, [[first], [second]], full_every=2, state_memory=MIB, spill_dir=tmp_path
         )
+
+
+def test_budgeted_state_that_does_not_pickle_or_unpickle_names_the_key(tmp_path: Path) -> None:
+    """Under a budget the pickling happens as each step ends and the
+    unpickling when a batch calls a key (not at restore): the same errors,
+    naming the key, at those moments."""
+    budget: dict[str, Any] = {"state_memory": MIB, "spill_dir": tmp_path}
+
+    def keep_a_lambda(key: int, rows: pa.RecordBatch, state: Any) -> tuple[None, Any]:
+        return None, (lambda: 0) if key == 2 else 1
+
+    with pytest.raises(TaskError, match=r"cannot pickle the state of key 2 .*keep picklable"):
+        _core._keyed_checkpoints("k", keep_a_lambda, [[batch([1, 2, 3])]], full_every=3, **budget)
+
+    bad = pa.RecordBatch.from_pydict(
+        {"k": pa.array([1, 5], pa.int64()), "state": pa.array([b"ok?", b"not a pickle"])}
+    )
+    # Restoring reads no pickle; a batch that never calls key 5 runs.
+    _core._keyed_restore("k", padded, [("full", None, bad)], [], **budget)
+    with pytest.raises(SnapshotError, match="cannot unpickle the state of key 5"):
+        _core._keyed_restore("k", padded, [("full", None, bad)], [batch([5])], **budget)
+
+
+def test_the_test_hook_wants_both_budget_and_spill_dir(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="pass both state_memory and spill_dir"):
+        _core._keyed_checkpoints("k", padded, [], full_every=1, state_memory=MIB)
