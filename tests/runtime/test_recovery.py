@@ -214,16 +214,23 @@ def test_bad_recovery_arguments_are_config_errors(tmp_path: Path) -> None:
         build(marker).run(CFG, checkpoint_dir=tmp_path / "c", fsync="no")
     with pytest.raises(ConfigError, match="fsync=False applies to checkpoint_dir"):
         build(marker).run(CFG, fsync=False)
+    with pytest.raises(ConfigError, match="direct_io must be a bool, got 'yes'"):
+        build(marker).run(CFG, checkpoint_dir=tmp_path / "c", direct_io="yes")  # type: ignore[arg-type]
     assert not (tmp_path / "c").exists()
 
 
-@pytest.mark.parametrize("fsync", [False, "per-file"])
-def test_every_fsync_mode_resumes(fsync: bool | str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("fsync", "direct_io"), [(False, True), ("per-file", True), (True, False), (True, True)]
+)
+def test_every_fsync_mode_resumes(fsync: bool | str, direct_io: bool, tmp_path: Path) -> None:
     marker, root = tmp_path / "marker", tmp_path / "chk"
     with pytest.raises(TaskError, match="injected UDF failure"):
-        build(marker).run(CFG, checkpoint_dir=root, fsync=fsync)
+        build(marker).run(CFG, checkpoint_dir=root, fsync=fsync, direct_io=direct_io)
     assert list(root.glob("chk-*/manifest.json"))
-    report = build(marker).run(CFG, checkpoint_dir=root, resume=True, fsync=fsync)
+    # A root written one way resumes the other: the files are the same format.
+    report = build(marker).run(
+        CFG, checkpoint_dir=root, resume=True, fsync=fsync, direct_io=not direct_io
+    )
     assert report.restored_from is not None
     assert got(report.results["r"]) == expected()
 

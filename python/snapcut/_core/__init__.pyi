@@ -190,6 +190,7 @@ class _GraphBuilder:
         fsync: str = "syncfs",
         channel_capacity: int = 64,
         failure: tuple[str, int, str, int] | None = None,
+        direct_io: bool = True,
     ) -> dict[str, Any]:
         """Runs the job with the GIL released; returns the raw report."""
 
@@ -404,6 +405,7 @@ class SnapshotStore:
         fsync: str = "syncfs",
         compaction_cpu_share: float = 1.0,
         compaction_bytes_per_s: int | None = None,
+        direct_io: bool = True,
     ) -> None: ...
     def task_snapshot(
         self,

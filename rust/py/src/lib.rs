@@ -62,6 +62,29 @@ fn disarm_failpoints() {
     snapcut_core::failpoint::disarm_scoped();
 }
 
+/// mimalloc's `mi_option_purge_delay` (its `mimalloc.h` enum, the same in
+/// v2 and v3).
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// How long mimalloc keeps freed pages before handing them back to the OS,
+/// in ms, unless `MIMALLOC_PURGE_DELAY` says otherwise: mimalloc v3's own
+/// default (v2, which this build uses, purges after 10 ms). A checkpoint
+/// frees its captures (hundreds of MB at 10M keys) about a second before
+/// the next one allocates as much again; purged, every page of it faults
+/// back in, and on a guest that reports free pages to its host (virtio
+/// balloon) a page unused for ~2 s costs a host fault too: at 10M keys
+/// the task threads spent ~2 s more CPU a run, most of it in the kernel
+/// (bench/results/state_store/direct_io/). A budgeted table still gives
+/// its memory back at once after a flush (`heap::release_freed`).
+const PURGE_DELAY_MS: std::os::raw::c_long = 1000;
+
+fn keep_freed_pages_a_while() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: sets an option mimalloc reads on each purge decision.
+        unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS) };
+    }
+}
+
 /// The extension module `snapcut._core`.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -71,6 +94,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // counted in the worker's resident memory.
     // SAFETY: mi_collect only frees what the allocator no longer uses.
     snapcut_core::heap::set_release(|| unsafe { libmimalloc_sys::mi_collect(true) });
+    keep_freed_pages_a_while();
     errors::register(m)?;
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
     m.add_function(wrap_pyfunction!(arm_failpoint, m)?)?;

@@ -150,7 +150,7 @@ pub struct SnapshotStore {
 #[pymethods]
 impl SnapshotStore {
     #[new]
-    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = "syncfs", compaction_cpu_share = 1.0, compaction_bytes_per_s = None))]
+    #[pyo3(signature = (root, retain = 3, cleanup_partial_on_open = true, materialize_every = None, fsync = "syncfs", compaction_cpu_share = 1.0, compaction_bytes_per_s = None, direct_io = true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -161,12 +161,14 @@ impl SnapshotStore {
         fsync: &str,
         compaction_cpu_share: f64,
         compaction_bytes_per_s: Option<u64>,
+        direct_io: bool,
     ) -> PyResult<Self> {
         let options = StoreOptions {
             retain,
             cleanup_partial_on_open,
             materialize_every,
             fsync: fsync.parse().map_py()?,
+            direct_io,
             compaction: CompactionBudget {
                 cpu_share: compaction_cpu_share,
                 bytes_per_s: compaction_bytes_per_s,

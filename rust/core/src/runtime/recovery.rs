@@ -24,6 +24,9 @@ pub struct DurableOptions {
     pub resume: bool,
     /// How each checkpoint is made durable (`StoreOptions::fsync`).
     pub fsync: FsyncMode,
+    /// Write checkpoint files with direct I/O where the filesystem takes
+    /// it (`StoreOptions::direct_io`).
+    pub direct_io: bool,
 }
 
 impl DurableOptions {
@@ -32,6 +35,7 @@ impl DurableOptions {
             root: root.into(),
             resume: false,
             fsync: FsyncMode::default(),
+            direct_io: true,
         }
     }
 }
@@ -53,12 +57,13 @@ pub struct DurableReport {
 /// merges a task's runs in the background once `full_every` diffs sit on
 /// its full, so the tasks themselves only ever capture what changed and no
 /// commit rebuilds a state.
-fn store_options(config: &CheckpointConfig, fsync: FsyncMode) -> StoreOptions {
+fn store_options(config: &CheckpointConfig, fsync: FsyncMode, direct_io: bool) -> StoreOptions {
     StoreOptions {
         retain: config.retained,
         materialize_every: Some(config.full_every.max(1) as usize),
         compaction: config.compaction,
         fsync,
+        direct_io,
         sort_state_files: config.state_memory.is_some(),
         ..Default::default()
     }
@@ -89,7 +94,10 @@ pub fn run_durable(
 ) -> Result<DurableReport> {
     config.validate()?;
     options.validate()?;
-    let store = SnapshotStore::open(&durable.root, store_options(&config, durable.fsync))?;
+    let store = SnapshotStore::open(
+        &durable.root,
+        store_options(&config, durable.fsync, durable.direct_io),
+    )?;
     let log = Arc::new(RestartLog::new(options.restart.attempts));
     let mut restored_from = None;
     let mut skipped = Vec::new();
@@ -158,7 +166,10 @@ pub fn job_from_store(
     root: impl Into<PathBuf>,
     id: Option<CheckpointId>,
 ) -> Result<(Job, Arc<SnapshotStore>)> {
-    let store = SnapshotStore::open(root.into(), store_options(&config, FsyncMode::default()))?;
+    let store = SnapshotStore::open(
+        root.into(),
+        store_options(&config, FsyncMode::default(), true),
+    )?;
     let checkpoint = match id {
         Some(id) => store.reader().load(id)?,
         None => store.reader().load_latest_intact()?.0,
@@ -187,7 +198,7 @@ mod tests {
             retained: 2,
             ..Default::default()
         };
-        let options = store_options(&config, FsyncMode::Off);
+        let options = store_options(&config, FsyncMode::Off, true);
         assert_eq!(options.compaction, budget);
         assert_eq!((options.materialize_every, options.retain), (Some(4), 2));
     }

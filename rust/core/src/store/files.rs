@@ -2,7 +2,7 @@
 //! Arrow IPC file, checked reads, and the atomic write (temp + fsync + rename + directory fsync).
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -10,6 +10,7 @@ use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
 use arrow_schema::Schema;
 
+use super::direct::OutputFile;
 use super::format::{check_file, encode_ipc_into, missing_file, EncodeError, Written};
 use super::manifest::FileEntry;
 use super::mapped::map_file;
@@ -58,6 +59,9 @@ impl std::str::FromStr for FsyncMode {
 pub struct Fsync {
     mode: FsyncMode,
     calls: AtomicU64,
+    /// Write files with direct I/O where the filesystem takes it
+    /// ([`super::direct`]).
+    direct: bool,
 }
 
 impl Fsync {
@@ -69,7 +73,20 @@ impl Fsync {
         Self {
             mode,
             calls: AtomicU64::new(0),
+            direct: false,
         }
+    }
+
+    /// Files written under this policy go to the device with direct I/O
+    /// where the filesystem takes it (`on`), or through the page cache.
+    pub fn with_direct_io(mut self, on: bool) -> Self {
+        self.direct = on;
+        self
+    }
+
+    /// Whether files are written with direct I/O where possible.
+    pub fn direct_io(&self) -> bool {
+        self.direct
     }
 
     /// The mode in effect (`Syncfs` where it is not available: `PerFile`).
@@ -186,20 +203,16 @@ pub fn write_ipc(
 pub(crate) fn write_encoded(
     path: &Path,
     fsync: &Fsync,
-    encode: impl FnOnce(
-        BufWriter<File>,
-        &str,
-    ) -> std::result::Result<(BufWriter<File>, Written), EncodeError>,
+    encode: impl FnOnce(OutputFile, &str) -> std::result::Result<(OutputFile, Written), EncodeError>,
 ) -> Result<Written> {
     let what = path.display().to_string();
     let io = |e: std::io::Error| Error::io(format!("writing {what}"), e);
-    let file = File::create(path).map_err(io)?;
-    let (buffered, written) =
-        encode(BufWriter::with_capacity(1 << 20, file), &what).map_err(|e| match e {
-            EncodeError::Io(e) => io(e),
-            EncodeError::Format(e) => e,
-        })?;
-    let file = buffered.into_inner().map_err(|e| io(e.into_error()))?;
+    let out = OutputFile::create(path, fsync.direct).map_err(io)?;
+    let (out, written) = encode(out, &what).map_err(|e| match e {
+        EncodeError::Io(e) => io(e),
+        EncodeError::Format(e) => e,
+    })?;
+    let file = out.finish().map_err(io)?;
     fsync.file(&file).map_err(io)?;
     Ok(written)
 }
@@ -283,5 +296,28 @@ mod tests {
         };
         assert_eq!(Fsync::new(FsyncMode::Syncfs).mode(), expected);
         assert_eq!(Fsync::new(FsyncMode::Off).mode(), FsyncMode::Off);
+    }
+
+    #[test]
+    fn an_ipc_file_is_the_same_bytes_written_directly_or_through_the_cache() {
+        use arrow_array::{Int64Array, RecordBatch};
+        use std::sync::Arc;
+        let dir = tempfile::tempdir().unwrap();
+        // ~12 MB: several direct chunks and a partial last block.
+        let keys = Int64Array::from_iter_values(0..1_500_000);
+        let batch = RecordBatch::try_from_iter([("key", Arc::new(keys) as _)]).unwrap();
+        let mut files = Vec::new();
+        for direct in [false, true] {
+            let path = dir.path().join(format!("{direct}.arrow"));
+            let fsync = Fsync::new(FsyncMode::PerFile).with_direct_io(direct);
+            assert_eq!(fsync.direct_io(), direct);
+            let written =
+                write_ipc(&path, &batch.schema(), std::slice::from_ref(&batch), &fsync).unwrap();
+            let bytes = fs::read(&path).unwrap();
+            assert_eq!(written.bytes, bytes.len() as u64);
+            assert_eq!(written.crc32c, crc32c::crc32c(&bytes));
+            files.push(bytes);
+        }
+        assert_eq!(files[0], files[1]);
     }
 }

@@ -15,6 +15,7 @@
 //! rebuilds state from manifests alone.
 
 mod compactor;
+mod direct;
 mod files;
 pub mod format;
 mod manifest;

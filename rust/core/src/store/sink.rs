@@ -66,6 +66,11 @@ pub struct StoreOptions {
     /// rebuilds them in memory anyway, and sorting millions of rows each
     /// checkpoint costs CPU the job would feel).
     pub sort_state_files: bool,
+    /// Write the checkpoint's files with direct I/O (`O_DIRECT`) where the
+    /// root's filesystem takes it, so they do not pass through the page
+    /// cache ([`super::direct`]); elsewhere, or with `false`, through it.
+    /// The files are the same bytes either way.
+    pub direct_io: bool,
 }
 
 impl Default for StoreOptions {
@@ -78,6 +83,7 @@ impl Default for StoreOptions {
             compaction: CompactionBudget::UNBOUNDED,
             fsync: FsyncMode::default(),
             sort_state_files: false,
+            direct_io: true,
         }
     }
 }
@@ -147,7 +153,7 @@ impl SnapshotStore {
         // Every file there, so that what a crash left beside the held
         // files goes at the next retention.
         let held = reader.held()?;
-        let fsync = Arc::new(Fsync::new(options.fsync));
+        let fsync = Arc::new(Fsync::new(options.fsync).with_direct_io(options.direct_io));
         let compactor = match options.materialize_every {
             Some(_) => Some(Compactor::start(
                 root.clone(),

@@ -227,7 +227,7 @@ impl GraphBuilder {
     /// `resume` starts from its newest intact checkpoint; failures restart
     /// the job from the last checkpoint up to `restart_attempts` times.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="syncfs", channel_capacity=64, failure=None))]
+    #[pyo3(signature = (checkpointing, restore_from=None, checkpoint_dir=None, resume=false, restart_attempts=0, restart_delay=1.0, failover="region", control=None, fsync="syncfs", channel_capacity=64, failure=None, direct_io=true))]
     fn run<'py>(
         &mut self,
         py: Python<'py>,
@@ -242,6 +242,7 @@ impl GraphBuilder {
         fsync: &str,
         channel_capacity: usize,
         failure: Option<(String, usize, String, u64)>,
+        direct_io: bool,
     ) -> PyResult<Bound<'py, PyDict>> {
         let current: Arc<std::sync::Mutex<Option<JobHandle>>> =
             control.map(|c| Arc::clone(&c.current)).unwrap_or_default();
@@ -287,6 +288,7 @@ impl GraphBuilder {
             let durable = DurableOptions {
                 resume,
                 fsync: fsync.parse().map_py()?,
+                direct_io,
                 ..DurableOptions::new(root)
             };
             let config = checkpointing.inner.clone();
