@@ -1,5 +1,6 @@
-"""ABS at large state with the checkpoint's files written with direct I/O
-and freed pages kept a while, against both off (issue 37).
+"""ABS at large state with the checkpoint's files written with direct I/O,
+freed pages kept a while and chains ended by a full, against each off and
+against an earlier build (issue 37).
 
 The job of the issue's headline table (`snapcut.experiments.flows.build`:
 RECORDS records over KEYS keys, 2 tasks per operator), without checkpoints
@@ -11,7 +12,12 @@ cases per round, each in the opposite order to the last round's:
   and mimalloc purging freed pages after 10 ms (``MIMALLOC_PURGE_DELAY=10``,
   its v2 default): what the runtime did before;
 - `direct`: direct I/O, purging after 10 ms;
-- `default`: direct I/O and the bindings' purge delay (1 s): what it does now.
+- `default`: direct I/O and the bindings' purge delay (1 s): what it does now;
+- `baseline` (with ``--baseline PATH``, a build's ``python/`` directory with
+  its extension): that build as it is, e.g. the one before all three.
+
+The chain rule (an in-memory aggregate's capture is full once its chain's
+diffs would hold as many rows as the table) is in every case of this build.
 
 Each run is a child process, which reports the job's time, its
 checkpoints (count, median and longest), and the CPU seconds of its
@@ -67,10 +73,12 @@ before = os.times()
 if case == "none":
     report = flow.run(checkpointing=Checkpointing(protocol="none"))
 else:
+    # `baseline` and `default` run with their build's defaults.
+    extra = {"direct_io": case == "direct"} if case in ("buffered", "direct") else {}
     report = flow.run(
         checkpointing=Checkpointing(protocol="aligned", interval=interval),
         checkpoint_dir=root,
-        direct_io=case != "buffered",
+        **extra,
     )
 after = os.times()
 stop.set()
@@ -98,7 +106,7 @@ CASES = ("none", "buffered", "direct", "default")
 
 def child(args: argparse.Namespace, case: str) -> dict[str, Any]:
     extra = {"MIMALLOC_PURGE_DELAY": "10"} if case in ("buffered", "direct") else {}
-    env = child_env("", **extra)
+    env = child_env(args.baseline if case == "baseline" else "", **extra)
     if case not in ("buffered", "direct"):
         env.pop("MIMALLOC_PURGE_DELAY", None)
     cmd = [sys.executable, "-c", CHILD, str(args.keys), str(args.records), str(args.interval), case]
@@ -112,15 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--baseline", default="", help="another build's python/ directory")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
+    cases = CASES + (("baseline",) if args.baseline else ())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     with open(out / "runs.jsonl", "w") as f:
         f.write(json.dumps({"args": vars(args)}) + "\n")
         for rnd in range(args.rounds):
-            for case in CASES if rnd % 2 == 0 else CASES[::-1]:
+            for case in cases if rnd % 2 == 0 else cases[::-1]:
                 load = os.getloadavg()[0]
                 row = child(args, case) | {"case": case, "round": rnd, "load_1m": round(load, 2)}
                 print(json.dumps(row), flush=True)
@@ -135,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "| longest / median | user + sys CPU, s | tasks / writer / compactor CPU, s |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for case in CASES:
+    for case in cases:
         runs = [r for r in rows if r["case"] == case]
         cells = [spread([r["job_s"] for r in runs], ".3g")]
         if case == "none":

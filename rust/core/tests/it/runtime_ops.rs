@@ -359,6 +359,58 @@ fn aggregate_capture_of_half_the_keys_is_full() {
     assert_eq!(ra.0, rb.0);
 }
 
+/// A chain whose diffs would hold as many rows as the table ends with a
+/// full capture, though no single interval changed half the keys.
+#[test]
+fn aggregate_chain_as_long_as_the_table_ends_with_a_full() {
+    use snapcut_core::snapshot::{StateKind, FULL_BEATS_DIFF_MIN_KEYS};
+    let n = 2 * FULL_BEATS_DIFF_MIN_KEYS;
+    let keys: Vec<String> = (0..n).map(|k| format!("u{k}")).collect();
+    let some = |r: std::ops::Range<usize>| {
+        let ks: Vec<&str> = keys[r].iter().map(String::as_str).collect();
+        kv(&ks, &vec![1.0; ks.len()])
+    };
+    let specs = vec![AggSpec::sum("v", "s")];
+    let mut a = KeyedAggregate::new("k", specs.clone());
+    // As under a store that compacts: no periodic full.
+    a.set_full_every(u32::MAX);
+    let mut out = Sink(Vec::new());
+    a.process(0, some(0..n), &mut out).unwrap();
+    assert_eq!(a.snapshot(1).unwrap().unwrap().kind, StateKind::Full);
+    a.commit(1).unwrap();
+    // A third of the keys an interval: three diffs hold 3 x n/3 < n rows;
+    // a fourth would pass n, so that capture is the table.
+    let third = n / 3;
+    let mut kinds = Vec::new();
+    for id in 2..=7u64 {
+        let start = (id as usize * third) % (n - third);
+        a.process(0, some(start..start + third), &mut out).unwrap();
+        let capture = a.snapshot(id).unwrap().unwrap();
+        kinds.push(capture.kind);
+        a.commit(id).unwrap();
+        if capture.kind == StateKind::Full {
+            assert_eq!(capture.batch.num_rows(), n);
+            let mut b = KeyedAggregate::new("k", specs.clone());
+            b.restore(&[capture]).unwrap();
+            let (mut ra, mut rb) = (Sink(Vec::new()), Sink(Vec::new()));
+            a.finish(&mut ra).unwrap();
+            b.finish(&mut rb).unwrap();
+            assert_eq!(ra.0, rb.0);
+        }
+    }
+    assert_eq!(
+        kinds,
+        vec![
+            StateKind::Diff { base: 1 },
+            StateKind::Diff { base: 2 },
+            StateKind::Diff { base: 3 },
+            StateKind::Full,
+            StateKind::Diff { base: 5 },
+            StateKind::Diff { base: 6 },
+        ]
+    );
+}
+
 #[test]
 fn aggregate_capture_of_every_key_is_full() {
     use snapcut_core::snapshot::StateKind;

@@ -5,8 +5,9 @@
 //! is incremental: the keys touched since the last *confirmed* checkpoint
 //! as a diff based on it (`StateKind::Diff`, O(changed keys)), and every
 //! `full_every`-th time (or while no capture was confirmed yet, or when
-//! at least half the keys changed: `full_beats_diff`) the whole table
-//! (`StateKind::Full`).
+//! at least half the keys changed: `full_beats_diff`, or when the chain's
+//! diffs would hold as many rows as the table: `full_beats_chain`) the
+//! whole table (`StateKind::Full`).
 //!
 //! Why the last confirmed one, not the last captured one: with
 //! `max_concurrent > 1` checkpoint n+1 is captured before n is known to
@@ -31,7 +32,7 @@ use crate::error::{Error, Result};
 use crate::operator::{Batch, Emitter, Operator, OperatorFactory};
 use crate::protocol::{CheckpointId, InputId};
 use crate::runtime::StateMemory;
-use crate::snapshot::{full_beats_diff, StateCapture, StateKind};
+use crate::snapshot::{full_beats_diff, StateCapture, StateKind, FULL_BEATS_DIFF_MIN_KEYS};
 use crate::state::{SpillStats, DELETED_COLUMN, KEY_METADATA, LIVE_KEYS_METADATA};
 
 pub use crate::state::{AggFunc, AggSpec};
@@ -174,9 +175,9 @@ pub struct KeyedAggregate {
     /// Captures taken but not (yet) confirmed: the slots touched in the
     /// interval each one closed. A diff carries all of them.
     unconfirmed: BTreeMap<CheckpointId, Epoch>,
-    /// The newest confirmed capture (the base of the next diff) and the
-    /// diffs in its chain, if any.
-    confirmed: Option<(CheckpointId, u32)>,
+    /// The newest confirmed capture (the base of the next diff), the
+    /// diffs in its chain and their rows, if any.
+    confirmed: Option<(CheckpointId, Chain)>,
     /// A capture was aborted: the next one is full (see `abort`).
     force_full: bool,
     full_every: u32,
@@ -193,8 +194,28 @@ pub struct KeyedAggregate {
 #[derive(Debug, Default)]
 struct Epoch {
     slots: Option<Vec<u32>>,
-    /// Diffs in this capture's chain (0: it was full).
+    chain: Chain,
+}
+
+/// The diffs a capture's chain holds on its full (none: it was full).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Chain {
     diffs: u32,
+    rows: usize,
+}
+
+/// Whether a diff of `changed` rows on a chain whose diffs hold
+/// `chain_rows` is written as a full of the table's `live` rows instead:
+/// once the chain's diffs would hold as many rows as the table. This
+/// operator's full is a copy of its columns, no dearer on the task thread
+/// than gathering as many changed rows; the chain it ends would otherwise
+/// grow until the store's compactor rewrote the table from it in the
+/// background, reading the full and every diff back (at 10M keys, with a
+/// third of the keys changing each second, ~4.8 s of CPU a run out of the
+/// two cores the job uses: bench/results/state_store/full_beats_chain/).
+/// A restore reads at most about twice the table.
+fn full_beats_chain(chain_rows: usize, changed: usize, live: usize) -> bool {
+    live >= FULL_BEATS_DIFF_MIN_KEYS && chain_rows.saturating_add(changed) >= live
 }
 
 fn ka_len(cols: &[ArrayRef]) -> usize {
@@ -656,45 +677,44 @@ impl Operator for KeyedAggregate {
             }
         }
         let base = match &self.confirmed {
-            Some((base, diffs)) if !self.force_full && diffs + 1 < self.full_every => {
-                Some((*base, *diffs))
+            Some((base, chain)) if !self.force_full && chain.diffs + 1 < self.full_every => {
+                Some((*base, *chain))
             }
             _ => None,
         };
-        let (capture, diffs) = match base {
+        let live = self.len();
+        let changed = base.and_then(|(base, chain)| {
+            // Most keys changed (the diff would be most of the table) or
+            // the chain would outgrow the table: store the table instead.
+            // At most twice the cost, and it ends the chain.
+            self.changed_unless_most_keys()
+                .filter(|c| !full_beats_chain(chain.rows, c.len(), live))
+                .map(|c| (base, chain, c))
+        });
+        let (capture, chain) = match changed {
             None => (
                 StateCapture {
                     kind: StateKind::Full,
                     batch: self.state(None)?,
                     filter: None,
                 },
-                0,
+                Chain::default(),
             ),
-            Some((base, diffs)) => match self.changed_unless_most_keys() {
-                Some(changed) => (
-                    StateCapture {
-                        kind: StateKind::Diff { base },
-                        batch: self.state(Some(&changed))?,
-                        filter: None,
-                    },
-                    diffs + 1,
-                ),
-                // Most keys changed: the diff would be most of the table,
-                // so store the table. At most twice the cost, and it ends
-                // the chain (the store never rebuilds a full table from it).
-                None => (
-                    StateCapture {
-                        kind: StateKind::Full,
-                        batch: self.state(None)?,
-                        filter: None,
-                    },
-                    0,
-                ),
-            },
+            Some((base, chain, changed)) => (
+                StateCapture {
+                    kind: StateKind::Diff { base },
+                    batch: self.state(Some(&changed))?,
+                    filter: None,
+                },
+                Chain {
+                    diffs: chain.diffs + 1,
+                    rows: chain.rows + changed.len(),
+                },
+            ),
         };
         let slots = self.dirty.take(self.len());
-        self.unconfirmed.insert(id, Epoch { slots, diffs });
-        self.force_full &= diffs > 0;
+        self.unconfirmed.insert(id, Epoch { slots, chain });
+        self.force_full &= chain.diffs > 0;
         Ok(Some(capture))
     }
 
@@ -706,7 +726,7 @@ impl Operator for KeyedAggregate {
         // into a newer confirmed one (or never taken) changes nothing.
         if let Some(epoch) = self.unconfirmed.remove(&id) {
             self.unconfirmed = self.unconfirmed.split_off(&id);
-            self.confirmed = Some((id, epoch.diffs));
+            self.confirmed = Some((id, epoch.chain));
         }
         Ok(())
     }
