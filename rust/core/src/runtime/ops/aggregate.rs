@@ -212,7 +212,7 @@ struct Chain {
 /// grow until the store's compactor rewrote the table from it in the
 /// background, reading the full and every diff back (at 10M keys, with a
 /// third of the keys changing each second, ~4.8 s of CPU a run out of the
-/// two cores the job uses: bench/results/state_store/full_beats_chain/).
+/// two cores the job uses: bench/results/state_store/direct_io/).
 /// A restore reads at most about twice the table.
 fn full_beats_chain(chain_rows: usize, changed: usize, live: usize) -> bool {
     live >= FULL_BEATS_DIFF_MIN_KEYS && chain_rows.saturating_add(changed) >= live
