@@ -83,7 +83,10 @@ class Checkpointing:
         captures what changed since its last checkpoint, after its first.
         A capture in which at least half the keys changed is stored as full
         state (at most twice the diff's cost; it ends the chain, so nothing
-        needs rebuilding and the runs before it can be removed). When every
+        needs rebuilding and the runs before it can be removed), and so is
+        a keyed aggregate's capture once its chain's diffs would hold as
+        many rows as the table (its full is a copy of its columns, cheaper
+        than a compaction reading the chain back). When every
         key changed twice in a row, a keyed aggregate stops tracking
         changed keys for 1, 2, 4, then up to 8 intervals, whose captures are
         full: per-row tracking costs more than it saves on a hot key space.

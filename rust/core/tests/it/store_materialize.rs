@@ -20,9 +20,10 @@ use snapcut_core::snapshot::{
 };
 use snapcut_core::store::{FileKind, FileRole, SnapshotReader, SnapshotStore, StoreOptions};
 
-// More users than an interval touches: a capture of most keys would be
-// stored full by the task, and this tests the store's materialization.
-const USERS: u64 = 20_000;
+// Many more users than an interval touches: a capture of most keys, or a
+// chain of diffs holding as many rows as the table, would be stored full by
+// the task, and this tests the store's materialization.
+const USERS: u64 = 100_000;
 const COUNT: u64 = 200_000;
 
 /// Slow source batches so that many checkpoints fall inside the run.
@@ -68,7 +69,8 @@ struct Recording {
     states: Mutex<BTreeMap<String, TaskStates>>,
     /// Fulls after a task's first whose table changed under half since
     /// the oldest base its capture could have had (`full_beats_diff` says
-    /// a diff then).
+    /// a diff then), on a chain whose diffs with them would hold fewer rows
+    /// than the table (the aggregate's `full_beats_chain` says a diff too).
     unjustified: Mutex<Vec<(CheckpointId, String, usize, usize)>>,
     /// Commits before which the compactions were not done within [`WAIT`].
     hung: Mutex<Vec<CheckpointId>>,
@@ -84,8 +86,8 @@ impl SnapshotSink for Recording {
                 .push((id, task.clone(), state.kind));
             let mut states = self.states.lock().unwrap();
             let t = states.entry(task.clone()).or_default();
-            if let Some((changed, len)) = t.capture(id, state) {
-                if changed * 2 < len {
+            if let Some((changed, len, chain)) = t.capture(id, state) {
+                if changed * 2 < len && chain + changed < len {
                     let mut unjustified = self.unjustified.lock().unwrap();
                     unjustified.push((id, task, changed, len));
                 }
@@ -116,14 +118,18 @@ impl SnapshotSink for Recording {
 #[derive(Default)]
 struct TaskStates {
     at: BTreeMap<CheckpointId, BTreeMap<i64, i64>>,
+    /// The rows of the diffs in each capture's chain.
+    chain: BTreeMap<CheckpointId, usize>,
     floor: Option<CheckpointId>,
 }
 
 impl TaskStates {
     /// Takes capture `id` in; for a full after the first, returns how many
     /// keys changed since the oldest possible base (an upper bound of what
-    /// its diff would have held) and the table's length.
-    fn capture(&mut self, id: CheckpointId, state: &StateCapture) -> Option<(usize, usize)> {
+    /// its diff would have held), the table's length, and the most rows
+    /// the chain of any possible base held (the base is one of the
+    /// captures since that oldest one).
+    fn capture(&mut self, id: CheckpointId, state: &StateCapture) -> Option<(usize, usize, usize)> {
         let b = &state.batch;
         let users = b
             .column_by_name("user")
@@ -137,14 +143,17 @@ impl TaskStates {
                 let judged = self.floor.map(|floor| {
                     let then = &self.at[&floor];
                     let changed = now.iter().filter(|(k, v)| then.get(k) != Some(v)).count();
-                    (changed, now.len())
+                    let chain = self.chain.range(floor..).map(|(_, &r)| r).max();
+                    (changed, now.len(), chain.unwrap_or(0))
                 });
                 self.floor.get_or_insert(id);
+                self.chain.insert(id, 0);
                 (now, judged)
             }
             StateKind::Diff { base } => {
                 let mut now = self.at[&base].clone();
                 now.extend(rows);
+                self.chain.insert(id, self.chain[&base] + b.num_rows());
                 self.floor = Some(base);
                 (now, None)
             }
@@ -152,6 +161,7 @@ impl TaskStates {
         self.at.insert(id, now);
         let floor = self.floor.expect("set above");
         self.at.retain(|&i, _| i >= floor);
+        self.chain.retain(|&i, _| i >= floor);
         judged
     }
 }
