@@ -335,7 +335,7 @@ class Dataflow:
         down (what Flink gives when it checkpoints to a local directory).
 
         direct_io: write the files in `checkpoint_dir` with direct I/O
-        (`O_DIRECT`) where its filesystem takes it (elsewhere, tmpfs say,
+        (`O_DIRECT`) where its filesystem takes it (elsewhere, tmpfs before Linux 6.6 say,
         through the page cache): a checkpoint's files are read again only
         by a restore or a compaction, and passing hundreds of MB a second
         through the page cache costs CPU the job feels (at 10M keys ~2.5 s

@@ -16,7 +16,7 @@
 //!
 //! Durability is unchanged: direct I/O skips the cache, not the device's
 //! own, so the store still fsyncs (or `syncfs`es) before a manifest counts.
-//! Where `O_DIRECT` is refused (tmpfs, some network filesystems, other
+//! Where `O_DIRECT` is refused (tmpfs before Linux 6.6, some network filesystems, other
 //! systems than Linux) the file is written through the page cache as
 //! before; the bytes are the same either way.
 
@@ -74,15 +74,19 @@ thread_local! {
     static SPARE: RefCell<Option<AlignedBuf>> = const { RefCell::new(None) };
 }
 
+/// How an [`OutputFile`] writes.
+enum Mode {
+    /// The bytes not yet written: `.1` of them at the buffer's start.
+    Direct(AlignedBuf, usize),
+    Buffered(io::BufWriter<File>),
+}
+
 /// A new file written sequentially: through the page cache, or directly
 /// (see the module's notes). Call [`OutputFile::finish`] to write the end;
 /// dropping it without doing so leaves the file short.
 pub(crate) struct OutputFile {
     file: File,
-    /// `Some` while writing directly: the bytes not yet written.
-    direct: Option<(AlignedBuf, usize)>,
-    /// Buffered mode's buffer (direct mode writes from its own).
-    buffered: Option<io::BufWriter<File>>,
+    mode: Mode,
 }
 
 impl OutputFile {
@@ -95,117 +99,108 @@ impl OutputFile {
                     .unwrap_or_else(AlignedBuf::new);
                 return Ok(Self {
                     file,
-                    direct: Some((buf, 0)),
-                    buffered: None,
+                    mode: Mode::Direct(buf, 0),
                 });
             }
         }
         let file = File::create(path)?;
-        let clone = file.try_clone()?;
-        Ok(Self {
-            file,
-            direct: None,
-            buffered: Some(io::BufWriter::with_capacity(1 << 20, clone)),
-        })
+        let mode = Mode::Buffered(io::BufWriter::with_capacity(1 << 20, file.try_clone()?));
+        Ok(Self { file, mode })
     }
 
     /// Whether the file is being written with direct I/O.
     #[cfg(test)]
-    pub(crate) fn is_direct(&self) -> bool {
-        self.direct.is_some()
+    fn is_direct(&self) -> bool {
+        matches!(self.mode, Mode::Direct(..))
     }
 
     /// Writes what is left (the last, partial block through the page
     /// cache: a direct write takes whole blocks only) and returns the
     /// file, for the caller's fsync.
     pub(crate) fn finish(mut self) -> io::Result<File> {
-        if let Some((mut buf, len)) = self.direct.take() {
-            let whole = len / ALIGN * ALIGN;
-            let result = self.write_direct(&mut buf, whole).and_then(|()| {
-                if whole < len {
-                    set_direct(&self.file, false)?;
-                    self.file.write_all(&buf.bytes()[whole..len])?;
-                }
-                Ok(())
-            });
-            SPARE.with(|s| *s.borrow_mut() = Some(buf));
-            result?;
+        if let Mode::Direct(_, held) = &self.mode {
+            self.write_held(held / ALIGN * ALIGN)?;
         }
-        if let Some(b) = self.buffered.take() {
-            b.into_inner().map_err(|e| e.into_error())?;
+        let Self { mut file, mode } = self;
+        match mode {
+            Mode::Direct(mut buf, held) => {
+                // What is held is less than a block.
+                let tail =
+                    set_direct(&file, false).and_then(|()| file.write_all(&buf.bytes()[..held]));
+                SPARE.with(|s| *s.borrow_mut() = Some(buf));
+                tail?;
+            }
+            Mode::Buffered(b) => {
+                b.into_inner().map_err(|e| e.into_error())?;
+            }
         }
-        Ok(self.file)
+        Ok(file)
     }
 
-    /// Writes the first `len` bytes of `buf` (a multiple of [`ALIGN`]) at
-    /// the file's offset (also one); should the filesystem refuse a direct
-    /// write after all, writes them and the rest through the page cache.
-    fn write_direct(&mut self, buf: &mut AlignedBuf, len: usize) -> io::Result<()> {
+    /// Writes the first `len` held bytes (a multiple of [`ALIGN`]) directly
+    /// at the file's offset (also one) and moves the rest to the buffer's
+    /// start. Should the filesystem refuse a direct write after all (or
+    /// write part of a block), the held bytes go through the page cache
+    /// and so does the rest of the file.
+    fn write_held(&mut self, len: usize) -> io::Result<()> {
+        let Mode::Direct(buf, held) = &mut self.mode else {
+            return Ok(());
+        };
         let mut done = 0;
         while done < len {
             match self.file.write(&buf.bytes()[done..len]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                // A short direct write leaves the offset unaligned: go on
-                // through the page cache.
-                Ok(n) if n % ALIGN != 0 => {
-                    set_direct(&self.file, false)?;
-                    self.file.write_all(&buf.bytes()[done + n..len])?;
-                    return self.fall_back();
-                }
-                Ok(n) => done += n,
+                Ok(n) if n % ALIGN == 0 => done += n,
+                // A short direct write leaves the offset unaligned.
+                Ok(n) => return self.fall_back(done + n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                    set_direct(&self.file, false)?;
-                    self.file.write_all(&buf.bytes()[done..len])?;
-                    return self.fall_back();
-                }
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return self.fall_back(done),
                 Err(e) => return Err(e),
             }
         }
+        buf.bytes().copy_within(len..*held, 0);
+        *held -= len;
         Ok(())
     }
 
-    /// Switches to buffered writing (the direct buffer is empty and the
-    /// file descriptor no longer direct).
-    fn fall_back(&mut self) -> io::Result<()> {
-        if let Some((buf, _)) = self.direct.take() {
+    /// Switches to writing through the page cache, the held bytes from
+    /// `written` on first.
+    fn fall_back(&mut self, written: usize) -> io::Result<()> {
+        set_direct(&self.file, false)?;
+        let out = io::BufWriter::with_capacity(1 << 20, self.file.try_clone()?);
+        if let Mode::Direct(mut buf, held) = std::mem::replace(&mut self.mode, Mode::Buffered(out))
+        {
+            let rest = self.write_all(&buf.bytes()[written..held]);
             SPARE.with(|s| *s.borrow_mut() = Some(buf));
+            rest?;
         }
-        self.buffered = Some(io::BufWriter::with_capacity(
-            1 << 20,
-            self.file.try_clone()?,
-        ));
         Ok(())
     }
 }
 
 impl Write for OutputFile {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if let Some(b) = self.buffered.as_mut() {
-            return b.write(data);
+        let n = match &mut self.mode {
+            Mode::Buffered(b) => return b.write(data),
+            Mode::Direct(buf, held) => {
+                let n = data.len().min(CHUNK - *held);
+                buf.bytes()[*held..*held + n].copy_from_slice(&data[..n]);
+                *held += n;
+                n
+            }
+        };
+        if matches!(self.mode, Mode::Direct(_, CHUNK)) {
+            self.write_held(CHUNK)?;
         }
-        let (mut buf, len) = self.direct.take().expect("direct or buffered");
-        let n = data.len().min(CHUNK - len);
-        buf.bytes()[len..len + n].copy_from_slice(&data[..n]);
-        if len + n < CHUNK {
-            self.direct = Some((buf, len + n));
-            return Ok(n);
-        }
-        let written = self.write_direct(&mut buf, CHUNK);
-        if self.buffered.is_none() {
-            self.direct = Some((buf, 0));
-        } else {
-            SPARE.with(|s| *s.borrow_mut() = Some(buf));
-        }
-        written.map(|()| n)
+        Ok(n)
     }
 
     /// Buffered mode flushes its buffer; direct mode holds a partial block
     /// until [`OutputFile::finish`] (a direct write takes whole blocks).
     fn flush(&mut self) -> io::Result<()> {
-        match self.buffered.as_mut() {
-            Some(b) => b.flush(),
-            None => Ok(()),
+        match &mut self.mode {
+            Mode::Buffered(b) => b.flush(),
+            Mode::Direct(..) => Ok(()),
         }
     }
 }
@@ -321,9 +316,29 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
+    fn a_direct_write_the_kernel_refuses_goes_on_through_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let mut out = OutputFile::create(&path, true).unwrap();
+        if !out.is_direct() {
+            return; // this filesystem takes no O_DIRECT: nothing to refuse
+        }
+        let data = pattern(3 * CHUNK + 123);
+        out.write_all(&data[..10_000]).unwrap();
+        // Not a whole number of blocks: EINVAL from the kernel.
+        out.write_held(5_000).unwrap();
+        assert!(!out.is_direct());
+        out.write_all(&data[10_000..]).unwrap();
+        out.finish().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
     fn a_direct_file_is_direct_where_the_filesystem_takes_it() {
         // Whatever the temporary directory's filesystem: direct where it
-        // takes O_DIRECT (ext4, xfs, btrfs), buffered where not (tmpfs).
+        // takes O_DIRECT (ext4, xfs, btrfs; tmpfs since Linux 6.6),
+        // buffered where not.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let direct = write_in(&path, true, &pattern(CHUNK + 1), 4096);
