@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from snapcut.spark import keyed_state
-from spark_support import observed_progress, start_session
+from spark_support import observed_progress, start_session, write_inputs
 
 PARTITIONS = 2  # = spark.sql.shuffle.partitions of the session: the same rows meet per task
 Steps = list[list[dict[str, Any]]]
@@ -514,8 +514,8 @@ def test_the_step_reports_its_state_figures_in_the_query_progress(
         "count long",
     )
     df = case.source(spark, tmp_path / "in")
-    for i, step in enumerate(case.steps):
-        pd.DataFrame(step).to_parquet(tmp_path / "in" / f"step-{i:03d}.parquet", index=False)
+    # One second apart: the file source reads by modification time.
+    write_inputs(tmp_path / "in", [pd.DataFrame(step) for step in case.steps])
     out = keyed_state(
         df, key="key", root=str(tmp_path / "state"), partitions=PARTITIONS, name="counts"
     ).applyInPandasWithState(case.func, case.output, case.state, "update", case.timeout)
