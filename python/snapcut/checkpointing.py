@@ -95,8 +95,8 @@ class Checkpointing:
         later one.
     compaction_cpu_share: a durable run's store merges each task's runs in
         a background thread (`docs/format.md`, runs and compaction); after
-        each merge the thread rests so that it works at most this share of
-        one core's time (0.01 <= share <= 1; 1, the default: no rest), leaving
+        each chunk of a merge the thread rests so that it works at most this
+        share of one core's time (0.01 <= share <= 1; 1, the default: no rest), leaving
         the rest to the tasks.
     compaction_bytes_per_s: and writes at most this many bytes per second
         (None, the default: no limit). Neither ever delays a commit: a

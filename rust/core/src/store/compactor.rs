@@ -12,10 +12,12 @@
 //! merged (keys of a type runs do not order, a key twice in a file) is not
 //! compacted again by this compactor: its runs stay as they are, and every
 //! commit would otherwise read them in vain. A [`CompactionBudget`] bounds
-//! its share of the machine: after each job the thread rests long enough
-//! that its working time stays within a share of one core and the bytes it
-//! writes within a rate (RocksDB's rate limiter, by the job rather than by
-//! the write). `pause` sleeps before each job,
+//! its share of the machine: after each chunk of a merge, and after the
+//! job, the thread rests long enough that its working time stays within a
+//! share of one core and the bytes it writes within a rate (RocksDB's rate
+//! limiter; [`super::pace`]). The inputs are mapped and the output written
+//! as it is merged, so a job holds a chunk of rows, not the state. `pause`
+//! sleeps before each job,
 //! leaving the cores to the tasks; a [`CompactionHold`] (tests, tools) keeps
 //! every job from starting its merge while it lives, at most
 //! [`HOLD_TIMEOUT`]. Dropping the compactor stops it: the job
@@ -34,13 +36,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::files::{read_checked, write_ipc, Fsync};
-use super::format::{self, decode_ipc, CompactionPlan, MergeKind, Written};
+use super::files::{map_checked_pages, Fsync};
+use super::format::{self, decode_buffer, CompactionPlan, MergeKind, Written};
 use super::manifest::{checkpoint_dir_name, run_file_name, FilterEntry};
+use super::pace::{PacedChunks, Pacer};
+use super::run_files::write_chunks;
 use super::writer::store_filter;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{CompactionStats, TaskId};
+use crate::state::runs::{MergeCursor, Run};
 use crate::state::KEY_METADATA;
 
 /// Directory under the root where outputs wait for their adoption.
@@ -62,11 +67,11 @@ pub const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
 pub const MIN_CPU_SHARE: f64 = 0.01;
 
 /// How much of the machine the compactor may take: a share of one core's
-/// time and, optionally, bytes written per second. After a job that worked
-/// `busy` (reading, merging, writing) and wrote `bytes`, the thread rests
-/// [`Self::rest`] before the next one, so over its jobs it works at most
-/// `cpu_share` of the time and writes at most `bytes_per_s`. A commit never
-/// waits on the rest: a job's output is handed over before it.
+/// time and, optionally, bytes written per second. After each span of work
+/// (a chunk of a merge, or the job's reading and finishing) that took
+/// `busy` and wrote `bytes`, the thread rests [`Self::rest`], so it works
+/// at most `cpu_share` of the time and writes at most `bytes_per_s`, within
+/// a merge as over many. A commit never waits on a merge.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CompactionBudget {
     /// Share of one core's time, from [`MIN_CPU_SHARE`] to 1; 1 = no rest.
@@ -400,16 +405,14 @@ impl Worker {
     fn run(&self, job: Job) {
         self.sleep(self.pause);
         self.wait_while_held();
-        let started = Instant::now();
-        let outcome = self.merge(&job);
-        let busy = started.elapsed();
+        let sleep = |span| self.sleep(span);
+        let mut pacer = Pacer::new(self.budget, &sleep);
+        let outcome = self.merge(&job, &mut pacer);
         let written = match &outcome {
             Ok(Some(done)) => done.written.bytes,
             _ => 0,
         };
         let s = &self.shared;
-        s.busy_ns.fetch_add(nanos(busy), Ordering::Relaxed);
-        s.bytes_written.fetch_add(written, Ordering::Relaxed);
         match outcome {
             Ok(Some(done)) => {
                 self.shared.merged.fetch_add(1, Ordering::Relaxed);
@@ -429,10 +432,14 @@ impl Worker {
                 self.release(&job.task);
             }
         }
-        // After the output is handed over: a commit never waits on the rest.
-        let rest = self.budget.rest(busy, written);
-        s.rested_ns.fetch_add(nanos(rest), Ordering::Relaxed);
-        self.sleep(rest);
+        // The merge rested after each chunk for the chunk's work and bytes;
+        // what is left (reading the inputs' checksums, finishing the file)
+        // rests after the output is handed over: a commit never waits on it.
+        pacer.pace(written.saturating_sub(pacer.bytes));
+        s.busy_ns.fetch_add(nanos(pacer.busy), Ordering::Relaxed);
+        s.rested_ns
+            .fetch_add(nanos(pacer.rested), Ordering::Relaxed);
+        s.bytes_written.fetch_add(written, Ordering::Relaxed);
     }
 
     fn release(&self, task: &TaskId) {
@@ -486,57 +493,89 @@ impl Worker {
     }
 
     /// The job's output written under `compacting/`; `None` if stopped.
-    fn merge(&self, job: &Job) -> Result<Option<Finished>> {
-        let mut batches = Vec::with_capacity(job.plan.inputs.len());
+    /// The inputs are mapped (checked against their checksums first) and
+    /// merged into the file a chunk of rows at a time
+    /// ([`crate::store::write_chunks`]), pages released behind the merge, so
+    /// the compactor holds a chunk, not the state; `pacer` rests after
+    /// each chunk as the budget asks.
+    fn merge(&self, job: &Job, pacer: &mut Pacer<'_>) -> Result<Option<Finished>> {
+        let mut runs = Vec::with_capacity(job.plan.inputs.len());
+        let mut key = job.key.clone();
+        let mut full_schema = None;
         for run in &job.plan.inputs {
             if self.stopped() {
                 return Ok(None);
             }
             let dir = self.root.join(checkpoint_dir_name(run.checkpoint));
             let entry = run.file_entry(&job.task, job.key.clone());
-            let bytes = read_checked(&dir, &entry, run.checkpoint)?;
+            let (buffer, pages) = map_checked_pages(&dir, &entry, run.checkpoint)?;
             self.shared
                 .bytes_read
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+                .fetch_add(buffer.len() as u64, Ordering::Relaxed);
             let what = format!("checkpoint {} file {}", run.checkpoint, run.path);
-            let (schema, parts) = decode_ipc(bytes, &what)?;
-            batches.push(format::concat(&schema, &parts)?);
+            let (schema, parts) = decode_buffer(buffer, &what)?;
+            let batch = format::concat(&schema, &parts)?;
+            key = key.or_else(|| schema.metadata().get(KEY_METADATA).cloned());
+            let Some(name) = key.as_deref() else {
+                self.refuse(&job.task);
+                return Err(Error::Snapshot(format!(
+                    "state of {} names no key",
+                    job.task
+                )));
+            };
+            full_schema = Some(schema.clone());
+            // An input in capture order is sorted here (a copy); a sorted
+            // one is merged from its mapping as it is. Either way the pages
+            // the order check or the copy read are let go of now.
+            let run = Run::from_unsorted_unfiltered(batch, name)
+                .inspect_err(|_| self.refuse(&job.task))?;
+            runs.push(match pages {
+                Some(pages) => {
+                    pages.release();
+                    run.with_pages(Arc::new(pages))
+                }
+                None => run,
+            });
         }
-        let key = job
-            .key
-            .clone()
-            .or_else(|| batches[0].schema().metadata().get(KEY_METADATA).cloned());
-        let merged = key
-            .as_deref()
-            .ok_or_else(|| Error::Snapshot(format!("state of {} names no key", job.task)))
-            .and_then(|key| format::merge_batches(&batches, key, job.plan.kind))
-            .inspect_err(|_| self.refuse(&job.task))?;
-        let key = key.expect("merged by its key");
-        drop(batches);
-        if self.stopped() {
-            return Ok(None);
-        }
+        let key = key.expect("every input named it");
+        let base = job.plan.kind == MergeKind::Base;
+        let refs: Vec<&Run> = runs.iter().collect();
+        let cursor = MergeCursor::new(&refs, base).inspect_err(|_| self.refuse(&job.task))?;
+        let stopping = || self.stopped();
+        let mut paced = PacedChunks::new(cursor, pacer, &stopping, !base);
         let (first, last) = format::merge_span(&job.plan);
         let name = run_file_name(&job.task, first, last);
         let tmp = self.staging.join(format!("{name}.tmp"));
         let staged = self.staging.join(&name);
-        let written = write_ipc(
-            &tmp,
-            &merged.schema(),
-            std::slice::from_ref(&merged),
-            &self.fsync,
-        )?;
+        // A merged full keeps its full's schema (the merge makes value
+        // columns nullable: a tombstone has only its key), so a restore
+        // from it builds the same table as from the full; a diff keeps
+        // the merge's, `__deleted` last.
+        let schema = if base { full_schema } else { None };
+        let written = match write_chunks(&tmp, &self.staging, &mut paced, schema, &self.fsync) {
+            Err(_) if paced.stopped() => {
+                let _ = fs::remove_file(&tmp);
+                return Ok(None);
+            }
+            Err(e) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+            Ok(written) => written,
+        };
         // A merged diff keeps a filter, as a diff a task wrote does.
-        let filter = match job.plan.kind {
-            MergeKind::Tier => store_filter(
+        let filter = if base {
+            None
+        } else {
+            store_filter(
                 &self.staging,
                 &name,
-                std::slice::from_ref(&merged),
+                &paced.key_batches()?,
                 &key,
                 &self.fsync,
-            )?,
-            MergeKind::Base => None,
+            )?
         };
+        let key_range = paced.key_range();
         crate::failpoint::hit("compaction.before_rename");
         fs::rename(&tmp, &staged)
             .map_err(|e| Error::io(format!("renaming into {}", staged.display()), e))?;
@@ -546,7 +585,7 @@ impl Worker {
             staged,
             name,
             written,
-            key_range: format::key_range(&merged, &key),
+            key_range,
             filter,
         }))
     }

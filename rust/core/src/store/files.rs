@@ -11,9 +11,11 @@ use arrow_buffer::Buffer;
 use arrow_schema::Schema;
 
 use super::direct::OutputFile;
-use super::format::{check_file, encode_ipc_into, missing_file, EncodeError, Written};
+use super::format::{
+    check_file, check_file_in_slices, encode_ipc_into, missing_file, EncodeError, Written,
+};
 use super::manifest::FileEntry;
-use super::mapped::map_file;
+use super::mapped::{map_file_pages, MappedPages};
 use crate::error::{Error, Result};
 
 /// How a store makes a checkpoint durable before its manifest counts.
@@ -245,11 +247,27 @@ pub fn read_checked(dir: &Path, entry: &FileEntry, checkpoint: u64) -> Result<Ve
 /// file's pages are page cache, not heap, and its arrays can point into it.
 /// The checksum reads every page once.
 pub fn map_checked(dir: &Path, entry: &FileEntry, checkpoint: u64) -> Result<Buffer> {
+    map_checked_pages(dir, entry, checkpoint).map(|(buffer, _)| buffer)
+}
+
+/// Bytes of a mapped file checksummed between two releases of its pages.
+const CHECK_SLICE: usize = 16 << 20;
+
+/// As [`map_checked`], with the mapping's pages: the pages the checksum
+/// reads are let go of every [`CHECK_SLICE`] bytes, so a reader that goes
+/// through the file once (a compaction) holds only what it reads next.
+pub(crate) fn map_checked_pages(
+    dir: &Path,
+    entry: &FileEntry,
+    checkpoint: u64,
+) -> Result<(Buffer, Option<MappedPages>)> {
     let path = dir.join(&entry.path);
     let what = path.display().to_string();
-    let buffer = map_file(&path, &what)?.ok_or_else(|| missing_file(checkpoint, &what))?;
-    check_file(entry, &buffer, checkpoint, &what)?;
-    Ok(buffer)
+    let (buffer, pages) =
+        map_file_pages(&path, &what)?.ok_or_else(|| missing_file(checkpoint, &what))?;
+    let release = || pages.iter().for_each(MappedPages::release);
+    check_file_in_slices(entry, &buffer, checkpoint, &what, CHECK_SLICE, release)?;
+    Ok((buffer, pages))
 }
 
 /// Writes `bytes` to `dir/name` atomically: a reader sees either no file or

@@ -67,14 +67,9 @@ impl MappedPages {
     }
 }
 
-/// `path` mapped read-only, whole, as one buffer; `what` names the file in
-/// errors. `Ok(None)`: there is no such file.
-pub(crate) fn map_file(path: &Path, what: &str) -> Result<Option<Buffer>> {
-    Ok(map_file_pages(path, what)?.map(|(buffer, _)| buffer))
-}
-
-/// As [`map_file`], with the mapping's pages (`None` for an empty file,
-/// which is not mapped).
+/// `path` mapped read-only, whole, as one buffer, with the mapping's pages
+/// (`None` for an empty file, which is not mapped); `what` names the file
+/// in errors. `Ok(None)`: there is no such file.
 pub fn map_file_pages(path: &Path, what: &str) -> Result<Option<(Buffer, Option<MappedPages>)>> {
     let io = |e| Error::io(format!("mapping {what}"), e);
     let file = match File::open(path) {

@@ -20,6 +20,7 @@ mod files;
 pub mod format;
 mod manifest;
 mod mapped;
+mod pace;
 mod reader;
 mod run_files;
 mod sink;

@@ -72,6 +72,6 @@ pub use runs::{
 };
 pub use tables::{sort_by_key, sources_batch, sources_schema, state_batch, state_schema};
 pub use verify::{
-    check_file, check_structure, missing_file, plan_verify, plan_verify_with, verify_with,
-    VerifyPlan,
+    check_file, check_file_in_slices, check_structure, missing_file, plan_verify, plan_verify_with,
+    verify_with, VerifyPlan,
 };

@@ -25,6 +25,20 @@ pub fn check_file(
     checkpoint: CheckpointId,
     path: &str,
 ) -> Result<()> {
+    check_file_in_slices(entry, bytes, checkpoint, path, usize::MAX, || {})
+}
+
+/// As [`check_file`], the checksum taken `slice` bytes at a time, calling
+/// `after_slice` after each: a mapped file's reader lets go of the pages
+/// the checksum read as it goes, so checking a file never holds it whole.
+pub fn check_file_in_slices(
+    entry: &FileEntry,
+    bytes: &[u8],
+    checkpoint: CheckpointId,
+    path: &str,
+    slice: usize,
+    mut after_slice: impl FnMut(),
+) -> Result<()> {
     if bytes.len() as u64 != entry.bytes {
         return Err(Error::Snapshot(format!(
             "checkpoint {checkpoint}: file {path} is {} bytes, the manifest says {}: truncated or overwritten",
@@ -32,7 +46,11 @@ pub fn check_file(
             entry.bytes
         )));
     }
-    let crc = crc32c::crc32c(bytes);
+    let mut crc = 0;
+    for part in bytes.chunks(slice.max(1)) {
+        crc = crc32c::crc32c_append(crc, part);
+        after_slice();
+    }
     if crc != entry.crc32c {
         return Err(Error::Snapshot(format!(
             "checkpoint {checkpoint}: file {path} fails its checksum (crc32c {crc:#010x}, manifest says \
