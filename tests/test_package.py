@@ -1,4 +1,5 @@
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,20 @@ def test_console_script_runs_as_module() -> None:
 def test_cli_without_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert "usage: snapcut" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env", "want"), [(None, 1000), ("123", 123)])
+def test_the_allocator_keeps_freed_pages_a_second_unless_told(env: str | None, want: int) -> None:
+    # In a new process: options are read once. The environment's value read
+    # back through the index the bindings set shows it is `purge_delay`.
+    code = "from snapcut import _core; print(_core._allocator_purge_delay_ms())"
+    environ = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
+    if env is not None:
+        environ["MIMALLOC_PURGE_DELAY"] = env
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=environ
+    )
+    assert int(out.stdout) == want
 
 
 def test_protocol_name_is_validated_in_rust() -> None:

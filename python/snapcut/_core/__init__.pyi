@@ -28,6 +28,10 @@ class StorageError(SnapcutError): ...
 def protocol_name(name: str) -> str:
     """Validates a protocol name; returns its canonical spelling or raises ConfigError."""
 
+def _allocator_purge_delay_ms() -> int:
+    """How long (ms) the allocator keeps freed pages: 1000 unless
+    MIMALLOC_PURGE_DELAY says otherwise."""
+
 def arm_failpoint(
     name: str, nth: int = 1, note_path: str | None = None, note: str | None = None
 ) -> None:

@@ -85,6 +85,16 @@ fn keep_freed_pages_a_while() {
     }
 }
 
+/// How long (ms) the allocator keeps freed pages before it hands them
+/// back: what `keep_freed_pages_a_while` set, or `MIMALLOC_PURGE_DELAY`.
+/// Read through the same option index that is set, so a test seeing the
+/// environment's value here shows that index is mimalloc's `purge_delay`.
+#[pyfunction]
+fn _allocator_purge_delay_ms() -> std::os::raw::c_long {
+    // SAFETY: reads an option; mimalloc initialises options on first use.
+    unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) }
+}
+
 /// The extension module `snapcut._core`.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -99,6 +109,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(protocol_name, m)?)?;
     m.add_function(wrap_pyfunction!(arm_failpoint, m)?)?;
     m.add_function(wrap_pyfunction!(disarm_failpoints, m)?)?;
+    m.add_function(wrap_pyfunction!(_allocator_purge_delay_ms, m)?)?;
     channel::register(m)?;
     sim::register(m)?;
     dataflow::register(m)?;

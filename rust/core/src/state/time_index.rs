@@ -103,6 +103,12 @@ impl TimeIndex {
         self.runs.len()
     }
 
+    /// Bytes of the runs' entries ([`Run::size_bytes`]): memory for runs
+    /// no sink wrote (a restored base's times without a budget).
+    pub(crate) fn runs_bytes(&self) -> usize {
+        self.runs.iter().map(|(run, _)| run.size_bytes()).sum()
+    }
+
     /// `key`'s row now has `time` (None: a null time, not indexed).
     pub(crate) fn set(&mut self, key: Key, time: Option<i64>) {
         match time {

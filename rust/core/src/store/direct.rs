@@ -210,13 +210,25 @@ impl Write for OutputFile {
 #[cfg(target_os = "linux")]
 fn open_direct(path: &Path) -> io::Result<Option<File>> {
     use std::os::unix::fs::OpenOptionsExt;
-    match OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)
-    {
+    #[cfg(test)]
+    if tests::REFUSE_OPEN.with(std::cell::Cell::get) {
+        return refused(Err(io::Error::from_raw_os_error(libc::EINVAL)));
+    }
+    refused(
+        OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path),
+    )
+}
+
+/// An open with `O_DIRECT`: the file, `None` where the filesystem refuses
+/// the flag (open(2) says so with EINVAL), or the open's other error.
+#[cfg(target_os = "linux")]
+fn refused(opened: io::Result<File>) -> io::Result<Option<File>> {
+    match opened {
         Ok(f) => Ok(Some(f)),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Ok(None),
         Err(e) => Err(e),
@@ -259,6 +271,39 @@ fn set_direct(_file: &File, _on: bool) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Makes this thread's `O_DIRECT` opens refused, as a filesystem
+        /// that does not take the flag refuses them.
+        pub(super) static REFUSE_OPEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_file_whose_direct_open_is_refused_is_written_through_the_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data = pattern(CHUNK + 5_000);
+        REFUSE_OPEN.with(|r| r.set(true));
+        let direct = write_in(&path, true, &data, 70_000);
+        REFUSE_OPEN.with(|r| r.set(false));
+        assert!(!direct);
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_einval_means_the_filesystem_refuses_o_direct() {
+        let einval = io::Error::from_raw_os_error(libc::EINVAL);
+        assert!(refused(Err(einval)).unwrap().is_none());
+        // Any other error is the open's own, not a refusal to fall back on.
+        let denied = io::Error::from_raw_os_error(libc::EACCES);
+        let err = refused(Err(denied)).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EACCES));
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("no-such-dir").join("f");
+        assert!(OutputFile::create(&missing, true).is_err());
+    }
 
     fn pattern(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()

@@ -553,7 +553,16 @@ impl StateTable {
             + (self.occupied.len() + self.log.len()) * var
             + self.occupied.len() * (group + key_bytes)
             + (s.shadows.len() + self.tombstones.len()) * KEY_SET_BYTES
-            + self.time.as_ref().map_or(0, |t| t.memory_bytes())
+            + self.time.as_ref().map_or(0, |t| {
+                // Without a budget no sink writes the index's runs: a
+                // restored base's times are held as one run in memory.
+                t.memory_bytes()
+                    + if s.budget.is_none() {
+                        t.runs_bytes()
+                    } else {
+                        0
+                    }
+            })
     }
 
     /// Before `arrays` (schema order) are upserted: measures their
