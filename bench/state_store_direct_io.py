@@ -28,6 +28,9 @@ table: overhead over `none` of the same round, median [min, max].
 
     python bench/state_store_direct_io.py --keys 10000000 --records 100000000 \\
         --rounds 3 --out bench/results/state_store/direct_io
+
+``--cases none,default`` runs a subset (``none`` always: the overheads are
+over it).
 """
 
 from __future__ import annotations
@@ -121,9 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--baseline", default="", help="another build's python/ directory")
+    p.add_argument("--cases", default=",".join(CASES), help="which of " + ", ".join(CASES))
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    cases = CASES + (("baseline",) if args.baseline else ())
+    chosen = tuple(c for c in args.cases.split(",") if c)
+    unknown = set(chosen) - set(CASES)
+    if unknown or "none" not in chosen:
+        p.error(f"--cases takes 'none' and any of {', '.join(CASES)}; got {args.cases!r}")
+    cases = chosen + (("baseline",) if args.baseline else ())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []

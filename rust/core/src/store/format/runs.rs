@@ -224,6 +224,19 @@ pub fn key_range(batch: &RecordBatch, key: &str) -> Option<(Value, Value)> {
         return None;
     }
     let keys = KeyColumn::new(column.as_ref()).ok()?;
+    // Integer keys as a slice (the compiler vectorises min and max): the
+    // store takes every capture's range on its way in, ~0.1 ms per 500k
+    // keys this way against ~5 ms through `at` (three-shuffle, 1M keys:
+    // 1 % of the job's CPU samples).
+    match keys {
+        KeyColumn::Int64(v) => {
+            return Some((Value::from(*v.iter().min()?), Value::from(*v.iter().max()?)))
+        }
+        KeyColumn::Int32(v) => {
+            return Some((Value::from(*v.iter().min()?), Value::from(*v.iter().max()?)))
+        }
+        KeyColumn::Bytes32 { .. } | KeyColumn::Bytes64 { .. } => {}
+    }
     let mut all = (0..keys.len()).map(|i| keys.at(i));
     let first = all.next()?;
     let (min, max) = all.fold((first, first), |(lo, hi), k| (lo.min(k), hi.max(k)));
@@ -234,7 +247,7 @@ pub fn key_range(batch: &RecordBatch, key: &str) -> Option<(Value, Value)> {
 mod tests {
     use std::sync::Arc;
 
-    use arrow_array::{BinaryArray, Int64Array};
+    use arrow_array::{BinaryArray, Int32Array, Int64Array};
     use arrow_schema::{DataType, Field, Schema};
 
     use super::*;
@@ -321,6 +334,15 @@ mod tests {
         assert_eq!(
             key_range(&ints, "k"),
             Some((Value::from(-2), Value::from(9)))
+        );
+        assert_eq!(
+            key_range(&ints.slice(1, 1), "k"),
+            Some((Value::from(-2), Value::from(-2)))
+        );
+        let small = batch(Arc::new(Int32Array::from(vec![7, 3, -4])), DataType::Int32);
+        assert_eq!(
+            key_range(&small, "k"),
+            Some((Value::from(-4), Value::from(7)))
         );
         let bytes = batch(
             Arc::new(BinaryArray::from_iter_values([&b"b"[..], b"\xff"])),
