@@ -122,11 +122,11 @@ step "a class archive for the test JVMs (scripts/spark_class_archive.py): one Sp
 # harnesses' drivers; not local-cluster's executors, whose class path differs)
 # maps the classes a Spark session loads from this archive instead of loading
 # and verifying them from the jars: C1 only and the serial collector as in
-# tests/conftest.py, and the JVM's CDS messages off (a JVM that cannot use the
-# archive falls back to the JDK's own, silently). Alone (2026-12-04):
-# tests/spark/test_spark_rescale.py took 42-44 CPU seconds without it, 34-35
-# with it. CI's pytest streams are CPU-bound (vmstat: no idle time).
-jvm_options="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:cds=off -Xlog:cds+dynamic=off"
+# tests/conftest.py (both read tests/jvm-options), and the JVM's CDS messages
+# off (a JVM that cannot use the archive falls back to the JDK's own,
+# silently). Alone (2026-12-04): tests/spark/test_spark_rescale.py took 42-44
+# CPU seconds without it, 34-35 with it. CI's pytest streams are CPU-bound (vmstat: no idle time).
+jvm_options="$(cat tests/jvm-options) -Xlog:cds=off -Xlog:cds+dynamic=off"
 jvm_archive="$PWD/target/spark-classes.jsa"
 PYSPARK_PYTHON="$(command -v python)" JDK_JAVA_OPTIONS="$jvm_options" \
   python scripts/spark_class_archive.py "$jvm_archive" 2>target/spark-class-archive.log \

@@ -37,9 +37,11 @@ SPARK_TESTS = Path(__file__).resolve().parent / "spark"
 # The test JVMs (drivers, Connect servers, executors; in this process or a child)
 # live for seconds to minutes: C2's JIT compiles and G1's concurrent threads took
 # half of their CPU, which C1 only and the serial collector save (what Spark
-# computes does not depend on either). Set JDK_JAVA_OPTIONS to choose others
-# (scripts/test.sh adds a class archive, scripts/spark_class_archive.py).
-os.environ.setdefault("JDK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# computes does not depend on either). They are written once, in tests/jvm-options,
+# which scripts/test.sh reads too (adding a class archive,
+# scripts/spark_class_archive.py). Set JDK_JAVA_OPTIONS to choose others.
+JVM_OPTIONS = (Path(__file__).resolve().parent / "jvm-options").read_text().strip()
+os.environ.setdefault("JDK_JAVA_OPTIONS", JVM_OPTIONS)
 
 CONNECT_PORT_GROUP = "spark-connect-port-15002"
 LOCAL_CLUSTER_GROUP = "spark-local-cluster"

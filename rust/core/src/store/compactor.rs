@@ -34,18 +34,20 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use arrow_array::RecordBatch;
 use serde_json::Value;
 
-use super::files::{map_checked_pages, Fsync};
+use super::files::{map_checked_pages, write_ipc, Fsync};
 use super::format::{self, decode_buffer, CompactionPlan, MergeKind, Written};
 use super::manifest::{checkpoint_dir_name, run_file_name, FilterEntry};
 use super::pace::{PacedChunks, Pacer};
 use super::run_files::write_chunks;
+use super::streamed::StreamedFile;
 use super::writer::store_filter;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::snapshot::{CompactionStats, TaskId};
-use crate::state::runs::{MergeCursor, Run};
+use crate::state::runs::{merge_rows, MergeCursor, Run, RunChunks};
 use crate::state::KEY_METADATA;
 
 /// Directory under the root where outputs wait for their adoption.
@@ -541,8 +543,6 @@ impl Worker {
         let base = job.plan.kind == MergeKind::Base;
         let refs: Vec<&Run> = runs.iter().collect();
         let cursor = MergeCursor::new(&refs, base).inspect_err(|_| self.refuse(&job.task))?;
-        let stopping = || self.stopped();
-        let mut paced = PacedChunks::new(cursor, pacer, &stopping, !base);
         let (first, last) = format::merge_span(&job.plan);
         let name = run_file_name(&job.task, first, last);
         let tmp = self.staging.join(format!("{name}.tmp"));
@@ -552,30 +552,24 @@ impl Worker {
         // from it builds the same table as from the full; a diff keeps
         // the merge's, `__deleted` last.
         let schema = if base { full_schema } else { None };
-        let written = match write_chunks(&tmp, &self.staging, &mut paced, schema, &self.fsync) {
-            Err(_) if paced.stopped() => {
+        let outcome = if StreamedFile::supports(cursor.schema()) {
+            self.write_streamed(cursor, pacer, &tmp, schema, base)
+        } else {
+            drop(cursor);
+            self.write_whole(&refs, base, &tmp, schema, &key)
+        };
+        let (written, keys, key_range) = match outcome {
+            Ok(Some(out)) => out,
+            Ok(None) | Err(_) => {
                 let _ = fs::remove_file(&tmp);
-                return Ok(None);
+                return outcome.map(|_| None);
             }
-            Err(e) => {
-                let _ = fs::remove_file(&tmp);
-                return Err(e);
-            }
-            Ok(written) => written,
         };
         // A merged diff keeps a filter, as a diff a task wrote does.
-        let filter = if base {
-            None
-        } else {
-            store_filter(
-                &self.staging,
-                &name,
-                &paced.key_batches()?,
-                &key,
-                &self.fsync,
-            )?
+        let filter = match keys {
+            Some(keys) => store_filter(&self.staging, &name, &keys, &key, &self.fsync)?,
+            None => None,
         };
-        let key_range = paced.key_range();
         crate::failpoint::hit("compaction.before_rename");
         fs::rename(&tmp, &staged)
             .map_err(|e| Error::io(format!("renaming into {}", staged.display()), e))?;
@@ -589,7 +583,64 @@ impl Worker {
             filter,
         }))
     }
+
+    /// Writes the merge into `tmp` a chunk at a time, at `pacer`'s pace;
+    /// `None` if the compactor stopped. Returns what was written, a
+    /// diff's keys (for its filter; `None` for a full) and the key range.
+    fn write_streamed(
+        &self,
+        cursor: MergeCursor<'_>,
+        pacer: &mut Pacer<'_>,
+        tmp: &std::path::Path,
+        schema: Option<arrow_schema::SchemaRef>,
+        base: bool,
+    ) -> Result<Option<MergeOutput>> {
+        let stopping = || self.stopped();
+        let mut paced = PacedChunks::new(cursor, pacer, &stopping, !base);
+        match write_chunks(tmp, &self.staging, &mut paced, schema, &self.fsync) {
+            Err(_) if paced.stopped() => Ok(None),
+            Err(e) => Err(e),
+            Ok(written) => {
+                let keys = (!base).then(|| paced.key_batches()).transpose()?;
+                Ok(Some((written, keys, paced.key_range())))
+            }
+        }
+    }
+
+    /// Writes the merge into `tmp` as one batch made in memory: a state
+    /// with a column a file cannot be streamed with (nested types, see
+    /// [`StreamedFile::supports`]). The budget rests after the job.
+    fn write_whole(
+        &self,
+        runs: &[&Run],
+        base: bool,
+        tmp: &std::path::Path,
+        schema: Option<arrow_schema::SchemaRef>,
+        key: &str,
+    ) -> Result<Option<MergeOutput>> {
+        let mut merged = merge_rows(runs, base)?;
+        if let Some(schema) = schema {
+            merged = RecordBatch::try_new(schema, merged.columns().to_vec()).map_err(|e| {
+                Error::Snapshot(format!("a merged full does not fit its full's schema: {e}"))
+            })?;
+        }
+        if self.stopped() {
+            return Ok(None);
+        }
+        let written = write_ipc(
+            tmp,
+            &merged.schema(),
+            std::slice::from_ref(&merged),
+            &self.fsync,
+        )?;
+        let keys = (!base).then(|| vec![merged.clone()]);
+        Ok(Some((written, keys, format::key_range(&merged, key))))
+    }
 }
+
+/// What writing a merge gave: the file, a diff's keys (batches holding its
+/// key column) for its filter, and its key range.
+type MergeOutput = (Written, Option<Vec<RecordBatch>>, Option<(Value, Value)>);
 
 #[cfg(test)]
 mod tests {

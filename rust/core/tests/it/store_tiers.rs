@@ -593,3 +593,128 @@ fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
         4
     );
 }
+
+/// A state with a nested column (a list a key), which a file cannot be
+/// streamed with: the compactor merges it in memory, and the merged runs
+/// restore what was captured.
+#[test]
+fn a_state_with_a_nested_column_is_compacted_whole() {
+    use arrow_array::builder::{Int64Builder, ListBuilder};
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use arrow_array::{Array, BooleanArray, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+    use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
+    use std::sync::Arc;
+
+    let item = Arc::new(Field::new("item", DataType::Int64, true));
+    let fields = vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("xs", DataType::List(item), true),
+    ];
+    let metadata = [(KEY_METADATA.to_string(), "k".to_string())].into();
+    let full_schema = Arc::new(Schema::new_with_metadata(fields.clone(), metadata));
+    let mut diff_fields = fields;
+    diff_fields.push(Field::new(DELETED_COLUMN, DataType::Boolean, false));
+    let diff_schema = Arc::new(Schema::new_with_metadata(
+        diff_fields,
+        full_schema.metadata().clone(),
+    ));
+    // Key k holds [k, k + id]; a diff's tombstones delete.
+    let lists = |keys: &[i64], id: i64| {
+        let mut b = ListBuilder::new(Int64Builder::new());
+        for &k in keys {
+            b.values().append_value(k);
+            b.values().append_value(k + id);
+            b.append(true);
+        }
+        Arc::new(b.finish()) as Arc<dyn Array>
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 2)).unwrap();
+    let mut model: BTreeMap<i64, i64> = BTreeMap::new();
+    for id in 1..=4u64 {
+        let capture = if id == 1 {
+            let keys: Vec<i64> = (0..50).collect();
+            model.extend(keys.iter().map(|&k| (k, 1)));
+            let batch = RecordBatch::try_new(
+                full_schema.clone(),
+                vec![Arc::new(Int64Array::from(keys.clone())), lists(&keys, 1)],
+            )
+            .unwrap();
+            StateCapture {
+                kind: StateKind::Full,
+                batch,
+                filter: None,
+            }
+        } else {
+            // Ten keys rewritten (in descending order: not sorted), one gone.
+            let start = 10 * id as i64;
+            let keys: Vec<i64> = (start..start + 10).rev().collect();
+            let gone = start - 15;
+            let mut all = keys.clone();
+            all.push(gone);
+            let mut deleted = vec![false; keys.len()];
+            deleted.push(true);
+            model.extend(keys.iter().map(|&k| (k, id as i64)));
+            model.remove(&gone);
+            let batch = RecordBatch::try_new(
+                diff_schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from(all.clone())),
+                    lists(&all, id as i64),
+                    Arc::new(BooleanArray::from(deleted)),
+                ],
+            )
+            .unwrap();
+            StateCapture {
+                kind: StateKind::Diff { base: id - 1 },
+                batch,
+                filter: None,
+            }
+        };
+        store
+            .task_snapshot(
+                id,
+                TaskSnapshot {
+                    task: agg(),
+                    state: Some(capture),
+                    state_runs: None,
+                    channels: Vec::new(),
+                    source_offset: None,
+                    alignment_nanos: 0,
+                    sent_seq: Vec::new(),
+                    taken_seq: Vec::new(),
+                },
+            )
+            .unwrap();
+        store.commit(meta(id, false)).unwrap();
+        assert!(store.wait_for_compactions(WAIT));
+    }
+    let stats = store.compaction_stats();
+    assert!(stats.adopted >= 1 && stats.failed == 0, "{stats:?}");
+    let m = store.reader().manifest(4).unwrap();
+    assert!(
+        state_entry(&m).runs.iter().any(|r| r.merges.len() > 1),
+        "a merged run is listed: {:?}",
+        state_entry(&m).runs
+    );
+    // The state at 4, rebuilt from the runs: each key's list is [k, k + id].
+    let state = store.reader().state(4, &agg()).unwrap().unwrap();
+    let keys = state
+        .column_by_name("k")
+        .unwrap()
+        .as_primitive::<Int64Type>();
+    let xs = state.column_by_name("xs").unwrap().as_list::<i32>();
+    let got: BTreeMap<i64, i64> = (0..state.num_rows())
+        .map(|i| {
+            let k = keys.value(i);
+            let list = xs.value(i);
+            let list = list.as_primitive::<Int64Type>();
+            assert_eq!(list.value(0), k);
+            (k, list.value(1) - k)
+        })
+        .collect();
+    assert_eq!(got, model);
+}
