@@ -21,6 +21,10 @@ PYTHONPATH, "" for the installed one), rounds in opposite orders:
         --keys 10000000 --diff-keys 2000000 --rounds 3 \\
         --out bench/results/state_store/compaction_memory
 
+With `--cpu-share 0.5` (the store's `compaction_cpu_share`) it shows where the
+budget's rest falls: within the merge (before the output is handed over, so
+in commit -> merged) or after it.
+
 Run it with the project's venv python, nothing else running.
 """
 
@@ -87,7 +91,7 @@ def prepare(root: str, keys: int, diff_keys: int, variant: str) -> None:
         table.update(rows(rng.choice(keys, diff_keys, replace=False)))
 
 
-def child(root: str) -> dict[str, Any]:
+def child(root: str, cpu_share: float) -> dict[str, Any]:
     """Commits a one-row diff on the prepared chain in a process that holds
     no state: the commit hands the compactor the base merge, measured."""
     import pyarrow as pa
@@ -101,7 +105,7 @@ def child(root: str) -> dict[str, Any]:
         [pa.array([False] if f.name == "__deleted" else [0], f.type) for f in schema],
         schema=schema,
     )
-    store = SnapshotStore(root, retain=10, materialize_every=2)
+    store = SnapshotStore(root, retain=10, materialize_every=2, compaction_cpu_share=cpu_share)
     store.task_snapshot(4, "agg", 0, state=("diff", 3, one))
     start_anon = status_kb("RssAnon")
     start_rss = status_kb("VmRSS")
@@ -128,6 +132,7 @@ def child(root: str) -> dict[str, Any]:
     return {
         "commit_to_merged_s": wall,
         "busy_s": stats["busy_s"],
+        "rested_s": stats["rested_s"],
         "anon_peak_mb": (peaks["anon"] - start_anon) / 1024,
         "rss_peak_mb": (peaks["rss"] - start_rss) / 1024,
         "bytes_read_mb": stats["bytes_read"] / 1e6,
@@ -135,11 +140,11 @@ def child(root: str) -> dict[str, Any]:
     }
 
 
-def run_child(path: str, root: str) -> dict[str, Any]:
+def run_child(path: str, root: str, cpu_share: float) -> dict[str, Any]:
     env = dict(os.environ)
     if path:
         env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
-    args = [sys.executable, __file__, "--child", root]
+    args = [sys.executable, __file__, "--child", root, "--cpu-share", str(cpu_share)]
     out = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"child failed ({out.returncode}): {out.stderr[-2000:]}")
@@ -155,11 +160,12 @@ def main() -> None:
     p.add_argument("--diff-keys", type=int, default=2_000_000)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--cpu-share", type=float, default=1.0, help="the store's compaction_cpu_share")
     p.add_argument("--out", type=Path, help="directory for runs.jsonl")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child, args.cpu_share)))
         return
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
@@ -180,13 +186,13 @@ def main() -> None:
                     root = os.path.join(scratch, "run")
                     shutil.copytree(prepared[variant], root)
                     try:
-                        res = run_child(builds[build], root)
+                        res = run_child(builds[build], root, args.cpu_share)
                     finally:
                         shutil.rmtree(root, ignore_errors=True)
                     res.update(round=r, build=build, variant=variant)
                     runs.append(res)
                     print(json.dumps(res), flush=True)
-    print("\nvariant  build  commit->merged s  busy s  anon peak MB  rss peak MB")
+    print("\nvariant  build  commit->merged s  busy s  rested s  anon peak MB  rss peak MB")
     for variant in variants:
         for build in builds:
             rs = [x for x in runs if x["variant"] == variant and x["build"] == build]
@@ -195,6 +201,7 @@ def main() -> None:
             }
             print(
                 f"{variant:8} {build:5}  {med['commit_to_merged_s']:16.2f}  {med['busy_s']:6.2f}"
+                f"  {med['rested_s']:8.2f}"
                 f"  {med['anon_peak_mb']:12.0f}  {med['rss_peak_mb']:11.0f}"
             )
     if args.out:

@@ -414,7 +414,16 @@ impl Worker {
             Ok(Some(done)) => done.written.bytes,
             _ => 0,
         };
+        // The merge rested after each chunk for the chunk's work and bytes;
+        // what is left (reading the inputs' checksums, finishing the file)
+        // is counted now and rested after the output is handed over: a
+        // commit never waits on it.
+        let owed = pacer.close(written.saturating_sub(pacer.bytes));
         let s = &self.shared;
+        s.busy_ns.fetch_add(nanos(pacer.busy), Ordering::Relaxed);
+        s.rested_ns
+            .fetch_add(nanos(pacer.rested + owed), Ordering::Relaxed);
+        s.bytes_written.fetch_add(written, Ordering::Relaxed);
         match outcome {
             Ok(Some(done)) => {
                 self.shared.merged.fetch_add(1, Ordering::Relaxed);
@@ -434,14 +443,7 @@ impl Worker {
                 self.release(&job.task);
             }
         }
-        // The merge rested after each chunk for the chunk's work and bytes;
-        // what is left (reading the inputs' checksums, finishing the file)
-        // rests after the output is handed over: a commit never waits on it.
-        pacer.pace(written.saturating_sub(pacer.bytes));
-        s.busy_ns.fetch_add(nanos(pacer.busy), Ordering::Relaxed);
-        s.rested_ns
-            .fetch_add(nanos(pacer.rested), Ordering::Relaxed);
-        s.bytes_written.fetch_add(written, Ordering::Relaxed);
+        self.sleep(owed);
     }
 
     fn release(&self, task: &TaskId) {

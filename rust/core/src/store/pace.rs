@@ -44,15 +44,23 @@ impl<'a> Pacer<'a> {
     /// Ends the span of work since the last rest, which wrote about
     /// `bytes`: counts it, then rests as the budget asks.
     pub(crate) fn pace(&mut self, bytes: u64) {
-        let work = self.since.elapsed();
-        self.busy += work;
-        self.bytes += bytes;
-        let rest = self.budget.rest(work, bytes);
+        let rest = self.close(bytes);
         if !rest.is_zero() {
             (self.sleep)(rest);
             self.rested += rest;
         }
         self.since = Instant::now();
+    }
+
+    /// Ends the span of work since the last rest, which wrote about
+    /// `bytes`, and counts it; returns the rest it calls for, for the
+    /// caller to take (after handing its output over).
+    pub(crate) fn close(&mut self, bytes: u64) -> Duration {
+        let work = self.since.elapsed();
+        self.busy += work;
+        self.bytes += bytes;
+        self.since = Instant::now();
+        self.budget.rest(work, bytes)
     }
 }
 
