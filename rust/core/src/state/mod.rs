@@ -38,6 +38,7 @@ mod time_buckets;
 mod time_index;
 #[cfg(test)]
 mod time_index_tests;
+mod time_rows;
 
 pub use aggregate::{AggFunc, AggSpec, KeyedAggregates};
 pub use encode::encode_keys;

@@ -1,120 +1,75 @@
 //! A restored base's time index entries as one run, made a bucket of times
 //! at a time (issue 37): a base of 10M keys under a budget would otherwise
 //! sort its entries into ~17 runs of a budget's share each and merge them
-//! twice over. Bounds drawn from a sample of the base's (time, key) pairs
-//! cut it into buckets of about a share each; each bucket is found by a
-//! pass over the time column (keys read only for the rows whose time is in
-//! the bucket's range), sorted, and given out in order, so the one run is
-//! written as it is made and every entry once.
+//! twice over. Bounds drawn from a sample of the base's entries cut it into
+//! buckets of about a share each; each bucket is found by a pass over the
+//! time column, sorted, and given out in order, so the one run is written
+//! as it is made and every entry once. Entries are (time, rank) pairs
+//! ([`super::time_rows`]): no key is read until an entry is encoded.
 
-use arrow_array::cast::AsArray;
-use arrow_array::types::Int64Type;
-use arrow_array::{Array, PrimitiveArray, RecordBatch, UInt64Array};
+use arrow_array::{Array, RecordBatch};
 use arrow_schema::SchemaRef;
 
-use super::key::{Key, KeyType};
 use super::runs::RunChunks;
-use super::time_index::{entries_batch, run_schema, TIME_KEY};
-use crate::error::{Error, Result};
+use super::time_index::{run_schema, TIME_KEY};
+use super::time_rows::{TimedRow, TimedRows};
+use crate::error::Result;
 
-/// Sampled pairs a bucket: its bounds' error is then about a quarter of it.
+/// Sampled entries a bucket: its bounds' error is then about a quarter of it.
 const SAMPLES_PER_BUCKET: usize = 64;
 
 pub(crate) struct BaseTimeChunks<'a> {
-    times: PrimitiveArray<Int64Type>,
-    keys: &'a dyn Array,
-    key_type: &'a KeyType,
-    key_name: &'a str,
-    /// Each bucket's last pair but the last bucket's, ascending.
-    bounds: Vec<(i64, Key)>,
+    rows: TimedRows<'a>,
+    /// Each bucket's last entry but the last bucket's, ascending.
+    bounds: Vec<TimedRow>,
     next_bucket: usize,
-    bucket: Vec<(i64, Key)>,
+    bucket: Vec<TimedRow>,
     at: usize,
     schema: SchemaRef,
 }
 
 impl<'a> BaseTimeChunks<'a> {
-    /// The entries of rows `times` and `keys` (each key once, a null time
-    /// not indexed) in buckets of about `per_bucket` entries.
-    pub(crate) fn new(
-        times: &dyn Array,
-        keys: &'a dyn Array,
-        key_type: &'a KeyType,
-        key_name: &'a str,
-        per_bucket: usize,
-    ) -> Result<Self> {
-        let times = times.as_primitive::<Int64Type>().clone();
-        let mut chunks = Self {
-            times,
-            keys,
-            key_type,
-            key_name,
-            bounds: Vec::new(),
+    /// The entries of rows `times` and `keys` (a null time not indexed) in
+    /// buckets of about `per_bucket` entries.
+    pub(crate) fn new(times: &dyn Array, keys: &'a dyn Array, per_bucket: usize) -> Result<Self> {
+        let rows = TimedRows::new(times, keys)?;
+        let bounds = sample_bounds(&rows, per_bucket.max(1));
+        Ok(Self {
+            rows,
+            bounds,
             next_bucket: 0,
             bucket: Vec::new(),
             at: 0,
             schema: run_schema(),
-        };
-        chunks.bounds = chunks.sample_bounds(per_bucket.max(1))?;
-        Ok(chunks)
-    }
-
-    fn sample_bounds(&self, per_bucket: usize) -> Result<Vec<(i64, Key)>> {
-        let entries = self.times.len() - self.times.null_count();
-        let buckets = entries.div_ceil(per_bucket);
-        if buckets <= 1 {
-            return Ok(Vec::new());
-        }
-        // Every so many rows with a time (not every so many rows: nulls in
-        // a pattern could hide every row a stride lands on).
-        let every = (entries / (buckets * SAMPLES_PER_BUCKET)).max(1);
-        let rows = (0..self.times.len()).filter(|&i| self.times.is_valid(i));
-        let mut sample = self.pairs(rows.step_by(every).map(|i| i as u64).collect())?;
-        sample.sort_unstable();
-        let mut bounds: Vec<(i64, Key)> = (1..buckets)
-            .map(|b| sample[b * sample.len() / buckets].clone())
-            .collect();
-        bounds.dedup();
-        Ok(bounds)
-    }
-
-    /// The (time, key) pairs of rows `rows` (each with a time).
-    fn pairs(&self, rows: Vec<u64>) -> Result<Vec<(i64, Key)>> {
-        let rows = UInt64Array::from(rows);
-        let keys = arrow_select::take::take(self.keys, &rows, None)
-            .map_err(|e| Error::Config(format!("reading a base's keys for its times: {e}")))?;
-        let keys = self.key_type.keys(self.key_name, keys.as_ref())?;
-        Ok(rows
-            .values()
-            .iter()
-            .zip(keys)
-            .map(|(&i, key)| (self.times.value(i as usize), key))
-            .collect())
+        })
     }
 
     /// The next bucket's entries, sorted (None: every bucket was given).
-    fn next_bucket(&mut self) -> Result<Option<Vec<(i64, Key)>>> {
+    fn next_bucket(&mut self) -> Option<Vec<TimedRow>> {
         let b = self.next_bucket;
         if b > self.bounds.len() {
-            return Ok(None);
+            return None;
         }
         self.next_bucket += 1;
-        let lo = b.checked_sub(1).map(|i| &self.bounds[i]);
-        let hi = self.bounds.get(b);
-        let (lo_t, hi_t) = (lo.map_or(i64::MIN, |p| p.0), hi.map_or(i64::MAX, |p| p.0));
-        let values = self.times.values();
-        let rows: Vec<u64> = (0..values.len())
-            .filter(|&i| (lo_t..=hi_t).contains(&values[i]) && self.times.is_valid(i))
-            .map(|i| i as u64)
-            .collect();
-        let mut entries: Vec<(i64, Key)> = self
-            .pairs(rows)?
-            .into_iter()
-            .filter(|p| lo.is_none_or(|lo| p > lo) && hi.is_none_or(|hi| p <= hi))
-            .collect();
-        entries.sort_unstable();
-        Ok(Some(entries))
+        let lo = b.checked_sub(1).map(|i| self.bounds[i]);
+        Some(self.rows.between(lo, self.bounds.get(b).copied()))
     }
+}
+
+fn sample_bounds(rows: &TimedRows<'_>, per_bucket: usize) -> Vec<TimedRow> {
+    let entries = rows.timed();
+    let buckets = entries.div_ceil(per_bucket);
+    if buckets <= 1 {
+        return Vec::new();
+    }
+    // Every so many rows with a time (not every so many rows: nulls in a
+    // pattern could hide every row a stride lands on).
+    let sample = rows.sample((entries / (buckets * SAMPLES_PER_BUCKET)).max(1));
+    let mut bounds: Vec<TimedRow> = (1..buckets)
+        .map(|b| sample[b * sample.len() / buckets])
+        .collect();
+    bounds.dedup();
+    bounds
 }
 
 impl RunChunks for BaseTimeChunks<'_> {
@@ -130,10 +85,10 @@ impl RunChunks for BaseTimeChunks<'_> {
     /// file's chunks but its last must hold what was asked).
     fn next_chunk(&mut self, max_rows: usize) -> Result<Option<RecordBatch>> {
         let max_rows = max_rows.max(1);
-        let mut rows: Vec<(i64, Key)> = Vec::new();
+        let mut rows: Vec<TimedRow> = Vec::new();
         while rows.len() < max_rows {
             if self.at >= self.bucket.len() {
-                match self.next_bucket()? {
+                match self.next_bucket() {
                     Some(bucket) => (self.bucket, self.at) = (bucket, 0),
                     None => break,
                 }
@@ -146,7 +101,7 @@ impl RunChunks for BaseTimeChunks<'_> {
         if rows.is_empty() {
             return Ok(None);
         }
-        entries_batch(rows.iter(), rows.len()).map(Some)
+        self.rows.batch(&rows).map(Some)
     }
 }
 
@@ -154,11 +109,13 @@ impl RunChunks for BaseTimeChunks<'_> {
 mod tests {
     use std::sync::Arc;
 
+    use arrow_array::cast::AsArray;
     use arrow_array::{Int64Array, StringArray};
-    use arrow_schema::DataType;
     use proptest::prelude::*;
 
     use super::*;
+    use crate::state::key::Key;
+    use crate::state::time_index::entries_batch;
 
     fn given(chunks: &mut BaseTimeChunks<'_>, max_rows: usize) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
@@ -187,9 +144,8 @@ mod tests {
             let unique: Vec<usize> = (0..rows.len()).filter(|&i| seen.insert(keys[i].clone())).collect();
             let times = Int64Array::from_iter(unique.iter().map(|&i| rows[i].0));
             let key_array = StringArray::from_iter_values(unique.iter().map(|&i| keys[i].as_str()));
-            let key_type = KeyType(DataType::Utf8);
             let mut chunks =
-                BaseTimeChunks::new(&times, &key_array, &key_type, "k", per_bucket).unwrap();
+                BaseTimeChunks::new(&times, &key_array, per_bucket).unwrap();
             let got = given(&mut chunks, max_rows);
             let mut want: Vec<(i64, Key)> = unique
                 .iter()
@@ -209,8 +165,7 @@ mod tests {
         // stride of 2 rows over 10,000: it would see only nulls.
         let times = Int64Array::from_iter((0..10_000i64).map(|i| (i % 2 == 1).then_some(i % 97)));
         let keys: Arc<dyn Array> = Arc::new(Int64Array::from_iter_values(0..10_000));
-        let key_type = KeyType(DataType::Int64);
-        let mut chunks = BaseTimeChunks::new(&times, keys.as_ref(), &key_type, "k", 84).unwrap();
+        let mut chunks = BaseTimeChunks::new(&times, keys.as_ref(), 84).unwrap();
         assert_eq!(chunks.bounds.len(), 59);
         let got = given(&mut chunks, 64);
         assert_eq!(got.len(), 5_000);
@@ -221,8 +176,7 @@ mod tests {
     fn int_keys_with_one_time_split_by_key() {
         let times = Int64Array::from(vec![5; 100]);
         let keys: Arc<dyn Array> = Arc::new(Int64Array::from_iter_values((0..100).rev()));
-        let key_type = KeyType(DataType::Int64);
-        let mut chunks = BaseTimeChunks::new(&times, keys.as_ref(), &key_type, "k", 10).unwrap();
+        let mut chunks = BaseTimeChunks::new(&times, keys.as_ref(), 10).unwrap();
         assert!(chunks.bounds.len() >= 5, "{:?}", chunks.bounds);
         let got = given(&mut chunks, 7);
         assert_eq!(got.len(), 100);

@@ -40,7 +40,7 @@ use rustc_hash::FxHashMap;
 
 use super::key::Key;
 use super::runs::keys::partition_point;
-use super::runs::Run;
+use super::runs::{KeyRef, Run};
 use super::DELETED_COLUMN;
 use crate::error::{Error, Result};
 
@@ -175,11 +175,10 @@ impl TimeIndex {
         self.by_key.is_empty() && self.runs.is_empty()
     }
 
-    /// `entries` as one sorted run (each key once, no key in memory: a
-    /// restored base's rows).
-    pub(crate) fn entries_run(mut entries: Vec<(i64, Key)>) -> Result<Run> {
-        entries.sort_unstable();
-        sorted_run(entries.iter(), entries.len())
+    /// A run of `batch`, a restored base's entries as
+    /// [`super::time_rows::TimedRows::batch`] encodes them (sorted, each once).
+    pub(crate) fn rows_run(batch: RecordBatch) -> Result<Run> {
+        Run::from_sorted_unfiltered(batch, TIME_KEY, "a restored base's time index")
     }
 
     /// Keeps `run` (entries [`Self::take_memory`] moved out) as the newest.
@@ -372,10 +371,15 @@ fn unflip(b: &[u8]) -> i64 {
 /// (time, key) as bytes that sort as the pair does: a byte key is last, so
 /// its own order (bytewise) follows the time's.
 fn encode(time: i64, key: &Key, out: &mut Vec<u8>) {
+    encode_ref(time, KeyRef::of(key), out)
+}
+
+/// As [`encode`], of a key read in place.
+pub(crate) fn encode_ref(time: i64, key: KeyRef<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(&flip(time));
     match key {
-        Key::Int(k) => out.extend_from_slice(&flip(*k)),
-        Key::Bytes(b) => out.extend_from_slice(b),
+        KeyRef::Int(k) => out.extend_from_slice(&flip(k)),
+        KeyRef::Bytes(b) => out.extend_from_slice(b),
     }
 }
 

@@ -16,16 +16,15 @@ use crate::state::key::Key;
 use crate::state::runs::{MergeCursor, Run};
 use crate::state::time_buckets::BaseTimeChunks;
 use crate::state::time_index::TimeIndex;
+use crate::state::time_rows::TimedRows;
 
 /// The index may hold this share of a table's budget in memory (1/8).
 const TIME_BUDGET_SHARE: usize = 8;
 
 /// Bytes an entry costs while a base's bucket becomes a sorted run: the
-/// (time, key) pair sorted (32) and its encoded bytes with their offset.
-const SORT_ENTRY_BYTES: usize = 56;
-
-/// A base's rows read a chunk at a time for their times.
-const BASE_CHUNK_ROWS: usize = 1 << 20;
+/// (time, key or rank) pair sorted (16) and its encoded bytes with their
+/// offset.
+const SORT_ENTRY_BYTES: usize = 40;
 
 /// Entries checked against the table a lookup at a time.
 const CHECK_CHUNK: usize = 1 << 16;
@@ -189,27 +188,19 @@ impl StateTable {
             (Some(_), Some(n)) => Some(n),
             (Some(b), None) => Some(b / TIME_BUDGET_SHARE / SORT_ENTRY_BYTES),
         };
+        let keys = arrays[self.key_col].as_ref();
         let run = match (per_run, self.spill.as_mut()) {
             (Some(per_run), Some(spill)) => {
-                let name = self.schema.field(self.key_col).name();
-                let keys = arrays[self.key_col].as_ref();
-                let mut chunks = BaseTimeChunks::new(times, keys, &self.key_type, name, per_run)?;
+                let mut chunks = BaseTimeChunks::new(times, keys, per_run)?;
                 spill.stats.time_flushes += 1;
                 spill.sink.keep_merged(&mut chunks)?
             }
-            // Held in memory: 8 bytes and the key's an entry (with its
-            // offset), not the map's and tree's ~96.
+            // Held in memory: the entries' bytes (16 and an offset for an
+            // integer key), not the map's and tree's ~96 an entry.
             _ => {
-                let rows = times.len();
-                let mut entries: Vec<(i64, Key)> = Vec::new();
-                for lo in (0..rows).step_by(BASE_CHUNK_ROWS) {
-                    let n = BASE_CHUNK_ROWS.min(rows - lo);
-                    entries.extend(
-                        (self.timed_keys(arrays, col, lo, n)?)
-                            .filter_map(|(key, time)| time.map(|t| (t, key))),
-                    );
-                }
-                Arc::new(TimeIndex::entries_run(entries)?)
+                let rows = TimedRows::new(times, keys)?;
+                let entries = rows.between(None, None);
+                Arc::new(TimeIndex::rows_run(rows.batch(&entries)?)?)
             }
         };
         self.time.as_mut().expect("checked above").push_run(run);
