@@ -59,36 +59,26 @@ def prepare(root: str, keys: int, diff_keys: int, variant: str) -> None:
     """Writes checkpoints 1-3 of task agg-0 under `root`: a full of `keys`
     rows and two diffs of `diff_keys` each, with no compaction."""
     import numpy as np
-    import pyarrow as pa
 
     from snapcut import StateTable
     from snapcut._core import SnapshotStore
 
-    schema = pa.schema([("user", pa.int64()), ("count", pa.int64()), ("total", pa.int64())])
-    rng = np.random.default_rng(7)
+    # The same rows as the floor bench's captures (its aggregate's schema).
+    from state_store_floor import SCHEMA, rows
 
-    def rows(k: np.ndarray) -> pa.RecordBatch:
-        n = len(k)
-        return pa.record_batch(
-            [
-                pa.array(k, pa.int64()),
-                pa.array(rng.integers(1, 1_000, n), pa.int64()),
-                pa.array(rng.integers(1, 100_000, n), pa.int64()),
-            ],
-            schema=schema,
-        )
+    rng = np.random.default_rng(7)
 
     users = np.arange(keys, dtype=np.int64)
     if variant == "shuffled":
         rng.shuffle(users)
     store = SnapshotStore(root, retain=10, materialize_every=1_000)
-    table = StateTable(schema, "user", full_every=2**31)
-    table.update(rows(users))
+    table = StateTable(SCHEMA, "user", full_every=2**31)
+    table.update(rows(users, rng))
     for cid in (1, 2, 3):
         _, kind, batch = table.checkpoint(cid)
         store.task_snapshot(cid, "agg", 0, state=(kind, None if cid == 1 else cid - 1, batch))
         store.commit(cid)
-        table.update(rows(rng.choice(keys, diff_keys, replace=False)))
+        table.update(rows(rng.choice(keys, diff_keys, replace=False), rng))
 
 
 def child(root: str, cpu_share: float) -> dict[str, Any]:
