@@ -13,7 +13,8 @@
 //! - [`run`]: one run (a sorted batch with tombstones, or a base without),
 //!   its range and filter;
 //! - [`set`]: the runs of a state, newest first, and batched lookups in them;
-//! - [`merge`](mod@merge): compaction, a k-way merge where the newest row wins.
+//! - [`merge`](mod@merge): compaction, a k-way merge where the newest row wins;
+//! - [`ordered`]: a batch given out a chunk at a time in a run's order.
 
 pub mod filter;
 pub mod hash;
@@ -21,6 +22,7 @@ pub mod keys;
 pub mod merge;
 #[cfg(test)]
 mod model_tests;
+pub mod ordered;
 pub mod run;
 pub mod set;
 pub mod sorted;
@@ -30,5 +32,6 @@ mod tests;
 pub use filter::BloomFilter;
 pub use keys::{key_buckets, KeyRange, KeyRef};
 pub use merge::{merge, merge_rows, MergeCursor, MergeStats, Merged, RunChunks};
-pub use run::{build_filter, Pages, Run, DEFAULT_FPP};
+pub use ordered::OrderedChunks;
+pub use run::{build_filter, run_order, Pages, Run, DEFAULT_FPP};
 pub use set::{Lookup, LookupStats, RunSet};

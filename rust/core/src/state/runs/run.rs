@@ -168,6 +168,14 @@ fn sort_order(keys: &dyn Array, name: &str) -> Result<Option<UInt32Array>> {
     Ok(Some(UInt32Array::from(order)))
 }
 
+/// The order that sorts `batch` by its column `key` as a run, or `None` if
+/// it is sorted already; a key twice, or a batch that is not a run's, is an
+/// `Error::Config` (as [`Run::from_unsorted`]).
+pub fn run_order(batch: &RecordBatch, key: &str) -> Result<Option<UInt32Array>> {
+    let shape = shape(batch, key)?;
+    sort_order(batch.column(shape.key_col).as_ref(), key)
+}
+
 /// `batch` sorted by its column `key` (as it is if it already is); a key
 /// twice, or a batch that is not a run's, is an `Error::Config`.
 fn sorted_by_key(batch: RecordBatch, key: &str) -> Result<RecordBatch> {
