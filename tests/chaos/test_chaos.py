@@ -301,9 +301,11 @@ def resume_exactly(
 def test_a_kill_inside_compaction_loses_nothing_and_leaves_no_stray_run(
     point: str, tmp_path: Path
 ) -> None:
-    """Crash points inside the store's background compaction: the merged run
-    written, not renamed (``compaction.before_rename``), or moved into a
-    checkpoint whose manifest is not written (``compaction.adopted``). 20k
+    """Crash points inside the store's background compaction: an input in
+    capture order sorted into a scratch file, not mapped back
+    (``compaction.sorted_copy``), the merged run written, not renamed
+    (``compaction.before_rename``), or moved into a checkpoint whose manifest
+    is not written (``compaction.adopted``). 20k
     users over 40k records keep captures diffs, and ``full_every=2`` merges
     them after every second checkpoint. The resumed job's output is exactly
     the failure-free one, every checkpoint left verifies, and nothing
@@ -315,7 +317,10 @@ def test_a_kill_inside_compaction_loses_nothing_and_leaves_no_stray_run(
     assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-2000:])
     assert f"failpoint {point} hit 1" in killed.stderr
     root = tmp_path / "checkpoints"
-    if point == "compaction.before_rename":
+    if point == "compaction.sorted_copy":
+        # Killed mid-compaction: an input's sorted copy is a scratch file.
+        assert list((root / "compacting").glob("*.sorted.tmp")), list(root.rglob("*"))
+    elif point == "compaction.before_rename":
         # Killed mid-compaction: its output is still a temporary file.
         assert list((root / "compacting").glob("*.tmp")), list(root.rglob("*"))
     else:

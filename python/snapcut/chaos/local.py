@@ -77,12 +77,17 @@ FAILPOINTS = (
 )
 
 
-#: Crash points inside the store's background compaction: a merged run
-#: written but not renamed, and a merged run moved into a checkpoint whose
+#: Crash points inside the store's background compaction: an input stored in
+#: capture order sorted into a scratch file, not yet mapped back; a merged run
+#: written but not renamed; and a merged run moved into a checkpoint whose
 #: manifest is not written. Not armed by default: a job reaches them only
 #: with diffs to merge (more users than an interval touches, a small
 #: ``full_every``); arm them with ``failpoints=``.
-COMPACTION_FAILPOINTS = ("compaction.before_rename", "compaction.adopted")
+COMPACTION_FAILPOINTS = (
+    "compaction.sorted_copy",
+    "compaction.before_rename",
+    "compaction.adopted",
+)
 
 #: Crash points inside retention holding a directory for the runs kept
 #: checkpoints read: its record written beside the manifest, and the manifest

@@ -100,7 +100,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="local dwell: the job's Checkpointing.full_every (its store compacts a task's "
         "runs once this many diffs sit on its full; default 10); with more --users than an "
-        "interval touches and --failpoints compaction.before_rename,compaction.adopted, "
+        "interval touches and --failpoints "
+        "compaction.sorted_copy,compaction.before_rename,compaction.adopted, "
         "kills land inside compactions",
     )
     p.add_argument(

@@ -66,6 +66,10 @@ pub const POINTS: &[(&str, &str)] = &[
         "a restoring sink published some of the files its checkpoint staged, not all",
     ),
     (
+        "compaction.sorted_copy",
+        "the compactor sorted an input stored in capture order into a scratch file under compacting/, not yet mapped back",
+    ),
+    (
         "compaction.before_rename",
         "the compactor wrote a merged run under compacting/, not yet renamed",
     ),

@@ -633,6 +633,7 @@ impl Worker {
             let _ = fs::remove_file(&path);
             return if paced.stopped() { Ok(None) } else { Err(e) };
         }
+        crate::failpoint::hit("compaction.sorted_copy");
         let what = path.display().to_string();
         let mapped = map_file_pages(&path, &what);
         // The mapping stays valid once the file is gone.
