@@ -11,7 +11,13 @@
 # has no diffs to merge):
 #   CHAOS_OUT=chaos_compaction CHAOS_PROTOCOLS="aligned unaligned chandy-lamport" \
 #     CHAOS_ARGS="--users 20000 --full-every 2 \
-#     --failpoints compaction.before_rename,compaction.adopted" bash bench/chaos_all.sh 2 40000 3026
+#     --failpoints compaction.sorted_copy,compaction.before_rename,compaction.adopted" \
+#     bash bench/chaos_all.sh 2 40000 3026
+# Both at once, a budget and a compacting store (bench/results/chaos_spill_compaction/README.md):
+#   CHAOS_OUT=chaos_spill_compaction CHAOS_PROTOCOLS="aligned unaligned chandy-lamport" \
+#     CHAOS_ARGS="--users 2000000 --state-memory 1MB --full-every 2 --failpoints \
+#     spill.after_run,spill.merged,compaction.before_rename,compaction.adopted" \
+#     bash bench/chaos_all.sh 2 400000 7628
 # Kills while keyed state spills past a 1 MiB budget (bench/results/chaos_spill/README.md):
 #   CHAOS_OUT=chaos_spill CHAOS_PROTOCOLS="aligned unaligned chandy-lamport" \
 #     CHAOS_ARGS="--users 2000000 --state-memory 1MB \
