@@ -536,7 +536,9 @@ impl Worker {
                 // In capture order (an in-memory aggregate's full): sorted
                 // into a file a chunk at a time and mapped back.
                 Some(order) if StreamedFile::supports(batch.schema_ref()) => {
-                    let copy = format!("{}.sorted.tmp", run.path);
+                    // Named by its checkpoint too: a job's inputs from
+                    // different checkpoints share a file name.
+                    let copy = format!("{}-{}.sorted.tmp", run.checkpoint, run.path);
                     match self.sorted_copy(&batch, order, name, pages, pacer, &copy)? {
                         Some(sorted) => sorted,
                         None => return Ok(None),
