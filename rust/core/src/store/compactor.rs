@@ -35,6 +35,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arrow_array::{RecordBatch, UInt32Array};
+use arrow_select::take::take_record_batch;
 use serde_json::Value;
 
 use super::files::{map_checked_pages, write_ipc, Fsync, FsyncMode};
@@ -544,23 +545,24 @@ impl Worker {
                         None => return Ok(None),
                     }
                 }
-                // A sorted input is merged from its mapping as it is; one
-                // whose columns a file cannot be streamed with is sorted in
-                // memory. Either way the pages the order check or the copy
-                // read are let go of now.
-                order => {
-                    let run = match order {
-                        None => Run::from_sorted_trusted_unfiltered(batch, name)?,
-                        Some(_) => Run::from_unsorted_unfiltered(batch, name)?,
-                    };
-                    match pages {
-                        Some(pages) => {
-                            pages.release();
-                            run.with_pages(Arc::new(pages))
-                        }
-                        None => run,
-                    }
+                // A state whose columns a file cannot be streamed with is
+                // sorted in memory; a sorted input is merged from its
+                // mapping as it is. Either way the pages the order check or
+                // the copy read are let go of now.
+                Some(order) => {
+                    let sorted = take_record_batch(&batch, &order)
+                        .map_err(|e| Error::Snapshot(format!("sorting {what} by '{name}': {e}")))?;
+                    in_pages(
+                        Run::from_sorted_trusted_unfiltered(sorted, name)?,
+                        pages,
+                        true,
+                    )
                 }
+                None => in_pages(
+                    Run::from_sorted_trusted_unfiltered(batch, name)?,
+                    pages,
+                    true,
+                ),
             };
             runs.push(run);
         }
@@ -644,10 +646,7 @@ impl Worker {
             mapped?.ok_or_else(|| Error::Snapshot(format!("{what}: written, then not found")))?;
         let (schema, parts) = decode_buffer(buffer, &what)?;
         let run = Run::from_sorted_trusted_unfiltered(format::concat(&schema, &parts)?, key)?;
-        Ok(Some(match pages {
-            Some(pages) => run.with_pages(Arc::new(pages)),
-            None => run,
-        }))
+        Ok(Some(in_pages(run, pages, false)))
     }
 
     /// Writes the merge into `tmp` a chunk at a time, at `pacer`'s pace;
@@ -701,6 +700,20 @@ impl Worker {
         )?;
         let keys = (!base).then(|| vec![merged.clone()]);
         Ok(Some((written, keys, format::key_range(&merged, key))))
+    }
+}
+
+/// `run` lying in `pages` (a mapped file's), its pages let go of first if
+/// `release` (what making the run read of them).
+fn in_pages(run: Run, pages: Option<MappedPages>, release: bool) -> Run {
+    match pages {
+        Some(pages) => {
+            if release {
+                pages.release();
+            }
+            run.with_pages(Arc::new(pages))
+        }
+        None => run,
     }
 }
 

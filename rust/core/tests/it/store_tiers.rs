@@ -532,7 +532,7 @@ fn a_restored_table_diffs_on_top_of_merged_runs() {
 fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
     use arrow_array::{BooleanArray, Float64Array, RecordBatch};
     use arrow_schema::{DataType, Field, Schema};
-    use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+    use snapcut_core::snapshot::{StateCapture, StateKind};
     use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
     use std::sync::Arc;
 
@@ -566,19 +566,7 @@ fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
             batch: batch(vec![id as f64, 0.5], id > 1),
             filter: None,
         };
-        let snapshot = TaskSnapshot {
-            task: agg(),
-            state: Some(state),
-            state_runs: None,
-            channels: vec![],
-            source_offset: None,
-            alignment_nanos: 0,
-            sent_seq: Vec::new(),
-            taken_seq: Vec::new(),
-        };
-        store.task_snapshot(id, snapshot).unwrap();
-        store.commit(meta(id, false)).unwrap();
-        assert!(store.wait_for_compactions(WAIT));
+        commit_capture(&store, id, state);
     }
     let stats = store.compaction_stats();
     assert_eq!(
@@ -594,6 +582,29 @@ fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
     );
 }
 
+/// Commits checkpoint `id` with task agg-0's state `capture` alone, then
+/// waits for the compactions the commit handed over.
+fn commit_capture(store: &SnapshotStore, id: u64, capture: snapcut_core::snapshot::StateCapture) {
+    use snapcut_core::snapshot::{SnapshotSink, TaskSnapshot};
+    store
+        .task_snapshot(
+            id,
+            TaskSnapshot {
+                task: agg(),
+                state: Some(capture),
+                state_runs: None,
+                channels: Vec::new(),
+                source_offset: None,
+                alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
+            },
+        )
+        .unwrap();
+    store.commit(meta(id, false)).unwrap();
+    assert!(store.wait_for_compactions(WAIT));
+}
+
 /// A state with a nested column (a list a key), which a file cannot be
 /// streamed with: the compactor merges it in memory, and the merged runs
 /// restore what was captured.
@@ -604,7 +615,7 @@ fn a_state_with_a_nested_column_is_compacted_whole() {
     use arrow_array::types::Int64Type;
     use arrow_array::{Array, BooleanArray, RecordBatch};
     use arrow_schema::{DataType, Field, Schema};
-    use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+    use snapcut_core::snapshot::{StateCapture, StateKind};
     use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
     use std::sync::Arc;
 
@@ -674,23 +685,7 @@ fn a_state_with_a_nested_column_is_compacted_whole() {
                 filter: None,
             }
         };
-        store
-            .task_snapshot(
-                id,
-                TaskSnapshot {
-                    task: agg(),
-                    state: Some(capture),
-                    state_runs: None,
-                    channels: Vec::new(),
-                    source_offset: None,
-                    alignment_nanos: 0,
-                    sent_seq: Vec::new(),
-                    taken_seq: Vec::new(),
-                },
-            )
-            .unwrap();
-        store.commit(meta(id, false)).unwrap();
-        assert!(store.wait_for_compactions(WAIT));
+        commit_capture(&store, id, capture);
     }
     let stats = store.compaction_stats();
     assert!(stats.adopted >= 1 && stats.failed == 0, "{stats:?}");
@@ -727,7 +722,7 @@ fn a_state_with_a_nested_column_is_compacted_whole() {
 fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
     use arrow_array::{BooleanArray, RecordBatch};
     use arrow_schema::{DataType, Field, FieldRef, Schema};
-    use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateKind, TaskSnapshot};
+    use snapcut_core::snapshot::{StateCapture, StateKind};
     use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA};
     use std::sync::Arc;
 
@@ -781,23 +776,7 @@ fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
                 filter: None,
             }
         };
-        store
-            .task_snapshot(
-                id,
-                TaskSnapshot {
-                    task: agg(),
-                    state: Some(capture),
-                    state_runs: None,
-                    channels: Vec::new(),
-                    source_offset: None,
-                    alignment_nanos: 0,
-                    sent_seq: Vec::new(),
-                    taken_seq: Vec::new(),
-                },
-            )
-            .unwrap();
-        store.commit(meta(id, false)).unwrap();
-        assert!(store.wait_for_compactions(WAIT));
+        commit_capture(&store, id, capture);
     }
     let stats = store.compaction_stats();
     assert!(stats.adopted >= 1 && stats.failed == 0, "{stats:?}");

@@ -179,8 +179,7 @@ pub fn run_order(batch: &RecordBatch, key: &str) -> Result<Option<UInt32Array>> 
 /// `batch` sorted by its column `key` (as it is if it already is); a key
 /// twice, or a batch that is not a run's, is an `Error::Config`.
 fn sorted_by_key(batch: RecordBatch, key: &str) -> Result<RecordBatch> {
-    let shape = shape(&batch, key)?;
-    match sort_order(batch.column(shape.key_col).as_ref(), key)? {
+    match run_order(&batch, key)? {
         None => Ok(batch),
         Some(order) => take_record_batch(&batch, &order)
             .map_err(|e| Error::Config(format!("sorting a run's batch by '{key}' failed: {e}"))),
