@@ -160,7 +160,8 @@ pub struct CompactionStats {
     /// Outputs thrown away: their inputs were superseded or pruned.
     pub discarded: u64,
     /// Jobs that failed (an input unreadable, a state whose keys runs do
-    /// not order); the state stays as it was.
+    /// not order, a file under `compacting/` that could not be written);
+    /// the state stays as it was.
     pub failed: u64,
     /// Tasks not compacted any more: their runs could not be merged.
     pub refused: u64,

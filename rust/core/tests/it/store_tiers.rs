@@ -714,12 +714,48 @@ fn a_state_with_a_nested_column_is_compacted_whole() {
     assert_eq!(got, model);
 }
 
-/// A full in capture order (an in-memory aggregate's) is sorted for its
-/// base merge through a file of the staging directory, a chunk at a time,
-/// not in memory: the merged base restores what was captured, and no
-/// scratch file is left behind.
-#[test]
-fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
+/// Task agg-0's capture at checkpoint `id` of a chain over `keys` (more
+/// than a streamed file's chunk, in an order no sort gives): at 1 a full
+/// in capture order (an in-memory aggregate's), after it a diff that
+/// rewrites ten keys and deletes one; `model` follows.
+fn capture_order_capture(
+    keys: &[i64],
+    id: u64,
+    model: &mut BTreeMap<i64, i64>,
+) -> snapcut_core::snapshot::StateCapture {
+    use arrow_array::RecordBatch;
+    use arrow_schema::Schema;
+    use snapcut_core::snapshot::{StateCapture, StateKind};
+    use snapcut_core::state::KEY_METADATA;
+    use std::sync::Arc;
+
+    let metadata: std::collections::HashMap<String, String> =
+        [(KEY_METADATA.to_string(), "k".to_string())].into();
+    if id == 1 {
+        model.extend(keys.iter().map(|&k| (k, k)));
+        let full_schema = Arc::new(Schema::new_with_metadata(
+            schema().fields().clone(),
+            metadata,
+        ));
+        let batch = rows(keys.iter().copied(), 0);
+        return StateCapture {
+            kind: StateKind::Full,
+            batch: RecordBatch::try_new(full_schema, batch.columns().to_vec()).unwrap(),
+            filter: None,
+        };
+    }
+    let changed: Vec<i64> = (0..10).map(|i| keys[(id as usize) * 1000 + i]).collect();
+    diff_capture(&changed, keys[id as usize * 7], id, model)
+}
+
+/// Task agg-0's diff at checkpoint `id` (on `id - 1`): `changed` rewritten
+/// to `k + 100 id`, `gone` deleted; `model` follows.
+fn diff_capture(
+    changed: &[i64],
+    gone: i64,
+    id: u64,
+    model: &mut BTreeMap<i64, i64>,
+) -> snapcut_core::snapshot::StateCapture {
     use arrow_array::{BooleanArray, RecordBatch};
     use arrow_schema::{DataType, Field, FieldRef, Schema};
     use snapcut_core::snapshot::{StateCapture, StateKind};
@@ -728,10 +764,6 @@ fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
 
     let metadata: std::collections::HashMap<String, String> =
         [(KEY_METADATA.to_string(), "k".to_string())].into();
-    let full_schema = Arc::new(Schema::new_with_metadata(
-        schema().fields().clone(),
-        metadata.clone(),
-    ));
     let mut diff_fields: Vec<FieldRef> = schema().fields().iter().cloned().collect();
     diff_fields.push(Arc::new(Field::new(
         DELETED_COLUMN,
@@ -739,43 +771,53 @@ fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
         false,
     )));
     let diff_schema = Arc::new(Schema::new_with_metadata(diff_fields, metadata));
-    // More keys than a streamed file's chunk (65,536), in an order no sort
-    // gives (7919 is prime to N: a permutation).
+    let mut all = changed.to_vec();
+    all.push(gone);
+    let batch = rows(all, 100 * id as i64);
+    let mut deleted = vec![false; changed.len()];
+    deleted.push(true);
+    for &k in changed {
+        model.insert(k, k + 100 * id as i64);
+    }
+    model.remove(&gone);
+    let mut columns = batch.columns().to_vec();
+    columns.push(Arc::new(BooleanArray::from(deleted)));
+    StateCapture {
+        kind: StateKind::Diff { base: id - 1 },
+        batch: RecordBatch::try_new(diff_schema, columns).unwrap(),
+        filter: None,
+    }
+}
+
+/// 150,001 keys (more than a streamed file's chunk, 65,536) in an order no
+/// sort gives (7919 is prime to N: a permutation).
+fn permuted_keys() -> Vec<i64> {
     const N: i64 = 150_001;
-    let keys: Vec<i64> = (0..N).map(|i| (i * 7919) % N).collect();
+    (0..N).map(|i| (i * 7919) % N).collect()
+}
+
+/// The names under `compacting/` ending in `suffix`.
+fn compacting_files(root: &std::path::Path, suffix: &str) -> Vec<String> {
+    fs::read_dir(root.join(COMPACTING_DIR))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(suffix))
+        .collect()
+}
+
+/// A full in capture order (an in-memory aggregate's) is sorted for its
+/// base merge through a file of the staging directory, a chunk at a time,
+/// not in memory: the merged base restores what was captured, and no
+/// scratch file is left behind.
+#[test]
+fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
+    let keys = permuted_keys();
     let dir = tempfile::tempdir().unwrap();
     // One diff on the full calls for a base merge.
     let store = SnapshotStore::open(dir.path(), options(10, 1)).unwrap();
-    let mut model: BTreeMap<i64, i64> = keys.iter().map(|&k| (k, k)).collect();
+    let mut model = BTreeMap::new();
     for id in 1..=4u64 {
-        let capture = if id == 1 {
-            let batch = rows(keys.iter().copied(), 0);
-            StateCapture {
-                kind: StateKind::Full,
-                batch: RecordBatch::try_new(full_schema.clone(), batch.columns().to_vec()).unwrap(),
-                filter: None,
-            }
-        } else {
-            // Ten keys rewritten, one deleted.
-            let changed: Vec<i64> = (0..10).map(|i| keys[(id as usize) * 1000 + i]).collect();
-            let gone = keys[id as usize * 7];
-            let mut all = changed.clone();
-            all.push(gone);
-            let batch = rows(all, 100 * id as i64);
-            let mut deleted = vec![false; changed.len()];
-            deleted.push(true);
-            for &k in &changed {
-                model.insert(k, k + 100 * id as i64);
-            }
-            model.remove(&gone);
-            let mut columns = batch.columns().to_vec();
-            columns.push(Arc::new(BooleanArray::from(deleted)));
-            StateCapture {
-                kind: StateKind::Diff { base: id - 1 },
-                batch: RecordBatch::try_new(diff_schema.clone(), columns).unwrap(),
-                filter: None,
-            }
-        };
+        let capture = capture_order_capture(&keys, id, &mut model);
         commit_capture(&store, id, capture);
     }
     let stats = store.compaction_stats();
@@ -789,10 +831,85 @@ fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
     );
     store.reader().verify(4).unwrap();
     assert_eq!(state_of(store.reader(), 4), model);
-    let left: Vec<String> = fs::read_dir(dir.path().join(COMPACTING_DIR))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".sorted.tmp"))
+    let left = compacting_files(dir.path(), ".sorted.tmp");
+    assert!(left.is_empty(), "scratch files left: {left:?}");
+}
+
+/// The sorted scratch copy cannot be written (here a directory stands at
+/// its name, as a full disk or an unwritable `compacting/` would fail
+/// it): the job counts as failed, nothing is adopted, every checkpoint
+/// restores what it captured and nothing is left under `compacting/`;
+/// once the copy can be written, a later commit plans the merge again.
+#[test]
+fn a_sorted_copy_that_cannot_be_written_fails_the_job_and_loses_nothing() {
+    let keys = permuted_keys();
+    let dir = tempfile::tempdir().unwrap();
+    let store = SnapshotStore::open(dir.path(), options(10, 1)).unwrap();
+    let mut model = BTreeMap::new();
+    let capture = capture_order_capture(&keys, 1, &mut model);
+    commit_capture(&store, 1, capture);
+    let full = state_entry(&store.reader().manifest(1).unwrap()).runs[0].clone();
+    assert_eq!(full.kind, FileKind::Full);
+    let blocker = dir
+        .path()
+        .join(COMPACTING_DIR)
+        .join(format!("{}-{}.sorted.tmp", full.checkpoint, full.path));
+    fs::create_dir_all(&blocker).unwrap();
+    let mut models = vec![model.clone()];
+    for id in 2..=3u64 {
+        let capture = capture_order_capture(&keys, id, &mut model);
+        commit_capture(&store, id, capture);
+        models.push(model.clone());
+    }
+    let stats = store.compaction_stats();
+    assert!(
+        stats.failed >= 1 && stats.refused == 0,
+        "the merge failed, and is not refused for good: {stats:?}"
+    );
+    for id in 1..=3u64 {
+        store.reader().verify(id).unwrap();
+        assert_eq!(state_of(store.reader(), id), models[id as usize - 1]);
+    }
+    let m = store.reader().manifest(3).unwrap();
+    let runs = &state_entry(&m).runs;
+    assert!(
+        runs.iter()
+            .all(|r| r.kind != FileKind::Full || r.merges.len() == 1),
+        "no merged base listed: {runs:?}"
+    );
+    // (A tier merge of the diffs needs no sorted copy: its output may wait
+    // there for the next commit.)
+    let left: Vec<String> = compacting_files(dir.path(), ".tmp")
+        .into_iter()
+        .filter(|n| blocker.file_name().unwrap() != n.as_str())
         .collect();
     assert!(left.is_empty(), "scratch files left: {left:?}");
+
+    // Once the copy can be written, a diff that outgrows a quarter of the
+    // full calls for a base merge again, and a later commit adopts it.
+    fs::remove_dir(&blocker).unwrap();
+    let capture = diff_capture(&keys[..40_000], keys[40_007], 4, &mut model);
+    commit_capture(&store, 4, capture);
+    let merged_base = |id: u64| {
+        let m = store.reader().manifest(id).unwrap();
+        state_entry(&m)
+            .runs
+            .iter()
+            .any(|r| r.kind == FileKind::Full && r.merges.len() > 1)
+    };
+    // (A tier merge handed over before may be adopted first.)
+    let mut last = 4;
+    while !merged_base(last) {
+        last += 1;
+        assert!(
+            last <= 8,
+            "no base merge adopted by checkpoint 8: {:?}",
+            store.compaction_stats()
+        );
+        let capture = capture_order_capture(&keys, last, &mut model);
+        commit_capture(&store, last, capture);
+    }
+    store.reader().verify(last).unwrap();
+    assert_eq!(state_of(store.reader(), last), model);
+    assert!(compacting_files(dir.path(), ".sorted.tmp").is_empty());
 }
