@@ -7,7 +7,8 @@
 # --remote (Spark Connect) among the extra args, to chaos-spark-connect.jsonl;
 # with --step tws (the transformWithState job), to chaos-spark-tws.jsonl; with
 # --state-memory (state spilling past a budget), to
-# bench/results/chaos_spark_spill/chaos-spark-spill.jsonl; with --state-root s3
+# bench/results/chaos_spark_spill/chaos-spark-spill.jsonl (with --step tws too,
+# chaos-spark-tws-spill.jsonl there); with --state-root s3
 # (the state root on moto's S3), to bench/results/chaos_spark_s3/chaos-spark-s3.jsonl.
 # Usage: bash bench/chaos_spark.sh CHUNKS RUNS SEED [extra snapcut chaos args]
 set -u
@@ -17,7 +18,9 @@ out=$(dirname "$0")/results/chaos_spark/chaos-spark.jsonl
 case " $* " in *" --remote "*) out=${out%.jsonl}-connect.jsonl ;; esac
 case " $* " in *" --step tws "*) out=${out%.jsonl}-tws.jsonl ;; esac
 case " $* " in
-  *" --state-memory "*) out=$(dirname "$0")/results/chaos_spark_spill/chaos-spark-spill.jsonl ;;
+  *" --state-memory "*)
+    out=$(dirname "$0")/results/chaos_spark_spill/chaos-spark-spill.jsonl
+    case " $* " in *" --step tws "*) out=${out%/*}/chaos-spark-tws-spill.jsonl ;; esac ;;
 esac
 case " $* " in
   *" --state-root s3 "*) out=$(dirname "$0")/results/chaos_spark_s3/chaos-spark-s3.jsonl ;;

@@ -1,8 +1,9 @@
 """Sums the chunk summaries `bench/chaos_all.sh` (and `bench/chaos_spark.sh`,
 rows "spark", for its --remote chunks "spark-connect", and for its --step tws
 chunks "spark-tws", for its --state-memory chunks "spark-spill" (folder
-`chaos_spark_spill`), for its --state-root s3 chunks "spark-s3" (folder
-`chaos_spark_s3`); `bench/chaos_spark_tables.sh`, rows "spark-delta",
+`chaos_spark_spill`; "spark-tws-spill" with --step tws too), for its
+--state-root s3 chunks "spark-s3" (folder `chaos_spark_s3`);
+`bench/chaos_spark_tables.sh`, rows "spark-delta",
 "spark-iceberg" and their "-cluster" chunks, with the tables' commit counts)
 wrote into one row per protocol. Arguments: the results root, and the folder
 of the local runtime's chunks (default `chaos`; `chaos_compaction` for the
@@ -36,12 +37,13 @@ def main(
         "spark-connect",
         "spark-tws",
         "spark-spill",
+        "spark-tws-spill",
         "spark-s3",
         *TABLES,
     ):
         folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
-        folder = "chaos_spark_spill" if p == "spark-spill" else folder
+        folder = "chaos_spark_spill" if p.endswith("spark-spill") else folder
         folder = "chaos_spark_s3" if p == "spark-s3" else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if path.exists():

@@ -25,7 +25,8 @@ One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
   state partition's task, attempt 0: the driver lives on and Spark retries
   the task; with ``--state-memory`` also ``spill.after_run`` and
   ``spill.merged``, inside a spilling state table's flush and merge (Rust
-  crash points the task arms for itself alone);
+  crash points the task arms for itself alone), and ``input.part_sent``, in
+  a batch applied in parts (level 1 and transformWithState alike);
 - ``executor_sigkill`` (``--master local-cluster[...]`` only): the harness
   SIGKILLs one executor JVM with its Python workers at a random moment;
   Spark re-runs its tasks elsewhere.
@@ -247,8 +248,6 @@ class SparkOptions:
         skip = set(STAGE_POINTS if self.output != "arrow" else TABLE_POINTS)
         if self.state_memory is None:
             skip |= set(failpoints.RUST_POINTS) | set(failpoints.INPUT_POINTS)
-        elif self.step != "aggregate":
-            skip |= set(failpoints.INPUT_POINTS)  # (only level 1 applies a batch in parts)
         return tuple(p for p in failpoints.POINTS if p not in skip)
 
     def table(self, run_dir: Path) -> TableTarget | None:
