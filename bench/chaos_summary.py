@@ -43,7 +43,7 @@ def main(
     ):
         folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
-        folder = "chaos_spark_spill" if p.endswith("spark-spill") else folder
+        folder = "chaos_spark_spill" if p in ("spark-spill", "spark-tws-spill") else folder
         folder = "chaos_spark_s3" if p == "spark-s3" else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if path.exists():
