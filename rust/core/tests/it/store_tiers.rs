@@ -796,6 +796,16 @@ fn permuted_keys() -> Vec<i64> {
     (0..N).map(|i| (i * 7919) % N).collect()
 }
 
+/// Whether checkpoint `id` of agg-0 lists a base that merged runs (a full
+/// written by a base merge, not by the task).
+fn lists_merged_base(store: &SnapshotStore, id: u64) -> bool {
+    let m = store.reader().manifest(id).unwrap();
+    state_entry(&m)
+        .runs
+        .iter()
+        .any(|r| r.kind == FileKind::Full && r.merges.len() > 1)
+}
+
 /// The names under `compacting/` ending in `suffix`.
 fn compacting_files(root: &std::path::Path, suffix: &str) -> Vec<String> {
     fs::read_dir(root.join(COMPACTING_DIR))
@@ -822,12 +832,10 @@ fn a_full_in_capture_order_is_merged_through_a_sorted_staging_file() {
     }
     let stats = store.compaction_stats();
     assert!(stats.adopted >= 1 && stats.failed == 0, "{stats:?}");
-    let m = store.reader().manifest(4).unwrap();
-    let runs = &state_entry(&m).runs;
     assert!(
-        runs.iter()
-            .any(|r| r.kind == FileKind::Full && r.merges.len() > 1),
-        "the full merged into a new base: {runs:?}"
+        lists_merged_base(&store, 4),
+        "the full merged into a new base: {:?}",
+        state_entry(&store.reader().manifest(4).unwrap()).runs
     );
     store.reader().verify(4).unwrap();
     assert_eq!(state_of(store.reader(), 4), model);
@@ -870,12 +878,10 @@ fn a_sorted_copy_that_cannot_be_written_fails_the_job_and_loses_nothing() {
         store.reader().verify(id).unwrap();
         assert_eq!(state_of(store.reader(), id), models[id as usize - 1]);
     }
-    let m = store.reader().manifest(3).unwrap();
-    let runs = &state_entry(&m).runs;
     assert!(
-        runs.iter()
-            .all(|r| r.kind != FileKind::Full || r.merges.len() == 1),
-        "no merged base listed: {runs:?}"
+        !lists_merged_base(&store, 3),
+        "no merged base listed: {:?}",
+        state_entry(&store.reader().manifest(3).unwrap()).runs
     );
     // (A tier merge of the diffs needs no sorted copy: its output may wait
     // there for the next commit.)
@@ -890,16 +896,9 @@ fn a_sorted_copy_that_cannot_be_written_fails_the_job_and_loses_nothing() {
     fs::remove_dir(&blocker).unwrap();
     let capture = diff_capture(&keys[..40_000], keys[40_007], 4, &mut model);
     commit_capture(&store, 4, capture);
-    let merged_base = |id: u64| {
-        let m = store.reader().manifest(id).unwrap();
-        state_entry(&m)
-            .runs
-            .iter()
-            .any(|r| r.kind == FileKind::Full && r.merges.len() > 1)
-    };
     // (A tier merge handed over before may be adopted first.)
     let mut last = 4;
-    while !merged_base(last) {
+    while !lists_merged_base(&store, last) {
         last += 1;
         assert!(
             last <= 8,
