@@ -16,7 +16,7 @@ import pytest
 
 import snapcut
 from snapcut import ConfigError, SnapshotError, StateTable, StorageError, snapshots
-from snapcut._core import SnapshotStore
+from snapcut._core import SnapshotStore, StateRuns
 from snapcut._core import format as fmt
 
 SCHEMA = pa.schema([pa.field("k", pa.int64(), nullable=False), ("v", pa.int64())])
@@ -234,6 +234,46 @@ def test_a_local_state_file_is_encoded_into_its_file_as_the_bytes_a_remote_one_g
     with pytest.raises(SnapshotError, match="no key column"):
         w.write_state(4, "agg", 2, table, key="nope")
     assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_a_state_file_written_with_direct_io_has_the_same_bytes(tmp_path: Path) -> None:
+    """`direct_io=True` (O_DIRECT where the filesystem takes it) changes how
+    the bytes reach the disk, not which: a full from a table and a diff from
+    a capture's runs (with its filter) past a 4 MiB chunk and an
+    unaligned tail read back identical to the buffered writer's files."""
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    n = 400_001
+    table = StateTable(schema, "k", state_memory="8MB", spill_dir=str(tmp_path / "spill"))
+    table.update(pa.table({"k": list(range(n)), "v": list(range(n))}, schema=schema))
+    full = table.checkpoint(1)[2]
+    table.checkpoint_committed(1)
+    table.update(pa.table({"k": list(range(0, n, 3)), "v": [7] * len(range(0, n, 3))}))
+    table.delete(pa.array([1, 2, 4]))
+    _, kind, runs = table.checkpoint_streamed(2)
+    assert kind == "diff" and isinstance(runs, StateRuns)
+    written = {}
+    for direct in (False, True):
+        root = tmp_path / f"direct-{direct}"
+        w = snapshots.SnapshotWriter(root, direct_io=direct)
+        e1 = w.write_state(1, "agg", 0, full, key="k", sort=True, base_chain=[])
+        e2 = w.write_state(2, "agg", 0, runs, key="k", kind="diff", base_chain=[1])
+        w.commit(1, [e1])
+        w.commit(2, [e2])
+        assert "filter" in e2
+        files = [
+            root / "chk-00000001" / e1["path"],
+            root / "chk-00000002" / e2["path"],
+            root / "chk-00000002" / e2["filter"]["path"],
+        ]
+        written[direct] = (e1, e2, [f.read_bytes() for f in files])
+    assert written[True] == written[False]
+    assert len(written[True][2][0]) > 4 << 20  # past a direct write's 4 MiB chunk
+    snaps = snapshots.open(tmp_path / "direct-True")
+    assert snaps.verify() == {1: None, 2: None}
+    state = snaps[2].state("agg", 0)
+    assert state is not None and state.num_rows == n - 3
+    with pytest.raises(ConfigError, match="direct_io must be a bool"):
+        snapshots.SnapshotWriter(tmp_path / "x", direct_io="yes")  # type: ignore[arg-type]
 
 
 def test_duckdb_reads_a_state_file_directly(tmp_path: Path) -> None:

@@ -62,6 +62,7 @@ def write_state_file(
     base: int | None = None,
     sort: bool = False,
     chain_at: tuple[int, list[int]] | None = None,
+    direct_io: bool = False,
 ) -> _Entry: ...
 def encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
 def encode_channel(

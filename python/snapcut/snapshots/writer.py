@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import SnapshotError, StateRuns
+from snapcut._core import ConfigError, SnapshotError, StateRuns
 from snapcut._core import format as fmt
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import (
@@ -54,8 +54,13 @@ class SnapshotWriter:
     every entry. Rewriting a file with the same content is idempotent.
     """
 
-    def __init__(self, root: str | os.PathLike[str], filesystem: Any = None) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], filesystem: Any = None, direct_io: bool = False
+    ) -> None:
         self.fs, self.root = _fs.resolve(root, filesystem)
+        if not isinstance(direct_io, bool):
+            raise ConfigError(f"direct_io must be a bool, got {direct_io!r}")
+        self.direct_io = direct_io
 
     def _dir(self, checkpoint_id: int) -> str:
         return f"{self.root}/{checkpoint_dir_name(checkpoint_id)}"
@@ -117,7 +122,17 @@ class SnapshotWriter:
         except OSError as e:
             raise _fs.storage_error(e, self.fs, f"creating {local_dir}", local_dir) from e
         entry = fmt.write_state_file(
-            local_dir, suffix, vertex, subtask, table, key, kind, base, sort, chain_at
+            local_dir,
+            suffix,
+            vertex,
+            subtask,
+            table,
+            key,
+            kind,
+            base,
+            sort,
+            chain_at,
+            direct_io=self.direct_io,
         )
         for name in ([entry["filter"]["path"]] if "filter" in entry else []) + [entry["path"]]:
             local = os.path.join(local_dir, name)

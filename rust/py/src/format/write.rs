@@ -162,10 +162,11 @@ fn write_state_files(
     rows: StateRows,
     key: &str,
     sort: bool,
+    direct_io: bool,
     entry: &mut FileEntry,
 ) -> Result<(), Error> {
     let diff = entry.kind == Some(store::FileKind::Diff);
-    let fsync = store::Fsync::new(store::FsyncMode::PerFile);
+    let fsync = store::Fsync::new(store::FsyncMode::PerFile).with_direct_io(direct_io);
     let tmp = dir.join(format!("{}{tmp_suffix}", entry.path));
     let filter_tmp = |entry: &FileEntry| {
         (entry.filter.as_ref()).map(|f| dir.join(format!("{}{tmp_suffix}", f.path)))
@@ -268,7 +269,7 @@ type EncodedState<'py> = (
 /// `tmp_suffix`). Returns the entry; the caller renames the files into
 /// place (their names without the suffix), the filter first.
 #[pyfunction]
-#[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
+#[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None, direct_io = false))]
 #[allow(clippy::too_many_arguments)]
 fn write_state_file<'py>(
     py: Python<'py>,
@@ -282,13 +283,14 @@ fn write_state_file<'py>(
     base: Option<u64>,
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
+    direct_io: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let (rows, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
     let t = task(vertex, subtask);
     let entry = py
         .detach(|| {
             let mut entry = new_state_entry(&t, key, diff, base, chain_at.as_ref());
-            write_state_files(&dir, tmp_suffix, rows, key, sort, &mut entry)?;
+            write_state_files(&dir, tmp_suffix, rows, key, sort, direct_io, &mut entry)?;
             Ok::<_, Error>(entry)
         })
         .map_py()?;
