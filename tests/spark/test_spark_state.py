@@ -181,6 +181,50 @@ def test_a_batch_past_the_workers_input_share_is_applied_in_parts_of_whole_keys(
     assert have == expected_totals(events)
 
 
+def test_apply_in_pandas_with_state_past_the_workers_input_share_comes_in_parts(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Level 3 under ``state_memory="2MB"`` (a task holds 512 KiB of its
+    input): batches of 60k rows over 2 partitions (~720 KB a partition) are
+    applied in parts of whole keys, and give each user the same output row a
+    batch, and the same state, as the same query with no budget (taken whole;
+    its parity with Spark's own ``applyInPandasWithState`` is tested above
+    and in test_spark_group_state_parity)."""
+    frames = dwell_frames(files=3, rows=60_000, users=10_000, seed=43)
+    directory = write_inputs(tmp_path / "events", frames)
+    out_schema = "user long, count long, total long"
+    runs = {}
+    progress: dict[str, list[Any]] = {"parts": [], "whole": []}
+    for name, memory in (("parts", "2MB"), ("whole", None)):
+        keyed = keyed_state(
+            stream(spark, directory),
+            "user",
+            str(tmp_path / name),
+            2,
+            name=name,
+            state_memory=memory,
+        )
+        df = keyed.apply_in_pandas_with_state(
+            dwell_func, out_schema, "count long, total long", "update", GroupStateTimeout.NoTimeout
+        )
+        runs[name] = run_to_end(df, tmp_path / f"chk-{name}", progress=progress[name])
+    assert sorted(runs["parts"]) == sorted(runs["whole"]) == [0, 1, 2]
+    for b in range(3):
+        got, want = rows_of(runs["parts"][b], ["user"]), rows_of(runs["whole"][b], ["user"])
+        assert got == want and len(got) == len(set(frames[b]["user"]))
+    for name, spilled in (("parts", 60_000), ("whole", 0)):
+        figures = [metrics.observed(p, name) for p in progress[name]]
+        assert len(figures) == 3, progress[name]
+        for f in figures:
+            assert f is not None and f["rows_in"] == 60_000, f
+            assert f["input_rows_spilled"] == spilled, f
+    have = {
+        r["user"]: (r["count"], r["total"])
+        for r in read_state_arrow(str(tmp_path / "parts")).to_pylist()
+    }
+    assert have == expected_totals(pd.concat(frames, ignore_index=True))
+
+
 @pytest.mark.both_sessions
 def test_three_levels_and_apply_in_pandas_with_state_agree(
     spark: Any, dwell: tuple[Path, pd.DataFrame], tmp_path: Path

@@ -13,7 +13,7 @@ build their Rust helpers lazily in the worker.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from snapcut._core import ConfigError, KeyedAggregates, StateTable, TaskError
 from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN, GroupState, GroupStateTimeout
 from snapcut.spark.keys import KEY_COLUMN, distinct, with_state_key
+from snapcut.spark.state.key_parts import KEYS_PER_STEP
 from snapcut.spark.state.partition import NO_EVENT_TIME, BatchInfo
 from snapcut.spark.state_values import StateField
 
@@ -318,32 +319,97 @@ class PandasGroupProcessor(BatchFunctionProcessor):
         cuts.append(end)
         return [frame.iloc[a:b].reset_index(drop=True) for a, b in itertools.pairwise(cuts)]
 
+    @property
+    def by_key_parts(self) -> bool:
+        """A batch may come in parts of whole keys (:meth:`process_parts`):
+        a call sees only its key's rows and state."""
+        return True
+
     def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
-        rows = self._prepare(rows, info)
-        key_type = self.state_schema.field(self.state_key).type
-        if rows.num_rows:
+        outs = list(self.process_parts(table, [rows], info))
+        if not outs:
+            return self.output_schema.empty_table()
+        return outs[0] if len(outs) == 1 else pa.concat_tables(outs)
+
+    def process_parts(
+        self, table: StateTable, parts: Iterable[pa.Table], info: BatchInfo
+    ) -> Iterator[pa.Table]:
+        """The batch's calls over `parts` (each holding whole keys; one part:
+        the whole batch): each part's keys in key order, then the keys whose
+        timeout passed, each with one empty frame, as Spark times them out
+        after the keys with data (their state as the batch left it: a key
+        that had data holds no timeout its call did not set, and a timeout
+        set is after the threshold). At most :data:`KEYS_PER_STEP` keys
+        have their state read, their calls made and their changes written
+        back at a time; yields each step's output (none if it had none).
+        ``late_rows`` and ``timed_out_keys`` are the batch's once the parts
+        are exhausted."""
+        late = 0
+        empty: Any = None
+        for part in parts:
+            rows = self._prepare(part, info)
+            late += self.late_rows
+            user_cols = [c for c in rows.column_names if c != KEY_COLUMN]
+            if empty is None:
+                # What a timed-out key's call gets: one empty frame of the input's columns.
+                empty = self.to_pandas(rows.select(user_cols).schema.empty_table())
+            if rows.num_rows == 0:
+                continue
             # Spark's order: groups sorted by the grouping columns, nulls first.
             order = pc.sort_indices(
                 rows, sort_keys=[(k, "ascending") for k in self.key], null_placement="at_start"
             )
             rows = rows.take(order)
-        bounds = _run_bounds(rows[self.state_key]) if rows.num_rows else []
-        starts = pa.array([b[0] for b in bounds], pa.int64())
-        keys = _plain_array(rows[self.state_key].take(starts)) if bounds else pa.array([], key_type)
-        expired = self._expired(table, info, keys)
-        if len(keys) == 0 and len(expired) == 0:
-            return self.output_schema.empty_table()
+            del order
+            bounds = _run_bounds(rows[self.state_key])
+            frame = self.to_pandas(rows.select(user_cols))
+            starts = pa.array([b[0] for b in bounds], pa.int64())
+            keys = _plain_array(rows[self.state_key].take(starts))
+            data_keys = rows.select(list(self.key)).take(starts)
+            del rows, starts
+            for first in range(0, len(keys), KEYS_PER_STEP):
+                stop = first + KEYS_PER_STEP
+                calls = [
+                    (k, tuple(d[c] for c in self.key), start, end)
+                    for k, d, (start, end) in zip(
+                        keys[first:stop].to_pylist(),
+                        data_keys.slice(first, KEYS_PER_STEP).to_pylist(),
+                        bounds[first:stop],
+                        strict=True,
+                    )
+                ]
+                out = self._calls(table, keys[first:stop], calls, frame, info)
+                if out is not None:
+                    yield out
+        expired = self._expired(table, info, pa.array([], pa.null()))
+        if len(expired):
+            if empty is None:
+                raise TaskError(
+                    "a level-3 batch came with no part at all: its input's columns are unknown"
+                )
+            for first in range(0, len(expired), KEYS_PER_STEP):
+                step = expired[first : first + KEYS_PER_STEP]
+                timed_out = [(k, None, 0, 0) for k in step.to_pylist()]
+                out = self._calls(table, step, timed_out, empty, info)
+                if out is not None:
+                    yield out
+        self.late_rows = late
+        self.timed_out_keys = len(expired)
+
+    def _calls(
+        self,
+        table: StateTable,
+        skeys: pa.Array,
+        calls: Sequence[tuple[Any, tuple[Any, ...] | None, int, int]],
+        frame: Any,
+        info: BatchInfo,
+    ) -> pa.Table | None:
+        """One step's calls: `calls` are (state key, grouping key or None for
+        a timed-out key, rows [start, end) of `frame`); their state is read
+        at once, and their changes written back before the output returns."""
         assert self.func is not None
-        user_cols = [c for c in rows.column_names if c != KEY_COLUMN]
-        frame = self.to_pandas(rows.select(user_cols))
-        empty_input = self.to_pandas(rows.select(user_cols).schema.empty_table())
-        data_keys = rows.select(list(self.key)).take(starts).to_pylist()
-        calls: list[tuple[Any, int, int, bool]] = [
-            (k, start, end, False) for k, (start, end) in zip(keys.to_pylist(), bounds, strict=True)
-        ]
-        calls += [(k, 0, 0, True) for k in expired.to_pylist()]
-        all_keys = pa.concat_arrays([keys, _plain_array(expired)])
-        current, present = table.lookup(all_keys)
+        key_type = self.state_schema.field(self.state_key).type
+        current, present = table.lookup(skeys)
         fields = self._state_fields()
         # The stored values as Spark's GroupState gets them; the rest as they are.
         values = [fields[c].from_arrow(current.column(c)) for c in self.value_columns]
@@ -354,12 +420,13 @@ class PandasGroupProcessor(BatchFunctionProcessor):
         frames: list[Any] = []
         new_rows: list[dict[str, Any]] = []
         removed: list[Any] = []
-        for i, (skey, start, end, timed_out) in enumerate(calls):
+        for i, (skey, data_key, start, end) in enumerate(calls):
             row = current_rows[i]
             stored = bool(presence[i])
             defined = stored and (not has_timeout or bool(row[DEFINED_COLUMN]))
             value = tuple(col[i] for col in values) if defined else None
             old_timeout = row.get(TIMEOUT_COLUMN) if stored else None
+            timed_out = data_key is None
             gs = GroupState.for_call(
                 value,
                 info.processing_time_ms,
@@ -368,11 +435,11 @@ class PandasGroupProcessor(BatchFunctionProcessor):
                 timed_out,
                 info.watermark_present,
             )
-            if timed_out:
+            if data_key is None:
                 key_tuple = tuple(row[k] for k in self.key)
-                chunks: Iterator[Any] = iter([empty_input.copy()])
+                chunks: Iterator[Any] = iter([frame.copy()])
             else:
-                key_tuple = tuple(data_keys[i][k] for k in self.key)
+                key_tuple = data_key
                 chunks = iter(self._chunks(frame, start, end))
             result = self.func(key_tuple, chunks, gs)
             if result is not None:
@@ -406,7 +473,7 @@ class PandasGroupProcessor(BatchFunctionProcessor):
         if removed:
             table.delete(pa.array(removed, key_type))
         if not frames:
-            return self.output_schema.empty_table()
+            return None
         import pandas as pd
 
         return conform(

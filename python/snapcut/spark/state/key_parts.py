@@ -27,11 +27,16 @@ import pyarrow.compute as pc
 from snapcut._core import key_buckets
 from snapcut.spark.keys import KEY_COLUMN, state_key, with_state_key
 
-__all__ = ["BUCKETS", "hold", "input_held_bytes", "key_parts"]
+__all__ = ["BUCKETS", "KEYS_PER_STEP", "hold", "input_held_bytes", "key_parts"]
 
 BUCKETS = 64
 """Files a spilled input is split into: a 10M-row partition becomes parts of
 ~160k rows."""
+
+KEYS_PER_STEP = 1 << 14
+"""Grouping keys a step of per-key calls (transformWithState, level 3) holds
+in Python at once (their state values, input frames and output): ~16k keys,
+~10 MB whatever the batch's size."""
 
 SPLIT_ROWS = 1 << 18
 """Rows gathered before a split, so a bucket file gets few, larger batches."""

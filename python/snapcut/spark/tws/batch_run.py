@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from snapcut.spark.keys import KEY_COLUMN, with_state_key
 from snapcut.spark.processors import BATCH_TS_COLUMN, _no_columns
+from snapcut.spark.state.key_parts import KEYS_PER_STEP
 from snapcut.spark.state.partition import BatchInfo
 from snapcut.spark.state.spec import TableSpec, table_vertex
 from snapcut.spark.tws.handle import SnapcutHandle
@@ -34,10 +35,6 @@ if TYPE_CHECKING:
     from snapcut._core import StateTable
 
 __all__ = ["KEYS_PER_STEP", "BatchProcessor", "BatchRun", "Outputs"]
-
-KEYS_PER_STEP = 1 << 14
-"""Grouping keys a batch holds in Python at once (their state values, input
-frames and output): ~16k keys, ~10 MB whatever the batch's size."""
 
 OUTPUT_ITEMS = 1 << 13
 """Yielded frames or Rows gathered before they become one Arrow table: a
