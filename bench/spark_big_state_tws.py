@@ -1,14 +1,17 @@
-"""``../shared/tools/spark-big-state`` with a transformWithState processor in
-place of level 1: the same input (batch 0 creates KEYS keys, then BATCHES
-batches of 1M rows over random keys of them; one parquet file per
-micro-batch), the same session (local[2], 2 shuffle and 2 state partitions,
-8 GB driver, noop sink), and a ``StatefulProcessor`` keeping what level 1
-keeps (a ValueState of count and total per user, one output row per user a
-batch). Prints the tool's JSON line: addBatch ms per batch and the peak RSS
-(VmHWM, MB) of the Python workers and of the JVM.
+"""``../shared/tools/spark-big-state`` with a transformWithState processor (or
+level 3, ``applyInPandasWithState``) in place of level 1: the same input
+(batch 0 creates KEYS keys, then BATCHES batches of 1M rows over random keys
+of them; one parquet file per micro-batch), the same session (local[2], 2
+shuffle and 2 state partitions, 8 GB driver, noop sink), and a
+``StatefulProcessor`` keeping what level 1 keeps (a ValueState of count and
+total per user, one output row per user a batch; level 3: the same as an
+``applyInPandasWithState`` function with a ``GroupState``). Prints the
+tool's JSON line: addBatch ms per batch and the peak RSS (VmHWM, MB) of the
+Python workers and of the JVM.
 
     python bench/spark_big_state_tws.py 20000000 rows 256MB   # transformWithState (Rows)
     python bench/spark_big_state_tws.py 20000000 pandas        # ...InPandas, no budget
+    python bench/spark_big_state_tws.py 2000000 l3 32MB         # level 3 (applyInPandasWithState)
 
 Run it with the project's venv python, nothing else running.
 """
@@ -79,6 +82,18 @@ class PandasCountTotal(CountTotal):
         yield pd.DataFrame({"user": [key[0]], "count": [n], "total": [total]})
 
 
+def l3_count_total(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Iterator[Any]:
+    """Level 1's count and sum per user, as an ``applyInPandasWithState`` function."""
+    import pandas as pd
+
+    n, total = state.get if state.exists else (0, 0)
+    for pdf in pdfs:
+        n += len(pdf)
+        total += int(pdf["dwell_ms"].sum())
+    state.update((n, total))
+    yield pd.DataFrame({"user": [key[0]], "count": [n], "total": [total]})
+
+
 def hwm(pattern: str) -> int:
     """The largest VmHWM (MB) of the processes whose command line has `pattern`."""
     best = 0
@@ -96,8 +111,8 @@ def hwm(pattern: str) -> int:
 def main() -> None:
     keys = int(sys.argv[1])
     api = sys.argv[2]
-    if api not in ("rows", "pandas"):
-        raise SystemExit("usage: spark_big_state_tws.py KEYS rows|pandas [BUDGET]")
+    if api not in ("rows", "pandas", "l3"):
+        raise SystemExit("usage: spark_big_state_tws.py KEYS rows|pandas|l3 [BUDGET]")
     budget = sys.argv[3] if len(sys.argv) > 3 else None
     batches = int(os.environ.get("BATCHES", "4"))
     d = tempfile.mkdtemp()
@@ -131,6 +146,8 @@ def main() -> None:
     keyed = keyed_state(ev, key="user", root=f"{d}/state", partitions=2, **kw)
     if api == "rows":
         out = keyed.transformWithState(RowCountTotal(), OUTPUT, "Update", "None")
+    elif api == "l3":
+        out = keyed.applyInPandasWithState(l3_count_total, OUTPUT, STATE, "Update", "NoTimeout")
     else:
         out = keyed.transformWithStateInPandas(PandasCountTotal(), OUTPUT, "Update", "None")
     q = (
@@ -145,7 +162,7 @@ def main() -> None:
         json.dumps(
             {
                 "keys": keys,
-                "variant": f"tws-{api}",
+                "variant": "l3" if api == "l3" else f"tws-{api}",
                 "budget": budget,
                 "addBatch_ms": [p["durationMs"].get("addBatch") for p in q.recentProgress],
                 "py_worker_hwm_mb": hwm("pyspark.daemon"),
