@@ -410,6 +410,33 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
         table_memory((2 << 20) - 1, spec.layouts())
 
 
+def test_a_budget_leaves_the_warm_tables_of_a_query_without_one_alone(tmp_path: Path) -> None:
+    """A Python worker runs the tasks of every query of its session: its cache
+    may hold the tables of a query without a budget, opened lazily over
+    their files (they report runs and in-memory rows too) when a query with
+    a budget puts its tables back. Only the budgeted tables are flushed; the
+    others cannot be, and are kept as they are."""
+    plain = make_spec(tmp_path / "plain", partitions=1, full_every=100)
+    spec = make_spec(tmp_path / "budget", partitions=1, full_every=100)
+    for s in (plain, spec):
+        StateRoot(s).init("aggregate")
+    cache = StateCache(8)
+    run(plain, 0, 0, rows(list(range(100_000))), StateCache(0))
+    # Not warm: the task opens the root's files lazily, then writes 50k keys.
+    run(plain, 1, 0, rows(list(range(0, 100_000, 2)), v=2), cache)
+    (lazy,) = next(iter(cache._tables.values()))[2].values()
+    assert lazy.state_memory is None
+    stats = lazy.spill_stats()
+    assert stats is not None and stats["runs"] > 0 and stats["memtable_bytes"] > 0
+    budget = 4 << 20
+    task = PartitionTask(StateRoot(spec), 0, 0, "q2", None, cache=cache, state_memory=budget)
+    task.run(rows(list(range(150_000))), processor(spec), None)
+    (budgeted,) = cache._tables[task.cache_key][2].values()
+    assert (budgeted.spill_stats() or {})["rows_flushed"] > 0
+    assert lazy.spill_stats() == stats
+    assert read_state_arrow(str(tmp_path / "budget")).num_rows == 150_000
+
+
 @pytest.mark.parametrize("budget", [4 << 20, None], ids=["budget", "no-budget"])
 def test_a_cold_task_maps_the_roots_full_as_its_base_run(
     tmp_path: Path, budget: int | None

@@ -90,8 +90,9 @@ class StateCache:
         memory: int | None = None,
     ) -> None:
         """Keeps `tables` warm; with a worker budget `memory`, then flushes
-        the largest in-memory rows of the warm tables until they hold at
-        most half of it (the other half is the working partition's)."""
+        the largest in-memory rows of the warm tables that have a budget
+        until they hold at most half of it (the other half is the working
+        partition's)."""
         for table in tables.values():
             # A table put aside holds its memtable, not the pages its
             # batch's lookups read of its mapped runs.
@@ -105,11 +106,16 @@ class StateCache:
                 self._trim(memory // 2)
 
     def _trim(self, limit: int) -> None:
+        # Only a table with a budget can flush: a worker also keeps warm the
+        # tables of queries without one (lazily opened over their files, they
+        # report runs too), which no budget of another query governs.
         held = [
             (stats["memtable_bytes"], table)
             for _, _, tables in self._tables.values()
             for table in tables.values()
-            if (stats := table.spill_stats()) is not None and stats["memtable_bytes"] > 0
+            if table.state_memory is not None
+            and (stats := table.spill_stats()) is not None
+            and stats["memtable_bytes"] > 0
         ]
         total = sum(n for n, _ in held)
         for n, table in sorted(held, key=lambda h: -h[0]):
