@@ -181,15 +181,17 @@ def test_a_batch_past_the_workers_input_share_is_applied_in_parts_of_whole_keys(
     assert have == expected_totals(events)
 
 
-def test_apply_in_pandas_with_state_past_the_workers_input_share_comes_in_parts(
-    spark: Any, tmp_path: Path
+@pytest.mark.parametrize("level", [2, 3])
+def test_levels_2_and_3_past_the_workers_input_share_come_in_parts(
+    spark: Any, tmp_path: Path, level: int
 ) -> None:
-    """Level 3 under ``state_memory="2MB"`` (a task holds 512 KiB of its
-    input): batches of 60k rows over 2 partitions (~720 KB a partition) are
-    applied in parts of whole keys, and give each user the same output row a
-    batch, and the same state, as the same query with no budget (taken whole;
-    its parity with Spark's own ``applyInPandasWithState`` is tested above
-    and in test_spark_group_state_parity)."""
+    """Level 2 (a function of per-key rows and state) and level 3 under
+    ``state_memory="2MB"`` (a task holds 512 KiB of its input): batches of
+    60k rows over 2 partitions (~720 KB a partition) are applied in parts of
+    whole keys, and give each user the same output row a batch, and the same
+    state, as the same query with no budget (taken whole; its parity with
+    Spark's own ``applyInPandasWithState`` is tested below and in
+    test_spark_group_state_parity)."""
     frames = dwell_frames(files=3, rows=60_000, users=10_000, seed=43)
     directory = write_inputs(tmp_path / "events", frames)
     out_schema = "user long, count long, total long"
@@ -204,9 +206,18 @@ def test_apply_in_pandas_with_state_past_the_workers_input_share_comes_in_parts(
             name=name,
             state_memory=memory,
         )
-        df = keyed.apply_in_pandas_with_state(
-            dwell_func, out_schema, "count long, total long", "update", GroupStateTimeout.NoTimeout
-        )
+        if level == 2:
+            df = keyed.map_batches(
+                dwell_batch, state_schema="count long, total long", output_schema=out_schema
+            )
+        else:
+            df = keyed.apply_in_pandas_with_state(
+                dwell_func,
+                out_schema,
+                "count long, total long",
+                "update",
+                GroupStateTimeout.NoTimeout,
+            )
         runs[name] = run_to_end(df, tmp_path / f"chk-{name}", progress=progress[name])
     assert sorted(runs["parts"]) == sorted(runs["whole"]) == [0, 1, 2]
     for b in range(3):

@@ -6,7 +6,8 @@ partition, snapshotted per micro-batch as Arrow files under ``root``):
 
 - ``.aggregate(...)``: built-in aggregates, updated in Rust;
 - ``.map_batches(fn, state_schema, output_schema)``: a vectorised function
-  called once per (micro-batch, partition);
+  called once per (micro-batch, partition) (per part of whole keys under a
+  ``state_memory`` the batch outgrows);
 - ``.apply_in_pandas_with_state(...)``: a drop-in for Spark's
   ``applyInPandasWithState`` with Spark's ``GroupState``.
 

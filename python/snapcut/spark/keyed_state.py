@@ -165,7 +165,9 @@ class KeyedState:
         pandas: bool = False,
         output_mode: str = "update",
     ) -> DataFrame:
-        """``fn(rows, state, info)`` once per (micro-batch, partition).
+        """``fn(rows, state, info)`` once per (micro-batch, partition), or,
+        under ``state_memory``, once per part of whole keys of a batch larger
+        than a quarter of it, then once with no rows for the timed-out keys.
 
         ``rows``: this partition's new rows; ``state``: one row per key in
         ``rows`` and per timed-out key — the key columns, ``state_schema``'s

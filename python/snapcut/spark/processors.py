@@ -219,7 +219,8 @@ Level2Function = Callable[[Any, Any, BatchInfo], Any]
 
 @dataclass
 class BatchFunctionProcessor(_Base):
-    """Level 2: ``fn(rows, state, info)`` once per (batch, partition)."""
+    """Level 2: ``fn(rows, state, info)`` once per (batch, partition), or
+    once per part of a batch that comes in parts (:meth:`process_parts`)."""
 
     fn: Level2Function | None = None
     pandas: bool = False
@@ -232,25 +233,78 @@ class BatchFunctionProcessor(_Base):
 
     def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
         rows = self._prepare(rows, info)
-        keys = (
-            distinct(rows[self.state_key])
-            if rows.num_rows
-            else pa.array([], self.state_schema.field(self.state_key).type)
-        )
+        keys = self._keys(rows)
         expired = self._expired(table, info, keys)
         if len(keys) == 0 and len(expired) == 0:
             return self.output_schema.empty_table()
         state = pa.concat_tables(
             [self._aligned_state(table, keys, False), self._aligned_state(table, expired, True)]
         )
+        return self._call(table, rows, state, expired, info)
+
+    @property
+    def by_key_parts(self) -> bool:
+        """A batch may come in parts of whole keys (:meth:`process_parts`)."""
+        return True
+
+    def process_parts(
+        self, table: StateTable, parts: Iterable[pa.Table], info: BatchInfo
+    ) -> Iterator[pa.Table]:
+        """A batch larger than the worker holds, as parts of whole keys: the
+        function is called once per part, with the part's rows and the state
+        of their keys, and then once with no rows and the keys whose timeout
+        had passed when the batch began and that had no rows in any part
+        (their state as the parts' calls left it). Yields each call's output.
+        ``late_rows`` and ``timed_out_keys`` are the batch's once the parts
+        are exhausted."""
+        key_type = self.state_schema.field(self.state_key).type
+        expired = self._expired(table, info, pa.array([], key_type))
+        late = 0
+        no_rows: pa.Table | None = None
+        for part in parts:
+            rows = self._prepare(part, info)
+            late += self.late_rows
+            if no_rows is None:
+                no_rows = rows.schema.empty_table()
+            keys = self._keys(rows)
+            if len(keys) == 0:
+                continue
+            if len(expired):
+                expired = expired.filter(pc.invert(pc.is_in(expired, value_set=keys)))
+            state = self._aligned_state(table, keys, False)
+            yield self._call(table, rows, state, pa.array([], key_type), info)
+        if len(expired):
+            if no_rows is None:
+                raise TaskError(
+                    "a level-2 batch came with no part at all: its input's columns are unknown"
+                )
+            state = self._aligned_state(table, expired, True)
+            yield self._call(table, no_rows, state, expired, info)
+        self.late_rows = late
+        self.timed_out_keys = len(expired)
+
+    def _keys(self, rows: pa.Table) -> pa.Array:
+        """The distinct state keys of prepared rows, sorted."""
+        if rows.num_rows:
+            return distinct(rows[self.state_key])
+        return pa.array([], self.state_schema.field(self.state_key).type)
+
+    def _call(
+        self,
+        table: StateTable,
+        rows: pa.Table,
+        state: pa.Table,
+        expired: pa.Array,
+        info: BatchInfo,
+    ) -> pa.Table:
+        """One call of the function, its update applied; its output."""
         user_rows = rows.drop_columns([KEY_COLUMN]) if KEY_COLUMN in rows.column_names else rows
         assert self.fn is not None
         if self.pandas:
             result = self.fn(self.to_pandas(user_rows), self.to_pandas(state), info)
         else:
             result = self.fn(user_rows, state, info)
-        update = _as_update(result)
-        return self._apply(table, update, expired, info)
+        return self._apply(table, _as_update(result), expired, info)
 
     def _apply(
         self, table: StateTable, update: StateUpdate, expired: pa.Array, info: BatchInfo
@@ -318,12 +372,6 @@ class PandasGroupProcessor(BatchFunctionProcessor):
             cuts += range((start // size + 1) * size, end, size)
         cuts.append(end)
         return [frame.iloc[a:b].reset_index(drop=True) for a, b in itertools.pairwise(cuts)]
-
-    @property
-    def by_key_parts(self) -> bool:
-        """A batch may come in parts of whole keys (:meth:`process_parts`):
-        a call sees only its key's rows and state."""
-        return True
 
     def process(self, table: StateTable, rows: pa.Table, info: BatchInfo) -> pa.Table:
         outs = list(self.process_parts(table, [rows], info))
