@@ -16,11 +16,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import snapcut.spark.processors as processors
+import snapcut.spark.group_processor as group_processor
 from snapcut._core import StateTable, TaskError
+from snapcut.spark.group_processor import PandasGroupProcessor
 from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN, GroupState
 from snapcut.spark.group_state import GroupStateTimeout as Timeout
-from snapcut.spark.processors import PandasGroupProcessor
 from snapcut.spark.state.key_parts import hold, key_parts
 from snapcut.spark.state.partition import BatchInfo
 
@@ -100,11 +100,11 @@ def test_a_batch_in_steps_and_parts_leaves_the_state_and_rows_of_one_step(
     timeouts = 0
     for batch, rows in enumerate(batches):
         info = BatchInfo(batch, 0, 0, 1000 * (batch + 1), False)
-        monkeypatch.setattr(processors, "KEYS_PER_STEP", 1 << 20)
+        monkeypatch.setattr(group_processor, "KEYS_PER_STEP", 1 << 20)
         want = whole.process(whole_t, rows, info)
         want_figures = (whole.late_rows, whole.timed_out_keys)
 
-        monkeypatch.setattr(processors, "KEYS_PER_STEP", step)
+        monkeypatch.setattr(group_processor, "KEYS_PER_STEP", step)
         first, rest = hold(iter(rows.to_batches(max_chunksize=100)), 2000)
         assert rest is not None
         parts = key_parts(first, rest, rows.schema, ("id",), batch, str(tmp_path), buckets=5)
@@ -129,7 +129,7 @@ def test_a_whole_batch_in_steps_makes_the_calls_of_one_step(
     batches = [batch_rows(rng, 400, 300), batch_rows(rng, 400, 100)]
     runs = []
     for step in (1 << 20, 5):
-        monkeypatch.setattr(processors, "KEYS_PER_STEP", step)
+        monkeypatch.setattr(group_processor, "KEYS_PER_STEP", step)
         proc, table = make()
         Calls.log = []
         outs = [

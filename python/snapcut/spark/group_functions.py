@@ -10,9 +10,10 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut.spark.arguments import spark_schema
+from snapcut.spark.group_processor import PandasGroupProcessor
 from snapcut.spark.group_state import DEFINED_COLUMN, TIMEOUT_COLUMN
 from snapcut.spark.keyed_input import KeyedInput
-from snapcut.spark.processors import BatchFunctionProcessor, PandasGroupProcessor
+from snapcut.spark.processors import BatchFunctionProcessor
 from snapcut.spark.state_values import declared_field, stored_field
 
 __all__ = ["ARROW_BATCH_CONF", "plan_apply_in_pandas_with_state", "plan_map_batches"]
