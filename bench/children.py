@@ -71,3 +71,11 @@ class MemoryPeaks:
 def spread(values: list[float], fmt: str = "g") -> str:
     """The median and range of `values`: "median [min, max]", each as `fmt`."""
     return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}, {max(values):{fmt}}]"
+
+
+def write_results(out: Path, runs: list[dict[str, Any]], lines: list[str]) -> None:
+    """A bench's record in `out`: its runs, a JSON line each (runs.jsonl), and
+    the report it printed (output.txt)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in runs))
+    (out / "output.txt").write_text("\n".join(lines) + "\n")

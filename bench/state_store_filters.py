@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs
 
+from children import write_results
 from snapcut import snapshots
 from snapcut._core import StateTable
 from snapcut.snapshots.backend import ChainFile, FsBackend
@@ -188,9 +189,7 @@ def main() -> None:
         )
     print("\n".join(lines))
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in runs))
-        (args.out / "output.txt").write_text("\n".join(lines) + "\n")
+        write_results(args.out, runs, lines)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs
 
+from children import spread, write_results
 from snapcut import snapshots
 from snapcut._core import StateTable
 from snapcut.snapshots.backend import FsBackend
@@ -131,11 +132,6 @@ def one(
     }
 
 
-def spread(values: list[float], fmt: str = "{:.2f}") -> str:
-    med = fmt.format(statistics.median(values))
-    return f"{med} [{fmt.format(min(values))}, {fmt.format(max(values))}]"
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--keys", type=int, default=10_000_000)
@@ -177,10 +173,10 @@ def main() -> None:
     for v in VARIANTS:
         xs = by[v]
         lines.append(
-            f"| {v} | {spread([x['write_s'] for x in xs])} | "
-            f"{spread([x['write_cpu_s'] for x in xs])} | "
-            f"{spread([x['cache_growth_mb'] for x in xs], '{:.0f}')} | "
-            f"{spread([x['cold_read_s'] for x in xs])} | {len(xs)} |"
+            f"| {v} | {spread([x['write_s'] for x in xs], '.2f')} | "
+            f"{spread([x['write_cpu_s'] for x in xs], '.2f')} | "
+            f"{spread([x['cache_growth_mb'] for x in xs], '.0f')} | "
+            f"{spread([x['cold_read_s'] for x in xs], '.2f')} | {len(xs)} |"
         )
     lines.append("")
     for field in ("write_s", "write_cpu_s", "cold_read_s"):
@@ -191,9 +187,7 @@ def main() -> None:
         )
     print("\n".join(lines))
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "runs.jsonl").write_text("".join(json.dumps(x) + "\n" for x in runs))
-        (args.out / "output.txt").write_text("\n".join(lines) + "\n")
+        write_results(args.out, runs, lines)
 
 
 if __name__ == "__main__":
