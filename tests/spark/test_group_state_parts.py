@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from test_tws_parts import batch_rows
 
 import snapcut.spark.group_processor as group_processor
 from snapcut._core import StateTable, TaskError
@@ -78,12 +79,6 @@ def make() -> tuple[PandasGroupProcessor, StateTable]:
         max_records_per_batch=4,
     )
     return proc, StateTable(STATE, "id", time_column=TIMEOUT_COLUMN)
-
-
-def batch_rows(rng: np.random.Generator, keys: int, rows: int) -> pa.Table:
-    return pa.table(
-        {"id": pa.array(rng.integers(0, keys, rows), pa.int64()), "v": rng.integers(0, 50, rows)}
-    )
 
 
 def rows_of(t: pa.Table) -> list[dict[str, Any]]:
