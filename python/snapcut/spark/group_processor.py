@@ -84,9 +84,7 @@ class PandasGroupProcessor(BatchFunctionProcessor):
             if rows.num_rows == 0:
                 continue
             # Spark's order: groups sorted by the grouping columns, nulls first.
-            order = pc.sort_indices(
-                rows, sort_keys=[(k, "ascending") for k in self.key], null_placement="at_start"
-            )
+            order = pc.sort_indices(rows, options=_nulls_first(self.key))
             rows = rows.take(order)
             del order
             bounds = _run_bounds(rows[self.state_key])
@@ -228,6 +226,18 @@ class PandasGroupProcessor(BatchFunctionProcessor):
                 f"state.update values do not fit stateStructType {self.state_schema}: {e}"
             ) from e
         return pa.Table.from_arrays(arrays, schema=self.state_schema)
+
+
+def _nulls_first(columns: Sequence[str]) -> pc.SortOptions:
+    """Ascending by `columns`, nulls first: per sort key where pyarrow takes
+    it (a sort-wide ``null_placement`` is deprecated since pyarrow 25), else
+    for the whole sort (pyarrow before per-key placement)."""
+    try:
+        return pc.SortOptions(sort_keys=[(c, "ascending", "at_start") for c in columns])
+    except (TypeError, ValueError):
+        return pc.SortOptions(
+            sort_keys=[(c, "ascending") for c in columns], null_placement="at_start"
+        )
 
 
 def _run_bounds(sorted_keys: pa.ChunkedArray) -> list[tuple[int, int]]:
