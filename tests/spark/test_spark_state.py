@@ -181,6 +181,7 @@ def test_a_batch_past_the_workers_input_share_is_applied_in_parts_of_whole_keys(
     assert have == expected_totals(events)
 
 
+@pytest.mark.both_sessions
 @pytest.mark.parametrize("level", [2, 3])
 def test_levels_2_and_3_past_the_workers_input_share_come_in_parts(
     spark: Any, tmp_path: Path, level: int

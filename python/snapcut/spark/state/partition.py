@@ -243,8 +243,9 @@ class PartitionTask:
         """As :meth:`apply`, over the batch as parts that each hold whole keys
         (:func:`snapcut.spark.state.key_parts.key_parts`), for a processor whose
         output for a key depends only on that key's rows and state (level 1 in
-        update mode; transformWithState, whose ``process_parts`` runs the
-        batch's calls over the parts): yields each part's output as it is
+        update mode; levels 2 and 3 and transformWithState, whose
+        ``process_parts`` runs the batch's calls over the parts, the timed-out
+        keys and timers after them): yields each part's output as it is
         ready. :meth:`commit` only once the parts are exhausted."""
         state = self._begin(batch_ts_ms)
         seen = {"rows_in": 0, "max_event": NO_EVENT_TIME}
