@@ -44,8 +44,9 @@ class PandasGroupProcessor(BatchFunctionProcessor):
     max_records_per_batch: int = 10_000
 
     def _chunks(self, frame: Any, start: int, end: int) -> list[Any]:
-        """Rows [start, end) of the partition's sorted rows, cut at Spark's
-        Arrow batch boundaries (every `max_records_per_batch` rows; none if <= 0)."""
+        """Rows [start, end) of the part's sorted rows (the partition's when
+        the batch is one part), cut at Spark's Arrow batch boundaries (every
+        `max_records_per_batch` rows; none if <= 0)."""
         size = self.max_records_per_batch
         cuts = [start]
         if size > 0:
@@ -107,7 +108,7 @@ class PandasGroupProcessor(BatchFunctionProcessor):
                 out = self._calls(table, keys[first:stop], calls, frame, info)
                 if out is not None:
                     yield out
-        expired = self._expired(table, info, pa.array([], pa.null()))
+        expired = self._expired(table, info)
         if len(expired):
             if empty is None:
                 raise TaskError(

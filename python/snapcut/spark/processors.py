@@ -148,7 +148,9 @@ class _Base:
                 rows = rows.filter(pc.invert(late))
         return with_state_key(rows, self.key, info.batch_id)
 
-    def _expired(self, table: StateTable, info: BatchInfo, exclude: pa.Array) -> pa.Array:
+    def _expired(
+        self, table: StateTable, info: BatchInfo, exclude: pa.Array | None = None
+    ) -> pa.Array:
         """Keys whose timeout passed (Spark: timeout < threshold), not in `exclude`."""
         if self.timeout == GroupStateTimeout.NoTimeout or len(table) == 0:
             return pa.array([], self.state_schema.field(self.state_key).type)
@@ -161,7 +163,7 @@ class _Base:
         # Spark times a key out when its timeout is before the threshold:
         # at or before threshold - 1 ms, from the table's time index.
         keys = table.due(threshold - 1)
-        if len(exclude) and len(keys):
+        if exclude is not None and len(exclude) and len(keys):
             keys = keys.filter(pc.invert(pc.is_in(keys, value_set=exclude)))
         self.timed_out_keys = len(keys)
         return keys
@@ -255,7 +257,7 @@ class BatchFunctionProcessor(_Base):
         ``late_rows`` and ``timed_out_keys`` are the batch's once the parts
         are exhausted."""
         key_type = self.state_schema.field(self.state_key).type
-        expired = self._expired(table, info, pa.array([], key_type))
+        expired = self._expired(table, info)
         late = 0
         no_rows: pa.Table | None = None
         for part in parts:
