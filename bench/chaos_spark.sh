@@ -5,10 +5,11 @@
 # is appended to bench/results/chaos_spark/chaos-spark.jsonl (the per-attempt lines to
 # /tmp/snapcut-chaos-bench/spark.log). One Spark child at a time. With
 # --remote (Spark Connect) among the extra args, to chaos-spark-connect.jsonl;
-# with --step tws (the transformWithState job), to chaos-spark-tws.jsonl; with
-# --state-memory (state spilling past a budget), to
-# bench/results/chaos_spark_spill/chaos-spark-spill.jsonl (with --step tws too,
-# chaos-spark-tws-spill.jsonl there); with --state-root s3
+# with --step tws (the transformWithState job), to chaos-spark-tws.jsonl (--step
+# map_batches: -l2, apply_in_pandas_with_state: -l3); with --state-memory (state
+# spilling past a budget), to bench/results/chaos_spark_spill/chaos-spark-spill.jsonl
+# (with --step tws too, chaos-spark-tws-spill.jsonl there; -l2-, -l3-); with
+# --state-root s3
 # (the state root on moto's S3), to bench/results/chaos_spark_s3/chaos-spark-s3.jsonl.
 # Usage: bash bench/chaos_spark.sh CHUNKS RUNS SEED [extra snapcut chaos args]
 set -u
@@ -16,11 +17,16 @@ chunks=${1:-10}; runs=${2:-10}; seed=${3:-4000}; shift 3 2>/dev/null || shift $#
 export PYSPARK_PYTHON=${PYSPARK_PYTHON:-$(command -v python)}
 out=$(dirname "$0")/results/chaos_spark/chaos-spark.jsonl
 case " $* " in *" --remote "*) out=${out%.jsonl}-connect.jsonl ;; esac
-case " $* " in *" --step tws "*) out=${out%.jsonl}-tws.jsonl ;; esac
+step=
+case " $* " in
+  *" --step tws "*) step=-tws ;;
+  *" --step map_batches "*) step=-l2 ;;
+  *" --step apply_in_pandas_with_state "*) step=-l3 ;;
+esac
+out=${out%.jsonl}$step.jsonl
 case " $* " in
   *" --state-memory "*)
-    out=$(dirname "$0")/results/chaos_spark_spill/chaos-spark-spill.jsonl
-    case " $* " in *" --step tws "*) out=${out%/*}/chaos-spark-tws-spill.jsonl ;; esac ;;
+    out=$(dirname "$0")/results/chaos_spark_spill/chaos-spark$step-spill.jsonl ;;
 esac
 case " $* " in
   *" --state-root s3 "*) out=$(dirname "$0")/results/chaos_spark_s3/chaos-spark-s3.jsonl ;;

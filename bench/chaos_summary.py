@@ -1,7 +1,8 @@
 """Sums the chunk summaries `bench/chaos_all.sh` (and `bench/chaos_spark.sh`,
 rows "spark", for its --remote chunks "spark-connect", and for its --step tws
 chunks "spark-tws", for its --state-memory chunks "spark-spill" (folder
-`chaos_spark_spill`; "spark-tws-spill" with --step tws too), for its
+`chaos_spark_spill`; "spark-tws-spill" with --step tws too, "spark-l2-spill"
+with --step map_batches, "spark-l3-spill" with apply_in_pandas_with_state), for its
 --state-root s3 chunks "spark-s3" (folder `chaos_spark_s3`);
 `bench/chaos_spark_tables.sh`, rows "spark-delta",
 "spark-iceberg" and their "-cluster" chunks, with the tables' commit counts)
@@ -38,12 +39,14 @@ def main(
         "spark-tws",
         "spark-spill",
         "spark-tws-spill",
+        "spark-l2-spill",
+        "spark-l3-spill",
         "spark-s3",
         *TABLES,
     ):
         folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
-        folder = "chaos_spark_spill" if p in ("spark-spill", "spark-tws-spill") else folder
+        folder = "chaos_spark_spill" if p.endswith("-spill") else folder
         folder = "chaos_spark_s3" if p == "spark-s3" else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if path.exists():

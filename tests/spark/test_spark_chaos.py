@@ -278,9 +278,15 @@ def test_spill_points_need_a_budget_and_can_only_kill(monkeypatch: pytest.Monkey
     plain, budget = chaos.SparkOptions(), chaos.SparkOptions(state_memory="2MB")
     assert not {*fp.RUST_POINTS, *fp.INPUT_POINTS} & set(plain.points())
     assert {*fp.RUST_POINTS, *fp.INPUT_POINTS} <= set(budget.points())
-    # transformWithState applies a large batch in parts too (process_parts).
-    tws = chaos.SparkOptions(state_memory="2MB", step="tws")
-    assert {*fp.RUST_POINTS, *fp.INPUT_POINTS} <= set(tws.points())
+    # transformWithState and levels 2 and 3 apply a large batch in parts too.
+    for step in ("tws", "map_batches", "apply_in_pandas_with_state"):
+        opts = chaos.SparkOptions(state_memory="2MB", step=step)
+        opts.check()
+        assert {*fp.RUST_POINTS, *fp.INPUT_POINTS} <= set(opts.points())
+        cmd = chaos.child_cmd(opts, Path("/run"))
+        assert cmd[cmd.index("--step") + 1] == step
+    with pytest.raises(ConfigError, match="step must be one of"):
+        chaos.SparkOptions(step="flat_map_groups_with_state").check()
     budget.check()
     cmd = chaos.child_cmd(budget, Path("/run"))
     assert cmd[cmd.index("--state-memory") + 1] == "2MB" and "--metrics-log" in cmd

@@ -115,6 +115,7 @@ from snapcut.chaos.spark_tables import (
     check_table,
     read_table_run,
 )
+from snapcut.jobs.spark_dwell import STEPS
 from snapcut.jobs.spark_session import check_remote
 from snapcut.spark import committed_output, failpoints, read_output_arrow, read_state_arrow
 
@@ -179,9 +180,6 @@ POLL_S = 0.05
 TREE_SCAN_S = 0.5
 
 
-STEPS = ("aggregate", "tws")
-
-
 STATE_ROOTS = ("local", "s3")
 
 
@@ -226,8 +224,9 @@ class SparkOptions:
     keep: bool = False
     attempt_timeout: float = ATTEMPT_TIMEOUT_S
     step: str = "aggregate"
-    """The job's stateful step: "aggregate" (level 1) or "tws" (a
-    StatefulProcessor through transform_with_state_in_pandas)."""
+    """The job's stateful step (`STEPS`): "aggregate" (level 1), "tws" (a
+    StatefulProcessor through transform_with_state_in_pandas), "map_batches"
+    (level 2) or "apply_in_pandas_with_state" (level 3)."""
     state_memory: str | None = None
     """The job's ``keyed_state(state_memory=)``, each Python worker's budget
     (None: all in memory). Small enough, the state spills mid-run, and the

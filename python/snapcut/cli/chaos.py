@@ -24,6 +24,7 @@ from snapcut.chaos.local import (
     run_chaos,
 )
 from snapcut.checkpointing import FAILOVER_STRATEGIES
+from snapcut.jobs.spark_dwell import STEPS
 
 if TYPE_CHECKING:
     from snapcut.chaos.spark import SparkOptions
@@ -174,10 +175,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     spark.add_argument(
         "--step",
-        choices=("aggregate", "tws"),
+        choices=STEPS,
         default=None,
-        help="the job's stateful step: snapcut's aggregate (default) or a StatefulProcessor "
-        "with value, list and map state through transform_with_state_in_pandas",
+        help="the job's stateful step: snapcut's aggregate (default), a StatefulProcessor "
+        "with value, list and map state through transform_with_state_in_pandas (tws), a "
+        "level-2 function (map_batches) or a level-3 one (apply_in_pandas_with_state)",
     )
     spark.add_argument(
         "--output",

@@ -7,7 +7,7 @@ and offsets per batch). Run to the end of the input with an ``availableNow``
 trigger; re-running it with the same paths resumes from its checkpoint.
 
     python -m snapcut.jobs.spark_dwell INPUT STATE_ROOT CHECKPOINT OUTPUT [--partitions 3]
-        [--sink parquet|arrow] [--step aggregate|tws] [--trigger available-now|'1 second']
+        [--sink parquet|arrow] [--step STEP] [--trigger available-now|'1 second']
         [--remote URL] [--output arrow|delta|iceberg --table T [--catalog JSON]]
 
 ``--output delta --table PATH`` / ``--output iceberg --table ns.table
@@ -28,6 +28,9 @@ from typing import Any
 
 EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
+#: The stateful steps the job can run, each giving (user, count, total, avg).
+STEPS = ("aggregate", "tws", "map_batches", "apply_in_pandas_with_state")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m snapcut.jobs.spark_dwell")
@@ -43,10 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sink", choices=("parquet", "arrow"), default="parquet")
     parser.add_argument(
         "--step",
-        choices=("aggregate", "tws"),
+        choices=STEPS,
         default="aggregate",
         help="snapcut's level-1 aggregate (default), or the same figures from a "
-        "StatefulProcessor through transform_with_state_in_pandas",
+        "StatefulProcessor through transform_with_state_in_pandas (tws), a level-2 "
+        "function (map_batches) or a level-3 one (apply_in_pandas_with_state)",
     )
     parser.add_argument(
         "--output",
@@ -108,6 +112,16 @@ def main(argv: list[str] | None = None) -> int:
         from snapcut.jobs.dwell_processor import OUTPUT, DwellProcessor
 
         averages = state.transform_with_state_in_pandas(DwellProcessor(), OUTPUT, "Update", "None")
+    elif args.step == "map_batches":
+        from snapcut.jobs import dwell_functions as f
+
+        averages = state.map_batches(f.dwell_batch, f.STATE, f.OUTPUT)
+    elif args.step == "apply_in_pandas_with_state":
+        from snapcut.jobs import dwell_functions as f
+
+        averages = state.apply_in_pandas_with_state(
+            f.dwell_group, f.OUTPUT, f.STATE, "Update", "NoTimeout"
+        )
     else:
         averages = state.aggregate(
             count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms")
