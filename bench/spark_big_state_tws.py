@@ -1,17 +1,20 @@
 """``../shared/tools/spark-big-state`` with a transformWithState processor (or
-level 3, ``applyInPandasWithState``) in place of level 1: the same input
+level 3, ``applyInPandasWithState``, or level 2, ``map_batches``) in place of
+level 1: the same input
 (batch 0 creates KEYS keys, then BATCHES batches of 1M rows over random keys
 of them; one parquet file per micro-batch), the same session (local[2], 2
 shuffle and 2 state partitions, 8 GB driver, noop sink), and a
 ``StatefulProcessor`` keeping what level 1 keeps (a ValueState of count and
 total per user, one output row per user a batch; level 3: the same as an
-``applyInPandasWithState`` function with a ``GroupState``). Prints the
+``applyInPandasWithState`` function with a ``GroupState``; level 2: a
+pyarrow function of a partition's rows and their keys' state). Prints the
 tool's JSON line: addBatch ms per batch and the peak RSS (VmHWM, MB) of the
 Python workers and of the JVM.
 
     python bench/spark_big_state_tws.py 20000000 rows 256MB   # transformWithState (Rows)
     python bench/spark_big_state_tws.py 20000000 pandas        # ...InPandas, no budget
     python bench/spark_big_state_tws.py 2000000 l3 32MB         # level 3 (applyInPandasWithState)
+    python bench/spark_big_state_tws.py 10000000 l2 256MB      # level 2 (map_batches, Arrow)
 
 Run it with the project's venv python, nothing else running.
 """
@@ -94,6 +97,20 @@ def l3_count_total(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Ite
     yield pd.DataFrame({"user": [key[0]], "count": [n], "total": [total]})
 
 
+def l2_count_total(rows: pa.Table, state: pa.Table, info: Any) -> Any:
+    """Level 1's count and sum per user, as a ``map_batches`` function."""
+    import pyarrow.compute as pc
+
+    from snapcut.spark import StateUpdate
+
+    agg = rows.group_by("user").aggregate([("dwell_ms", "count"), ("dwell_ms", "sum")])
+    joined = agg.join(state.select(["user", "count", "total"]), "user")
+    count = pc.add(pc.fill_null(joined["count"], 0), joined["dwell_ms_count"])
+    total = pc.add(pc.fill_null(joined["total"], 0), joined["dwell_ms_sum"])
+    new = pa.table({"user": joined["user"], "count": count, "total": total})
+    return StateUpdate(output=new, state=new)
+
+
 def hwm(pattern: str) -> int:
     """The largest VmHWM (MB) of the processes whose command line has `pattern`."""
     best = 0
@@ -111,8 +128,8 @@ def hwm(pattern: str) -> int:
 def main() -> None:
     keys = int(sys.argv[1])
     api = sys.argv[2]
-    if api not in ("rows", "pandas", "l3"):
-        raise SystemExit("usage: spark_big_state_tws.py KEYS rows|pandas|l3 [BUDGET]")
+    if api not in ("rows", "pandas", "l3", "l2"):
+        raise SystemExit("usage: spark_big_state_tws.py KEYS rows|pandas|l3|l2 [BUDGET]")
     budget = sys.argv[3] if len(sys.argv) > 3 else None
     batches = int(os.environ.get("BATCHES", "4"))
     d = tempfile.mkdtemp()
@@ -148,6 +165,8 @@ def main() -> None:
         out = keyed.transformWithState(RowCountTotal(), OUTPUT, "Update", "None")
     elif api == "l3":
         out = keyed.applyInPandasWithState(l3_count_total, OUTPUT, STATE, "Update", "NoTimeout")
+    elif api == "l2":
+        out = keyed.map_batches(l2_count_total, STATE, OUTPUT)
     else:
         out = keyed.transformWithStateInPandas(PandasCountTotal(), OUTPUT, "Update", "None")
     q = (
@@ -162,7 +181,7 @@ def main() -> None:
         json.dumps(
             {
                 "keys": keys,
-                "variant": "l3" if api == "l3" else f"tws-{api}",
+                "variant": api if api in ("l2", "l3") else f"tws-{api}",
                 "budget": budget,
                 "addBatch_ms": [p["durationMs"].get("addBatch") for p in q.recentProgress],
                 "py_worker_hwm_mb": hwm("pyspark.daemon"),

@@ -18,7 +18,8 @@ later batches' median, and the largest worker and JVM peaks.
 Variants ``tws-rows`` and ``tws-pandas`` run the same job with a
 transformWithState(InPandas) processor keeping level 1's count and total
 (``bench/spark_big_state_tws.py``), e.g. ``tws-rows:256MB``; variant ``l3``
-the same with an ``applyInPandasWithState`` function (level 3).
+the same with an ``applyInPandasWithState`` function (level 3), ``l2`` with a
+``map_batches`` function of Arrow tables (level 2).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any, TypeVar
 TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "spark-big-state"
 TWS = Path(__file__).resolve().parent / "spark_big_state_tws.py"
 """The tool's job with a transformWithState processor (variants tws-rows, tws-pandas)."""
-VARIANTS = ("snapcut", "native", "rocksdb", "tws-rows", "tws-pandas", "l3")
+VARIANTS = ("snapcut", "native", "rocksdb", "tws-rows", "tws-pandas", "l3", "l2")
 V = TypeVar("V")
 
 
@@ -51,7 +52,7 @@ def parse_variant(text: str) -> tuple[str, str | None]:
 
 
 def run_one(keys: int, name: str, budget: str | None, timeout_s: float) -> dict[str, Any]:
-    if name.startswith("tws-") or name == "l3":
+    if name.startswith("tws-") or name in ("l2", "l3"):
         cmd = [sys.executable, str(TWS), str(keys), name.removeprefix("tws-")]
     else:
         cmd = [sys.executable, str(TOOL), str(keys), name]
