@@ -98,7 +98,9 @@ def l3_count_total(key: tuple[Any, ...], pdfs: Iterator[Any], state: Any) -> Ite
 
 
 def l2_count_total(rows: pa.Table, state: pa.Table, info: Any) -> Any:
-    """Level 1's count and sum per user, as a ``map_batches`` function."""
+    """Level 1's count and sum per user, as a ``map_batches`` function (as
+    ``spark_state.dwell_batch``; defined here, in ``__main__``, so that Spark's
+    workers get it by value: they cannot import the bench's modules)."""
     import pyarrow.compute as pc
 
     from snapcut.spark import StateUpdate

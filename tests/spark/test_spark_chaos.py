@@ -396,20 +396,8 @@ def test_chaos_on_spark_with_a_memory_budget_kills_inside_a_spill(tmp_path: Path
     Seed 3 draws (see ``plan_kill``) ``spill.after_run`` for one task: its
     Python worker dies right after writing a spilled run,
     Spark retries the task, and nothing is lost, duplicated or mismatched."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--seed", "3", "--files", "3", "--records", "270000", "--users", "90000"]
-    cmd += ["--state-memory", "2MB", "--max-kills", "1", "--failpoints", "spill.after_run"]
-    cmd += ["--kill-mode", "failpoint", "--workdir", str(tmp_path)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert res.stdout.strip(), res.stderr[-3000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
-    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
-    assert summary["failpoints"] == {"spill.after_run": 1}, res.stdout
-    assert summary["kill_kinds"]["python_worker_failpoint"] == 1, res.stdout
-    assert summary["spill_flushes"] > 0, res.stdout
-    assert res.returncode == 0, res.stdout
+    sizes = ["--seed", "3", "--files", "3", "--records", "270000", "--users", "90000"]
+    one_budgeted_worker_kill(tmp_path, "spill.after_run", sizes)
 
 
 @pytest.mark.full_priority
@@ -421,18 +409,25 @@ def test_chaos_kills_a_level_3_task_between_the_parts_of_its_batch(tmp_path: Pat
     (its state version not yet written); Spark retries the task, which applies
     every part again from the partition's last version, and the rows of the
     killed attempt are not committed. Nothing lost, duplicated or mismatched."""
+    sizes = ["--step", "apply_in_pandas_with_state", "--seed", "5", "--files", "2"]
+    sizes += ["--records", "160000", "--users", "60000"]
+    one_budgeted_worker_kill(tmp_path, "input.part_sent", sizes)
+
+
+def one_budgeted_worker_kill(tmp_path: Path, point: str, args: list[str]) -> None:
+    """One chaos run of the CLI on Spark under ``--state-memory 2MB`` whose one
+    kill is crash point `point` in a Python worker (Spark retries the task):
+    nothing lost, duplicated or mismatched, and the state spilled."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--step", "apply_in_pandas_with_state", "--seed", "5", "--files", "2"]
-    cmd += ["--records", "160000", "--users", "60000", "--state-memory", "2MB"]
-    cmd += ["--max-kills", "1", "--failpoints", "input.part_sent", "--kill-mode", "failpoint"]
-    cmd += ["--workdir", str(tmp_path)]
+    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1", *args]
+    cmd += ["--state-memory", "2MB", "--max-kills", "1", "--failpoints", point]
+    cmd += ["--kill-mode", "failpoint", "--workdir", str(tmp_path)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert res.stdout.strip(), res.stderr[-3000:]
     summary = json.loads(res.stdout.strip().splitlines()[-1])
     assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
     assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
-    assert summary["failpoints"] == {"input.part_sent": 1}, res.stdout
+    assert summary["failpoints"] == {point: 1}, res.stdout
     assert summary["kill_kinds"]["python_worker_failpoint"] == 1, res.stdout
     assert summary["spill_flushes"] > 0, res.stdout
     assert res.returncode == 0, res.stdout
