@@ -68,6 +68,44 @@ class MemoryPeaks:
         }
 
 
+class ProcessPeaks:
+    """Samples, every `every_s` seconds from creation to :meth:`stop`, the
+    RssAnon and RssFile of every process whose command line has `pattern`
+    (Spark's Python workers: ``pyspark.daemon``). :meth:`stop` returns the
+    largest of each seen in one process, MB: ``{"anon_peak_mb",
+    "file_peak_mb"}``, the heap and the touched pages of mapped files that
+    VmHWM adds up (a sample can miss a peak shorter than `every_s`)."""
+
+    def __init__(self, pattern: str, every_s: float = 0.05) -> None:
+        self._pattern = pattern
+        self._peaks = {"RssAnon": 0, "RssFile": 0}
+        self._stop = threading.Event()
+        self._every = every_s
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every):
+            for status in Path("/proc").glob("[0-9]*/status"):
+                try:
+                    if self._pattern not in status.with_name("cmdline").read_text():
+                        continue
+                    for line in status.read_text().splitlines():
+                        field, _, rest = line.partition(":")
+                        if field in self._peaks:
+                            self._peaks[field] = max(self._peaks[field], int(rest.split()[0]))
+                except (OSError, ValueError, IndexError):
+                    pass  # the process ended between the listing and the read
+
+    def stop(self) -> dict[str, int]:
+        self._stop.set()
+        self._thread.join()
+        return {
+            "anon_peak_mb": self._peaks["RssAnon"] // 1024,
+            "file_peak_mb": self._peaks["RssFile"] // 1024,
+        }
+
+
 def spread(values: list[float], fmt: str = "g") -> str:
     """The median and range of `values`: "median [min, max]", each as `fmt`."""
     return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}, {max(values):{fmt}}]"

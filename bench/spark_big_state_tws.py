@@ -9,7 +9,8 @@ total per user, one output row per user a batch; level 3: the same as an
 ``applyInPandasWithState`` function with a ``GroupState``; level 2: a
 pyarrow function of a partition's rows and their keys' state). Prints the
 tool's JSON line: addBatch ms per batch and the peak RSS (VmHWM, MB) of the
-Python workers and of the JVM.
+Python workers and of the JVM, and the largest RssAnon (heap) and RssFile
+(touched pages of mapped files) sampled in one Python worker.
 
     python bench/spark_big_state_tws.py 20000000 rows 256MB   # transformWithState (Rows)
     python bench/spark_big_state_tws.py 20000000 pandas        # ...InPandas, no budget
@@ -40,6 +41,7 @@ from pyspark.sql import Row
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
 from pyspark.sql.streaming.stateful_processor import TimerValues
 
+from children import ProcessPeaks
 from state_store_cold import session
 
 STATE = "count long, total long"
@@ -171,6 +173,7 @@ def main() -> None:
         out = keyed.map_batches(l2_count_total, STATE, OUTPUT)
     else:
         out = keyed.transformWithStateInPandas(PandasCountTotal(), OUTPUT, "Update", "None")
+    workers = ProcessPeaks("pyspark.daemon")
     q = (
         out.writeStream.format("noop")
         .outputMode("update")
@@ -187,6 +190,7 @@ def main() -> None:
                 "budget": budget,
                 "addBatch_ms": [p["durationMs"].get("addBatch") for p in q.recentProgress],
                 "py_worker_hwm_mb": hwm("pyspark.daemon"),
+                **{f"py_worker_{k}": v for k, v in workers.stop().items()},
                 "jvm_hwm_mb": hwm("java"),
             }
         )

@@ -6,7 +6,9 @@ parts leaves the same state and the same rows a key as applied whole."""
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from test_spark_partition import make_spec, processor, rows
 
 from snapcut import ConfigError
 from snapcut._core import key_buckets
-from snapcut.spark.state.key_parts import hold, input_held_bytes, key_parts
+from snapcut.spark.state.key_parts import SPLIT_ROWS, hold, input_held_bytes, key_parts
 from snapcut.spark.state.partition import PartitionTask
 from snapcut.spark.state.read import read_state_arrow
 from snapcut.spark.state.root import StateRoot
@@ -79,6 +81,28 @@ def test_parts_hold_every_row_once_and_each_key_whole_in_order(
     together = pa.concat_tables(parts).sort_by("seq")
     assert together.equals(table)
     assert os.listdir(directory) == [], "the bucket files outlived their parts"
+
+
+def test_held_batches_are_let_go_as_they_are_split(tmp_path: Path) -> None:
+    # Three held batches of a split's rows each: by the time the rest of the
+    # input is read, the first two are split into their bucket files and
+    # freed (not all held, and sorted, at once beside a copy).
+    n = SPLIT_ROWS
+    table = pa.table({"k": pa.array(np.arange(3 * n) % 1000), "v": pa.array(np.arange(3 * n))})
+    held = table.to_batches(max_chunksize=n)
+    del table
+    assert len(held) == 3
+    refs = [weakref.ref(b) for b in held]
+    alive_when_read: list[list[bool]] = []
+
+    def rest() -> Iterator[pa.RecordBatch]:
+        gc.collect()
+        alive_when_read.append([r() is not None for r in refs])
+        yield pa.record_batch({"k": pa.array([1]), "v": pa.array([-1])})
+
+    parts = list(key_parts(held, rest(), held[0].schema, ["k"], 0, str(tmp_path)))
+    assert alive_when_read == [[False, False, True]]
+    assert sum(p.num_rows for p in parts) == 3 * n + 1
 
 
 def test_a_part_set_left_early_removes_its_files_and_a_null_key_is_refused(

@@ -22,6 +22,7 @@ import pyarrow as pa
 from snapcut._core import SnapshotError, StateTable
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
+from snapcut.spark.state.key_parts import release_unused_arrow_memory
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import TableLayout
 from snapcut.spark.state.warm import CACHE, Chains, StateCache, Tables, mapped_memory, table_memory
@@ -227,6 +228,8 @@ class PartitionTask:
         while the output goes to Spark: the table is not touched again)."""
         state = self._begin(batch_ts_ms)
         out = processor.process(state, rows, self._info)
+        # The batch's lookups and the processor's own tables are freed.
+        release_unused_arrow_memory()
         self._metrics = {
             "rows_in": rows.num_rows,
             "rows_out": out.num_rows,
@@ -255,6 +258,10 @@ class PartitionTask:
                 seen["rows_in"] += rows.num_rows
                 seen["max_event"] = max(seen["max_event"], processor.max_event_time_ms(rows))
                 yield rows
+                del rows
+                # A part's transient tables (its lookups, the function's
+                # own, its output) are freed by now: their pages go back.
+                release_unused_arrow_memory()
 
         figures = {"rows_out": 0, "late_rows": 0, "timed_out_keys": 0}
         whole = getattr(processor, "process_parts", None)

@@ -101,6 +101,24 @@ impl ChangeLog {
         }
     }
 
+    /// Bytes the log would allocate on top of its own if `entries` more
+    /// entries came and its table grew to `slots` slots: each vector short
+    /// of room grows to about twice its capacity (Rust's amortised growth).
+    pub(crate) fn growth_bytes(&self, entries: usize, slots: usize) -> usize {
+        let per_entry = self
+            .columns
+            .iter()
+            .map(|c| c.allocated_bytes())
+            .sum::<usize>()
+            + self.slots.capacity() * std::mem::size_of::<u32>();
+        grown_bytes(per_entry, self.slots.capacity(), self.slots.len() + entries)
+            + grown_bytes(
+                self.pos.capacity() * std::mem::size_of::<u32>(),
+                self.pos.capacity(),
+                slots,
+            )
+    }
+
     /// Bytes allocated (capacity: a cleared log keeps its room), a byte
     /// column's values on the heap aside.
     pub(crate) fn allocated_bytes(&self) -> usize {
@@ -116,4 +134,17 @@ impl ChangeLog {
         self.clear();
         self.pos.clear();
     }
+}
+
+/// The bytes a vector (or vectors kept at one length) of `bytes` over
+/// `capacity` elements allocates on top of them to hold `needed`: none if
+/// they fit, else as `Vec` grows, to at least twice the capacity. An empty
+/// one's first room is not counted (one write's own rows, which the
+/// caller sizes).
+pub(crate) fn grown_bytes(bytes: usize, capacity: usize, needed: usize) -> usize {
+    if needed <= capacity || capacity == 0 {
+        return 0;
+    }
+    let to = needed.max(2 * capacity);
+    bytes / capacity * (to - capacity)
 }

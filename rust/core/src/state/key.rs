@@ -154,6 +154,17 @@ impl KeyType {
     }
 }
 
+/// The bytes of a hash table (key `K` → slot) holding `capacity` keys:
+/// its buckets (a power of two, at most 7/8 full) of an entry and a
+/// control byte each.
+fn table_bytes<K>(capacity: usize) -> usize {
+    if capacity == 0 {
+        return 0;
+    }
+    let buckets = (capacity * 8 / 7 + 1).next_power_of_two();
+    buckets * (std::mem::size_of::<(K, u32)>() + 1)
+}
+
 /// Key → slot. Split by key kind so integer keys hash and compare as plain `i64`.
 pub(crate) enum KeyIndex {
     Int(FxHashMap<i64, u32>),
@@ -179,16 +190,28 @@ impl KeyIndex {
     /// most 7/8 full) of an entry and a control byte each; a byte key's
     /// bytes on the heap aside.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        fn table<K, V>(m: &FxHashMap<K, V>) -> usize {
-            if m.capacity() == 0 {
+        match self {
+            KeyIndex::Int(m) => table_bytes::<i64>(m.capacity()),
+            KeyIndex::Bytes(m) => table_bytes::<Box<[u8]>>(m.capacity()),
+        }
+    }
+
+    /// Bytes the hash table would allocate, beside its buckets, to take
+    /// `extra` more keys: none if they fit, else a new table of at least
+    /// twice the buckets (the old one is freed once the keys moved). An
+    /// empty table's first room is not counted, as [`grown_bytes`].
+    ///
+    /// [`grown_bytes`]: super::changelog::grown_bytes
+    pub(crate) fn growth_bytes(&self, extra: usize) -> usize {
+        fn grown<K>(len: usize, capacity: usize, extra: usize) -> usize {
+            if capacity == 0 || len + extra <= capacity {
                 return 0;
             }
-            let buckets = (m.capacity() * 8 / 7 + 1).next_power_of_two();
-            buckets * (std::mem::size_of::<(K, V)>() + 1)
+            table_bytes::<K>((len + extra).max(capacity + 1))
         }
         match self {
-            KeyIndex::Int(m) => table(m),
-            KeyIndex::Bytes(m) => table(m),
+            KeyIndex::Int(m) => grown::<i64>(m.len(), m.capacity(), extra),
+            KeyIndex::Bytes(m) => grown::<Box<[u8]>>(m.len(), m.capacity(), extra),
         }
     }
 

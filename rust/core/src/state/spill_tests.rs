@@ -319,6 +319,45 @@ fn the_budget_flushes_the_memtable_and_runs_merge_past_the_limit() {
 }
 
 #[test]
+fn a_write_that_would_grow_the_memtable_past_the_budget_flushes_it_first() {
+    // Fixed-width columns: the memtable's bytes are its vectors' and its
+    // index's room, which double as they grow. Flushed only after such a
+    // write, the memtable would have doubled past the budget (and briefly
+    // held the old room beside the new) before emptying: none of the
+    // write's rows would stay in it.
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, false),
+    ]));
+    let mut t = StateTable::new(schema.clone(), "k", StatePolicy { full_every: 10 })
+        .unwrap()
+        .with_memory_budget(MIN_STATE_MEMORY, Box::new(InMemoryRuns))
+        .unwrap();
+    let mut flushes = 0;
+    for b in 0..100i64 {
+        let keys = Int64Array::from_iter_values(b * 1_000..(b + 1) * 1_000);
+        let batch =
+            RecordBatch::try_new(schema.clone(), vec![Arc::new(keys.clone()), Arc::new(keys)])
+                .unwrap();
+        t.upsert(&batch).unwrap();
+        let stats = t.spill_stats().unwrap();
+        assert!(
+            stats.memtable_bytes <= MIN_STATE_MEMORY,
+            "after batch {b}: {stats:?}"
+        );
+        if stats.flushes > flushes {
+            assert!(
+                stats.memtable_bytes > 0,
+                "batch {b} flushed the memtable after its write, not before: {stats:?}"
+            );
+            flushes = stats.flushes;
+        }
+    }
+    assert!(flushes >= 3, "{flushes} flushes");
+    assert_eq!(t.len(), 100_000);
+}
+
+#[test]
 fn past_the_run_limit_small_runs_merge_above_a_large_base_and_large_ones_into_it() {
     // A base of 100k keys (a restore), then small flushes: the runs above
     // the base merge into one diff run and the base stays; once the runs

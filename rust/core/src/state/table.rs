@@ -421,6 +421,7 @@ impl StateTable {
             }
             None => None,
         };
+        self.before_write(key_array.len())?;
         self.before_upsert(&arrays, present)?;
         self.note_times(&arrays)?;
         self.index.reserve(key_array.len());
