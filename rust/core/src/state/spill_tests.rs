@@ -820,6 +820,22 @@ fn a_mapped_restore_keeps_its_files_pages_and_lookups_release_them_past_their_bo
         full.count()
     );
 
+    // An upsert of 1,000 keys new to the memtable (one slice; the files'
+    // ~1.4 MB past the 1 MiB bound: 2 chunks) counts those
+    // the runs hold in chunks of key order too, releasing between them:
+    // one search of them all would have read the files whole at once.
+    let before = full.count();
+    let new_rows: Vec<(i64, i64)> = (0..1_000).map(|i| ((i * 7_919) % 100_003, -i)).collect();
+    let keys = Int64Array::from_iter_values(new_rows.iter().map(|r| r.0));
+    let held = plain.lookup(&keys).unwrap().1.true_count();
+    t.upsert(&rows(&new_rows)).unwrap();
+    assert_eq!(t.len(), plain.len() + new_rows.len() - held);
+    assert!(
+        full.count() >= before + 2,
+        "{} after {before}",
+        full.count()
+    );
+
     // Put aside, a table lets go of them on demand.
     let before = (full.count(), diff.count());
     t.release_pages();

@@ -132,6 +132,12 @@ fn check_lookups<K: TestKey>(
             probes.len().div_ceil(probes.len().div_ceil(chunks))
         };
         prop_assert_eq!(calls, want_calls);
+        let mut counted = 0;
+        let only = set
+            .stats_in_key_chunks(array.as_ref(), chunks, &mut || counted += 1)
+            .unwrap();
+        prop_assert_eq!(only, chunk_stats, "{} chunks", chunks);
+        prop_assert_eq!(counted, want_calls);
     }
     Ok(())
 }

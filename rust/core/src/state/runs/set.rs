@@ -9,7 +9,9 @@
 use std::ops::{AddAssign, Range};
 use std::sync::Arc;
 
-use arrow_array::{make_array, new_null_array, Array, BooleanArray, RecordBatch, UInt32Array};
+use arrow_array::{
+    make_array, new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, UInt32Array,
+};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use arrow_select::interleave::interleave;
 
@@ -358,8 +360,7 @@ impl RunSet {
         let mut found = Vec::with_capacity(n);
         let mut stats = LookupStats::default();
         for rows in order.chunks(size) {
-            let part = arrow_select::take::take(probes, &UInt32Array::from(rows.to_vec()), None)
-                .map_err(|e| Error::Config(format!("selecting probes: {e}")))?;
+            let part = take_probes(probes, rows)?;
             let lookup = self.lookup(part.as_ref())?;
             let (batch, part_found) = lookup.to_batch()?;
             stats += lookup.stats();
@@ -378,6 +379,32 @@ impl RunSet {
             .map_err(|e| Error::Config(format!("reordering a chunked lookup: {e}")))?;
         let found = at.iter().map(|&pos| Some(found[pos as usize])).collect();
         Ok((batch, found, stats))
+    }
+
+    /// [`Self::lookup`]'s stats alone (how many probes the runs hold
+    /// live, ...), the probes taken in `chunks` runs of key order with
+    /// `after_chunk` called after each, as [`Self::gather_in_key_chunks`]:
+    /// a search of many random probes reads nearly every page of every
+    /// run's keys, which a caller releasing pages there does not hold at once.
+    pub fn stats_in_key_chunks(
+        &self,
+        probes: &dyn Array,
+        chunks: usize,
+        after_chunk: &mut dyn FnMut(),
+    ) -> Result<LookupStats> {
+        if chunks <= 1 || probes.len() < 2 {
+            let stats = self.lookup(probes)?.stats();
+            after_chunk();
+            return Ok(stats);
+        }
+        self.key_type.check(self.key_column(), probes)?;
+        let (order, _) = KeyColumn::new(probes)?.order();
+        let mut stats = LookupStats::default();
+        for rows in order.chunks(probes.len().div_ceil(chunks)) {
+            stats += self.lookup(take_probes(probes, rows)?.as_ref())?.stats();
+            after_chunk();
+        }
+        Ok(stats)
     }
 
     /// The newest live row of every key that begins with one of `prefixes`
@@ -431,4 +458,10 @@ impl RunSet {
         }
         Ok(rows)
     }
+}
+
+/// The probes at `rows` (positions in `probes`), for a chunk of a lookup.
+fn take_probes(probes: &dyn Array, rows: &[u32]) -> Result<ArrayRef> {
+    arrow_select::take::take(probes, &UInt32Array::from(rows.to_vec()), None)
+        .map_err(|e| Error::Config(format!("selecting probes: {e}")))
 }
