@@ -35,11 +35,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from children import status_bytes
 from snapcut._core import state_memory_bytes
-from snapcut.spark import StateUpdate
 from snapcut.spark.processors import BatchFunctionProcessor
 from snapcut.spark.roots import schema_bytes
 from snapcut.spark.state.key_parts import hold, input_held_bytes, key_parts
@@ -47,6 +45,7 @@ from snapcut.spark.state.partition import PartitionTask
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import RootSpec
 from snapcut.spark.state.warm import StateCache
+from spark_big_state_tws import l2_count_total
 
 SCHEMA = pa.schema([("user", pa.int64()), ("dwell_ms", pa.int64())])
 STATE = pa.schema([("user", pa.int64()), ("count", pa.int64()), ("total", pa.int64())])
@@ -81,17 +80,13 @@ class Phases:
 PHASES = Phases()
 
 
-def count_total(rows: pa.Table, state: pa.Table, info: Any) -> StateUpdate:
+def count_total(rows: pa.Table, state: pa.Table, info: Any) -> Any:
     """``spark_big_state_tws.l2_count_total``, its phases marked."""
     batch = PHASES.now.split(":")[0]
     PHASES.now = f"{batch}:function"
-    agg = rows.group_by("user").aggregate([("dwell_ms", "count"), ("dwell_ms", "sum")])
-    joined = agg.join(state.select(["user", "count", "total"]), "user")
-    count = pc.add(pc.fill_null(joined["count"], 0), joined["dwell_ms_count"])
-    total = pc.add(pc.fill_null(joined["total"], 0), joined["dwell_ms_sum"])
-    new = pa.table({"user": joined["user"], "count": count, "total": total})
+    update = l2_count_total(rows, state, info)
     PHASES.now = f"{batch}:state update"
-    return StateUpdate(output=new, state=new)
+    return update
 
 
 def first_batch(keys: int) -> Iterator[pa.RecordBatch]:
