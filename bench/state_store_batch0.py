@@ -44,7 +44,8 @@ import pyarrow as pa
 from snapcut._core import KeyedAggregates
 from snapcut.spark.processors import AggregateProcessor
 from snapcut.spark.roots import schema_bytes
-from snapcut.spark.state.key_parts import hold, input_held_bytes, key_parts
+from snapcut.spark.state.key_parts import hold, key_parts
+from snapcut.spark.state.worker_memory import input_held_bytes
 from snapcut.spark.state.partition import PartitionTask
 from snapcut.spark.state.warm import StateCache
 from snapcut.spark.state.root import StateRoot

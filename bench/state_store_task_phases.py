@@ -40,11 +40,12 @@ from children import status_bytes
 from snapcut._core import state_memory_bytes
 from snapcut.spark.processors import BatchFunctionProcessor
 from snapcut.spark.roots import schema_bytes
-from snapcut.spark.state.key_parts import hold, input_held_bytes, key_parts
+from snapcut.spark.state.key_parts import hold, key_parts
 from snapcut.spark.state.partition import PartitionTask
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import RootSpec
 from snapcut.spark.state.warm import StateCache
+from snapcut.spark.state.worker_memory import input_held_bytes
 from spark_big_state_tws import l2_count_total
 
 SCHEMA = pa.schema([("user", pa.int64()), ("dwell_ms", pa.int64())])

@@ -22,12 +22,13 @@ from test_spark_partition import make_spec, processor, rows
 
 from snapcut import ConfigError
 from snapcut._core import key_buckets
-from snapcut.spark.state.key_parts import SPLIT_ROWS, hold, input_held_bytes, key_parts
+from snapcut.spark.state.key_parts import SPLIT_ROWS, hold, key_parts
 from snapcut.spark.state.partition import PartitionTask
 from snapcut.spark.state.read import read_state_arrow
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import RootSpec
 from snapcut.spark.state.warm import StateCache
+from snapcut.spark.state.worker_memory import input_held_bytes
 
 
 def batches_of(table: pa.Table, size: int) -> Iterator[pa.RecordBatch]:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.s3_support import S3Server
 
 from snapcut import ConfigError, SnapshotError, _fs, snapshots
+from snapcut._core import StateTable
 from snapcut._core import format as fmt
 from snapcut.snapshots.run_cache import RunCacheSpec
 from snapcut.spark.keyed_state import parse_duration_ms
@@ -377,7 +378,7 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
     gets half (shared by its spilling tables), and putting tables back in the
     cache flushes the largest warm ones until they hold at most the other
     half. The state is the same as without a budget."""
-    from snapcut.spark.state.warm import table_memory
+    from snapcut.spark.state.worker_memory import table_memory, warm_memory
 
     spec = make_spec(tmp_path / "budget", partitions=3, full_every=100)
     plain = make_spec(tmp_path / "plain", partitions=3, full_every=100)
@@ -394,7 +395,7 @@ def test_a_worker_budget_bounds_its_warm_partitions_and_refuses_too_little(
             task = PartitionTask(root, batch, p, "q1", None, cache=cache, state_memory=budget)
             got = task.run(data, processor(spec), None)
             assert got.equals(run(plain, batch, p, data, plain_cache))
-            assert cache.memtable_bytes() <= budget // 2
+            assert cache.memtable_bytes() <= warm_memory(budget)
     flushed = sum(
         s["rows_flushed"]
         for _, _, tables in cache._tables.values()
@@ -547,3 +548,24 @@ def test_a_table_with_two_time_columns_is_refused() -> None:
     two = one.append(pa.field(EXPIRES_COLUMN, pa.int64()))
     with pytest.raises(SnapshotError, match="several time columns"):
         time_column(schema_bytes(two))
+
+
+def test_the_warm_tables_hold_at_most_a_quarter_of_the_worker_budget(tmp_path: Path) -> None:
+    """A worker's budget: half to the working partition's tables, a quarter to
+    its held input, a quarter to the warm partitions; so putting tables back
+    flushes the largest warm ones until they hold at most a quarter of it
+    (at half, a worker holding input and warm tables went 1.25x over)."""
+    from snapcut.spark.state.worker_memory import warm_memory
+
+    budget = 8 << 20
+    schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+    cache = StateCache(8)
+    for p in range(4):
+        table = StateTable(schema, "k", state_memory="4MB", spill_dir=tmp_path / f"spill-{p}")
+        # ~0.74 MB of memtable each (the 4MB table flushed once): together
+        # ~3 MB, past a quarter of the budget (2 MiB), not past half.
+        keys = pa.array(range(p * 60_000, (p + 1) * 60_000), pa.int64())
+        table.update(pa.table({"k": keys, "v": keys}))
+        cache.put(("root", "v", p), 0, {"v": [0]}, {"v": table}, memory=budget)
+    held = cache.memtable_bytes()
+    assert 0 < held <= warm_memory(budget) == budget // 4

@@ -335,9 +335,10 @@ def keyed_state(
     keeps in memory, the rest spilled to sorted runs in local files (default:
     the Spark conf ``spark.snapcut.state.memory``, else all in memory): half
     for the partition a task works on, shared by its tables (every state
-    variable of transformWithState, and its timers, is one), half for the
-    other partitions the worker keeps warm (the largest are flushed when a
-    task ends over it); at least 2 MiB per table;
+    variable of transformWithState, and its timers, is one), a quarter for
+    the input a task holds before it spills it, a quarter for the other
+    partitions the worker keeps warm (the largest are flushed when a task
+    ends over it); at least 2 MiB per table;
     ``run_cache_size`` / ``run_cache_dir``: a remote root's state files are
     downloaded once into a local cache on each worker machine and mapped
     from there (bytes or ``"2GB"``, least recently used files evicted past

@@ -9,8 +9,8 @@ reads or writes it.
   wait for a committed version (``await_committed``);
 - :mod:`.partition` — one state partition's work in one micro-batch, and
   :mod:`.task` — the executor-side task function around it;
-- :mod:`.warm` — a worker's state memory: the budget's split and the
-  partitions it keeps warm;
+- :mod:`.worker_memory` — a worker's ``state_memory`` and its split;
+  :mod:`.warm` — the partitions it keeps warm;
 - :mod:`.initial` — ``initial_state=``; :mod:`.read` — reading a root back;
   :mod:`.rescale` — copying a root to another number of partitions.
 """

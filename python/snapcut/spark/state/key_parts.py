@@ -27,14 +27,13 @@ import pyarrow.compute as pc
 
 from snapcut._core import key_buckets
 from snapcut.spark.keys import KEY_COLUMN, state_key, with_state_key
+from snapcut.spark.state.worker_memory import release_unused_arrow_memory
 
 __all__ = [
     "BUCKETS",
     "KEYS_PER_STEP",
     "hold",
-    "input_held_bytes",
     "key_parts",
-    "release_unused_arrow_memory",
 ]
 
 BUCKETS = 64
@@ -48,22 +47,6 @@ in Python at once (their state values, input frames and output): ~16k keys,
 
 SPLIT_ROWS = 1 << 18
 """Rows gathered before a split, so a bucket file gets few, larger batches."""
-
-
-def input_held_bytes(state_memory: int) -> int:
-    """Input a task holds before it spills, under a Python worker's
-    `state_memory`: a quarter of it (half is the working partition's
-    tables', a quarter of the rest)."""
-    return state_memory // 4
-
-
-def release_unused_arrow_memory() -> None:
-    """Hands back to the OS the pages pyarrow's default pool holds free.
-    Its allocator (mimalloc here) keeps freed pages for reuse: after the
-    input's spill, ~140 MB of a 10M-row partition's held and sorted rows
-    stayed resident through every part, and each part's transient tables
-    added tens of MB more (issue 37: a worker's peak within its budget)."""
-    pa.default_memory_pool().release_unused()
 
 
 def hold(

@@ -22,10 +22,14 @@ import pyarrow as pa
 from snapcut._core import SnapshotError, StateTable
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
-from snapcut.spark.state.key_parts import release_unused_arrow_memory
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import TableLayout
-from snapcut.spark.state.warm import CACHE, Chains, StateCache, Tables, mapped_memory, table_memory
+from snapcut.spark.state.warm import CACHE, Chains, StateCache, Tables
+from snapcut.spark.state.worker_memory import (
+    mapped_memory,
+    release_unused_arrow_memory,
+    table_memory,
+)
 
 __all__ = ["BatchInfo", "PartitionTask", "Processor"]
 

@@ -20,13 +20,12 @@ from snapcut.spark.keyed_input import KeyedInput
 from snapcut.spark.processors import BATCH_TS_COLUMN
 from snapcut.spark.roots import schema_bytes
 from snapcut.spark.state.initial import write_initial_state
-from snapcut.spark.state.key_parts import input_held_bytes
 from snapcut.spark.state.partition import Processor
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.setup import prepare_root
 from snapcut.spark.state.spec import RootSpec, TableSpec
 from snapcut.spark.state.task import STATE_WRITES, make_task_function
-from snapcut.spark.state.warm import table_memory
+from snapcut.spark.state.worker_memory import input_held_bytes, table_memory
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -46,7 +45,7 @@ class StateOptions:
     state_memory: int | None = None
     """Bytes of state rows a Python worker keeps in memory (parsed and
     checked by :func:`state_memory_bytes`, split by
-    :func:`snapcut.spark.state.warm.table_memory`); None: all."""
+    :func:`snapcut.spark.state.worker_memory.table_memory`); None: all."""
     run_cache: RunCacheSpec = field(default_factory=RunCacheSpec)
     """Where workers cache a remote root's state files, and how many bytes."""
 

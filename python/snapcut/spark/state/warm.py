@@ -1,6 +1,6 @@
-"""A Python worker's state memory: how a budget splits between the partition
-a task works on and the partitions the worker keeps warm, and the warm tables
-themselves (:class:`StateCache`), put back only once their version is durable.
+"""The partitions a Python worker keeps warm (:class:`StateCache`): their
+tables, put back only once their version is durable, and flushed past the
+worker's :func:`~snapcut.spark.state.worker_memory.warm_memory`.
 """
 
 from __future__ import annotations
@@ -8,50 +8,16 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 
-from snapcut._core import ConfigError, StateTable
-from snapcut.spark.state.spec import TableLayout
+from snapcut._core import StateTable
+from snapcut.spark.state.worker_memory import warm_memory
 
 __all__ = [
     "CACHE",
-    "MIN_TABLE_MEMORY",
     "Chains",
     "StateCache",
     "Tables",
-    "mapped_memory",
-    "table_memory",
 ]
-
-MIN_TABLE_MEMORY = 1 << 20
-"""The least budget of one spilling table (Rust's MIN_STATE_MEMORY)."""
-
-
-def table_memory(state_memory: int, layouts: Sequence[TableLayout]) -> int:
-    """Each table's budget under a Python worker's `state_memory`: half of
-    it goes to the partition a task works on, shared by its tables; the
-    other half bounds the warm tables of the partitions the worker keeps
-    (:meth:`StateCache.put`). ConfigError if a table would get less than
-    1 MiB, naming the least budget that works."""
-    spilling = max(len(layouts), 1)
-    least = 2 * spilling * MIN_TABLE_MEMORY
-    if state_memory < least:
-        raise ConfigError(
-            f"state_memory of {state_memory} bytes is below the minimum of {least} bytes a "
-            f"Python worker needs for this step's {spilling} spilling state table(s): half of "
-            "it goes to the partition a task works on, at least 1 MiB a table, and half to the "
-            "partitions it keeps warm; raise it, or leave it unset for no limit"
-        )
-    return state_memory // 2 // spilling
-
-
-def mapped_memory(table_memory: int) -> int:
-    """The pages of a table's mapped runs its lookups may leave resident:
-    a quarter of its memory (at least 1 MiB). A worker's resident set is what
-    a container's memory limit sees, and random lookups over a partition's
-    runs would otherwise leave every page of them there (issue 37)."""
-    return max(table_memory // 4, MIN_TABLE_MEMORY)
-
 
 Tables = dict[str, StateTable]
 """A partition's state tables by vertex (one, or one per state variable)."""
@@ -91,8 +57,8 @@ class StateCache:
     ) -> None:
         """Keeps `tables` warm; with a worker budget `memory`, then flushes
         the largest in-memory rows of the warm tables that have a budget
-        until they hold at most half of it (the other half is the working
-        partition's)."""
+        until they hold at most its warm share (a quarter: the rest is the
+        working partition's and its held input's)."""
         for table in tables.values():
             # A table put aside holds its memtable, not the pages its
             # batch's lookups read of its mapped runs.
@@ -103,7 +69,7 @@ class StateCache:
             while len(self._tables) > self.capacity:
                 self._tables.popitem(last=False)
             if memory is not None:
-                self._trim(memory // 2)
+                self._trim(warm_memory(memory))
 
     def _trim(self, limit: int) -> None:
         # Only a table with a budget can flush: a worker also keeps warm the
