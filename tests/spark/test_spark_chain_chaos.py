@@ -18,7 +18,8 @@ from tests.spark_support import child_env
 
 from snapcut.chaos import spark_chain as chain
 from snapcut.chaos.core import Check, run_rng
-from snapcut.chaos.spark import expected_updates, generate_events
+from snapcut.chaos.spark import generate_events
+from snapcut.chaos.spark_compare import expected_updates
 from snapcut.cli import main as cli_main
 
 pytestmark = pytest.mark.spark

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -22,6 +23,7 @@ from tests.spark_support import child_env
 from snapcut import _procs as procs
 from snapcut._core import ConfigError
 from snapcut.chaos import spark as chaos
+from snapcut.chaos import spark_compare as model
 from snapcut.cli import main as cli_main
 from snapcut.spark import failpoints as fp
 
@@ -35,7 +37,7 @@ def frames() -> list[pd.DataFrame]:
 
 def perfect(frames: list[pd.DataFrame], plan: dict[int, list[int]]) -> chaos.RunOutput:
     """What a failure-free run of `plan` commits, built from pandas."""
-    want = chaos.expected_updates(frames, plan)
+    want = model.expected_updates(frames, plan)
     batches = {}
     for batch in plan:
         rows = sorted((u, c, t) for (b, u), (c, t) in want.items() if b == batch)
@@ -43,7 +45,7 @@ def perfect(frames: list[pd.DataFrame], plan: dict[int, list[int]]) -> chaos.Run
     newest: dict[int, tuple[int, int, int]] = {}
     for (_, u), (c, t) in sorted(want.items()):
         newest[u] = (u, c, t)
-    ref = chaos.reference(frames)
+    ref = model.reference(frames)
     state = pa.table(
         {
             "user": [u for u in sorted(ref)],
@@ -122,7 +124,42 @@ def test_a_wrong_newest_output_or_state_is_caught(frames: list[pd.DataFrame]) ->
     out.state = out.state.set_column(3, "avg__sum", pa.array(sums, pa.int64()))
     assert counts(chaos.compare(frames, out)) == (0, 0, 1)
     out.state = None  # no state at all: every user mismatched
-    assert counts(chaos.compare(frames, out)) == (0, 0, len(chaos.reference(frames)))
+    assert counts(chaos.compare(frames, out)) == (0, 0, len(model.reference(frames)))
+
+
+def test_sessions_close_when_the_watermark_passes_their_gap() -> None:
+    """The model of ``--session-gap`` (gap 30 s, watermark 10 s behind the
+    latest event of the batches before): a user's session closes in the
+    first batch, a no-data one too, whose watermark is past its last event
+    plus the gap and that has no rows of it; its totals are emitted once
+    more, its state goes, and its next event starts afresh."""
+
+    def frame(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
+        users, dwell, secs = zip(*rows, strict=True)
+        ts = pd.to_datetime(list(secs), unit="s", utc=True)
+        return pd.DataFrame({"user": list(users), "dwell_ms": list(dwell), "ts": ts})
+
+    frames = [
+        frame([(1, 10, 5), (2, 20, 50)]),
+        frame([(2, 30, 70), (3, 40, 100)]),
+        frame([(1, 50, 130)]),
+    ]
+    plan = {0: [0], 1: [1], 2: [2], 3: []}
+    want = model.expected(frames, plan, gap_ms=30_000, delay_ms=10_000)
+    assert want.updates == {
+        (0, 1): (1, 10),
+        (0, 2): (1, 20),
+        (1, 1): (1, 10),  # watermark 40 s > 5 s + 30 s: user 1 closes
+        (1, 2): (2, 50),
+        (1, 3): (1, 40),
+        (2, 1): (1, 50),  # a new session
+        (3, 2): (2, 50),  # the no-data batch: watermark 120 s > 70 s + 30 s
+    }
+    assert want.newest == {1: (1, 50), 2: (2, 50), 3: (1, 40)}
+    assert want.state == {1: (1, 50), 3: (1, 40)}
+    # No gap: totals over every event, whatever the batches.
+    plain = model.expected(frames, plan)
+    assert plain.state == plain.newest == {1: (2, 60), 2: (2, 50), 3: (1, 40)}
 
 
 def test_input_read_by_no_batch_or_twice_is_lost_or_duplicated(
@@ -338,6 +375,16 @@ def test_kill_plans_replay_from_the_seed() -> None:
         (["--master", "local[2]"], "--master applies to --engine spark only"),
         (["--kill-mode", "executor"], "applies to --engine spark only"),
         (["--state-root", "s3"], "--state-root applies to --engine spark only"),
+        (["--session-gap", "30"], "--session-gap applies to --engine spark only"),
+        (
+            ["--engine", "spark", "--session-gap", "30"],
+            "session_gap must be an int of seconds >= 1 with step map_batches or "
+            "apply_in_pandas_with_state",
+        ),
+        (
+            ["--engine", "spark", "--step", "map_batches", "--session-gap", "0"],
+            "got 0 with step map_batches",
+        ),
         (["--engine", "spark", "--state-root", "gcs"], "state_root must be one of local, s3"),
     ],
 )
@@ -408,13 +455,17 @@ def test_chaos_kills_a_level_3_task_between_the_parts_of_its_batch(tmp_path: Pat
     Python worker of one task right after it sent its first part's output
     (its state version not yet written); Spark retries the task, which applies
     every part again from the partition's last version, and the rows of the
-    killed attempt are not committed. Nothing lost, duplicated or mismatched."""
+    killed attempt are not committed. With ``--session-gap 30`` the function
+    sets event-time timeouts: batch 1 closes the sessions of batch 0's users
+    it has no rows of after its parts (the no-rows calls for timed-out keys),
+    the no-data batch after it more. Nothing lost, duplicated or mismatched."""
     sizes = ["--step", "apply_in_pandas_with_state", "--seed", "5", "--files", "2"]
-    sizes += ["--records", "160000", "--users", "60000"]
-    one_budgeted_worker_kill(tmp_path, "input.part_sent", sizes)
+    sizes += ["--records", "160000", "--users", "60000", "--session-gap", "30"]
+    summary = one_budgeted_worker_kill(tmp_path, "input.part_sent", sizes)
+    assert summary["keys_timed_out"] > 0, summary
 
 
-def one_budgeted_worker_kill(tmp_path: Path, point: str, args: list[str]) -> None:
+def one_budgeted_worker_kill(tmp_path: Path, point: str, args: list[str]) -> dict[str, Any]:
     """One chaos run of the CLI on Spark under ``--state-memory 2MB`` whose one
     kill is crash point `point` in a Python worker (Spark retries the task):
     nothing lost, duplicated or mismatched, and the state spilled."""
@@ -431,6 +482,7 @@ def one_budgeted_worker_kill(tmp_path: Path, point: str, args: list[str]) -> Non
     assert summary["kill_kinds"]["python_worker_failpoint"] == 1, res.stdout
     assert summary["spill_flushes"] > 0, res.stdout
     assert res.returncode == 0, res.stdout
+    return dict(summary)
 
 
 @pytest.mark.full_priority

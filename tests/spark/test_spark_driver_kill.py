@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from tests.spark_support import dwell_frames, write_inputs
 
-from snapcut.chaos.spark import expected_updates, read_plan
+from snapcut.chaos.spark import read_plan
+from snapcut.chaos.spark_compare import expected_updates
 from snapcut.spark import read_state_arrow
 
 FILES = 6

@@ -103,9 +103,8 @@ from snapcut.chaos.spark_compare import (
     check_final,
     check_plan,
     check_updates,
-    expected_updates,
+    expected,
     output_rows,
-    reference,
     state_rows,
 )
 from snapcut.chaos.spark_tables import (
@@ -115,7 +114,7 @@ from snapcut.chaos.spark_tables import (
     check_table,
     read_table_run,
 )
-from snapcut.jobs.spark_dwell import STEPS
+from snapcut.jobs.spark_dwell import SESSION_DELAY_MS, SESSION_STEPS, STEPS
 from snapcut.jobs.spark_session import check_remote
 from snapcut.spark import committed_output, failpoints, read_output_arrow, read_state_arrow
 
@@ -227,6 +226,10 @@ class SparkOptions:
     """The job's stateful step (`STEPS`): "aggregate" (level 1), "tws" (a
     StatefulProcessor through transform_with_state_in_pandas), "map_batches"
     (level 2) or "apply_in_pandas_with_state" (level 3)."""
+    session_gap: int | None = None
+    """Levels 2 and 3: seconds past a user's last event after which the
+    watermark closes its session (an event-time timeout: the call for the
+    timed-out key emits its totals and removes its state); None: no timeout."""
     state_memory: str | None = None
     """The job's ``keyed_state(state_memory=)``, each Python worker's budget
     (None: all in memory). Small enough, the state spills mid-run, and the
@@ -285,6 +288,17 @@ class SparkOptions:
             )
         if self.step not in STEPS:
             raise ConfigError(f"step must be one of {', '.join(STEPS)}, got {self.step!r}")
+        if self.session_gap is not None and (
+            self.step not in SESSION_STEPS
+            or not isinstance(self.session_gap, int)
+            or isinstance(self.session_gap, bool)
+            or self.session_gap < 1
+        ):
+            raise ConfigError(
+                f"session_gap must be an int of seconds >= 1 with step "
+                f"{' or '.join(SESSION_STEPS)} (a function that sets a timeout); got "
+                f"{self.session_gap!r} with step {self.step}"
+            )
         if self.state_root not in STATE_ROOTS:
             raise ConfigError(
                 f"state_root must be one of {', '.join(STATE_ROOTS)}, got {self.state_root!r}"
@@ -338,6 +352,9 @@ class SparkSummary(Summary):
     kill_kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KILL_KINDS, 0))
     armed_not_hit: int = 0
     timed_not_reached: int = 0
+    keys_timed_out: int = 0
+    """Keys the step timed out in the batches the children finished (with
+    ``session_gap``; a batch re-run after a kill counts again)."""
     attempts: int = 0
     run_seconds: list[float] = field(default_factory=list)
     output: str = "arrow"
@@ -430,13 +447,16 @@ def source_files(checkpoint: Path) -> dict[int, list[str]]:
 
 def read_plan(checkpoint: Path, names: list[str]) -> dict[int, list[int]]:
     """Which input files each micro-batch read: batch N covers the file
-    source's log entries after batch N-1's ``logOffset`` up to its own."""
+    source's log entries after batch N-1's ``logOffset`` up to its own (a
+    second source reading the same files at the same offset counts once)."""
     logged = source_files(checkpoint)
     plan: dict[int, list[int]] = {}
     prev = -1
     for batch in sorted(_log_entries(checkpoint / "offsets")):
         sources = read_offsets(str(checkpoint), batch)["sources"]
-        if len(sources) != 1 or not isinstance(sources[0], dict):
+        # With an event-time timeout the step's no-data companion reads the
+        # same files as a second source (snapcut.spark.no_data): one offset.
+        if not sources or any(not isinstance(s, dict) or s != sources[0] for s in sources):
             raise ChaosError(f"batch {batch}: expected one file source offset, got {sources}")
         offset = int(sources[0]["logOffset"])
         files = [f for b in range(prev + 1, offset + 1) for f in logged.get(b, [])]
@@ -494,14 +514,15 @@ def read_run(
     return out
 
 
-def compare(frames: list[pd.DataFrame], out: RunOutput) -> Check:
-    """A run's committed output and state against pandas over its events."""
+def compare(frames: list[pd.DataFrame], out: RunOutput, gap_ms: int | None = None) -> Check:
+    """A run's committed output and state against pandas over its events
+    (with sessions that close `gap_ms` after a user's last event, if set)."""
     check = Check(corrupt_files=list(out.unreadable))
     check_plan(frames, out.plan, check)
-    bad = check_updates(expected_updates(frames, out.plan), out.batches, check)
-    ref = reference(frames)
-    bad |= check_final("newest committed output", output_rows(out.final), ref, check)
-    bad |= check_final("final state", state_rows(out.state), ref, check)
+    want = expected(frames, out.plan, gap_ms, SESSION_DELAY_MS)
+    bad = check_updates(want.updates, out.batches, check)
+    bad |= check_final("newest committed output", output_rows(out.final), want.newest, check)
+    bad |= check_final("final state", state_rows(out.state), want.state, check)
     check.mismatched = len(bad)
     if out.unreadable:
         check.problems.append(f"unreadable committed data: {out.unreadable}")
@@ -588,6 +609,7 @@ def child_cmd(opts: SparkOptions, run_dir: Path, state: str | None = None) -> li
         *(["--master", opts.master] if opts.remote is None else ["--remote", opts.remote]),
         *([] if table is None else table.child_args()),
         *([] if opts.state_memory is None else ["--state-memory", opts.state_memory]),
+        *([] if opts.session_gap is None else ["--session-gap", str(opts.session_gap)]),
         "--metrics-log",
         str(run_dir / METRICS_LOG),
     ]
@@ -598,9 +620,9 @@ def child_cmd(opts: SparkOptions, run_dir: Path, state: str | None = None) -> li
 METRICS_LOG = "metrics.jsonl"
 
 
-def count_spills(run_dir: Path, summary: SparkSummary) -> None:
-    """Adds the run's spill flushes and merges (every attempt's finished
-    batches, from the child's metrics log) to the summary."""
+def count_step_figures(run_dir: Path, summary: SparkSummary) -> None:
+    """Adds the run's spill flushes and merges and its timed-out keys (every
+    attempt's finished batches, from the child's metrics log) to the summary."""
     log = run_dir / METRICS_LOG
     if not log.exists():
         return
@@ -608,6 +630,7 @@ def count_spills(run_dir: Path, summary: SparkSummary) -> None:
         figures = json.loads(line)
         summary.spill_flushes += int(figures.get("state_flushes", 0))
         summary.spill_merges += int(figures.get("state_merges", 0))
+        summary.keys_timed_out += int(figures.get("keys_timed_out", 0))
 
 
 def child_env(kill: KillPlan | None, hit_log: Path) -> dict[str, str]:
@@ -813,9 +836,10 @@ def run_one(
     if attempts > 1 and committed > 0:
         summary.restored += 1
     summary.run_seconds.append(round(time.monotonic() - started, 1))
-    count_spills(run_dir, summary)
+    count_step_figures(run_dir, summary)
     out = read_run(run_dir, names, opts.step, table, state)
-    check = compare(frames, out)
+    gap_ms = None if opts.session_gap is None else opts.session_gap * 1000
+    check = compare(frames, out, gap_ms)
     if out.table is not None:
         facts = check_table(out.table, check)
         summary.table_commits += facts.commits

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -54,6 +55,69 @@ def expected_updates(
             running[user] = (c0 + c, t0 + t)
             out[(batch, user)] = running[user]
     return out
+
+
+@dataclass
+class Expected:
+    """What a failure-free run of a plan commits."""
+
+    updates: dict[tuple[int, int], Totals]
+    """(batch, user) → the user's row of that batch."""
+    newest: dict[int, Totals]
+    """user → its newest committed output row."""
+    state: dict[int, Totals]
+    """user → its final state."""
+
+
+def expected(
+    frames: list[pd.DataFrame],
+    plan: dict[int, list[int]],
+    gap_ms: int | None = None,
+    delay_ms: int = 0,
+) -> Expected:
+    """A failure-free run of `plan`. Without `gap_ms`: a user's totals run
+    over all its events (:func:`expected_updates`). With it, the dwell job's
+    sessions (``spark_dwell --session-gap``) under snapcut's watermark rule
+    (batch N's watermark: the latest event time of batches before N less
+    `delay_ms`, events at or before batch N-1's dropped as late): a user's
+    timeout is its batch's last event plus the gap; in a batch (one with no
+    input too: Spark's no-data batch) a user without rows whose timeout is
+    before the watermark gets its totals emitted once more and its state
+    removed, and its next event starts from zero."""
+    if gap_ms is None:
+        ref = reference(frames)
+        return Expected(expected_updates(frames, plan), ref, ref)
+    running: dict[int, Totals] = {}
+    timeouts: dict[int, int] = {}
+    out: dict[tuple[int, int], Totals] = {}
+    newest: dict[int, Totals] = {}
+    latest: int | None = None
+    watermark = late = 0
+    for batch in sorted(plan):
+        late, watermark = watermark, max(watermark, -1 if latest is None else latest - delay_ms)
+        files = [frames[i] for i in plan[batch]]
+        rows = pd.concat(files, ignore_index=True) if files else None
+        seen: set[int] = set()
+        if rows is not None and len(rows):
+            ms = (rows["ts"] - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(milliseconds=1)
+            rows = rows.assign(ms=ms)[ms > late]
+            seen = {int(u) for u in rows["user"].unique()}
+        for user in sorted(u for u, t in timeouts.items() if t < watermark and u not in seen):
+            out[(batch, user)] = newest[user] = running.pop(user)
+            del timeouts[user]
+        if rows is None or not len(rows):
+            continue
+        g = rows.groupby("user").agg(
+            n=("dwell_ms", "size"), t=("dwell_ms", "sum"), last=("ms", "max")
+        )
+        for user, c, t, last in zip(g.index, g["n"], g["t"], g["last"], strict=True):
+            c0, t0 = running.get(int(user), (0, 0))
+            running[int(user)] = (c0 + int(c), t0 + int(t))
+            timeouts[int(user)] = int(last) + gap_ms
+            out[(batch, int(user))] = newest[int(user)] = running[int(user)]
+        top = int(rows["ms"].max())
+        latest = top if latest is None else max(latest, top)
+    return Expected(out, newest, dict(running))
 
 
 def _rows(table: pa.Table | None, avg: Callable[[dict[str, Any]], float]) -> dict[int, list[Row]]:

@@ -182,6 +182,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "level-2 function (map_batches) or a level-3 one (apply_in_pandas_with_state)",
     )
     spark.add_argument(
+        "--session-gap",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help="with --step map_batches or apply_in_pandas_with_state: the function sets an "
+        "event-time timeout, and a user's totals close (emitted once more, state removed) "
+        "once the watermark passes its last event by this many seconds; the calls for "
+        "timed-out keys are then checked too (summary: keys_timed_out)",
+    )
+    spark.add_argument(
         "--output",
         default=None,
         metavar="arrow|delta|iceberg",
@@ -233,6 +243,7 @@ def refuse_spark_flags(args: argparse.Namespace) -> None:
         "master",
         "remote",
         "step",
+        "session_gap",
         "output",
         "state_root",
     )
@@ -318,6 +329,7 @@ def chain_options(args: argparse.Namespace) -> ChainOptions:
         ("--failpoints", args.failpoints is not None),
         ("--remote", args.remote is not None),
         ("--step", args.step is not None),
+        ("--session-gap", args.session_gap is not None),
         ("--output", args.output is not None),
         ("--state-root", args.state_root is not None),
     ):
@@ -393,6 +405,7 @@ def spark_options(args: argparse.Namespace) -> SparkOptions:
         workdir=args.workdir,
         keep=args.keep,
         step=pick(args.step, defaults.step),
+        session_gap=args.session_gap,
         output=pick(args.output, defaults.output),
         state_memory=args.state_memory,
         state_root=pick(args.state_root, defaults.state_root),

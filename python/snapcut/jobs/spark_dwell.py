@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,13 @@ EVENTS_SCHEMA = "user long, dwell_ms long, ts timestamp"
 
 #: The stateful steps the job can run, each giving (user, count, total, avg).
 STEPS = ("aggregate", "tws", "map_batches", "apply_in_pandas_with_state")
+
+#: The steps whose function can close a user's session (``--session-gap``).
+SESSION_STEPS = ("map_batches", "apply_in_pandas_with_state")
+
+#: The watermark delay with a session gap: event time grows file by file, so
+#: no event is late (a file's events are no earlier than the files before it).
+SESSION_DELAY_MS = 10_000
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         "(e.g. 2MB; default: all in memory)",
     )
     parser.add_argument(
+        "--session-gap",
+        type=int,
+        default=None,
+        help="levels 2 and 3 (--step map_batches, apply_in_pandas_with_state): a user's "
+        "totals close once the watermark (the latest event time less 10 s) passes its "
+        "last event by this many seconds: an event-time timeout whose call emits the "
+        "totals and removes the state (default: no timeout)",
+    )
+    parser.add_argument(
         "--metrics-log",
         default=None,
         help="append each micro-batch's step figures (observedMetrics) to this file, "
@@ -84,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--output {args.table_output} needs --sink arrow and --table")
     if (args.table_output == "iceberg") != (args.catalog is not None):
         parser.error("--catalog goes with --output iceberg (and it needs one)")
+    if args.session_gap is not None and (args.step not in SESSION_STEPS or args.session_gap < 1):
+        parser.error(
+            f"--session-gap takes a number of seconds >= 1 and --step {' or '.join(SESSION_STEPS)}"
+        )
     from snapcut.jobs.spark_session import build_session, check_remote
     from snapcut.spark import ArrowSnapshotSink, keyed_state
 
@@ -107,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         args.partitions,
         full_every=args.full_every,
         state_memory=args.state_memory,
+        **session_time(args.session_gap),
     )
+    gap_ms = None if args.session_gap is None else args.session_gap * 1000
     if args.step == "tws":
         from snapcut.jobs.dwell_processor import OUTPUT, DwellProcessor
 
@@ -115,12 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     elif args.step == "map_batches":
         from snapcut.jobs import dwell_functions as f
 
-        averages = state.map_batches(f.dwell_batch, f.STATE, f.OUTPUT)
+        averages = state.map_batches(
+            partial(f.dwell_batch, gap_ms=gap_ms), f.STATE, f.OUTPUT, timeout=timeout(gap_ms)
+        )
     elif args.step == "apply_in_pandas_with_state":
         from snapcut.jobs import dwell_functions as f
 
         averages = state.apply_in_pandas_with_state(
-            f.dwell_group, f.OUTPUT, f.STATE, "Update", "NoTimeout"
+            partial(f.dwell_group, gap_ms=gap_ms), f.OUTPUT, f.STATE, "Update", timeout(gap_ms)
         )
     else:
         averages = state.aggregate(
@@ -153,6 +178,18 @@ def main(argv: list[str] | None = None) -> int:
         await_logging_metrics(query, Path(args.metrics_log), state.input.name)
     spark.stop()
     return 0
+
+
+def session_time(gap_s: int | None) -> dict[str, Any]:
+    """keyed_state's event time and watermark for a session gap (none without)."""
+    if gap_s is None:
+        return {}
+    return {"event_time": "ts", "watermark": SESSION_DELAY_MS}
+
+
+def timeout(gap_ms: int | None) -> str:
+    """The step's timeout conf: event time with a session gap, else none."""
+    return "NoTimeout" if gap_ms is None else "EventTimeTimeout"
 
 
 #: How often the metrics log looks for new progress while the query runs.
