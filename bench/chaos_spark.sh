@@ -9,6 +9,7 @@
 # map_batches: -l2, apply_in_pandas_with_state: -l3); with --state-memory (state
 # spilling past a budget), to bench/results/chaos_spark_spill/chaos-spark-spill.jsonl
 # (with --step tws too, chaos-spark-tws-spill.jsonl there; -l2-, -l3-); with
+# --session-gap (levels 2 and 3 with event-time timeouts), -sessions.jsonl; with
 # --state-root s3
 # (the state root on moto's S3), to bench/results/chaos_spark_s3/chaos-spark-s3.jsonl.
 # Usage: bash bench/chaos_spark.sh CHUNKS RUNS SEED [extra snapcut chaos args]
@@ -27,6 +28,9 @@ out=${out%.jsonl}$step.jsonl
 case " $* " in
   *" --state-memory "*)
     out=$(dirname "$0")/results/chaos_spark_spill/chaos-spark$step-spill.jsonl ;;
+esac
+case " $* " in
+  *" --session-gap "*) out=${out%.jsonl}-sessions.jsonl ;;
 esac
 case " $* " in
   *" --state-root s3 "*) out=$(dirname "$0")/results/chaos_spark_s3/chaos-spark-s3.jsonl ;;

@@ -49,6 +49,13 @@ same events:
   (``read_output_arrow``) or final state (``read_state_arrow``) differs from
   pandas' count, total and average.
 
+``--session-gap SECONDS`` (levels 2 and 3): the job's function sets an
+event-time timeout and closes a user's session once the watermark passes
+its last event by the gap (its totals emitted once more, its state
+removed); the comparison models the sessions
+(:func:`snapcut.chaos.spark_compare.expected`), so the calls for timed-out
+keys, in no-data batches too, are checked under the same kills.
+
 ``--state-root s3``: each run's state root is a bucket of moto's S3 server on
 127.0.0.1, which the harness runs for the campaign (:mod:`snapcut.chaos.s3`);
 the final state is read back from the bucket.

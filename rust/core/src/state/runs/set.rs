@@ -347,15 +347,12 @@ impl RunSet {
         after_chunk: &mut dyn FnMut(),
     ) -> Result<(RecordBatch, BooleanArray, LookupStats)> {
         let n = probes.len();
-        if chunks <= 1 || n < 2 {
+        let Some((order, size)) = self.key_order(probes, chunks)? else {
             let lookup = self.lookup(probes)?;
             let (batch, found) = lookup.to_batch()?;
             after_chunk();
             return Ok((batch, found, lookup.stats()));
-        }
-        self.key_type.check(self.key_column(), probes)?;
-        let (order, _) = KeyColumn::new(probes)?.order();
-        let size = n.div_ceil(chunks);
+        };
         let mut batches = Vec::with_capacity(chunks);
         let mut found = Vec::with_capacity(n);
         let mut stats = LookupStats::default();
@@ -392,19 +389,29 @@ impl RunSet {
         chunks: usize,
         after_chunk: &mut dyn FnMut(),
     ) -> Result<LookupStats> {
-        if chunks <= 1 || probes.len() < 2 {
+        let Some((order, size)) = self.key_order(probes, chunks)? else {
             let stats = self.lookup(probes)?.stats();
             after_chunk();
             return Ok(stats);
-        }
-        self.key_type.check(self.key_column(), probes)?;
-        let (order, _) = KeyColumn::new(probes)?.order();
+        };
         let mut stats = LookupStats::default();
-        for rows in order.chunks(probes.len().div_ceil(chunks)) {
+        for rows in order.chunks(size) {
             stats += self.lookup(take_probes(probes, rows)?.as_ref())?.stats();
             after_chunk();
         }
         Ok(stats)
+    }
+
+    /// The positions of `probes` in key order and the size of each of the
+    /// `chunks` they are looked up in, or None if one lookup does (one
+    /// chunk, or fewer than two probes).
+    fn key_order(&self, probes: &dyn Array, chunks: usize) -> Result<Option<(Vec<u32>, usize)>> {
+        if chunks <= 1 || probes.len() < 2 {
+            return Ok(None);
+        }
+        self.key_type.check(self.key_column(), probes)?;
+        let (order, _) = KeyColumn::new(probes)?.order();
+        Ok(Some((order, probes.len().div_ceil(chunks))))
     }
 
     /// The newest live row of every key that begins with one of `prefixes`
