@@ -435,6 +435,34 @@ def test_chaos_on_spark_is_exactly_once(tmp_path: Path, step: str, seed: int, ki
 
 
 @pytest.mark.full_priority
+def test_a_replayed_batch_the_sink_committed_runs_through_sparks_state_store_check(
+    tmp_path: Path,
+) -> None:
+    """Level 2 with ``--session-gap 30``: the step's event-time timeout puts a
+    Spark state operator in the plan (the no-data companion). The driver dies
+    at ``sink.after_commit`` (batch 1 committed by the sink, not by Spark); the
+    restarted query re-delivers batch 1, which the sink skips. Spark 4.1+
+    then checks that every state store committed in the batch: the sink runs
+    the skipped batch's DataFrame to its end (``sink.replay``), else the
+    query fails there. Sessions closed (keys timed out); nothing lost,
+    duplicated or mismatched."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
+    cmd += ["--step", "map_batches", "--session-gap", "30", "--seed", "0"]
+    cmd += ["--files", "3", "--records", "3000", "--users", "2000", "--max-kills", "1"]
+    cmd += ["--kill-mode", "failpoint", "--failpoints", "sink.after_commit"]
+    cmd += ["--workdir", str(tmp_path)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert res.stdout.strip(), res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
+    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
+    assert summary["failpoints"] == {"sink.after_commit": 1}, res.stdout
+    assert summary["keys_timed_out"] > 0, res.stdout
+    assert res.returncode == 0, res.stdout
+
+
+@pytest.mark.full_priority
 def test_chaos_on_spark_with_a_memory_budget_kills_inside_a_spill(tmp_path: Path) -> None:
     """The level-1 aggregate under ``--state-memory 2MB`` (1 MiB for the table
     a task works on) with 90k users over 3 partitions, 90k records a batch:

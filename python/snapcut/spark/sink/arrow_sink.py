@@ -33,9 +33,11 @@ only where ``chk-<N>/manifest.json`` exists.
 
 **Exactly once.** A batch whose ``chk-<N>/manifest.json`` exists is skipped
 (Spark re-delivers the last batch after a restart: Delta's ``txnVersion``
-idea); anything under ``_staging/`` (uncommitted batches, losing attempts) is
-removed when the next batch starts, and the manifest names only the files
-of the attempt whose result Spark returned.
+idea), its DataFrame still run to its end into nothing, as Spark's state
+store commit check needs (:mod:`.replay`); anything under ``_staging/``
+(uncommitted batches, losing attempts) is removed when the next batch
+starts, and the manifest names only the files of the attempt whose result
+Spark returned.
 
 **One global snapshot per batch.** With ``state=`` (a ``keyed_state`` root
 written by the same query), the commit of batch N waits for every state
@@ -82,6 +84,7 @@ from snapcut.spark.batch_identity import announced, query_id
 from snapcut.spark.query_checkpoint import read_offsets, running_checkpoint
 from snapcut.spark.roots import BATCH_OWNER, schema_bytes, schema_to_json
 from snapcut.spark.sink.commit import clean_staging, commit_batch, now_ms
+from snapcut.spark.sink.replay import run_replayed_batch
 from snapcut.spark.sink.report import BatchReport
 from snapcut.spark.sink.root import (
     OUTPUT_MODES,
@@ -219,6 +222,7 @@ class ArrowSnapshotSink:
         # Checks first: a refused batch touches nothing in the root.
         self._writable(lambda: self.root.dir.claim(owner, "sink root"))
         if self.committed(batch_id):
+            run_replayed_batch(batch_df)
             report = BatchReport(batch_id, committed=False)
             self.reports.append(report)
             return report
