@@ -2,7 +2,8 @@
 rows "spark", for its --remote chunks "spark-connect", and for its --step tws
 chunks "spark-tws", for its --state-memory chunks "spark-spill" (folder
 `chaos_spark_spill`; "spark-tws-spill" with --step tws too, "spark-l2-spill"
-with --step map_batches, "spark-l3-spill" with apply_in_pandas_with_state), for its
+with --step map_batches, "spark-l3-spill" with apply_in_pandas_with_state, and
+their "-sessions" rows with --session-gap), for its
 --state-root s3 chunks "spark-s3" (folder `chaos_spark_s3`);
 `bench/chaos_spark_tables.sh`, rows "spark-delta",
 "spark-iceberg" and their "-cluster" chunks, with the tables' commit counts)
@@ -41,12 +42,14 @@ def main(
         "spark-tws-spill",
         "spark-l2-spill",
         "spark-l3-spill",
+        "spark-l2-spill-sessions",
+        "spark-l3-spill-sessions",
         "spark-s3",
         *TABLES,
     ):
         folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
-        folder = "chaos_spark_spill" if p.endswith("-spill") else folder
+        folder = "chaos_spark_spill" if "-spill" in p else folder
         folder = "chaos_spark_s3" if p == "spark-s3" else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if path.exists():
