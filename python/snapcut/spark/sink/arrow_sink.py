@@ -222,7 +222,10 @@ class ArrowSnapshotSink:
         # Checks first: a refused batch touches nothing in the root.
         self._writable(lambda: self.root.dir.claim(owner, "sink root"))
         if self.committed(batch_id):
-            run_replayed_batch(batch_df)
+            # Announced as the batch's own action is: under Spark Connect a
+            # keyed_state task knows its batch only so.
+            with announced(batch_df.sparkSession, owner, batch_id):
+                run_replayed_batch(batch_df)
             report = BatchReport(batch_id, committed=False)
             self.reports.append(report)
             return report
