@@ -214,7 +214,7 @@ def as_format_1(manifest: dict[str, Any]) -> dict[str, Any]:
     fixture has it: the version, and each state entry's `runs`, which with
     no compaction are its chain's files, newest first, each merging its own
     checkpoint (checked here, then dropped)."""
-    assert manifest["format_version"] == snapshots.FORMAT_VERSION == 4
+    assert manifest["format_version"] == snapshots.FORMAT_VERSION == 5
     out = {**manifest, "format_version": 1, "files": []}
     for entry in manifest["files"]:
         if "filter" in entry:

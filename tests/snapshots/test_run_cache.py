@@ -127,7 +127,7 @@ def _chain_entries(
     raw = backend.manifest_bytes(cid)
     links = fmt.state_chain(cid, raw, task[0], task[1], backend.manifest_bytes)
     assert links is not None
-    return [(at, entry) for at, _, entry, _ in links]
+    return [(at, entry) for at, _, entry, _, _ in links]
 
 
 def test_a_damaged_cached_copy_is_fetched_again(remote: tuple[Any, str], tmp_path: Path) -> None:

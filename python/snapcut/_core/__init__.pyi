@@ -328,13 +328,17 @@ class StateTable:
         mapped: bool = False,
         filters: Sequence[bytes | None] | None = None,
         pages: Sequence[MappedFile | None] | None = None,
+        times: Any = None,
     ) -> None:
         """State at the end of a chain [(id, "full", batch), (id, "diff", batch), ...].
         mapped: the batches are mapped files no one writes again; with a memory
         budget a sorted full becomes the base run as it is (no copy).
         filters: per file, the bloom filter stored beside it (checked), or None.
         pages: with mapped, per file the MappedFile it was read from, or None:
-        the runs keep its pages and release what reads bring in."""
+        the runs keep its pages and release what reads bring in.
+        times: the time index stored beside the full (format 5, checked), or
+        None: a table indexed by its column takes it instead of reading every
+        row's time."""
     def release_pages(self) -> None:
         """Releases the pages reads brought in of the table's mapped runs."""
     def to_arrow(self) -> Any: ...

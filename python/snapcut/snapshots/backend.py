@@ -37,6 +37,10 @@ class ChainFile(NamedTuple):
     filter: bytes | None
     pages: fmt.MappedFile | None = None
     """The mapping the table's buffers lie in (a mapped read), else None."""
+    times: pa.Table | None = None
+    """A full's time index stored beside it (format 5), read and checked, else None."""
+    times_pages: fmt.MappedFile | None = None
+    """The mapping `times` lies in (a mapped read), else None."""
 
 
 class Backend:
@@ -277,7 +281,7 @@ class FsBackend(Backend):
         the tables' buffers in the mapping. Which files, in what order, is
         the Rust chain rule (``fmt.state_chain``); this only reads the
         manifests and files."""
-        files = self.chain_files(checkpoint_id, task, manifest, mapped, filters=False)
+        files = self.chain_files(checkpoint_id, task, manifest, mapped, sidecars=False)
         return None if files is None else [(f.checkpoint, f.kind, f.table) for f in files]
 
     def chain_files(
@@ -286,25 +290,40 @@ class FsBackend(Backend):
         task: Task,
         manifest: dict[str, Any] | None = None,
         mapped: bool = False,
-        filters: bool = True,
+        sidecars: bool = True,
     ) -> builtins.list[ChainFile] | None:
-        """As :meth:`chain`, each file with the bytes of the bloom filter
-        stored beside it (format 3: a diff's; checked against its entry) if
-        `filters`, so a table that keeps runs need not hash their keys."""
+        """As :meth:`chain`, each file with what is stored beside it if
+        `sidecars`, each checked against its entry: a diff's bloom filter
+        (format 3), so a table that keeps runs need not hash their keys, and
+        a full's time index (format 5), so a table indexed by time need not
+        read every row's time."""
         raw = self.manifest_bytes(checkpoint_id) if manifest is None else _json_bytes(manifest)
         links = fmt.state_chain(checkpoint_id, raw, task[0], task[1], self.manifest_bytes)
         if links is None:
             return None
         files = []
-        for cid, kind, entry, bloom in links:
-            read = (
-                self.read_mapped(cid, entry)
-                if mapped
-                else MappedRead(pa.py_buffer(self.read_checked(cid, entry)), None)
+        for cid, kind, entry, bloom, times in links:
+            read = self._read(cid, entry, mapped)
+            stored = None if bloom is None or not sidecars else self.read_checked(cid, bloom)
+            index = None if times is None or not sidecars else self._read(cid, times, mapped)
+            files.append(
+                ChainFile(
+                    cid,
+                    kind,
+                    read_ipc(read.buffer),
+                    stored,
+                    read.pages,
+                    None if index is None else read_ipc(index.buffer),
+                    None if index is None else index.pages,
+                )
             )
-            stored = None if bloom is None or not filters else self.read_checked(cid, bloom)
-            files.append(ChainFile(cid, kind, read_ipc(read.buffer), stored, read.pages))
         return files
+
+    def _read(self, checkpoint_id: int, entry: dict[str, Any], mapped: bool) -> MappedRead:
+        """A file of a checkpoint, checked: mapped (:meth:`read_mapped`) or read."""
+        if mapped:
+            return self.read_mapped(checkpoint_id, entry)
+        return MappedRead(pa.py_buffer(self.read_checked(checkpoint_id, entry)), None)
 
     def state(self, checkpoint_id: int, task: Task) -> pa.Table | None:
         chain = self.chain(checkpoint_id, task)

@@ -26,6 +26,7 @@ from snapcut.snapshots.layout import (
     MANIFEST_FILE,
     MANIFEST_TMP_FILE,
     SOURCES_FILE,
+    TIME_METADATA,
     Task,
     checkpoint_dir_name,
 )
@@ -44,6 +45,20 @@ def file_entry(
     """The manifest entry of a file written elsewhere (shape from the format;
     ``fields`` are the writer's own additions)."""
     return fmt.file_entry(path, role, rows, size, crc32c, fields)
+
+
+def _sidecars(entry: dict[str, Any]) -> list[str]:
+    """The files a state file's entry names beside it: a diff's bloom filter
+    (format 3), a full's time index (format 5)."""
+    return [entry[side]["path"] for side in ("filter", "times") if side in entry]
+
+
+def _indexed_full(table: pa.Table | pa.RecordBatch | StateRuns, kind: str) -> bool:
+    """A full of a table with a time index (its schema names the time
+    column): written through a file, so the index is read back from it."""
+    if kind != "full" or isinstance(table, StateRuns):
+        return False
+    return TIME_METADATA.encode() in (table.schema.metadata or {})
 
 
 class SnapshotWriter:
@@ -101,9 +116,9 @@ class SnapshotWriter:
         base is that chain's last); else :meth:`commit` resolves it."""
         chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
         local_dir = _fs.local_path(self.fs, self._dir(checkpoint_id))
-        if local_dir is None and isinstance(table, StateRuns):
-            return self._upload_state_runs(
-                checkpoint_id, vertex, subtask, table, key, kind, base, chain_at
+        if local_dir is None and (isinstance(table, StateRuns) or _indexed_full(table, kind)):
+            return self._upload_state_file(
+                checkpoint_id, vertex, subtask, table, key, kind, base, sort, chain_at
             )
         if local_dir is None:
             data, entry, bloom = fmt.encode_state(
@@ -134,31 +149,32 @@ class SnapshotWriter:
             chain_at,
             direct_io=self.direct_io,
         )
-        for name in ([entry["filter"]["path"]] if "filter" in entry else []) + [entry["path"]]:
+        for name in [*_sidecars(entry), entry["path"]]:
             local = os.path.join(local_dir, name)
             _fs.publish_local(local + suffix, local, f"{self._dir(checkpoint_id)}/{name}")
         return entry
 
-    def _upload_state_runs(
+    def _upload_state_file(
         self,
         checkpoint_id: int,
         vertex: str,
         subtask: int,
-        runs: StateRuns,
+        table: pa.Table | pa.RecordBatch | StateRuns,
         key: str,
         kind: str,
         base: int | None,
+        sort: bool,
         chain_at: tuple[int, list[int]] | None,
     ) -> dict[str, Any]:
-        """A capture's runs for a remote root: merged into a local temporary
-        file as it is written, then uploaded from it a part at a time, the
-        filter first (a state file in place names it)."""
+        """A state file for a remote root written into a local temporary
+        file (a capture's runs merged as it is written; a full's time index
+        read back from it), then uploaded from it a part at a time, what is
+        stored beside it first (a state file in place names it)."""
         with tempfile.TemporaryDirectory(prefix="snapcut-state-") as tmp:
             entry = fmt.write_state_file(
-                tmp, "", vertex, subtask, runs, key, kind, base, True, chain_at
+                tmp, "", vertex, subtask, table, key, kind, base, sort, chain_at
             )
-            names = ([entry["filter"]["path"]] if "filter" in entry else []) + [entry["path"]]
-            for name in names:
+            for name in [*_sidecars(entry), entry["path"]]:
                 path = f"{self._dir(checkpoint_id)}/{name}"
                 _fs.upload(self.fs, os.path.join(tmp, name), path)
         return entry

@@ -132,6 +132,7 @@ fn bench(c: &mut Criterion) {
             kind: StateKind::Full,
             batch: base.clone(),
             filter: None,
+            times: None,
         },
     ))
     .chain(diffs.iter().enumerate().map(|(i, d)| {
@@ -142,6 +143,7 @@ fn bench(c: &mut Criterion) {
                 kind: StateKind::Diff { base: i as u64 },
                 batch: plain,
                 filter: None,
+                times: None,
             },
         )
     }))

@@ -48,6 +48,7 @@ impl From<StreamedCapture> for TaskState {
                 kind: c.kind,
                 batch,
                 filter: None,
+                times: None,
             }),
             CaptureRows::Runs { runs, schema, .. } => Self::Runs(StateRuns {
                 kind: c.kind,

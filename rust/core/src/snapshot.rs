@@ -68,6 +68,12 @@ pub struct StateCapture {
     /// so the run it becomes need not hash its keys again; `None` for a
     /// capture a task makes, a full, or a file stored without one.
     pub filter: Option<Arc<BloomFilter>>,
+    /// A restored full's time index as stored beside its file (format 5),
+    /// its bytes checked against its entry: a table indexed by that column
+    /// takes it as its index's base run instead of reading every row's
+    /// time. `None` for a capture a task makes, a diff, or a file stored
+    /// without one.
+    pub times: Option<RecordBatch>,
 }
 
 /// One task's operator state at a checkpoint left as sorted runs for the
@@ -95,6 +101,7 @@ impl StateRuns {
             kind: self.kind,
             batch,
             filter: None,
+            times: None,
         })
     }
 }

@@ -448,7 +448,12 @@ impl StateTable {
     /// batch was read from, or None: the table's runs keep its pages and
     /// release what reads bring into the resident set
     /// (:meth:`release_pages`, and within a memory budget as lookups go).
-    #[pyo3(signature = (chain, *, mapped = false, filters = None, pages = None))]
+    ///
+    /// `times`: the time index stored beside the chain's full (format 5,
+    /// checked against its entry already; with `mapped=True` a mapped file
+    /// no one writes again), or None: a table indexed by its column takes
+    /// it as its index's base run instead of reading every row's time.
+    #[pyo3(signature = (chain, *, mapped = false, filters = None, pages = None, times = None))]
     fn restore(
         &mut self,
         py: Python<'_>,
@@ -456,7 +461,14 @@ impl StateTable {
         mapped: bool,
         filters: Option<Vec<Option<PyBackedBytes>>>,
         pages: Option<Vec<Option<PyRef<'_, MappedFile>>>>,
+        times: Option<AnyRecordBatch>,
     ) -> PyResult<()> {
+        let mut times = match times {
+            Some(t) => Some(one_batch(t)?().map_err(|e| {
+                PyValueError::new_err(format!("the full's time index: {}", e.value(py)))
+            })?),
+            None => None,
+        };
         let pages: Option<Vec<Option<Arc<dyn Pages>>>> = match pages {
             Some(_) if !mapped => {
                 return Err(crate::errors::ConfigError::new_err(
@@ -512,12 +524,17 @@ impl StateTable {
                 .map(|f| BloomFilter::from_bytes(&f, &what).map(Arc::new))
                 .transpose()
                 .map_py()?;
+            let times = match kind {
+                StateKind::Full => times.take(),
+                StateKind::Diff { .. } => None,
+            };
             captures.push((
                 id,
                 StateCapture {
                     kind,
                     batch,
                     filter,
+                    times,
                 },
             ));
             prev = Some(id);

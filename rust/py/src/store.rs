@@ -13,7 +13,7 @@ use snapcut_core::protocol::ProtocolKind;
 use snapcut_core::snapshot::{
     ChannelLog, CheckpointMeta, SnapshotSink, StateCapture, StateKind, TaskId, TaskSnapshot,
 };
-use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA, LIVE_KEYS_METADATA};
+use snapcut_core::state::{DELETED_COLUMN, KEY_METADATA, LIVE_KEYS_METADATA, TIME_METADATA};
 use snapcut_core::store::{
     self, CompactionBudget, CompactionStats, SnapshotReader as CoreReader,
     SnapshotStore as CoreStore, StoreOptions,
@@ -210,6 +210,7 @@ impl SnapshotStore {
                     kind,
                     batch: batch.into_inner(),
                     filter: None,
+                    times: None,
                 })
             })
             .transpose()?;
@@ -309,6 +310,7 @@ fn format_constants<'py>(py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("DELETED_COLUMN", DELETED_COLUMN)?;
     d.set_item("KEY_METADATA", KEY_METADATA)?;
     d.set_item("LIVE_KEYS_METADATA", LIVE_KEYS_METADATA)?;
+    d.set_item("TIME_METADATA", TIME_METADATA)?;
     Ok(d)
 }
 

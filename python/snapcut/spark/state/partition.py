@@ -199,11 +199,15 @@ class PartitionTask:
                 self.migrated.append(layout.vertex)
             if files:
                 # A migrated file was converted in memory: not mapped. A diff's
-                # stored filter spares its run hashing the diff's keys.
+                # stored filter spares its run hashing the diff's keys; the
+                # full's stored time index, reading every row's time.
                 keep = mapped and not migrated
                 filters = [f.filter for f in files] if keep else None
                 pages = [f.pages for f in files] if keep else None
-                table.restore(fitted, mapped=keep, filters=filters, pages=pages)
+                times = None if migrated else files[0].times
+                table.restore(fitted, mapped=keep, filters=filters, pages=pages, times=times)
+                if files[0].times_pages is not None:
+                    files[0].times_pages.release()
             read += sum(f.table.get_total_buffer_size() for f in files)
             tables[layout.vertex] = table
             chains[layout.vertex] = [f.checkpoint for f in files]

@@ -416,7 +416,7 @@ class StateRoot:
         run cache)."""
         from snapcut.spark.state.evolution import conform_file
 
-        files = self.read_chain_files(manifest, partition, vertex, mapped, filters=False)
+        files = self.read_chain_files(manifest, partition, vertex, mapped, sidecars=False)
         chain = [(f.checkpoint, f.kind, f.table) for f in files]
         if not conform:
             return chain
@@ -430,14 +430,15 @@ class StateRoot:
         partition: int,
         vertex: str | None = None,
         mapped: bool = False,
-        filters: bool = True,
+        sidecars: bool = True,
     ) -> list[ChainFile]:
-        """As :meth:`read_chain` (not conformed), each file with the bloom
-        filter stored beside it (``FsBackend.chain_files``) if `filters`."""
+        """As :meth:`read_chain` (not conformed), each file with what is
+        stored beside it (``FsBackend.chain_files``: a diff's bloom filter, a
+        full's time index) if `sidecars`."""
         batch = int(manifest["checkpoint_id"])
         layout = self.spec.layout(vertex)
         files = self.backend.chain_files(
-            batch, (layout.vertex, partition), manifest, mapped=mapped, filters=filters
+            batch, (layout.vertex, partition), manifest, mapped=mapped, sidecars=sidecars
         )
         if files is None:
             if self.spec.tables and not any(

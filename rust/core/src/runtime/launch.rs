@@ -340,6 +340,7 @@ fn restore_runs(op: &mut dyn Operator, runs: &[(CheckpointId, StateCapture)]) ->
         kind: StateKind::Full,
         batch: crate::store::rebuild_chain(runs)?,
         filter: None,
+        times: None,
     };
     op.restore(std::slice::from_ref(&full))
 }

@@ -115,6 +115,7 @@ impl SnapshotSink for InMemorySnapshots {
                         kind: StateKind::Diff { base: *base },
                         batch: batch.clone(),
                         filter: None,
+                        times: None,
                     },
                 ),
             ])?;
@@ -122,6 +123,7 @@ impl SnapshotSink for InMemorySnapshots {
                 kind: StateKind::Full,
                 batch: table.to_batch(),
                 filter: None,
+                times: None,
             });
         }
         completed.push(CompletedCheckpoint {

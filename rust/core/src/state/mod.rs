@@ -35,6 +35,8 @@ mod spill_group_tests;
 mod spill_tests;
 mod table;
 mod time_buckets;
+pub(crate) use time_buckets::BaseTimeChunks;
+pub(crate) use time_index::{run_schema as time_run_schema, TIME_KEY};
 mod time_index;
 #[cfg(test)]
 mod time_index_tests;
@@ -47,7 +49,7 @@ pub use key::Key;
 pub use table::{
     check_memory_budget, parse_memory, CaptureRows, InMemoryRuns, RunSink, SpillStats, StatePolicy,
     StateTable, StreamedCapture, DELETED_COLUMN, KEY_METADATA, LIVE_KEYS_METADATA, MAX_RUNS,
-    MIN_STATE_MEMORY,
+    MIN_STATE_MEMORY, TIME_METADATA,
 };
 
 /// Whether a [`StateTable`] value column holds `data_type` natively (the

@@ -264,6 +264,7 @@ impl PickledState {
             kind: StateKind::Full,
             batch,
             filter: None,
+            times: None,
         })
     }
 
@@ -774,6 +775,7 @@ mod tests {
                 kind: c.kind,
                 batch: arrow_select::take::take_record_batch(&c.batch, &order).unwrap(),
                 filter: None,
+                times: None,
             }
         };
         let mut again = budgeted();

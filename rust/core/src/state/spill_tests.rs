@@ -130,6 +130,7 @@ fn sorted_chain(chain: &[(CheckpointId, StateCapture)]) -> Vec<(CheckpointId, St
                     kind: c.kind,
                     batch,
                     filter: None,
+                    times: None,
                 },
             )
         })
@@ -945,6 +946,7 @@ fn plain_full_of(pairs: &[(i64, i64)]) -> StateCapture {
         kind: StateKind::Full,
         batch: rows(pairs),
         filter: None,
+        times: None,
     }
 }
 

@@ -43,6 +43,10 @@ pub const KEY_METADATA: &str = "snapcut.key";
 /// restore that keeps the diff as a run takes it instead of looking every
 /// key of the diff up in the older runs to count them.
 pub const LIVE_KEYS_METADATA: &str = "snapcut.live_keys";
+/// Schema metadata key of a full batch of a table with a time index: its
+/// time column. The store writes the index beside the file (format 5), so
+/// a restore need not read every row's time.
+pub const TIME_METADATA: &str = "snapcut.time";
 
 /// How often a checkpoint is a full materialisation instead of a diff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -667,6 +671,7 @@ impl StateTable {
                 kind: StateKind::Full,
                 batch: self.to_batch(),
                 filter: None,
+                times: None,
             }
         } else if self.changed_every_key() {
             self.full_from_log()
@@ -677,6 +682,7 @@ impl StateTable {
                 kind: StateKind::Full,
                 batch: self.to_batch(),
                 filter: None,
+                times: None,
             }
         } else {
             StateCapture {
@@ -685,33 +691,50 @@ impl StateTable {
                 },
                 batch: self.changes(),
                 filter: None,
+                times: None,
             }
         };
-        let capture = self.with_live_keys(capture);
+        let capture = self.with_capture_metadata(capture);
         self.checkpoint_taken(id, capture.kind);
         Ok(capture)
     }
 
-    /// A diff capture named with the table's live keys
-    /// ([`LIVE_KEYS_METADATA`]); a full as it is (its rows are its keys).
-    fn with_live_keys(&self, mut capture: StateCapture) -> StateCapture {
-        if matches!(capture.kind, StateKind::Diff { .. }) {
-            capture.batch = self.batch_with_live_keys(&capture.batch);
-        }
+    /// A capture with what its file tells a restore in its schema's
+    /// metadata: a diff the table's live keys ([`LIVE_KEYS_METADATA`]), a
+    /// full of a table with a time index its time column
+    /// ([`TIME_METADATA`]: the writer stores the index beside the file).
+    fn with_capture_metadata(&self, mut capture: StateCapture) -> StateCapture {
+        capture.batch = self.batch_with_capture_metadata(capture.kind, &capture.batch);
         capture
     }
 
-    /// A diff's `batch` with the table's live keys in its schema's metadata.
-    pub(super) fn batch_with_live_keys(&self, batch: &RecordBatch) -> RecordBatch {
-        let schema = self.live_keys_schema(batch.schema_ref());
+    /// `batch` of a capture of `kind` with its metadata (see
+    /// [`Self::with_capture_metadata`]).
+    pub(super) fn batch_with_capture_metadata(
+        &self,
+        kind: StateKind,
+        batch: &RecordBatch,
+    ) -> RecordBatch {
+        let schema = self.capture_schema(kind, batch.schema_ref());
+        if Arc::ptr_eq(&schema, batch.schema_ref()) {
+            return batch.clone();
+        }
         RecordBatch::try_new(schema, batch.columns().to_vec())
             .expect("only the schema's metadata changed")
     }
 
-    /// `schema` with the table's live keys in its metadata.
-    pub(super) fn live_keys_schema(&self, schema: &SchemaRef) -> SchemaRef {
+    /// `schema` of a capture of `kind` with its metadata (see
+    /// [`Self::with_capture_metadata`]).
+    pub(super) fn capture_schema(&self, kind: StateKind, schema: &SchemaRef) -> SchemaRef {
+        let (name, value) = match kind {
+            StateKind::Diff { .. } => (LIVE_KEYS_METADATA, self.len().to_string()),
+            StateKind::Full => match self.time_column() {
+                Some(column) => (TIME_METADATA, column.to_string()),
+                None => return schema.clone(),
+            },
+        };
         let mut metadata = schema.metadata().clone();
-        metadata.insert(LIVE_KEYS_METADATA.into(), self.len().to_string());
+        metadata.insert(name.into(), value);
         Arc::new(schema.as_ref().clone().with_metadata(metadata))
     }
 
@@ -764,6 +787,7 @@ impl StateTable {
             batch: RecordBatch::try_new(self.schema.clone(), arrays)
                 .expect("the change log has the table's schema"),
             filter: None,
+            times: None,
         }
     }
 
@@ -823,6 +847,7 @@ impl StateTable {
                     kind: StateKind::Full,
                     batch: self.to_batch(),
                     filter: None,
+                    times: None,
                 },
                 0,
             ),
@@ -851,12 +876,13 @@ impl StateTable {
                         kind,
                         batch,
                         filter,
+                        times: None,
                     },
                     diffs,
                 )
             }
         };
-        let capture = self.with_live_keys(capture);
+        let capture = self.with_capture_metadata(capture);
         self.confirmed_base_taken(id, diffs, Interval::Batch(interval));
         Ok(capture)
     }
@@ -1001,8 +1027,11 @@ impl StateTable {
             applied?;
         }
         if self.time.is_some() {
-            let arrays = self.columns_of(&first.batch)?;
-            self.note_base_times(&arrays)?;
+            let what = format!("the time index of checkpoint {first_id}'s full");
+            if !self.take_stored_times(first, mapped, &what)? {
+                let arrays = self.columns_of(&first.batch)?;
+                self.note_base_times(&arrays)?;
+            }
         }
         let mut prev = first_id;
         // A mapped chain's diffs become runs as they are while they can; from

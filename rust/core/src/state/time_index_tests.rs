@@ -263,6 +263,7 @@ fn a_restore_notes_its_bases_times_in_one_sweep() {
             kind: StateKind::Full,
             batch: batch(&base),
             filter: None,
+            times: None,
         };
         if mapped {
             t.restore_mapped(&[(1, full)]).unwrap();
@@ -361,6 +362,7 @@ fn a_budgeted_restore_writes_its_bases_times_as_one_file() {
         kind: StateKind::Full,
         batch,
         filter: None,
+        times: None,
     };
     t.restore_mapped(&[(1, full)]).unwrap();
     let stats = t.spill_stats().unwrap();

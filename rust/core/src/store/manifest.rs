@@ -15,10 +15,11 @@ pub const FORMAT_NAME: &str = "snapcut-snapshot";
 /// The manifest format version this code writes and the newest it reads.
 /// Version 2 added a state entry's `runs` ([`RunEntry`]); version 3 a diff's
 /// stored bloom filter ([`FilterEntry`]); version 4 runs in held
-/// directories ([`HELD_FILE`]): a run's checkpoint need not be complete.
+/// directories ([`HELD_FILE`]): a run's checkpoint need not be complete;
+/// version 5 a full's stored time index ([`TimesEntry`]).
 /// Older roots (no runs: the chain alone rebuilds a state; no filters: a
 /// restore builds them) are read as they are.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = 5;
 /// File name of the manifest inside a checkpoint directory.
 pub const MANIFEST_FILE: &str = "manifest.json";
 /// File name of a held directory's record (in place of a manifest): the
@@ -151,6 +152,38 @@ pub struct FilterEntry {
     pub crc32c: u32,
 }
 
+/// The name of the time index stored beside the full state file
+/// `state_file` (format 5): an Arrow IPC file.
+pub fn times_file_name(state_file: &str) -> String {
+    format!(
+        "{}.times.arrow",
+        state_file.strip_suffix(".arrow").unwrap_or(state_file)
+    )
+}
+
+/// The role a time index file has when it is checked like a file of a
+/// manifest.
+pub const TIMES_ROLE: &str = "times";
+
+/// A full state file's time index (format 5), a file of its own beside it:
+/// the (time, key) entries of its rows' `column` (a state table's time
+/// index, `crate::state::time_index`), sorted, as one Arrow IPC column
+/// `time_key`, as Spark's RocksDB provider checkpoints its TTL column
+/// family. A restore takes it as the index's base run instead of reading
+/// every row's time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimesEntry {
+    /// File name inside the directory that holds the state file.
+    pub path: String,
+    /// The state file's time column the entries index.
+    pub column: String,
+    /// Entries (the full's rows whose time is not null).
+    pub rows: u64,
+    pub bytes: u64,
+    /// CRC-32C (Castagnoli) of the whole file.
+    pub crc32c: u32,
+}
+
 /// Whether a state file is a full table or a diff against `base`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -192,6 +225,10 @@ pub struct FileEntry {
     /// beside it; absent for a full, an empty diff, or an older writer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<FilterEntry>,
+    /// Full state files (format 5): the time index stored beside it; absent
+    /// for a diff, a table without a time index, or an older writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<TimesEntry>,
     /// State files: the key column.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
@@ -240,6 +277,10 @@ pub struct RunEntry {
     /// (format 3); absent for a full or when not stored.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<FilterEntry>,
+    /// A full run's stored time index, in the same directory as its file
+    /// (format 5); absent for a diff or when not stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<TimesEntry>,
     /// The checkpoints whose state files this run holds merged, oldest first
     /// (one for a file as a task wrote it); its last is the checkpoint whose
     /// state the runs up to this one rebuild.
@@ -268,6 +309,7 @@ impl RunEntry {
             chain: Vec::new(),
             runs: Vec::new(),
             filter: self.filter.clone(),
+            times: self.times.clone(),
             key,
             edge: None,
             input: None,
@@ -396,9 +438,11 @@ impl Manifest {
         for f in &self.files {
             out.insert((own, f.path.clone()));
             out.extend(f.filter.iter().map(|x| (own, x.path.clone())));
+            out.extend(f.times.iter().map(|x| (own, x.path.clone())));
             for r in &f.runs {
                 out.insert((r.checkpoint, r.path.clone()));
                 out.extend(r.filter.iter().map(|x| (r.checkpoint, x.path.clone())));
+                out.extend(r.times.iter().map(|x| (r.checkpoint, x.path.clone())));
             }
         }
         out

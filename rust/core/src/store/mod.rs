@@ -26,6 +26,7 @@ mod run_files;
 mod sink;
 mod spill;
 mod streamed;
+mod time_files;
 mod writer;
 
 pub use crate::snapshot::CompactionStats;
@@ -37,9 +38,10 @@ pub use files::{write_file, write_ipc, Fsync, FsyncMode};
 pub use format::Written;
 pub use manifest::{
     channel_file_name, checkpoint_dir_name, file_component, filter_file_name, parse_checkpoint_dir,
-    run_file_name, state_file_name, FileEntry, FileKind, FileRole, FilterEntry, Manifest, RunEntry,
-    TaskEntry, CHECKPOINT_DIR_PREFIX, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, HELD_FILE,
-    HELD_TMP_FILE, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
+    run_file_name, state_file_name, times_file_name, FileEntry, FileKind, FileRole, FilterEntry,
+    Manifest, RunEntry, TaskEntry, TimesEntry, CHECKPOINT_DIR_PREFIX, FILTER_ROLE, FORMAT_NAME,
+    FORMAT_VERSION, HELD_FILE, HELD_TMP_FILE, MANIFEST_FILE, MANIFEST_TMP_FILE, SOURCES_FILE,
+    TIMES_ROLE,
 };
 pub use mapped::{map_file_pages, MappedPages};
 pub use reader::rebuild_chain;
@@ -49,3 +51,4 @@ pub use run_files::{write_chunks, write_state_runs, RUN_CHUNK_ROWS};
 pub use sink::{SnapshotStore, StoreOptions};
 pub use spill::LocalRuns;
 pub use streamed::StreamedFile;
+pub use time_files::write_times;

@@ -14,7 +14,7 @@ use super::files::{map_checked, read_checked};
 use super::format::{self, decode_buffer, decode_ipc, DirState};
 use super::manifest::{
     checkpoint_dir_name, parse_checkpoint_dir, FileEntry, FileKind, FilterEntry, Manifest,
-    HELD_FILE, MANIFEST_FILE,
+    TimesEntry, HELD_FILE, MANIFEST_FILE,
 };
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -266,7 +266,7 @@ impl SnapshotReader {
         id: CheckpointId,
         task: &TaskId,
     ) -> Result<Vec<(CheckpointId, StateCapture)>> {
-        self.links(id, task, false, &CheckedFiles::new())
+        self.links(id, task, false, &CheckedFiles::new(), true)
     }
 
     /// As [`Self::state_chain`], each file read through a read-only mapping
@@ -279,16 +279,41 @@ impl SnapshotReader {
         id: CheckpointId,
         task: &TaskId,
     ) -> Result<Vec<(CheckpointId, StateCapture)>> {
-        self.links(id, task, true, &CheckedFiles::new())
+        self.links(id, task, true, &CheckedFiles::new(), true)
     }
 
-    /// `checked`: files mapped and checked already (by [`Self::verify_keeping`]).
+    /// The stored time index `entry` of a full state file of checkpoint
+    /// `id` (format 5), checked against its entry (bytes, then columns and
+    /// count); mapped if `mapped`. A missing or corrupt one is an error
+    /// naming it.
+    pub fn read_times(
+        &self,
+        id: CheckpointId,
+        entry: &TimesEntry,
+        mapped: bool,
+    ) -> Result<RecordBatch> {
+        let dir = self.checkpoint_dir(id);
+        let file = format::times_file_entry(entry, None);
+        let what = format!("checkpoint {id} file {}", entry.path);
+        let (schema, batches) = if mapped {
+            decode_buffer(map_checked(&dir, &file, id)?, &what)?
+        } else {
+            self.read_file(id, &file)?
+        };
+        let batch = format::concat(&schema, &batches)?;
+        format::check_times(&batch, entry, &what)?;
+        Ok(batch)
+    }
+
+    /// `checked`: files mapped and checked already (by [`Self::verify_keeping`]);
+    /// `times`: a full's stored time index read too (format 5).
     fn links(
         &self,
         id: CheckpointId,
         task: &TaskId,
         mapped: bool,
         checked: &CheckedFiles,
+        times: bool,
     ) -> Result<Vec<(CheckpointId, StateCapture)>> {
         let manifest = self.manifest(id)?;
         let Some(entry) = manifest.state_file(task) else {
@@ -315,12 +340,17 @@ impl SnapshotReader {
                 (Some(f), true) => Some(Arc::new(self.read_filter(link.checkpoint, f)?)),
                 _ => None,
             };
+            let times = match (&link.entry.times, times) {
+                (Some(t), true) => Some(self.read_times(link.checkpoint, t, mapped)?),
+                _ => None,
+            };
             out.push((
                 link.state_at,
                 StateCapture {
                     kind: link.kind,
                     batch,
                     filter,
+                    times,
                 },
             ));
         }
@@ -330,7 +360,8 @@ impl SnapshotReader {
     /// `task`'s full state at checkpoint `id`, rebuilt from its chain
     /// ([`format::rebuild_state`]: any column types).
     pub fn state(&self, id: CheckpointId, task: &TaskId) -> Result<Option<RecordBatch>> {
-        let chain = self.state_chain(id, task)?;
+        // A rebuild reads no time index.
+        let chain = self.links(id, task, false, &CheckedFiles::new(), false)?;
         if chain.is_empty() {
             return Ok(None);
         }
@@ -389,7 +420,7 @@ impl SnapshotReader {
         for t in &manifest.tasks {
             let task = t.task();
             let state = if runs {
-                let chain = self.links(id, &task, true, &checked)?;
+                let chain = self.links(id, &task, true, &checked, true)?;
                 if !chain.is_empty() {
                     state_runs.insert(task.clone(), chain);
                 }
@@ -399,6 +430,7 @@ impl SnapshotReader {
                     kind: StateKind::Full,
                     batch,
                     filter: None,
+                    times: None,
                 })
             };
             let snapshot = TaskSnapshot {

@@ -388,6 +388,7 @@ impl SnapshotStore {
                     entry.bytes = w.bytes;
                     entry.crc32c = w.crc32c;
                     entry.filter = stored.filter;
+                    entry.times = stored.times;
                     if let Some(range) = key_range.or(stored.key_range) {
                         key_ranges.insert(entry.path.clone(), range);
                     }

@@ -13,12 +13,12 @@ use serde_json::Value;
 
 use super::files::{write_file, write_ipc, Fsync};
 use super::format::{self, Written};
-use super::manifest::FilterEntry;
+use super::manifest::{times_file_name, FilterEntry, TimesEntry};
 use super::mapped::map_file_pages;
 use super::run_files::write_state_runs;
 use crate::error::{Error, Result};
 use crate::state::runs::Run;
-use crate::state::KEY_METADATA;
+use crate::state::{KEY_METADATA, TIME_METADATA};
 
 /// One file to write.
 /// What a job writes: batches as they are, or a state's sorted runs
@@ -51,12 +51,13 @@ pub(crate) struct Job {
     pub done: Sender<Result<Stored>>,
 }
 
-/// What writing a job gave: the file, the filter stored beside it, and
-/// for merged runs the key range of the rows written.
+/// What writing a job gave: the file, the filter or time index stored
+/// beside it, and for merged runs the key range of the rows written.
 #[derive(Clone, Debug)]
 pub(crate) struct Stored {
     pub written: Written,
     pub filter: Option<FilterEntry>,
+    pub times: Option<TimesEntry>,
     pub key_range: Option<(Value, Value)>,
 }
 
@@ -139,6 +140,7 @@ fn write_batches(job: &Job, batches: &[RecordBatch], fsync: &Fsync) -> Result<St
     Ok(Stored {
         written,
         filter,
+        times: store_times(job, fsync)?,
         key_range: None,
     })
 }
@@ -167,8 +169,28 @@ fn write_runs(job: &Job, runs: &[Arc<Run>], base: bool, fsync: &Fsync) -> Result
     Ok(Stored {
         written,
         filter,
+        times: store_times(job, fsync)?,
         key_range: sorted_key_range(&path, key)?,
     })
+}
+
+/// A full state file's time index written beside it (format 5), read from
+/// the file just written, if its schema names a time column (a table with
+/// a time index names it in its full captures).
+fn store_times(job: &Job, fsync: &Fsync) -> Result<Option<TimesEntry>> {
+    let metadata = job.schema.metadata();
+    let (Some(_), Some(key)) = (metadata.get(TIME_METADATA), metadata.get(KEY_METADATA)) else {
+        return Ok(None);
+    };
+    let out = job.dir.join(times_file_name(&job.name));
+    super::write_times(
+        &job.dir.join(&job.name),
+        &job.name,
+        &out,
+        &job.dir,
+        key,
+        fsync,
+    )
 }
 
 /// The key range of a sorted state file: its first and last keys.

@@ -27,4 +27,5 @@ mod store_materialize;
 mod store_props;
 mod store_roundtrip;
 mod store_tiers;
+mod store_times;
 mod store_verify;

@@ -302,6 +302,7 @@ fn an_aborted_capture_of_every_key_is_never_left_out_of_a_later_diff() {
                 kind: StateKind::Full,
                 batch: t.to_batch(),
                 filter: None,
+                times: None,
             }
         }
     };

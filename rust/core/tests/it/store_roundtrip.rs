@@ -426,6 +426,7 @@ fn operator_states_without_key_metadata_round_trip_as_full() {
             kind,
             batch: plain.clone(),
             filter: None,
+            times: None,
         }),
         state_runs: None,
         channels: vec![],

@@ -565,6 +565,7 @@ fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
             },
             batch: batch(vec![id as f64, 0.5], id > 1),
             filter: None,
+            times: None,
         };
         commit_capture(&store, id, state);
     }
@@ -658,6 +659,7 @@ fn a_state_with_a_nested_column_is_compacted_whole() {
                 kind: StateKind::Full,
                 batch,
                 filter: None,
+                times: None,
             }
         } else {
             // Ten keys rewritten (in descending order: not sorted), one gone.
@@ -683,6 +685,7 @@ fn a_state_with_a_nested_column_is_compacted_whole() {
                 kind: StateKind::Diff { base: id - 1 },
                 batch,
                 filter: None,
+                times: None,
             }
         };
         commit_capture(&store, id, capture);
@@ -742,6 +745,7 @@ fn capture_order_capture(
             kind: StateKind::Full,
             batch: RecordBatch::try_new(full_schema, batch.columns().to_vec()).unwrap(),
             filter: None,
+            times: None,
         };
     }
     let changed: Vec<i64> = (0..10).map(|i| keys[(id as usize) * 1000 + i]).collect();
@@ -786,6 +790,7 @@ fn diff_capture(
         kind: StateKind::Diff { base: id - 1 },
         batch: RecordBatch::try_new(diff_schema, columns).unwrap(),
         filter: None,
+        times: None,
     }
 }
 

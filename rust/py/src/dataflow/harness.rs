@@ -270,6 +270,7 @@ pub fn _keyed_restore<'py>(
                 kind,
                 batch: batch.into_inner(),
                 filter: None,
+                times: None,
             })
         })
         .collect::<PyResult<Vec<_>>>()?;

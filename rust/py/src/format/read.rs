@@ -162,13 +162,15 @@ fn export_plan<'py>(
         .collect()
 }
 
-/// `(checkpoint, "full" | "diff", entry, filter)`: one link of a state
-/// chain, the file `entry` in the directory of `checkpoint`, and the entry
-/// of the bloom filter stored beside it (format 3; role "filter"), or None.
+/// `(checkpoint, "full" | "diff", entry, filter, times)`: one link of a
+/// state chain, the file `entry` in the directory of `checkpoint`, the
+/// entry of the bloom filter stored beside it (format 3; role "filter"),
+/// or None, and that of its time index (format 5; role "times"), or None.
 type ChainLink<'py> = (
     u64,
     &'static str,
     Bound<'py, PyAny>,
+    Option<Bound<'py, PyAny>>,
     Option<Bound<'py, PyAny>>,
 );
 
@@ -209,7 +211,14 @@ fn state_chain<'py>(
                 )?),
                 None => None,
             };
-            Ok((l.checkpoint, kind, entry_dict(py, &l.entry)?, filter))
+            let times = match &l.entry.times {
+                Some(t) => Some(entry_dict(
+                    py,
+                    &format::times_file_entry(t, l.entry.task().as_ref()),
+                )?),
+                None => None,
+            };
+            Ok((l.checkpoint, kind, entry_dict(py, &l.entry)?, filter, times))
         })
         .collect::<PyResult<Vec<_>>>()
         .map(Some)

@@ -153,9 +153,10 @@ fn state_filter(
     Ok(bytes)
 }
 
-/// Writes the state file of `entry` (and its filter, if any) into `dir`
-/// under their names plus `tmp_suffix`, fsynced; both are removed again if
-/// the write fails. Fills in the entry's sizes and filter.
+/// Writes the state file of `entry` (and its filter or time index, if
+/// any) into `dir` under their names plus `tmp_suffix`, fsynced; all are
+/// removed again if the write fails. Fills in the entry's sizes, filter
+/// and time index.
 fn write_state_files(
     dir: &std::path::Path,
     tmp_suffix: &str,
@@ -197,12 +198,26 @@ fn write_state_files(
             )
         }
     };
-    let w = written.inspect_err(|_| {
-        for path in filter_tmp(entry).iter().chain([&tmp]) {
+    // A full of a table with a time index: the index beside it (format 5),
+    // read from the file just written.
+    let times_tmp = dir.join(format!(
+        "{}{tmp_suffix}",
+        store::times_file_name(&entry.path)
+    ));
+    let stored = written.and_then(|w| {
+        let times = match diff {
+            true => None,
+            false => store::write_times(&tmp, &entry.path, &times_tmp, dir, key, &fsync)?,
+        };
+        Ok((w, times))
+    });
+    let (w, times) = stored.inspect_err(|_| {
+        for path in filter_tmp(entry).iter().chain([&tmp, &times_tmp]) {
             let _ = std::fs::remove_file(path);
         }
     })?;
     (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+    entry.times = times;
     Ok(())
 }
 
@@ -213,7 +228,9 @@ fn write_state_files(
 /// `StateTable.checkpoint_streamed` are refused (their point is a file
 /// written as they merge, never the bytes in memory: [`write_state_file`]).
 /// `kind` "full", or "diff" against `base`; `sort` orders the rows by `key`
-/// (deterministic bytes). With `chain_at` (`(checkpoint id, the base's
+/// (deterministic bytes). A full's time index (format 5) is not made here
+/// (its point is a file read as it is written): [`write_state_file`] writes
+/// it. With `chain_at` (`(checkpoint id, the base's
 /// chain)`, the chain a writer keeps) the entry carries its chain, and a
 /// diff's base is the chain's last.
 #[pyfunction]
@@ -266,8 +283,10 @@ type EncodedState<'py> = (
 /// state would be, nor, for `StateRuns`, the capture (merged as it is
 /// written, its spool files beside it). A diff's filter is written the
 /// same way beside it, as the entry's `filter` names it (plus
-/// `tmp_suffix`). Returns the entry; the caller renames the files into
-/// place (their names without the suffix), the filter first.
+/// `tmp_suffix`), and a full's time index (format 5: a table with a time
+/// index names its column in a full's schema), as the entry's `times`
+/// names it. Returns the entry; the caller renames the files into place
+/// (their names without the suffix), the filter and time index first.
 #[pyfunction]
 #[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None, direct_io = false))]
 #[allow(clippy::too_many_arguments)]

@@ -697,6 +697,7 @@ impl Operator for KeyedAggregate {
                     kind: StateKind::Full,
                     batch: self.state(None)?,
                     filter: None,
+                    times: None,
                 },
                 Chain::default(),
             ),
@@ -705,6 +706,7 @@ impl Operator for KeyedAggregate {
                     kind: StateKind::Diff { base },
                     batch: self.state(Some(&changed))?,
                     filter: None,
+                    times: None,
                 },
                 Chain {
                     diffs: chain.diffs + 1,

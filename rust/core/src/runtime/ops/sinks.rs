@@ -109,6 +109,7 @@ impl Operator for CollectSink {
             kind: StateKind::Full,
             batch,
             filter: None,
+            times: None,
         }))
     }
 
@@ -349,6 +350,7 @@ impl Operator for IpcSink {
             kind: StateKind::Full,
             batch,
             filter: None,
+            times: None,
         }))
     }
 

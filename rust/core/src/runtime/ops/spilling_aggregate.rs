@@ -122,6 +122,7 @@ impl SpillingAggregate {
                             kind: c.kind,
                             batch,
                             filter: c.filter,
+                            times: None,
                         },
                     ))
                 })
@@ -244,6 +245,7 @@ impl Operator for SpillingAggregate {
                 kind: StateKind::Full,
                 batch,
                 filter: None,
+                times: None,
             }));
         };
         if std::mem::take(&mut self.force_full) {

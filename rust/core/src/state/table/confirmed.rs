@@ -118,7 +118,7 @@ impl StateTable {
             }
         };
         let capture = StreamedCapture {
-            rows: self.rows_with_live_keys(capture.kind, capture.rows),
+            rows: self.rows_with_capture_metadata(capture.kind, capture.rows),
             ..capture
         };
         self.confirmed_base_taken(id, diffs, Interval::Runs(interval));

@@ -965,23 +965,26 @@ impl StateTable {
             };
             (StateKind::Diff { base }, rows)
         };
-        let rows = self.rows_with_live_keys(kind, rows);
+        let rows = self.rows_with_capture_metadata(kind, rows);
         self.checkpoint_taken(id, kind);
         Ok(StreamedCapture { kind, rows })
     }
 
-    /// A diff's rows named with the table's live keys, as
-    /// [`Self::checkpoint`] names its batch.
-    pub(super) fn rows_with_live_keys(&self, kind: StateKind, rows: CaptureRows) -> CaptureRows {
-        if !matches!(kind, StateKind::Diff { .. }) {
-            return rows;
-        }
+    /// A capture's rows with its metadata, as [`Self::checkpoint`] names its
+    /// batch (`StateTable::with_capture_metadata`).
+    pub(super) fn rows_with_capture_metadata(
+        &self,
+        kind: StateKind,
+        rows: CaptureRows,
+    ) -> CaptureRows {
         match rows {
-            CaptureRows::Batch(batch) => CaptureRows::Batch(self.batch_with_live_keys(&batch)),
+            CaptureRows::Batch(batch) => {
+                CaptureRows::Batch(self.batch_with_capture_metadata(kind, &batch))
+            }
             CaptureRows::Runs { runs, base, schema } => CaptureRows::Runs {
                 runs,
                 base,
-                schema: self.live_keys_schema(&schema),
+                schema: self.capture_schema(kind, &schema),
             },
         }
     }

@@ -12,11 +12,13 @@ use arrow_array::{Array, ArrayRef};
 
 use super::StateTable;
 use crate::error::{Error, Result};
+use crate::snapshot::StateCapture;
 use crate::state::key::Key;
 use crate::state::runs::{MergeCursor, Run};
 use crate::state::time_buckets::BaseTimeChunks;
 use crate::state::time_index::TimeIndex;
 use crate::state::time_rows::TimedRows;
+use crate::state::{time_run_schema, DELETED_COLUMN, TIME_KEY, TIME_METADATA};
 
 /// The index may hold this share of a table's budget in memory (1/8).
 const TIME_BUDGET_SHARE: usize = 8;
@@ -206,6 +208,51 @@ impl StateTable {
         self.time.as_mut().expect("checked above").push_run(run);
         crate::heap::release_freed();
         Ok(())
+    }
+
+    /// A restored full's stored time index (format 5) as the empty index's
+    /// base run, if the full carries one of the index's column: its order
+    /// is checked, and its count against the full's rows with a time (so an
+    /// index stored beside another file is refused); its entries are then
+    /// checked against the rows as any run's are. One in memory (not
+    /// `mapped`) goes to the sink of a table with a budget, as its runs do.
+    /// False: none to take (the caller reads the rows' times).
+    pub(super) fn take_stored_times(
+        &mut self,
+        full: &StateCapture,
+        mapped: bool,
+        what: &str,
+    ) -> Result<bool> {
+        let (Some(index), Some(times)) = (self.time.as_ref(), full.times.as_ref()) else {
+            return Ok(false);
+        };
+        if times.schema().fields() != time_run_schema().fields() {
+            return Err(Error::Snapshot(format!(
+                "{what} is not a time index: its columns are not '{TIME_KEY}' (binary) and \
+                 '{DELETED_COLUMN}' (boolean)"
+            )));
+        }
+        let column = self.schema.field(index.col).name();
+        if !index.is_empty() || times.schema().metadata().get(TIME_METADATA) != Some(column) {
+            return Ok(false);
+        }
+        let rows = self.columns_of(&full.batch)?;
+        let timed = rows[index.col].len() - rows[index.col].null_count();
+        if times.num_rows() != timed {
+            return Err(Error::Snapshot(format!(
+                "{what}: holds {} entries, but the full has {timed} rows with a '{column}'; \
+                 it is not this file's index",
+                times.num_rows()
+            )));
+        }
+        let run = Run::from_sorted_unfiltered(times.clone(), TIME_KEY, what)?;
+        let budgeted = self.memory_budget().is_some();
+        let run = match self.spill.as_mut() {
+            Some(spill) if !mapped && budgeted => spill.sink.keep(run)?,
+            _ => Arc::new(run),
+        };
+        self.time.as_mut().expect("checked above").push_run(run);
+        Ok(true)
     }
 
     /// With a budget, how many entries the index keeps in memory before

@@ -118,6 +118,8 @@ pub fn merged_run(
         crc32c: written.crc32c,
         key_range,
         filter,
+        // A merged base carries no time index: a restore reads its rows'.
+        times: None,
         merges,
     }
 }
@@ -173,6 +175,7 @@ mod tests {
             crc32c: 0,
             key_range: None,
             filter: None,
+            times: None,
             merges: vec![checkpoint],
         }
     }

@@ -14,7 +14,7 @@ use crate::store::manifest::{
     TaskEntry, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, SOURCES_FILE,
 };
 
-fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
+pub(super) fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
     FileEntry {
         path: path.into(),
         role,
@@ -28,6 +28,7 @@ fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
         chain: Vec::new(),
         runs: Vec::new(),
         filter: None,
+        times: None,
         key: None,
         edge: None,
         input: None,

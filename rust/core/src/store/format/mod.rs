@@ -20,6 +20,7 @@
 //!   chain, and the links a restore reads;
 //! - `compaction`: which runs to merge, the merge, and its adoption;
 //! - `filters`: a state diff's bloom filter stored beside it (format 3);
+//! - `times`: a full's time index stored beside it (format 5);
 //! - `rebuild`: state rebuilt from a chain;
 //! - `verify`: a file checked against its entry, a checkpoint verified;
 //! - `held`: a held directory's record (runs of removed checkpoints);
@@ -28,7 +29,7 @@
 //!
 //! The modules depend on each other in one direction only (`entries`,
 //! `verify` → `encode`; `rebuild`, `verify`, `runs` → `chain`; `verify` →
-//! `runs`, `entries`; `filters` → `verify`, `entries`), never on this one.
+//! `runs`, `entries`; `filters` → `verify`, `entries`; `times` → `entries`), never on this one.
 
 mod chain;
 mod compaction;
@@ -44,6 +45,7 @@ mod runs;
 mod tables;
 #[cfg(test)]
 mod testing;
+mod times;
 mod verify;
 
 pub use chain::{chain_after, chain_link, diff_chain, link_kind, state_chain};
@@ -71,6 +73,7 @@ pub use runs::{
     state_links, StateLink,
 };
 pub use tables::{sort_by_key, sources_batch, sources_schema, state_batch, state_schema};
+pub use times::{check_times, times_entry, times_file_entry};
 pub use verify::{
     check_file, check_file_in_slices, check_structure, missing_file, plan_verify, plan_verify_with,
     verify_with, VerifyPlan,

@@ -252,6 +252,7 @@ mod tests {
                 bytes: 0,
                 crc32c: 0,
             }),
+            times: None,
             merges: merges.to_vec(),
         }
     }

@@ -28,6 +28,7 @@ pub fn own_run(id: CheckpointId, entry: &FileEntry, key_range: Option<(Value, Va
         crc32c: entry.crc32c,
         key_range,
         filter: entry.filter.clone(),
+        times: entry.times.clone(),
         merges: vec![id],
     }
 }

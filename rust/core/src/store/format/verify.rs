@@ -5,17 +5,20 @@
 
 use std::collections::BTreeMap;
 
+use arrow_array::RecordBatch;
 use arrow_buffer::Buffer;
+use arrow_schema::SchemaRef;
 
 use super::chain::{kind_name, state_chain};
-use super::encode::decode_buffer;
+use super::encode::{concat, decode_buffer};
 use super::entries::filter_file_entry;
 use super::runs::check_runs;
+use super::times::times_file_entry;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
-use crate::state::runs::BloomFilter;
-use crate::state::DELETED_COLUMN;
-use crate::store::manifest::{FileEntry, FileKind, FileRole, Manifest, FILTER_ROLE};
+use crate::state::runs::{BloomFilter, Run};
+use crate::state::{time_run_schema, DELETED_COLUMN, TIME_KEY, TIME_METADATA};
+use crate::store::manifest::{FileEntry, FileKind, FileRole, Manifest, FILTER_ROLE, TIMES_ROLE};
 
 /// Checks a file's bytes against its manifest entry: size, then checksum
 /// (`path` names it in errors). A corrupt file is an error, never read.
@@ -100,6 +103,9 @@ pub fn check_structure(entry: &FileEntry, bytes: &[u8]) -> Option<String> {
             entry.rows
         ));
     }
+    if entry.role == FileRole::Other(TIMES_ROLE.into()) {
+        return stored_times_problem(&schema, &batches);
+    }
     if entry.role == FileRole::State {
         if let Some(key) = &entry.key {
             if schema.index_of(key).is_err() {
@@ -111,6 +117,26 @@ pub fn check_structure(entry: &FileEntry, bytes: &[u8]) -> Option<String> {
         }
     }
     None
+}
+
+/// Why a stored time index (format 5) is not one: other columns, no time
+/// column named, or entries out of order.
+fn stored_times_problem(schema: &SchemaRef, batches: &[RecordBatch]) -> Option<String> {
+    if schema.fields() != time_run_schema().fields()
+        || !schema.metadata().contains_key(TIME_METADATA)
+    {
+        return Some(format!(
+            "is not a time index (columns '{TIME_KEY}' and '{DELETED_COLUMN}', its time column \
+             in '{TIME_METADATA}')"
+        ));
+    }
+    let batch = match concat(schema, batches) {
+        Ok(batch) => batch,
+        Err(e) => return Some(e.to_string()),
+    };
+    Run::from_sorted_unfiltered(batch, TIME_KEY, "file")
+        .err()
+        .map(|_| "holds its entries out of order".to_string())
 }
 
 /// What verifying a checkpoint reads, and what is wrong with its structure.
@@ -210,7 +236,8 @@ pub fn plan_verify(
     plan
 }
 
-/// Adds the filter of every state file and run in `plan` to `plan.runs`.
+/// Adds the filter and time index of every state file and run in `plan` to
+/// `plan.runs`.
 fn plan_filters(
     id: CheckpointId,
     manifest: &Manifest,
@@ -221,20 +248,19 @@ fn plan_filters(
         Some(Ok(m)) if cid != id => m,
         _ => manifest,
     };
-    let mut filters: Vec<(CheckpointId, FileEntry)> = plan
+    let sidecars: Vec<(CheckpointId, FileEntry)> = plan
         .files
         .iter()
-        .filter_map(|&(cid, i)| {
-            let f = &owner(cid).files[i];
-            let filter = f.filter.as_ref()?;
-            Some((cid, filter_file_entry(filter, f.task().as_ref())))
+        .map(|&(cid, i)| (cid, &owner(cid).files[i]))
+        .chain(plan.runs.iter().map(|(cid, f)| (*cid, f)))
+        .flat_map(|(cid, f)| {
+            let task = f.task();
+            let filter = (f.filter.as_ref()).map(|x| (cid, filter_file_entry(x, task.as_ref())));
+            let times = (f.times.as_ref()).map(|x| (cid, times_file_entry(x, task.as_ref())));
+            filter.into_iter().chain(times)
         })
         .collect();
-    filters.extend(plan.runs.iter().filter_map(|(cid, f)| {
-        let filter = f.filter.as_ref()?;
-        Some((*cid, filter_file_entry(filter, f.task().as_ref())))
-    }));
-    plan.runs.extend(filters);
+    plan.runs.extend(sidecars);
 }
 
 /// The runs of `task`'s state `entry` at `id` (`manifest`) in `plan`:
