@@ -11,6 +11,7 @@ import multiprocessing
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -569,3 +570,57 @@ def test_the_warm_tables_hold_at_most_a_quarter_of_the_worker_budget(tmp_path: P
         cache.put(("root", "v", p), 0, {"v": [0]}, {"v": table}, memory=budget)
     held = cache.memtable_bytes()
     assert 0 < held <= warm_memory(budget) == budget // 4
+
+
+@pytest.mark.parametrize("budget", [None, 4 << 20])
+def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
+    tmp_path: Path, budget: int | None
+) -> None:
+    """A partition whose table has a time index (applyInPandasWithState's
+    timeouts) writes the index beside each full (format 5); a task that does
+    not hold the partition takes it as its index instead of reading every
+    row's timeout, and the batches' rows (timeouts included) and state equal
+    those of a partition kept warm in one worker."""
+    from test_group_state_parts import STATE, make
+    from test_tws_parts import batch_rows
+
+    def spec_at(path: Path) -> RootSpec:
+        return RootSpec(
+            uri=str(path),
+            vertex="state",
+            partitions=1,
+            key=("id",),
+            state_key="id",
+            state_schema=schema_bytes(STATE),
+            full_every=2,
+            retain=10,
+        )
+
+    cold, warm = spec_at(tmp_path / "cold"), spec_at(tmp_path / "warm")
+    StateRoot(cold).init("applyInPandasWithState")
+    StateRoot(warm).init("applyInPandasWithState")
+    warm_cache = StateCache()
+    rng = np.random.default_rng(7)
+    timed_out = 0
+    for batch in range(5):
+        data = batch_rows(rng, 3000, 5000)
+        ts = 1000 * (batch + 1)
+        task = PartitionTask(
+            StateRoot(cold), batch, 0, "q1", None, cache=StateCache(0), state_memory=budget
+        )
+        proc = make()[0]
+        got = task.run(data, proc, ts)
+        timed_out += proc.timed_out_keys
+        want = PartitionTask(StateRoot(warm), batch, 0, "q1", None, cache=warm_cache).run(
+            data, make()[0], ts
+        )
+        assert sorted(got.to_pylist(), key=repr) == sorted(want.to_pylist(), key=repr)
+        stats = task._loaded.tables["state"].spill_stats()
+        # Every batch after the first reads a chain from a full (0's, then
+        # 2's: full_every=2) whose index is stored beside it.
+        if batch:
+            assert stats is not None and stats["times_stored"] == 1, stats
+    assert timed_out > 0
+    assert list((tmp_path / "cold").glob("chk-*/state-0.state.times.arrow"))
+    got_state = read_state_arrow(str(tmp_path / "cold")).sort_by("id")
+    assert got_state.equals(read_state_arrow(str(tmp_path / "warm")).sort_by("id"))

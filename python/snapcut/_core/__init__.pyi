@@ -286,7 +286,9 @@ class StateTable:
     def spill_stats(self) -> dict[str, int] | None:
         """flushes, rows_flushed, bytes_flushed, merges, run_probes, run_hits,
         runs, memtable_bytes, bases_mapped and diffs_mapped (a mapped restore's
-        full and diffs taken as runs as they are), time_flushes, time_merges and
+        full and diffs taken as runs as they are), filters_stored and
+        times_stored (the stored filters and time index a restore took),
+        time_flushes, time_merges and
         time_runs (the time index's entries moved into runs) (None without
         state_memory)."""
     def flush(self) -> None:

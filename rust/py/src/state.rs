@@ -93,6 +93,7 @@ pub fn spill_stats_dict<'py>(py: Python<'py>, s: &SpillStats) -> PyResult<Bound<
     d.set_item("bases_mapped", s.bases_mapped)?;
     d.set_item("diffs_mapped", s.diffs_mapped)?;
     d.set_item("filters_stored", s.filters_stored)?;
+    d.set_item("times_stored", s.times_stored)?;
     d.set_item("time_flushes", s.time_flushes)?;
     d.set_item("time_merges", s.time_merges)?;
     d.set_item("time_runs", s.time_runs)?;

@@ -186,6 +186,14 @@ fn a_timed_full_stores_its_index_and_a_restore_takes_it() {
             // to its sink as a run).
             for into_budget in [None, Some(spill.path())] {
                 let mut r = restored(&chain, mapped, into_budget);
+                // A table with runs (a mapped or a budgeted one) counts it.
+                let stats = r.spill_stats().map(|s| s.times_stored);
+                let runs = mapped || into_budget.is_some();
+                assert_eq!(
+                    stats,
+                    runs.then_some(1),
+                    "mapped {mapped}, into {into_budget:?}"
+                );
                 for threshold in [-1, 0, 700, 2500, 4999] {
                     assert_eq!(
                         due(&mut r, threshold),

@@ -143,6 +143,9 @@ pub struct SpillStats {
     /// Of those, the diffs whose run took the filter stored beside their
     /// file (format 3) instead of hashing their keys.
     pub filters_stored: u64,
+    /// Restores whose time index took the one stored beside the full
+    /// (format 5) instead of reading every row's time.
+    pub times_stored: u64,
     /// Runs now, and the memtable's estimated bytes now.
     pub runs: usize,
     pub memtable_bytes: usize,

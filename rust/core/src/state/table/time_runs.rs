@@ -247,6 +247,9 @@ impl StateTable {
         }
         let run = Run::from_sorted_unfiltered(times.clone(), TIME_KEY, what)?;
         let budgeted = self.memory_budget().is_some();
+        if let Some(spill) = self.spill.as_mut() {
+            spill.stats.times_stored += 1;
+        }
         let run = match self.spill.as_mut() {
             Some(spill) if !mapped && budgeted => spill.sink.keep(run)?,
             _ => Arc::new(run),
