@@ -116,10 +116,17 @@ def damage(root: Path, how: str) -> str:
     if how == "missing":
         index.unlink()
         return "missing"
-    # Intact by its entry (size and checksum match), yet not a time index.
+    # Intact by its entry (size and checksum match), yet not a time index
+    # ("shape"), or one out of order ("order").
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, pa.schema([("x", pa.int64())])) as w:
-        w.write_table(pa.table({"x": list(range(17_500))}))
+    if how == "order":
+        stored = pa.ipc.open_file(str(index)).read_all()
+        backwards = stored.take(pa.array(range(stored.num_rows - 1, -1, -1)))
+        with pa.ipc.new_file(sink, stored.schema) as w:
+            w.write_table(backwards)
+    else:
+        with pa.ipc.new_file(sink, pa.schema([("x", pa.int64())])) as w:
+            w.write_table(pa.table({"x": list(range(17_500))}))
     odd = sink.getvalue().to_pybytes()
     index.write_bytes(odd)
     for cid in (1, 2):
@@ -130,10 +137,10 @@ def damage(root: Path, how: str) -> str:
                 if "times" in holder:
                     holder["times"].update(bytes=len(odd), crc32c=crc32c(odd))
         path.write_text(json.dumps(m))
-    return "is not a time index"
+    return "out of order" if how == "order" else "is not a time index"
 
 
-@pytest.mark.parametrize("how", ["checksum", "missing", "shape"])
+@pytest.mark.parametrize("how", ["checksum", "missing", "shape", "order"])
 def test_a_damaged_index_is_named_by_verify_and_refused(tmp_path: Path, how: str) -> None:
     write_root(None, str(tmp_path))
     why = damage(tmp_path, how)
@@ -143,13 +150,13 @@ def test_a_damaged_index_is_named_by_verify_and_refused(tmp_path: Path, how: str
     assert any("agg-0.state.times.arrow" in r and why in r for r in reasons), reasons
     backend = FsBackend(pafs.LocalFileSystem(), str(tmp_path))
     for mapped in (False, True):
-        if how == "shape":
+        if how in ("shape", "order"):
             # Read as its entry says; the restore refuses it.
             files = backend.chain_files(2, TASK, mapped=mapped)
             assert files is not None and files[0].times is not None
             chain = [(f.checkpoint, f.kind, f.table) for f in files]
             table = StateTable(SCHEMA, "k", time_column="expires")
-            with pytest.raises(SnapshotError, match="is not a time index"):
+            with pytest.raises(SnapshotError, match=why):
                 table.restore(chain, times=files[0].times)
         else:
             with pytest.raises(SnapshotError, match=r"agg-0\.state\.times\.arrow"):

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
-use arrow_array::{Int64Array, RecordBatch};
+use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateRuns, TaskSnapshot};
 use snapcut_core::state::{CaptureRows, StatePolicy, StateTable, TIME_METADATA};
@@ -224,6 +224,18 @@ fn a_stored_index_that_is_not_the_fulls_is_refused_and_another_columns_is_not_ta
         err.contains("holds 26999 entries, but the full has 27000 rows with a 'at'"),
         "{err}"
     );
+    // One whose entries are out of order (a foreign or broken writer's).
+    let mut reversed = chain.clone();
+    let keys = index.column(0).as_binary::<i32>();
+    let backwards =
+        arrow_array::BinaryArray::from_iter_values((0..keys.len()).rev().map(|i| keys.value(i)));
+    let columns = vec![Arc::new(backwards) as _, index.column(1).clone()];
+    reversed[0].1.times = Some(RecordBatch::try_new(index.schema(), columns).unwrap());
+    let err = timed_table(None)
+        .restore(&reversed)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("out of order"), "{err}");
     // An index of another column is left aside: the rows' times are read.
     let mut other = chain.clone();
     let renamed = Arc::new(
