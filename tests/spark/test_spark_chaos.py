@@ -398,6 +398,27 @@ def test_bad_options_are_refused(
 # --- on Spark --------------------------------------------------------------------
 
 
+def run_chaos_cli(args: list[str], env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
+    """One run of ``snapcut chaos --engine spark --runs 1 *args`` as a child
+    (15 min at most), checked for what every chaos test on Spark asserts: a
+    JSON summary of one run as stdout's last line, no errors, nothing lost,
+    duplicated or mismatched, exit code 0. Returns the summary and stdout, for the
+    test's own assertions (and their messages). `env`: the child's
+    environment; None: this process's with ``PYSPARK_PYTHON`` set to this
+    interpreter. One place for the run and its common checks, so the tests
+    differ only in their arguments and in what they assert beyond these."""
+    if env is None:
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1", *args]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert res.stdout.strip(), res.stderr[-3000:]
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
+    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
+    assert res.returncode == 0, res.stdout
+    return dict(summary), res.stdout
+
+
 @pytest.mark.full_priority
 @pytest.mark.parametrize(
     ("step", "seed", "kind"),
@@ -412,26 +433,19 @@ def test_chaos_on_spark_is_exactly_once(tmp_path: Path, step: str, seed: int, ki
     acknowledged batch 2 (Spark retries the task). Nothing lost, duplicated
     or mismatched. (One kill kind per step here; the recorded campaigns,
     bench/results/chaos_spark/, draw both kinds for both steps.)"""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--step", step]
-    cmd += ["--seed", str(seed), "--files", "4", "--records", "4000", "--users", "150"]
-    cmd += [
+    args = ["--step", step]
+    args += ["--seed", str(seed), "--files", "4", "--records", "4000", "--users", "150"]
+    args += [
         "--max-kills",
         "1",
         "--failpoints",
         "sink.before_commit,sink.after_commit,state.after_ack",
     ]
-    cmd += ["--workdir", str(tmp_path)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert res.stdout.strip(), res.stderr[-3000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
-    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
+    args += ["--workdir", str(tmp_path)]
+    summary, out = run_chaos_cli(args)
     assert summary["kills"] == 1 and summary["recoveries"] >= 1, summary
     assert summary["engine"] == "spark" and sum(summary["kill_kinds"].values()) == summary["kills"]
-    assert summary["kill_kinds"][kind] == 1, res.stdout
-    assert res.returncode == 0, res.stdout
+    assert summary["kill_kinds"][kind] == 1, out
 
 
 @pytest.mark.full_priority
@@ -446,20 +460,13 @@ def test_a_replayed_batch_the_sink_committed_runs_through_sparks_state_store_che
     the skipped batch's DataFrame to its end (``sink.replay``), else the
     query fails there. Sessions closed (keys timed out); nothing lost,
     duplicated or mismatched."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--step", "map_batches", "--session-gap", "30", "--seed", "0"]
-    cmd += ["--files", "3", "--records", "3000", "--users", "2000", "--max-kills", "1"]
-    cmd += ["--kill-mode", "failpoint", "--failpoints", "sink.after_commit"]
-    cmd += ["--workdir", str(tmp_path)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert res.stdout.strip(), res.stderr[-3000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
-    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
-    assert summary["failpoints"] == {"sink.after_commit": 1}, res.stdout
-    assert summary["keys_timed_out"] > 0, res.stdout
-    assert res.returncode == 0, res.stdout
+    args = ["--step", "map_batches", "--session-gap", "30", "--seed", "0"]
+    args += ["--files", "3", "--records", "3000", "--users", "2000", "--max-kills", "1"]
+    args += ["--kill-mode", "failpoint", "--failpoints", "sink.after_commit"]
+    args += ["--workdir", str(tmp_path)]
+    summary, out = run_chaos_cli(args)
+    assert summary["failpoints"] == {"sink.after_commit": 1}, out
+    assert summary["keys_timed_out"] > 0, out
 
 
 @pytest.mark.full_priority
@@ -497,20 +504,13 @@ def one_budgeted_worker_kill(tmp_path: Path, point: str, args: list[str]) -> dic
     """One chaos run of the CLI on Spark under ``--state-memory 2MB`` whose one
     kill is crash point `point` in a Python worker (Spark retries the task):
     nothing lost, duplicated or mismatched, and the state spilled."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1", *args]
-    cmd += ["--state-memory", "2MB", "--max-kills", "1", "--failpoints", point]
-    cmd += ["--kill-mode", "failpoint", "--workdir", str(tmp_path)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert res.stdout.strip(), res.stderr[-3000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["runs"] == 1 and summary["errors"] == 0, res.stdout
-    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
-    assert summary["failpoints"] == {point: 1}, res.stdout
-    assert summary["kill_kinds"]["python_worker_failpoint"] == 1, res.stdout
-    assert summary["spill_flushes"] > 0, res.stdout
-    assert res.returncode == 0, res.stdout
-    return dict(summary)
+    args = [*args, "--state-memory", "2MB", "--max-kills", "1", "--failpoints", point]
+    args += ["--kill-mode", "failpoint", "--workdir", str(tmp_path)]
+    summary, out = run_chaos_cli(args)
+    assert summary["failpoints"] == {point: 1}, out
+    assert summary["kill_kinds"]["python_worker_failpoint"] == 1, out
+    assert summary["spill_flushes"] > 0, out
+    return summary
 
 
 @pytest.mark.full_priority
@@ -523,20 +523,14 @@ def test_chaos_with_the_state_root_on_s3_is_exactly_once(tmp_path: Path) -> None
     the task on a new worker, which finds the partition cold and reads it from
     S3 (through the run cache). Nothing lost, duplicated or mismatched; the
     final state is read back from the bucket."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--state-root", "s3", "--seed", "2", "--files", "3", "--records", "3000"]
-    cmd += ["--users", "2000", "--state-memory", "2MB", "--max-kills", "1"]
-    cmd += ["--kill-mode", "failpoint", "--failpoints", "state.after_write"]
-    cmd += ["--workdir", str(tmp_path)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert res.stdout.strip(), res.stderr[-3000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["state_root"] == "s3" and summary["errors"] == 0, res.stdout
-    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
-    assert summary["failpoints"] == {"state.after_write": 1}, res.stdout
-    assert summary["kill_kinds"]["python_worker_failpoint"] == 1, res.stdout
-    assert res.returncode == 0, res.stdout
+    args = ["--state-root", "s3", "--seed", "2", "--files", "3", "--records", "3000"]
+    args += ["--users", "2000", "--state-memory", "2MB", "--max-kills", "1"]
+    args += ["--kill-mode", "failpoint", "--failpoints", "state.after_write"]
+    args += ["--workdir", str(tmp_path)]
+    summary, out = run_chaos_cli(args)
+    assert summary["state_root"] == "s3", out
+    assert summary["failpoints"] == {"state.after_write": 1}, out
+    assert summary["kill_kinds"]["python_worker_failpoint"] == 1, out
     # Nothing of the state root was written locally.
     assert not list(tmp_path.glob("spark-run-*/state")), list(tmp_path.rglob("state"))
 
@@ -550,23 +544,17 @@ def test_chaos_into_a_table_commits_each_batch_once(tmp_path: Path, output: str)
     table and commits only the manifest (``replayed``): the table's rows per
     user equal pandas', 3 table commits for 3 batches, none twice, none missing."""
     pytest.importorskip("deltalake" if output == "delta" else "pyiceberg")
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--output", output, "--seed", "1", "--files", "3", "--records", "3000"]
-    cmd += ["--users", "150", "--max-kills", "1", "--kill-mode", "failpoint"]
-    cmd += ["--failpoints", "sink.after_table_commit", "--workdir", str(tmp_path), "--keep"]
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert res.stdout.strip(), res.stderr[-3000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["output"] == output and summary["errors"] == 0, res.stdout
-    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
-    assert summary["failpoints"] == {"sink.after_table_commit": 1}, res.stdout
+    args = ["--output", output, "--seed", "1", "--files", "3", "--records", "3000"]
+    args += ["--users", "150", "--max-kills", "1", "--kill-mode", "failpoint"]
+    args += ["--failpoints", "sink.after_table_commit", "--workdir", str(tmp_path), "--keep"]
+    summary, out = run_chaos_cli(args)
+    assert summary["output"] == output, out
+    assert summary["failpoints"] == {"sink.after_table_commit": 1}, out
     assert summary["kill_kinds"]["driver_failpoint"] == 1 and summary["recoveries"] == 1
-    assert summary["table_commits"] == 3, res.stdout
+    assert summary["table_commits"] == 3, out
     assert (summary["table_double_commits"], summary["table_missing_batches"]) == (0, 0)
     manifest = tmp_path / "spark-run-0000" / "out" / "chk-00000002" / "manifest.json"
     assert json.loads(manifest.read_text())["output"][output]["replayed"] is True
-    assert res.returncode == 0, res.stdout
 
 
 @pytest.mark.connect_server
@@ -578,24 +566,13 @@ def test_chaos_on_spark_connect_is_exactly_once(tmp_path: Path) -> None:
     the manifest is published and before Spark commits the batch; the job
     restarts from its checkpointLocation, Spark re-delivers batch 1, and the
     sink skips it. Nothing lost, duplicated or mismatched."""
-    cmd = [sys.executable, "-m", "snapcut", "chaos", "--engine", "spark", "--runs", "1"]
-    cmd += ["--remote", "local[2,4]", "--seed", "13", "--files", "3", "--records", "3000"]
-    cmd += ["--users", "150", "--max-kills", "1", "--workdir", str(tmp_path)]
-    cmd += ["--failpoints", "sink.before_commit,sink.after_commit,state.after_ack"]
-    res = subprocess.run(
-        cmd,
-        env=child_env(PYSPARK_PYTHON=sys.executable),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert res.stdout.strip(), res.stderr[-3000:]
-    summary = json.loads(res.stdout.strip().splitlines()[-1])
-    assert summary["remote"] == "local[2,4]" and summary["errors"] == 0, res.stdout
-    assert (summary["lost"], summary["duplicated"], summary["mismatched"]) == (0, 0, 0), res.stdout
-    assert summary["kill_kinds"]["driver_failpoint"] == 1, res.stdout
+    args = ["--remote", "local[2,4]", "--seed", "13", "--files", "3", "--records", "3000"]
+    args += ["--users", "150", "--max-kills", "1", "--workdir", str(tmp_path)]
+    args += ["--failpoints", "sink.before_commit,sink.after_commit,state.after_ack"]
+    summary, out = run_chaos_cli(args, env=child_env(PYSPARK_PYTHON=sys.executable))
+    assert summary["remote"] == "local[2,4]", out
+    assert summary["kill_kinds"]["driver_failpoint"] == 1, out
     assert summary["failpoints"] == {"sink.after_commit": 1} and summary["recoveries"] == 1
-    assert res.returncode == 0, res.stdout
 
 
 def test_chaos_refuses_a_remote_it_cannot_kill_or_retry() -> None:

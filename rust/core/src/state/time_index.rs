@@ -6,8 +6,10 @@
 //! reading every row costs O(table) per micro-batch, and with a memory
 //! budget it reads every spilled run back. The index keeps (time, key) in
 //! order, as Spark's RocksDB provider keeps a TTL index column family, so
-//! expiry costs O(due keys · log n). It is derived: rebuilt from the rows on
-//! restore, never written.
+//! expiry costs O(due keys · log n). It is derived from the rows: a full's
+//! writer stores it beside the file (format 5, `store::time_files`), and a
+//! restore takes that as it is (`StateTable::take_stored_times`), else
+//! rebuilds it from the rows.
 //!
 //! In memory it holds each key's newest time (about [`ENTRY_BYTES`] a key).
 //! A table with a memory budget moves those entries out past a share of the
@@ -25,8 +27,9 @@
 //! or until a merge of runs drops exact duplicates.
 //!
 //! A restored base's entries skip memory's map and tree: they become one
-//! such run at once (`StateTable::note_base_times`), held in memory without
-//! a budget and written a bucket of times at a time under one
+//! such run at once, the stored one or one made from the rows
+//! (`StateTable::note_base_times`), held in memory without a budget and
+//! written a bucket of times at a time under one
 //! ([`super::time_buckets`]).
 
 use std::collections::BTreeSet;
