@@ -36,17 +36,27 @@ INPUT = pa.schema([("user", pa.int64()), ("v", pa.int64())])
 SPECS = [("count", None, "n"), ("sum", "v", "total")]
 
 
-def make_spec(root: Path, partitions: int = 2, full_every: int = 3, retain: int = 10) -> RootSpec:
+def make_spec(
+    root: Path,
+    partitions: int = 2,
+    full_every: int = 3,
+    retain: int = 10,
+    state: tuple[str, pa.Schema] | None = None,
+) -> RootSpec:
+    """The root of the aggregates' state (`SPECS` by user), or of `state`: a
+    key column and the state schema."""
     from snapcut._core import KeyedAggregates
 
-    kernel = KeyedAggregates(INPUT, "user", SPECS)
+    if state is None:
+        state = ("user", KeyedAggregates(INPUT, "user", SPECS).state_schema)
+    key, schema = state
     return RootSpec(
         uri=str(root),
         vertex="state",
         partitions=partitions,
-        key=("user",),
-        state_key="user",
-        state_schema=schema_bytes(kernel.state_schema),
+        key=(key,),
+        state_key=key,
+        state_schema=schema_bytes(schema),
         full_every=full_every,
         retain=retain,
     )
@@ -584,19 +594,10 @@ def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
     from test_group_state_parts import STATE, make
     from test_tws_parts import batch_rows
 
-    def spec_at(path: Path) -> RootSpec:
-        return RootSpec(
-            uri=str(path),
-            vertex="state",
-            partitions=1,
-            key=("id",),
-            state_key="id",
-            state_schema=schema_bytes(STATE),
-            full_every=2,
-            retain=10,
-        )
-
-    cold, warm = spec_at(tmp_path / "cold"), spec_at(tmp_path / "warm")
+    cold, warm = (
+        make_spec(tmp_path / name, partitions=1, full_every=2, state=("id", STATE))
+        for name in ("cold", "warm")
+    )
     StateRoot(cold).init("applyInPandasWithState")
     StateRoot(warm).init("applyInPandasWithState")
     warm_cache = StateCache()

@@ -9,7 +9,9 @@ use arrow_array::types::Int64Type;
 use arrow_array::{Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use snapcut_core::protocol::ProtocolKind;
-use snapcut_core::snapshot::{ChannelLog, CheckpointMeta, SnapshotSink, TaskId, TaskSnapshot};
+use snapcut_core::snapshot::{
+    ChannelLog, CheckpointMeta, SnapshotSink, StateCapture, StateRuns, TaskId, TaskSnapshot,
+};
 use snapcut_core::state::{StatePolicy, StateTable};
 use snapcut_core::store::SnapshotStore;
 
@@ -120,4 +122,30 @@ pub fn checkpoint(store: &SnapshotStore, t: &mut StateTable, id: u64, savepoint:
         )
         .unwrap();
     store.commit(meta(id, savepoint)).unwrap();
+}
+
+/// Commits checkpoint `id` with task agg-0's state alone: a capture, or the
+/// runs a budgeted table leaves (`state_runs`).
+pub fn commit_state(
+    store: &SnapshotStore,
+    id: u64,
+    state: Option<StateCapture>,
+    state_runs: Option<StateRuns>,
+) {
+    store
+        .task_snapshot(
+            id,
+            TaskSnapshot {
+                task: task("agg", 0),
+                state,
+                state_runs,
+                channels: Vec::new(),
+                source_offset: None,
+                alignment_nanos: 0,
+                sent_seq: Vec::new(),
+                taken_seq: Vec::new(),
+            },
+        )
+        .unwrap();
+    store.commit(meta(id, false)).unwrap();
 }

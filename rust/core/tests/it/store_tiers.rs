@@ -586,23 +586,7 @@ fn a_state_whose_runs_cannot_merge_is_left_as_it_is() {
 /// Commits checkpoint `id` with task agg-0's state `capture` alone, then
 /// waits for the compactions the commit handed over.
 fn commit_capture(store: &SnapshotStore, id: u64, capture: snapcut_core::snapshot::StateCapture) {
-    use snapcut_core::snapshot::{SnapshotSink, TaskSnapshot};
-    store
-        .task_snapshot(
-            id,
-            TaskSnapshot {
-                task: agg(),
-                state: Some(capture),
-                state_runs: None,
-                channels: Vec::new(),
-                source_offset: None,
-                alignment_nanos: 0,
-                sent_seq: Vec::new(),
-                taken_seq: Vec::new(),
-            },
-        )
-        .unwrap();
-    store.commit(meta(id, false)).unwrap();
+    commit_state(store, id, Some(capture), None);
     assert!(store.wait_for_compactions(WAIT));
 }
 

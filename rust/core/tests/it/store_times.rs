@@ -11,11 +11,11 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::Int64Type;
 use arrow_array::{Array, Int64Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use snapcut_core::snapshot::{SnapshotSink, StateCapture, StateRuns, TaskSnapshot};
+use snapcut_core::snapshot::{StateCapture, StateRuns};
 use snapcut_core::state::{CaptureRows, StatePolicy, StateTable, TIME_METADATA};
 use snapcut_core::store::{LocalRuns, SnapshotStore, StoreOptions};
 
-use super::store_common::{meta, task};
+use super::store_common::{commit_state, task};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -91,22 +91,7 @@ fn checkpoint(store: &SnapshotStore, t: &mut StateTable, id: u64) {
             }),
         ),
     };
-    store
-        .task_snapshot(
-            id,
-            TaskSnapshot {
-                task: task("agg", 0),
-                state,
-                state_runs,
-                channels: Vec::new(),
-                source_offset: None,
-                alignment_nanos: 0,
-                sent_seq: Vec::new(),
-                taken_seq: Vec::new(),
-            },
-        )
-        .unwrap();
-    store.commit(meta(id, false)).unwrap();
+    commit_state(store, id, state, state_runs);
 }
 
 /// Writes 30,000 keys (then rewrites a third and deletes some) through two

@@ -14,7 +14,7 @@ use crate::store::manifest::{
     TaskEntry, FILTER_ROLE, FORMAT_NAME, FORMAT_VERSION, SOURCES_FILE,
 };
 
-pub(super) fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
+fn bare_entry(path: &str, role: FileRole, written: Written) -> FileEntry {
     FileEntry {
         path: path.into(),
         role,
@@ -103,10 +103,21 @@ pub fn filter_file_entry(filter: &FilterEntry, task: Option<&TaskId>) -> FileEnt
         bytes: filter.bytes,
         crc32c: filter.crc32c,
     };
+    sidecar_entry(&filter.path, FILTER_ROLE, written, task)
+}
+
+/// A file stored beside a state file (a filter, a time index) as an entry
+/// of `task` of role `role`, to be read and checked like a manifest's file.
+pub(super) fn sidecar_entry(
+    path: &str,
+    role: &str,
+    written: Written,
+    task: Option<&TaskId>,
+) -> FileEntry {
     FileEntry {
         vertex: task.map(|t| t.vertex.clone()),
         subtask: task.map(|t| t.subtask),
-        ..bare_entry(&filter.path, FileRole::Other(FILTER_ROLE.into()), written)
+        ..bare_entry(path, FileRole::Other(role.into()), written)
     }
 }
 

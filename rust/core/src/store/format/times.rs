@@ -4,11 +4,11 @@
 
 use arrow_array::RecordBatch;
 
-use super::entries::bare_entry;
+use super::entries::sidecar_entry;
 use crate::error::{Error, Result};
 use crate::snapshot::TaskId;
 use crate::state::{time_run_schema, TIME_METADATA};
-use crate::store::manifest::{times_file_name, FileEntry, FileRole, TimesEntry, TIMES_ROLE};
+use crate::store::manifest::{times_file_name, FileEntry, TimesEntry, TIMES_ROLE};
 
 use super::Written;
 
@@ -32,11 +32,7 @@ pub fn times_file_entry(times: &TimesEntry, task: Option<&TaskId>) -> FileEntry 
         bytes: times.bytes,
         crc32c: times.crc32c,
     };
-    FileEntry {
-        vertex: task.map(|t| t.vertex.clone()),
-        subtask: task.map(|t| t.subtask),
-        ..bare_entry(&times.path, FileRole::Other(TIMES_ROLE.into()), written)
-    }
+    sidecar_entry(&times.path, TIMES_ROLE, written, task)
 }
 
 /// Checks a stored time index's rows (its bytes checked against its entry
