@@ -238,9 +238,9 @@ impl StateTable {
     /// would read every page of a file its checksum vouched for already:
     /// `verify` checks every entry), and its count against the full's rows
     /// with a time (so an index stored beside another file is refused); its
-    /// entries are then checked against the rows as any run's are. One in memory (not
-    /// `mapped`) goes to the sink of a table with a budget, as its runs do.
-    /// False: none to take (the caller reads the rows' times).
+    /// entries are then checked against the rows as any run's are. One in
+    /// memory (not `mapped`) goes to the sink of a table with a budget, as
+    /// its runs do. False: none to take (the caller reads the rows' times).
     pub(super) fn take_stored_times(
         &mut self,
         full: &StateCapture,
