@@ -22,6 +22,7 @@ pub(crate) struct BaseTimeChunks<'a> {
     rows: TimedRows<'a>,
     /// Each bucket's last entry but the last bucket's, ascending.
     bounds: Vec<TimedRow>,
+    per_bucket: usize,
     next_bucket: usize,
     bucket: Vec<TimedRow>,
     at: usize,
@@ -33,15 +34,23 @@ impl<'a> BaseTimeChunks<'a> {
     /// buckets of about `per_bucket` entries.
     pub(crate) fn new(times: &dyn Array, keys: &'a dyn Array, per_bucket: usize) -> Result<Self> {
         let rows = TimedRows::new(times, keys)?;
-        let bounds = sample_bounds(&rows, per_bucket.max(1));
+        let per_bucket = per_bucket.max(1);
+        let bounds = sample_bounds(&rows, per_bucket);
         Ok(Self {
             rows,
             bounds,
+            per_bucket,
             next_bucket: 0,
             bucket: Vec::new(),
             at: 0,
             schema: run_schema(),
         })
+    }
+
+    /// How many entries the chunks give and their encoded bytes, when that
+    /// is known before they are sorted ([`TimedRows::exact_sizes`]).
+    pub(crate) fn sizes(&self) -> Option<(usize, u64)> {
+        self.rows.exact_sizes()
     }
 
     /// The next bucket's entries, sorted (None: every bucket was given).
@@ -52,7 +61,10 @@ impl<'a> BaseTimeChunks<'a> {
         }
         self.next_bucket += 1;
         let lo = b.checked_sub(1).map(|i| self.bounds[i]);
-        Some(self.rows.between(lo, self.bounds.get(b).copied()))
+        Some(
+            self.rows
+                .between(lo, self.bounds.get(b).copied(), self.per_bucket),
+        )
     }
 }
 

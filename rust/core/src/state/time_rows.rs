@@ -67,6 +67,30 @@ impl<'a> TimedRows<'a> {
         self.times.len() - self.times.null_count()
     }
 
+    /// The entries' count and their encoded bytes, when each row with a
+    /// time gives exactly one (no exact duplicate for a sort to drop):
+    /// integer keys that ascend strictly, or byte keys in key order (an
+    /// entry holds the row). None for byte keys ranked (rows of one key
+    /// share an entry's rank).
+    pub(crate) fn exact_sizes(&self) -> Option<(usize, u64)> {
+        let timed = self.timed();
+        let nulls = self.times.nulls().filter(|n| n.null_count() > 0);
+        let timed_row = |i: usize| nulls.is_none_or(|n| n.is_valid(i));
+        let key_bytes = match (&self.keys, &self.ranks) {
+            (KeyColumn::Int64(v), _) => strictly_ascending(v).then_some(8 * timed as u64)?,
+            (KeyColumn::Int32(v), _) => strictly_ascending(v).then_some(8 * timed as u64)?,
+            (_, Some(_)) => return None,
+            (keys, None) => (0..self.times.len())
+                .filter(|&i| timed_row(i))
+                .map(|i| match keys.at(i) {
+                    KeyRef::Bytes(b) => b.len() as u64,
+                    KeyRef::Int(_) => 8,
+                })
+                .sum(),
+        };
+        Some((timed, 8 * timed as u64 + key_bytes))
+    }
+
     /// Row `row`'s key as an entry holds it.
     fn key_of(&self, row: usize) -> i64 {
         match (&self.keys, &self.ranks) {
@@ -88,20 +112,37 @@ impl<'a> TimedRows<'a> {
 
     /// The entries after `lo` up to `hi` (either end open when `None`),
     /// sorted, each once: a pass over the time column, the pairs made only
-    /// for the rows whose time lies between the bounds' times.
-    pub(crate) fn between(&self, lo: Option<TimedRow>, hi: Option<TimedRow>) -> Vec<TimedRow> {
+    /// for the rows whose time lies between the bounds' times, sorted by
+    /// radix (their digits that differ: a bucket's times span a fraction of
+    /// the range, so a few passes of the 16 bytes).
+    pub(crate) fn between(
+        &self,
+        lo: Option<TimedRow>,
+        hi: Option<TimedRow>,
+        expect: usize,
+    ) -> Vec<TimedRow> {
         let (lo_t, hi_t) = (lo.map_or(i64::MIN, |p| p.0), hi.map_or(i64::MAX, |p| p.0));
         let values = self.times.values();
-        // All of them, when no bound is given: sized once, not grown.
+        // A bucket's share, with room for the bounds' error; all of them
+        // when no bound is given: sized once, not grown.
         let whole = lo.is_none() && hi.is_none();
-        let mut out: Vec<TimedRow> = Vec::with_capacity(if whole { self.timed() } else { 0 });
-        out.extend(
-            (0..values.len())
-                .filter(|&i| (lo_t..=hi_t).contains(&values[i]) && self.times.is_valid(i))
-                .map(|i| (values[i], self.key_of(i)))
-                .filter(|&p| lo.is_none_or(|lo| p > lo) && hi.is_none_or(|hi| p <= hi)),
-        );
-        out.sort_unstable();
+        let mut out: Vec<TimedRow> = Vec::with_capacity(if whole {
+            self.timed()
+        } else {
+            expect + expect / 2
+        });
+        let nulls = self.times.nulls().filter(|n| n.null_count() > 0);
+        for (i, &t) in values.iter().enumerate() {
+            // Times outside the bounds' (most rows) cost a compare.
+            if t < lo_t || t > hi_t || nulls.is_some_and(|n| n.is_null(i)) {
+                continue;
+            }
+            let p = (t, self.key_of(i));
+            if lo.is_none_or(|lo| p > lo) && hi.is_none_or(|hi| p <= hi) {
+                out.push(p);
+            }
+        }
+        radsort::sort_by_key(&mut out, |&p| p);
         out.dedup();
         out
     }
@@ -151,6 +192,10 @@ impl<'a> TimedRows<'a> {
         )
         .map_err(|e| Error::Config(format!("building a time index run: {e}")))
     }
+}
+
+fn strictly_ascending<T: PartialOrd>(v: &[T]) -> bool {
+    v.windows(2).all(|w| w[0] < w[1])
 }
 
 /// Each row's rank in key order and the first row of each rank (rows of
@@ -229,7 +274,7 @@ mod tests {
             let timed = TimedRows::new(&time_array, key_array.as_ref()).unwrap();
             let ascending = rows.windows(2).all(|w| w[0].1 < w[1].1);
             prop_assert_eq!(timed.ranks.is_none(), !strings || ascending);
-            let all = timed.between(None, None);
+            let all = timed.between(None, None, 0);
             prop_assert_eq!(values(&timed.batch(&all).unwrap()), reference(&times, &keys));
         }
     }
@@ -241,11 +286,11 @@ mod tests {
         let timed = TimedRows::new(&times, &keys).unwrap();
         assert_eq!(timed.timed(), 4);
         assert_eq!(
-            timed.between(None, None),
+            timed.between(None, None, 0),
             vec![(1, 30), (1, 50), (2, 10), (2, 40)]
         );
         assert_eq!(
-            timed.between(Some((1, 30)), Some((2, 10))),
+            timed.between(Some((1, 30)), Some((2, 10)), 0),
             vec![(1, 50), (2, 10)]
         );
         // Rows 0 and 3: every other row with a time.
@@ -253,7 +298,7 @@ mod tests {
         let names = StringArray::from(vec!["a", "b", "c", "d", "e"]);
         let timed = TimedRows::new(&times, &names).unwrap();
         assert_eq!(
-            timed.between(None, None),
+            timed.between(None, None, 0),
             vec![(1, 2), (1, 4), (2, 0), (2, 3)]
         );
     }
@@ -267,5 +312,22 @@ mod tests {
         let short = Int64Array::from(vec![1]);
         let err = TimedRows::new(&short, &keys).err().unwrap().to_string();
         assert!(err.contains("1 times and 2 keys"), "{err}");
+    }
+
+    #[test]
+    fn sizes_are_known_ahead_only_when_a_row_with_a_time_is_an_entry() {
+        let times = Int64Array::from(vec![Some(3), None, Some(1), Some(3)]);
+        let ascending = Int64Array::from(vec![1, 2, 5, 9]);
+        let sizes = |keys: &dyn Array| TimedRows::new(&times, keys).unwrap().exact_sizes();
+        assert_eq!(sizes(&ascending), Some((3, 48)));
+        // A key twice with one time makes one entry: not known ahead.
+        assert_eq!(sizes(&Int64Array::from(vec![1, 2, 2, 9])), None);
+        // Byte keys in order: 8 bytes of time and the key's own.
+        assert_eq!(
+            sizes(&StringArray::from(vec!["a", "bb", "ccc", "dddd"])),
+            Some((3, 32))
+        );
+        // Out of order: ranked, rows of one key share an entry.
+        assert_eq!(sizes(&StringArray::from(vec!["b", "a", "c", "d"])), None);
     }
 }

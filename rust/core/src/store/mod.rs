@@ -21,6 +21,7 @@ pub mod format;
 mod manifest;
 mod mapped;
 mod pace;
+mod presized;
 mod reader;
 mod run_files;
 mod sink;
@@ -44,6 +45,7 @@ pub use manifest::{
     TIMES_ROLE,
 };
 pub use mapped::{map_file_pages, MappedPages};
+pub use presized::{ColumnSize, PresizedFile};
 pub use reader::rebuild_chain;
 pub(crate) use reader::table_for;
 pub use reader::{Skipped, SnapshotReader};

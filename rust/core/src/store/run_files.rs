@@ -11,6 +11,7 @@ use arrow_schema::SchemaRef;
 use super::files::{write_encoded, Fsync};
 use super::format::{self, Written};
 use super::mapped::map_file_pages;
+use super::presized::{ColumnSize, PresizedFile};
 use super::streamed::StreamedFile;
 use crate::error::{Error, Result};
 use crate::state::runs::{MergeCursor, Run, RunChunks};
@@ -52,6 +53,34 @@ pub fn write_chunks(
     chunks.release_inputs();
     let written = write_encoded(path, fsync, |out, what| file.finish(out, what))?;
     // The chunks were freed as it went.
+    crate::heap::release_freed();
+    Ok(written)
+}
+
+/// As [`write_chunks`], for rows whose number and sizes are known before
+/// they come (`sizes`: a column's nulls and values' bytes): each buffer is
+/// written straight to its place in the file ([`PresizedFile`]), with no
+/// spool file. Direct I/O is not taken here (positional writes of any
+/// length).
+pub fn write_presized(
+    path: &Path,
+    chunks: &mut dyn RunChunks,
+    schema: SchemaRef,
+    rows: usize,
+    sizes: &[ColumnSize],
+    fsync: &Fsync,
+) -> Result<Written> {
+    let mut file = PresizedFile::create(path, schema, rows, sizes)?;
+    let mut read = 0usize;
+    while let Some(chunk) = chunks.next_chunk(RUN_CHUNK_ROWS)? {
+        file.push(&chunk)?;
+        read += 1;
+        if read % RELEASE_EVERY_CHUNKS == 0 {
+            chunks.release_inputs();
+        }
+    }
+    chunks.release_inputs();
+    let written = file.finish(fsync)?;
     crate::heap::release_freed();
     Ok(written)
 }

@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 
 /// `arrow_ipc`'s default alignment of a message's metadata and buffers.
 const ALIGNMENT: usize = 64;
-const PADDING: [u8; ALIGNMENT] = [0; ALIGNMENT];
+pub(super) const PADDING: [u8; ALIGNMENT] = [0; ALIGNMENT];
 const CONTINUATION: [u8; 4] = [0xff; 4];
 
 /// Spool files made by this process so far (their names).
@@ -43,7 +43,7 @@ static SPOOLS: AtomicU64 = AtomicU64::new(0);
 
 /// How a column's values lie in its buffers.
 #[derive(Clone, Copy, Debug)]
-enum Layout {
+pub(super) enum Layout {
     /// One buffer of `width` bytes a row.
     Fixed(usize),
     /// One bit a row.
@@ -55,7 +55,7 @@ enum Layout {
 }
 
 impl Layout {
-    fn of(data_type: &DataType) -> Option<Self> {
+    pub(super) fn of(data_type: &DataType) -> Option<Self> {
         Some(match data_type {
             DataType::Boolean => Self::Bits,
             DataType::Utf8 | DataType::Binary => Self::Bytes,
@@ -65,6 +65,31 @@ impl Layout {
                 _ => None,
             })?),
         })
+    }
+}
+
+/// Where one buffer of the batch goes as its chunks come: a spool file
+/// (here), or its place in a file sized ahead ([`super::presized`]).
+pub(super) trait BufferOut {
+    fn append(&mut self, bytes: &[u8]) -> Result<()>;
+    /// Bytes appended so far.
+    fn len(&self) -> u64;
+}
+
+impl BufferOut for Spool {
+    fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        let out = self
+            .out
+            .as_mut()
+            .expect("a spool is written before it is read");
+        out.write_all(bytes)
+            .map_err(|e| Error::io(format!("writing spool file {}", self.path.display()), e))?;
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn len(&self) -> u64 {
+        self.len
     }
 }
 
@@ -90,17 +115,6 @@ impl Spool {
             out: Some(BufWriter::with_capacity(1 << 16, file)),
             len: 0,
         })
-    }
-
-    fn append(&mut self, bytes: &[u8]) -> Result<()> {
-        let out = self
-            .out
-            .as_mut()
-            .expect("a spool is written before it is read");
-        out.write_all(bytes)
-            .map_err(|e| Error::io(format!("writing spool file {}", self.path.display()), e))?;
-        self.len += bytes.len() as u64;
-        Ok(())
     }
 
     /// Copies the spool to `out`, `len` bytes.
@@ -137,16 +151,16 @@ impl Drop for Spool {
     }
 }
 
-/// A column's spools and counts.
-struct Column {
-    layout: Layout,
-    nulls: usize,
-    validity: Spool,
+/// A column's buffers and counts.
+pub(super) struct Column<B> {
+    pub(super) layout: Layout,
+    pub(super) nulls: usize,
+    pub(super) validity: B,
     /// `Some` for (large) bytes.
-    offsets: Option<Spool>,
-    values: Spool,
+    pub(super) offsets: Option<B>,
+    pub(super) values: B,
     /// The values' bytes so far: where the next chunk's offsets start.
-    value_bytes: u64,
+    pub(super) value_bytes: u64,
 }
 
 /// A file of one record batch, written a chunk at a time ([`Self::push`]),
@@ -154,7 +168,7 @@ struct Column {
 /// go when the writer does, finished or not.
 pub struct StreamedFile {
     schema: SchemaRef,
-    columns: Vec<Column>,
+    columns: Vec<Column<Spool>>,
     rows: usize,
     /// A chunk ended inside a byte of the bit buffers: only the last may.
     ragged: bool,
@@ -218,33 +232,14 @@ impl StreamedFile {
     /// the batch. Every chunk but the last holds a multiple of 8 rows, so
     /// the bit buffers join at whole bytes.
     pub fn push(&mut self, chunk: &RecordBatch) -> Result<()> {
-        if chunk.num_rows() == 0 {
-            return Ok(());
-        }
-        if self.ragged {
-            return Err(Error::Config(format!(
-                "a streamed file's chunk of {} rows follows one whose rows were not a multiple \
-                 of 8; only the last chunk may be",
-                chunk.num_rows()
-            )));
-        }
-        let same = chunk.num_columns() == self.columns.len()
-            && (chunk.schema_ref().fields().iter())
-                .zip(self.schema.fields())
-                .all(|(a, b)| a.data_type() == b.data_type());
-        if !same {
-            return Err(Error::Config(format!(
-                "a streamed file's chunk has columns ({}) where the file has ({})",
-                describe(chunk.schema_ref()),
-                describe(&self.schema)
-            )));
-        }
-        let rows = chunk.num_rows();
-        for (column, array) in self.columns.iter_mut().zip(chunk.columns()) {
-            column.push(array.as_ref(), self.rows + rows)?;
-        }
-        self.rows += rows;
-        self.ragged = rows % 8 != 0;
+        push_chunk(
+            &self.schema,
+            &mut self.columns,
+            self.rows,
+            &mut self.ragged,
+            chunk,
+        )?;
+        self.rows += chunk.num_rows();
         Ok(())
     }
 
@@ -260,39 +255,11 @@ impl StreamedFile {
             let empty = RecordBatch::new_empty(self.schema.clone());
             return encode_ipc_into(out, &self.schema, &[empty], what);
         }
-        let arrow = |e: arrow_schema::ArrowError| {
-            EncodeError::Format(Error::Snapshot(format!("encoding {what}: {e}")))
-        };
-        // The schema message as `FileWriter` writes it, magic first.
-        let header = FileWriter::try_new(Vec::new(), &self.schema)
-            .map_err(arrow)?
-            .get_ref()
-            .clone();
-        let mut nodes = Vec::with_capacity(self.columns.len());
-        let mut buffers = Vec::with_capacity(self.columns.len() * 3);
-        let mut offset = 0u64;
-        for column in &self.columns {
-            nodes.push(arrow_ipc::FieldNode::new(
-                self.rows as i64,
-                column.nulls as i64,
-            ));
-            for len in column.buffer_lens() {
-                buffers.push(arrow_ipc::Buffer::new(offset as i64, len as i64));
-                offset += padded(len);
-            }
-        }
-        let body_len = offset;
-        let metadata = batch_message(self.rows, &nodes, &buffers, body_len);
-        let padded_header = padded(metadata.len() as u64 + 8);
+        let frame = Frame::new(&self.schema, self.rows, &self.columns, what)
+            .map_err(EncodeError::Format)?;
         let mut sink = super::format::Checksummed::new(out);
         let io = EncodeError::Io;
-        sink.write_all(&header).map_err(io)?;
-        sink.write_all(&CONTINUATION).map_err(io)?;
-        sink.write_all(&((padded_header - 8) as i32).to_le_bytes())
-            .map_err(io)?;
-        sink.write_all(&metadata).map_err(io)?;
-        sink.write_all(&PADDING[..(padded_header - 8) as usize - metadata.len()])
-            .map_err(io)?;
+        sink.write_all(&frame.head).map_err(io)?;
         for column in &mut self.columns {
             let nulls = column.nulls;
             let mut parts: Vec<&mut Spool> = Vec::with_capacity(3);
@@ -307,33 +274,122 @@ impl StreamedFile {
                 sink.write_all(&PADDING[..pad]).map_err(io)?;
             }
         }
-        // End of stream, then the footer naming the one batch.
-        sink.write_all(&CONTINUATION).map_err(io)?;
-        sink.write_all(&0i32.to_le_bytes()).map_err(io)?;
-        let block =
-            arrow_ipc::Block::new(header.len() as i64, padded_header as i32, body_len as i64);
-        let footer = footer(&self.schema, block);
-        sink.write_all(&footer).map_err(io)?;
-        sink.write_all(&(footer.len() as i32).to_le_bytes())
-            .map_err(io)?;
-        sink.write_all(b"ARROW1").map_err(io)?;
+        sink.write_all(&frame.tail).map_err(io)?;
         Ok(sink.done(self.rows as u64))
     }
 }
 
-impl Column {
+/// Checks `chunk` against the file's `schema` and the last chunk's end
+/// (`ragged`), and appends its rows (after `rows` already in) to `columns`.
+pub(super) fn push_chunk<B: BufferOut>(
+    schema: &SchemaRef,
+    columns: &mut [Column<B>],
+    rows: usize,
+    ragged: &mut bool,
+    chunk: &RecordBatch,
+) -> Result<()> {
+    if chunk.num_rows() == 0 {
+        return Ok(());
+    }
+    if *ragged {
+        return Err(Error::Config(format!(
+            "a streamed file's chunk of {} rows follows one whose rows were not a multiple \
+             of 8; only the last chunk may be",
+            chunk.num_rows()
+        )));
+    }
+    let same = chunk.num_columns() == columns.len()
+        && (chunk.schema_ref().fields().iter())
+            .zip(schema.fields())
+            .all(|(a, b)| a.data_type() == b.data_type());
+    if !same {
+        return Err(Error::Config(format!(
+            "a streamed file's chunk has columns ({}) where the file has ({})",
+            describe(chunk.schema_ref()),
+            describe(schema)
+        )));
+    }
+    let n = chunk.num_rows();
+    for (column, array) in columns.iter_mut().zip(chunk.columns()) {
+        column.push(array.as_ref(), rows + n)?;
+    }
+    *ragged = n % 8 != 0;
+    Ok(())
+}
+
+/// What a file holds around its batch's buffers: before them (`head`) the
+/// schema message, magic first, as `FileWriter` writes it, and the record
+/// batch message built from the buffers' lengths; after them (`tail`) the
+/// end of the stream and the footer naming the one batch.
+pub(super) struct Frame {
+    pub(super) head: Vec<u8>,
+    pub(super) tail: Vec<u8>,
+}
+
+impl Frame {
+    /// The frame of a batch of `rows` rows whose columns' null counts and
+    /// buffer lengths `columns` give.
+    pub(super) fn new<B: BufferOut>(
+        schema: &SchemaRef,
+        rows: usize,
+        columns: &[Column<B>],
+        what: &str,
+    ) -> Result<Self> {
+        let arrow = |e: arrow_schema::ArrowError| Error::Snapshot(format!("encoding {what}: {e}"));
+        let schema_message = FileWriter::try_new(Vec::new(), schema)
+            .map_err(arrow)?
+            .get_ref()
+            .clone();
+        let mut nodes = Vec::with_capacity(columns.len());
+        let mut buffers = Vec::with_capacity(columns.len() * 3);
+        let mut offset = 0u64;
+        for column in columns {
+            nodes.push(arrow_ipc::FieldNode::new(rows as i64, column.nulls as i64));
+            for len in column.buffer_lens() {
+                buffers.push(arrow_ipc::Buffer::new(offset as i64, len as i64));
+                offset += padded(len);
+            }
+        }
+        let body_len = offset;
+        let metadata = batch_message(rows, &nodes, &buffers, body_len);
+        let padded_header = padded(metadata.len() as u64 + 8);
+        let mut head = schema_message.clone();
+        head.extend_from_slice(&CONTINUATION);
+        head.extend_from_slice(&((padded_header - 8) as i32).to_le_bytes());
+        head.extend_from_slice(&metadata);
+        head.extend_from_slice(&PADDING[..(padded_header - 8) as usize - metadata.len()]);
+        let block = arrow_ipc::Block::new(
+            schema_message.len() as i64,
+            padded_header as i32,
+            body_len as i64,
+        );
+        let footer = footer(schema, block);
+        let mut tail = CONTINUATION.to_vec();
+        tail.extend_from_slice(&0i32.to_le_bytes());
+        tail.extend_from_slice(&footer);
+        tail.extend_from_slice(&(footer.len() as i32).to_le_bytes());
+        tail.extend_from_slice(b"ARROW1");
+        Ok(Self { head, tail })
+    }
+}
+
+impl<B: BufferOut> Column<B> {
     /// The lengths of the batch's buffers of this column, in order: the
     /// validity (empty without nulls, as `FileWriter` writes it), then the
     /// offsets if any, then the values.
     fn buffer_lens(&self) -> Vec<u64> {
-        let mut lens = vec![if self.nulls > 0 { self.validity.len } else { 0 }];
-        lens.extend(self.offsets.as_ref().map(|s| s.len));
-        lens.push(self.values.len);
+        let mut lens = vec![if self.nulls > 0 {
+            self.validity.len()
+        } else {
+            0
+        }];
+        lens.extend(self.offsets.as_ref().map(|s| s.len()));
+        lens.push(self.values.len());
         lens
     }
 
     /// Appends `array`'s rows; `upto` is the row count after it.
-    fn push(&mut self, array: &dyn Array, upto: usize) -> Result<()> {
+    pub(super) fn push(&mut self, array: &dyn Array, upto: usize) -> Result<()> {
         let data = array.to_data();
         let (offset, len) = (data.offset(), data.len());
         match data.nulls() {
@@ -376,7 +432,7 @@ impl Column {
         }
         let at = |o: O| O::from_usize(o.as_usize() - start + base as usize).expect("checked above");
         // The first chunk writes the batch's leading offset 0.
-        let skip = usize::from(self.offsets.as_ref().is_some_and(|s| s.len > 0));
+        let skip = usize::from(self.offsets.as_ref().is_some_and(|s| s.len() > 0));
         let offsets: Vec<O> = own[skip..].iter().map(|&o| at(o)).collect();
         self.offsets
             .as_mut()
@@ -413,7 +469,7 @@ fn clear_tail(bytes: &mut [u8], len: usize) {
     }
 }
 
-fn padded(len: u64) -> u64 {
+pub(super) fn padded(len: u64) -> u64 {
     len.div_ceil(ALIGNMENT as u64) * ALIGNMENT as u64
 }
 
@@ -477,4 +533,4 @@ fn footer(schema: &arrow_schema::Schema, block: arrow_ipc::Block) -> Vec<u8> {
 
 #[cfg(test)]
 #[path = "streamed_tests.rs"]
-mod tests;
+pub(super) mod tests;

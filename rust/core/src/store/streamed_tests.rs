@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use super::StreamedFile;
 use crate::store::format::{decode_ipc, encode_ipc};
 
-fn batch(rows: usize, seed: u64) -> RecordBatch {
+pub(crate) fn batch(rows: usize, seed: u64) -> RecordBatch {
     // A cheap deterministic mix: which rows are null, and their values.
     let bit = |i: usize, salt: u64| (i as u64 * 2654435761 + seed * 97 + salt) % 5 == 0;
     let schema = Arc::new(Schema::new_with_metadata(
@@ -51,7 +51,7 @@ fn batch(rows: usize, seed: u64) -> RecordBatch {
     RecordBatch::try_new(schema, columns).unwrap()
 }
 
-fn streamed(whole: &RecordBatch, chunk: usize) -> (Vec<u8>, super::Written) {
+pub(crate) fn streamed(whole: &RecordBatch, chunk: usize) -> (Vec<u8>, super::Written) {
     let dir = tempfile::tempdir().unwrap();
     let mut file = StreamedFile::new(whole.schema(), dir.path(), "t").unwrap();
     let mut at = 0;
