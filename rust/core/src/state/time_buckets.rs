@@ -53,18 +53,23 @@ impl<'a> BaseTimeChunks<'a> {
         self.rows.exact_sizes()
     }
 
-    /// The next bucket's entries, sorted (None: every bucket was given).
-    fn next_bucket(&mut self) -> Option<Vec<TimedRow>> {
+    /// Makes the next bucket's entries, sorted, `self.bucket` (false:
+    /// every bucket was given). The bucket's room is kept for the next.
+    fn next_bucket(&mut self) -> bool {
         let b = self.next_bucket;
         if b > self.bounds.len() {
-            return None;
+            return false;
         }
         self.next_bucket += 1;
         let lo = b.checked_sub(1).map(|i| self.bounds[i]);
-        Some(
-            self.rows
-                .between(lo, self.bounds.get(b).copied(), self.per_bucket),
-        )
+        if self.bucket.capacity() == 0 && !self.bounds.is_empty() {
+            // A share, with room for the bounds' error.
+            self.bucket.reserve(self.per_bucket + self.per_bucket / 2);
+        }
+        self.rows
+            .between(lo, self.bounds.get(b).copied(), &mut self.bucket);
+        self.at = 0;
+        true
     }
 }
 
@@ -100,9 +105,8 @@ impl RunChunks for BaseTimeChunks<'_> {
         let mut rows: Vec<TimedRow> = Vec::new();
         while rows.len() < max_rows {
             if self.at >= self.bucket.len() {
-                match self.next_bucket() {
-                    Some(bucket) => (self.bucket, self.at) = (bucket, 0),
-                    None => break,
+                if !self.next_bucket() {
+                    break;
                 }
                 continue;
             }

@@ -32,6 +32,10 @@ pub(crate) struct TimedRows<'a> {
     /// it) and the first row of each rank. `None`: integer keys, or rows
     /// that ascend by key, so that a row's rank is its position.
     ranks: Option<(Vec<u32>, Vec<u32>)>,
+    /// Whether the rows ascend by the key an entry holds (integer keys in
+    /// order; byte keys held by row), so that a stable sort of a pass's
+    /// entries by time alone puts them in (time, key) order.
+    in_key_order: bool,
 }
 
 impl<'a> TimedRows<'a> {
@@ -55,10 +59,16 @@ impl<'a> TimedRows<'a> {
         let column = KeyColumn::new(keys)?;
         let ints = matches!(column, KeyColumn::Int64(_) | KeyColumn::Int32(_));
         let ranks = (!ints && check_sorted(keys, "a base").is_err()).then(|| ranked(&column));
+        let in_key_order = match &column {
+            KeyColumn::Int64(v) => ascending(v),
+            KeyColumn::Int32(v) => ascending(v),
+            _ => ranks.is_none(),
+        };
         Ok(Self {
             times: times.clone(),
             keys: column,
             ranks,
+            in_key_order,
         })
     }
 
@@ -111,40 +121,60 @@ impl<'a> TimedRows<'a> {
     }
 
     /// The entries after `lo` up to `hi` (either end open when `None`),
-    /// sorted, each once: a pass over the time column, the pairs made only
-    /// for the rows whose time lies between the bounds' times, sorted by
-    /// radix (their digits that differ: a bucket's times span a fraction of
-    /// the range, so a few passes of the 16 bytes).
+    /// sorted, each once, into `out` (emptied first; its room kept from
+    /// one bucket to the next): a pass over the time column, then a radix
+    /// sort of the digits that differ (a bucket's times span a fraction of
+    /// the range, so a few passes).
     pub(crate) fn between(
         &self,
         lo: Option<TimedRow>,
         hi: Option<TimedRow>,
-        expect: usize,
-    ) -> Vec<TimedRow> {
-        let (lo_t, hi_t) = (lo.map_or(i64::MIN, |p| p.0), hi.map_or(i64::MAX, |p| p.0));
-        let values = self.times.values();
-        // A bucket's share, with room for the bounds' error; all of them
-        // when no bound is given: sized once, not grown.
-        let whole = lo.is_none() && hi.is_none();
-        let mut out: Vec<TimedRow> = Vec::with_capacity(if whole {
-            self.timed()
+        out: &mut Vec<TimedRow>,
+    ) {
+        out.clear();
+        if lo.is_none() && hi.is_none() {
+            // All of them: sized once, not grown.
+            out.reserve(self.timed());
+        }
+        let range = Range::new(lo, hi);
+        match (&self.keys, &self.ranks) {
+            (KeyColumn::Int64(v), _) => self.pass(&range, |i| v[i], out),
+            (KeyColumn::Int32(v), _) => self.pass(&range, |i| v[i].into(), out),
+            (_, None) => self.pass(&range, |i| i as i64, out),
+            (_, Some((rank, _))) => self.pass(&range, |i| rank[i].into(), out),
+        }
+        // A pass gives rows in order: by time alone, if that is key order.
+        if self.in_key_order {
+            radsort::sort_by_key(out, |p| p.0);
         } else {
-            expect + expect / 2
-        });
+            radsort::sort_by_key(out, |&p| p);
+        }
+        out.dedup();
+    }
+
+    /// Every entry, sorted, each once.
+    pub(crate) fn all(&self) -> Vec<TimedRow> {
+        let mut out = Vec::new();
+        self.between(None, None, &mut out);
+        out
+    }
+
+    /// Appends to `out` the entries of the rows with a time in `range`
+    /// (`key`: a row's key as an entry holds it), in row order. Most rows'
+    /// times lie outside a bucket's: they cost a compare, their key unread.
+    fn pass(&self, range: &Range, key: impl Fn(usize) -> i64, out: &mut Vec<TimedRow>) {
+        let values = self.times.values();
         let nulls = self.times.nulls().filter(|n| n.null_count() > 0);
-        for (i, &t) in values.iter().enumerate() {
-            // Times outside the bounds' (most rows) cost a compare.
-            if t < lo_t || t > hi_t || nulls.is_some_and(|n| n.is_null(i)) {
+        let (lo_t, hi_t) = (range.lo.0, range.hi.0);
+        for (row, &t) in values.iter().enumerate() {
+            if t < lo_t || t > hi_t || nulls.is_some_and(|n| n.is_null(row)) {
                 continue;
             }
-            let p = (t, self.key_of(i));
-            if lo.is_none_or(|lo| p > lo) && hi.is_none_or(|hi| p <= hi) {
+            let p = (t, key(row));
+            if range.holds(p) {
                 out.push(p);
             }
         }
-        radsort::sort_by_key(&mut out, |&p| p);
-        out.dedup();
-        out
     }
 
     /// Every `every`-th row with a time's entry (rows in order), sorted.
@@ -198,6 +228,34 @@ fn strictly_ascending<T: PartialOrd>(v: &[T]) -> bool {
     v.windows(2).all(|w| w[0] < w[1])
 }
 
+fn ascending<T: PartialOrd>(v: &[T]) -> bool {
+    v.windows(2).all(|w| w[0] <= w[1])
+}
+
+/// The entries after `lo` up to `hi` ((time, key) pairs; an end `None`
+/// is open).
+struct Range {
+    lo: TimedRow,
+    hi: TimedRow,
+    lo_open: bool,
+    hi_open: bool,
+}
+
+impl Range {
+    fn new(lo: Option<TimedRow>, hi: Option<TimedRow>) -> Self {
+        Self {
+            lo: lo.unwrap_or((i64::MIN, i64::MIN)),
+            hi: hi.unwrap_or((i64::MAX, i64::MAX)),
+            lo_open: lo.is_none(),
+            hi_open: hi.is_none(),
+        }
+    }
+
+    fn holds(&self, p: TimedRow) -> bool {
+        (self.lo_open || p > self.lo) && (self.hi_open || p <= self.hi)
+    }
+}
+
 /// Each row's rank in key order and the first row of each rank (rows of
 /// one key share a rank: a base in memory may repeat a key).
 fn ranked(keys: &KeyColumn<'_>) -> (Vec<u32>, Vec<u32>) {
@@ -249,12 +307,17 @@ mod tests {
         fn entries_come_in_time_then_key_order(
             rows in prop::collection::vec((prop::option::of(-3i64..4), 0i64..60), 0..200),
             sort_keys in any::<bool>(),
+            repeat in any::<bool>(),
             strings in any::<bool>(),
         ) {
             let mut rows = rows;
             if sort_keys {
+                // Sorted, keys once or repeated (then integer keys still
+                // sort by time alone: a pass gives them in key order).
                 rows.sort_by_key(|r| r.1);
-                rows.dedup_by_key(|r| r.1);
+                if !repeat {
+                    rows.dedup_by_key(|r| r.1);
+                }
             }
             let times: Vec<Option<i64>> = rows.iter().map(|r| r.0).collect();
             let time_array = Int64Array::from(times.clone());
@@ -274,7 +337,7 @@ mod tests {
             let timed = TimedRows::new(&time_array, key_array.as_ref()).unwrap();
             let ascending = rows.windows(2).all(|w| w[0].1 < w[1].1);
             prop_assert_eq!(timed.ranks.is_none(), !strings || ascending);
-            let all = timed.between(None, None, 0);
+            let all = timed.all();
             prop_assert_eq!(values(&timed.batch(&all).unwrap()), reference(&times, &keys));
         }
     }
@@ -285,22 +348,20 @@ mod tests {
         let keys = Int64Array::from(vec![10, 20, 30, 40, 50]);
         let timed = TimedRows::new(&times, &keys).unwrap();
         assert_eq!(timed.timed(), 4);
+        assert_eq!(timed.all(), vec![(1, 30), (1, 50), (2, 10), (2, 40)]);
         assert_eq!(
-            timed.between(None, None, 0),
-            vec![(1, 30), (1, 50), (2, 10), (2, 40)]
-        );
-        assert_eq!(
-            timed.between(Some((1, 30)), Some((2, 10)), 0),
+            {
+                let mut out = Vec::new();
+                timed.between(Some((1, 30)), Some((2, 10)), &mut out);
+                out
+            },
             vec![(1, 50), (2, 10)]
         );
         // Rows 0 and 3: every other row with a time.
         assert_eq!(timed.sample(2), vec![(2, 10), (2, 40)]);
         let names = StringArray::from(vec!["a", "b", "c", "d", "e"]);
         let timed = TimedRows::new(&times, &names).unwrap();
-        assert_eq!(
-            timed.between(None, None, 0),
-            vec![(1, 2), (1, 4), (2, 0), (2, 3)]
-        );
+        assert_eq!(timed.all(), vec![(1, 2), (1, 4), (2, 0), (2, 3)]);
     }
 
     #[test]

@@ -223,7 +223,7 @@ impl StateTable {
             // integer key), not the map's and tree's ~96 an entry.
             _ => {
                 let rows = TimedRows::new(times, keys)?;
-                let entries = rows.between(None, None, 0);
+                let entries = rows.all();
                 Arc::new(TimeIndex::rows_run(rows.batch(&entries)?)?)
             }
         };
