@@ -42,7 +42,25 @@ pub fn write_times(
     let what = state_file.display().to_string();
     let (buffer, pages) = map_file_pages(state_file, &what)?
         .ok_or_else(|| Error::Snapshot(format!("{what} went while it was written")))?;
-    let (schema, batches) = decode_buffer(buffer, &what)?;
+    // The pages the index's reads bring in go whatever the outcome.
+    let stored = index_file(buffer, &what, state_name, out, spool_dir, key, fsync);
+    if let Some(pages) = pages {
+        pages.release();
+    }
+    stored
+}
+
+/// [`write_times`] of the mapped state file `buffer` (named `what`).
+fn index_file(
+    buffer: arrow_buffer::Buffer,
+    what: &str,
+    state_name: &str,
+    out: &Path,
+    spool_dir: &Path,
+    key: &str,
+    fsync: &Fsync,
+) -> Result<Option<TimesEntry>> {
+    let (schema, batches) = decode_buffer(buffer, what)?;
     let Some(column) = schema.metadata().get(TIME_METADATA).cloned() else {
         return Ok(None);
     };
@@ -83,9 +101,6 @@ pub fn write_times(
         }
         _ => write_chunks(out, spool_dir, &mut chunks, Some(file_schema), fsync)?,
     };
-    if let Some(pages) = pages {
-        pages.release();
-    }
     Ok(Some(format::times_entry(state_name, &column, &written)))
 }
 
