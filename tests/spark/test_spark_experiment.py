@@ -65,7 +65,7 @@ def test_experiment_7_pairs_each_variants_batches_with_snapshots_off(spark: Any)
             assert len(times) == SIZE.spark_batches and all(t > 0 for t in times), (cell, times)
     for row in out.rows:
         # Each measured batch committed one state version (none: no snapshots).
-        want = 0 if row.cell.protocol == "none" else 2 * SIZE.spark_batches
+        want = 0 if row.cell.protocol == "none" else QUERY_ROUNDS * SIZE.spark_batches
         assert row.checkpoints == want, row
         assert (row.state_bytes_max > 0) == (row.cell.protocol != "none"), row
     effects = {e.cell.protocol: e for e in out.effects}
