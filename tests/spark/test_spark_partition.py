@@ -613,15 +613,17 @@ def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
         proc = make()[0]
         got = task.run(data, proc, ts)
         timed_out += proc.timed_out_keys
-        want = PartitionTask(StateRoot(warm), batch, 0, "q1", None, cache=warm_cache).run(
-            data, make()[0], ts
-        )
+        kept = PartitionTask(StateRoot(warm), batch, 0, "q1", None, cache=warm_cache)
+        want = kept.run(data, make()[0], ts)
         assert sorted(got.to_pylist(), key=repr) == sorted(want.to_pylist(), key=repr)
         stats = task._loaded.tables["state"].spill_stats()
         # Every batch after the first reads a chain from a full (0's, then
         # 2's: full_every=2) whose index is stored beside it.
         if batch:
             assert stats is not None and stats["times_stored"] == 1, stats
+        # The step's metric: a miss that took a stored index (a hit takes none).
+        assert task.figures()["state_times_stored"] == int(batch > 0)
+        assert kept.figures()["state_times_stored"] == 0
     assert timed_out > 0
     assert list((tmp_path / "cold").glob("chk-*/state-0.state.times.arrow"))
     got_state = read_state_arrow(str(tmp_path / "cold")).sort_by("id")

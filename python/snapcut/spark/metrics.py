@@ -53,6 +53,7 @@ FIELDS = (
     "state_cache_misses",
     "state_bytes_read",
     "state_load_ms_max",
+    "state_times_stored",
     "state_flushes",
     "state_rows_flushed",
     "state_merges",

@@ -379,6 +379,8 @@ class PartitionTask:
             "state_cache_misses": int(not hit),
             "state_bytes_read": self._loaded.bytes_read,
             "state_load_ms_max": round(self._loaded.load_ms),
+            # A miss's restore took the time index stored beside its full.
+            "state_times_stored": 0 if hit else self._spilled["times_stored"],
             **{f"state_{k}": spilled[k] - self._spilled.get(k, 0) for k in SPILL_SUMS},
             "state_runs_max": spilled["runs_max"],
             "input_rows_spilled": int(self._metrics["input_rows_spilled"]),
@@ -396,6 +398,7 @@ def spill_totals(tables: Tables) -> dict[str, int]:
     stats = [s for t in tables.values() if (s := t.spill_stats()) is not None]
     out = {k: sum(s[k] for s in stats) for k in SPILL_SUMS}
     out["runs_max"] = max((s["runs"] for s in stats), default=0)
+    out["times_stored"] = sum(s["times_stored"] for s in stats)
     return out
 
 
