@@ -42,15 +42,7 @@ pub fn write_chunks(
         .file_name()
         .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
     let mut file = StreamedFile::new(schema, spool_dir, &stem)?;
-    let mut read = 0usize;
-    while let Some(chunk) = chunks.next_chunk(RUN_CHUNK_ROWS)? {
-        file.push(&chunk)?;
-        read += 1;
-        if read % RELEASE_EVERY_CHUNKS == 0 {
-            chunks.release_inputs();
-        }
-    }
-    chunks.release_inputs();
+    feed(chunks, |chunk| file.push(chunk))?;
     let written = write_encoded(path, fsync, |out, what| file.finish(out, what))?;
     // The chunks were freed as it went.
     crate::heap::release_freed();
@@ -71,18 +63,28 @@ pub fn write_presized(
     fsync: &Fsync,
 ) -> Result<Written> {
     let mut file = PresizedFile::create(path, schema, rows, sizes)?;
+    feed(chunks, |chunk| file.push(chunk))?;
+    let written = file.finish(fsync)?;
+    crate::heap::release_freed();
+    Ok(written)
+}
+
+/// Gives `push` every chunk of `chunks`, [`RUN_CHUNK_ROWS`] rows at a
+/// time, releasing the inputs' pages behind it.
+fn feed(
+    chunks: &mut dyn RunChunks,
+    mut push: impl FnMut(&arrow_array::RecordBatch) -> Result<()>,
+) -> Result<()> {
     let mut read = 0usize;
     while let Some(chunk) = chunks.next_chunk(RUN_CHUNK_ROWS)? {
-        file.push(&chunk)?;
+        push(&chunk)?;
         read += 1;
         if read % RELEASE_EVERY_CHUNKS == 0 {
             chunks.release_inputs();
         }
     }
     chunks.release_inputs();
-    let written = file.finish(fsync)?;
-    crate::heap::release_freed();
-    Ok(written)
+    Ok(())
 }
 
 /// Writes a state file of the merge of `runs` (a capture of
