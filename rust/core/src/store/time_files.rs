@@ -23,12 +23,15 @@ use super::run_files::{write_chunks, write_presized};
 use crate::error::{Error, Result};
 use crate::state::{time_run_schema, BaseTimeChunks, TIME_METADATA};
 
-/// Entries sorted at a time (16 bytes each: ~16 MB), however large the full.
+/// Entries sorted at a time (16 bytes each: ~16 MB, with room for the
+/// bounds' error and the radix sort's scratch ~40 MB), however large the
+/// full.
 const ENTRIES_PER_BUCKET: usize = 1 << 20;
 
 /// Writes the time index of the full state file `state_file` (named
-/// `state_name` in its manifest entry, keyed by `key`) to `out`, spooling
-/// under `spool_dir`, if its schema names a time column
+/// `state_name` in its manifest entry, keyed by `key`) to `out` (spooling
+/// under `spool_dir` when the entries' sizes are not known before they are
+/// sorted, or direct I/O is asked for), if its schema names a time column
 /// ([`TIME_METADATA`]); returns its entry. None: no time column, or no row
 /// has a time (a restore then has nothing to read either way).
 pub fn write_times(
