@@ -13,6 +13,7 @@ Python workers and of the JVM, and the largest RssAnon (heap) and RssFile
 (touched pages of mapped files) sampled in one Python worker.
 
     python bench/spark_big_state_tws.py 20000000 rows 256MB   # transformWithState (Rows)
+    python bench/spark_big_state_tws.py 20000000 ttl 256MB    # ... its ValueState with a TTL
     python bench/spark_big_state_tws.py 20000000 pandas        # ...InPandas, no budget
     python bench/spark_big_state_tws.py 2000000 l3 32MB         # level 3 (applyInPandasWithState)
     python bench/spark_big_state_tws.py 10000000 l2 256MB      # level 2 (map_batches, Arrow)
@@ -75,6 +76,16 @@ class RowCountTotal(CountTotal):
         yield Row(user=key[0], count=n, total=total)
 
 
+class TtlCountTotal(RowCountTotal):
+    """The same, its ValueState expiring an hour after its last update
+    (processing time): every key has a time in the state's time index, and
+    a full stores the index beside it (format 5). Nothing expires in the
+    run (its batches take minutes)."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("agg", STATE, 3_600_000)
+
+
 class PandasCountTotal(CountTotal):
     def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: TimerValues) -> Any:
         import pandas as pd
@@ -132,8 +143,8 @@ def hwm(pattern: str) -> int:
 def main() -> None:
     keys = int(sys.argv[1])
     api = sys.argv[2]
-    if api not in ("rows", "pandas", "l3", "l2"):
-        raise SystemExit("usage: spark_big_state_tws.py KEYS rows|pandas|l3|l2 [BUDGET]")
+    if api not in ("rows", "ttl", "pandas", "l3", "l2"):
+        raise SystemExit("usage: spark_big_state_tws.py KEYS rows|ttl|pandas|l3|l2 [BUDGET]")
     budget = sys.argv[3] if len(sys.argv) > 3 else None
     batches = int(os.environ.get("BATCHES", "4"))
     d = tempfile.mkdtemp()
@@ -167,6 +178,8 @@ def main() -> None:
     keyed = keyed_state(ev, key="user", root=f"{d}/state", partitions=2, **kw)
     if api == "rows":
         out = keyed.transformWithState(RowCountTotal(), OUTPUT, "Update", "None")
+    elif api == "ttl":
+        out = keyed.transformWithState(TtlCountTotal(), OUTPUT, "Update", "ProcessingTime")
     elif api == "l3":
         out = keyed.applyInPandasWithState(l3_count_total, OUTPUT, STATE, "Update", "NoTimeout")
     elif api == "l2":
@@ -174,21 +187,31 @@ def main() -> None:
     else:
         out = keyed.transformWithStateInPandas(PandasCountTotal(), OUTPUT, "Update", "None")
     workers = ProcessPeaks("pyspark.daemon")
-    q = (
-        out.writeStream.format("noop")
-        .outputMode("update")
-        .option("checkpointLocation", f"{d}/chk")
-        .trigger(availableNow=True)
-        .start()
+    writer = (
+        out.writeStream.format("noop").outputMode("update").option("checkpointLocation", f"{d}/chk")
     )
-    q.awaitTermination()
+    if api == "ttl":
+        # Processing-time TTL runs a no-data batch at every trigger (Spark's
+        # rule for processing-time state), so neither availableNow nor
+        # processAllAvailable ends: a trigger every 10 s (few no-data
+        # batches among the progresses kept), stopped once every file is in.
+        q = writer.trigger(processingTime="10 seconds").start()
+        while sum(p["numInputRows"] > 0 for p in q.recentProgress) < len(tables):
+            if q.exception() is not None:
+                raise SystemExit(f"the query failed: {q.exception()}")
+            time.sleep(1)
+        q.stop()
+    else:
+        q = writer.trigger(availableNow=True).start()
+        q.awaitTermination()
+    data = [p for p in q.recentProgress if p["numInputRows"] > 0]
     print(
         json.dumps(
             {
                 "keys": keys,
                 "variant": api if api in ("l2", "l3") else f"tws-{api}",
                 "budget": budget,
-                "addBatch_ms": [p["durationMs"].get("addBatch") for p in q.recentProgress],
+                "addBatch_ms": [p["durationMs"].get("addBatch") for p in data],
                 "py_worker_hwm_mb": hwm("pyspark.daemon"),
                 **{f"py_worker_{k}": v for k, v in workers.stop().items()},
                 "jvm_hwm_mb": hwm("java"),

@@ -17,7 +17,8 @@ later batches' median, and the largest worker and JVM peaks.
 
 Variants ``tws-rows`` and ``tws-pandas`` run the same job with a
 transformWithState(InPandas) processor keeping level 1's count and total
-(``bench/spark_big_state_tws.py``), e.g. ``tws-rows:256MB``; variant ``l3``
+(``bench/spark_big_state_tws.py``), e.g. ``tws-rows:256MB``; ``tws-ttl`` the
+``tws-rows`` processor with a TTL on its state (a time index of every key); variant ``l3``
 the same with an ``applyInPandasWithState`` function (level 3), ``l2`` with a
 ``map_batches`` function of Arrow tables (level 2).
 """
@@ -38,7 +39,7 @@ from typing import Any, TypeVar
 TOOL = Path(__file__).resolve().parents[2] / "shared" / "tools" / "spark-big-state"
 TWS = Path(__file__).resolve().parent / "spark_big_state_tws.py"
 """The tool's job with a transformWithState processor (variants tws-rows, tws-pandas)."""
-VARIANTS = ("snapcut", "native", "rocksdb", "tws-rows", "tws-pandas", "l3", "l2")
+VARIANTS = ("snapcut", "native", "rocksdb", "tws-rows", "tws-ttl", "tws-pandas", "l3", "l2")
 V = TypeVar("V")
 
 
