@@ -119,20 +119,26 @@ impl PresizedFile {
                 sizes.len()
             )));
         }
+        // Every column checked before the file is made: a refused schema
+        // leaves nothing behind.
+        let layouts = (schema.fields().iter())
+            .map(|field| {
+                Layout::of(field.data_type()).ok_or_else(|| {
+                    Error::Config(format!(
+                        "{what}: column '{}' of type {} is not flat (fixed-width, boolean, \
+                         utf8 or binary); write the batch whole instead",
+                        field.name(),
+                        field.data_type()
+                    ))
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let file =
             Arc::new(File::create(path).map_err(|e| Error::io(format!("creating {what}"), e))?);
         let path = Arc::new(path.to_path_buf());
         // The frame from the buffers' lengths alone (nothing written yet).
         let mut columns = Vec::with_capacity(sizes.len());
-        for (field, size) in schema.fields().iter().zip(sizes) {
-            let layout = Layout::of(field.data_type()).ok_or_else(|| {
-                Error::Config(format!(
-                    "{what}: column '{}' of type {} is not flat; write it through a \
-                     StreamedFile's caller's in-memory path",
-                    field.name(),
-                    field.data_type()
-                ))
-            })?;
+        for (&layout, size) in layouts.iter().zip(sizes) {
             let lens = buffer_lens(layout, rows, *size);
             let region = |size: Option<u64>| Region {
                 file: file.clone(),

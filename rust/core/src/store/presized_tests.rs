@@ -90,4 +90,16 @@ fn rows_nulls_or_bytes_other_than_sized_are_refused() {
     let mut long = PresizedFile::create(&path, whole.schema(), 99, &right).unwrap();
     assert!(long.push(&whole).is_err());
     assert!(PresizedFile::create(&path, whole.schema(), 100, &right[1..]).is_err());
+    // A nested column is refused before any file is made.
+    let nested = arrow_schema::Schema::new(vec![arrow_schema::Field::new(
+        "l",
+        DataType::new_list(DataType::Int64, true),
+        true,
+    )]);
+    let other = dir.path().join("nested.arrow");
+    let err = PresizedFile::create(&other, nested.into(), 1, &right[..1])
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("is not flat"), "{err}");
+    assert!(!other.exists());
 }
