@@ -36,14 +36,23 @@ def main(archive: Path) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("snapcut-class-archive")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
+    try:
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .appName("snapcut-class-archive")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "1g")
+            .getOrCreate()
+        )
+    except Exception as e:  # PySpark's gateway errors have no common class
+        print(
+            f"spark_class_archive: Spark did not start ({type(e).__name__}: {e}); its JVM "
+            f"ran with JDK_JAVA_OPTIONS={os.environ['JDK_JAVA_OPTIONS']!r}: check those "
+            "options and that JAVA_HOME names a Java 17",
+            file=sys.stderr,
+        )
+        return 1
     spark.sparkContext.setLogLevel("ERROR")
     with tempfile.TemporaryDirectory() as tmp:
 
