@@ -161,39 +161,18 @@ impl<'a> TimedRows<'a> {
 
     /// Appends to `out` the entries of the rows with a time in `range`
     /// (`key`: a row's key as an entry holds it), in row order. Most rows'
-    /// times lie outside a bucket's: 64 rows at a time are picked by their
-    /// time alone, without a branch, into a mask (a bucket's rows are
-    /// scattered: a branch a row mispredicts often); keys and nulls are
-    /// read for the rows picked only.
+    /// times lie outside a bucket's: they cost a compare, their key unread.
     fn pass(&self, range: &Range, key: impl Fn(usize) -> i64, out: &mut Vec<TimedRow>) {
         let values = self.times.values();
         let nulls = self.times.nulls().filter(|n| n.null_count() > 0);
         let (lo_t, hi_t) = (range.lo.0, range.hi.0);
-        let mut take = |row: usize| {
-            if nulls.is_some_and(|m| m.is_null(row)) {
-                return;
+        for (row, &t) in values.iter().enumerate() {
+            if t < lo_t || t > hi_t || nulls.is_some_and(|n| n.is_null(row)) {
+                continue;
             }
-            let p = (values[row], key(row));
+            let p = (t, key(row));
             if range.holds(p) {
                 out.push(p);
-            }
-        };
-        let blocks = values.chunks_exact(64);
-        let rest = blocks.remainder();
-        for (b, block) in blocks.enumerate() {
-            let mut mask = 0u64;
-            for (j, &t) in block.iter().enumerate() {
-                mask |= u64::from((t >= lo_t) & (t <= hi_t)) << j;
-            }
-            while mask != 0 {
-                take(b * 64 + mask.trailing_zeros() as usize);
-                mask &= mask - 1;
-            }
-        }
-        let base = values.len() - rest.len();
-        for (j, &t) in rest.iter().enumerate() {
-            if t >= lo_t && t <= hi_t {
-                take(base + j);
             }
         }
     }
