@@ -525,6 +525,8 @@ def test_the_step_reports_its_state_figures_in_the_query_progress(
         (1, 1, 3),
     ]
     assert all(p["state_bytes_written"] > 0 for p in progress)
+    # Every partition's first version is a full.
+    assert progress[0]["state_fulls_written"] == PARTITIONS
 
 
 # ---- the same rules at levels 2 and 1 --------------------------------------------------

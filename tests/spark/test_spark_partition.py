@@ -602,7 +602,7 @@ def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
     StateRoot(warm).init("applyInPandasWithState")
     warm_cache = StateCache()
     rng = np.random.default_rng(7)
-    timed_out = 0
+    timed_out = fulls_seen = 0
     # Few keys: the function runs a Python call a key (this stays a small test).
     for batch in range(4):
         data = batch_rows(rng, 300, 500)
@@ -624,7 +624,14 @@ def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
         # The step's metric: a miss that took a stored index (a hit takes none).
         assert task.figures()["state_times_stored"] == int(batch > 0)
         assert kept.figures()["state_times_stored"] == 0
+        # The tables the commit wrote whole: what the batch's manifest lists.
+        listed = json.loads((tmp_path / "cold" / f"chk-{batch:08d}" / "manifest.json").read_text())
+        fulls = [f for f in listed["files"] if f.get("role") == "state" and f["kind"] == "full"]
+        assert task.figures()["state_fulls_written"] == len(fulls), listed["files"]
+        assert kept.figures()["state_fulls_written"] == len(fulls)
+        fulls_seen += len(fulls)
     assert timed_out > 0
+    assert 2 <= fulls_seen < 4  # batches 0 and 2 at least (full_every=2), not every batch
     assert list((tmp_path / "cold").glob("chk-*/state-0.state.times.arrow"))
     got_state = read_state_arrow(str(tmp_path / "cold")).sort_by("id")
     assert got_state.equals(read_state_arrow(str(tmp_path / "warm")).sort_by("id"))

@@ -48,6 +48,7 @@ FIELDS = (
     "keys_timed_out",
     "state_rows",
     "state_bytes_written",
+    "state_fulls_written",
     "state_write_ms_max",
     "state_cache_hits",
     "state_cache_misses",
