@@ -170,13 +170,10 @@ pytest_log=target/ci-pytest.log
 # where two workers keep about one core busy (most of a small Spark query's
 # time is latency): a third worker takes more of the CPU the others leave.
 # With three (fresh13, the whole run 1,736 s): 1,247 s, beside 633 + 36 s and 498 s.
-# Groups go out longest first (tests/conftest.py, LONGEST_GROUPS), not by
-# their number of tests (xdist's default, which --no-loadscope-reorder turns off).
 (
   started=$SECONDS
   rc=0
-  nice -n 10 python -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder \
-    -m "not connect_port and not full_priority" \
+  nice -n 10 python -m pytest -q -n 3 --dist loadgroup -m "not connect_port and not full_priority" \
     --durations=40 \
     --junitxml=target/pytest-ci.xml tests || rc=$?
   echo "pytest (3 workers): exit $rc after $((SECONDS - started)) s"

@@ -46,30 +46,6 @@ os.environ.setdefault("JDK_JAVA_OPTIONS", JVM_OPTIONS)
 CONNECT_PORT_GROUP = "spark-connect-port-15002"
 LOCAL_CLUSTER_GROUP = "spark-local-cluster"
 
-# What the longest xdist groups took in CI's pool (a fresh-clone check,
-# 2026-12-06, seconds of wall time beside the priority stream). The pool
-# (scripts/test.sh: `--no-loadscope-reorder`) hands out groups in collection
-# order, so these go first, longest first: a worker takes its next group when
-# its last one is nearly done, and a long group started late sets the pool's
-# end (xdist's own order, by number of tests, started the local-cluster
-# group's 5 tests and S3's 6 after groups of ~30 short ones). Every other
-# test follows in collection order, filling in.
-LONGEST_GROUPS = {
-    "test_spark_state.py": 716,
-    LOCAL_CLUSTER_GROUP: 469,
-    "test_spark_sink.py": 368,
-    "test_spark_s3.py": 322,
-    "test_spark_group_state_parity.py": 292,
-    "test_spark_source.py": 266,
-    "test_spark_chaos.py": 232,
-    "test_spark_sink_delta.py": 194,
-    "test_spark_tws.py": 189,
-    "test_spark_experiment.py": 173,
-    "test_spark_rescale.py": 153,
-    "test_spark_sink_iceberg.py": 139,
-    "test_spark_recovery.py": 116,
-}
-
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -106,25 +82,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(LOCAL_CLUSTER_GROUP))
         else:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
-
-
-class LongestGroupsFirst:
-    """Puts the longest groups (``LONGEST_GROUPS``) first, longest first,
-    the rest in their order: after pytest has ordered each module's tests by
-    its fixtures' parameters (a stable sort keeps that order in a group)."""
-
-    @pytest.hookimpl(trylast=True)
-    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        items.sort(key=lambda item: -LONGEST_GROUPS.get(xdist_group(item) or "", 0))
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(LongestGroupsFirst(), "snapcut-longest-groups-first")
-
-
-def xdist_group(item: pytest.Item) -> str | None:
-    mark = item.get_closest_marker("xdist_group")
-    return None if mark is None else str(mark.args[0])
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

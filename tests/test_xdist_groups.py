@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import CONNECT_PORT_GROUP, LOCAL_CLUSTER_GROUP, LONGEST_GROUPS, SPARK_TESTS
+from tests.conftest import CONNECT_PORT_GROUP, LOCAL_CLUSTER_GROUP, SPARK_TESTS
 
 
 class GroupRecorder:
@@ -19,7 +19,6 @@ class GroupRecorder:
         self.groups: dict[str, list[str]] = {}
         self.marked_connect: set[str] = set()
         self.marked_server: set[str] = set()
-        self.order: list[str] = []
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -30,10 +29,6 @@ class GroupRecorder:
                 self.marked_connect.add(item.nodeid)
             if item.get_closest_marker("connect_server") is not None:
                 self.marked_server.add(item.nodeid)
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        """The order the tests run in (and xdist hands them out)."""
-        self.order = [item.nodeid for item in session.items]
 
 
 def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
@@ -79,25 +74,6 @@ def test_each_spark_module_is_one_group_and_connect_servers_share_one() -> None:
     assert any("test_chaos_on_spark_connect_is_exactly_once" in n for n in server)
     assert any("test_demo_kills_restarts_and_verifies[connect]" in n for n in server)
     assert not any("test_spark_tws_parity.py" in n for n in server)
-
-
-def test_the_longest_groups_come_first_longest_first_each_group_together() -> None:
-    recorder = GroupRecorder()
-    code = pytest.main(
-        ["--collect-only", "-q", "-p", "no:cacheprovider", str(SPARK_TESTS.parent)],
-        plugins=[recorder],
-    )
-    assert code == 0
-    groups = [(recorder.groups[n] or [n])[0] for n in recorder.order]
-    # Where each group first appears.
-    firsts = list(dict.fromkeys(groups))
-    longest = sorted(LONGEST_GROUPS, key=lambda g: -LONGEST_GROUPS[g])
-    assert firsts[: len(longest)] == longest
-    # Each of them in one stretch (the order pytest gave its module's tests kept).
-    for group in longest:
-        at = [i for i, g in enumerate(groups) if g == group]
-        assert at == list(range(at[0], at[0] + len(at))), group
-    assert len(groups) > 1000  # every test was collected
 
 
 def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path: Path) -> None:
