@@ -375,7 +375,7 @@ class PartitionTask:
             "state_rows": int(ack["state_keys"]),
             "state_bytes_written": sum(int(e["bytes"]) for e in ack["files"]),
             # Tables written whole: O(the partition's state) in this commit.
-            "state_fulls_written": sum(e.get("kind", "full") == "full" for e in ack["files"]),
+            "state_fulls_written": sum(e["kind"] == "full" for e in ack["files"]),
             "state_write_ms_max": round(float(ack["write_ms"])),
             "state_cache_hits": int(hit),
             "state_cache_misses": int(not hit),
