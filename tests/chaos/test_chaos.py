@@ -469,8 +469,14 @@ def test_a_missed_fan_out_kill_redoes_the_run_and_kills_it(
     )
     s = fan_out.run_fan_out_chaos(opts)
     assert (s.errors, s.lost, s.duplicated, s.mismatched) == (0, 0, 0, 0), s
-    assert s.missed_kills == 1 and s.kills == 1 and s.timer_kills == 1, s
-    assert calls[1] is not None, calls  # the redo is killed by a timer
+    # The redo's timer is drawn inside the length the first run showed; on a
+    # loaded machine the redo can still end first and is then done again
+    # (up to MAX_KILL_REDOS), so the count of misses is at least the one forced.
+    assert 1 <= s.missed_kills <= fan_out.MAX_KILL_REDOS, s
+    assert s.kills == 1 and s.timer_kills == 1, s
+    assert len(calls) == s.missed_kills + 2, calls  # the misses, the kill, the resume
+    assert all(k is not None for k in calls[1:-1]), calls  # each redo is killed by a timer
+    assert calls[-1] is None, calls  # the resumed run runs to the end
 
 
 def test_fan_out_region_failover_restarts_healthy_sinks(tmp_path: Path) -> None:
