@@ -42,9 +42,11 @@ def make_spec(
     full_every: int = 3,
     retain: int = 10,
     state: tuple[str, pa.Schema] | None = None,
+    compaction: bool = True,
 ) -> RootSpec:
     """The root of the aggregates' state (`SPECS` by user), or of `state`: a
-    key column and the state schema."""
+    key column and the state schema; `compaction`: the workers merge its
+    runs (else a commit writes a full every `full_every` batches)."""
     from snapcut._core import KeyedAggregates
 
     if state is None:
@@ -59,6 +61,7 @@ def make_spec(
         state_schema=schema_bytes(schema),
         full_every=full_every,
         retain=retain,
+        compaction=compaction,
     )
 
 
@@ -99,7 +102,7 @@ def split(users: list[int], partitions: int) -> list[list[int]]:
 
 
 def test_versions_chain_diffs_between_fulls_and_manifests_once_all_acked(tmp_path: Path) -> None:
-    spec = make_spec(tmp_path / "root", partitions=2, full_every=3)
+    spec = make_spec(tmp_path / "root", partitions=2, full_every=3, compaction=False)
     StateRoot(spec).init("aggregate")
     batches = [[1, 2, 3, 4], [1, 1, 5], [2], [6, 7], [1]]
     for b, users in enumerate(batches):
@@ -582,29 +585,33 @@ def test_the_warm_tables_hold_at_most_a_quarter_of_the_worker_budget(tmp_path: P
     assert 0 < held <= warm_memory(budget) == budget // 4
 
 
+@pytest.mark.parametrize("compaction", [False, True])
 @pytest.mark.parametrize("budget", [None, 4 << 20])
 def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
-    tmp_path: Path, budget: int | None
+    tmp_path: Path, budget: int | None, compaction: bool
 ) -> None:
     """A partition whose table has a time index (applyInPandasWithState's
-    timeouts) writes the index beside each full (format 5); a task that does
-    not hold the partition takes it as its index instead of reading every
+    timeouts) writes the index beside each full (format 5), a full its
+    commit wrote or one a worker's compactor merged; a task that does not
+    hold the partition takes it as its index instead of reading every
     row's timeout, and the batches' rows (timeouts included) and state equal
     those of a partition kept warm in one worker."""
     from test_group_state_parts import STATE, make
     from test_tws_parts import batch_rows
 
     cold, warm = (
-        make_spec(tmp_path / name, partitions=1, full_every=2, state=("id", STATE))
+        make_spec(
+            tmp_path / name, partitions=1, full_every=2, state=("id", STATE), compaction=compaction
+        )
         for name in ("cold", "warm")
     )
     StateRoot(cold).init("applyInPandasWithState")
     StateRoot(warm).init("applyInPandasWithState")
     warm_cache = StateCache()
     rng = np.random.default_rng(7)
-    timed_out = fulls_seen = 0
+    timed_out = fulls_seen = adopted = 0
     # Few keys: the function runs a Python call a key (this stays a small test).
-    for batch in range(4):
+    for batch in range(6):
         data = batch_rows(rng, 300, 500)
         ts = 1000 * (batch + 1)
         task = PartitionTask(
@@ -615,10 +622,13 @@ def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
         timed_out += proc.timed_out_keys
         kept = PartitionTask(StateRoot(warm), batch, 0, "q1", None, cache=warm_cache)
         want = kept.run(data, make()[0], ts)
+        for t in (task, kept):
+            if t.compactor is not None:
+                assert t.compactor.flush(60)  # what the commit handed over is published
         assert sorted(got.to_pylist(), key=repr) == sorted(want.to_pylist(), key=repr)
         stats = task._loaded.tables["state"].spill_stats()
-        # Every batch after the first reads a chain from a full (0's, then
-        # 2's: full_every=2) whose index is stored beside it.
+        # Every batch after the first reads runs from a full (0's, then a
+        # later one) whose index is stored beside it.
         if batch:
             assert stats is not None and stats["times_stored"] == 1, stats
         # The step's metric: a miss that took a stored index (a hit takes none).
@@ -630,8 +640,17 @@ def test_a_cold_timed_task_takes_the_time_index_stored_beside_its_full(
         assert task.figures()["state_fulls_written"] == len(fulls), listed["files"]
         assert kept.figures()["state_fulls_written"] == len(fulls)
         fulls_seen += len(fulls)
+        adopted += task.figures()["state_compactions_adopted"]
     assert timed_out > 0
-    assert 2 <= fulls_seen < 4  # batches 0 and 2 at least (full_every=2), not every batch
+    if compaction:
+        # Only the first version is written whole by a commit; the merges
+        # a compactor made are adopted, a merged full with its index.
+        assert fulls_seen == 1 and adopted >= 1
+        merged = list((tmp_path / "cold").glob("chk-*/state-0.run-*.state.times.arrow"))
+        assert merged, sorted(p.name for p in (tmp_path / "cold").glob("chk-*/*"))
+    else:
+        assert 3 <= fulls_seen < 6  # batches 0, 2 and 4 (full_every=2), not every batch
+        assert adopted == 0
     assert list((tmp_path / "cold").glob("chk-*/state-0.state.times.arrow"))
     got_state = read_state_arrow(str(tmp_path / "cold")).sort_by("id")
     assert got_state.equals(read_state_arrow(str(tmp_path / "warm")).sort_by("id"))

@@ -50,6 +50,7 @@ def encode_state(
     base: int | None = None,
     sort: bool = False,
     chain_at: tuple[int, list[int]] | None = None,
+    runs_at: tuple[int, list[_Entry]] | None = None,
 ) -> tuple[pa.Buffer, _Entry, bytes | None]: ...
 def write_state_file(
     dir: str,
@@ -63,6 +64,7 @@ def write_state_file(
     sort: bool = False,
     chain_at: tuple[int, list[int]] | None = None,
     direct_io: bool = False,
+    runs_at: tuple[int, list[_Entry]] | None = None,
 ) -> _Entry: ...
 def encode_ipc(batch: Any, what: str) -> tuple[bytes, int, int]: ...
 def encode_channel(
@@ -123,6 +125,42 @@ def state_chain(
     manifest_of: _ManifestOf,
 ) -> list[tuple[int, str, _Entry, _Entry | None, _Entry | None]] | None: ...
 def rebuild_state(chain: list[tuple[str, Any]]) -> Any: ...
+
+# --- runs (format 2) and their compaction ---
+
+def state_runs(
+    checkpoint_id: int,
+    manifest: bytes,
+    vertex: str,
+    subtask: int,
+    manifest_of: _ManifestOf,
+) -> list[_Entry] | None: ...
+def adopt_run(
+    entry: _Entry, inputs: list[_Entry], output: _Entry, adopter: int
+) -> _Entry | None: ...
+def adoptable(runs: list[_Entry], inputs: list[_Entry], output: _Entry) -> bool: ...
+def check_compaction_budget(cpu_share: float, bytes_per_s: int | None = None) -> None: ...
+
+class RunCompactorHold:
+    def release(self) -> None: ...
+
+class RunCompactor:
+    def __init__(
+        self,
+        root: str,
+        staging: str,
+        cpu_share: float = 1.0,
+        bytes_per_s: int | None = None,
+        pause_s: float = 0.0,
+    ) -> None: ...
+    def submit(
+        self, vertex: str, subtask: int, key: str, runs: list[_Entry], limit: int
+    ) -> bool: ...
+    def wait_finished(self, timeout_s: float) -> list[dict[str, Any]]: ...
+    def wait_idle(self, timeout_s: float) -> bool: ...
+    def hold(self) -> RunCompactorHold: ...
+    def stats(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
 
 # --- verifying ---
 

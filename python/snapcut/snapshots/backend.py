@@ -319,6 +319,19 @@ class FsBackend(Backend):
             )
         return files
 
+    def state_runs(
+        self, checkpoint_id: int, task: Task, manifest: dict[str, Any] | None = None
+    ) -> builtins.list[dict[str, Any]] | None:
+        """The runs (format 2 run entries, newest first, checked) a task's
+        state at a checkpoint is made of: those its entry lists, or those
+        its chain implies (format 1); None when the checkpoint holds no
+        state for the task. Only manifests are read."""
+        raw = self.manifest_bytes(checkpoint_id) if manifest is None else _json_bytes(manifest)
+        runs: builtins.list[dict[str, Any]] | None = fmt.state_runs(
+            checkpoint_id, raw, task[0], task[1], self.manifest_bytes
+        )
+        return runs
+
     def _read(self, checkpoint_id: int, entry: dict[str, Any], mapped: bool) -> MappedRead:
         """A file of a checkpoint, checked: mapped (:meth:`read_mapped`) or read."""
         if mapped:

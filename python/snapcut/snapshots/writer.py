@@ -106,6 +106,7 @@ class SnapshotWriter:
         base: int | None = None,
         sort: bool = False,
         base_chain: Sequence[int] | None = None,
+        base_runs: Sequence[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """Writes a task's state: "full", or "diff" against `base` (needs
         `__deleted`); `sort` orders the rows by `key` first. `table` may be
@@ -113,16 +114,21 @@ class SnapshotWriter:
         as the file is written). A writer that
         keeps the chain of the state it diffs against passes it as
         `base_chain`: the entry then carries its own chain (and a diff's
-        base is that chain's last); else :meth:`commit` resolves it."""
+        base is that chain's last); else :meth:`commit` resolves it. A
+        writer that keeps the runs of that state (format 2, newest first;
+        empty under a full) passes them as `base_runs` instead: the entry
+        then lists its runs (itself, then, for a diff, the base's) and
+        their chain, and a diff's base is the state the newest is at."""
         chain_at = None if base_chain is None else (checkpoint_id, list(base_chain))
+        runs_at = None if base_runs is None else (checkpoint_id, list(base_runs))
         local_dir = _fs.local_path(self.fs, self._dir(checkpoint_id))
         if local_dir is None and (isinstance(table, StateRuns) or _indexed_full(table, kind)):
             return self._upload_state_file(
-                checkpoint_id, vertex, subtask, table, key, kind, base, sort, chain_at
+                checkpoint_id, vertex, subtask, table, key, kind, base, sort, chain_at, runs_at
             )
         if local_dir is None:
             data, entry, bloom = fmt.encode_state(
-                vertex, subtask, table, key, kind, base, sort, chain_at
+                vertex, subtask, table, key, kind, base, sort, chain_at, runs_at
             )
             # A diff's filter first: the state file in place names it.
             if bloom is not None:
@@ -148,6 +154,7 @@ class SnapshotWriter:
             sort,
             chain_at,
             direct_io=self.direct_io,
+            runs_at=runs_at,
         )
         for name in [*_sidecars(entry), entry["path"]]:
             local = os.path.join(local_dir, name)
@@ -165,6 +172,7 @@ class SnapshotWriter:
         base: int | None,
         sort: bool,
         chain_at: tuple[int, list[int]] | None,
+        runs_at: tuple[int, list[dict[str, Any]]] | None,
     ) -> dict[str, Any]:
         """A state file for a remote root written into a local temporary
         file (a capture's runs merged as it is written; a full's time index
@@ -172,7 +180,7 @@ class SnapshotWriter:
         stored beside it first (a state file in place names it)."""
         with tempfile.TemporaryDirectory(prefix="snapcut-state-") as tmp:
             entry = fmt.write_state_file(
-                tmp, "", vertex, subtask, table, key, kind, base, sort, chain_at
+                tmp, "", vertex, subtask, table, key, kind, base, sort, chain_at, runs_at=runs_at
             )
             for name in [*_sidecars(entry), entry["path"]]:
                 path = f"{self._dir(checkpoint_id)}/{name}"

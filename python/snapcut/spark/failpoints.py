@@ -53,6 +53,8 @@ LOG_ENV = "SNAPCUT_SPARK_FAILPOINT_LOG"
 POINTS = {
     "state.before_write": "the batch was applied to the state, version N is not written",
     "state.after_write": "version N's state file is written, not yet acknowledged",
+    "state.before_adopt": "version N's diff is written on runs a published merge can replace, "
+    "the merge not yet linked into chk-N",
     "state.after_ack": "version N is acknowledged, the manifest may not be written",
     "sink.before_stage": "a sink task is about to stage its output file(s) of batch N",
     "sink.after_stage": "a sink task staged its output file(s), its result is not yet returned",

@@ -73,6 +73,9 @@ class KeyedState:
         state_memory: int | str | None = None,
         run_cache_size: int | str | None = None,
         run_cache_dir: str | None = None,
+        compaction: bool = True,
+        compaction_cpu_share: float = 1.0,
+        compaction_bytes_per_s: int | None = None,
     ) -> None:
         conf = df.sparkSession.conf
         if state_memory is None:
@@ -91,6 +94,9 @@ class KeyedState:
             initial_state=initial_state,
             state_memory=None if state_memory is None else state_memory_bytes(state_memory),
             run_cache=RunCacheSpec.parse(run_cache_size, run_cache_dir),
+            compaction=compaction,
+            compaction_cpu_share=compaction_cpu_share,
+            compaction_bytes_per_s=compaction_bytes_per_s,
         )
         self.df = df
         self.state_root: StateRoot | None = None
@@ -313,6 +319,9 @@ def keyed_state(
     state_memory: int | str | None = None,
     run_cache_size: int | str | None = None,
     run_cache_dir: str | None = None,
+    compaction: bool = True,
+    compaction_cpu_share: float = 1.0,
+    compaction_bytes_per_s: int | None = None,
 ) -> KeyedState:
     """Keys a streaming (or batch) DataFrame for stateful processing.
 
@@ -321,8 +330,16 @@ def keyed_state(
     pyarrow-filesystem URI where the state of every micro-batch is written
     (Arrow IPC + manifest, readable with ``snapcut.snapshots.open``);
     ``partitions``: the number of state partitions (fixed for the root's
-    life); ``full_every``: a full state file every so many batches, diffs
-    between (a batch that changed every key writes a full file anyway);
+    life); ``full_every``: how many diffs sit on a partition's full before
+    they are merged (a batch that changed every key writes a full anyway);
+    ``compaction``: a local root's runs are merged by each Python worker's
+    compactor thread, off the tasks' path (as Spark's providers write their
+    snapshots in maintenance), and a later commit adopts the merge; a commit
+    writes a full itself only once a partition's runs reach twice
+    ``full_every`` (the merges fell behind). ``False``, and any remote root:
+    a commit writes a full every ``full_every`` batches.
+    ``compaction_cpu_share`` (0.01 to 1 of one core) and
+    ``compaction_bytes_per_s`` (None: no limit) bound a worker's compactor;
     ``retain``: committed batches kept (and every base they need);
     ``event_time``/``watermark``: the event-time column and the watermark
     delay (Spark's rule: max event time of earlier batches minus the delay);
@@ -367,4 +384,7 @@ def keyed_state(
         state_memory=state_memory,
         run_cache_size=run_cache_size,
         run_cache_dir=run_cache_dir,
+        compaction=compaction,
+        compaction_cpu_share=compaction_cpu_share,
+        compaction_bytes_per_s=compaction_bytes_per_s,
     )

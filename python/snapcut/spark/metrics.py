@@ -49,6 +49,7 @@ FIELDS = (
     "state_rows",
     "state_bytes_written",
     "state_fulls_written",
+    "state_compactions_adopted",
     "state_write_ms_max",
     "state_cache_hits",
     "state_cache_misses",

@@ -22,9 +22,11 @@ import pyarrow as pa
 from snapcut._core import SnapshotError, StateTable
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
+from snapcut.spark.state import compaction
+from snapcut.spark.state.compaction import WorkerCompactor
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import TableLayout
-from snapcut.spark.state.warm import CACHE, Chains, StateCache, Tables
+from snapcut.spark.state.warm import CACHE, Runs, StateCache, Tables
 from snapcut.spark.state.worker_memory import (
     mapped_memory,
     release_unused_arrow_memory,
@@ -34,6 +36,11 @@ from snapcut.spark.state.worker_memory import (
 __all__ = ["BatchInfo", "PartitionTask", "Processor"]
 
 NO_EVENT_TIME = -(2**63)
+
+#: A table's own full_every where a compactor merges its runs: it never
+#: captures a full by itself; the commit decides (first version, a
+#: migration, or runs past the cap).
+NEVER_FULL = 2**32 - 1
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,8 @@ class Processor(Protocol):
 @dataclass
 class Loaded:
     tables: Tables
-    chains: Chains
+    runs: Runs
+    """Each table's runs at N-1 (what version N is written on)."""
     watermark_ms: int
     max_event_time_ms: int
     from_cache: bool
@@ -102,7 +110,11 @@ class PartitionTask:
         cache: StateCache = CACHE,
         run_id: str | None = None,
         state_memory: int | None = None,
+        compactor: WorkerCompactor | bool | None = True,
     ) -> None:
+        """`compactor`: True for this process's compactor of a local root
+        (:func:`compaction.compactor_for`), or one given, or False/None for
+        none (a full in the commit every `full_every` batches)."""
         self.root = root
         self.batch_id = batch_id
         self.partition = partition
@@ -119,6 +131,11 @@ class PartitionTask:
         shape = hashlib.sha256(b"".join(x.schema for x in spec.layouts())).hexdigest()[:16]
         self.cache_key = (spec.uri, f"{spec.vertex}#{shape}", partition)
         self.migrated: list[str] = []
+        if compactor is True:
+            compactor = spec.compaction and compaction.compactor_for(
+                root.fs, root.path, spec.compaction_cpu_share, spec.compaction_bytes_per_s
+            )
+        self.compactor: WorkerCompactor | None = compactor or None
 
     def _new_table(self, layout: TableLayout) -> StateTable:
         # A table with a group column (transformWithState's list and map
@@ -132,7 +149,7 @@ class PartitionTask:
         return StateTable(
             schema_of(layout),
             layout.state_key,
-            full_every=self.root.spec.full_every,
+            full_every=NEVER_FULL if self.compactor is not None else self.root.spec.full_every,
             group=layout.group,
             group_prefix=layout.group_prefix,
             time_column=layout.time,
@@ -172,11 +189,11 @@ class PartitionTask:
             watermark = max(watermark, max_event - delay)
         warm = self.cache.take(self.cache_key, n - 1)
         if warm is not None:
-            tables, chains = warm
-            return Loaded(tables, chains, watermark, max_event, True, late_watermark)
+            tables, runs = warm
+            return Loaded(tables, runs, watermark, max_event, True, late_watermark)
         from snapcut.spark.state.evolution import conform_file
 
-        tables, chains = {}, {}
+        tables, runs = {}, {}
         t0 = time.perf_counter()
         read = 0
         cache = self.root.backend.run_cache if self.root.mappable else None
@@ -210,7 +227,9 @@ class PartitionTask:
                     files[0].times_pages.release()
             read += sum(f.table.get_total_buffer_size() for f in files)
             tables[layout.vertex] = table
-            chains[layout.vertex] = [f.checkpoint for f in files]
+            # What version N is written on (none: a table with nothing stored yet).
+            task = (layout.vertex, self.partition)
+            runs[layout.vertex] = self.root.backend.state_runs(n - 1, task, prev) or []
         load_ms = (time.perf_counter() - t0) * 1000
         fetched = (0, 0, 0)
         if cache is not None and before is not None:
@@ -221,7 +240,7 @@ class PartitionTask:
                 now.bytes_fetched - before.bytes_fetched,
             )
         return Loaded(
-            tables, chains, watermark, max_event, False, late_watermark, read, load_ms, *fetched
+            tables, runs, watermark, max_event, False, late_watermark, read, load_ms, *fetched
         )
 
     def run(self, rows: pa.Table, processor: Processor, batch_ts_ms: int | None) -> pa.Table:
@@ -322,20 +341,13 @@ class PartitionTask:
         failpoints.hit("state.before_write", self.batch_id, self.partition)
         t0 = time.perf_counter()
         entries: list[dict[str, Any]] = []
-        chains: Chains = {}
+        runs: Runs = {}
+        adopted = 0
         for layout in self.root.spec.layouts():
-            table = loaded.tables[layout.vertex]
-            base = loaded.chains[layout.vertex]
-            if len(base) + 1 > self.root.spec.full_every or layout.vertex in self.migrated:
-                table.checkpoint_aborted()  # forces a full: bounds (or re-types) the chain
-            # A table over its memory budget leaves the capture as runs that
-            # the writer merges as it writes the file, never holding it whole.
-            _, kind, capture = table.checkpoint_streamed(self.batch_id)
-            entry = self.root.write_state(
-                self.batch_id, self.partition, capture, kind, base, layout
-            )
+            entry, n = self._write_table(layout)
             entries.append(entry)
-            chains[layout.vertex] = entry["chain"]
+            runs[layout.vertex] = entry["runs"]
+            adopted += n
         failpoints.hit("state.after_write", self.batch_id, self.partition)
         write_ms = (time.perf_counter() - t0) * 1000
         ack = {
@@ -350,6 +362,7 @@ class PartitionTask:
             "late_rows": metrics["late_rows"],
             "state_keys": sum(len(t) for t in loaded.tables.values()),
             "write_ms": round(write_ms, 3),
+            "compactions_adopted": adopted,
             "from_cache": loaded.from_cache,
             "started_ms": self._started,
             "finished_ms": _now_ms(),
@@ -358,9 +371,50 @@ class PartitionTask:
         self.root.write_ack(self.batch_id, self.partition, ack)
         failpoints.hit("state.after_ack", self.batch_id, self.partition)
         self.root.finalize_if_acked(self.batch_id)
-        self.cache.put(
-            self.cache_key, self.batch_id, chains, loaded.tables, memory=self.state_memory
-        )
+        self.cache.put(self.cache_key, self.batch_id, runs, loaded.tables, memory=self.state_memory)
+        self._compact(runs)
+
+    def _write_table(self, layout: TableLayout) -> tuple[dict[str, Any], int]:
+        """Writes version N of one table: a diff on N-1's runs, adopting the
+        merges published for it; a full for the first version, after a
+        schema migration, or once its runs reach the cap (`full_every`
+        without a compactor, twice that with one: its merges fell behind).
+        Returns the entry and the merges it adopted."""
+        table = self._loaded.tables[layout.vertex]
+        base = self._loaded.runs[layout.vertex]
+        spec, root = self.root.spec, self.root.path
+        cap = spec.full_every if self.compactor is None else 2 * spec.full_every
+        # Merges are looked for once there are as many diffs as ask for one.
+        look = self.compactor is not None and len(base) > spec.full_every
+        if layout.vertex in self.migrated or (
+            len(base) + 1 > cap
+            and not (look and compaction.adoptable(root, layout.vertex, self.partition, base))
+        ):
+            table.checkpoint_aborted()  # forces a full: bounds (or re-types) the runs
+        # A table over its memory budget leaves the capture as runs that
+        # the writer merges as it writes the file, never holding it whole.
+        _, kind, capture = table.checkpoint_streamed(self.batch_id)
+        entry = self.root.write_state(self.batch_id, self.partition, capture, kind, base, layout)
+        if not look or kind != "diff":
+            return entry, 0
+        failpoints.hit("state.before_adopt", self.batch_id, self.partition)
+        return compaction.adopt(root, self.batch_id, layout.vertex, self.partition, entry)
+
+    def _compact(self, runs: Runs) -> None:
+        """Hands this version's tables whose runs call for a merge to the
+        worker's compactor; never waits for it."""
+        if self.compactor is None:
+            return
+        spec = self.root.spec
+        for layout in spec.layouts():
+            if len(runs[layout.vertex]) > spec.full_every:
+                self.compactor.submit(
+                    layout.vertex,
+                    self.partition,
+                    layout.state_key,
+                    runs[layout.vertex],
+                    spec.full_every,
+                )
 
     def figures(self) -> dict[str, int]:
         """This task's part of the step's observed metrics (after :meth:`commit`)."""
@@ -376,6 +430,8 @@ class PartitionTask:
             "state_bytes_written": sum(int(e["bytes"]) for e in ack["files"]),
             # Tables written whole: O(the partition's state) in this commit.
             "state_fulls_written": sum(e["kind"] == "full" for e in ack["files"]),
+            # Merges a worker's compactor made off the task's path, adopted here.
+            "state_compactions_adopted": int(ack["compactions_adopted"]),
             "state_write_ms_max": round(float(ack["write_ms"])),
             "state_cache_hits": int(hit),
             "state_cache_misses": int(not hit),

@@ -202,14 +202,14 @@ class StateRoot:
         partition: int,
         table: pa.Table | pa.RecordBatch | StateRuns,
         kind: str,
-        base_chain: list[int],
+        base_runs: list[dict[str, Any]],
         layout: TableLayout | None = None,
     ) -> dict[str, Any]:
         """Writes a partition's version `batch` of one of the root's tables
         (`layout`, default the only one), a "full" or a "diff" on the
-        version whose chain is `base_chain`; the entry carries its chain
-        (the Rust rule). The Rust encoder sorts the rows by the state key,
-        so the bytes are deterministic."""
+        version whose runs are `base_runs`; the entry lists its runs and
+        their chain (format 2, the Rust rule). The Rust encoder sorts the
+        rows by the state key, so the bytes are deterministic."""
         layout = layout or self.spec.layout()
         return self.writer.write_state(
             batch,
@@ -219,7 +219,7 @@ class StateRoot:
             key=layout.state_key,
             kind=kind,
             sort=True,
-            base_chain=base_chain,
+            base_runs=base_runs,
         )
 
     def write_ack(self, batch: int, partition: int, ack: dict[str, Any]) -> None:

@@ -145,6 +145,14 @@ class RootSpec:
     run_cache: RunCacheSpec = field(default=RunCacheSpec(), compare=False)
     """Where a worker caches a remote root's state files (a local root's are
     mapped where they are): ``keyed_state(run_cache_size=, run_cache_dir=)``."""
+    compaction: bool = field(default=True, compare=False)
+    """Whether the workers merge a local root's runs off the tasks' path
+    (:mod:`snapcut.spark.state.compaction`); else a commit writes a full
+    every `full_every` batches."""
+    compaction_cpu_share: float = field(default=1.0, compare=False)
+    """Of one core, what a worker's compactor may take (0.01 to 1)."""
+    compaction_bytes_per_s: int | None = field(default=None, compare=False)
+    """Bytes a worker's compactor may write per second (None: no limit)."""
 
     @property
     def schema(self) -> pa.Schema:

@@ -48,6 +48,10 @@ class StateOptions:
     :func:`snapcut.spark.state.worker_memory.table_memory`); None: all."""
     run_cache: RunCacheSpec = field(default_factory=RunCacheSpec)
     """Where workers cache a remote root's state files, and how many bytes."""
+    compaction: bool = True
+    """Whether workers merge a local root's runs off the tasks' path."""
+    compaction_cpu_share: float = 1.0
+    compaction_bytes_per_s: int | None = None
 
     def __post_init__(self) -> None:
         if self.state_writes not in STATE_WRITES:
@@ -59,6 +63,9 @@ class StateOptions:
             raise ConfigError(f"partitions must be at least 1, got {self.partitions}")
         if self.full_every < 1:
             raise ConfigError(f"full_every must be at least 1, got {self.full_every}")
+        from snapcut.snapshots.runs import check_compaction_budget
+
+        check_compaction_budget(self.compaction_cpu_share, self.compaction_bytes_per_s)
         if self.retain < 2:
             raise ConfigError(
                 f"retain must be at least 2 (a retried batch re-reads the previous one), "
@@ -103,6 +110,9 @@ def build_stage(
             filesystem=options.filesystem,
             tables=step.tables,
             run_cache=options.run_cache,
+            compaction=options.compaction,
+            compaction_cpu_share=options.compaction_cpu_share,
+            compaction_bytes_per_s=options.compaction_bytes_per_s,
         )
     )
     if options.state_memory is not None:

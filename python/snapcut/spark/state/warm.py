@@ -8,39 +8,42 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from typing import Any
 
 from snapcut._core import StateTable
 from snapcut.spark.state.worker_memory import warm_memory
 
 __all__ = [
     "CACHE",
-    "Chains",
+    "Runs",
     "StateCache",
     "Tables",
 ]
 
 Tables = dict[str, StateTable]
 """A partition's state tables by vertex (one, or one per state variable)."""
-Chains = dict[str, list[int]]
+Runs = dict[str, list[dict[str, Any]]]
+"""Each table's runs (format 2): the run entries its state file's entry
+lists, newest first, down to a full."""
 
 
 class StateCache:
     """This process's warm state: (root, vertex, partition) → (version, the
-    chain of checkpoints each table was written as, the tables).
+    runs each table was written as, the tables).
 
     A table is taken out while a task works on it and put back only when its
     version is durable, so a failed task never leaves a half-applied table.
-    The chain is the one its state file's entry holds (the task wrote both),
+    The runs are the ones its state file's entry lists (the task wrote both),
     so a warm task reads nothing of the previous version but its manifest.
     """
 
     def __init__(self, capacity: int = 64) -> None:
         self.capacity = capacity
         self._lock = threading.Lock()
-        self._tables: OrderedDict[tuple[str, str, int], tuple[int, Chains, Tables]] = OrderedDict()
+        self._tables: OrderedDict[tuple[str, str, int], tuple[int, Runs, Tables]] = OrderedDict()
 
-    def take(self, key: tuple[str, str, int], version: int) -> tuple[Tables, Chains] | None:
-        """The tables at `version` and their chains, or None (taken out either way)."""
+    def take(self, key: tuple[str, str, int], version: int) -> tuple[Tables, Runs] | None:
+        """The tables at `version` and their runs, or None (taken out either way)."""
         with self._lock:
             hit = self._tables.pop(key, None)
         if hit is None or hit[0] != version:
@@ -51,7 +54,7 @@ class StateCache:
         self,
         key: tuple[str, str, int],
         version: int,
-        chains: Chains,
+        runs: Runs,
         tables: Tables,
         memory: int | None = None,
     ) -> None:
@@ -64,7 +67,7 @@ class StateCache:
             # batch's lookups read of its mapped runs.
             table.release_pages()
         with self._lock:
-            self._tables[key] = (version, chains, tables)
+            self._tables[key] = (version, runs, tables)
             self._tables.move_to_end(key)
             while len(self._tables) > self.capacity:
                 self._tables.popitem(last=False)

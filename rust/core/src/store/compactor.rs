@@ -40,11 +40,14 @@ use serde_json::Value;
 
 use super::files::{map_checked_pages, write_ipc, Fsync, FsyncMode};
 use super::format::{self, decode_buffer, CompactionPlan, MergeKind, Written};
-use super::manifest::{checkpoint_dir_name, run_file_name, FilterEntry};
+use super::manifest::{
+    checkpoint_dir_name, run_file_name, times_file_name, FilterEntry, TimesEntry,
+};
 use super::mapped::{map_file_pages, MappedPages};
 use super::pace::{PacedChunks, Pacer};
 use super::run_files::write_chunks;
 use super::streamed::StreamedFile;
+use super::time_files::write_times;
 use super::writer::store_filter;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
@@ -150,12 +153,20 @@ pub struct Finished {
     pub key_range: Option<(Value, Value)>,
     /// A diff output's filter, staged beside it ([`Self::staged_filter`]).
     pub filter: Option<FilterEntry>,
+    /// A full output's time index (format 5: its schema names a time
+    /// column), staged beside it ([`Self::staged_times`]).
+    pub times: Option<TimesEntry>,
 }
 
 impl Finished {
     /// Where the output's filter waits to be adopted with it.
     pub fn staged_filter(&self, filter: &FilterEntry) -> PathBuf {
         self.staged.with_file_name(&filter.path)
+    }
+
+    /// Where the output's time index waits to be adopted with it.
+    pub fn staged_times(&self, times: &TimesEntry) -> PathBuf {
+        self.staged.with_file_name(&times.path)
     }
 }
 
@@ -200,6 +211,21 @@ impl Compactor {
         budget: CompactionBudget,
     ) -> Result<Self> {
         let staging = root.join(COMPACTING_DIR);
+        Self::start_in(root, staging, fsync, pause, budget)
+    }
+
+    /// As [`Self::start`], its outputs staged in `staging` (cleared first):
+    /// a directory of its own where several processes compact runs of one
+    /// root (a Spark state root's workers), each publishing what it
+    /// finished for any of them to adopt.
+    pub fn start_in(
+        root: PathBuf,
+        staging: PathBuf,
+        fsync: Arc<Fsync>,
+        pause: Duration,
+        budget: CompactionBudget,
+    ) -> Result<Self> {
+        budget.validate()?;
         match fs::remove_dir_all(&staging) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -291,6 +317,17 @@ impl Compactor {
             &self.shared.discarded
         };
         count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// `done` was handed to another process to adopt (moved out of the
+    /// staging directory): its task may compact again, and it counts
+    /// neither as adopted nor as discarded here.
+    pub fn handed_over(&self, done: &Finished) {
+        self.shared
+            .pending
+            .lock()
+            .expect("compactor poisoned")
+            .remove(&done.task);
     }
 
     /// The files jobs in flight read, by (checkpoint, name): retention
@@ -592,10 +629,18 @@ impl Worker {
                 return outcome.map(|_| None);
             }
         };
-        // A merged diff keeps a filter, as a diff a task wrote does.
+        // A merged diff keeps a filter, as a diff a task wrote does; a
+        // merged full its time index, as a full a task wrote does (a
+        // restore from it then reads no row's time).
         let filter = match keys {
             Some(keys) => store_filter(&self.staging, &name, &keys, &key, &self.fsync)?,
             None => None,
+        };
+        let times = match base {
+            true => self.store_times(&tmp, &name, &key).inspect_err(|_| {
+                let _ = fs::remove_file(&tmp);
+            })?,
+            false => None,
         };
         crate::failpoint::hit("compaction.before_rename");
         fs::rename(&tmp, &staged)
@@ -608,7 +653,34 @@ impl Worker {
             written,
             key_range,
             filter,
+            times,
         }))
+    }
+
+    /// The time index of the merged full `tmp` (to be named `name`),
+    /// written beside it under its own name, if its schema names a time
+    /// column.
+    fn store_times(
+        &self,
+        tmp: &std::path::Path,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<TimesEntry>> {
+        let out = self.staging.join(times_file_name(name));
+        let out_tmp = self.staging.join(format!("{}.tmp", times_file_name(name)));
+        let stored = write_times(tmp, name, &out_tmp, &self.staging, key, &self.fsync);
+        match stored {
+            Ok(Some(times)) => {
+                fs::rename(&out_tmp, &out)
+                    .map_err(|e| Error::io(format!("renaming into {}", out.display()), e))?;
+                Ok(Some(times))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                let _ = fs::remove_file(&out_tmp);
+                Err(e)
+            }
+        }
     }
 
     /// `batch` (an input in capture order, lying in `pages`) in `order`:

@@ -32,7 +32,8 @@ mod writer;
 
 pub use crate::snapshot::CompactionStats;
 pub use compactor::{
-    CompactionBudget, CompactionHold, COMPACTING_DIR, HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT,
+    CompactionBudget, CompactionHold, Compactor, Finished as CompactionOutput,
+    Job as CompactionJob, COMPACTING_DIR, HOLD_TIMEOUT as COMPACTION_HOLD_TIMEOUT,
     QUEUE as COMPACTION_QUEUE, SHUTDOWN_TIMEOUT as COMPACTION_SHUTDOWN_TIMEOUT,
 };
 pub use files::{write_file, write_ipc, Fsync, FsyncMode};

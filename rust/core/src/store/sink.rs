@@ -529,15 +529,19 @@ impl SnapshotStore {
                 done.written,
                 done.key_range.clone(),
                 done.filter.clone(),
+                done.times.clone(),
             );
             let entry = files
                 .iter_mut()
                 .find(|f| f.role == FileRole::State && f.task().as_ref() == Some(&done.task));
             let adopted = entry.and_then(|f| {
                 let runs = format::adopt(&f.runs, &done.plan.inputs, output)?;
-                // The filter first: a run file in place names its filter.
+                // What is stored beside it first: a run file in place names it.
                 if let Some(filter) = &done.filter {
                     fs::rename(done.staged_filter(filter), dir.join(&filter.path)).ok()?;
+                }
+                if let Some(times) = &done.times {
+                    fs::rename(done.staged_times(times), dir.join(&times.path)).ok()?;
                 }
                 fs::rename(&done.staged, dir.join(&done.name)).ok()?;
                 crate::failpoint::hit("compaction.adopted");
@@ -549,6 +553,9 @@ impl SnapshotStore {
                 let _ = fs::remove_file(&done.staged);
                 if let Some(filter) = &done.filter {
                     let _ = fs::remove_file(done.staged_filter(filter));
+                }
+                if let Some(times) = &done.times {
+                    let _ = fs::remove_file(done.staged_times(times));
                 }
             }
             compactor.settled(&done, adopted.is_some());

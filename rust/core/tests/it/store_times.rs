@@ -344,3 +344,61 @@ fn a_string_keyed_tables_stored_index_gives_its_due_keys() {
         assert_eq!(due, want, "mapped {mapped}");
     }
 }
+
+/// A base merge of a timed full and its diff (the store's compactor) stores
+/// the merged full's index beside it; the checkpoint that adopts it lists
+/// it in its runs, `verify` checks it, and a restore takes it.
+#[test]
+fn a_merged_full_stores_its_index_and_a_restore_takes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        retain: 10,
+        materialize_every: Some(1),
+        ..Default::default()
+    };
+    let store = SnapshotStore::open(dir.path(), options).unwrap();
+    let mut t = timed_table(None);
+    let mut model = write_two(&store, &mut t);
+    let timed_at_2 = model.len() as u64;
+    // The diff holds more than a quarter of the full's rows: a base merge.
+    assert!(store.wait_for_compactions(std::time::Duration::from_secs(60)));
+    t.upsert(&rows(&[5], 3)).unwrap();
+    model.insert(5, time_of(5, 3).unwrap());
+    checkpoint(&store, &mut t, 3);
+    let reader = store.reader();
+    let entry = reader
+        .manifest(3)
+        .unwrap()
+        .state_file(&task("agg", 0))
+        .cloned()
+        .unwrap();
+    let base = entry.runs.last().unwrap();
+    assert_eq!(
+        (base.checkpoint, base.merges.clone()),
+        (3, vec![1, 2]),
+        "{:?}",
+        entry.runs
+    );
+    let times = base
+        .times
+        .clone()
+        .expect("a merged timed full stores its index");
+    assert_eq!(times.path, "agg-0.run-1-2.state.times.arrow");
+    assert_eq!((times.column.as_str(), times.rows), ("at", timed_at_2));
+    assert!(reader.checkpoint_dir(3).join(&times.path).exists());
+    reader.verify(3).unwrap();
+    let chain = reader.state_runs(3, &task("agg", 0)).unwrap();
+    assert!(
+        chain[0].1.times.is_some(),
+        "the restore is handed the index"
+    );
+    let mut r = restored(&chain, true, None);
+    assert_eq!(r.spill_stats().map(|s| s.times_stored), Some(1));
+    for threshold in [-1, 0, 700, 2500, 4999] {
+        assert_eq!(
+            due(&mut r, threshold),
+            due_in(&model, threshold),
+            "{threshold}"
+        );
+    }
+}

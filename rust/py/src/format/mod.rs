@@ -19,6 +19,7 @@ mod io;
 mod layout;
 pub(crate) mod mapped;
 mod read;
+mod runs;
 mod verify;
 mod write;
 
@@ -55,6 +56,7 @@ pub fn register(core: &Bound<'_, PyModule>) -> PyResult<()> {
     layout::register(&m)?;
     write::register(&m)?;
     read::register(&m)?;
+    runs::register(&m)?;
     verify::register(&m)?;
     mapped::register(&m)?;
     // Not `add_submodule`: it would name the attribute after `NAME`.

@@ -13,7 +13,7 @@ use snapcut_core::snapshot::TaskId;
 use snapcut_core::state::runs::Run;
 use snapcut_core::state::DELETED_COLUMN;
 use snapcut_core::store::format::{self, ManifestMeta};
-use snapcut_core::store::{self, FileEntry};
+use snapcut_core::store::{self, FileEntry, RunEntry};
 use snapcut_core::Error;
 
 use super::io::Io;
@@ -53,15 +53,65 @@ enum StateRows {
     },
 }
 
+/// Where a file written by a writer that keeps its base's lineage stands:
+/// its checkpoint id and the base's chain (`chain_at`: format 1) or the
+/// base's runs, newest first (`runs_at`: format 2). The entry then carries
+/// its own chain, or runs and chain.
+enum Lineage {
+    Chain(u64, Vec<u64>),
+    Runs(u64, Vec<RunEntry>),
+}
+
+impl Lineage {
+    fn of(
+        chain_at: Option<(u64, Vec<u64>)>,
+        runs_at: Option<(u64, Bound<'_, PyAny>)>,
+    ) -> PyResult<Option<Self>> {
+        match (chain_at, runs_at) {
+            (Some(_), Some(_)) => Err(crate::errors::ConfigError::new_err(
+                "a state file takes chain_at (format 1) or runs_at (format 2), not both",
+            )),
+            (Some((id, chain)), None) => Ok(Some(Self::Chain(id, chain))),
+            (None, Some((id, runs))) => Ok(Some(Self::Runs(
+                id,
+                from_py(&runs, "runs_at's base runs (a list of run entries)")?,
+            ))),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The checkpoint the base's state is at: a diff's base.
+    fn base(&self) -> Option<u64> {
+        match self {
+            Self::Chain(_, chain) => chain.last().copied(),
+            Self::Runs(_, runs) => runs.first().map(RunEntry::state_at),
+        }
+    }
+
+    /// Gives `entry` (sizes filled in) its chain, or its runs and chain.
+    fn apply(&self, entry: &mut FileEntry) {
+        let diff = entry.kind == Some(store::FileKind::Diff);
+        match self {
+            Self::Chain(id, base) => {
+                entry.chain = format::chain_after(*id, diff.then_some(base.as_slice()));
+            }
+            Self::Runs(id, base) => {
+                entry.runs = format::runs_after(*id, entry, None, Some(base));
+                entry.chain = format::runs_chain(&entry.runs);
+            }
+        }
+    }
+}
+
 /// A state file's rows, whether it is a diff (checked against them), and
-/// its base: `base`, else the last of the chain a writer keeps (`chain_at`).
+/// its base: `base`, else the state the lineage a writer keeps is at.
 fn state_input(
     rows: &Bound<'_, PyAny>,
     kind: &str,
     base: Option<u64>,
-    chain_at: Option<&(u64, Vec<u64>)>,
+    lineage: Option<&Lineage>,
 ) -> PyResult<(StateRows, bool, Option<u64>)> {
-    let base = base.or_else(|| chain_at.and_then(|(_, c)| c.last().copied()));
+    let base = base.or_else(|| lineage.and_then(Lineage::base));
     let diff = match (kind, base) {
         ("full", _) => false,
         ("diff", Some(_)) => true,
@@ -96,16 +146,10 @@ fn state_input(
     Ok((StateRows::Batch(join()?), diff, base))
 }
 
-/// A task's state file entry, its sizes still to fill in by whoever
-/// encodes it; with `chain_at` it carries its chain.
-fn new_state_entry(
-    t: &TaskId,
-    key: &str,
-    diff: bool,
-    base: Option<u64>,
-    chain_at: Option<&(u64, Vec<u64>)>,
-) -> FileEntry {
-    let mut entry = format::state_entry(
+/// A task's state file entry, its sizes (and lineage) still to fill in by
+/// whoever encodes it.
+fn new_state_entry(t: &TaskId, key: &str, diff: bool, base: Option<u64>) -> FileEntry {
+    format::state_entry(
         t,
         Some(key.into()),
         base.filter(|_| diff),
@@ -114,11 +158,7 @@ fn new_state_entry(
             bytes: 0,
             crc32c: 0,
         },
-    );
-    if let Some((id, base_chain)) = chain_at {
-        entry.chain = format::chain_after(*id, diff.then_some(base_chain.as_slice()));
-    }
-    entry
+    )
 }
 
 /// A task's state table as stored (key named, sorted if `sort`).
@@ -232,9 +272,12 @@ fn write_state_files(
 /// (its point is a file read as it is written): [`write_state_file`] writes
 /// it. With `chain_at` (`(checkpoint id, the base's
 /// chain)`, the chain a writer keeps) the entry carries its chain, and a
-/// diff's base is the chain's last.
+/// diff's base is the chain's last; with `runs_at` (`(checkpoint id, the
+/// base's runs)`, newest first, as entries list them) it carries its runs
+/// (format 2: itself, then the base's for a diff) and their chain, and a
+/// diff's base is the state the newest base run is at.
 #[pyfunction]
-#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None))]
+#[pyo3(signature = (vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None, runs_at = None))]
 #[allow(clippy::too_many_arguments)]
 fn encode_state<'py>(
     py: Python<'py>,
@@ -246,8 +289,10 @@ fn encode_state<'py>(
     base: Option<u64>,
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
+    runs_at: Option<(u64, Bound<'py, PyAny>)>,
 ) -> PyResult<EncodedState<'py>> {
-    let (rows, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
+    let lineage = Lineage::of(chain_at, runs_at)?;
+    let (rows, diff, base) = state_input(batch, kind, base, lineage.as_ref())?;
     let StateRows::Batch(batch) = rows else {
         return Err(crate::errors::ConfigError::new_err(
             "encode_state takes a table, not StateRuns: write a capture's runs with \
@@ -257,11 +302,14 @@ fn encode_state<'py>(
     let t = task(vertex, subtask);
     let (bytes, entry, filter) = py
         .detach(|| {
-            let mut entry = new_state_entry(&t, key, diff, base, chain_at.as_ref());
+            let mut entry = new_state_entry(&t, key, diff, base);
             let batch = state_file(&batch, key, diff, sort)?;
             let filter = state_filter(&batch, key, &mut entry)?;
             let (bytes, w) = format::encode_ipc(&batch.schema(), &[batch], &entry.path)?;
             (entry.rows, entry.bytes, entry.crc32c) = (w.rows, w.bytes, w.crc32c);
+            if let Some(lineage) = &lineage {
+                lineage.apply(&mut entry);
+            }
             Ok::<_, Error>((bytes, entry, filter))
         })
         .map_py()?;
@@ -288,7 +336,7 @@ type EncodedState<'py> = (
 /// names it. Returns the entry; the caller renames the files into place
 /// (their names without the suffix), the filter and time index first.
 #[pyfunction]
-#[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None, direct_io = false))]
+#[pyo3(signature = (dir, tmp_suffix, vertex, subtask, batch, key, kind = "full", base = None, sort = false, chain_at = None, direct_io = false, runs_at = None))]
 #[allow(clippy::too_many_arguments)]
 fn write_state_file<'py>(
     py: Python<'py>,
@@ -303,13 +351,18 @@ fn write_state_file<'py>(
     sort: bool,
     chain_at: Option<(u64, Vec<u64>)>,
     direct_io: bool,
+    runs_at: Option<(u64, Bound<'py, PyAny>)>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let (rows, diff, base) = state_input(batch, kind, base, chain_at.as_ref())?;
+    let lineage = Lineage::of(chain_at, runs_at)?;
+    let (rows, diff, base) = state_input(batch, kind, base, lineage.as_ref())?;
     let t = task(vertex, subtask);
     let entry = py
         .detach(|| {
-            let mut entry = new_state_entry(&t, key, diff, base, chain_at.as_ref());
+            let mut entry = new_state_entry(&t, key, diff, base);
             write_state_files(&dir, tmp_suffix, rows, key, sort, direct_io, &mut entry)?;
+            if let Some(lineage) = &lineage {
+                lineage.apply(&mut entry);
+            }
             Ok::<_, Error>(entry)
         })
         .map_py()?;

@@ -20,7 +20,7 @@ use arrow_array::RecordBatch;
 use crate::error::{Error, Result};
 use crate::protocol::CheckpointId;
 use crate::state::runs::{merge_rows, Run};
-use crate::store::manifest::{FileKind, FilterEntry, RunEntry};
+use crate::store::manifest::{FileKind, FilterEntry, RunEntry, TimesEntry};
 
 /// A base merge is chosen once the diffs' rows exceed the full's rows
 /// divided by this.
@@ -90,8 +90,8 @@ pub fn merge_batches(batches: &[RecordBatch], key: &str, kind: MergeKind) -> Res
 }
 
 /// The run entry of a plan's output, stored as `path` in the directory of
-/// checkpoint `adopter`, with what writing it gave (and its filter, stored
-/// beside it, for a diff).
+/// checkpoint `adopter`, with what writing it gave (and what is stored
+/// beside it: a diff's filter, a full's time index).
 pub fn merged_run(
     plan: &CompactionPlan,
     adopter: CheckpointId,
@@ -99,6 +99,7 @@ pub fn merged_run(
     written: crate::store::format::Written,
     key_range: Option<(serde_json::Value, serde_json::Value)>,
     filter: Option<FilterEntry>,
+    times: Option<TimesEntry>,
 ) -> RunEntry {
     let mut merges: Vec<CheckpointId> = plan
         .inputs
@@ -118,8 +119,7 @@ pub fn merged_run(
         crc32c: written.crc32c,
         key_range,
         filter,
-        // A merged base carries no time index: a restore reads its rows'.
-        times: None,
+        times,
         merges,
     }
 }
@@ -231,6 +231,7 @@ mod tests {
                 bytes: 2,
                 crc32c: 3,
             },
+            None,
             None,
             None,
         );

@@ -1,0 +1,40 @@
+"""A state's runs (format 2) for writers that keep them across processes (a
+Spark state root's workers): a local root's compactor, whether a merged run
+can be adopted on top of a state's runs, and the entry that adopts it. The
+rules are Rust's (``snapcut_core::store::format``: ``plan_compaction``,
+``adopt``; the merge is the store's compactor)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from snapcut._core import format as fmt
+
+__all__ = ["RunCompactor", "adopt_run", "adoptable", "check_compaction_budget"]
+
+RunCompactor = fmt.RunCompactor
+"""One process's compactor of a local root's runs (a Rust thread, paced):
+``submit`` a task's runs, ``wait_finished`` for the merged runs it staged."""
+
+
+def adopt_run(
+    entry: dict[str, Any], inputs: list[dict[str, Any]], output: dict[str, Any], adopter: int
+) -> dict[str, Any] | None:
+    """`entry` (a state file entry of checkpoint `adopter`, listing runs)
+    with the merged run `output` in place of its `inputs`, its file in
+    `adopter`'s directory; None when the entry's runs no longer hold the
+    inputs (superseded: the merge is of no use)."""
+    return fmt.adopt_run(entry, inputs, output, adopter)
+
+
+def adoptable(
+    runs: list[dict[str, Any]], inputs: list[dict[str, Any]], output: dict[str, Any]
+) -> bool:
+    """Whether a state built on `runs` can adopt the merge of `inputs`."""
+    return fmt.adoptable(runs, inputs, output)
+
+
+def check_compaction_budget(cpu_share: float, bytes_per_s: int | None) -> None:
+    """Raises ConfigError, naming the setting, for a compactor's share of
+    one core outside [0.01, 1] or a byte rate that is not positive."""
+    fmt.check_compaction_budget(cpu_share, bytes_per_s)

@@ -1,0 +1,367 @@
+"""A Spark state root's runs merged off the task's path (issue 37).
+
+A task's commit writes what its batch changed (a diff), as Spark's own
+state store providers write a delta or a changelog in their commit; their
+snapshots come from the executor's maintenance thread. Here each Python
+worker keeps one compactor per local root (:class:`WorkerCompactor`: the
+store's Rust compactor thread, paced by a CPU share and a byte rate). After
+a commit whose state has `full_every` diffs on its full, the task hands the
+merge its runs call for (a tier merge of the newest diffs, or a base merge
+into a new full) to it and returns. Whatever finished is published under
+``<root>/compacting/<vertex>-<partition>/``: the run file (and a merged
+diff's filter), then ``<run file>.json`` naming what it merged, written
+last. A later commit of that partition, by any worker, adopts it: a hard
+link into its batch's directory and its entry's runs in place of the ones
+merged (:func:`adopt`). Nothing else changes: every reader walks the runs.
+
+A partition is merged by one worker at a time: ``claim.json`` (created
+exclusively) names the worker's host and process, and holds until its
+merge is published, or its process is found gone (on the same host), or
+for at most :data:`CLAIM_TIMEOUT_S` (a worker on another host that died
+while merging). A compactor's
+own staging directory ``_worker-<host>-<pid>-<id>`` is removed when the
+next compactor on that host finds its process gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from snapcut import _fs
+from snapcut.snapshots import checkpoint_dir_name, file_component
+from snapcut.snapshots.runs import RunCompactor, adopt_run
+from snapcut.snapshots.runs import adoptable as runs_adoptable
+
+__all__ = [
+    "CLAIM_TIMEOUT_S",
+    "COMPACTING_DIR",
+    "Published",
+    "WorkerCompactor",
+    "adopt",
+    "compactor_for",
+    "published",
+]
+
+COMPACTING_DIR = "compacting"
+WORKER_PREFIX = "_worker-"
+CLAIM_FILE = "claim.json"
+PUBLISHED_SUFFIX = ".json"
+
+#: How long a claim keeps other workers from merging a partition: longer
+#: than a paced merge of a large partition takes, short enough that a
+#: worker's death mid-merge costs a few batches of longer chains (a
+#: commit writes a full itself once they reach twice `full_every`).
+CLAIM_TIMEOUT_S = 600.0
+
+#: How long a publisher waits for finished merges per round (a close waits
+#: at most this plus the compactor's own shutdown, 10 s).
+PUBLISH_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Published:
+    """A merged run waiting in a partition's directory under ``compacting/``."""
+
+    name: str
+    """The run file's name there, and in the directory that adopts it."""
+    inputs: list[dict[str, Any]]
+    output: dict[str, Any]
+
+    @property
+    def beside(self) -> list[str]:
+        """What is stored beside the run file: a merged diff's filter, a
+        merged full's time index (placed before it: a run file in place
+        names them)."""
+        return [
+            self.output[k]["path"] for k in ("filter", "times") if self.output.get(k) is not None
+        ]
+
+
+def partition_dir(root: str, vertex: str, partition: int) -> str:
+    return os.path.join(root, COMPACTING_DIR, f"{file_component(vertex)}-{partition}")
+
+
+def published(root: str, vertex: str, partition: int) -> list[Published]:
+    """The merged runs of a partition waiting for adoption, oldest span first."""
+    d = partition_dir(root, vertex, partition)
+    try:
+        names = sorted(n for n in os.listdir(d) if n.endswith(PUBLISHED_SUFFIX))
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise _fs.storage_error(e, None, f"listing {d}", d) from e
+    out = []
+    for n in names:
+        if n == CLAIM_FILE:
+            continue
+        try:
+            with open(os.path.join(d, n), encoding="utf-8") as f:
+                record = json.load(f)
+        except FileNotFoundError:
+            continue  # adopted and removed by another commit meanwhile
+        out.append(Published(n[: -len(PUBLISHED_SUFFIX)], record["inputs"], record["output"]))
+    out.sort(key=lambda p: (p.output["merges"][-1], -len(p.output["merges"])))
+    return out
+
+
+def discard(root: str, vertex: str, partition: int, item: Published) -> None:
+    """Removes a published run nothing can adopt any more (its record first)."""
+    d = partition_dir(root, vertex, partition)
+    for name in (item.name + PUBLISHED_SUFFIX, item.name, *item.beside):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(d, name))
+
+
+def adopt(
+    root: str, batch: int, vertex: str, partition: int, entry: dict[str, Any]
+) -> tuple[dict[str, Any], int]:
+    """`entry` (the partition's new state file entry of `batch`, listing
+    runs) with every published merge it can adopt in place of the runs it
+    merged, each run file linked into the batch's directory (durable before
+    the entry names it); those it cannot adopt are removed (their inputs
+    were superseded: a full captured, another merge adopted). Returns the
+    entry and how many it adopted."""
+    adopted = 0
+    chk = os.path.join(root, checkpoint_dir_name(batch))
+    src = partition_dir(root, vertex, partition)
+    for item in published(root, vertex, partition):
+        new = adopt_run(entry, item.inputs, item.output, batch)
+        if new is None:
+            discard(root, vertex, partition, item)
+            continue
+        files = [*item.beside, item.name]
+        if not all(_place(os.path.join(src, n), os.path.join(chk, n)) for n in files):
+            continue  # removed by a commit that adopted it (a retry's twin): not adopted here
+        entry = new
+        adopted += 1
+    if adopted:
+        _fsync_dir(chk)
+    return entry, adopted
+
+
+def adoptable(root: str, vertex: str, partition: int, runs: list[dict[str, Any]]) -> bool:
+    """Whether a published merge can be adopted on top of `runs`."""
+    return any(
+        runs_adoptable(runs, item.inputs, item.output)
+        for item in published(root, vertex, partition)
+    )
+
+
+def _place(src: str, dst: str) -> bool:
+    """`src` at `dst` too: a hard link (no copy), else a copy where the
+    filesystem has none. False if `src` is gone."""
+    try:
+        os.link(src, dst)
+        return True
+    except FileExistsError:
+        # A retry of this batch linked it before: the same merge, the same bytes.
+        return os.path.getsize(src) == os.path.getsize(dst)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    tmp = f"{dst}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    try:
+        shutil.copyfile(src, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, dst)
+        return True
+    except FileNotFoundError:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
+        return False
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class WorkerCompactor:
+    """One worker's compactor of one local root: merges on a Rust thread,
+    publishes each finished merge from a daemon thread of its own."""
+
+    def __init__(self, root: str, cpu_share: float = 1.0, bytes_per_s: int | None = None) -> None:
+        self.root = root
+        self.host = socket.gethostname()
+        base = os.path.join(root, COMPACTING_DIR)
+        os.makedirs(base, exist_ok=True)
+        _remove_dead_workers(base, self.host)
+        self.staging = os.path.join(
+            base, f"{WORKER_PREFIX}{self.host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        )
+        self.rc = RunCompactor(root, self.staging, cpu_share, bytes_per_s)
+        self._closed = threading.Event()
+        self.published = 0
+        self.handled = 0
+        """Finished merges the publisher took (published, or failed to)."""
+        self._thread = threading.Thread(
+            target=self._publish_loop, name="snapcut-spark-compactor", daemon=True
+        )
+        self._thread.start()
+
+    def submit(
+        self, vertex: str, partition: int, key: str, runs: list[dict[str, Any]], limit: int
+    ) -> bool:
+        """Hands the merge `runs` call for with `limit` diffs on their full to
+        the thread, unless another worker holds the partition's claim;
+        never waits for the merge."""
+        d = partition_dir(self.root, vertex, partition)
+        if not _claim(d, self.host):
+            return False
+        if self.rc.submit(vertex, partition, key, runs, limit):
+            return True
+        _release(d)
+        return False
+
+    def flush(self, timeout_s: float) -> bool:
+        """Waits at most `timeout_s` for every merge handed over to be
+        merged and published (tests, tools); False if it ran out."""
+        deadline = time.monotonic() + timeout_s
+        if not self.rc.wait_idle(timeout_s):
+            return False
+        merged = int(self.rc.stats()["merged"])
+        while self.handled < merged:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def hold(self) -> Any:
+        """No merge starts until the hold's ``release()`` (tests)."""
+        return self.rc.hold()
+
+    def stats(self) -> dict[str, Any]:
+        return {**self.rc.stats(), "published": self.published}
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(PUBLISH_POLL_S * 4)
+        self.rc.close()
+
+    def _publish_loop(self) -> None:
+        while not self._closed.is_set():
+            for done in self.rc.wait_finished(PUBLISH_POLL_S):
+                # A publisher outlives one output it could not move (its
+                # partition then merges again after a later commit).
+                with contextlib.suppress(OSError):
+                    self._publish_one(done)
+                self.handled += 1
+
+    def _publish_one(self, done: dict[str, Any]) -> None:
+        d = partition_dir(self.root, done["vertex"], int(done["subtask"]))
+        try:
+            name = os.path.basename(done["staged"])
+            for beside in (done["staged_filter"], done["staged_times"]):
+                if beside is not None:
+                    os.replace(beside, os.path.join(d, os.path.basename(beside)))
+            os.replace(done["staged"], os.path.join(d, name))
+            record = {"kind": done["kind"], "inputs": done["inputs"], "output": done["output"]}
+            path = os.path.join(d, name + PUBLISHED_SUFFIX)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(record, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            _fsync_dir(d)
+            self.published += 1
+        finally:
+            _release(d)
+
+
+def _claim(d: str, host: str) -> bool:
+    """Takes the partition's claim, or False while another worker's holds."""
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, CLAIM_FILE)
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                age = time.time() - os.path.getmtime(path)
+                with open(path, encoding="utf-8") as f:
+                    holder = json.load(f)
+            except FileNotFoundError:
+                continue  # released meanwhile
+            except ValueError:
+                holder = {}  # being written by its worker (or cut short by its death)
+            gone = holder.get("host") == host and not _alive(int(holder.get("pid", -1)))
+            if age < CLAIM_TIMEOUT_S and not gone:
+                return False
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(path)  # its worker died while merging
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump({"host": host, "pid": os.getpid(), "at_ms": int(time.time() * 1000)}, f)
+        return True
+    return False
+
+
+def _release(d: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(d, CLAIM_FILE))
+
+
+def _remove_dead_workers(base: str, host: str) -> None:
+    """Removes the staging directories of this host's compactors whose
+    process is gone (a worker killed mid-merge leaves its partial output)."""
+    prefix = f"{WORKER_PREFIX}{host}-"
+    for name in os.listdir(base):
+        if not name.startswith(prefix):
+            continue
+        pid_text = name[len(prefix) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not a process's id (0 and -1 would signal groups)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_COMPACTORS: dict[str, WorkerCompactor] = {}
+_COMPACTORS_PID = os.getpid()
+_COMPACTORS_LOCK = threading.Lock()
+
+
+def compactor_for(
+    fs: Any, path: str, cpu_share: float = 1.0, bytes_per_s: int | None = None
+) -> WorkerCompactor | None:
+    """This process's compactor of the root at `path` on `fs`; None for a
+    root that is not local (its runs are merged in the commit that writes a
+    full, as before)."""
+    global _COMPACTORS_PID
+    local = _fs.local_path(fs, path)
+    if local is None:
+        return None
+    with _COMPACTORS_LOCK:
+        if os.getpid() != _COMPACTORS_PID:
+            # A forked worker: its parent's threads did not come along.
+            _COMPACTORS.clear()
+            _COMPACTORS_PID = os.getpid()
+        found = _COMPACTORS.get(local)
+        if found is None:
+            found = _COMPACTORS[local] = WorkerCompactor(local, cpu_share, bytes_per_s)
+        return found

@@ -1,0 +1,300 @@
+"""A Spark state root's runs merged off the tasks' path, driven without
+Spark: commits write diffs only and adopt what a worker's compactor
+published (the same worker's or another's), a retry adopts the same merge,
+a commit writes a full itself only past the cap, one worker merges a
+partition at a time, and a worker killed mid-merge costs nothing but time.
+Every state is compared with a root whose commits write fulls themselves."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_spark_partition import make_spec, processor, rows
+
+from snapcut._core import ConfigError, SnapshotError
+from snapcut._core import format as fmt
+from snapcut.snapshots import SnapshotWriter
+from snapcut.spark.failpoints import InjectedFailure
+from snapcut.spark.state import compaction
+from snapcut.spark.state.compaction import WorkerCompactor
+from snapcut.spark.state.partition import PartitionTask
+from snapcut.spark.state.read import read_state_arrow
+from snapcut.spark.state.root import StateRoot
+from snapcut.spark.state.spec import RootSpec
+from snapcut.spark.state.warm import StateCache
+
+FULL_EVERY = 3
+FLUSH_S = 60.0
+
+
+def users_of(batch: int) -> list[int]:
+    """A batch's keys: a few new ones and some of the earlier ones again."""
+    return [batch * 10 + i for i in range(6)] + [i * 7 % (batch * 10 + 1) for i in range(8)]
+
+
+def commit(
+    spec: RootSpec,
+    batch: int,
+    compactor: WorkerCompactor | bool | None,
+    cache: StateCache | None = None,
+    flush: bool = True,
+) -> PartitionTask:
+    """Runs partition 0 of `batch` and (`flush`) waits for what its commit
+    handed over to be merged and published."""
+    task = PartitionTask(
+        StateRoot(spec), batch, 0, "q1", None, cache=cache or StateCache(0), compactor=compactor
+    )
+    task.run(rows(users_of(batch)), processor(spec), None)
+    if flush and isinstance(compactor, WorkerCompactor):
+        assert compactor.flush(FLUSH_S)
+    return task
+
+
+def entry(root: Path, batch: int) -> dict[str, Any]:
+    manifest = json.loads((root / f"chk-{batch:08d}" / "manifest.json").read_text())
+    (found,) = [f for f in manifest["files"] if f["role"] == "state"]
+    return dict(found)
+
+
+def state(root: Path, batch: int) -> list[dict[str, Any]]:
+    return sorted(read_state_arrow(str(root), batch).to_pylist(), key=lambda r: r["user"])
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> tuple[RootSpec, RootSpec]:
+    """A root whose workers merge its runs, and one whose commits write fulls."""
+    merged = make_spec(tmp_path / "merged", partitions=1, full_every=FULL_EVERY)
+    plain = make_spec(tmp_path / "plain", partitions=1, full_every=FULL_EVERY, compaction=False)
+    for spec in (merged, plain):
+        StateRoot(spec).init("aggregate")
+    return merged, plain
+
+
+@pytest.fixture
+def worker(roots: tuple[RootSpec, RootSpec]) -> Any:
+    wc = WorkerCompactor(roots[0].uri)
+    yield wc
+    wc.close()
+
+
+def test_commits_write_diffs_and_adopt_merges_made_off_their_path(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor
+) -> None:
+    merged, plain = roots
+    warm = StateCache()
+    adopted = 0
+    kinds = []
+    for b in range(16):
+        # Warm and cold tasks alternate: a cold one reads the runs back.
+        task = commit(merged, b, worker, warm if b % 2 else None)
+        commit(plain, b, False)
+        figures = task.figures()
+        adopted += figures["state_compactions_adopted"]
+        assert figures["state_fulls_written"] == int(b == 0), b
+        assert state(Path(merged.uri), b) == state(Path(plain.uri), b), b
+        written = entry(Path(merged.uri), b)
+        kinds.append(written["kind"])
+        # Submitted once FULL_EVERY diffs sit on the full, adopted by the next commit.
+        assert len(written["runs"]) <= FULL_EVERY + 1, (b, written["runs"])
+    assert adopted >= 3
+    assert kinds == ["full"] + ["diff"] * 15
+    last = entry(Path(merged.uri), 15)
+    assert any("run-" in r["path"] for r in last["runs"]), last["runs"]
+    # Every file the newest version names is in place and checks out.
+    from snapcut import snapshots
+
+    checks = snapshots.open(merged.uri).verify()
+    assert 15 in checks and all(why is None for why in checks.values()), checks
+    stats = worker.stats()
+    assert stats["merged"] == stats["published"] >= adopted
+    assert stats["failed"] == 0
+
+
+def test_a_merge_one_worker_published_is_adopted_by_anothers_commit(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor
+) -> None:
+    merged, plain = roots
+    other = WorkerCompactor(merged.uri)
+    try:
+        b = 0
+        while worker.stats()["published"] == 0:
+            commit(merged, b, worker, StateCache(0))
+            commit(plain, b, False)
+            b += 1
+            assert b < 3 * FULL_EVERY
+        # The next batch runs in another worker: no warm state, its own compactor.
+        adopter = b
+        task = commit(merged, b, other)
+        commit(plain, b, False)
+        assert task.figures()["state_compactions_adopted"] == 1
+        adopted = [r for r in entry(Path(merged.uri), b)["runs"] if r["checkpoint"] == b][-1]
+        assert "run-" in adopted["path"]
+        placed = Path(merged.uri) / f"chk-{b:08d}" / adopted["path"]
+        published = Path(compaction.partition_dir(merged.uri, "state", 0)) / adopted["path"]
+        # A hard link: the commit copied nothing.
+        assert placed.stat().st_ino == published.stat().st_ino
+        assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
+        # A later look finds it adopted: its published copy goes.
+        for b in range(adopter + 1, adopter + 1 + 2 * FULL_EVERY):
+            commit(merged, b, other)
+            commit(plain, b, False)
+        assert not published.exists()
+        assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
+    finally:
+        other.close()
+
+
+def test_a_retry_of_an_adopting_batch_writes_the_same_entry(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor
+) -> None:
+    merged, _ = roots
+    b = 0
+    while True:
+        task = commit(merged, b, worker)
+        if task.figures()["state_compactions_adopted"]:
+            break
+        b += 1
+        assert b < 3 * FULL_EVERY
+    first = entry(Path(merged.uri), b)
+    retry = commit(merged, b, worker)  # a task retry: no warm state
+    assert retry.figures()["state_compactions_adopted"] == 1
+    assert entry(Path(merged.uri), b) == first
+
+
+def test_a_commit_writes_a_full_itself_once_runs_reach_twice_full_every(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor
+) -> None:
+    merged, plain = roots
+    hold = worker.hold()  # the compactor falls behind: nothing merges
+    fulls = []
+    for b in range(2 * FULL_EVERY + 2):
+        task = commit(merged, b, worker, flush=False)
+        commit(plain, b, False)
+        if task.figures()["state_fulls_written"]:
+            fulls.append(b)
+    assert fulls == [0, 2 * FULL_EVERY]
+    # The merge it held is of runs a full superseded: a later look drops it.
+    hold.release()
+    assert worker.flush(FLUSH_S)
+    d = Path(compaction.partition_dir(merged.uri, "state", 0))
+    assert [p.name for p in d.glob("*.json") if p.name != "claim.json"]
+    first = 2 * FULL_EVERY + 2
+    for b in range(first, first + FULL_EVERY + 2):
+        commit(merged, b, worker)
+        commit(plain, b, False)
+        assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
+    stale = [r for r in compaction.published(merged.uri, "state", 0) if r.output["merges"][0] == 0]
+    assert stale == []
+
+
+def test_one_worker_at_a_time_merges_a_partition(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merged, _ = roots
+    other = WorkerCompactor(merged.uri)
+    try:
+        hold = worker.hold()
+        for b in range(FULL_EVERY + 1):
+            commit(merged, b, worker, flush=False)
+        d = compaction.partition_dir(merged.uri, "state", 0)
+        claim = json.loads((Path(d) / compaction.CLAIM_FILE).read_text())
+        assert (claim["host"], claim["pid"]) == (socket.gethostname(), os.getpid())
+        latest = entry(Path(merged.uri), FULL_EVERY)["runs"]
+        assert not other.submit("state", 0, "user", latest, FULL_EVERY)
+        # A claim older than the timeout is taken over (its worker died elsewhere).
+        monkeypatch.setattr(compaction, "CLAIM_TIMEOUT_S", 0.0)
+        assert other.submit("state", 0, "user", latest, FULL_EVERY)
+        hold.release()
+        assert other.flush(FLUSH_S) and worker.flush(FLUSH_S)
+    finally:
+        other.close()
+
+
+def _die_mid_merge(spec: RootSpec, batches: int) -> None:
+    """A worker: runs `batches` batches with its compactor and is SIGKILLed
+    by the Rust crash point before its first merge's output is whole."""
+    from snapcut._core import arm_failpoint
+
+    arm_failpoint("compaction.before_rename")
+    wc = WorkerCompactor(spec.uri)
+    for b in range(batches):
+        task = PartitionTask(StateRoot(spec), b, 0, "q1", None, cache=StateCache(0), compactor=wc)
+        task.run(rows(users_of(b)), processor(spec), None)
+    wc.flush(FLUSH_S)  # the merge hits the crash point: the process dies here
+    os._exit(3)
+
+
+def test_a_worker_killed_mid_merge_costs_nothing_but_time(
+    roots: tuple[RootSpec, RootSpec],
+) -> None:
+    merged, plain = roots
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=_die_mid_merge, args=(merged, FULL_EVERY + 1))
+    p.start()
+    p.join(120)
+    assert p.exitcode == -signal.SIGKILL
+    base = Path(merged.uri) / compaction.COMPACTING_DIR
+    dead = [d for d in base.iterdir() if d.name.startswith(compaction.WORKER_PREFIX)]
+    assert len(dead) == 1 and list(dead[0].iterdir()), "its partial output is left"
+    for b in range(FULL_EVERY + 1):
+        commit(plain, b, False)
+    # The next worker clears the dead one's staging and takes over its claim.
+    wc = WorkerCompactor(merged.uri)
+    try:
+        assert not dead[0].exists()
+        adopted = 0
+        for b in range(FULL_EVERY + 1, 3 * FULL_EVERY + 2):
+            task = commit(merged, b, wc)
+            commit(plain, b, False)
+            adopted += task.figures()["state_compactions_adopted"]
+            assert task.figures()["state_fulls_written"] == 0
+            assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
+        assert adopted >= 1
+    finally:
+        wc.close()
+
+
+def test_a_crash_before_adoption_leaves_the_merge_for_the_retry(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merged, plain = roots
+    for b in range(FULL_EVERY + 1):
+        commit(merged, b, worker)
+        commit(plain, b, False)
+    b = FULL_EVERY + 1
+    assert compaction.published(merged.uri, "state", 0)
+    monkeypatch.setenv("SNAPCUT_SPARK_FAILPOINTS", f"state.before_adopt:{b}:0:raise")
+    with pytest.raises(InjectedFailure):
+        commit(merged, b, worker)
+    monkeypatch.delenv("SNAPCUT_SPARK_FAILPOINTS")
+    task = commit(merged, b, worker)
+    commit(plain, b, False)
+    assert task.figures()["state_compactions_adopted"] == 1
+    assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
+
+
+def test_bad_compactor_settings_and_lineages_are_refused(tmp_path: Path) -> None:
+    for kwargs, words in [
+        ({"cpu_share": 0.0}, "compaction_cpu_share must be in [0.01, 1]"),
+        ({"bytes_per_s": 0}, "compaction_bytes_per_s must be positive"),
+        ({"pause_s": -1.0}, "pause_s must be a number of seconds >= 0"),
+    ]:
+        with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            fmt.RunCompactor(str(tmp_path), str(tmp_path / "staging"), **kwargs)
+    table = pa.table({"user": pa.array([1], pa.int64()), "n": pa.array([1], pa.int64())})
+    writer = SnapshotWriter(str(tmp_path / "root"))
+    with pytest.raises(ConfigError, match=r"chain_at .* or runs_at .*, not both"):
+        writer.write_state(0, "v", 0, table, "user", base_chain=[], base_runs=[])
+    with pytest.raises(SnapshotError, match="a diff needs a base id"):
+        diff = table.append_column("__deleted", pa.array([False]))
+        writer.write_state(1, "v", 0, diff, "user", kind="diff", base_runs=[])
+    with pytest.raises(SnapshotError, match="base runs"):
+        writer.write_state(1, "v", 0, table, "user", base_runs=[{"checkpoint": 0}])
