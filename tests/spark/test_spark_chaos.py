@@ -514,6 +514,35 @@ def one_budgeted_worker_kill(tmp_path: Path, point: str, args: list[str]) -> dic
 
 
 @pytest.mark.full_priority
+def test_a_worker_killed_before_it_adopts_a_merge_is_retried_exactly_once(tmp_path: Path) -> None:
+    """The job's state root merges its runs off the tasks' path
+    (``full_every=3``: a worker's compactor merges a partition's runs after
+    batch 3's commit, and batch 4's commit adopts the merge). Seed 3 draws the
+    crash point ``state.before_adopt`` in batch 4 of partition 0: the Python
+    worker dies with its diff written, the merge not yet linked into
+    ``chk-4/``; Spark's retry (another worker, the partition cold) adopts it.
+    Nothing lost, duplicated or mismatched; every partition's batch 4 names
+    the merged run."""
+    args = ["--seed", "3", "--files", "6", "--records", "3000", "--users", "300"]
+    args += ["--max-kills", "1", "--kill-mode", "failpoint", "--failpoints", "state.before_adopt"]
+    args += ["--workdir", str(tmp_path), "--keep"]
+    summary, out = run_chaos_cli(args)
+    assert summary["failpoints"] == {"state.before_adopt": 1}, out
+    assert summary["kill_kinds"]["python_worker_failpoint"] == 1, out
+    manifest = json.loads(
+        next(tmp_path.glob("spark-run-*/state/chk-00000004/manifest.json")).read_text()
+    )
+    adopted = [
+        r["path"]
+        for f in manifest["files"]
+        if f["role"] == "state"
+        for r in f["runs"]
+        if r["checkpoint"] == 4 and ".run-" in r["path"]
+    ]
+    assert sorted(adopted) == [f"state-{p}.run-0-3.state.arrow" for p in range(3)], manifest
+
+
+@pytest.mark.full_priority
 def test_chaos_with_the_state_root_on_s3_is_exactly_once(tmp_path: Path) -> None:
     """``--state-root s3``: the query's state root in a bucket of moto's S3
     server that the harness runs (no renames: files first, the manifest
