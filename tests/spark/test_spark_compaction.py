@@ -142,11 +142,12 @@ def test_a_merge_one_worker_published_is_adopted_by_anothers_commit(
         # A hard link: the commit copied nothing.
         assert placed.stat().st_ino == published.stat().st_ino
         assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
-        # A later look finds it adopted: its published copy goes.
+        # The next commit finds it adopted: its published copy goes (it
+        # would keep the file's space once retention removed chk-N's link).
         for b in range(adopter + 1, adopter + 1 + 2 * FULL_EVERY):
             commit(merged, b, other)
             commit(plain, b, False)
-        assert not published.exists()
+            assert not published.exists()
         assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
     finally:
         other.close()

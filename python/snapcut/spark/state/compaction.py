@@ -33,6 +33,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,15 +123,22 @@ def discard(root: str, vertex: str, partition: int, item: Published) -> None:
 
 
 def adopt(
-    root: str, batch: int, vertex: str, partition: int, entry: dict[str, Any]
+    root: str,
+    batch: int,
+    vertex: str,
+    partition: int,
+    entry: dict[str, Any],
+    before_link: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, Any], int]:
     """`entry` (the partition's new state file entry of `batch`, listing
     runs) with every published merge it can adopt in place of the runs it
     merged, each run file linked into the batch's directory (durable before
-    the entry names it); those it cannot adopt are removed (their inputs
-    were superseded: a full captured, another merge adopted). Returns the
-    entry and how many it adopted."""
+    the entry names it); those it cannot adopt are removed (adopted before,
+    or their inputs superseded: a full captured, another merge adopted).
+    `before_link` is called once, before the first link (a crash point).
+    Returns the entry and how many it adopted."""
     adopted = 0
+    called = False
     chk = os.path.join(root, checkpoint_dir_name(batch))
     src = partition_dir(root, vertex, partition)
     for item in published(root, vertex, partition):
@@ -139,6 +147,9 @@ def adopt(
             discard(root, vertex, partition, item)
             continue
         files = [*item.beside, item.name]
+        if not called:
+            called = True
+            before_link()
         if not all(_place(os.path.join(src, n), os.path.join(chk, n)) for n in files):
             continue  # removed by a commit that adopted it (a retry's twin): not adopted here
         entry = new

@@ -384,8 +384,10 @@ class PartitionTask:
         base = self._loaded.runs[layout.vertex]
         spec, root = self.root.spec, self.root.path
         cap = spec.full_every if self.compactor is None else 2 * spec.full_every
-        # Merges are looked for once there are as many diffs as ask for one.
-        look = self.compactor is not None and len(base) > spec.full_every
+        # Every commit looks (one listing of a small local directory): it
+        # adopts what it can and removes what was adopted before, whose file
+        # would otherwise keep its disk space after retention.
+        look = self.compactor is not None
         if layout.vertex in self.migrated or (
             len(base) + 1 > cap
             and not (look and compaction.adoptable(root, layout.vertex, self.partition, base))
@@ -397,8 +399,14 @@ class PartitionTask:
         entry = self.root.write_state(self.batch_id, self.partition, capture, kind, base, layout)
         if not look or kind != "diff":
             return entry, 0
-        failpoints.hit("state.before_adopt", self.batch_id, self.partition)
-        return compaction.adopt(root, self.batch_id, layout.vertex, self.partition, entry)
+        return compaction.adopt(
+            root,
+            self.batch_id,
+            layout.vertex,
+            self.partition,
+            entry,
+            before_link=lambda: failpoints.hit("state.before_adopt", self.batch_id, self.partition),
+        )
 
     def _compact(self, runs: Runs) -> None:
         """Hands this version's tables whose runs call for a merge to the
