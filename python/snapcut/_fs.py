@@ -275,10 +275,15 @@ def publish_local(local_tmp: str, local: str, path: str) -> None:
     for a file written by other means (the Rust encoder's own writes)."""
     try:
         os.replace(local_tmp, local)
-        fd = os.open(os.path.dirname(local), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(os.path.dirname(local))
     except OSError as e:
         raise StorageError(f"renaming into {path}: {e}") from e
+
+
+def fsync_dir(path: str) -> None:
+    """Makes the entries of a local directory durable (a rename or link into it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -85,14 +85,7 @@ def commit_batch(
         if e.errno in (errno.EEXIST, errno.ENOTEMPTY) and root.committed(batch_id):
             return  # committed meanwhile by another run of the same batch
         raise
-    _fsync_dir(os.path.dirname(local_final))
+    _fs.fsync_dir(os.path.dirname(local_final))
     with contextlib.suppress(OSError):
         fs.delete_dir(pending_root)
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -155,7 +155,7 @@ def adopt(
         entry = new
         adopted += 1
     if adopted:
-        _fsync_dir(chk)
+        _fs.fsync_dir(chk)
     return entry, adopted
 
 
@@ -192,13 +192,6 @@ def _place(src: str, dst: str) -> bool:
             os.remove(tmp)
         return False
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class WorkerCompactor:
@@ -288,7 +281,7 @@ class WorkerCompactor:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
-            _fsync_dir(d)
+            _fs.fsync_dir(d)
             self.published += 1
         finally:
             _release(d)
