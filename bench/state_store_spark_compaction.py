@@ -130,7 +130,9 @@ def one(root: Path, variant: str, args: argparse.Namespace) -> dict[str, Any]:
     last = args.batches
     manifest = json.loads((root / f"chk-{last:08d}" / "manifest.json").read_text())
     (entry,) = [f for f in manifest["files"] if f["role"] == "state"]
-    cold = PartitionTask(StateRoot(s), last + 1, 0, "q1", None, cache=StateCache(0), compactor=False)
+    cold = PartitionTask(
+        StateRoot(s), last + 1, 0, "q1", None, cache=StateCache(0), compactor=False
+    )
     t0 = time.perf_counter()
     loaded = cold.load()
     cold_s = time.perf_counter() - t0
@@ -244,9 +246,7 @@ def main() -> None:
         )
     lines.append("")
     for field in ("commit_s_max", "commit_s_total", "wall_s", "cold_load_s"):
-        rs = [
-            c[field] / f[field] for c, f in zip(by["compactor"], by["commit_full"], strict=True)
-        ]
+        rs = [c[field] / f[field] for c, f in zip(by["compactor"], by["commit_full"], strict=True)]
         lines.append(
             f"compactor / commit_full {field}, per round: median {statistics.median(rs):.2f} "
             f"[{min(rs):.2f}, {max(rs):.2f}]"

@@ -88,4 +88,3 @@ def commit_batch(
     _fs.fsync_dir(os.path.dirname(local_final))
     with contextlib.suppress(OSError):
         fs.delete_dir(pending_root)
-

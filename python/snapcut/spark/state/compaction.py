@@ -193,7 +193,6 @@ def _place(src: str, dst: str) -> bool:
         return False
 
 
-
 class WorkerCompactor:
     """One worker's compactor of one local root: merges on a Rust thread,
     publishes each finished merge from a daemon thread of its own."""
