@@ -17,7 +17,7 @@ batch left. The variants alternate (ABBA), each round on a fresh root.
 
 A second table: the manifest's size, the one cost runs listed in every
 entry add (a ``keyed_state`` of PARTITIONS partitions and few keys, each
-variant after 3 × FULL_EVERY batches).
+variant after three times FULL_EVERY batches).
 
     python bench/state_store_spark_compaction.py --keys 10000000 --batches 12 \\
         --batch-rows 1000000 --full-every 4 --rounds 4 \\
@@ -158,7 +158,7 @@ def one(root: Path, variant: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def manifest_sizes(work: Path, args: argparse.Namespace) -> dict[str, tuple[int, int]]:
-    """The newest manifest's bytes after 3 × full_every batches of a root of
+    """The newest manifest's bytes after three times full_every batches of a root of
     `--manifest-partitions` partitions, each variant: as written, and (the
     same JSON encoder for both) with and without its entries' runs, what a
     format 1 entry (its chain alone) would take."""
