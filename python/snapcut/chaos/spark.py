@@ -19,7 +19,9 @@ One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
   ``sink.after_commit``: manifest published, Spark has not committed the
   batch) SIGKILLs the driver tree;
 - ``python_worker_failpoint``: a task crash point (``state.before_write``,
-  ``state.after_write``, ``state.after_ack``, ``sink.before_stage``,
+  ``state.after_write``, ``state.before_adopt`` — reached by a commit that
+  adopts a merge a worker's compactor published —, ``state.after_ack``,
+  ``sink.before_stage``,
   ``sink.after_stage``; the last two with the Arrow output only: a table
   output's update mode stages nothing) SIGKILLs the Python worker running one
   state partition's task, attempt 0: the driver lives on and Spark retries
