@@ -6,7 +6,9 @@ its output with one metrics row (marked by :data:`FLAG`); the step sums them
 with ``DataFrame.observe`` under the name ``snapcut_<name>`` and drops them,
 so ``query.lastProgress["observedMetrics"]["snapcut_<name>"]`` holds, per
 micro-batch: rows in, rows out, late rows dropped, keys timed out, state rows
-(keys held after the batch), state bytes written and the slowest state write;
+(keys held after the batch), state bytes written and the slowest state write,
+the tables written whole in a commit and the merged runs commits adopted
+(:mod:`snapcut.spark.state.compaction`);
 the state cache's hits (a task found its partition's tables in its worker)
 and misses (it read them from the root), the bytes those misses read and
 the slowest one's time to read and restore; and, for tables with a memory
