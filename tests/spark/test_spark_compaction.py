@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -217,6 +218,38 @@ def test_one_worker_at_a_time_merges_a_partition(
         assert other.flush(FLUSH_S) and worker.flush(FLUSH_S)
     finally:
         other.close()
+
+
+def test_a_merge_whose_input_went_away_gives_its_partition_back(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor
+) -> None:
+    """A merge whose input is gone when it starts (retention removes runs a
+    full superseded; mapped inputs survive it, unmapped ones do not) fails
+    with no output: its claim is given up, and a later commit's merge runs."""
+    merged, plain = roots
+    hold = worker.hold()
+    for b in range(FULL_EVERY + 1):
+        commit(merged, b, worker, flush=False)
+        commit(plain, b, False)
+    newest = Path(merged.uri) / f"chk-{FULL_EVERY:08d}" / "state-0.state.arrow"
+    saved = newest.read_bytes()
+    newest.unlink()
+    hold.release()
+    assert worker.flush(FLUSH_S)
+    assert worker.stats()["failed"] == 1 and worker.stats()["published"] == 0
+    claim = Path(compaction.partition_dir(merged.uri, "state", 0)) / compaction.CLAIM_FILE
+    deadline = time.monotonic() + 10
+    while claim.exists():
+        assert time.monotonic() < deadline, "the failed merge's claim was given up"
+        time.sleep(0.05)
+    newest.write_bytes(saved)
+    adopted = 0
+    for b in range(FULL_EVERY + 1, 2 * FULL_EVERY + 1):
+        task = commit(merged, b, worker)
+        commit(plain, b, False)
+        adopted += task.figures()["state_compactions_adopted"]
+        assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
+    assert adopted >= 1
 
 
 def _die_mid_merge(spec: RootSpec, batches: int) -> None:

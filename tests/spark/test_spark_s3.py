@@ -102,9 +102,18 @@ class Roots:
 
 
 def run_query(spark: Any, directory: Path, roots: Roots, checkpoint: Path) -> ArrowSnapshotSink:
-    """The dwell-time aggregate, state and sink as one global snapshot per batch."""
+    """The dwell-time aggregate, state and sink as one global snapshot per batch.
+    Its commits write a full every `full_every` batches on either root (a
+    remote root's do; a local root's workers would merge its runs instead),
+    so the local run's state files are the same bytes as the S3 run's."""
     ks = keyed_state(
-        stream(spark, directory), "user", roots.state, PARTITIONS, full_every=2, **roots.kw()
+        stream(spark, directory),
+        "user",
+        roots.state,
+        PARTITIONS,
+        full_every=2,
+        compaction=False,
+        **roots.kw(),
     )
     averages = ks.aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
     sink = ArrowSnapshotSink(roots.out, output_mode="update", key="user", state=ks, **roots.kw())

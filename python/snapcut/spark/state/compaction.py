@@ -21,6 +21,13 @@ for at most :data:`CLAIM_TIMEOUT_S` (a worker on another host that died
 while merging). A compactor's
 own staging directory ``_worker-<host>-<pid>-<id>`` is removed when the
 next compactor on that host finds its process gone.
+
+Retention needs no record of the merges in flight: their inputs are the
+runs of the newest version, which retention keeps until a full supersedes
+them. A merge maps its inputs as it starts (a mapping outlives an unlink);
+one whose input is already gone fails with no output and gives its
+partition's claim back, and an output whose inputs were superseded is
+removed by the next commit that finds it.
 """
 
 from __future__ import annotations
@@ -263,6 +270,10 @@ class WorkerCompactor:
                 with contextlib.suppress(OSError):
                     self._publish_one(done)
                 self.handled += 1
+            # A merge that failed (an input retention removed once a full
+            # superseded it, a damaged file) gives its partition back.
+            for vertex, partition in self.rc.take_dropped():
+                _release(partition_dir(self.root, vertex, partition))
 
     def _publish_one(self, done: dict[str, Any]) -> None:
         d = partition_dir(self.root, done["vertex"], int(done["subtask"]))

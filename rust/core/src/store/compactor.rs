@@ -179,6 +179,9 @@ struct Shared {
     pending: Mutex<BTreeMap<TaskId, Vec<(CheckpointId, String)>>>,
     /// Tasks whose runs could not be merged (not I/O: the data).
     refused: Mutex<BTreeSet<TaskId>>,
+    /// Tasks whose job ended with no output (failed, or abandoned at a
+    /// stop) since [`Compactor::take_dropped`] last took them.
+    dropped: Mutex<Vec<TaskId>>,
     /// [`CompactionHold`]s alive; `released` is told when one goes.
     holds: Mutex<usize>,
     released: Condvar,
@@ -328,6 +331,13 @@ impl Compactor {
             .lock()
             .expect("compactor poisoned")
             .remove(&done.task);
+    }
+
+    /// The tasks whose job ended with no output since the last call (it
+    /// failed, or the compactor stopped first): whoever handed them over
+    /// may let another compactor try (a Spark worker gives up its claim).
+    pub fn take_dropped(&self) -> Vec<TaskId> {
+        std::mem::take(&mut *self.shared.dropped.lock().expect("compactor poisoned"))
     }
 
     /// The files jobs in flight read, by (checkpoint, name): retention
@@ -493,6 +503,11 @@ impl Worker {
             .lock()
             .expect("compactor poisoned")
             .remove(task);
+        self.shared
+            .dropped
+            .lock()
+            .expect("compactor poisoned")
+            .push(task.clone());
     }
 
     /// Sleeps `span` in short steps, so a stop is not kept waiting.

@@ -254,6 +254,18 @@ impl RunCompactor {
         Ok(out)
     }
 
+    /// The `(vertex, subtask)` of every job that ended with no output since
+    /// the last call (its merge failed: an input gone or unreadable, data
+    /// that runs cannot order; or the compactor stopped first).
+    fn take_dropped(&self) -> PyResult<Vec<(String, usize)>> {
+        Ok(self
+            .compactor()?
+            .take_dropped()
+            .into_iter()
+            .map(|t| (t.vertex, t.subtask))
+            .collect())
+    }
+
     /// Waits until every job handed over is done, at most `timeout_s`
     /// seconds; False if it ran out.
     fn wait_idle(&self, py: Python<'_>, timeout_s: f64) -> PyResult<bool> {
