@@ -154,6 +154,28 @@ def test_a_merge_one_worker_published_is_adopted_by_anothers_commit(
         other.close()
 
 
+def test_without_hard_links_a_commit_adopts_a_copy(
+    roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem with no hard links (``os.link`` refused): the adopting
+    commit places a copy of the merged run, fsynced, and the state is the same."""
+    merged, plain = roots
+
+    def no_links(src: str, dst: str) -> None:
+        raise PermissionError(1, "Operation not permitted", dst)
+
+    monkeypatch.setattr(os, "link", no_links)
+    adopted = 0
+    for b in range(2 * FULL_EVERY):
+        task = commit(merged, b, worker)
+        commit(plain, b, False)
+        adopted += task.figures()["state_compactions_adopted"]
+        assert state(Path(merged.uri), b) == state(Path(plain.uri), b)
+    assert adopted >= 1
+    placed = list(Path(merged.uri).glob("chk-*/state-0.run-*.state.arrow"))
+    assert placed and all(p.stat().st_nlink == 1 for p in placed), placed
+
+
 def test_a_retry_of_an_adopting_batch_writes_the_same_entry(
     roots: tuple[RootSpec, RootSpec], worker: WorkerCompactor
 ) -> None:
