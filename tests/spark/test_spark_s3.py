@@ -101,18 +101,25 @@ class Roots:
         return {} if self.filesystem is None else {"filesystem": self.filesystem}
 
 
-def run_query(spark: Any, directory: Path, roots: Roots, checkpoint: Path) -> ArrowSnapshotSink:
+def run_query(
+    spark: Any,
+    directory: Path,
+    roots: Roots,
+    checkpoint: Path,
+    compaction: bool = False,
+    full_every: int = 2,
+) -> ArrowSnapshotSink:
     """The dwell-time aggregate, state and sink as one global snapshot per batch.
-    Its commits write a full every `full_every` batches on either root (a
-    remote root's do; a local root's workers would merge its runs instead),
-    so the local run's state files are the same bytes as the S3 run's."""
+    Its commits write a full every `full_every` batches on either root
+    (without `compaction`), so the local run's state files are the same
+    bytes as the S3 run's."""
     ks = keyed_state(
         stream(spark, directory),
         "user",
         roots.state,
         PARTITIONS,
-        full_every=2,
-        compaction=False,
+        full_every=full_every,
+        compaction=compaction,
         **roots.kw(),
     )
     averages = ks.aggregate(count="count", total=("sum", "dwell_ms"), avg=("mean", "dwell_ms"))
@@ -265,6 +272,35 @@ def test_state_and_sink_on_s3_match_the_same_query_on_local_roots(
     manifest = snapshots.open(on_s3.out, filesystem=on_s3.filesystem).latest().manifest
     assert manifest["state"]["root"] == on_s3.state
     assert SECRET_KEY not in json.dumps(manifest)
+
+
+def test_with_its_runs_merged_off_the_commit_a_query_on_s3_matches(
+    spark: Any,
+    s3: S3Server,
+    dwell: tuple[Path, pd.DataFrame],
+    local: Roots,
+    tmp_path: Path,
+) -> None:
+    """Compaction on (the default): the workers merge the S3 root's runs and
+    store each merge in the checkpoint of the newest run it merged, which a
+    later commit names there; whichever way each batch went (a merge adopted,
+    or a full at the cap), output and state equal the local run's and
+    pandas', and every batch verifies."""
+    directory, events = dwell
+    bucket = s3.bucket()
+    roots = Roots(f"{bucket}/merged/state", f"{bucket}/merged/out", s3.filesystem())
+    run_query(spark, directory, roots, tmp_path / "chk", compaction=True, full_every=1)
+    kw = roots.kw()
+    assert snapshots.open(roots.state, **kw).list() == list(range(FILES))
+    out = read_output_arrow(roots.out, **kw)
+    assert by_user(out) == by_user(read_output_arrow(local.out))
+    assert as_totals(out) == totals(events)
+    assert by_user(read_state_arrow(roots.state, **kw)) == by_user(read_state_arrow(local.state))
+    assert snapshots.open(roots.state, **kw).verify() == {b: None for b in range(FILES)}
+    # Batch 1 wrote diffs (without compaction, `full_every=1` writes fulls):
+    # the workers had a compactor of the S3 root.
+    entries = snapshots.open(roots.state, **kw)[1].files
+    assert {f["kind"] for f in entries if f["role"] == "state"} == {"diff"}
 
 
 def test_task_failures_mid_batch_on_s3_still_match(

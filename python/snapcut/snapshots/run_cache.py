@@ -192,6 +192,48 @@ class RunCache:
         self._evict(keep=local)
         return data
 
+    def link(self, fs: Any, path: str, entry: dict[str, Any], checkpoint_id: int, dst: str) -> None:
+        """The file `path` of `fs` also at the local path `dst`, a hard link
+        of its cached copy (fetched and checked first, as :meth:`fetch`), so
+        an eviction meanwhile does not take it from whoever reads `dst` (a
+        remote root's compactor). A file larger than the whole cache is
+        downloaded to `dst` itself (whoever reads it checks it)."""
+        for _ in range(2):
+            if self.fetch(fs, path, entry, checkpoint_id) is None:
+                self._download(fs, path, Path(dst), checkpoint_id)
+                return
+            try:
+                os.link(self.directory / self._name(path, entry), dst)
+                return
+            except FileNotFoundError:
+                continue  # evicted between the fetch and the link
+            except FileExistsError:
+                return
+            except OSError as e:
+                raise self._unusable(path, e) from e
+        raise SnapshotError(
+            f"run cache file for {path} was evicted twice right after its fetch: another "
+            "process is evicting as fast as this one fetches; give the cache more room "
+            "(spark.snapcut.state.runCacheSize)"
+        )
+
+    def put(self, path: str, entry: dict[str, Any], local: str) -> bool:
+        """Moves `local`, the bytes just stored at remote `path` (its entry:
+        ``bytes`` and ``crc32c``), into the cache, so this host's next read
+        of it finds it there; False (and `local` removed) for a file larger
+        than the whole cache."""
+        if int(entry["bytes"]) > self.max_bytes:
+            _unlink(Path(local))
+            return False
+        cached = self.directory / self._name(path, entry)
+        try:
+            os.replace(local, cached)
+        except OSError as e:
+            _unlink(Path(local))
+            raise self._unusable(path, e) from e
+        self._evict(keep=cached)
+        return True
+
     def _name(self, path: str, entry: dict[str, Any]) -> str:
         digest = hashlib.sha256(path.encode()).hexdigest()[:32]
         return f"{digest}-{int(entry['bytes'])}-{int(entry['crc32c'])}{_SUFFIX}"

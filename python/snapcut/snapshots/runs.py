@@ -10,7 +10,13 @@ from typing import Any
 
 from snapcut._core import format as fmt
 
-__all__ = ["RunCompactor", "adopt_run", "adoptable", "check_compaction_budget"]
+__all__ = [
+    "RunCompactor",
+    "adopt_run",
+    "adoptable",
+    "check_compaction_budget",
+    "compaction_inputs",
+]
 
 RunCompactor = fmt.RunCompactor
 """One process's compactor of a local root's runs (a Rust thread, paced):
@@ -18,13 +24,22 @@ RunCompactor = fmt.RunCompactor
 
 
 def adopt_run(
-    entry: dict[str, Any], inputs: list[dict[str, Any]], output: dict[str, Any], adopter: int
+    entry: dict[str, Any], inputs: list[dict[str, Any]], output: dict[str, Any], at: int
 ) -> dict[str, Any] | None:
-    """`entry` (a state file entry of checkpoint `adopter`, listing runs)
-    with the merged run `output` in place of its `inputs`, its file in
-    `adopter`'s directory; None when the entry's runs no longer hold the
-    inputs (superseded: the merge is of no use)."""
-    return fmt.adopt_run(entry, inputs, output, adopter)
+    """`entry` (a state file entry listing runs) with the merged run
+    `output` in place of its `inputs`, its file in checkpoint `at`'s
+    directory; None when the entry's runs no longer hold the inputs
+    (superseded: the merge is of no use)."""
+    return fmt.adopt_run(entry, inputs, output, at)
+
+
+def compaction_inputs(
+    vertex: str, partition: int, runs: list[dict[str, Any]], limit: int
+) -> list[tuple[int, dict[str, Any]]] | None:
+    """The files the merge `runs` call for (with `limit` diffs on their
+    full) reads: ``(checkpoint, file entry)`` each, to fetch them where a
+    :data:`RunCompactor` reads them; None when they call for none."""
+    return fmt.compaction_inputs(vertex, partition, runs, limit)
 
 
 def adoptable(

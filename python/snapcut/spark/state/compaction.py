@@ -55,7 +55,6 @@ __all__ = [
     "Published",
     "WorkerCompactor",
     "adopt",
-    "compactor_for",
     "published",
 ]
 
@@ -209,13 +208,20 @@ class WorkerCompactor:
         self.host = socket.gethostname()
         base = os.path.join(root, COMPACTING_DIR)
         os.makedirs(base, exist_ok=True)
-        _remove_dead_workers(base, self.host)
-        self.staging = os.path.join(
-            base, f"{WORKER_PREFIX}{self.host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        )
-        self.rc = RunCompactor(root, self.staging, cpu_share, bytes_per_s)
+        remove_dead_workers(base, self.host)
+        staging = worker_dir(base, self.host)
+        self._start(root, staging, cpu_share, bytes_per_s)
+
+    def _start(
+        self, inputs_root: str, staging: str, cpu_share: float, bytes_per_s: int | None
+    ) -> None:
+        """The Rust compactor (reading its inputs under `inputs_root`,
+        staging its outputs in `staging`) and the publisher thread."""
+        self.staging = staging
+        self.rc = RunCompactor(inputs_root, staging, cpu_share, bytes_per_s)
         self._closed = threading.Event()
         self.published = 0
+        self.publish_failures = 0
         self.handled = 0
         """Finished merges the publisher took (published, or failed to)."""
         self._thread = threading.Thread(
@@ -229,13 +235,37 @@ class WorkerCompactor:
         """Hands the merge `runs` call for with `limit` diffs on their full to
         the thread, unless another worker holds the partition's claim;
         never waits for the merge."""
-        d = partition_dir(self.root, vertex, partition)
-        if not _claim(d, self.host):
+        if not self._claim(vertex, partition):
             return False
         if self.rc.submit(vertex, partition, key, runs, limit):
             return True
-        _release(d)
+        self._release(vertex, partition)
         return False
+
+    def adopt(
+        self,
+        batch: int,
+        vertex: str,
+        partition: int,
+        entry: dict[str, Any],
+        retain: int,
+        before_link: Callable[[], None] = lambda: None,
+    ) -> tuple[dict[str, Any], int]:
+        """:func:`adopt` on this compactor's root (a merge linked into the
+        batch's directory needs no checkpoint kept: `retain` is not used)."""
+        return adopt(self.root, batch, vertex, partition, entry, before_link)
+
+    def adoptable(
+        self, batch: int, vertex: str, partition: int, runs: list[dict[str, Any]], retain: int
+    ) -> bool:
+        """:func:`adoptable` on this compactor's root."""
+        return adoptable(self.root, vertex, partition, runs)
+
+    def _claim(self, vertex: str, partition: int) -> bool:
+        return _claim(partition_dir(self.root, vertex, partition), self.host)
+
+    def _release(self, vertex: str, partition: int) -> None:
+        _release(partition_dir(self.root, vertex, partition))
 
     def flush(self, timeout_s: float) -> bool:
         """Waits at most `timeout_s` for every merge handed over to be
@@ -255,7 +285,11 @@ class WorkerCompactor:
         return self.rc.hold()
 
     def stats(self) -> dict[str, Any]:
-        return {**self.rc.stats(), "published": self.published}
+        return {
+            **self.rc.stats(),
+            "published": self.published,
+            "publish_failures": self.publish_failures,
+        }
 
     def close(self) -> None:
         self._closed.set()
@@ -265,15 +299,18 @@ class WorkerCompactor:
     def _publish_loop(self) -> None:
         while not self._closed.is_set():
             for done in self.rc.wait_finished(PUBLISH_POLL_S):
-                # A publisher outlives one output it could not move (its
-                # partition then merges again after a later commit).
-                with contextlib.suppress(OSError):
+                # A publisher outlives one output it could not publish (a
+                # disk or store that failed: its partition then merges again
+                # after a later commit).
+                try:
                     self._publish_one(done)
+                except Exception:
+                    self.publish_failures += 1
                 self.handled += 1
             # A merge that failed (an input retention removed once a full
             # superseded it, a damaged file) gives its partition back.
             for vertex, partition in self.rc.take_dropped():
-                _release(partition_dir(self.root, vertex, partition))
+                self._release(vertex, partition)
 
     def _publish_one(self, done: dict[str, Any]) -> None:
         d = partition_dir(self.root, done["vertex"], int(done["subtask"]))
@@ -297,6 +334,12 @@ class WorkerCompactor:
             _release(d)
 
 
+def worker_dir(base: str, host: str) -> str:
+    """A new compactor's own directory under `base`, named by its host and
+    process (:func:`remove_dead_workers` finds it by them)."""
+    return os.path.join(base, f"{WORKER_PREFIX}{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
 def _claim(d: str, host: str) -> bool:
     """Takes the partition's claim, or False while another worker's holds."""
     os.makedirs(d, exist_ok=True)
@@ -313,8 +356,7 @@ def _claim(d: str, host: str) -> bool:
                 continue  # released meanwhile
             except ValueError:
                 holder = {}  # being written by its worker (or cut short by its death)
-            gone = holder.get("host") == host and not _alive(int(holder.get("pid", -1)))
-            if age < CLAIM_TIMEOUT_S and not gone:
+            if not claim_stale(holder, age, host):
                 return False
             with contextlib.suppress(FileNotFoundError):
                 os.remove(path)  # its worker died while merging
@@ -325,12 +367,19 @@ def _claim(d: str, host: str) -> bool:
     return False
 
 
+def claim_stale(holder: dict[str, Any], age_s: float, host: str) -> bool:
+    """Whether a claim `age_s` old held by `holder` (its host and pid) may be
+    taken over: its process gone (on this host) or the claim timed out."""
+    gone = holder.get("host") == host and not _alive(int(holder.get("pid", -1)))
+    return gone or age_s >= CLAIM_TIMEOUT_S
+
+
 def _release(d: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.remove(os.path.join(d, CLAIM_FILE))
 
 
-def _remove_dead_workers(base: str, host: str) -> None:
+def remove_dead_workers(base: str, host: str) -> None:
     """Removes the staging directories of this host's compactors whose
     process is gone (a worker killed mid-merge leaves its partial output)."""
     prefix = f"{WORKER_PREFIX}{host}-"
@@ -353,29 +402,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-_COMPACTORS: dict[str, WorkerCompactor] = {}
-_COMPACTORS_PID = os.getpid()
-_COMPACTORS_LOCK = threading.Lock()
-
-
-def compactor_for(
-    fs: Any, path: str, cpu_share: float = 1.0, bytes_per_s: int | None = None
-) -> WorkerCompactor | None:
-    """This process's compactor of the root at `path` on `fs`; None for a
-    root that is not local (its runs are merged in the commit that writes a
-    full, as before)."""
-    global _COMPACTORS_PID
-    local = _fs.local_path(fs, path)
-    if local is None:
-        return None
-    with _COMPACTORS_LOCK:
-        if os.getpid() != _COMPACTORS_PID:
-            # A forked worker: its parent's threads did not come along.
-            _COMPACTORS.clear()
-            _COMPACTORS_PID = os.getpid()
-        found = _COMPACTORS.get(local)
-        if found is None:
-            found = _COMPACTORS[local] = WorkerCompactor(local, cpu_share, bytes_per_s)
-        return found

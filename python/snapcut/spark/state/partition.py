@@ -22,8 +22,8 @@ import pyarrow as pa
 from snapcut._core import SnapshotError, StateTable
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
-from snapcut.spark.state import compaction
 from snapcut.spark.state.compaction import WorkerCompactor
+from snapcut.spark.state.compactors import compactor_for
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import TableLayout
 from snapcut.spark.state.warm import CACHE, Runs, StateCache, Tables
@@ -112,8 +112,8 @@ class PartitionTask:
         state_memory: int | None = None,
         compactor: WorkerCompactor | bool | None = True,
     ) -> None:
-        """`compactor`: True for this process's compactor of a local root
-        (:func:`compaction.compactor_for`), or one given, or False/None for
+        """`compactor`: True for this process's compactor of the root
+        (:func:`compactors.compactor_for`), or one given, or False/None for
         none (a full in the commit every `full_every` batches)."""
         self.root = root
         self.batch_id = batch_id
@@ -132,9 +132,7 @@ class PartitionTask:
         self.cache_key = (spec.uri, f"{spec.vertex}#{shape}", partition)
         self.migrated: list[str] = []
         if compactor is True:
-            compactor = spec.compaction and compaction.compactor_for(
-                root.fs, root.path, spec.compaction_cpu_share, spec.compaction_bytes_per_s
-            )
+            compactor = compactor_for(spec, root.fs, root.path)
         self.compactor: WorkerCompactor | None = compactor or None
 
     def _new_table(self, layout: TableLayout) -> StateTable:
@@ -382,29 +380,33 @@ class PartitionTask:
         Returns the entry and the merges it adopted."""
         table = self._loaded.tables[layout.vertex]
         base = self._loaded.runs[layout.vertex]
-        spec, root = self.root.spec, self.root.path
-        cap = spec.full_every if self.compactor is None else 2 * spec.full_every
-        # Every commit looks (one listing of a small local directory): it
-        # adopts what it can and removes what was adopted before, whose file
-        # would otherwise keep its disk space after retention.
-        look = self.compactor is not None
+        spec, compactor = self.root.spec, self.compactor
+        cap = spec.full_every if compactor is None else 2 * spec.full_every
+        # Every commit looks (one listing of the partition's directory under
+        # compacting/): it adopts what it can and removes what was adopted
+        # before (a local root's file would otherwise keep its disk space).
         if layout.vertex in self.migrated or (
             len(base) + 1 > cap
-            and not (look and compaction.adoptable(root, layout.vertex, self.partition, base))
+            and not (
+                compactor is not None
+                and compactor.adoptable(
+                    self.batch_id, layout.vertex, self.partition, base, spec.retain
+                )
+            )
         ):
             table.checkpoint_aborted()  # forces a full: bounds (or re-types) the runs
         # A table over its memory budget leaves the capture as runs that
         # the writer merges as it writes the file, never holding it whole.
         _, kind, capture = table.checkpoint_streamed(self.batch_id)
         entry = self.root.write_state(self.batch_id, self.partition, capture, kind, base, layout)
-        if not look or kind != "diff":
+        if compactor is None or kind != "diff":
             return entry, 0
-        return compaction.adopt(
-            root,
+        return compactor.adopt(
             self.batch_id,
             layout.vertex,
             self.partition,
             entry,
+            spec.retain,
             before_link=lambda: failpoints.hit("state.before_adopt", self.batch_id, self.partition),
         )
 

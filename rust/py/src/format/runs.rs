@@ -48,9 +48,10 @@ fn state_runs<'py>(
     to_py(py, &runs).map(Some)
 }
 
-/// `entry` (a state file entry of checkpoint `adopter` that lists runs)
-/// with a compaction's `output` in place of its `inputs`, the output's file
-/// in `adopter`'s directory; None when the inputs are no longer among the
+/// `entry` (a state file entry that lists runs) with a compaction's
+/// `output` in place of its `inputs`, the output's file in checkpoint
+/// `at`'s directory (the adopting checkpoint's where the file is linked
+/// there, an older one's where it was stored there); None when the inputs are no longer among the
 /// entry's runs, contiguous and in order (a full captured since, another
 /// compaction adopted): the output is then of no use.
 #[pyfunction]
@@ -59,18 +60,46 @@ fn adopt_run<'py>(
     entry: &Bound<'py, PyAny>,
     inputs: &Bound<'py, PyAny>,
     output: &Bound<'py, PyAny>,
-    adopter: u64,
+    at: u64,
 ) -> PyResult<Option<Bound<'py, PyAny>>> {
     let mut entry = entry_of(entry)?;
     let inputs: Vec<RunEntry> = from_py(inputs, "a compaction's input runs")?;
     let mut output: RunEntry = from_py(output, "a compaction's output run")?;
-    output.checkpoint = adopter;
+    output.checkpoint = at;
     let Some(runs) = format::adopt(&entry.runs, &inputs, output) else {
         return Ok(None);
     };
     entry.runs = runs;
     entry.chain = format::runs_chain(&entry.runs);
     entry_dict(py, &entry).map(Some)
+}
+
+/// A compaction input's checkpoint and its file entry.
+type InputFile<'py> = (u64, Bound<'py, PyAny>);
+
+/// The files the compaction `runs` (of `(vertex, subtask)`, newest first)
+/// call for with `limit` diffs on their full (`plan_compaction`) reads:
+/// `(checkpoint, file entry)` of each input, for a caller that fetches them
+/// to where a [`RunCompactor`] reads them (a remote root's); None when the
+/// runs call for no compaction.
+#[pyfunction]
+fn compaction_inputs<'py>(
+    py: Python<'py>,
+    vertex: &str,
+    subtask: usize,
+    runs: &Bound<'py, PyAny>,
+    limit: usize,
+) -> PyResult<Option<Vec<InputFile<'py>>>> {
+    let runs: Vec<RunEntry> = from_py(runs, "a state's runs")?;
+    let Some(plan) = format::plan_compaction(&runs, limit) else {
+        return Ok(None);
+    };
+    let t = task(vertex, subtask);
+    plan.inputs
+        .iter()
+        .map(|r| Ok((r.checkpoint, to_py(py, &r.file_entry(&t, None))?)))
+        .collect::<PyResult<Vec<_>>>()
+        .map(Some)
 }
 
 /// Whether `runs` (newest first) still hold a compaction's `inputs`,
@@ -311,6 +340,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(state_runs, m)?)?;
     m.add_function(wrap_pyfunction!(adopt_run, m)?)?;
     m.add_function(wrap_pyfunction!(adoptable, m)?)?;
+    m.add_function(wrap_pyfunction!(compaction_inputs, m)?)?;
     m.add_function(wrap_pyfunction!(check_compaction_budget, m)?)?;
     m.add_class::<RunCompactor>()?;
     m.add_class::<RunCompactorHold>()?;
