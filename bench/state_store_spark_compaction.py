@@ -19,33 +19,51 @@ A second table: the manifest's size, the one cost runs listed in every
 entry add (a ``keyed_state`` of PARTITIONS partitions and few keys, each
 variant after three times FULL_EVERY batches).
 
+``--root s3``: the root in a bucket of moto's S3 server (its own process on
+127.0.0.1), the worker's run cache in the work directory; ``compactor`` is
+the remote root's (its inputs fetched through the run cache, each merge
+stored in the checkpoint of the newest run it merged). The cold load reads
+through a run cache of its own, empty (a worker on another machine).
+
     python bench/state_store_spark_compaction.py --keys 10000000 --batches 12 \\
         --batch-rows 1000000 --full-every 4 --rounds 4 \\
         --out bench/results/state_store/spark_compaction
+    python bench/state_store_spark_compaction.py --root s3 --keys 2000000 \\
+        --batches 12 --batch-rows 200000 --full-every 4 --rounds 4 \\
+        --manifest-partitions 0 --out bench/results/state_store/spark_compaction_s3
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import json
 import os
 import platform
 import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from children import spread, write_results
 from snapcut._core import KeyedAggregates
+from snapcut.snapshots.run_cache import RunCacheSpec, shared
 from snapcut.spark.processors import AggregateProcessor
 from snapcut.spark.roots import schema_bytes
 from snapcut.spark.state.compaction import WorkerCompactor
 from snapcut.spark.state.partition import PartitionTask
+from snapcut.spark.state.remote_compaction import RemoteCompactor
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import RootSpec
 from snapcut.spark.state.warm import StateCache
@@ -54,10 +72,53 @@ VARIANTS = ("commit_full", "compactor")
 INPUT = pa.schema([("user", pa.int64()), ("v", pa.int64())])
 SPECS = [("count", None, "n"), ("sum", "v", "total")]
 DRAIN_S = 600.0
+MOTO_START_S = 120.0
+ACCESS_KEY, SECRET_KEY, REGION = "snapcut", "snapcut-secret", "us-east-1"
 
 
-def spec(root: Path, partitions: int, full_every: int, compaction: bool) -> RootSpec:
-    return RootSpec(
+@contextlib.contextmanager
+def moto_process() -> Iterator[pafs.S3FileSystem]:
+    """moto's S3 server in a process of its own (not a thread of this one:
+    it would take the GIL from the worker being measured)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        fs = pafs.S3FileSystem(
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+            region=REGION,
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            allow_bucket_creation=True,
+            allow_bucket_deletion=True,
+        )
+        deadline = time.monotonic() + MOTO_START_S
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"moto did not answer within {MOTO_START_S} s") from None
+                time.sleep(0.2)
+        yield fs
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+def spec(
+    root: Path, partitions: int, full_every: int, compaction: bool, args: argparse.Namespace
+) -> RootSpec:
+    local = RootSpec(
         uri=str(root),
         vertex="state",
         partitions=partitions,
@@ -68,6 +129,34 @@ def spec(root: Path, partitions: int, full_every: int, compaction: bool) -> Root
         retain=10,
         compaction=compaction,
     )
+    if args.root == "local":
+        return local
+    bucket = f"bench-{uuid.uuid4().hex[:12]}"
+    args.s3.create_dir(bucket)
+    return dataclasses.replace(
+        local,
+        uri=f"{bucket}/root",
+        filesystem=args.s3,
+        run_cache=RunCacheSpec(str(root.parent / f"cache-{bucket}"), 64 << 30),
+    )
+
+
+def compactor(s: RootSpec) -> WorkerCompactor:
+    root = StateRoot(s)
+    cache = shared(s.run_cache)
+    if cache is None:
+        return WorkerCompactor(root.path)
+    return RemoteCompactor(root.fs, root.path, cache)
+
+
+def discard(s: RootSpec) -> None:
+    """Removes a variant's root (and a remote one's run caches)."""
+    if s.filesystem is None:
+        shutil.rmtree(s.uri, ignore_errors=True)
+        return
+    s.filesystem.delete_dir(s.uri.split("/", 1)[0])
+    for cache in Path(str(s.run_cache.directory)).parent.glob("cache-*"):
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def processor() -> AggregateProcessor:
@@ -94,9 +183,9 @@ def one(root: Path, variant: str, args: argparse.Namespace) -> dict[str, Any]:
     """One variant's batches on a fresh root, then a cold load."""
     shutil.rmtree(root, ignore_errors=True)
     merged = variant == "compactor"
-    s = spec(root, 1, args.full_every, merged)
+    s = spec(root, 1, args.full_every, merged, args)
     StateRoot(s).init("aggregate")
-    wc = WorkerCompactor(str(root)) if merged else None
+    wc = compactor(s) if merged else None
     cache = StateCache(4)
     rng = np.random.default_rng(11)
     batches = []
@@ -128,16 +217,24 @@ def one(root: Path, variant: str, args: argparse.Namespace) -> dict[str, Any]:
         stats = wc.stats()
         wc.close()
     last = args.batches
-    manifest = json.loads((root / f"chk-{last:08d}" / "manifest.json").read_text())
+    manifest = StateRoot(s).manifest(last)
+    assert manifest is not None
     (entry,) = [f for f in manifest["files"] if f["role"] == "state"]
+    # A worker on another machine: a run cache of its own, empty.
+    cold_spec = s
+    if s.filesystem is not None:
+        cold_spec = dataclasses.replace(
+            s, run_cache=RunCacheSpec(f"{s.run_cache.directory}-cold", 64 << 30)
+        )
     cold = PartitionTask(
-        StateRoot(s), last + 1, 0, "q1", None, cache=StateCache(0), compactor=False
+        StateRoot(cold_spec), last + 1, 0, "q1", None, cache=StateCache(0), compactor=False
     )
     t0 = time.perf_counter()
     loaded = cold.load()
     cold_s = time.perf_counter() - t0
     rows = sum(len(t) for t in loaded.tables.values())
     del loaded, cold
+    discard(s)
     later = batches[1:]
     return {
         "variant": variant,
@@ -166,9 +263,9 @@ def manifest_sizes(work: Path, args: argparse.Namespace) -> dict[str, tuple[int,
     for variant in VARIANTS:
         root = work / f"manifest-{variant}"
         shutil.rmtree(root, ignore_errors=True)
-        s = spec(root, args.manifest_partitions, args.full_every, variant == "compactor")
+        s = spec(root, args.manifest_partitions, args.full_every, variant == "compactor", args)
         StateRoot(s).init("aggregate")
-        wc = WorkerCompactor(str(root)) if variant == "compactor" else None
+        wc = compactor(s) if variant == "compactor" else None
         rng = np.random.default_rng(5)
         last = 3 * args.full_every
         for b in range(last + 1):
@@ -181,7 +278,8 @@ def manifest_sizes(work: Path, args: argparse.Namespace) -> dict[str, tuple[int,
                 task.run(data, processor(), None)
             if wc is not None:
                 assert wc.flush(DRAIN_S)
-        manifest = json.loads((root / f"chk-{last:08d}" / "manifest.json").read_text())
+        manifest = StateRoot(s).manifest(last)
+        assert manifest is not None
         chains_only = {
             **manifest,
             "files": [{k: v for k, v in f.items() if k != "runs"} for f in manifest["files"]],
@@ -189,7 +287,7 @@ def manifest_sizes(work: Path, args: argparse.Namespace) -> dict[str, tuple[int,
         out[variant] = (len(json.dumps(manifest)), len(json.dumps(chains_only)))
         if wc is not None:
             wc.close()
-        shutil.rmtree(root, ignore_errors=True)
+        discard(s)
     return out
 
 
@@ -200,10 +298,17 @@ def main() -> None:
     p.add_argument("--batch-rows", type=int, default=1_000_000)
     p.add_argument("--full-every", type=int, default=4)
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--manifest-partitions", type=int, default=200)
+    p.add_argument("--manifest-partitions", type=int, default=200, help="0: no manifest size table")
+    p.add_argument("--root", choices=("local", "s3"), default="local")
     p.add_argument("--work", type=Path, default=Path("/tmp/snapcut-spark-compaction-bench"))
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    with contextlib.ExitStack() as stack:
+        args.s3 = stack.enter_context(moto_process()) if args.root == "s3" else None
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
     runs: list[dict[str, Any]] = []
     load = os.getloadavg()[0]
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -213,7 +318,7 @@ def main() -> None:
             run = {"round": r, **one(args.work / "root", variant, args)}
             runs.append(run)
             print(json.dumps({k: v for k, v in run.items() if k != "batches"}), flush=True)
-    sizes = manifest_sizes(args.work, args)
+    sizes = manifest_sizes(args.work, args) if args.manifest_partitions else {}
     shutil.rmtree(args.work, ignore_errors=True)
     assert len({x["state_rows"] for x in runs}) == 1, "every run holds the same keys"
     by = {v: [x for x in runs if x["variant"] == v] for v in VARIANTS}
@@ -221,6 +326,8 @@ def main() -> None:
         f"{started}; machine: {platform.processor() or platform.machine()}, "
         f"{os.cpu_count()} CPUs; 1-minute load {load:.2f} at the start, "
         f"{os.getloadavg()[0]:.2f} at the end; {' '.join(sys.argv)}",
+        f"root: {args.root}"
+        + (" (moto's S3 server, its own process on 127.0.0.1)" if args.root == "s3" else ""),
         f"one partition: batch 0 creates {args.keys:,} keys, then {args.batches} batches of "
         f"{args.batch_rows:,} random keys, full_every={args.full_every}; "
         f"then a cold load",
@@ -251,12 +358,13 @@ def main() -> None:
             f"compactor / commit_full {field}, per round: median {statistics.median(rs):.2f} "
             f"[{min(rs):.2f}, {max(rs):.2f}]"
         )
-    lines += [
-        "",
-        f"manifest bytes after {3 * args.full_every} batches, "
-        f"{args.manifest_partitions} partitions: "
-        + ", ".join(f"{v} {n:,} (without the runs: {m:,})" for v, (n, m) in sizes.items()),
-    ]
+    if sizes:
+        lines += [
+            "",
+            f"manifest bytes after {3 * args.full_every} batches, "
+            f"{args.manifest_partitions} partitions: "
+            + ", ".join(f"{v} {n:,} (without the runs: {m:,})" for v, (n, m) in sizes.items()),
+        ]
     print("\n".join(lines))
     if args.out:
         write_results(args.out, runs, lines)

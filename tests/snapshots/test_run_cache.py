@@ -284,3 +284,73 @@ def test_a_cache_directory_that_cannot_take_a_file_is_named(
     assert isinstance(e.value.__cause__, NotADirectoryError)
     assert cache.stats.misses == 0
     assert cache_dir.read_text() == "not a directory"
+
+
+def test_a_writer_keeps_the_state_files_it_writes_in_the_cache(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote root's writer with a run cache keeps each state file it
+    writes there (a diff from its bytes, a full from the local file it
+    uploaded, copied where the cache is on another filesystem): a reader on
+    the same machine finds them and fetches nothing. A file larger than the
+    whole cache is not kept."""
+    from snapcut.snapshots import SnapshotWriter
+
+    fs, path = s3.filesystem(), f"{s3.bucket()}/root"
+    spec = RunCacheSpec(str(tmp_path / "cache"), 1 << 30)
+    writer = SnapshotWriter(path, filesystem=fs, run_cache=spec)
+    from snapcut.snapshots.layout import TIME_METADATA
+
+    full = pa.table({"k": pa.array(range(1000), pa.int64()), "v": pa.array(range(1000))})
+    # A full indexed by time is written through a local file (its index read
+    # back from it), and that file is on "another filesystem": it is copied.
+    full = full.replace_schema_metadata({TIME_METADATA: "v"})
+    real_replace = os.replace
+    crossed = []
+
+    def no_rename_from_tmp(src: Any, dst: Any) -> None:
+        if not str(src).startswith(str(tmp_path / "cache")):
+            crossed.append(src)
+            raise OSError(18, "Invalid cross-device link")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", no_rename_from_tmp)
+    e0 = writer.write_state(0, "agg", 0, full, key="k", base_runs=[])
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert crossed
+    diff = full.slice(0, 10).append_column("__deleted", pa.array([False] * 10))
+    e1 = writer.write_state(1, "agg", 0, diff, key="k", kind="diff", base_runs=e0["runs"])
+    writer.commit(0, [e0], tasks=[("agg", 0)])
+    writer.commit(1, [e1], tasks=[("agg", 0)])
+    cache = shared(spec)
+    assert cache is not None
+    assert len(cache_files(tmp_path / "cache")) == 2
+    backend = FsBackend(fs, path, run_cache=cache)
+    before = cache.stats.copy()
+    chain = backend.chain(1, ("agg", 0), mapped=True)
+    assert chain is not None and [kind for _, kind, _ in chain] == ["full", "diff"]
+    assert cache.stats.misses == before.misses and cache.stats.hits == before.hits + 2
+    # Too large for the whole cache: not kept (the upload is all that counts).
+    small = RunCacheSpec(str(tmp_path / "small"), 64)
+    tiny = SnapshotWriter(f"{path}-2", filesystem=fs, run_cache=small)
+    tiny.write_state(0, "agg", 0, full, key="k", base_runs=[])
+    assert cache_files(tmp_path / "small") == []
+
+
+def test_a_linked_copy_outlives_its_eviction(remote: tuple[Any, str], tmp_path: Path) -> None:
+    """`link` gives a reader (a remote root's compactor) a hard link of the
+    cached copy: the cache may evict its own name meanwhile."""
+    fs, path = remote
+    backend = FsBackend(fs, path)
+    cid = backend.complete()[-1]
+    (entry,) = [
+        f for f in backend.manifest(cid)["files"] if f["role"] == "state" and f["subtask"] == 0
+    ]
+    cache = RunCache(tmp_path / "cache", 1 << 30)
+    remote_file = f"{path}/{checkpoint_dir_name(cid)}/{entry['path']}"
+    dst = tmp_path / "linked.arrow"
+    cache.link(fs, remote_file, entry, cid, str(dst))
+    (cached,) = cache_files(tmp_path / "cache")
+    assert dst.stat().st_ino == cached.stat().st_ino
+    cached.unlink()
+    assert dst.read_bytes() == backend.read_checked(cid, entry)

@@ -500,12 +500,13 @@ def test_a_cold_task_maps_the_roots_full_as_its_base_run(
 def test_a_cold_task_on_a_remote_root_maps_its_files_from_the_run_cache(
     s3: S3Server, tmp_path: Path, size: int
 ) -> None:
-    """On S3 a cold task fetches each state file of its chain into the run
-    cache once (later tasks find the older ones there) and maps it, so its
-    budgeted table takes the full as its base run as it is, as on a local
-    root; with the cache off the files are read into memory and the base is
-    copied into a local run. Either way the output and state equal a warm
-    local root's, and the figures count what the cache did."""
+    """On S3 a cold task maps each state file of its chain from the run
+    cache, so its budgeted table takes the full as its base run as it is, as
+    on a local root: the files this machine wrote are there already (kept as
+    they were written); a worker with an empty cache fetches each once. With
+    the cache off the files are read into memory and the base is copied into
+    a local run. Either way the output and state equal a warm local root's,
+    and the figures count what the cache did."""
     cache_dir = tmp_path / "cache"
     spec = dataclasses.replace(
         make_spec(tmp_path / "unused", partitions=1, full_every=100),
@@ -519,7 +520,6 @@ def test_a_cold_task_on_a_remote_root_maps_its_files_from_the_run_cache(
     assert StateRoot(spec).mappable == (size > 0)
     warm = StateCache()
     batches = [list(range(60_000, 0, -1)), list(range(0, 120_000, 7)), [5, 5, 59_999]]
-    fetched = 0
     for batch, users in enumerate(batches):
         data = rows(users, v=batch + 1)
         task = PartitionTask(
@@ -535,22 +535,36 @@ def test_a_cold_task_on_a_remote_root_maps_its_files_from_the_run_cache(
         assert stats["bases_mapped"] == (1 if size else 0), stats
         # A mapped diff's run takes its stored filter (read from S3 itself).
         assert stats["filters_stored"] == (batch - 1 if size else 0), stats
-        # The chain is the full of batch 0 and the diffs since; only the
-        # newest file is new to the cache.
+        # The chain is the full of batch 0 and the diffs since, each kept in
+        # the cache by the task that wrote it.
         if size:
-            assert figures["state_run_cache_misses"] == 1, figures
-            assert figures["state_run_cache_hits"] == batch - 1, figures
-            fetched += figures["state_run_cache_bytes_fetched"]
+            assert figures["state_run_cache_misses"] == 0, figures
+            assert figures["state_run_cache_hits"] == batch, figures
         else:
             assert figures["state_run_cache_misses"] == figures["state_run_cache_hits"] == 0
     got = read_state_arrow(f"{spec.uri}", filesystem=s3.filesystem()).sort_by("user")
     want = read_state_arrow(str(tmp_path / "plain")).sort_by("user")
     assert got.equals(want) and got.num_rows > 60_000
-    if size:
-        on_disk = [p for p in cache_dir.iterdir() if p.suffix == ".arrow"]
-        assert len(on_disk) == 2 and fetched == sum(p.stat().st_size for p in on_disk) > 0
-    else:
+    if not size:
         assert not cache_dir.exists()
+        return
+    on_disk = [p for p in cache_dir.iterdir() if p.suffix == ".arrow"]
+    assert len(on_disk) == len(batches)
+    # A worker on another machine (an empty cache) fetches each file of
+    # the chain once; its retry of the batch finds them there.
+    other = tmp_path / "other"
+    elsewhere = dataclasses.replace(spec, run_cache=RunCacheSpec(str(other), size))
+    chain = {p.name: p.stat().st_size for p in on_disk}
+    for attempt in range(2):
+        task = PartitionTask(StateRoot(elsewhere), len(batches), 0, "q1", None, cache=StateCache(0))
+        task.run(rows([1, 2], v=9), processor(spec), None)
+        figures = task.figures()
+        assert figures["state_run_cache_misses"] == (len(batches) if attempt == 0 else 0)
+        assert figures["state_run_cache_hits"] == (0 if attempt == 0 else len(batches))
+        if attempt == 0:
+            assert figures["state_run_cache_bytes_fetched"] == sum(chain.values())
+    # What it fetched, and the diff it wrote (kept as written).
+    assert {p.name for p in other.iterdir() if p.suffix == ".arrow"} > set(chain)
 
 
 def test_a_table_with_two_time_columns_is_refused() -> None:

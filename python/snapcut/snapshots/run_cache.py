@@ -27,15 +27,20 @@ whole.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import shutil
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from snapcut import _fs
 from snapcut._core import ConfigError, SnapshotError, StorageError, size_bytes
@@ -219,20 +224,46 @@ class RunCache:
 
     def put(self, path: str, entry: dict[str, Any], local: str) -> bool:
         """Moves `local`, the bytes just stored at remote `path` (its entry:
-        ``bytes`` and ``crc32c``), into the cache, so this host's next read
-        of it finds it there; False (and `local` removed) for a file larger
-        than the whole cache."""
+        ``bytes`` and ``crc32c``), into the cache (a copy where `local` is on
+        another filesystem), so this machine's next read of it finds it
+        there; False (`local` left alone) for a file larger than the whole
+        cache."""
         if int(entry["bytes"]) > self.max_bytes:
-            _unlink(Path(local))
             return False
         cached = self.directory / self._name(path, entry)
         try:
             os.replace(local, cached)
         except OSError as e:
-            _unlink(Path(local))
-            raise self._unusable(path, e) from e
+            if e.errno != errno.EXDEV:
+                raise self._unusable(path, e) from e
+
+            def copy(f: Any) -> None:
+                with open(local, "rb") as src:
+                    shutil.copyfileobj(src, f)
+
+            self._place(path, cached, copy)
         self._evict(keep=cached)
         return True
+
+    def put_bytes(self, path: str, entry: dict[str, Any], data: bytes | pa.Buffer) -> bool:
+        """As :meth:`put`, the file's bytes in hand."""
+        if int(entry["bytes"]) > self.max_bytes:
+            return False
+        cached = self.directory / self._name(path, entry)
+        self._place(path, cached, lambda f: f.write(data))
+        self._evict(keep=cached)
+        return True
+
+    def _place(self, path: str, cached: Path, write: Callable[[Any], object]) -> None:
+        """`cached` written by `write` into a temporary file, renamed into place."""
+        tmp = cached.with_name(f".{cached.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                write(f)
+            os.replace(tmp, cached)
+        except OSError as e:
+            _unlink(tmp)
+            raise self._unusable(path, e) from e
 
     def _name(self, path: str, entry: dict[str, Any]) -> str:
         digest = hashlib.sha256(path.encode()).hexdigest()[:32]

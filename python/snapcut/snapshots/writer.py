@@ -6,6 +6,7 @@ encode the files, build the manifest and pick what retention deletes."""
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import os
 import tempfile
@@ -17,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from snapcut import _fs
-from snapcut._core import ConfigError, SnapshotError, StateRuns
+from snapcut._core import ConfigError, SnapshotError, StateRuns, StorageError
 from snapcut._core import format as fmt
 from snapcut.snapshots.backend import FsBackend
 from snapcut.snapshots.layout import (
@@ -30,6 +31,7 @@ from snapcut.snapshots.layout import (
     Task,
     checkpoint_dir_name,
 )
+from snapcut.snapshots.run_cache import RunCache, RunCacheSpec, shared
 
 
 def encode_ipc(table: pa.Table, what: str) -> tuple[bytes, int, int]:
@@ -70,12 +72,20 @@ class SnapshotWriter:
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], filesystem: Any = None, direct_io: bool = False
+        self,
+        root: str | os.PathLike[str],
+        filesystem: Any = None,
+        direct_io: bool = False,
+        run_cache: RunCacheSpec | None = None,
     ) -> None:
+        """`run_cache`: a remote root's state files are also kept in this
+        run cache as they are written (the bytes are at hand), so this
+        machine's next read of them (a cold task, a merge) fetches nothing."""
         self.fs, self.root = _fs.resolve(root, filesystem)
         if not isinstance(direct_io, bool):
             raise ConfigError(f"direct_io must be a bool, got {direct_io!r}")
         self.direct_io = direct_io
+        self._run_cache = run_cache
 
     def _dir(self, checkpoint_id: int) -> str:
         return f"{self.root}/{checkpoint_dir_name(checkpoint_id)}"
@@ -134,6 +144,10 @@ class SnapshotWriter:
             if bloom is not None:
                 self._put(checkpoint_id, entry["filter"]["path"], bloom)
             self._put(checkpoint_id, entry["path"], data)
+            cache = self._cache()
+            if cache is not None:
+                with contextlib.suppress(StorageError):  # a cache that is full: read later
+                    cache.put_bytes(f"{self._dir(checkpoint_id)}/{entry['path']}", entry, data)
             return entry
         # A local root's file is encoded straight into its temp file (its bytes
         # are never held whole), then renamed into place as _put would.
@@ -185,7 +199,18 @@ class SnapshotWriter:
             for name in [*_sidecars(entry), entry["path"]]:
                 path = f"{self._dir(checkpoint_id)}/{name}"
                 _fs.upload(self.fs, os.path.join(tmp, name), path)
+            cache = self._cache()
+            if cache is not None:
+                with contextlib.suppress(StorageError):  # a cache that is full: read later
+                    cache.put(path, entry, os.path.join(tmp, entry["path"]))
         return entry
+
+    def _cache(self) -> RunCache | None:
+        """The run cache state files are kept in as written (best effort:
+        None where the spec turns it off)."""
+        if self._run_cache is None:
+            return None
+        return shared(self._run_cache)
 
     def write_channel(
         self,

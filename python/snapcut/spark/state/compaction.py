@@ -203,6 +203,10 @@ class WorkerCompactor:
     """One worker's compactor of one local root: merges on a Rust thread,
     publishes each finished merge from a daemon thread of its own."""
 
+    looks_every_commit = True
+    """Whether every commit lists the partition's published merges (a local
+    root's: it removes those adopted before, which keep disk space)."""
+
     def __init__(self, root: str, cpu_share: float = 1.0, bytes_per_s: int | None = None) -> None:
         self.root = root
         self.host = socket.gethostname()

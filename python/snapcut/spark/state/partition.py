@@ -382,13 +382,20 @@ class PartitionTask:
         base = self._loaded.runs[layout.vertex]
         spec, compactor = self.root.spec, self.compactor
         cap = spec.full_every if compactor is None else 2 * spec.full_every
-        # Every commit looks (one listing of the partition's directory under
-        # compacting/): it adopts what it can and removes what was adopted
-        # before (a local root's file would otherwise keep its disk space).
+        # A local root's commits look every time (one listing of a small
+        # directory): each removes what was adopted before, whose file would
+        # otherwise keep its disk space. A remote root's look (a LIST
+        # request) only where a merge of these runs may wait: once they hold
+        # more than `full_every` runs (the commit that made them so handed
+        # one over).
+        look = compactor is not None and (
+            compactor.looks_every_commit or len(base) > spec.full_every
+        )
         if layout.vertex in self.migrated or (
             len(base) + 1 > cap
             and not (
-                compactor is not None
+                look
+                and compactor is not None
                 and compactor.adoptable(
                     self.batch_id, layout.vertex, self.partition, base, spec.retain
                 )
@@ -399,7 +406,7 @@ class PartitionTask:
         # the writer merges as it writes the file, never holding it whole.
         _, kind, capture = table.checkpoint_streamed(self.batch_id)
         entry = self.root.write_state(self.batch_id, self.partition, capture, kind, base, layout)
-        if compactor is None or kind != "diff":
+        if compactor is None or not look or kind != "diff":
             return entry, 0
         return compactor.adopt(
             self.batch_id,

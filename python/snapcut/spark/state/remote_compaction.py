@@ -99,6 +99,8 @@ class RemoteCompactor(WorkerCompactor):
     of its own, merged on the Rust thread, stored and recorded on the
     publisher thread."""
 
+    looks_every_commit = False
+
     def __init__(
         self,
         fs: Any,

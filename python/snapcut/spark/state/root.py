@@ -67,7 +67,7 @@ class StateRoot:
 
     def _open(self) -> None:
         self.fs, self.path, self.name = self.dir.fs, self.dir.path, self.dir.name
-        self.writer = SnapshotWriter(self.path, filesystem=self.fs)
+        self.writer = SnapshotWriter(self.path, filesystem=self.fs, run_cache=self.spec.run_cache)
         # One reader per root object (it keeps the manifests it read). No
         # existence check: init() created the root, existing() read its meta.
         self.backend = FsBackend(self.fs, self.path, check=False, run_cache=self.spec.run_cache)
