@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -253,17 +254,24 @@ def write_atomic(fs: Any, path: str, tmp_path: str, data: bytes | pa.Buffer) -> 
 UPLOAD_PART = 8 << 20
 
 
-def upload(fs: Any, source: str, path: str) -> None:
+def upload(
+    fs: Any, source: str, path: str, between_parts: Callable[[], object] | None = None
+) -> None:
     """Writes `path` on a remote filesystem from the local file `source`,
     read :data:`UPLOAD_PART` bytes at a time: a file as large as a
     partition's state is never held in memory whole. As :func:`write_atomic`
     there, one upload, all or nothing (a local root's file is written in
-    place instead, renamed into place)."""
+    place instead, renamed into place). `between_parts` is called before
+    each part but the first (a background upload yielding to others)."""
     try:
         if not is_object_store(fs):
             fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         with open(source, "rb") as src, fs.open_output_stream(path) as out:
+            first = True
             while part := src.read(UPLOAD_PART):
+                if between_parts is not None and not first:
+                    between_parts()
+                first = False
                 out.write(part)
     except OSError as e:
         raise storage_error(e, fs, f"writing {path}", path) from e

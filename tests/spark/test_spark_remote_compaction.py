@@ -289,3 +289,37 @@ def test_a_worker_killed_mid_merge_costs_nothing_but_time(s3: S3Server, tmp_path
         assert adopted >= 1
     finally:
         r.worker.close()
+
+
+def test_a_merge_upload_waits_while_a_commit_of_its_process_runs(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote root's merged run is uploaded a part at a time; between parts
+    it waits while a task of the same process commits (bounded), so the
+    commit has the store's bandwidth to itself."""
+    import threading
+    import time
+
+    from snapcut import _fs
+    from snapcut.spark.state.compaction import committing, yield_to_commits
+
+    monkeypatch.setattr(_fs, "UPLOAD_PART", 1024)
+    source = tmp_path / "merged.arrow"
+    source.write_bytes(os.urandom(8 * 1024))
+    fs, key = s3.filesystem(), f"{s3.bucket()}/merged.arrow"
+    parts: list[float] = []
+
+    def between() -> None:
+        assert yield_to_commits(FLUSH_S)
+        parts.append(time.monotonic())
+
+    with committing():
+        upload = threading.Thread(target=_fs.upload, args=(fs, str(source), key, between))
+        upload.start()
+        time.sleep(0.3)
+        assert parts == [], "no part after the first while the commit runs"
+        assert not yield_to_commits(0.05)
+        ended = time.monotonic()
+    upload.join(FLUSH_S)
+    assert len(parts) == 7 and parts[0] >= ended
+    assert fs.open_input_file(key).read() == source.read_bytes()

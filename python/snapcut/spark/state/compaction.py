@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,36 @@ CLAIM_TIMEOUT_S = 600.0
 #: How long a publisher waits for finished merges per round (a close waits
 #: at most this plus the compactor's own shutdown, 10 s).
 PUBLISH_POLL_S = 0.5
+
+
+#: How long a compactor's upload yields to one commit of its process, at most.
+YIELD_MAX_S = 30.0
+
+_FOREGROUND = threading.Condition()
+_COMMITTING = 0
+
+
+@contextlib.contextmanager
+def committing() -> Iterator[None]:
+    """A task's commit in progress in this process: the compactors' uploads
+    (a remote root's merged runs) wait between their parts until it ends,
+    so a commit does not share the store's bandwidth with a merge."""
+    global _COMMITTING
+    with _FOREGROUND:
+        _COMMITTING += 1
+    try:
+        yield
+    finally:
+        with _FOREGROUND:
+            _COMMITTING -= 1
+            _FOREGROUND.notify_all()
+
+
+def yield_to_commits(timeout_s: float = YIELD_MAX_S) -> bool:
+    """Waits until no commit of this process is in progress, at most
+    `timeout_s`; False if one still is."""
+    with _FOREGROUND:
+        return _FOREGROUND.wait_for(lambda: _COMMITTING == 0, timeout_s)
 
 
 @dataclass(frozen=True)

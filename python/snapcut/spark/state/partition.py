@@ -22,7 +22,7 @@ import pyarrow as pa
 from snapcut._core import SnapshotError, StateTable
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
-from snapcut.spark.state.compaction import WorkerCompactor
+from snapcut.spark.state.compaction import WorkerCompactor, committing
 from snapcut.spark.state.compactors import compactor_for
 from snapcut.spark.state.root import StateRoot
 from snapcut.spark.state.spec import TableLayout
@@ -335,6 +335,11 @@ class PartitionTask:
         """Writes version N (sorted by key: deterministic bytes), acknowledges
         it, finalizes the batch's manifest if every partition has, and only
         then puts the table back in the cache."""
+        # A compactor's upload in this process waits while it runs.
+        with committing():
+            self._commit()
+
+    def _commit(self) -> None:
         loaded, info, metrics = self._loaded, self._info, self._metrics
         failpoints.hit("state.before_write", self.batch_id, self.partition)
         t0 = time.perf_counter()

@@ -21,7 +21,9 @@ _worker-<host>-<pid>-<id>/chk-N/``), from the run cache (downloaded first
 where it is not there yet), and only then hands the merge to the Rust
 compactor, so the task never waits for a download. The output, once
 uploaded, moves into the run cache: this host's next cold load of the
-partition finds it there.
+partition finds it there. The upload waits between its parts while a task
+of the process commits (:func:`~snapcut.spark.state.compaction.committing`),
+so the commit does not share the store's bandwidth with it.
 
 One worker merges a partition at a time, by a claim under its directory as
 for a local root, best effort: an object store has no exclusive create, so
@@ -60,6 +62,7 @@ from snapcut.spark.state.compaction import (
     claim_stale,
     remove_dead_workers,
     worker_dir,
+    yield_to_commits,
 )
 
 __all__ = ["MIN_RETAIN", "RemoteCompactor", "StoredMerge"]
@@ -311,8 +314,8 @@ class RemoteCompactor(WorkerCompactor):
                 return  # retention removed that checkpoint: nothing could adopt it
             # What is stored beside the run file first: a run file in place names it.
             for p in staged:
-                _fs.upload(self.fs, p, f"{chk}/{os.path.basename(p)}")
-            _fs.upload(self.fs, done["staged"], f"{chk}/{name}")
+                _fs.upload(self.fs, p, f"{chk}/{os.path.basename(p)}", yield_to_commits)
+            _fs.upload(self.fs, done["staged"], f"{chk}/{name}", yield_to_commits)
             record = {
                 "kind": done["kind"],
                 "at": at,
