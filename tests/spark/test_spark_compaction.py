@@ -109,6 +109,9 @@ def test_commits_write_diffs_and_adopt_merges_made_off_their_path(
     assert kinds == ["full"] + ["diff"] * 15
     last = entry(Path(merged.uri), 15)
     assert any("run-" in r["path"] for r in last["runs"]), last["runs"]
+    # A merged run names its span, not every checkpoint of the history.
+    assert all(len(r["merges"]) <= 2 for r in last["runs"]), last["runs"]
+    assert last["runs"][-1]["merges"][0] == 0
     # Every file the newest version names is in place and checks out.
     from snapcut import snapshots
 

@@ -146,7 +146,9 @@ def published(root: str, vertex: str, partition: int) -> list[Published]:
         except FileNotFoundError:
             continue  # adopted and removed by another commit meanwhile
         out.append(Published(n[: -len(PUBLISHED_SUFFIX)], record["inputs"], record["output"]))
-    out.sort(key=lambda p: (p.output["merges"][-1], -len(p.output["merges"])))
+    # Those ending at the same checkpoint: the widest first (a base merge
+    # before a tier merge of its newest diffs).
+    out.sort(key=lambda p: (p.output["merges"][-1], p.output["merges"][0]))
     return out
 
 

@@ -214,7 +214,8 @@ class RemoteCompactor(WorkerCompactor):
                 raise _fs.storage_error(e, self.fs, f"reading {info.path}", info.path) from e
             name = n[: -len(PUBLISHED_SUFFIX)]
             out.append(StoredMerge(name, int(record["at"]), record["inputs"], record["output"]))
-        out.sort(key=lambda m: (m.output["merges"][-1], -len(m.output["merges"])))
+        # Those ending at the same checkpoint: the widest first.
+        out.sort(key=lambda m: (m.output["merges"][-1], m.output["merges"][0]))
         return out
 
     def flush(self, timeout_s: float) -> bool:

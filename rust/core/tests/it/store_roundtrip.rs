@@ -489,7 +489,8 @@ fn store_compacts_runs_so_tables_send_only_diffs() {
     let runs = &m.state_file(&task("agg", 0)).unwrap().runs;
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[1].kind, FileKind::Full);
-    assert_eq!(runs[1].merges, (1..=7).collect::<Vec<_>>());
+    // Named by its span (the ends: its entry does not grow with the history).
+    assert_eq!(runs[1].merges, vec![1, 7]);
     assert_eq!(store.completed(), vec![8]);
 }
 

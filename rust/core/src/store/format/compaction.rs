@@ -101,12 +101,17 @@ pub fn merged_run(
     filter: Option<FilterEntry>,
     times: Option<TimesEntry>,
 ) -> RunEntry {
-    let mut merges: Vec<CheckpointId> = plan
-        .inputs
-        .iter()
-        .flat_map(|r| r.merges.iter().copied())
-        .collect();
-    merges.sort_unstable();
+    // A merged run names the span it merged, its first and last checkpoint:
+    // every one would grow each manifest entry with the query's age (a base
+    // merged at batch 10,000 would list 10,000 ids, in every manifest after),
+    // and only the ends are read (the runs' order, the state they rebuild,
+    // the output's name). Roots written before list every one; both read alike.
+    let (first, last) = merge_span(plan);
+    let merges = if first == last {
+        vec![first]
+    } else {
+        vec![first, last]
+    };
     RunEntry {
         checkpoint: adopter,
         path,
@@ -236,6 +241,23 @@ mod tests {
             None,
         );
         assert_eq!((out.merges.clone(), out.kind), (vec![2, 3], FileKind::Diff));
+        // Merged again with what came after: still its span's two ends,
+        // whatever the history (an entry's size does not grow with it).
+        let older = RunEntry {
+            merges: vec![0, 1, 2, 3],
+            ..out.clone()
+        };
+        let base = CompactionPlan {
+            kind: MergeKind::Base,
+            inputs: vec![run(5, FileKind::Diff, 1), run(4, FileKind::Diff, 1), older],
+        };
+        let written = crate::store::format::Written {
+            rows: 1,
+            bytes: 2,
+            crc32c: 3,
+        };
+        let again = merged_run(&base, 5, "b".into(), written, None, None, None);
+        assert_eq!((again.merges, again.kind), (vec![0, 5], FileKind::Full));
         let adopted = adopt(&runs, &tier.inputs, out.clone()).unwrap();
         assert_eq!(
             adopted.iter().map(|r| r.path.as_str()).collect::<Vec<_>>(),
