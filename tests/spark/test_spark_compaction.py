@@ -357,3 +357,33 @@ def test_bad_compactor_settings_and_lineages_are_refused(tmp_path: Path) -> None
         writer.write_state(1, "v", 0, diff, "user", kind="diff", base_runs=[])
     with pytest.raises(SnapshotError, match="base runs"):
         writer.write_state(1, "v", 0, table, "user", base_runs=[{"checkpoint": 0}])
+
+
+def test_a_closed_compactor_gives_up_its_claims_and_leaves_no_directory(
+    roots: tuple[RootSpec, RootSpec],
+) -> None:
+    """Closing a worker's compactor (its process exiting normally) abandons
+    the merge in hand, gives its partition's claim back and removes its own
+    staging directory; another worker merges the partition at once."""
+    merged, plain = roots
+    wc = WorkerCompactor(merged.uri)
+    hold = wc.hold()
+    for b in range(FULL_EVERY + 1):
+        commit(merged, b, wc, flush=False)
+        commit(plain, b, False)
+    claim = Path(compaction.partition_dir(merged.uri, "state", 0)) / compaction.CLAIM_FILE
+    assert claim.exists() and Path(wc.staging).exists()
+    wc.close()
+    hold.release()
+    assert not claim.exists() and not Path(wc.staging).exists()
+    other = WorkerCompactor(merged.uri)
+    try:
+        task = commit(merged, FULL_EVERY + 1, other)
+        commit(plain, FULL_EVERY + 1, False)
+        assert other.stats()["published"] == 1
+        task = commit(merged, FULL_EVERY + 2, other)
+        commit(plain, FULL_EVERY + 2, False)
+        assert task.figures()["state_compactions_adopted"] == 1
+        assert state(Path(merged.uri), FULL_EVERY + 2) == state(Path(plain.uri), FULL_EVERY + 2)
+    finally:
+        other.close()

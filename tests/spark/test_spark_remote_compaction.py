@@ -323,3 +323,19 @@ def test_a_merge_upload_waits_while_a_commit_of_its_process_runs(
     upload.join(FLUSH_S)
     assert len(parts) == 7 and parts[0] >= ended
     assert fs.open_input_file(key).read() == source.read_bytes()
+
+
+def test_a_closed_remote_compactor_gives_up_its_claims_and_leaves_no_directory(
+    remote: Remote,
+) -> None:
+    hold = remote.worker.hold()
+    for b in range(FULL_EVERY + 1):
+        remote.step(b, flush=False)
+    root = remote.root
+    claim = f"{remote.worker._dir('state', 0)}/{compaction.CLAIM_FILE}"
+    assert root.fs.get_file_info(claim).is_file
+    assert Path(remote.worker.inputs_root).exists()
+    remote.worker.close()
+    hold.release()
+    assert not root.fs.get_file_info(claim).is_file
+    assert not Path(remote.worker.inputs_root).exists()

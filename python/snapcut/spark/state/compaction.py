@@ -256,6 +256,8 @@ class WorkerCompactor:
         self.staging = staging
         self.rc = RunCompactor(inputs_root, staging, cpu_share, bytes_per_s)
         self._closed = threading.Event()
+        self._claims: set[tuple[str, int]] = set()
+        """The partitions whose claim this compactor holds (given up at close)."""
         self.published = 0
         self.publish_failures = 0
         self.handled = 0
@@ -298,9 +300,13 @@ class WorkerCompactor:
         return adoptable(self.root, vertex, partition, runs)
 
     def _claim(self, vertex: str, partition: int) -> bool:
-        return _claim(partition_dir(self.root, vertex, partition), self.host)
+        if not _claim(partition_dir(self.root, vertex, partition), self.host):
+            return False
+        self._claims.add((vertex, partition))
+        return True
 
     def _release(self, vertex: str, partition: int) -> None:
+        self._claims.discard((vertex, partition))
         _release(partition_dir(self.root, vertex, partition))
 
     def flush(self, timeout_s: float) -> bool:
@@ -328,9 +334,20 @@ class WorkerCompactor:
         }
 
     def close(self) -> None:
+        """Stops the threads (a merge in hand abandoned), gives up the claims
+        it holds and removes its own directory: an exiting worker leaves
+        nothing behind for the next one to clear."""
         self._closed.set()
         self._thread.join(PUBLISH_POLL_S * 4)
         self.rc.close()
+        for vertex, partition in list(self._claims):
+            self._release(vertex, partition)
+        shutil.rmtree(self.own_dir, ignore_errors=True)
+
+    @property
+    def own_dir(self) -> str:
+        """The directory this compactor alone writes (its staging)."""
+        return self.staging
 
     def _publish_loop(self) -> None:
         while not self._closed.is_set():

@@ -5,6 +5,7 @@ started by the first task that commits to the root in this process."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import threading
 from typing import Any
@@ -20,6 +21,22 @@ __all__ = ["compactor_for"]
 _COMPACTORS: dict[str, WorkerCompactor] = {}
 _COMPACTORS_PID = os.getpid()
 _COMPACTORS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_all() -> None:
+    """A process that exits normally closes its compactors: their claims
+    given up, their directories removed. PySpark's workers forked by its
+    daemon leave by ``os._exit`` (no exit hooks): theirs are removed by the
+    next compactor started on the machine, their claims taken over as a
+    dead process's."""
+    with _COMPACTORS_LOCK:
+        if os.getpid() != _COMPACTORS_PID:
+            return  # a forked child's copies: its parent's to close
+        found = list(_COMPACTORS.values())
+        _COMPACTORS.clear()
+    for compactor in found:
+        compactor.close()
 
 
 def compactor_for(spec: RootSpec, fs: Any, path: str) -> WorkerCompactor | None:

@@ -231,8 +231,14 @@ class RemoteCompactor(WorkerCompactor):
         return {**super().stats(), "fetch_failures": self.fetch_failures}
 
     def close(self) -> None:
-        super().close()
+        self._closed.set()
         self._fetcher.join(PUBLISH_POLL_S * 4)
+        super().close()
+
+    @property
+    def own_dir(self) -> str:
+        """Its inputs' links and its staging directory."""
+        return self.inputs_root
 
     # -- claims and records ---------------------------------------------------
 
@@ -255,11 +261,13 @@ class RemoteCompactor(WorkerCompactor):
                     return False
             claim = {"host": self.host, "pid": os.getpid(), "at_ms": int(time.time() * 1000)}
             _fs.write_bytes(self.fs, path, json.dumps(claim).encode())
+            self._claims.add((vertex, partition))
             return True
         except (OSError, SnapcutError):
             return False  # the store refused: no merge this time
 
     def _release(self, vertex: str, partition: int) -> None:
+        self._claims.discard((vertex, partition))
         with contextlib.suppress(OSError):
             self.fs.delete_file(f"{self._dir(vertex, partition)}/{CLAIM_FILE}")
         for link in self._links.pop((vertex, partition), []):
