@@ -142,10 +142,13 @@ def spec(
 
 
 def compactor(s: RootSpec) -> WorkerCompactor:
+    """The worker's compactor of the variant's root: a local root's, or a
+    remote root's (its inputs through the run cache)."""
     root = StateRoot(s)
-    cache = shared(s.run_cache)
-    if cache is None:
+    if s.filesystem is None:
         return WorkerCompactor(root.path)
+    cache = shared(s.run_cache)
+    assert cache is not None, "a remote root's compactor needs the run cache"
     return RemoteCompactor(root.fs, root.path, cache)
 
 
