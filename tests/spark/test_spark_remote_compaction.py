@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,8 @@ def test_commits_on_s3_write_diffs_and_name_merges_where_they_are_stored(
         figures = task.figures()
         adopted += figures["state_compactions_adopted"]
         assert figures["state_fulls_written"] == int(b == 0), b
-        assert remote.state(b) == remote.want(b), b
+        if b < 16 - remote.spec.retain:  # the later ones are compared below
+            assert remote.state(b) == remote.want(b), b
         written = remote.entry(b)
         assert written["kind"] == ("full" if b == 0 else "diff")
         assert len(written["runs"]) <= FULL_EVERY + 1, (b, written["runs"])
@@ -118,11 +120,12 @@ def test_commits_on_s3_write_diffs_and_name_merges_where_they_are_stored(
             # newest it merged), never copied into the adopter's.
             if "run-" in run["path"]:
                 assert run["checkpoint"] == run["merges"][-1] < b
-            assert remote.exists(run["checkpoint"], run["path"]), run
+                assert remote.exists(run["checkpoint"], run["path"]), run
     assert adopted >= 3
     # Every retained checkpoint checks out and reads back equal.
     checks = snapshots.open(remote.spec.uri, filesystem=remote.spec.filesystem).verify()
-    assert 15 in checks and all(why is None for why in checks.values()), checks
+    assert sorted(checks) == list(range(16 - remote.spec.retain, 16)), checks
+    assert all(why is None for why in checks.values()), checks
     for b in checks:
         assert remote.state(b) == remote.want(b), b
     stats = remote.worker.stats()
@@ -169,8 +172,8 @@ def test_a_merge_stored_in_a_checkpoint_retention_may_drop_is_not_adopted(
         for b in range(every + retain + 1, every + retain + 1 + 2 * every):
             task = r.step(b)
             adopted += task.figures()["state_compactions_adopted"]
-            assert r.state(b) == r.want(b)
         assert adopted >= 1
+        assert r.state(b) == r.want(b)
         # The merge no commit named went with its checkpoint's directory.
         assert not r.exists(at, stored.name)
         checks = snapshots.open(r.spec.uri, filesystem=r.spec.filesystem).verify()
@@ -211,9 +214,8 @@ def test_one_worker_merges_a_partition_at_a_time(remote: Remote, tmp_path: Path)
         assert remote.worker._claim("state", 0)
         assert not other._claim("state", 0)
         # A claim whose process is gone (on this host) is taken over.
-        p = multiprocessing.get_context("spawn").Process(target=os.getpid)
-        p.start()
-        p.join(60)
+        p = subprocess.Popen(["true"])
+        p.wait(60)
         claim = f"{remote.worker._dir('state', 0)}/{compaction.CLAIM_FILE}"
         held = {"host": remote.worker.host, "pid": p.pid, "at_ms": 0}
         with root.fs.open_output_stream(claim) as out:
