@@ -341,3 +341,38 @@ def test_a_closed_remote_compactor_gives_up_its_claims_and_leaves_no_directory(
     hold.release()
     assert not root.fs.get_file_info(claim).is_file
     assert not Path(remote.worker.inputs_root).exists()
+
+
+def test_a_twin_merge_does_not_overwrite_a_stored_run(
+    remote: Remote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers that merged the same runs (an object store's claims are
+    best effort): the second finds the run file stored and uploads nothing
+    (a commit may name the first already); its record is the same merge."""
+    from snapcut import _fs
+
+    b = 0
+    while not remote.worker.stored("state", 0):
+        remote.step(b)
+        b += 1
+        assert b < 3 * FULL_EVERY
+    (first,) = remote.worker.stored("state", 0)
+    runs = remote.entry(first.at)["runs"]
+    root = remote.root
+    other = RemoteCompactor(root.fs, root.path, remote.worker.cache)
+    uploads: list[str] = []
+    real_upload = _fs.upload
+
+    def counted(fs: Any, source: str, path: str, *args: Any) -> None:
+        uploads.append(path)
+        real_upload(fs, source, path, *args)
+
+    monkeypatch.setattr(_fs, "upload", counted)
+    try:
+        assert other.submit("state", 0, "user", runs, FULL_EVERY)
+        assert other.flush(FLUSH_S)
+        assert other.stats()["published"] == 1
+    finally:
+        other.close()
+    assert uploads == []
+    assert remote.worker.stored("state", 0) == [first]

@@ -321,10 +321,14 @@ class RemoteCompactor(WorkerCompactor):
             newest = next(r for r in done["inputs"] if int(r["checkpoint"]) == at)
             if not _fs.exists(self.fs, f"{chk}/{newest['path']}"):
                 return  # retention removed that checkpoint: nothing could adopt it
-            # What is stored beside the run file first: a run file in place names it.
-            for p in staged:
-                _fs.upload(self.fs, p, f"{chk}/{os.path.basename(p)}", yield_to_commits)
-            _fs.upload(self.fs, done["staged"], f"{chk}/{name}", yield_to_commits)
+            # Another worker's twin of this merge (the claims are best effort)
+            # may be there, named by a commit already: never overwritten.
+            if not _fs.exists(self.fs, f"{chk}/{name}"):
+                # What is stored beside the run file first: a run file in
+                # place names it.
+                for p in staged:
+                    _fs.upload(self.fs, p, f"{chk}/{os.path.basename(p)}", yield_to_commits)
+                _fs.upload(self.fs, done["staged"], f"{chk}/{name}", yield_to_commits)
             record = {
                 "kind": done["kind"],
                 "at": at,
