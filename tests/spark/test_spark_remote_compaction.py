@@ -104,13 +104,14 @@ def test_commits_on_s3_write_diffs_and_name_merges_where_they_are_stored(
 ) -> None:
     warm = StateCache()
     adopted = 0
-    for b in range(16):
+    last = 11
+    for b in range(last + 1):
         # Warm and cold tasks alternate: a cold one reads the runs back.
         task = remote.step(b, warm if b % 2 else None)
         figures = task.figures()
         adopted += figures["state_compactions_adopted"]
         assert figures["state_fulls_written"] == int(b == 0), b
-        if b < 16 - remote.spec.retain:  # the later ones are compared below
+        if b <= last - remote.spec.retain:  # the later ones are compared below
             assert remote.state(b) == remote.want(b), b
         written = remote.entry(b)
         assert written["kind"] == ("full" if b == 0 else "diff")
@@ -121,10 +122,10 @@ def test_commits_on_s3_write_diffs_and_name_merges_where_they_are_stored(
             if "run-" in run["path"]:
                 assert run["checkpoint"] == run["merges"][-1] < b
                 assert remote.exists(run["checkpoint"], run["path"]), run
-    assert adopted >= 3
+    assert adopted >= 2
     # Every retained checkpoint checks out and reads back equal.
     checks = snapshots.open(remote.spec.uri, filesystem=remote.spec.filesystem).verify()
-    assert sorted(checks) == list(range(16 - remote.spec.retain, 16)), checks
+    assert sorted(checks) == list(range(last + 1 - remote.spec.retain, last + 1)), checks
     assert all(why is None for why in checks.values()), checks
     for b in checks:
         assert remote.state(b) == remote.want(b), b
@@ -133,7 +134,7 @@ def test_commits_on_s3_write_diffs_and_name_merges_where_they_are_stored(
     assert stats["failed"] == stats["fetch_failures"] == stats["publish_failures"] == 0
     # The merged runs went into this host's run cache as they were stored:
     # a cold load finds the newest there (named by its size and checksum).
-    merged = [r for r in remote.entry(15)["runs"] if "run-" in r["path"]]
+    merged = [r for r in remote.entry(last)["runs"] if "run-" in r["path"]]
     assert merged
     for run in merged:
         assert list((tmp_path / "cache").glob(f"*-{run['bytes']}-{run['crc32c']}.arrow")), run
@@ -169,7 +170,7 @@ def test_a_merge_stored_in_a_checkpoint_retention_may_drop_is_not_adopted(
         assert all(run["path"] != stored.name for run in r.entry(b)["runs"])
         assert r.worker.flush(FLUSH_S)
         adopted = 0
-        for b in range(every + retain + 1, every + retain + 1 + 2 * every):
+        for b in range(every + retain + 1, every + retain + 2 + every):
             task = r.step(b)
             adopted += task.figures()["state_compactions_adopted"]
         assert adopted >= 1
@@ -283,7 +284,7 @@ def test_a_worker_killed_mid_merge_costs_nothing_but_time(s3: S3Server, tmp_path
     try:
         assert not dead[0].exists()
         adopted = 0
-        for b in range(FULL_EVERY + 1, 3 * FULL_EVERY + 2):
+        for b in range(FULL_EVERY + 1, 2 * FULL_EVERY + 2):
             task = r.step(b)
             adopted += task.figures()["state_compactions_adopted"]
             assert task.figures()["state_fulls_written"] == 0
