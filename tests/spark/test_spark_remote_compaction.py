@@ -377,3 +377,34 @@ def test_a_twin_merge_does_not_overwrite_a_stored_run(
         other.close()
     assert uploads == []
     assert remote.worker.stored("state", 0) == [first]
+
+
+def test_a_store_that_refuses_the_upload_gives_the_partition_back(
+    remote: Remote, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The merge is done but the store refuses its upload: counted as a
+    publish failure, nothing recorded (no commit can name it), the
+    partition's claim given back and the staged output removed."""
+    from snapcut import _fs
+    from snapcut._core import StorageError
+
+    for b in range(FULL_EVERY):  # runs short of a merge: none handed over
+        remote.step(b)
+    runs = remote.entry(FULL_EVERY - 1)["runs"]
+
+    def refused(*args: Any) -> None:
+        raise StorageError("the store refused the upload (injected)")
+
+    monkeypatch.setattr(_fs, "upload", refused)
+    assert remote.worker.submit("state", 0, "user", runs, FULL_EVERY - 1)
+    assert remote.worker.flush(FLUSH_S)
+    stats = remote.worker.stats()
+    assert stats["merged"] == 1 and stats["publish_failures"] == 1 and stats["published"] == 0
+    assert remote.worker.stored("state", 0) == []
+    assert not remote.worker._claims
+    assert not [p for p in Path(remote.worker.inputs_root).rglob("*") if p.is_file()]
+    monkeypatch.undo()
+    # Given back: the next submission merges and publishes.
+    assert remote.worker.submit("state", 0, "user", runs, FULL_EVERY - 1)
+    assert remote.worker.flush(FLUSH_S)
+    assert remote.worker.stats()["published"] == 1
