@@ -173,7 +173,7 @@ pytest_log=target/ci-pytest.log
 (
   started=$SECONDS
   rc=0
-  nice -n 10 python -m pytest -q -n 3 --dist loadgroup --no-loadscope-reorder -m "not connect_port and not full_priority" \
+  nice -n 10 python -m pytest -q -n 3 --dist loadgroup -m "not connect_port and not full_priority" \
     --durations=40 \
     --junitxml=target/pytest-ci.xml tests || rc=$?
   echo "pytest (3 workers): exit $rc after $((SECONDS - started)) s"

@@ -82,53 +82,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(LOCAL_CLUSTER_GROUP))
         else:
             item.add_marker(pytest.mark.xdist_group(item.path.name))
-    items.sort(key=_pool_order(items))
-
-
-# What the slowest work units of CI's pool took there (seconds, fcc87 of
-# 2026-12-06: a module's tests in all streams, so a rough weight): an xdist
-# worker is given the next unit in collection order (scripts/test.sh passes
-# --no-loadscope-reorder: xdist's own order, by test count, put the few-test
-# heavy units last, e.g. the local-cluster group's 5 tests and ~370 s), so the
-# heavy ones go first and the pool ends with short ones (longest first).
-POOL_SECONDS = {
-    "test_spark_state.py": 690,
-    LOCAL_CLUSTER_GROUP: 370,
-    "test_spark_s3.py": 370,
-    "test_spark_sink.py": 330,
-    "test_spark_tws.py": 300,
-    "tests/chaos/test_chaos.py": 290,
-    "test_spark_group_state_parity.py": 280,
-    "test_spark_chaos.py": 250,
-    "test_spark_source.py": 240,
-    "test_spark_sink_delta.py": 175,
-    "test_spark_experiment.py": 170,
-    "test_spark_rescale.py": 160,
-    "test_spark_sink_iceberg.py": 140,
-    "test_spark_recovery.py": 120,
-    "tests/experiments/test_experiments.py": 90,
-    "test_spark_remote_compaction.py": 90,
-    "test_spark_source_stream.py": 90,
-}
-
-
-def _pool_order(items: list[pytest.Item]) -> Any:
-    """A sort key: the heavier work unit (xdist group, else module) first,
-    each unit's tests in their collected order."""
-    first: dict[str, int] = {}
-    unit_of: dict[int, str] = {}
-    for i, item in enumerate(items):
-        group = item.get_closest_marker("xdist_group")
-        unit = group.args[0] if group is not None else item.nodeid.split("::", 1)[0]
-        unit_of[id(item)] = unit
-        first.setdefault(unit, i)
-    index = {id(item): i for i, item in enumerate(items)}
-
-    def key(item: pytest.Item) -> tuple[int, int, int]:
-        unit = unit_of[id(item)]
-        return (-POOL_SECONDS.get(unit, 0), first[unit], index[id(item)])
-
-    return key
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
