@@ -91,7 +91,7 @@ def test_commits_write_diffs_and_adopt_merges_made_off_their_path(
 ) -> None:
     merged, plain = roots
     warm = StateCache()
-    adopted = 0
+    adopted = merges = merge_ms = 0
     kinds = []
     for b in range(16):
         # Warm and cold tasks alternate: a cold one reads the runs back.
@@ -103,6 +103,12 @@ def test_commits_write_diffs_and_adopt_merges_made_off_their_path(
         assert state(Path(merged.uri), b) == state(Path(plain.uri), b), b
         written = entry(Path(merged.uri), b)
         kinds.append(written["kind"])
+        # The runs a cold task reads, and the diffs compaction folds.
+        assert figures["state_stored_runs_max"] == len(written["runs"]), b
+        debt = sum(r["bytes"] for r in written["runs"] if r["kind"] == "diff")
+        assert figures["state_compaction_debt_bytes"] == debt, b
+        merges += figures["state_compactions_merged"]
+        merge_ms += figures["state_compaction_ms"]
         # Submitted once FULL_EVERY diffs sit on the full, adopted by the next commit.
         assert len(written["runs"]) <= FULL_EVERY + 1, (b, written["runs"])
     assert adopted >= 3
@@ -120,6 +126,14 @@ def test_commits_write_diffs_and_adopt_merges_made_off_their_path(
     stats = worker.stats()
     assert stats["merged"] == stats["published"] >= adopted
     assert stats["failed"] == 0
+    # Each merge reported once, by the task after it (this test's flush
+    # makes it finish before the next task's commit; the last one's is
+    # left for a next task), its time likewise, rounded to milliseconds at
+    # each report.
+    rest = worker.report()
+    assert merges >= 3 and merges + rest["merged"] == stats["merged"]
+    assert abs(merge_ms + rest["busy_ms"] - stats["busy_s"] * 1000) <= 17
+    assert worker.report() == {"merged": 0, "busy_ms": 0}
 
 
 def test_a_merge_one_worker_published_is_adopted_by_anothers_commit(

@@ -525,8 +525,12 @@ def test_the_step_reports_its_state_figures_in_the_query_progress(
         (1, 1, 3),
     ]
     assert all(p["state_bytes_written"] > 0 for p in progress)
-    # Every partition's first version is a full.
+    # Every partition's first version is a full: one run, no debt; then
+    # a diff on it, which compaction would fold.
     assert progress[0]["state_fulls_written"] == PARTITIONS
+    assert [p["state_stored_runs_max"] for p in progress] == [1, 2]
+    assert progress[0]["state_compaction_debt_bytes"] == 0
+    assert progress[1]["state_compaction_debt_bytes"] > 0
 
 
 # ---- the same rules at levels 2 and 1 --------------------------------------------------

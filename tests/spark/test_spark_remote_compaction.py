@@ -103,13 +103,14 @@ def test_commits_on_s3_write_diffs_and_name_merges_where_they_are_stored(
     remote: Remote, tmp_path: Path
 ) -> None:
     warm = StateCache()
-    adopted = 0
+    adopted = merges = 0
     last = 11
     for b in range(last + 1):
         # Warm and cold tasks alternate: a cold one reads the runs back.
         task = remote.step(b, warm if b % 2 else None)
         figures = task.figures()
         adopted += figures["state_compactions_adopted"]
+        merges += figures["state_compactions_merged"]
         assert figures["state_fulls_written"] == int(b == 0), b
         if b <= last - remote.spec.retain:  # the later ones are compared below
             assert remote.state(b) == remote.want(b), b
@@ -132,6 +133,8 @@ def test_commits_on_s3_write_diffs_and_name_merges_where_they_are_stored(
     stats = remote.worker.stats()
     assert stats["merged"] == stats["published"] >= adopted
     assert stats["failed"] == stats["fetch_failures"] == stats["publish_failures"] == 0
+    # The tasks reported each merge once (the last one's left for a next task).
+    assert merges + remote.worker.report()["merged"] == stats["merged"]
     # The merged runs went into this host's run cache as they were stored:
     # a cold load finds the newest there (named by its size and checksum).
     merged = [r for r in remote.entry(last)["runs"] if "run-" in r["path"]]

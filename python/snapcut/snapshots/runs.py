@@ -16,6 +16,7 @@ __all__ = [
     "adoptable",
     "check_compaction_budget",
     "compaction_inputs",
+    "run_counts",
 ]
 
 RunCompactor = fmt.RunCompactor
@@ -53,3 +54,11 @@ def check_compaction_budget(cpu_share: float, bytes_per_s: int | None) -> None:
     """Raises ConfigError, naming the setting, for a compactor's share of
     one core outside [0.01, 1] or a byte rate that is not positive."""
     fmt.check_compaction_budget(cpu_share, bytes_per_s)
+
+
+def run_counts(entries: list[dict[str, Any]]) -> dict[str, int]:
+    """What state file `entries` say of their runs, by the store's rule for
+    its checkpoints' metrics: ``runs_max`` (the most runs one entry's state
+    is made of: what a cold task reads), ``runs_total``, and ``debt_bytes``
+    (their diff runs' bytes: what compaction folds into a full)."""
+    return fmt.run_counts(entries)

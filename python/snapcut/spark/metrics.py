@@ -8,7 +8,11 @@ so ``query.lastProgress["observedMetrics"]["snapcut_<name>"]`` holds, per
 micro-batch: rows in, rows out, late rows dropped, keys timed out, state rows
 (keys held after the batch), state bytes written and the slowest state write,
 the tables written whole in a commit and the merged runs commits adopted
-(:mod:`snapcut.spark.state.compaction`);
+(:mod:`snapcut.spark.state.compaction`); the most runs one partition's
+table is made of after its commit (what a cold task reads) and the bytes of
+the diff runs on the partitions' fulls (compaction's debt), and the merges
+the workers' compactors finished and the time they spent merging since the
+worker's task before;
 the state cache's hits (a task found its partition's tables in its worker)
 and misses (it read them from the root), the bytes those misses read and
 the slowest one's time to read and restore; and, for tables with a memory
@@ -64,12 +68,18 @@ FIELDS = (
     "state_run_probes",
     "state_run_hits",
     "state_runs_max",
+    "state_stored_runs_max",
+    "state_compaction_debt_bytes",
+    "state_compactions_merged",
+    "state_compaction_ms",
     "input_rows_spilled",
     "state_run_cache_hits",
     "state_run_cache_misses",
     "state_run_cache_bytes_fetched",
 )
-MAXIMA = frozenset({"state_write_ms_max", "state_load_ms_max", "state_runs_max"})
+MAXIMA = frozenset(
+    {"state_write_ms_max", "state_load_ms_max", "state_runs_max", "state_stored_runs_max"}
+)
 """Figures the step reports as the largest task's, not the sum."""
 
 

@@ -263,6 +263,8 @@ class WorkerCompactor:
         self.publish_failures = 0
         self.handled = 0
         """Finished merges the publisher took (published, or failed to)."""
+        self._reported = {"merged": 0, "busy_s": 0.0}
+        self._report_lock = threading.Lock()
         self._thread = threading.Thread(
             target=self._publish_loop, name="snapcut-spark-compactor", daemon=True
         )
@@ -333,6 +335,18 @@ class WorkerCompactor:
             "published": self.published,
             "publish_failures": self.publish_failures,
         }
+
+    def report(self) -> dict[str, int]:
+        """The merges finished (``merged``) and the time spent merging
+        (``busy_ms``) since the last report: each task of the process
+        reports what its worker's compactor did since the one before, so a
+        step's sum counts each merge once."""
+        stats = self.rc.stats()
+        with self._report_lock:
+            merged = int(stats["merged"]) - int(self._reported["merged"])
+            busy_s = float(stats["busy_s"]) - float(self._reported["busy_s"])
+            self._reported = {"merged": int(stats["merged"]), "busy_s": float(stats["busy_s"])}
+        return {"merged": merged, "busy_ms": round(busy_s * 1000)}
 
     def close(self) -> None:
         """Stops the threads (a merge in hand abandoned), gives up the claims

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from snapcut._core import SnapshotError, StateTable
+from snapcut.snapshots.runs import run_counts
 from snapcut.spark import failpoints
 from snapcut.spark.roots import schema_from_bytes
 from snapcut.spark.state.compaction import WorkerCompactor, committing
@@ -376,6 +377,8 @@ class PartitionTask:
         self.root.finalize_if_acked(self.batch_id)
         self.cache.put(self.cache_key, self.batch_id, runs, loaded.tables, memory=self.state_memory)
         self._compact(runs)
+        none = {"merged": 0, "busy_ms": 0}
+        self._compaction = none if self.compactor is None else self.compactor.report()
 
     def _write_table(self, layout: TableLayout) -> tuple[dict[str, Any], int]:
         """Writes version N of one table: a diff on N-1's runs, adopting the
@@ -443,6 +446,7 @@ class PartitionTask:
         ack = self._ack
         spilled = spill_totals(self._loaded.tables)
         hit = bool(ack["from_cache"])
+        stored = run_counts(ack["files"])
         return {
             "rows_in": int(ack["rows_in"]),
             "rows_out": int(ack["rows_out"]),
@@ -463,6 +467,10 @@ class PartitionTask:
             "state_times_stored": 0 if hit else self._spilled["times_stored"],
             **{f"state_{k}": spilled[k] - self._spilled.get(k, 0) for k in SPILL_SUMS},
             "state_runs_max": spilled["runs_max"],
+            "state_stored_runs_max": stored["runs_max"],
+            "state_compaction_debt_bytes": stored["debt_bytes"],
+            "state_compactions_merged": self._compaction["merged"],
+            "state_compaction_ms": self._compaction["busy_ms"],
             "input_rows_spilled": int(self._metrics["input_rows_spilled"]),
             "state_run_cache_hits": self._loaded.run_cache_hits,
             "state_run_cache_misses": self._loaded.run_cache_misses,

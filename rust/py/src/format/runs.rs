@@ -13,8 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use snapcut_core::store::format::{self, MergeKind};
 use snapcut_core::store::{
-    CompactionBudget, CompactionHold, CompactionJob, CompactionOutput, Compactor, Fsync, FsyncMode,
-    RunEntry,
+    CompactionBudget, CompactionHold, CompactionJob, CompactionOutput, Compactor, FileEntry, Fsync,
+    FsyncMode, RunEntry,
 };
 
 use super::io::Io;
@@ -115,6 +115,22 @@ fn adoptable(
     let inputs: Vec<RunEntry> = from_py(inputs, "a compaction's input runs")?;
     let output: RunEntry = from_py(output, "a compaction's output run")?;
     Ok(format::adopt(&runs, &inputs, output).is_some())
+}
+
+/// What state file `entries` (a list of manifest file entries) say of
+/// their runs, by the store's rule for its checkpoints' metrics
+/// (`run_counts`): `runs_max` (the most runs one entry's state is made of:
+/// what a cold task reads), `runs_total` and `debt_bytes` (the bytes of
+/// their diff runs: what compaction folds into a full).
+#[pyfunction]
+fn run_counts<'py>(py: Python<'py>, entries: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    let entries: Vec<FileEntry> = from_py(entries, "state file entries")?;
+    let c = format::state_run_counts(&entries);
+    let d = PyDict::new(py);
+    d.set_item("runs_max", c.runs_max)?;
+    d.set_item("runs_total", c.runs_total)?;
+    d.set_item("debt_bytes", c.debt_bytes)?;
+    Ok(d)
 }
 
 /// Refuses a compactor's budget outside its bounds (a share of one core
@@ -341,6 +357,7 @@ pub(super) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(adopt_run, m)?)?;
     m.add_function(wrap_pyfunction!(adoptable, m)?)?;
     m.add_function(wrap_pyfunction!(compaction_inputs, m)?)?;
+    m.add_function(wrap_pyfunction!(run_counts, m)?)?;
     m.add_function(wrap_pyfunction!(check_compaction_budget, m)?)?;
     m.add_class::<RunCompactor>()?;
     m.add_class::<RunCompactorHold>()?;

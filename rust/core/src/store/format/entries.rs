@@ -234,11 +234,17 @@ pub struct RunCounts {
 }
 
 pub fn run_counts(manifest: &Manifest) -> RunCounts {
-    let mut c = RunCounts {
+    RunCounts {
         files_bytes: manifest.files.iter().map(|f| f.bytes).sum(),
-        ..Default::default()
-    };
-    for (_, f) in state_files(manifest) {
+        ..state_run_counts(state_files(manifest).map(|(_, f)| f))
+    }
+}
+
+/// [`RunCounts`] of state file entries, without `files_bytes` (a writer
+/// that builds a manifest's entries in several processes: Spark's tasks).
+pub fn state_run_counts<'a>(entries: impl IntoIterator<Item = &'a FileEntry>) -> RunCounts {
+    let mut c = RunCounts::default();
+    for f in entries {
         let runs = if f.runs.is_empty() {
             f.chain.len().max(1)
         } else {

@@ -59,8 +59,8 @@ pub use encode::{
 };
 pub use entries::{
     build_manifest, channel_entry, channel_files, filter_file_entry, manifest_bytes, other_entry,
-    parse_manifest, run_counts, sources_entry, state_entry, state_files, task_entries,
-    ManifestMeta, RunCounts,
+    parse_manifest, run_counts, sources_entry, state_entry, state_files, state_run_counts,
+    task_entries, ManifestMeta, RunCounts,
 };
 pub use export::{export_plan, ExportPart};
 pub use filters::{diff_filter, filter_entry, read_filter};
