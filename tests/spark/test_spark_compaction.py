@@ -23,6 +23,7 @@ from test_spark_partition import make_spec, processor, rows
 from snapcut._core import ConfigError, SnapshotError
 from snapcut._core import format as fmt
 from snapcut.snapshots import SnapshotWriter
+from snapcut.spark import failpoints
 from snapcut.spark.failpoints import InjectedFailure
 from snapcut.spark.state import compaction
 from snapcut.spark.state.compaction import WorkerCompactor
@@ -249,10 +250,10 @@ def test_one_worker_at_a_time_merges_a_partition(
         claim = json.loads((Path(d) / compaction.CLAIM_FILE).read_text())
         assert (claim["host"], claim["pid"]) == (socket.gethostname(), os.getpid())
         latest = entry(Path(merged.uri), FULL_EVERY)["runs"]
-        assert not other.submit("state", 0, "user", latest, FULL_EVERY)
+        assert not other.submit("state", 0, "user", latest, FULL_EVERY, 0)
         # A claim older than the timeout is taken over (its worker died elsewhere).
         monkeypatch.setattr(compaction, "CLAIM_TIMEOUT_S", 0.0)
-        assert other.submit("state", 0, "user", latest, FULL_EVERY)
+        assert other.submit("state", 0, "user", latest, FULL_EVERY, 0)
         hold.release()
         assert other.flush(FLUSH_S) and worker.flush(FLUSH_S)
     finally:
@@ -291,12 +292,17 @@ def test_a_merge_whose_input_went_away_gives_its_partition_back(
     assert adopted >= 1
 
 
-def _die_mid_merge(spec: RootSpec, batches: int) -> None:
+def _die_mid_merge(spec: RootSpec, batches: int, point: str) -> None:
     """A worker: runs `batches` batches with its compactor and is SIGKILLed
-    by the Rust crash point before its first merge's output is whole."""
+    at `point` by its first merge: the Rust crash point before the merge's
+    output is whole, or the Spark one once it is staged, not yet published
+    (armed for the last batch, whose commit hands the merge over)."""
     from snapcut._core import arm_failpoint
 
-    arm_failpoint("compaction.before_rename")
+    if point == "compaction.before_rename":
+        arm_failpoint(point)
+    else:
+        os.environ[failpoints.ENV] = f"{point}:{batches - 1}:0:kill:0"
     wc = WorkerCompactor(spec.uri)
     for b in range(batches):
         task = PartitionTask(StateRoot(spec), b, 0, "q1", None, cache=StateCache(0), compactor=wc)
@@ -305,12 +311,13 @@ def _die_mid_merge(spec: RootSpec, batches: int) -> None:
     os._exit(3)
 
 
+@pytest.mark.parametrize("point", ["compaction.before_rename", "compaction.before_publish"])
 def test_a_worker_killed_mid_merge_costs_nothing_but_time(
-    roots: tuple[RootSpec, RootSpec],
+    roots: tuple[RootSpec, RootSpec], point: str
 ) -> None:
     merged, plain = roots
     ctx = multiprocessing.get_context("spawn")
-    p = ctx.Process(target=_die_mid_merge, args=(merged, FULL_EVERY + 1))
+    p = ctx.Process(target=_die_mid_merge, args=(merged, FULL_EVERY + 1, point))
     p.start()
     p.join(120)
     assert p.exitcode == -signal.SIGKILL
@@ -333,6 +340,18 @@ def test_a_worker_killed_mid_merge_costs_nothing_but_time(
         assert adopted >= 1
     finally:
         wc.close()
+
+
+def test_the_compactors_crash_point_cannot_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reached on the compactor's thread, outside any task: kill or sleep."""
+    monkeypatch.setenv(failpoints.ENV, "compaction.before_publish:1:0:raise")
+    with pytest.raises(ConfigError, match="outside any task, where there is nothing to raise"):
+        failpoints.hit_off_task("compaction.before_publish", 1, 0, None)
+    # Another batch's, partition's or attempt's hand-over passes it by.
+    monkeypatch.setenv(failpoints.ENV, "compaction.before_publish:1:0:kill:0")
+    failpoints.hit_off_task("compaction.before_publish", 2, 0, None)
+    failpoints.hit_off_task("compaction.before_publish", 1, 1, None)
+    failpoints.hit_off_task("compaction.before_publish", 1, 0, 1)
 
 
 def test_a_crash_before_adoption_leaves_the_merge_for_the_retry(

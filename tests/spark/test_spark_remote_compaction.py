@@ -199,14 +199,14 @@ def test_a_merge_whose_input_is_gone_gives_its_partition_back(remote: Remote) ->
     root.fs.delete_file(newest)
     for cached in Path(remote.worker.cache.directory).glob("*.arrow"):
         cached.unlink()  # as the run cache of a worker on another machine
-    assert remote.worker.submit("state", 0, "user", runs, last)
+    assert remote.worker.submit("state", 0, "user", runs, last, 0)
     assert remote.worker.flush(FLUSH_S)
     stats = remote.worker.stats()
     assert stats["fetch_failures"] == 1 and stats["published"] == 0
     # Its claim was given up: the same worker (or another) may merge it now.
     with root.fs.open_output_stream(newest) as out:
         out.write(saved)
-    assert remote.worker.submit("state", 0, "user", runs, last)
+    assert remote.worker.submit("state", 0, "user", runs, last, 0)
     assert remote.worker.flush(FLUSH_S)
     assert remote.worker.stats()["published"] == 1
 
@@ -373,7 +373,7 @@ def test_a_twin_merge_does_not_overwrite_a_stored_run(
 
     monkeypatch.setattr(_fs, "upload", counted)
     try:
-        assert other.submit("state", 0, "user", runs, FULL_EVERY)
+        assert other.submit("state", 0, "user", runs, FULL_EVERY, 0)
         assert other.flush(FLUSH_S)
         assert other.stats()["published"] == 1
     finally:
@@ -399,7 +399,7 @@ def test_a_store_that_refuses_the_upload_gives_the_partition_back(
         raise StorageError("the store refused the upload (injected)")
 
     monkeypatch.setattr(_fs, "upload", refused)
-    assert remote.worker.submit("state", 0, "user", runs, FULL_EVERY - 1)
+    assert remote.worker.submit("state", 0, "user", runs, FULL_EVERY - 1, 0)
     assert remote.worker.flush(FLUSH_S)
     stats = remote.worker.stats()
     assert stats["merged"] == 1 and stats["publish_failures"] == 1 and stats["published"] == 0
@@ -408,6 +408,6 @@ def test_a_store_that_refuses_the_upload_gives_the_partition_back(
     assert not [p for p in Path(remote.worker.inputs_root).rglob("*") if p.is_file()]
     monkeypatch.undo()
     # Given back: the next submission merges and publishes.
-    assert remote.worker.submit("state", 0, "user", runs, FULL_EVERY - 1)
+    assert remote.worker.submit("state", 0, "user", runs, FULL_EVERY - 1, 0)
     assert remote.worker.flush(FLUSH_S)
     assert remote.worker.stats()["published"] == 1

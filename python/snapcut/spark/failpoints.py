@@ -27,6 +27,11 @@ a task arms them for its own state work alone (:func:`rust_points`), and a
 hit SIGKILLs its Python worker (``kill`` is their only action).
 ``input.part_sent`` is reached only by a task whose input outgrew its share
 of ``state_memory`` (applied in parts, its output already partly sent).
+``compaction.before_publish`` is reached on a Python worker's compactor
+thread, outside any task, when it has merged what the commit of (batch,
+partition, attempt) handed over (``keyed_state(compaction=True)``, the
+default): ``kill`` SIGKILLs that worker whatever it runs then, ``sleep``
+stalls its publisher; ``raise`` is refused.
 
 Every hit is announced on stderr (``snapcut: failpoint <point> hit ...``) and,
 if ``SNAPCUT_SPARK_FAILPOINT_LOG`` names a file, appended to it as a JSON line
@@ -78,6 +83,14 @@ INPUT_POINTS = {
     "the other parts are not applied, version N is not written",
 }
 POINTS.update(INPUT_POINTS)
+#: Crash points on a Python worker's compactor thread
+#: (:mod:`snapcut.spark.state.compaction`), outside any task: the batch,
+#: partition and attempt are those of the commit that handed the merge over.
+OFF_TASK_POINTS = {
+    "compaction.before_publish": "a worker's compactor merged the runs batch N's commit handed "
+    "over; the merge is staged in the worker's own directory, not yet published",
+}
+POINTS.update(OFF_TASK_POINTS)
 ACTIONS = ("raise", "kill", "sleep")
 CONNECT_WORKER_ENV = "SPARK_CONNECT_MODE_ENABLED"  # set by Connect's foreachBatch worker
 
@@ -102,6 +115,12 @@ def _armed() -> list[tuple[str, str, str, str, str | None]]:
                 f"{ENV} entry {item!r} must be point:batch:partition:action[:attempt] with a "
                 f"point in {sorted(POINTS)} and an action in {ACTIONS}"
             )
+        if parts[0] in OFF_TASK_POINTS and parts[3] == "raise":
+            raise ConfigError(
+                f"{ENV} entry {item!r}: {parts[0]} is reached on a worker's compactor "
+                "thread, outside any task, where there is nothing to raise into (use "
+                "kill or sleep)"
+            )
         if parts[0] in RUST_POINTS and parts[3] != "kill":
             raise ConfigError(
                 f"{ENV} entry {item!r}: {parts[0]} is a crash point in Rust code, which "
@@ -111,7 +130,7 @@ def _armed() -> list[tuple[str, str, str, str, str | None]]:
     return out
 
 
-def _task_attempt() -> int | None:
+def task_attempt() -> int | None:
     """The running task's attempt number; None outside a task (the driver)."""
     try:
         from pyspark import TaskContext
@@ -171,16 +190,19 @@ def _kill(in_task: bool) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _matching(point: str, batch: int, partition: int) -> Iterator[tuple[str, int | None]]:
+def _matching(
+    point: str, batch: int, partition: int, attempt_of: int | None = None
+) -> Iterator[tuple[str, int | None]]:
     """The actions armed for `point` at (batch, partition) and this task
-    attempt, each with the attempt (None: the driver)."""
+    attempt (`attempt_of`: another one's), each with the attempt (None: the
+    driver)."""
     for name, b, p, action, attempt in _armed():
         if name != point or b not in ("*", str(batch)) or p not in ("*", str(partition)):
             continue
-        task_attempt = _task_attempt()
-        if attempt is not None and attempt != str(task_attempt or 0):
+        current = task_attempt() if attempt_of is None else attempt_of
+        if attempt is not None and attempt != str(current or 0):
             continue
-        yield action, task_attempt
+        yield action, current
 
 
 @contextmanager
@@ -218,3 +240,17 @@ def hit(point: str, batch: int, partition: int) -> None:
             time.sleep(3)
             continue
         raise InjectedFailure(f"injected failure at {point} (batch {batch}, partition {partition})")
+
+
+def hit_off_task(point: str, batch: int, partition: int, attempt: int | None) -> None:
+    """:func:`hit` for a point of :data:`OFF_TASK_POINTS`, on a worker's own
+    thread: `attempt` is that of the task (batch, partition) the work came
+    from; a kill is of this Python worker alone (whatever task it runs
+    then), a sleep stalls the thread."""
+    if ENV not in os.environ:
+        return
+    for action, _ in _matching(point, batch, partition, attempt or 0):
+        _announce(point, batch, partition, action, "worker")
+        if action == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(3)

@@ -48,6 +48,7 @@ from snapcut import _fs
 from snapcut.snapshots import checkpoint_dir_name, file_component
 from snapcut.snapshots.runs import RunCompactor, adopt_run
 from snapcut.snapshots.runs import adoptable as runs_adoptable
+from snapcut.spark import failpoints
 
 __all__ = [
     "CLAIM_TIMEOUT_S",
@@ -263,6 +264,9 @@ class WorkerCompactor:
         self.publish_failures = 0
         self.handled = 0
         """Finished merges the publisher took (published, or failed to)."""
+        self._handed: dict[tuple[str, int], tuple[int, int | None]] = {}
+        """(vertex, partition) → the batch and task attempt whose commit handed
+        its merge over (the crash point before its publication)."""
         self._reported = {"merged": 0, "busy_s": 0.0}
         self._report_lock = threading.Lock()
         self._thread = threading.Thread(
@@ -271,13 +275,20 @@ class WorkerCompactor:
         self._thread.start()
 
     def submit(
-        self, vertex: str, partition: int, key: str, runs: list[dict[str, Any]], limit: int
+        self,
+        vertex: str,
+        partition: int,
+        key: str,
+        runs: list[dict[str, Any]],
+        limit: int,
+        batch: int,
     ) -> bool:
         """Hands the merge `runs` call for with `limit` diffs on their full to
-        the thread, unless another worker holds the partition's claim;
-        never waits for the merge."""
+        the thread (batch `batch`'s commit), unless another worker holds the
+        partition's claim; never waits for the merge."""
         if not self._claim(vertex, partition):
             return False
+        self._hand_over(vertex, partition, batch)
         if self.rc.submit(vertex, partition, key, runs, limit):
             return True
         self._release(vertex, partition)
@@ -301,6 +312,18 @@ class WorkerCompactor:
     ) -> bool:
         """:func:`adoptable` on this compactor's root."""
         return adoptable(self.root, vertex, partition, runs)
+
+    def _hand_over(self, vertex: str, partition: int, batch: int) -> None:
+        self._handed[(vertex, partition)] = (batch, failpoints.task_attempt())
+
+    def _before_publish(self, done: dict[str, Any]) -> None:
+        """The crash point ``compaction.before_publish`` of the commit that
+        handed `done` over."""
+        partition = int(done["subtask"])
+        handed = self._handed.pop((done["vertex"], partition), None)
+        if handed is not None:
+            batch, attempt = handed
+            failpoints.hit_off_task("compaction.before_publish", batch, partition, attempt)
 
     def _claim(self, vertex: str, partition: int) -> bool:
         if not _claim(partition_dir(self.root, vertex, partition), self.host):
@@ -367,6 +390,7 @@ class WorkerCompactor:
     def _publish_loop(self) -> None:
         while not self._closed.is_set():
             for done in self.rc.wait_finished(PUBLISH_POLL_S):
+                self._before_publish(done)
                 # A publisher outlives one output it could not publish (a
                 # disk or store that failed: its partition then merges again
                 # after a later commit).

@@ -439,6 +439,7 @@ class PartitionTask:
                     layout.state_key,
                     runs[layout.vertex],
                     spec.full_every,
+                    self.batch_id,
                 )
 
     def figures(self) -> dict[str, int]:

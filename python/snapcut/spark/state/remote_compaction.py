@@ -137,14 +137,21 @@ class RemoteCompactor(WorkerCompactor):
     # -- the task's side ------------------------------------------------------
 
     def submit(
-        self, vertex: str, partition: int, key: str, runs: list[dict[str, Any]], limit: int
+        self,
+        vertex: str,
+        partition: int,
+        key: str,
+        runs: list[dict[str, Any]],
+        limit: int,
+        batch: int,
     ) -> bool:
         """Hands the merge `runs` call for to the fetch thread (its inputs
-        fetched, then merged), unless another worker holds the partition's
-        claim; never waits for a download or the merge."""
+        fetched, then merged; batch `batch`'s commit), unless another worker
+        holds the partition's claim; never waits for a download or the merge."""
         inputs = compaction_inputs(vertex, partition, runs, limit)
         if inputs is None or not self._claim(vertex, partition):
             return False
+        self._hand_over(vertex, partition, batch)
         with self._lock:
             self._pending += 1
         try:
