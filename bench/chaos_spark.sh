@@ -35,6 +35,8 @@ esac
 case " $* " in
   *" --state-root s3 "*) out=$(dirname "$0")/results/chaos_spark_s3/chaos-spark-s3.jsonl ;;
 esac
+# SNAPCUT_CHAOS_OUT names another file (a campaign of its own, e.g. compaction's).
+out=${SNAPCUT_CHAOS_OUT:-$out}
 mkdir -p "$(dirname "$out")"
 log=/tmp/snapcut-chaos-bench/spark.log
 mkdir -p /tmp/snapcut-chaos-bench

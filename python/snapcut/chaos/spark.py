@@ -28,7 +28,10 @@ One kill per attempt, on the first 1..``--max-kills`` attempts (from the seed):
   the task; with ``--state-memory`` also ``spill.after_run`` and
   ``spill.merged``, inside a spilling state table's flush and merge (Rust
   crash points the task arms for itself alone), and ``input.part_sent``, in
-  a batch applied in parts (level 1 and transformWithState alike);
+  a batch applied in parts (level 1 and transformWithState alike); and
+  ``compaction.before_publish``, on the compactor thread of the worker whose
+  commit handed a merge over (the merge staged, not yet published): it
+  SIGKILLs that worker whatever task it runs then;
 - ``executor_sigkill`` (``--master local-cluster[...]`` only): the harness
   SIGKILLs one executor JVM with its Python workers at a random moment;
   Spark re-runs its tasks elsewhere.
@@ -364,6 +367,10 @@ class SparkSummary(Summary):
     keys_timed_out: int = 0
     """Keys the step timed out in the batches the children finished (with
     ``session_gap``; a batch re-run after a kill counts again)."""
+    compactions_merged: int = 0
+    compactions_adopted: int = 0
+    """Merges the workers' compactors made and the commits adopted, in the
+    batches the children finished (their ``observedMetrics``)."""
     attempts: int = 0
     run_seconds: list[float] = field(default_factory=list)
     output: str = "arrow"
@@ -630,8 +637,9 @@ METRICS_LOG = "metrics.jsonl"
 
 
 def count_step_figures(run_dir: Path, summary: SparkSummary) -> None:
-    """Adds the run's spill flushes and merges and its timed-out keys (every
-    attempt's finished batches, from the child's metrics log) to the summary."""
+    """Adds the run's spill flushes and merges, its timed-out keys and its
+    compactions (every attempt's finished batches, from the child's metrics
+    log) to the summary."""
     log = run_dir / METRICS_LOG
     if not log.exists():
         return
@@ -640,6 +648,8 @@ def count_step_figures(run_dir: Path, summary: SparkSummary) -> None:
         summary.spill_flushes += int(figures.get("state_flushes", 0))
         summary.spill_merges += int(figures.get("state_merges", 0))
         summary.keys_timed_out += int(figures.get("keys_timed_out", 0))
+        summary.compactions_merged += int(figures.get("state_compactions_merged", 0))
+        summary.compactions_adopted += int(figures.get("state_compactions_adopted", 0))
 
 
 def child_env(kill: KillPlan | None, hit_log: Path) -> dict[str, str]:
