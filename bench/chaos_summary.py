@@ -4,7 +4,9 @@ chunks "spark-tws", for its --state-memory chunks "spark-spill" (folder
 `chaos_spark_spill`; "spark-tws-spill" with --step tws too, "spark-l2-spill"
 with --step map_batches, "spark-l3-spill" with apply_in_pandas_with_state, and
 their "-sessions" rows with --session-gap), for its
---state-root s3 chunks "spark-s3" (folder `chaos_spark_s3`);
+--state-root s3 chunks "spark-s3" (folder `chaos_spark_s3`), for its chunks
+with merges mid-run (`SNAPCUT_CHAOS_OUT`) "spark-compaction" (folder
+`chaos_spark_compaction`);
 `bench/chaos_spark_tables.sh`, rows "spark-delta",
 "spark-iceberg" and their "-cluster" chunks, with the tables' commit counts)
 wrote into one row per protocol. Arguments: the results root, and the folder
@@ -45,12 +47,14 @@ def main(
         "spark-l2-spill-sessions",
         "spark-l3-spill-sessions",
         "spark-s3",
+        "spark-compaction",
         *TABLES,
     ):
         folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
         folder = "chaos_spark_spill" if "-spill" in p else folder
         folder = "chaos_spark_s3" if p == "spark-s3" else folder
+        folder = "chaos_spark_compaction" if p == "spark-compaction" else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if path.exists():
             rows.append((p, [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]))
