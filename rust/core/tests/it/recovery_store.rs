@@ -339,7 +339,7 @@ fn corrupt_newest_checkpoint_falls_back_to_the_previous_one() {
     let newest = *ids.last().unwrap();
     let m = reader.manifest(newest).unwrap();
     let f = m.files.iter().find(|f| f.role == FileRole::State).unwrap();
-    std::fs::write(reader.checkpoint_dir(newest).join(&f.path), b"garbage").unwrap();
+    crate::store_common::replace_file(&reader.checkpoint_dir(newest).join(&f.path), b"garbage");
     let (g, out) = graph(armed, 2, None);
     let r = run_durable(
         g,

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -148,4 +149,15 @@ pub fn commit_state(
         )
         .unwrap();
     store.commit(meta(id, false)).unwrap();
+}
+
+/// Puts `bytes` in place of the file at `path` by a rename, as the store
+/// publishes a file (a test corrupting one): a reader or the store's
+/// compactor thread may hold the old file mapped (`store/mapped.rs` maps
+/// only files never written again), and rewriting it in place would shrink
+/// it under that mapping: a SIGBUS (fcc90, 2026-12-06).
+pub fn replace_file(path: &Path, bytes: impl AsRef<[u8]>) {
+    let tmp = path.with_extension("replaced.tmp");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
 }

@@ -381,7 +381,7 @@ fn a_restore_point_holds_state_as_mapped_runs_and_refuses_a_corrupt_one() {
     let mut bytes = std::fs::read(&diff).unwrap();
     let at = bytes.len() / 2;
     bytes[at] ^= 0xff;
-    std::fs::write(&diff, bytes).unwrap();
+    replace_file(&diff, bytes);
     let (loaded, skipped) = store.reader().restore_point().unwrap();
     assert_eq!(skipped.len(), 1, "{skipped:?}");
     assert!(skipped[0].reason.contains("checksum"), "{skipped:?}");
@@ -594,7 +594,7 @@ fn a_diff_restores_with_its_stored_filter_and_a_corrupt_or_missing_one_is_refuse
     let good = std::fs::read(&bloom).unwrap();
     let mut bad = good.clone();
     bad[0] ^= 0xff;
-    std::fs::write(&bloom, &bad).unwrap();
+    replace_file(&bloom, &bad);
     let err = store.reader().verify(3).unwrap_err().to_string();
     assert!(
         err.contains("agg-0.state.bloom") && err.contains("checksum"),
@@ -606,7 +606,7 @@ fn a_diff_restores_with_its_stored_filter_and_a_corrupt_or_missing_one_is_refuse
     assert_eq!(loaded.unwrap().meta.id, 2);
     assert!(store.reader().state_runs(3, &agg).is_err());
     // A filter gone: named as a missing file, for every checkpoint needing it.
-    std::fs::write(&bloom, &good).unwrap();
+    replace_file(&bloom, &good);
     let two = dir
         .path()
         .join("chk-00000002")

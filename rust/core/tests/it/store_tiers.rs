@@ -216,7 +216,7 @@ fn compaction_output_is_adopted_by_the_next_commit_and_checked() {
     let mut bytes = std::fs::read(&path).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xFF;
-    std::fs::write(&path, bytes).unwrap();
+    replace_file(&path, bytes);
     let err = store.reader().verify(4).unwrap_err().to_string();
     assert!(
         err.contains(&runs[1].path) && err.contains("checksum"),

@@ -15,7 +15,7 @@ use snapcut_core::snapshot::{StateCapture, StateRuns};
 use snapcut_core::state::{CaptureRows, StatePolicy, StateTable, TIME_METADATA};
 use snapcut_core::store::{LocalRuns, SnapshotStore, StoreOptions};
 
-use super::store_common::{commit_state, task};
+use super::store_common::{commit_state, replace_file, task};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -246,7 +246,7 @@ fn a_corrupt_stored_index_is_named_by_verify_and_refused_on_restore() {
     let mut bytes = std::fs::read(&path).unwrap();
     let at = bytes.len() / 2;
     bytes[at] ^= 0x40;
-    std::fs::write(&path, &bytes).unwrap();
+    replace_file(&path, &bytes);
     let err = reader.verify(2).unwrap_err().to_string();
     assert!(err.contains("agg-0.state.times.arrow"), "{err}");
     for mapped in [false, true] {

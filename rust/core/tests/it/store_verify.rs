@@ -120,7 +120,7 @@ fn checksum_mismatch() {
     let mut bytes = fs::read(&path).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
-    fs::write(&path, bytes).unwrap();
+    replace_file(&path, bytes);
     let msg = snapshot_err(r.verify(3));
     assert!(msg.contains("checksum") && msg.contains("corrupt"), "{msg}");
     // Reading the state goes through the same check: never silently read.
@@ -134,7 +134,7 @@ fn truncated_file() {
     let r = three(dir.path());
     let path = state_file(dir.path(), 3);
     let bytes = fs::read(&path).unwrap();
-    fs::write(&path, &bytes[..bytes.len() - 7]).unwrap();
+    replace_file(&path, &bytes[..bytes.len() - 7]);
     let msg = snapshot_err(r.verify(3));
     assert!(msg.contains("truncated"), "{msg}");
 }
@@ -148,7 +148,7 @@ fn newer_format_version() {
         &format!("\"format_version\": {FORMAT_VERSION}"),
         "\"format_version\": 99",
     );
-    fs::write(&path, text).unwrap();
+    replace_file(&path, text);
     let msg = snapshot_err(r.verify(3));
     assert!(
         msg.contains("format_version 99") && msg.contains("upgrade snapcut"),
@@ -177,7 +177,7 @@ fn corrupt_base_breaks_the_chain() {
     let path = state_file(dir.path(), 1);
     let mut bytes = fs::read(&path).unwrap();
     bytes[100] ^= 0x01;
-    fs::write(&path, bytes).unwrap();
+    replace_file(&path, bytes);
     let msg = snapshot_err(r.verify(3));
     assert!(msg.contains("needs base checkpoint 1"), "{msg}");
     let msg = snapshot_err(r.latest_intact());
