@@ -265,8 +265,7 @@ class WorkerCompactor:
         self.handled = 0
         """Finished merges the publisher took (published, or failed to)."""
         self._handed: dict[tuple[str, int], tuple[int, int | None]] = {}
-        """(vertex, partition) → the batch and task attempt whose commit handed
-        its merge over (the crash point before its publication)."""
+        """(vertex, partition) → the handing commit's batch and attempt (a crash point's)."""
         self._reported = {"merged": 0, "busy_s": 0.0}
         self._report_lock = threading.Lock()
         self._thread = threading.Thread(
@@ -332,8 +331,13 @@ class WorkerCompactor:
         return True
 
     def _release(self, vertex: str, partition: int) -> None:
-        self._claims.discard((vertex, partition))
+        self._forget(vertex, partition)
         _release(partition_dir(self.root, vertex, partition))
+
+    def _forget(self, vertex: str, partition: int) -> None:
+        """Drops its claim on the partition and the commit that handed its merge over."""
+        self._claims.discard((vertex, partition))
+        self._handed.pop((vertex, partition), None)
 
     def flush(self, timeout_s: float) -> bool:
         """Waits at most `timeout_s` for every merge handed over to be

@@ -274,7 +274,7 @@ class RemoteCompactor(WorkerCompactor):
             return False  # the store refused: no merge this time
 
     def _release(self, vertex: str, partition: int) -> None:
-        self._claims.discard((vertex, partition))
+        self._forget(vertex, partition)
         with contextlib.suppress(OSError):
             self.fs.delete_file(f"{self._dir(vertex, partition)}/{CLAIM_FILE}")
         for link in self._links.pop((vertex, partition), []):
