@@ -6,7 +6,7 @@ with --step map_batches, "spark-l3-spill" with apply_in_pandas_with_state, and
 their "-sessions" rows with --session-gap), for its
 --state-root s3 chunks "spark-s3" (folder `chaos_spark_s3`), for its chunks
 with merges mid-run (`SNAPCUT_CHAOS_OUT`) "spark-compaction" (folder
-`chaos_spark_compaction`);
+`chaos_spark_compaction`; "spark-s3-compaction" there for their --state-root s3 chunks);
 `bench/chaos_spark_tables.sh`, rows "spark-delta",
 "spark-iceberg" and their "-cluster" chunks, with the tables' commit counts)
 wrote into one row per protocol. Arguments: the results root, and the folder
@@ -26,6 +26,8 @@ TABLES = ("spark-delta", "spark-delta-cluster", "spark-iceberg", "spark-iceberg-
 EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files", "seconds")
 #: Columns of a campaign whose keyed state spilled (`--state-memory`), when any chunk has them.
 SPILL = ("spill_flushes", "spill_merges")
+#: Columns of a Spark campaign whose workers' compactors merged, when any chunk has them.
+COMPACTION = ("compactions_merged", "compactions_adopted")
 
 
 def main(
@@ -48,18 +50,21 @@ def main(
         "spark-l3-spill-sessions",
         "spark-s3",
         "spark-compaction",
+        "spark-s3-compaction",
         *TABLES,
     ):
         folder = "chaos_spark" if p.startswith("spark") else local
         folder = "chaos_spark_tables" if p in TABLES else folder
         folder = "chaos_spark_spill" if "-spill" in p else folder
         folder = "chaos_spark_s3" if p == "spark-s3" else folder
-        folder = "chaos_spark_compaction" if p == "spark-compaction" else folder
+        folder = "chaos_spark_compaction" if p.endswith("-compaction") else folder
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if path.exists():
             rows.append((p, [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]))
     spilled = any(k in c for _, chunks in rows for c in chunks for k in SPILL)
     extra = EXTRA + SPILL if spilled else EXTRA
+    if any(k in c for _, chunks in rows for c in chunks for k in COMPACTION):
+        extra += COMPACTION
     print("| protocol | " + " | ".join(KEYS + extra) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(extra) + 2))
     for p, chunks in rows:
