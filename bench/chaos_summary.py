@@ -3,7 +3,8 @@ rows "spark", for its --remote chunks "spark-connect", and for its --step tws
 chunks "spark-tws", for its --state-memory chunks "spark-spill" (folder
 `chaos_spark_spill`; "spark-tws-spill" with --step tws too, "spark-l2-spill"
 with --step map_batches, "spark-l3-spill" with apply_in_pandas_with_state, and
-their "-sessions" rows with --session-gap), for its
+their "-sessions" rows with --session-gap, "-sessions-cluster" for those on
+local-cluster, `SNAPCUT_CHAOS_OUT`), for its
 --state-root s3 chunks "spark-s3" (folder `chaos_spark_s3`), for its chunks
 with merges mid-run (`SNAPCUT_CHAOS_OUT`) "spark-compaction" (folder
 `chaos_spark_compaction`; "spark-s3-compaction" there for their --state-root s3 chunks);
@@ -28,6 +29,8 @@ EXTRA = ("timer_kills", "failpoint_kills", "restored", "errors", "corrupt_files"
 SPILL = ("spill_flushes", "spill_merges")
 #: Columns of a Spark campaign whose workers' compactors merged, when any chunk has them.
 COMPACTION = ("compactions_merged", "compactions_adopted")
+#: Columns of a Spark campaign that counted its cold opens (and the stored time index they read).
+COLD = ("cold_loads", "times_stored")
 
 
 def main(
@@ -48,6 +51,8 @@ def main(
         "spark-l3-spill",
         "spark-l2-spill-sessions",
         "spark-l3-spill-sessions",
+        "spark-l2-spill-sessions-cluster",
+        "spark-l3-spill-sessions-cluster",
         "spark-s3",
         "spark-compaction",
         "spark-s3-compaction",
@@ -65,6 +70,8 @@ def main(
     extra = EXTRA + SPILL if spilled else EXTRA
     if any(k in c for _, chunks in rows for c in chunks for k in COMPACTION):
         extra += COMPACTION
+    if any(k in c for _, chunks in rows for c in chunks for k in COLD):
+        extra += COLD
     print("| protocol | " + " | ".join(KEYS + extra) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(extra) + 2))
     for p, chunks in rows:

@@ -371,6 +371,13 @@ class SparkSummary(Summary):
     compactions_adopted: int = 0
     """Merges the workers' compactors made and the commits adopted, in the
     batches the children finished (their ``observedMetrics``)."""
+    cold_loads: int = 0
+    times_stored: int = 0
+    """Tasks that opened a partition their Python worker did not hold (read
+    from the root: a restart, a task that moved), and the time-index entries
+    those opens took from the index stored beside a full instead of a scan
+    (a step with timeouts under a budget), in the batches the children
+    finished."""
     attempts: int = 0
     run_seconds: list[float] = field(default_factory=list)
     output: str = "arrow"
@@ -637,9 +644,9 @@ METRICS_LOG = "metrics.jsonl"
 
 
 def count_step_figures(run_dir: Path, summary: SparkSummary) -> None:
-    """Adds the run's spill flushes and merges, its timed-out keys and its
-    compactions (every attempt's finished batches, from the child's metrics
-    log) to the summary."""
+    """Adds the run's spill flushes and merges, its timed-out keys, its
+    compactions and its cold loads (every attempt's finished batches, from the
+    child's metrics log) to the summary."""
     log = run_dir / METRICS_LOG
     if not log.exists():
         return
@@ -650,6 +657,8 @@ def count_step_figures(run_dir: Path, summary: SparkSummary) -> None:
         summary.keys_timed_out += int(figures.get("keys_timed_out", 0))
         summary.compactions_merged += int(figures.get("state_compactions_merged", 0))
         summary.compactions_adopted += int(figures.get("state_compactions_adopted", 0))
+        summary.cold_loads += int(figures.get("state_cache_misses", 0))
+        summary.times_stored += int(figures.get("state_times_stored", 0))
 
 
 def child_env(kill: KillPlan | None, hit_log: Path) -> dict[str, str]:
