@@ -374,10 +374,10 @@ class SparkSummary(Summary):
     cold_loads: int = 0
     times_stored: int = 0
     """Tasks that opened a partition their Python worker did not hold (read
-    from the root: a restart, a task that moved), and the time-index entries
-    those opens took from the index stored beside a full instead of a scan
-    (a step with timeouts under a budget), in the batches the children
-    finished."""
+    from the root: a restart, a task that moved), and the tables of those
+    opens whose time index was the one stored beside their full, not rebuilt
+    from every row's time (a step with timeouts under a budget), in the
+    batches the children finished."""
     attempts: int = 0
     run_seconds: list[float] = field(default_factory=list)
     output: str = "arrow"
