@@ -66,12 +66,10 @@ def main(
         path = Path(root) / folder / f"chaos-{p}.jsonl"
         if path.exists():
             rows.append((p, [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]))
-    spilled = any(k in c for _, chunks in rows for c in chunks for k in SPILL)
-    extra = EXTRA + SPILL if spilled else EXTRA
-    if any(k in c for _, chunks in rows for c in chunks for k in COMPACTION):
-        extra += COMPACTION
-    if any(k in c for _, chunks in rows for c in chunks for k in COLD):
-        extra += COLD
+    extra = EXTRA
+    for optional in (SPILL, COMPACTION, COLD):
+        if any(k in c for _, chunks in rows for c in chunks for k in optional):
+            extra += optional
     print("| protocol | " + " | ".join(KEYS + extra) + " | failpoint kills by point |")
     print("|" + "---|" * (len(KEYS) + len(extra) + 2))
     for p, chunks in rows:

@@ -493,8 +493,9 @@ def test_chaos_kills_a_level_3_task_between_the_parts_of_its_batch(tmp_path: Pat
     killed attempt are not committed. With ``--session-gap 30`` the function
     sets event-time timeouts: batch 1 closes the sessions of batch 0's users
     it has no rows of after its parts (the no-rows calls for timed-out keys),
-    the no-data batch after it more; the retry, a cold load, takes its time
-    index as stored beside the partition's full. Nothing lost, duplicated or mismatched."""
+    the no-data batch after it more. Cold opens (the retry, a new worker's
+    first task) take their time index as stored beside the partition's full.
+    Nothing lost, duplicated or mismatched."""
     sizes = ["--step", "apply_in_pandas_with_state", "--seed", "5", "--files", "2"]
     sizes += ["--records", "160000", "--users", "60000", "--session-gap", "30"]
     summary = one_budgeted_worker_kill(tmp_path, "input.part_sent", sizes)
